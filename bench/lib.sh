@@ -1,0 +1,537 @@
+# shellcheck shell=bash
+# bench/lib.sh: the measuring method shared by bench/static/run and bench/engine/run.
+# Source it; it defines functions and a few variables, and starts nothing by itself.
+#
+#   process tracking   bench_start NAME LOG cmd...   (every child is stopped on exit)
+#   content            bench_gen_small DIR, bench_gen_big DIR
+#   contenders         bench_nginx_conf, bench_start_nginx, bench_start_hayate,
+#                      bench_build_ceiling, bench_build_hayate
+#   measuring          bench_preflight, bench_measure (warm-up, wrk, /proc CPU, raw.csv row)
+#   report             bench_summarize RAW > SUMMARY, bench_get SUMMARY KEY FIELD
+#
+# Paths in generated files are absolute only inside the run's tmp dir, which is deleted.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$BENCH_DIR/.." && pwd)
+CLK_TCK=$(getconf CLK_TCK)
+SERVER_CPU=${SERVER_CPU:-0} # the core every server is pinned to
+CLIENT_CPU=${CLIENT_CPU:-1} # the core wrk is pinned to
+WARMUP_S=${WARMUP_S:-2}
+PIPELINE_DEPTH=${PIPELINE_DEPTH:-16}
+
+BENCH_PIDS=()      # servers we started, stopped in reverse order on exit
+BENCH_RM_DIRS=()   # directories removed on exit (the run's tmp dir)
+BENCH_USED_PORTS=" "
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- processes
+
+# start time of a pid (field 22 of /proc/PID/stat), to never signal a recycled pid
+_proc_start() {
+    local s
+    read -r s <"/proc/$1/stat" 2>/dev/null || return 1
+    s=${s##*) }
+    local -a f
+    read -ra f <<<"$s"
+    echo "${f[19]}"
+}
+
+# PID and all its descendants, one per line
+bench_proc_tree() {
+    local root=$1 s p rest
+    local -a f
+    echo "$root"
+    for s in /proc/[0-9]*/stat; do
+        read -r rest <"$s" 2>/dev/null || continue
+        p=${rest%% *}
+        rest=${rest##*) }
+        read -ra f <<<"$rest"
+        if [[ ${f[1]} == "$root" ]]; then
+            bench_proc_tree "$p"
+        fi
+    done
+}
+
+# sum of utime+stime (clock ticks) over the given pids
+bench_cpu_ticks() {
+    local t=0 p s
+    local -a f
+    for p in "$@"; do
+        read -r s <"/proc/$p/stat" 2>/dev/null || continue
+        s=${s##*) }
+        read -ra f <<<"$s"
+        t=$((t + f[11] + f[12]))
+    done
+    echo "$t"
+}
+
+# stop one process we started and its descendants: TERM, wait up to 5 s, then KILL
+_bench_stop() {
+    local pid=$1 start=$2 p i
+    [[ -d /proc/$pid ]] || return 0
+    [[ $(_proc_start "$pid") == "$start" ]] || return 0
+    local -a tree=() starts=()
+    for p in $(bench_proc_tree "$pid"); do
+        tree+=("$p")
+        starts+=("$(_proc_start "$p")")
+    done
+    kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do
+        local alive=0
+        for p in "${tree[@]}"; do [[ -d /proc/$p ]] && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for i in "${!tree[@]}"; do
+        p=${tree[$i]}
+        if [[ -d /proc/$p && $(_proc_start "$p") == "${starts[$i]}" ]]; then
+            kill -KILL "$p" 2>/dev/null
+        fi
+    done
+    wait "$pid" 2>/dev/null || true
+    return 0
+}
+
+bench_cleanup() {
+    local i entry d
+    set +e # stop everything even if one step fails
+    trap - EXIT INT TERM ERR
+    for ((i = ${#BENCH_PIDS[@]} - 1; i >= 0; i--)); do
+        entry=${BENCH_PIDS[$i]}
+        _bench_stop "${entry%%:*}" "${entry#*:}"
+    done
+    BENCH_PIDS=()
+    for d in "${BENCH_RM_DIRS[@]}"; do
+        if [[ -n $d && -d $d ]]; then rm -rf -- "$d"; fi
+    done
+    return 0
+}
+
+bench_install_traps() {
+    set -o errtrace
+    trap 'log "failed (status $?) at ${BASH_SOURCE[0]##*/}:$LINENO: $BASH_COMMAND"' ERR
+    trap bench_cleanup EXIT
+    trap 'log "interrupted"; exit 130' INT
+    trap 'log "terminated"; exit 143' TERM
+}
+
+# bench_start NAME LOG cmd... : start cmd in the background; sets BENCH_LAST_PID
+bench_start() {
+    local name=$1 logf=$2
+    shift 2
+    "$@" >"$logf" 2>&1 &
+    BENCH_LAST_PID=$!
+    BENCH_PIDS+=("$BENCH_LAST_PID:$(_proc_start "$BENCH_LAST_PID")")
+    log "started $name (pid $BENCH_LAST_PID): $*"
+}
+
+# bench_wait_ready PID PORT LOG [PATTERN]: wait (10 s at most) until PID answers HTTP on
+# PORT and, when PATTERN is given, LOG holds it (hayate announces its URL on stdout)
+bench_wait_ready() {
+    local pid=$1 port=$2 logf=$3 pattern=${4:-} i code
+    for ((i = 0; i < 100; i++)); do
+        if [[ ! -d /proc/$pid ]]; then
+            log "process $pid exited; its log:"
+            tail -n 20 "$logf" >&2
+            return 1
+        fi
+        if [[ -z $pattern ]] || grep -qF -- "$pattern" "$logf" 2>/dev/null; then
+            code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$port/" 2>/dev/null)
+            [[ $code != 000 && -n $code ]] && return 0
+        fi
+        sleep 0.1
+    done
+    log "pid $pid not ready on port $port after 10 s; its log:"
+    tail -n 20 "$logf" >&2
+    return 1
+}
+
+# a free TCP port on 127.0.0.1 from BASE upwards, never one handed out before
+bench_pick_port() {
+    local p=${1:-18080}
+    while [[ $BENCH_USED_PORTS == *" $p "* ]] || (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do
+        p=$((p + 1))
+    done
+    BENCH_USED_PORTS+="$p "
+    echo "$p"
+}
+
+# ---------------------------------------------------------------- tools and builds
+
+bench_ensure_tools() {
+    local missing=() sudo=""
+    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+    command -v wrk >/dev/null || missing+=(wrk)
+    command -v curl >/dev/null || missing+=(curl)
+    command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+    command -v make >/dev/null || missing+=(make)
+    command -v taskset >/dev/null || missing+=(util-linux)
+    ((${#missing[@]})) || return 0
+    [[ $(id -u) == 0 ]] || sudo=sudo
+    log "installing ${missing[*]} with apt-get"
+    $sudo apt-get update -qq >&2 || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2 ||
+        die "apt-get install ${missing[*]} failed"
+}
+
+bench_nginx_bin() {
+    command -v nginx 2>/dev/null || echo /usr/sbin/nginx
+}
+
+# bench_build_ceiling OUTDIR -> prints the binary path
+bench_build_ceiling() {
+    local out=$1/ceiling
+    gcc -O2 -Wall -o "$out" "$BENCH_DIR/ceiling/ceiling.c" >&2 || die "building the ceiling failed"
+    echo "$out"
+}
+
+# bench_build_hayate -> prints the binary path (cargo build --release -p hayate)
+bench_build_hayate() {
+    log "cargo build --release -p hayate"
+    (cd "$REPO_ROOT" && cargo build --release -p hayate >&2) || return 1
+    echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/hayate"
+}
+
+# ---------------------------------------------------------------- content
+
+# 1k.txt (1,024 B text), 5081.png (5,081 B: PNG magic + random), page.html (8,550 B)
+bench_gen_small() {
+    local dir=$1
+    mkdir -p "$dir"
+    head -c 1024 < <(yes 'hayate bench lab: plain text served as a static file, one kibibyte of it.') \
+        >"$dir/1k.txt"
+    { printf '\x89PNG\r\n\x1a\n'; head -c $((5081 - 8)) /dev/urandom; } >"$dir/5081.png"
+    _bench_gen_html >"$dir/page.html"
+    local f want
+    for f in 1k.txt:1024 5081.png:5081 page.html:8550; do
+        want=${f#*:}
+        [[ $(stat -c %s "$dir/${f%%:*}") == "$want" ]] || die "generated ${f%%:*} is not $want bytes"
+    done
+}
+
+# a realistic 8,550-byte HTML page: head, nav, articles, footer; the last paragraph is cut
+# to land on the exact size
+_bench_gen_html() {
+    local LC_ALL=C target=8550
+    local head foot body="" para words i
+    head='<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Release notes - hayate bench lab</title>
+<link rel="stylesheet" href="/assets/site.3f9a1c.css">
+<link rel="icon" href="/favicon.ico">
+<script defer src="/assets/app.8d2e4b.js"></script>
+</head>
+<body>
+<header class="site-header">
+<a class="logo" href="/">hayate</a>
+<nav><ul>
+<li><a href="/docs/">Docs</a></li>
+<li><a href="/blog/">Blog</a></li>
+<li><a href="/download/">Download</a></li>
+<li><a href="https://example.com/community">Community</a></li>
+</ul></nav>
+</header>
+<main id="content">
+'
+    foot='</main>
+<footer class="site-footer">
+<p>&copy; 2024 The hayate authors. Licensed under MIT or Apache-2.0.</p>
+<p><a href="/privacy/">Privacy</a> &middot; <a href="/imprint/">Imprint</a></p>
+</footer>
+</body>
+</html>
+'
+    words='Static files are the bread and butter of every web server and the request path that serves them should be short, predictable and cheap. Each response carries a validator, a length and a type, and the bytes go out in as few system calls as the kernel allows. '
+    for ((i = 1; ; i++)); do
+        para="<article id=\"post-$i\">
+<h2><a href=\"/blog/2024/post-$i/\">Notes on release $i</a></h2>
+<p class=\"meta\">Posted on <time datetime=\"2024-03-$(printf %02d $((i % 28 + 1)))\">March $((i % 28 + 1)), 2024</time> by the team</p>
+<p>$words$words</p>
+<ul><li>Faster start-up</li><li>Smaller memory footprint</li><li>New <code>--listen</code> forms</li></ul>
+</article>
+"
+        if ((${#head} + ${#body} + ${#para} + ${#foot} + 200 > target)); then
+            break
+        fi
+        body+=$para
+    done
+    local open='<section class="more"><p>' close='</p></section>
+'
+    local fill=$((target - ${#head} - ${#body} - ${#foot} - ${#open} - ${#close}))
+    local filler=""
+    while ((${#filler} < fill)); do filler+=$words; done
+    printf '%s%s%s%s%s%s' "$head" "$body" "$open" "${filler:0:fill}" "$close" "$foot"
+}
+
+bench_gen_big() {
+    dd if=/dev/urandom of="$1/big.bin" bs=1M count=100 status=none || die "generating big.bin failed"
+}
+
+# ---------------------------------------------------------------- contenders
+
+# bench_nginx_conf CONF PORT ROOT WORKDIR ACCESS_LOG(off|FILE)
+# One worker, open_file_cache, sendfile + tcp_nopush, no access log (or the combined
+# format with a 64k buffer), keep-alive without a request cap. Types inline: no
+# dependency on the distribution's config.
+bench_nginx_conf() {
+    local conf=$1 port=$2 root=$3 work=$4 alog=$5 user_line="" alog_line
+    mkdir -p "$work"
+    if [[ $(id -u) == 0 ]]; then
+        user_line="user $(id -un) $(id -gn);" # the same user as the other contenders
+    fi
+    if [[ $alog == off ]]; then
+        alog_line="access_log off;"
+    else
+        alog_line="access_log $alog combined buffer=64k;"
+    fi
+    cat >"$conf" <<EOF
+$user_line
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events {
+    worker_connections 4096;
+}
+http {
+    types {
+        text/html html;
+        text/plain txt;
+        image/png png;
+        application/octet-stream bin;
+    }
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    $alog_line
+    keepalive_requests 1000000;
+    keepalive_timeout 65s;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 60s;
+    client_body_temp_path $work/client_body;
+    proxy_temp_path $work/proxy;
+    fastcgi_temp_path $work/fastcgi;
+    uwsgi_temp_path $work/uwsgi;
+    scgi_temp_path $work/scgi;
+    server {
+        listen 127.0.0.1:$port;
+        server_name localhost;
+        root $root;
+        location / { }
+    }
+}
+EOF
+}
+
+# bench_start_nginx NAME CONF WORKDIR PORT -> sets BENCH_LAST_PID (the master)
+bench_start_nginx() {
+    local name=$1 conf=$2 work=$3 port=$4
+    bench_start "$name" "$work/stdout.log" taskset -c "$SERVER_CPU" "$(bench_nginx_bin)" \
+        -p "$work/" -e "$work/error.log" -c "$conf" -g 'daemon off;'
+    bench_wait_ready "$BENCH_LAST_PID" "$port" "$work/stdout.log" || die "$name did not start"
+}
+
+# bench_start_hayate NAME BIN ROOT PORT LOGDIR ACCESS_LOG(off|FILE) -> BENCH_LAST_PID
+bench_start_hayate() {
+    local name=$1 bin=$2 root=$3 port=$4 logdir=$5 alog=$6
+    bench_start "$name" "$logdir/$name.log" taskset -c "$SERVER_CPU" "$bin" serve "$root" \
+        --listen "127.0.0.1:$port" --workers 1 --access-log "$alog"
+    bench_wait_ready "$BENCH_LAST_PID" "$port" "$logdir/$name.log" "http://127.0.0.1:$port/"
+}
+
+# bench_start_simple NAME BIN PORT LOGDIR -> BENCH_LAST_PID (ceiling, hyper-hello: ADDR arg)
+bench_start_simple() {
+    local name=$1 bin=$2 port=$3 logdir=$4
+    bench_start "$name" "$logdir/$name.log" taskset -c "$SERVER_CPU" "$bin" "127.0.0.1:$port"
+    bench_wait_ready "$BENCH_LAST_PID" "$port" "$logdir/$name.log" "http://127.0.0.1:$port/"
+}
+
+# ---------------------------------------------------------------- measuring
+
+# bench_preflight URL EXPECTED_LEN [FILE] TMPDIR: GET must answer 200 with the expected
+# Content-Length and body (compared with FILE when given). Prints the reason on failure.
+bench_preflight() {
+    local url=$1 want=$2 file=$3 tmp=$4 code cl size
+    code=$(curl -s --max-time 20 -o "$tmp/preflight.body" -D "$tmp/preflight.head" -w '%{http_code}' "$url")
+    cl=$(tr -d '\r' <"$tmp/preflight.head" | awk -F': *' 'tolower($1)=="content-length"{v=$2} END{print v}')
+    size=$(stat -c %s "$tmp/preflight.body" 2>/dev/null || echo 0)
+    local why=""
+    if [[ $code != 200 ]]; then
+        why="status $code"
+    elif [[ $cl != "$want" ]]; then
+        why="Content-Length '${cl}' (want $want)"
+    elif [[ $size != "$want" ]]; then
+        why="body of $size bytes (want $want)"
+    elif [[ -n $file ]] && ! cmp -s "$tmp/preflight.body" "$file"; then
+        why="body differs from the file"
+    fi
+    rm -f "$tmp/preflight.body" "$tmp/preflight.head"
+    if [[ -n $why ]]; then
+        echo "$why"
+        return 1
+    fi
+    return 0
+}
+
+BENCH_CSV_HEADER="section,rep,server,file,mode,conns,duration_s,requests,rps,bytes,mb_per_s,server_cpu_s,server_cpu_pct,us_cpu_per_req,us_cpu_per_mb,client_cpu_pct,err_connect,err_read,err_write,err_status,err_timeout,errors,log_bytes_per_req"
+
+# user+sys clock ticks of this shell's waited-for children (cutime+cstime of $$): wrk's
+# CPU time is the difference around its run
+_bench_child_ticks() {
+    local s
+    local -a f
+    read -r s <"/proc/$$/stat"
+    s=${s##*) }
+    read -ra f <<<"$s"
+    echo $((f[13] + f[14]))
+}
+
+# _bench_wrk MODE CONNS SECONDS URL -> wrk's WRK_RESULT line (empty on failure)
+_bench_wrk() {
+    local mode=$1 conns=$2 secs=$3 url=$4
+    local -a args=(-t1 "-c$conns" "-d${secs}s" --timeout 5s)
+    if [[ $mode == pipelined ]]; then
+        args+=(-s "$BENCH_DIR/wrk/pipeline.lua" "$url" -- "$PIPELINE_DEPTH")
+    else
+        args+=(-s "$BENCH_DIR/wrk/summary.lua" "$url")
+    fi
+    timeout --foreground -k 5 $((secs + 30)) taskset -c "$CLIENT_CPU" wrk "${args[@]}" 2>&1 |
+        grep '^WRK_RESULT'
+}
+
+# bench_measure RAW SECTION REP SERVER FILE MODE CONNS SECONDS URL PID [ACCESS_LOG_FILE]
+# Warm-up (same mode, WARMUP_S), then one measured wrk run. Server CPU = utime+stime of
+# PID and its descendants from /proc, sampled right before and after wrk. Appends one
+# row to RAW and logs a one-line summary.
+bench_measure() {
+    local raw=$1 section=$2 rep=$3 server=$4 file=$5 mode=$6 conns=$7 secs=$8 url=$9 pid=${10}
+    local alog=${11:-}
+    local res t0 t1 c0 c1 l0=0 l1=0
+    local -a pids
+    _bench_wrk "$mode" "$conns" "$WARMUP_S" "$url" >/dev/null || true
+    mapfile -t pids < <(bench_proc_tree "$pid")
+    if [[ -n $alog ]]; then l0=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
+    c0=$(_bench_child_ticks)
+    t0=$(bench_cpu_ticks "${pids[@]}")
+    res=$(_bench_wrk "$mode" "$conns" "$secs" "$url") || true
+    t1=$(bench_cpu_ticks "${pids[@]}")
+    c1=$(_bench_child_ticks)
+    if [[ -n $alog ]]; then l1=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
+    if [[ -z $res ]]; then
+        log "wrk failed: $server $file $mode"
+        res="WRK_RESULT requests=0 duration_us=1 bytes=0 connect=0 read=0 write=0 status=0 timeout=0"
+        res+=" failed=1"
+    fi
+    local row
+    row=$(awk -v res="$res" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v tck="$CLK_TCK" \
+        -v l0="$l0" -v l1="$l1" -v alog="$alog" \
+        -v pre="$section,$rep,$server,$file,$mode,$conns" 'BEGIN{
+        n = split(res, kv, " ")
+        for (i = 2; i <= n; i++) { split(kv[i], p, "="); v[p[1]] = p[2] }
+        dur = v["duration_us"] / 1e6
+        req = v["requests"]; by = v["bytes"]
+        cpu = (t1 - t0) / tck
+        rps = req / dur
+        mbs = by / dur / 1e6
+        upr = req > 0 ? cpu * 1e6 / req : 0
+        upm = by > 0 ? cpu * 1e6 / (by / 1e6) : 0
+        err = v["connect"] + v["read"] + v["write"] + v["status"] + v["timeout"] + (v["failed"] ? 1 : 0)
+        lbr = (alog != "" && req > 0) ? sprintf("%.1f", (l1 - l0) / req) : ""
+        printf "%s,%.3f,%d,%.0f,%d,%.1f,%.2f,%.1f,%.3f,%.1f,%.1f,%d,%d,%d,%d,%d,%d,%s\n",
+            pre, dur, req, rps, by, mbs, cpu, 100 * cpu / dur, upr, upm,
+            100 * (c1 - c0) / tck / dur, v["connect"], v["read"], v["write"], v["status"], v["timeout"], err, lbr
+    }')
+    echo "$row" >>"$raw"
+    awk -F, '{printf "  %-8s %-10s %-9s rep %s: %8.0f rps %8.1f MB/s  %6.2f us/req  server %5.1f%%  wrk %5.1f%%  errors %d\n",
+        $3, $4, $5, $2, $9, $11, $14, $13, $16, $22}' <<<"$row" >&2
+}
+
+# ---------------------------------------------------------------- report
+
+# bench_summarize RAW -> one line per (section, server, file, mode), in first-seen order:
+# key|n|rps med,min,max|us/req med,min,max|MB/s med,min,max|us/MB med,min,max|
+#     server cpu% med|client cpu% med|errors sum|log bytes/req med
+bench_summarize() {
+    awk -F, '
+    function med(s,   a, n, i, j, t) {
+        n = split(s, a, " ")
+        for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+        if (n == 0) return ""
+        if (n % 2) return a[(n + 1) / 2]
+        return (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function mn(s,   a, n, i, m) { n = split(s, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 < m) m = a[i] + 0; return m }
+    function mx(s,   a, n, i, m) { n = split(s, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 > m) m = a[i] + 0; return m }
+    NR == 1 { next }
+    {
+        k = $1 "|" $3 "|" $4 "|" $5
+        if (!(k in cnt)) { order[++nk] = k; cnt[k] = 0; err[k] = 0 }
+        cnt[k]++
+        rps[k] = rps[k] " " $9; upr[k] = upr[k] " " $14; mbs[k] = mbs[k] " " $11; upm[k] = upm[k] " " $15
+        scpu[k] = scpu[k] " " $13; ccpu[k] = ccpu[k] " " $16; err[k] += $22
+        if ($23 != "") lbr[k] = lbr[k] " " $23
+    }
+    END {
+        for (i = 1; i <= nk; i++) {
+            k = order[i]
+            printf "%s|%d|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s|%s|%d|%s\n", k, cnt[k],
+                med(rps[k]), mn(rps[k]), mx(rps[k]), med(upr[k]), mn(upr[k]), mx(upr[k]),
+                med(mbs[k]), mn(mbs[k]), mx(mbs[k]), med(upm[k]), mn(upm[k]), mx(upm[k]),
+                med(scpu[k]), med(ccpu[k]), err[k], med(lbr[k])
+        }
+    }' "$1"
+}
+
+# bench_get SUMMARY "section|server|file|mode" FIELD -> value
+# FIELD: n rps rps_min rps_max us us_min us_max mbs mbs_min mbs_max upm upm_min upm_max
+#        scpu ccpu errors lbr
+bench_get() {
+    awk -F'|' -v key="$2" -v f="$3" '
+    $1 "|" $2 "|" $3 "|" $4 == key {
+        split($6, r, ","); split($7, u, ","); split($8, m, ","); split($9, pm, ",")
+        v["n"] = $5; v["rps"] = r[1]; v["rps_min"] = r[2]; v["rps_max"] = r[3]
+        v["us"] = u[1]; v["us_min"] = u[2]; v["us_max"] = u[3]
+        v["mbs"] = m[1]; v["mbs_min"] = m[2]; v["mbs_max"] = m[3]
+        v["upm"] = pm[1]; v["upm_min"] = pm[2]; v["upm_max"] = pm[3]
+        v["scpu"] = $10; v["ccpu"] = $11; v["errors"] = $12; v["lbr"] = $13
+        print v[f]; exit
+    }' "$1"
+}
+
+# bench_cell SUMMARY KEY FIELD FMT: the median, with [min-max] when there were repetitions,
+# "-" when the case did not run
+bench_cell() {
+    local s=$1 k=$2 f=$3 fmt=$4 n v lo hi
+    n=$(bench_get "$s" "$k" n)
+    [[ -z $n ]] && { echo "-"; return; }
+    v=$(bench_get "$s" "$k" "$f")
+    if ((n > 1)); then
+        lo=$(bench_get "$s" "$k" "${f}_min")
+        hi=$(bench_get "$s" "$k" "${f}_max")
+        awk -v v="$v" -v lo="$lo" -v hi="$hi" -v fmt="$fmt" 'BEGIN{printf fmt " [" fmt "-" fmt "]", v, lo, hi}'
+    else
+        awk -v v="$v" -v fmt="$fmt" 'BEGIN{printf fmt, v}'
+    fi
+}
+
+# bench_ratio A B -> A/B with two decimals, "-" if either is missing or B is 0
+bench_ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+
+# one line describing the machine and the tools, for report headers
+bench_machine_info() {
+    local cpu kern ngx wrkv rev
+    cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
+    kern=$(uname -r)
+    ngx=$("$(bench_nginx_bin)" -v 2>&1 | sed 's/^nginx version: //')
+    wrkv=$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')
+    rev=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+    if [[ -n $(git -C "$REPO_ROOT" status --porcelain -- crates 2>/dev/null) ]]; then rev+=" (crates modified)"; fi
+    echo "host $(hostname -s), $(nproc) cores ($cpu), Linux $kern, $ngx, wrk $wrkv, hayate source $rev"
+}

@@ -1,0 +1,269 @@
+//! The config file loader. It walks the TOML document itself (instead of
+//! serde) so that every error names its line and key, and any key the
+//! option table does not know is an error.
+
+use std::path::Path;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
+use crate::{Config, ConfigError, Overrides, Route, Site};
+
+/// Parses and validates `text`, the contents of the config file at `path`,
+/// then applies `overrides` (environment and CLI).
+pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let cx = Cx { path, text };
+    let doc = DeTable::parse(text).map_err(|e| {
+        let line = e.span().map(|s| cx.line_of(s.start));
+        ConfigError { file: Some(path.into()), line, key: None, message: first_line(&e.to_string()) }
+    })?;
+
+    let mut global = GlobalLayer::default();
+    let mut top_route = RouteLayer::default();
+    let mut site_tables = Vec::new();
+    for (key, value) in doc.get_ref() {
+        let k = key.get_ref().as_ref();
+        if k == "site" {
+            site_tables = cx.tables(key, value)?;
+            continue;
+        }
+        let set = global
+            .set_toml(k, value.get_ref())
+            .and_then(|known| if known { Ok(true) } else { top_route.set_toml(k, value.get_ref()) });
+        match set {
+            Ok(true) => {}
+            Ok(false) => return Err(cx.unknown(key, &["site"])),
+            Err(msg) => return Err(cx.err(value.span().start, k, msg)),
+        }
+    }
+    global.override_with(&overrides.global);
+    top_route.override_with(&overrides.route);
+
+    let mut sites = Vec::new();
+    for site in &site_tables {
+        sites.push(cx.site(site, &top_route)?);
+    }
+    if sites.is_empty() {
+        // A file with no [[site]]: one site serving the top-level root at "/".
+        let site_span = Spanned::new(0..0, DeTable::new());
+        sites.push(cx.site(&site_span, &top_route)?);
+    }
+    Ok(Config { global: global.resolve(), sites })
+}
+
+struct Cx<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Cx<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    }
+
+    fn err(&self, offset: usize, key: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: Some(self.path.into()),
+            line: Some(self.line_of(offset)),
+            key: Some(key.to_string()),
+            message,
+        }
+    }
+
+    fn unknown(&self, key: &Spanned<std::borrow::Cow<'_, str>>, extra: &[&str]) -> ConfigError {
+        let k = key.get_ref().as_ref();
+        let candidates = GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS).map(|o| o.key).chain(extra.iter().copied());
+        let hint = candidates
+            .map(|c| (edit_distance(k, c), c))
+            .min()
+            .filter(|(d, _)| *d <= 2)
+            .map(|(_, c)| format!(" (did you mean {c:?}?)"))
+            .unwrap_or_default();
+        self.err(key.span().start, k, format!("unknown key{hint}"))
+    }
+
+    /// An array of tables, `[[site]]` or `[[site.route]]`.
+    fn tables<'t>(
+        &self,
+        key: &Spanned<std::borrow::Cow<'_, str>>,
+        value: &'t Spanned<DeValue<'t>>,
+    ) -> Result<Vec<Spanned<DeTable<'t>>>, ConfigError> {
+        let k = key.get_ref().as_ref();
+        let DeValue::Array(items) = value.get_ref() else {
+            return Err(self.err(key.span().start, k, format!("expected [[{k}]] tables")));
+        };
+        items
+            .iter()
+            .map(|item| match item.get_ref() {
+                DeValue::Table(t) => Ok(Spanned::new(item.span(), t.clone())),
+                _ => Err(self.err(item.span().start, k, format!("expected [[{k}]] tables"))),
+            })
+            .collect()
+    }
+
+    fn site(&self, site: &Spanned<DeTable<'_>>, top_route: &RouteLayer) -> Result<Site, ConfigError> {
+        let mut hosts = Vec::new();
+        let mut layer = RouteLayer::default();
+        let mut route_tables = Vec::new();
+        for (key, value) in site.get_ref() {
+            let k = key.get_ref().as_ref();
+            match k {
+                "hosts" => hosts = self.hosts(value)?,
+                "route" => route_tables = self.tables(key, value)?,
+                _ => match layer.set_toml(k, value.get_ref()) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(self.unknown(key, &["hosts", "route"])),
+                    Err(msg) => return Err(self.err(value.span().start, k, msg)),
+                },
+            }
+        }
+        layer.inherit(top_route);
+
+        let mut routes = Vec::new();
+        for table in &route_tables {
+            let mut route_layer = RouteLayer::default();
+            let mut prefix = None;
+            for (key, value) in table.get_ref() {
+                let k = key.get_ref().as_ref();
+                if k == "prefix" {
+                    match value.get_ref() {
+                        DeValue::String(p) if p.starts_with('/') => prefix = Some(p.to_string()),
+                        _ => {
+                            return Err(self.err(value.span().start, k, "expected a path starting with /".into()))
+                        }
+                    }
+                    continue;
+                }
+                match route_layer.set_toml(k, value.get_ref()) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(self.unknown(key, &["prefix"])),
+                    Err(msg) => return Err(self.err(value.span().start, k, msg)),
+                }
+            }
+            let Some(prefix) = prefix else {
+                return Err(self.err(table.span().start, "prefix", "every [[site.route]] needs a prefix".into()));
+            };
+            if routes.iter().any(|r: &(String, RouteLayer, usize)| r.0 == prefix) {
+                return Err(self.err(table.span().start, "prefix", format!("duplicate route prefix {prefix:?}")));
+            }
+            route_layer.inherit(&layer);
+            routes.push((prefix, route_layer, table.span().start));
+        }
+        if !routes.iter().any(|r| r.0 == "/") && layer.root.is_some() {
+            routes.push(("/".to_string(), layer.clone(), site.span().start));
+        }
+        if routes.is_empty() {
+            return Err(self.err(
+                site.span().start,
+                "root",
+                "this site serves nothing: set root (or add [[site.route]] tables)".into(),
+            ));
+        }
+        let mut out = Vec::new();
+        for (prefix, layer, offset) in routes {
+            if layer.root.is_none() {
+                return Err(self.err(offset, "root", format!("route {prefix:?} has no root")));
+            }
+            out.push(Route { prefix, options: layer.resolve() });
+        }
+        out.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        Ok(Site { hosts, routes: out })
+    }
+
+    fn hosts(&self, value: &Spanned<DeValue<'_>>) -> Result<Vec<String>, ConfigError> {
+        let names: Vec<String> = match value.get_ref() {
+            DeValue::String(s) => vec![s.to_string()],
+            DeValue::Array(items) => items
+                .iter()
+                .map(|i| match i.get_ref() {
+                    DeValue::String(s) => Ok(s.to_string()),
+                    _ => Err(self.err(i.span().start, "hosts", "expected host names".into())),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(self.err(value.span().start, "hosts", "expected a host name or a list".into())),
+        };
+        names
+            .into_iter()
+            .map(|h| {
+                let h = h.to_ascii_lowercase();
+                let bare = h.strip_prefix("*.").unwrap_or(&h);
+                let valid = !bare.is_empty()
+                    && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+                if valid {
+                    Ok(h)
+                } else {
+                    Err(self.err(value.span().start, "hosts", format!("invalid host name {h:?}")))
+                }
+            })
+            .collect()
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid TOML").trim().to_string()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        load_file("h.toml".as_ref(), text, &Overrides::default())
+    }
+
+    fn err(text: &str) -> String {
+        load(text).expect_err("should fail").to_string()
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        assert_eq!(err("root = \".\"\nworkers = \"lots\"\n"), "h.toml:2: workers: expected auto or a number from 1 to 1024, got \"lots\"");
+        assert_eq!(err("root = \".\"\n\nlistne = \"1\"\n"), "h.toml:3: listne: unknown key (did you mean \"listen\"?)");
+        assert!(err("root = \".\"\n[[site]]\nroot = \"x\"\n[[site.route]]\nprefix = \"a\"\n").starts_with("h.toml:5: prefix:"));
+        assert!(err("[[site]]\nhosts = \"a\"\n").starts_with("h.toml:1: root:"));
+        assert!(err("root = \n").starts_with("h.toml:1:"), "{}", err("root = \n"));
+        assert!(err("root = \".\"\n[[site]]\nroot=\".\"\nbogus = 1\n").contains("h.toml:4: bogus: unknown key"));
+        assert!(err("header_timeout = \"5 fortnights\"\nroot=\".\"").starts_with("h.toml:1: header_timeout:"));
+    }
+
+    #[test]
+    fn merges_top_site_route() {
+        let cfg = load(
+            "cache_control = \"no-cache\"\nroot = \"/top\"\n\
+             [[site]]\nhosts = [\"A.example\"]\nlisting = true\n\
+             [[site.route]]\nprefix = \"/x/\"\nroot = \"/x\"\ncache_control = \"max-age=5\"\n",
+        )
+        .expect("valid");
+        let site = &cfg.sites[0];
+        assert_eq!(site.hosts, vec!["a.example"]);
+        let x = &site.routes[0];
+        assert_eq!((x.prefix.as_str(), x.options.cache_control.as_deref()), ("/x/", Some("max-age=5")));
+        assert!(x.options.listing);
+        let slash = &site.routes[1];
+        assert_eq!(slash.options.root.as_deref(), Some(Path::new("/top")));
+        assert_eq!(slash.options.cache_control.as_deref(), Some("no-cache"));
+    }
+
+    #[test]
+    fn overrides_beat_the_file() {
+        let mut o = Overrides::default();
+        o.global.set_strs("workers", &["3".into()]).expect("valid");
+        let cfg = load_file("h.toml".as_ref(), "workers = 2\nroot = \".\"\n", &o).expect("valid");
+        assert_eq!(cfg.global.workers, crate::values::Workers::Count(3));
+    }
+}

@@ -1,0 +1,206 @@
+//! hayate's configuration: one option table ([`table`]) drives CLI flags,
+//! environment variables, config file keys, `--help` and docs/config.md.
+//!
+//! Loading is pure: it reads the config file's text and the CLI/env values
+//! and yields a validated [`Config`]; opening listeners and directories is
+//! the server's job (STYLE.md: raw, then built).
+//!
+//! Precedence, lowest first: defaults, config file, environment, CLI.
+
+pub mod cli;
+mod file;
+pub mod table;
+pub mod values;
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub use file::load_file;
+pub use table::{GlobalLayer, GlobalOptions, OptDef, RouteLayer, RouteOptions, GLOBAL_OPTIONS, ROUTE_OPTIONS};
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Global options.
+    pub global: GlobalOptions,
+    /// Sites in file order; requests whose Host matches no site go to the
+    /// first site without `hosts` (or the first site).
+    pub sites: Vec<Site>,
+}
+
+/// A virtual host.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// Lower-case host names, without port; `*.example.com` matches any
+    /// subdomain. Empty means any host.
+    pub hosts: Vec<String>,
+    /// Routes, longest prefix first.
+    pub routes: Vec<Route>,
+}
+
+/// A path prefix and how it is served.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Path prefix, starting with `/`.
+    pub prefix: String,
+    /// Options merged from top level, site and route.
+    pub options: RouteOptions,
+}
+
+/// A configuration error, naming where it is: `hayate.toml:7: workers: ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The config file, when the error is in one.
+    pub file: Option<PathBuf>,
+    /// 1-based line in the file.
+    pub line: Option<usize>,
+    /// The key or flag concerned.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}:", file.display())?;
+            if let Some(line) = self.line {
+                write!(f, "{line}:")?;
+            }
+            f.write_str(" ")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Options given outside the file (environment and CLI), already parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Global options.
+    pub global: GlobalLayer,
+    /// Route defaults.
+    pub route: RouteLayer,
+}
+
+/// Builds the configuration without a file: one site, one route at `/`.
+pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut route = overrides.route.clone();
+    if route.root.is_none() {
+        route.root = Some(PathBuf::from("."));
+    }
+    let config = Config {
+        global: overrides.global.resolve(),
+        sites: vec![Site { hosts: Vec::new(), routes: vec![Route { prefix: "/".into(), options: route.resolve() }] }],
+    };
+    Ok(config)
+}
+
+/// Renders the option table as Markdown (docs/config.md).
+pub fn markdown_reference() -> String {
+    let mut out = String::from(
+        "# hayate configuration reference\n\n\
+         Generated from the option table (`crates/hayate-config/src/table.rs`) by \
+         `hayate help-config`; a test keeps this file equal to its output.\n\n\
+         Every option can be given as a CLI flag, an environment variable or a key \
+         in the config file (TOML). Precedence, lowest first: default, file, \
+         environment, CLI.\n\n",
+    );
+    out.push_str("## Config file layout\n\n```toml\n");
+    out.push_str(EXAMPLE_CONFIG);
+    out.push_str("```\n\n");
+    for (title, intro, table) in [
+        ("Global options", "Top level of the file only.", GLOBAL_OPTIONS),
+        (
+            "Route options",
+            "At the top level (defaults for every route), in a `[[site]]` (defaults for its routes) \
+             or in a `[[site.route]]`.",
+            ROUTE_OPTIONS,
+        ),
+    ] {
+        out.push_str(&format!("## {title}\n\n{intro}\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n"));
+        for o in table {
+            let default = o.default.map(|d| format!("`{d}`")).unwrap_or_else(|| "unset".into());
+            out.push_str(&format!(
+                "| `{}` | `--{} {}` / `{}` | {} | {} |\n",
+                o.key,
+                o.flag_name(),
+                o.value_name,
+                o.env_name(),
+                default,
+                o.help
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A commented example config, shown in docs and checked by a test.
+pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
+listen = ["127.0.0.1:8080", "unix:/tmp/hayate.sock"]
+workers = "auto"
+cache_control = "no-cache"
+
+[[site]]
+hosts = ["example.com", "www.example.com"]
+root = "/srv/example/public"      # a route at "/" for this site
+
+[[site.route]]
+prefix = "/assets/"
+root = "/srv/example/dist"
+strip_prefix = true
+immutable = true
+
+[[site]]                          # no hosts: the default site
+root = "/srv/default"
+fallback = "index.html"           # single-page app
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_parses() {
+        // resolve() panics on a default that does not parse.
+        let g = GlobalLayer::default().resolve();
+        assert_eq!(g.listen.len(), 1);
+        let r = RouteLayer::default().resolve();
+        assert_eq!(r.index, "index.html");
+        assert!(r.root.is_none() && r.fallback.is_none() && !r.listing && r.precompressed);
+    }
+
+    #[test]
+    fn keys_flags_and_envs_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
+            assert!(seen.insert(o.key), "duplicate key {}", o.key);
+            assert!(o.key.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{}", o.key);
+        }
+    }
+
+    #[test]
+    fn docs_config_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == markdown_reference(),
+            "docs/config.md is out of date: run `cargo run -p hayate -- help-config > docs/config.md`"
+        );
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let cfg = load_file("example.toml".as_ref(), EXAMPLE_CONFIG, &Overrides::default()).expect("valid");
+        assert_eq!(cfg.sites.len(), 2);
+        assert_eq!(cfg.sites[0].routes[0].prefix, "/assets/");
+        assert!(cfg.sites[0].routes[0].options.immutable);
+        assert_eq!(cfg.sites[0].routes[0].options.cache_control.as_deref(), Some("no-cache"));
+        assert_eq!(cfg.sites[0].routes[1].prefix, "/");
+    }
+}

@@ -1,0 +1,219 @@
+//! The option table. Each option is declared once, in [`options!`] below,
+//! with its type, default, value name and help; from that come the CLI flag
+//! (`--header-timeout`), the config file key (`header_timeout`), the env var
+//! (`HAYATE_HEADER_TIMEOUT`), `--help` and docs/config.md.
+//!
+//! Options live at two scopes: global (listeners, workers, limits, logs) and
+//! route (how a route serves files). Route options set at the top level of
+//! the file, on the CLI or in the environment are defaults for every route;
+//! a site's and a route's own values override them, merged once at load.
+
+use std::path::PathBuf;
+
+use crate::values::*;
+
+/// The description of one option, for help and docs.
+#[derive(Debug, Clone, Copy)]
+pub struct OptDef {
+    /// The config file key, `snake_case`.
+    pub key: &'static str,
+    /// Placeholder in help, `DURATION`.
+    pub value_name: &'static str,
+    /// The default in its string form; `None` when unset by default.
+    pub default: Option<&'static str>,
+    /// One-line help.
+    pub help: &'static str,
+    /// Whether the option can be given more than once (lists).
+    pub repeated: bool,
+    /// Whether the flag may be given without a value (booleans).
+    pub flag: bool,
+}
+
+impl OptDef {
+    /// The long CLI flag without dashes, `header-timeout`.
+    pub fn flag_name(&self) -> String {
+        self.key.replace('_', "-")
+    }
+
+    /// The environment variable, `HAYATE_HEADER_TIMEOUT`.
+    pub fn env_name(&self) -> String {
+        format!("HAYATE_{}", self.key.to_ascii_uppercase())
+    }
+}
+
+macro_rules! options {
+    (
+        $(#[$layer_doc:meta])* layer $layer:ident;
+        $(#[$resolved_doc:meta])* resolved $resolved:ident;
+        table $table:ident;
+        $( $field:ident : $ty:ty = $default:tt, $value_name:literal, $help:literal; )*
+    ) => {
+        $(#[$layer_doc])*
+        #[derive(Debug, Clone, Default)]
+        pub struct $layer {
+            $( #[doc = $help] pub $field: Option<$ty>, )*
+        }
+
+        $(#[$resolved_doc])*
+        #[derive(Debug, Clone)]
+        pub struct $resolved {
+            $( #[doc = $help] pub $field: resolved_type!($ty, $default), )*
+        }
+
+        /// The table of these options, in declaration order.
+        pub const $table: &[OptDef] = &[
+            $( OptDef {
+                key: stringify!($field),
+                value_name: $value_name,
+                default: default_str!($default),
+                help: $help,
+                repeated: <$ty as OptValue>::REPEATED,
+                flag: <$ty as OptValue>::FLAG,
+            }, )*
+        ];
+
+        impl $layer {
+            /// Sets `key` from its string forms (several for a repeated CLI
+            /// flag). `Ok(false)` when the key is not one of these options.
+            pub fn set_strs(&mut self, key: &str, values: &[String]) -> Result<bool, String> {
+                match key {
+                    $( stringify!($field) => {
+                        self.$field = Some(<$ty as OptValue>::parse_many(values)?);
+                        Ok(true)
+                    } )*
+                    _ => Ok(false),
+                }
+            }
+
+            /// Sets `key` from a TOML value. `Ok(false)` when the key is not one
+            /// of these options.
+            pub fn set_toml(&mut self, key: &str, value: &toml::de::DeValue<'_>) -> Result<bool, String> {
+                match key {
+                    $( stringify!($field) => {
+                        self.$field = Some(<$ty as OptValue>::parse_toml(value)?);
+                        Ok(true)
+                    } )*
+                    _ => Ok(false),
+                }
+            }
+
+            /// Fills every unset option from `parent` (nginx's merge of a
+            /// location with its server).
+            pub fn inherit(&mut self, parent: &$layer) {
+                $( if self.$field.is_none() { self.$field = parent.$field.clone(); } )*
+            }
+
+            /// Overrides with every option `other` sets.
+            pub fn override_with(&mut self, other: &$layer) {
+                $( if other.$field.is_some() { self.$field = other.$field.clone(); } )*
+            }
+
+            /// Applies defaults.
+            pub fn resolve(&self) -> $resolved {
+                $resolved {
+                    $( $field: resolve_field!(self.$field, $ty, $default), )*
+                }
+            }
+        }
+    };
+}
+
+macro_rules! resolved_type {
+    ($ty:ty, unset) => { Option<$ty> };
+    ($ty:ty, $default:literal) => { $ty };
+}
+
+macro_rules! default_str {
+    (unset) => { None };
+    ($default:literal) => { Some($default) };
+}
+
+macro_rules! resolve_field {
+    ($value:expr, $ty:ty, unset) => { $value.clone() };
+    ($value:expr, $ty:ty, $default:literal) => {
+        match &$value {
+            Some(v) => v.clone(),
+            None => default_of::<$ty>($default),
+        }
+    };
+}
+
+/// Parses a default from the table; every default is checked by a unit test.
+fn default_of<T: OptValue>(text: &'static str) -> T {
+    match T::parse_str(text) {
+        Ok(v) => v,
+        Err(e) => panic!("bad default {text:?} in the option table: {e}"),
+    }
+}
+
+options! {
+    /// Global options from one source (file, env or CLI), all optional.
+    layer GlobalLayer;
+    /// Global options with defaults applied.
+    resolved GlobalOptions;
+    table GLOBAL_OPTIONS;
+    listen: Vec<ListenAddr> = "127.0.0.1:8080", "ADDR",
+        "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH; repeat for more";
+    workers: Workers = "auto", "N|auto",
+        "Worker threads, each with its own event loop and listener (auto = one per core)";
+    grace_period: Dur = "10s", "DURATION",
+        "On SIGTERM/SIGINT, how long in-flight requests may run before exit";
+    max_connections: u32 = "16384", "N",
+        "Open client connections across all workers; more are refused with 503";
+    header_timeout: Dur = "10s", "DURATION",
+        "Time to receive a request's whole head once it has begun (408 after)";
+    keepalive_timeout: Dur = "75s", "DURATION",
+        "How long an idle keep-alive connection is kept open";
+    body_timeout: Dur = "60s", "DURATION",
+        "Longest pause between two reads of a request body (408 after)";
+    send_timeout: Dur = "60s", "DURATION",
+        "Longest pause of a client that does not read its response before it is closed";
+    max_request_line: Size = "8KiB", "SIZE",
+        "Longest request line (method, target, version); longer gets 414";
+    max_header_bytes: Size = "32KiB", "SIZE",
+        "Largest request head (request line and headers); larger gets 431";
+    max_headers: u32 = "100", "N",
+        "Most request header fields; more gets 431";
+    max_body_size: Size = "1MiB", "SIZE",
+        "Largest request body accepted; larger gets 413";
+    access_log: AccessLog = "stdout", "off|stdout|stderr|PATH",
+        "Where the access log goes";
+    access_log_format: LogFormat = "combined", "combined|json",
+        "Access log line format";
+    log_level: LogLevel = "info", "LEVEL",
+        "Error log (stderr) level: off, error, warn, info or debug";
+    file_cache_size: Size = "64MiB", "SIZE",
+        "Memory for the bodies of hot small files, per static root";
+    file_cache_max_file: Size = "256KiB", "SIZE",
+        "Largest file kept in memory; larger files are sent with sendfile";
+    file_cache_revalidate: Dur = "5s", "DURATION",
+        "Fallback re-check of cached files for file systems without change events";
+}
+
+options! {
+    /// Route options from one source (file, env or CLI), all optional.
+    layer RouteLayer;
+    /// Route options with defaults applied.
+    resolved RouteOptions;
+    table ROUTE_OPTIONS;
+    root: PathBuf = unset, "DIR",
+        "Directory served (by default the request path is looked up under it)";
+    strip_prefix: bool = "false", "BOOL",
+        "Remove the route's prefix from the path before looking it up under root";
+    index: String = "index.html", "FILE",
+        "File served for a directory request";
+    listing: bool = "false", "BOOL",
+        "List directories without an index file (HTML, or JSON when asked for)";
+    fallback: String = unset, "FILE",
+        "SPA fallback: a file under root answered with 200 for paths that match no file";
+    dotfiles: bool = "false", "BOOL",
+        "Serve files and directories whose name starts with a dot (.well-known always is)";
+    symlinks_outside_root: bool = "false", "BOOL",
+        "Follow symbolic links that lead outside root";
+    cache_control: String = unset, "VALUE",
+        "Cache-Control header for files of this route";
+    immutable: bool = "false", "BOOL",
+        "Mark files with a content hash in their name (app.3f9a1c2e.js) public, 1 year, immutable";
+    precompressed: bool = "true", "BOOL",
+        "Serve .br, .zst and .gz siblings to clients that accept them";
+}

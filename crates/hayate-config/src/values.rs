@@ -1,0 +1,320 @@
+//! Value types of options and their parsers. Every type parses from a string
+//! (CLI, env) and from a TOML value (config file) with the same rules.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::de::DeValue;
+
+/// A type an option can hold.
+pub trait OptValue: Sized + Clone {
+    /// Parses the string form (CLI flag, env var, TOML string).
+    fn parse_str(s: &str) -> Result<Self, String>;
+
+    /// Parses a TOML value; by default integers and booleans go through their
+    /// string form.
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::String(s) => Self::parse_str(s),
+            DeValue::Integer(i) => Self::parse_str(i.as_str()),
+            DeValue::Boolean(b) => Self::parse_str(if *b { "true" } else { "false" }),
+            other => Err(format!("expected a string, got {}", other.type_str())),
+        }
+    }
+
+    /// Parses repeated CLI values; only lists keep more than the last one.
+    fn parse_many(values: &[String]) -> Result<Self, String> {
+        Self::parse_str(values.last().map(String::as_str).unwrap_or_default())
+    }
+
+    /// Whether the CLI flag takes repeated values (lists).
+    const REPEATED: bool = false;
+    /// Whether the CLI flag may be given without a value (booleans).
+    const FLAG: bool = false;
+}
+
+impl OptValue for bool {
+    const FLAG: bool = true;
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
+            _ => Err(format!("expected true or false, got {s:?}")),
+        }
+    }
+}
+
+impl OptValue for u32 {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        s.trim().parse().map_err(|_| format!("expected a whole number, got {s:?}"))
+    }
+}
+
+impl OptValue for String {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        if s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err("must not contain CR, LF or NUL".into());
+        }
+        Ok(s.to_string())
+    }
+}
+
+impl OptValue for PathBuf {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("expected a path, got an empty string".into());
+        }
+        Ok(PathBuf::from(s))
+    }
+}
+
+impl<T: OptValue> OptValue for Vec<T> {
+    const REPEATED: bool = true;
+    fn parse_str(s: &str) -> Result<Self, String> {
+        Ok(vec![T::parse_str(s)?])
+    }
+    fn parse_many(values: &[String]) -> Result<Self, String> {
+        values.iter().map(|v| T::parse_str(v)).collect()
+    }
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Array(items) => items.iter().map(|i| T::parse_toml(i.get_ref())).collect(),
+            single => Ok(vec![T::parse_toml(single)?]),
+        }
+    }
+}
+
+/// A duration: `10s`, `500ms`, `2m`, `1h`; a bare number means seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl OptValue for Dur {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().map_err(|_| format!("expected a duration like 10s or 500ms, got {s:?}"))?;
+        let d = match unit.trim() {
+            "" | "s" => Duration::from_secs(n),
+            "ms" => Duration::from_millis(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(format!("unknown duration unit in {s:?} (use ms, s, m or h)")),
+        };
+        Ok(Dur(d))
+    }
+}
+
+/// A byte size: `8KiB`, `1MiB`, `64M`, `512k`; a bare number means bytes.
+/// K/M/G and KiB/MiB/GiB are all powers of 1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl OptValue for Size {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().map_err(|_| format!("expected a size like 8KiB or 1MiB, got {s:?}"))?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            _ => return Err(format!("unknown size unit in {s:?} (use KiB, MiB or GiB)")),
+        };
+        n.checked_mul(mult).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
+    }
+}
+
+/// Number of worker threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// One per available core.
+    Auto,
+    /// Exactly this many.
+    Count(u32),
+}
+
+impl Workers {
+    /// The resolved count.
+    pub fn get(self) -> usize {
+        match self {
+            Workers::Auto => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            Workers::Count(n) => n as usize,
+        }
+    }
+}
+
+impl OptValue for Workers {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(Workers::Auto);
+        }
+        match s.trim().parse::<u32>() {
+            Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
+            _ => Err(format!("expected auto or a number from 1 to 1024, got {s:?}")),
+        }
+    }
+}
+
+/// An address to listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// TCP, `127.0.0.1:8080` or `[::1]:8080`; `localhost:P` means 127.0.0.1.
+    Tcp(SocketAddr),
+    /// A Unix socket path, written `unix:/run/hayate.sock`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl OptValue for ListenAddr {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if let Some(path) = t.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path, as in unix:/run/hayate.sock".into());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        if let Some(port) = t.strip_prefix("localhost:") {
+            let port: u16 = port.parse().map_err(|_| format!("bad port in {s:?}"))?;
+            return Ok(ListenAddr::Tcp(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+        }
+        if let Ok(port) = t.parse::<u16>() {
+            return Ok(ListenAddr::Tcp(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)));
+        }
+        t.parse::<SocketAddr>()
+            .map(ListenAddr::Tcp)
+            .map_err(|_| format!("expected HOST:PORT, [V6]:PORT, PORT or unix:PATH, got {s:?}"))
+    }
+}
+
+/// Where the access log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    /// Not written.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// Appended to a file.
+    File(PathBuf),
+}
+
+impl OptValue for AccessLog {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        Ok(match s.trim() {
+            "off" | "false" => AccessLog::Off,
+            "stdout" | "-" => AccessLog::Stdout,
+            "stderr" => AccessLog::Stderr,
+            "" => return Err("expected off, stdout, stderr or a file path".into()),
+            path => AccessLog::File(PathBuf::from(path)),
+        })
+    }
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// NCSA combined, as nginx and Apache write it.
+    Combined,
+    /// One JSON object per line.
+    Json,
+}
+
+impl OptValue for LogFormat {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "combined" => Ok(LogFormat::Combined),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("expected combined or json, got {s:?}")),
+        }
+    }
+}
+
+/// Error log level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Nothing.
+    Off,
+    /// Errors only.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// Also start-up and shutdown notes.
+    Info,
+    /// Also per-connection events.
+    Debug,
+}
+
+impl OptValue for LogLevel {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "off" => LogLevel::Off,
+            "error" => LogLevel::Error,
+            "warn" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            _ => return Err(format!("expected off, error, warn, info or debug, got {s:?}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(Dur::parse_str("10s"), Ok(Dur(Duration::from_secs(10))));
+        assert_eq!(Dur::parse_str("250ms"), Ok(Dur(Duration::from_millis(250))));
+        assert_eq!(Dur::parse_str("2m"), Ok(Dur(Duration::from_secs(120))));
+        assert_eq!(Dur::parse_str("3"), Ok(Dur(Duration::from_secs(3))));
+        assert!(Dur::parse_str("10 parsecs").is_err());
+        assert!(Dur::parse_str("s").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(Size::parse_str("8KiB"), Ok(Size(8192)));
+        assert_eq!(Size::parse_str("1m"), Ok(Size(1 << 20)));
+        assert_eq!(Size::parse_str("100"), Ok(Size(100)));
+        assert!(Size::parse_str("99999999999999999999G").is_err());
+        assert!(Size::parse_str("5 furlongs").is_err());
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            ListenAddr::parse_str("127.0.0.1:80"),
+            Ok(ListenAddr::Tcp("127.0.0.1:80".parse().expect("addr")))
+        );
+        assert_eq!(ListenAddr::parse_str("[::1]:8080"), Ok(ListenAddr::Tcp("[::1]:8080".parse().expect("addr"))));
+        assert_eq!(ListenAddr::parse_str("unix:/tmp/h.sock"), Ok(ListenAddr::Unix("/tmp/h.sock".into())));
+        assert_eq!(ListenAddr::parse_str("8080"), Ok(ListenAddr::Tcp("0.0.0.0:8080".parse().expect("addr"))));
+        assert!(ListenAddr::parse_str("unix:").is_err());
+        assert!(ListenAddr::parse_str("example.com:80").is_err());
+    }
+
+    #[test]
+    fn workers_and_bools() {
+        assert_eq!(Workers::parse_str("auto"), Ok(Workers::Auto));
+        assert_eq!(Workers::parse_str("4"), Ok(Workers::Count(4)));
+        assert!(Workers::parse_str("0").is_err());
+        assert!(Workers::Auto.get() >= 1);
+        assert_eq!(bool::parse_str("on"), Ok(true));
+        assert!(bool::parse_str("maybe").is_err());
+        assert!(String::parse_str("a\r\nb").is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! Cached time strings, recomputed at most once per second per thread (as
+//! hyper's `common/date.rs` and nginx's `ngx_times.c` do): the `Date` header
+//! line and the access-log timestamps.
+//!
+//! Formatting an IMF-fixdate costs ~100 ns; a cached copy costs a clock read
+//! (vDSO, ~20 ns) and a memcpy.
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Length of `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`.
+const DATE_LINE_LEN: usize = 37;
+
+struct Cached {
+    second: u64,
+    date_line: [u8; DATE_LINE_LEN],
+    clf: String,
+    iso: String,
+}
+
+thread_local! {
+    static CACHED: RefCell<Cached> = RefCell::new(Cached {
+        second: u64::MAX,
+        date_line: [0; DATE_LINE_LEN],
+        clf: String::new(),
+        iso: String::new(),
+    });
+}
+
+fn with_cached<R>(f: impl FnOnce(&Cached) -> R) -> R {
+    let now = SystemTime::now();
+    let second = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    CACHED.with(|cell| {
+        let mut c = cell.borrow_mut();
+        if c.second != second {
+            c.second = second;
+            let line = format!("Date: {}\r\n", httpdate::fmt_http_date(now));
+            c.date_line.copy_from_slice(&line.as_bytes()[..DATE_LINE_LEN]);
+            let t = Civil::from_unix(second);
+            c.clf = format!(
+                "{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000",
+                t.day,
+                MONTHS[(t.month - 1) as usize],
+                t.year,
+                t.hour,
+                t.minute,
+                t.second
+            );
+            c.iso = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+                t.year, t.month, t.day, t.hour, t.minute, t.second
+            );
+        }
+        f(&c)
+    })
+}
+
+/// Appends the current `Date: ...\r\n` header line to `out`.
+pub fn append_date_line(out: &mut Vec<u8>) {
+    with_cached(|c| out.extend_from_slice(&c.date_line));
+}
+
+/// The current time in the Common Log Format, `10/Oct/2000:13:55:36 +0000`.
+pub fn clf_now(out: &mut String) {
+    with_cached(|c| out.push_str(&c.clf));
+}
+
+/// The current time in ISO 8601 / RFC 3339, `2000-10-10T13:55:36Z`.
+pub fn iso_now(out: &mut String) {
+    with_cached(|c| out.push_str(&c.iso));
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// A UTC calendar time.
+#[derive(Debug, PartialEq, Eq)]
+struct Civil {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+}
+
+impl Civil {
+    /// Converts Unix seconds to a UTC calendar date (Howard Hinnant's
+    /// days-to-civil algorithm).
+    fn from_unix(secs: u64) -> Civil {
+        let days = (secs / 86_400) as i64;
+        let rem = secs % 86_400;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Civil {
+            year,
+            month,
+            day,
+            hour: (rem / 3_600) as u32,
+            minute: (rem % 3_600 / 60) as u32,
+            second: (rem % 60) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(
+            Civil::from_unix(0),
+            Civil { year: 1970, month: 1, day: 1, hour: 0, minute: 0, second: 0 }
+        );
+        // 2000-02-29T23:59:59Z, a leap day in a century leap year.
+        assert_eq!(
+            Civil::from_unix(951_868_799),
+            Civil { year: 2000, month: 2, day: 29, hour: 23, minute: 59, second: 59 }
+        );
+        // 1994-11-06T08:49:37Z, RFC 9110's example date.
+        assert_eq!(
+            Civil::from_unix(784_111_777),
+            Civil { year: 1994, month: 11, day: 6, hour: 8, minute: 49, second: 37 }
+        );
+    }
+
+    #[test]
+    fn date_line_shape() {
+        let mut out = Vec::new();
+        append_date_line(&mut out);
+        let s = String::from_utf8(out).expect("ascii");
+        assert!(s.starts_with("Date: ") && s.ends_with(" GMT\r\n"), "{s:?}");
+        let mut clf = String::new();
+        clf_now(&mut clf);
+        assert!(clf.ends_with(" +0000"), "{clf}");
+    }
+}

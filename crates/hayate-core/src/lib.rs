@@ -1,0 +1,17 @@
+//! Shared mechanism for every hayate crate: HTTP status lines, the response
+//! model handed from handlers to the connection writer, the cached `Date`
+//! header, content codings, the logger and the shutdown signal.
+//!
+//! This crate owns no I/O policy and must not depend on any other hayate crate.
+
+pub mod coding;
+pub mod date;
+pub mod log;
+pub mod path;
+pub mod response;
+pub mod shutdown;
+pub mod status;
+
+pub use coding::Coding;
+pub use response::{Body, Chunk, Response};
+pub use status::Status;

@@ -1,0 +1,126 @@
+//! The response a handler hands to the connection writer.
+//!
+//! Headers are kept as preformatted `Name: value\r\n` lines: a shared block
+//! (built once, e.g. per cached file) plus lines specific to this response.
+//! The writer adds the status line, `Date`, `Server`, `Content-Length` and
+//! `Connection`, so handlers never set those.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::Status;
+
+/// A response ready to be written.
+#[derive(Debug)]
+pub struct Response {
+    /// The status.
+    pub status: Status,
+    /// Preformatted header lines shared with other responses.
+    pub shared_head: Bytes,
+    /// Preformatted header lines of this response only.
+    pub head: Vec<u8>,
+    /// The body; for HEAD requests its length is announced but it is not sent.
+    pub body: Body,
+    /// Close the connection after this response.
+    pub close: bool,
+}
+
+/// A response body whose length is known before it is written.
+#[derive(Debug, Default)]
+pub enum Body {
+    /// No body (`Content-Length: 0`, or none for 1xx/204/304).
+    #[default]
+    Empty,
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// A range of an open file, sent with zero-copy where the socket allows.
+    File(FileRange),
+    /// A sequence of parts (multipart/byteranges).
+    Parts(Vec<Chunk>),
+}
+
+/// A range of an open file.
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    /// The open file, shared with the file cache.
+    pub file: Arc<File>,
+    /// First byte.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+}
+
+/// One part of a [`Body::Parts`] body.
+#[derive(Debug)]
+pub enum Chunk {
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// A range of a file.
+    File(FileRange),
+}
+
+impl Chunk {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Chunk::Bytes(b) => b.len() as u64,
+            Chunk::File(f) => f.len,
+        }
+    }
+
+    /// Whether the chunk is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Body {
+    /// The body length, which becomes `Content-Length`.
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Empty => 0,
+            Body::Bytes(b) => b.len() as u64,
+            Body::File(f) => f.len,
+            Body::Parts(parts) => parts.iter().map(Chunk::len).sum(),
+        }
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Response {
+    /// A response with no headers and an empty body.
+    pub fn new(status: Status) -> Response {
+        Response { status, shared_head: Bytes::new(), head: Vec::new(), body: Body::Empty, close: false }
+    }
+
+    /// A short plain-text error page, `404 Not Found\n`.
+    pub fn error(status: Status) -> Response {
+        let mut r = Response::new(status);
+        r.shared_head = Bytes::from_static(b"Content-Type: text/plain; charset=utf-8\r\n");
+        r.body = Body::Bytes(Bytes::from(format!("{} {}\n", status.code(), status.reason())));
+        r
+    }
+
+    /// Appends a header line. `value` must not contain CR or LF; callers pass
+    /// values they built or validated (this is checked in debug builds).
+    pub fn header(&mut self, name: &str, value: &[u8]) -> &mut Response {
+        debug_assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n'), "header injection");
+        self.head.extend_from_slice(name.as_bytes());
+        self.head.extend_from_slice(b": ");
+        self.head.extend_from_slice(value);
+        self.head.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Builder form of [`Response::header`].
+    pub fn with_header(mut self, name: &str, value: &[u8]) -> Response {
+        self.header(name, value);
+        self
+    }
+}

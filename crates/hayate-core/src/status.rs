@@ -1,0 +1,103 @@
+//! HTTP status codes with their preformatted status lines.
+
+/// An HTTP status code that hayate sends. Every value has a static status line,
+/// so writing one never formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Status(u16);
+
+macro_rules! statuses {
+    ($($name:ident = $code:literal $reason:literal;)*) => {
+        impl Status {
+            $(
+                #[doc = concat!("`", $code, " ", $reason, "`")]
+                pub const $name: Status = Status($code);
+            )*
+
+            /// Looks up a known status by its code.
+            pub fn from_code(code: u16) -> Option<Status> {
+                match code {
+                    $($code => Some(Status($code)),)*
+                    _ => None,
+                }
+            }
+
+            /// The reason phrase.
+            pub fn reason(self) -> &'static str {
+                match self.0 {
+                    $($code => $reason,)*
+                    _ => "Unknown",
+                }
+            }
+
+            /// The whole status line, `HTTP/1.1 200 OK\r\n`.
+            pub fn status_line(self) -> &'static [u8] {
+                match self.0 {
+                    $($code => concat!("HTTP/1.1 ", $code, " ", $reason, "\r\n").as_bytes(),)*
+                    _ => b"HTTP/1.1 500 Internal Server Error\r\n",
+                }
+            }
+        }
+    };
+}
+
+statuses! {
+    CONTINUE = 100 "Continue";
+    OK = 200 "OK";
+    NO_CONTENT = 204 "No Content";
+    PARTIAL_CONTENT = 206 "Partial Content";
+    MOVED_PERMANENTLY = 301 "Moved Permanently";
+    FOUND = 302 "Found";
+    NOT_MODIFIED = 304 "Not Modified";
+    TEMPORARY_REDIRECT = 307 "Temporary Redirect";
+    PERMANENT_REDIRECT = 308 "Permanent Redirect";
+    BAD_REQUEST = 400 "Bad Request";
+    FORBIDDEN = 403 "Forbidden";
+    NOT_FOUND = 404 "Not Found";
+    METHOD_NOT_ALLOWED = 405 "Method Not Allowed";
+    NOT_ACCEPTABLE = 406 "Not Acceptable";
+    REQUEST_TIMEOUT = 408 "Request Timeout";
+    LENGTH_REQUIRED = 411 "Length Required";
+    PRECONDITION_FAILED = 412 "Precondition Failed";
+    CONTENT_TOO_LARGE = 413 "Content Too Large";
+    URI_TOO_LONG = 414 "URI Too Long";
+    RANGE_NOT_SATISFIABLE = 416 "Range Not Satisfiable";
+    EXPECTATION_FAILED = 417 "Expectation Failed";
+    REQUEST_HEADER_FIELDS_TOO_LARGE = 431 "Request Header Fields Too Large";
+    INTERNAL_SERVER_ERROR = 500 "Internal Server Error";
+    NOT_IMPLEMENTED = 501 "Not Implemented";
+    BAD_GATEWAY = 502 "Bad Gateway";
+    SERVICE_UNAVAILABLE = 503 "Service Unavailable";
+    GATEWAY_TIMEOUT = 504 "Gateway Timeout";
+    HTTP_VERSION_NOT_SUPPORTED = 505 "HTTP Version Not Supported";
+}
+
+impl Status {
+    /// The numeric code.
+    pub fn code(self) -> u16 {
+        self.0
+    }
+
+    /// Whether a response with this status never carries a body
+    /// (RFC 9110 §6.4.1: 1xx, 204, 304).
+    pub fn forbids_body(self) -> bool {
+        self.0 < 200 || self.0 == 204 || self.0 == 304
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines_are_well_formed() {
+        assert_eq!(Status::OK.status_line(), b"HTTP/1.1 200 OK\r\n");
+        assert_eq!(
+            Status::RANGE_NOT_SATISFIABLE.status_line(),
+            b"HTTP/1.1 416 Range Not Satisfiable\r\n"
+        );
+        assert_eq!(Status::from_code(431), Some(Status::REQUEST_HEADER_FIELDS_TOO_LARGE));
+        assert_eq!(Status::from_code(299), None);
+        assert!(Status::NOT_MODIFIED.forbids_body());
+        assert!(!Status::OK.forbids_body());
+    }
+}

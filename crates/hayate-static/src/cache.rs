@@ -1,0 +1,427 @@
+//! The open-file cache: per worker (shared-nothing, no locks on the hot
+//! path), it keeps for each hot request path the resolved file's metadata,
+//! its precomputed validators and header block, the body of small files and
+//! an open descriptor for large ones, and its precompressed siblings.
+//!
+//! Never stale: every directory an entry lives under is watched with
+//! inotify, and the worker drains its (non-blocking) inotify queue before
+//! every lookup. The kernel queues an event inside the syscall that changes
+//! the file, so a change made before a request's bytes arrived is always seen
+//! by that request. Entries that inotify cannot cover (a symlink out of the
+//! watched tree, a watch limit reached) are re-checked with `stat` on every
+//! hit, and every entry is re-checked at least every `revalidate` as a
+//! fallback for file systems that send no events (NFS, FUSE).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use hayate_core::Coding;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// Bound on the number of entries, so descriptors of large files stay few.
+const MAX_ENTRIES: usize = 8192;
+
+/// Where a representation's bytes are.
+#[derive(Debug)]
+pub(crate) enum Source {
+    Memory(Bytes),
+    File(Arc<File>),
+}
+
+/// One representation of a file: identity or a precompressed sibling.
+#[derive(Debug)]
+pub(crate) struct Variant {
+    pub coding: Coding,
+    pub len: u64,
+    /// Strong entity tag with quotes, distinct per variant.
+    pub etag: String,
+    /// Header block of 200 and single-range 206 responses.
+    pub head: Bytes,
+    /// Header block without Content-Type (multipart 206).
+    pub head_no_type: Bytes,
+    /// Header block of 304 responses.
+    pub head_304: Bytes,
+    pub source: Source,
+}
+
+/// A cached file.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub fs_path: PathBuf,
+    pub content_type: String,
+    pub last_modified: SystemTime,
+    pub identity: Variant,
+    pub encoded: Vec<Variant>,
+    /// What `stat` said when the entry was built (identity and siblings).
+    stamps: Vec<(PathBuf, Stamp)>,
+    checked: Cell<Instant>,
+    /// Whether inotify covers every file of the entry.
+    watched: bool,
+    mem_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: i64,
+    mtime_ns: i64,
+    ino: u64,
+    dev: u64,
+}
+
+impl Stamp {
+    fn of(m: &Metadata) -> Stamp {
+        Stamp { len: m.len(), mtime: m.mtime(), mtime_ns: m.mtime_nsec(), ino: m.ino(), dev: m.dev() }
+    }
+}
+
+/// Settings of a cache.
+#[derive(Debug, Clone)]
+pub struct CacheLimits {
+    /// Bytes of file bodies kept in memory.
+    pub budget: u64,
+    /// Largest file kept in memory.
+    pub max_file: u64,
+    /// Fallback re-check interval.
+    pub revalidate: Duration,
+}
+
+/// The per-worker open-file cache of one static root.
+pub(crate) struct OpenFileCache {
+    entries: RefCell<HashMap<Vec<u8>, Rc<Entry>>>,
+    mem_bytes: Cell<u64>,
+    limits: CacheLimits,
+    watch: Option<Watch>,
+}
+
+struct Watch {
+    inotify: Inotify,
+    dirs: RefCell<HashMap<WatchDescriptor, PathBuf>>,
+    watched: RefCell<HashSet<PathBuf>>,
+}
+
+const WATCH_MASK: AddWatchFlags = AddWatchFlags::IN_MODIFY
+    .union(AddWatchFlags::IN_ATTRIB)
+    .union(AddWatchFlags::IN_CLOSE_WRITE)
+    .union(AddWatchFlags::IN_CREATE)
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_MOVED_TO)
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_MOVE_SELF);
+
+/// What a build needs to know besides the file.
+pub(crate) struct BuildSpec<'a> {
+    pub content_type: String,
+    pub cache_control: Option<&'a str>,
+    pub precompressed: bool,
+    /// Whether inotify can cover the file (it is reached without symlinks).
+    pub watchable: bool,
+}
+
+impl OpenFileCache {
+    pub fn new(limits: CacheLimits) -> OpenFileCache {
+        let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+            Ok(inotify) => Some(Watch { inotify, dirs: RefCell::default(), watched: RefCell::default() }),
+            Err(e) => {
+                log::warn!("inotify unavailable ({e}); cached files are re-checked with stat on every request");
+                None
+            }
+        };
+        OpenFileCache { entries: RefCell::default(), mem_bytes: Cell::new(0), limits, watch }
+    }
+
+    /// Looks up a fresh entry for `key`.
+    pub fn get(&self, key: &[u8], now: Instant) -> Option<Rc<Entry>> {
+        self.drain_events();
+        let entry = self.entries.borrow().get(key).cloned()?;
+        let due = !entry.watched || now.duration_since(entry.checked.get()) >= self.limits.revalidate;
+        if due {
+            if entry.still_current() {
+                entry.checked.set(now);
+            } else {
+                self.remove(key);
+                return None;
+            }
+        }
+        Some(entry)
+    }
+
+    /// Builds an entry for the open file `file` at `fs_path` and caches it
+    /// under `key`.
+    pub fn insert(
+        &self,
+        key: &[u8],
+        root: &Path,
+        fs_path: &Path,
+        file: File,
+        meta: &Metadata,
+        spec: BuildSpec<'_>,
+        now: Instant,
+    ) -> std::io::Result<Rc<Entry>> {
+        let mut stamps = vec![(fs_path.to_path_buf(), Stamp::of(meta))];
+        let last_modified = meta.modified()?;
+        let vary = spec.precompressed;
+        let mut encoded = Vec::new();
+        if spec.precompressed {
+            for coding in Coding::COMPRESSED {
+                let Some(suffix) = coding.file_suffix() else { continue };
+                let mut name = fs_path.as_os_str().to_owned();
+                name.push(suffix);
+                let sibling = PathBuf::from(name);
+                let Ok(f) = File::open(&sibling) else { continue };
+                let Ok(m) = f.metadata() else { continue };
+                // A sibling older than the file is stale: never serve it.
+                if !m.is_file() || m.modified()? < last_modified {
+                    continue;
+                }
+                stamps.push((sibling, Stamp::of(&m)));
+                encoded.push(self.variant(coding, f, &m, &spec, last_modified, vary)?);
+            }
+        }
+        let vary = vary && !encoded.is_empty();
+        // Without siblings no response varies, so identity carries no Vary.
+        let identity = self.variant(Coding::Identity, file, meta, &spec, last_modified, vary)?;
+        let mem_bytes = [&identity].into_iter().chain(&encoded).map(|v| v.mem_len()).sum();
+        let watched = spec.watchable && self.watch_dirs(root, fs_path);
+        let entry = Rc::new(Entry {
+            fs_path: fs_path.to_path_buf(),
+            content_type: spec.content_type,
+            last_modified,
+            identity,
+            encoded,
+            stamps,
+            checked: Cell::new(now),
+            watched,
+            mem_bytes,
+        });
+        self.remove(key);
+        self.make_room(mem_bytes);
+        self.mem_bytes.set(self.mem_bytes.get() + mem_bytes);
+        self.entries.borrow_mut().insert(key.to_vec(), entry.clone());
+        Ok(entry)
+    }
+
+    fn variant(
+        &self,
+        coding: Coding,
+        mut file: File,
+        meta: &Metadata,
+        spec: &BuildSpec<'_>,
+        last_modified: SystemTime,
+        vary: bool,
+    ) -> std::io::Result<Variant> {
+        let len = meta.len();
+        let source = if len <= self.limits.max_file {
+            let mut buf = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut buf)?;
+            Source::Memory(Bytes::from(buf))
+        } else {
+            Source::File(Arc::new(file))
+        };
+        // The length actually read wins over a racing stat.
+        let len = match &source {
+            Source::Memory(b) => b.len() as u64,
+            Source::File(_) => len,
+        };
+        let etag = match coding {
+            Coding::Identity => format!("\"{:x}.{:x}-{:x}\"", meta.mtime(), meta.mtime_nsec(), len),
+            c => format!("\"{:x}.{:x}-{:x}-{}\"", meta.mtime(), meta.mtime_nsec(), len, c.as_str()),
+        };
+        let lm = httpdate::fmt_http_date(last_modified);
+        let mut common = String::with_capacity(160);
+        common.push_str(&format!("Last-Modified: {lm}\r\nETag: {etag}\r\n"));
+        if let Some(cc) = spec.cache_control {
+            common.push_str(&format!("Cache-Control: {cc}\r\n"));
+        }
+        if vary {
+            common.push_str("Vary: Accept-Encoding\r\n");
+        }
+        let head_304 = Bytes::from(common.clone());
+        let mut no_type = common.clone();
+        no_type.push_str("Accept-Ranges: bytes\r\n");
+        if coding != Coding::Identity {
+            no_type.push_str(&format!("Content-Encoding: {}\r\n", coding.as_str()));
+        }
+        let head = format!("Content-Type: {}\r\n{no_type}", spec.content_type);
+        Ok(Variant {
+            coding,
+            len,
+            etag,
+            head: Bytes::from(head),
+            head_no_type: Bytes::from(no_type),
+            head_304,
+            source,
+        })
+    }
+
+    /// Adds inotify watches on every directory from `root` down to the
+    /// file's parent. False when a watch could not be added.
+    fn watch_dirs(&self, root: &Path, fs_path: &Path) -> bool {
+        let Some(watch) = &self.watch else { return false };
+        let mut ok = true;
+        for dir in fs_path.ancestors().skip(1) {
+            if !dir.starts_with(root) {
+                break;
+            }
+            if watch.watched.borrow().contains(dir) {
+                continue;
+            }
+            match watch.inotify.add_watch(dir, WATCH_MASK) {
+                Ok(wd) => {
+                    watch.dirs.borrow_mut().insert(wd, dir.to_path_buf());
+                    watch.watched.borrow_mut().insert(dir.to_path_buf());
+                }
+                Err(e) => {
+                    log::warn!("cannot watch {}: {e}; its files are re-checked on every request", dir.display());
+                    ok = false;
+                }
+            }
+        }
+        ok
+    }
+
+    /// Applies queued file-system events. One non-blocking read when none.
+    fn drain_events(&self) {
+        let Some(watch) = &self.watch else { return };
+        loop {
+            let events = match watch.inotify.read_events() {
+                Ok(events) => events,
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(e) => {
+                    log::warn!("inotify read failed ({e}); dropping the file cache");
+                    self.clear();
+                    return;
+                }
+            };
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    self.clear();
+                    continue;
+                }
+                let Some(dir) = watch.dirs.borrow().get(&ev.wd).cloned() else { continue };
+                match &ev.name {
+                    Some(name) => {
+                        let target = dir.join(name);
+                        self.invalidate(&target);
+                        // A sibling (x.gz) changing invalidates x.
+                        for suffix in [".br", ".zst", ".gz"] {
+                            if let Some(base) = target.to_str().and_then(|t| t.strip_suffix(suffix)) {
+                                self.invalidate(Path::new(base));
+                            }
+                        }
+                    }
+                    None => self.invalidate(&dir),
+                }
+                if ev.mask.intersects(AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED) {
+                    watch.dirs.borrow_mut().remove(&ev.wd);
+                    watch.watched.borrow_mut().remove(&dir);
+                    if !ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                        let _ = watch.inotify.rm_watch(ev.wd);
+                    }
+                    // Watches below a moved directory point elsewhere now.
+                    self.forget_watches_under(watch, &dir);
+                }
+            }
+        }
+    }
+
+    fn forget_watches_under(&self, watch: &Watch, dir: &Path) {
+        let stale: Vec<WatchDescriptor> =
+            watch.dirs.borrow().iter().filter(|(_, d)| d.starts_with(dir)).map(|(wd, _)| *wd).collect();
+        for wd in stale {
+            if let Some(d) = watch.dirs.borrow_mut().remove(&wd) {
+                watch.watched.borrow_mut().remove(&d);
+                let _ = watch.inotify.rm_watch(wd);
+                self.invalidate(&d);
+            }
+        }
+    }
+
+    /// Drops every entry at or below `path`, and every entry whose file is a
+    /// sibling named `path`.
+    fn invalidate(&self, path: &Path) {
+        let doomed: Vec<Vec<u8>> = self
+            .entries
+            .borrow()
+            .iter()
+            .filter(|(_, e)| e.stamps.iter().any(|(p, _)| p.starts_with(path)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            self.remove(&key);
+        }
+    }
+
+    fn remove(&self, key: &[u8]) {
+        if let Some(old) = self.entries.borrow_mut().remove(key) {
+            self.mem_bytes.set(self.mem_bytes.get().saturating_sub(old.mem_bytes));
+        }
+    }
+
+    fn clear(&self) {
+        self.entries.borrow_mut().clear();
+        self.mem_bytes.set(0);
+    }
+
+    /// Evicts arbitrary entries (HashMap order is randomized) until `incoming`
+    /// bytes fit in the budget and the entry count is under its bound.
+    fn make_room(&self, incoming: u64) {
+        loop {
+            let over_budget = self.mem_bytes.get() + incoming > self.limits.budget;
+            let over_count = self.entries.borrow().len() >= MAX_ENTRIES;
+            if !(over_budget || over_count) {
+                return;
+            }
+            let victim = self.entries.borrow().keys().next().cloned();
+            match victim {
+                Some(k) => self.remove(&k),
+                None => return,
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.borrow().len()
+    }
+}
+
+impl Entry {
+    /// Re-checks every file of the entry with `stat`.
+    fn still_current(&self) -> bool {
+        self.stamps.iter().all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| Stamp::of(&m) == *stamp))
+            && self.no_new_siblings()
+    }
+
+    /// A sibling created after the entry was built makes it outdated too;
+    /// only checked on the slow (stat) path.
+    fn no_new_siblings(&self) -> bool {
+        if self.encoded.len() + 1 == self.stamps.len() && !self.stamps.is_empty() {
+            let have: HashSet<Coding> = self.encoded.iter().map(|v| v.coding).collect();
+            return Coding::COMPRESSED.iter().filter(|c| !have.contains(c)).all(|c| {
+                let mut name = self.fs_path.as_os_str().to_owned();
+                name.push(c.file_suffix().unwrap_or_default());
+                std::fs::metadata(PathBuf::from(name)).is_err()
+            });
+        }
+        true
+    }
+}
+
+impl Variant {
+    fn mem_len(&self) -> u64 {
+        match &self.source {
+            Source::Memory(b) => b.len() as u64,
+            Source::File(_) => 0,
+        }
+    }
+}

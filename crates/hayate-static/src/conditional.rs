@@ -1,0 +1,222 @@
+//! Preconditions (RFC 9110 §13.2.2), evaluated in the order the RFC gives:
+//! If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since; and
+//! If-Range (§13.1.5), which decides whether a Range is honoured.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The validator headers of a request (raw field values).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Preconditions<'a> {
+    /// `If-Match`
+    pub if_match: Option<&'a [u8]>,
+    /// `If-None-Match`
+    pub if_none_match: Option<&'a [u8]>,
+    /// `If-Modified-Since`
+    pub if_modified_since: Option<&'a [u8]>,
+    /// `If-Unmodified-Since`
+    pub if_unmodified_since: Option<&'a [u8]>,
+    /// `If-Range`
+    pub if_range: Option<&'a [u8]>,
+}
+
+/// The outcome of the preconditions for a GET or HEAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Serve the representation.
+    Proceed,
+    /// 304 Not Modified.
+    NotModified,
+    /// 412 Precondition Failed.
+    Failed,
+}
+
+/// The current representation's validators.
+#[derive(Debug, Clone, Copy)]
+pub struct Validators<'a> {
+    /// The strong entity tag, with quotes.
+    pub etag: &'a str,
+    /// Modification time, whole seconds.
+    pub last_modified: SystemTime,
+}
+
+impl Preconditions<'_> {
+    /// Evaluates the preconditions for a GET or HEAD.
+    pub fn evaluate(&self, v: &Validators<'_>) -> Verdict {
+        // 1. If-Match (strong comparison), else 2. If-Unmodified-Since.
+        if let Some(im) = self.if_match {
+            if !matches_list(im, v.etag, Comparison::Strong) {
+                return Verdict::Failed;
+            }
+        } else if let Some(date) = self.if_unmodified_since.and_then(parse_date) {
+            if seconds(v.last_modified) > seconds(date) {
+                return Verdict::Failed;
+            }
+        }
+        // 3. If-None-Match (weak comparison), else 4. If-Modified-Since.
+        if let Some(inm) = self.if_none_match {
+            if matches_list(inm, v.etag, Comparison::Weak) {
+                return Verdict::NotModified;
+            }
+        } else if let Some(date) = self.if_modified_since.and_then(parse_date) {
+            if seconds(v.last_modified) <= seconds(date) {
+                return Verdict::NotModified;
+            }
+        }
+        Verdict::Proceed
+    }
+
+    /// Whether a Range header may be honoured: true without If-Range, or when
+    /// If-Range matches (strong comparison for tags; exact date otherwise).
+    pub fn range_allowed(&self, v: &Validators<'_>) -> bool {
+        let Some(ir) = self.if_range else { return true };
+        let ir = trim(ir);
+        if ir.first() == Some(&b'"') || ir.starts_with(b"W/") {
+            return tag_matches(ir, v.etag, Comparison::Strong);
+        }
+        parse_date(ir).is_some_and(|d| seconds(d) == seconds(v.last_modified))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Comparison {
+    Strong,
+    Weak,
+}
+
+/// `*` or a comma-separated list of entity tags.
+fn matches_list(list: &[u8], etag: &str, cmp: Comparison) -> bool {
+    if trim(list) == b"*" {
+        return true;
+    }
+    split_tags(list).any(|tag| tag_matches(tag, etag, cmp))
+}
+
+/// Splits an entity-tag list on commas outside quotes.
+fn split_tags(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = list;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut in_quotes = false;
+        let mut end = rest.len();
+        for (i, &b) in rest.iter().enumerate() {
+            match b {
+                b'"' => in_quotes = !in_quotes,
+                b',' if !in_quotes => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let item = trim(&rest[..end]);
+        rest = if end < rest.len() { &rest[end + 1..] } else { &[] };
+        if !item.is_empty() {
+            return Some(item);
+        }
+    })
+}
+
+fn tag_matches(candidate: &[u8], etag: &str, cmp: Comparison) -> bool {
+    let (weak, opaque) = match candidate.strip_prefix(b"W/") {
+        Some(rest) => (true, rest),
+        None => (false, candidate),
+    };
+    if weak && cmp == Comparison::Strong {
+        return false;
+    }
+    // Our tags are always strong; compare opaque-tags including quotes.
+    opaque == etag.as_bytes()
+}
+
+fn parse_date(raw: &[u8]) -> Option<SystemTime> {
+    std::str::from_utf8(trim(raw)).ok().and_then(|s| httpdate::parse_http_date(s).ok())
+}
+
+fn seconds(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    &s[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verdict::*;
+    use super::*;
+
+    const TAG: &str = "\"abc\"";
+    const LM: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    const BEFORE: &str = "Sun, 06 Nov 1994 08:49:36 GMT";
+    const AFTER: &str = "Sun, 06 Nov 1994 08:49:38 GMT";
+
+    fn v() -> Validators<'static> {
+        Validators { etag: TAG, last_modified: httpdate::parse_http_date(LM).expect("date") }
+    }
+
+    fn eval(headers: &[(&str, &str)]) -> Verdict {
+        let mut p = Preconditions::default();
+        for (name, value) in headers {
+            let value = Some(value.as_bytes());
+            match *name {
+                "if-match" => p.if_match = value,
+                "if-none-match" => p.if_none_match = value,
+                "if-modified-since" => p.if_modified_since = value,
+                "if-unmodified-since" => p.if_unmodified_since = value,
+                _ => unreachable!(),
+            }
+        }
+        p.evaluate(&v())
+    }
+
+    #[test]
+    fn table() {
+        let cases: &[(&[(&str, &str)], Verdict)] = &[
+            (&[], Proceed),
+            (&[("if-match", "\"abc\"")], Proceed),
+            (&[("if-match", "\"x\", \"abc\"")], Proceed),
+            (&[("if-match", "*")], Proceed),
+            (&[("if-match", "\"x\"")], Failed),
+            (&[("if-match", "W/\"abc\"")], Failed),
+            (&[("if-unmodified-since", LM)], Proceed),
+            (&[("if-unmodified-since", BEFORE)], Failed),
+            (&[("if-unmodified-since", "garbage")], Proceed),
+            // If-Match takes precedence over If-Unmodified-Since.
+            (&[("if-match", "\"abc\""), ("if-unmodified-since", BEFORE)], Proceed),
+            (&[("if-none-match", "\"abc\"")], NotModified),
+            (&[("if-none-match", "W/\"abc\"")], NotModified),
+            (&[("if-none-match", "\"x\", W/\"abc\"")], NotModified),
+            (&[("if-none-match", "*")], NotModified),
+            (&[("if-none-match", "\"x\"")], Proceed),
+            (&[("if-modified-since", LM)], NotModified),
+            (&[("if-modified-since", AFTER)], NotModified),
+            (&[("if-modified-since", BEFORE)], Proceed),
+            (&[("if-modified-since", "Sunday, 06-Nov-94 08:49:37 GMT")], NotModified),
+            (&[("if-modified-since", "Sun Nov  6 08:49:37 1994")], NotModified),
+            // If-Modified-Since is ignored when If-None-Match is present.
+            (&[("if-none-match", "\"x\""), ("if-modified-since", AFTER)], Proceed),
+            // 412 beats 304.
+            (&[("if-match", "\"x\""), ("if-none-match", "\"abc\"")], Failed),
+            (&[("if-none-match", "\"a,b\", \"abc\"")], NotModified),
+        ];
+        for (headers, want) in cases {
+            assert_eq!(eval(headers), *want, "{headers:?}");
+        }
+    }
+
+    #[test]
+    fn if_range() {
+        let check = |ir: &str| Preconditions { if_range: Some(ir.as_bytes()), ..Default::default() }.range_allowed(&v());
+        assert!(Preconditions::default().range_allowed(&v()));
+        assert!(check("\"abc\""));
+        assert!(!check("W/\"abc\""));
+        assert!(!check("\"old\""));
+        assert!(check(LM));
+        assert!(!check(BEFORE));
+        assert!(!check("nonsense"));
+    }
+}

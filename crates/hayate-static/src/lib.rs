@@ -1,0 +1,372 @@
+//! Static files: resolving a normalized request path under a root without
+//! ever leaving it, the open-file cache, conditional requests, ranges,
+//! precompressed siblings, MIME types, index files, listings and the SPA
+//! fallback (RFC 9110 semantics).
+//!
+//! A [`StaticRoot`] is built per worker and is not `Send`: its cache is the
+//! worker's own (shared-nothing). It depends on hayate-core only; the server
+//! normalizes the path (hayate-core::path) and negotiates codings.
+
+mod cache;
+pub mod conditional;
+mod listing;
+pub mod mime;
+pub mod range;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hayate_core::response::FileRange;
+use hayate_core::{Body, Chunk, Coding, Response, Status};
+
+use cache::{BuildSpec, Entry, OpenFileCache, Source, Variant};
+pub use cache::CacheLimits;
+pub use conditional::{Preconditions, Verdict};
+use range::RangeDecision;
+
+/// How a static route serves its files.
+#[derive(Debug, Clone)]
+pub struct StaticOptions {
+    /// Directory served.
+    pub root: PathBuf,
+    /// File served for directory requests.
+    pub index: String,
+    /// List directories without an index.
+    pub listing: bool,
+    /// SPA fallback file, relative to root.
+    pub fallback: Option<String>,
+    /// Serve dotfiles.
+    pub dotfiles: bool,
+    /// Follow symlinks out of root.
+    pub symlinks_outside_root: bool,
+    /// Cache-Control for files.
+    pub cache_control: Option<String>,
+    /// Long-lived, immutable Cache-Control for hashed file names.
+    pub immutable: bool,
+    /// Serve .br/.zst/.gz siblings.
+    pub precompressed: bool,
+    /// File cache settings.
+    pub cache: CacheLimits,
+}
+
+/// A request as the static handler sees it.
+pub struct StaticRequest<'a> {
+    /// The request method.
+    pub method: &'a [u8],
+    /// The normalized, decoded path within the root (starts with `/`).
+    pub path: &'a [u8],
+    /// The path as the client sent it, for redirects.
+    pub raw_path: &'a [u8],
+    /// The query string, without `?`.
+    pub query: Option<&'a [u8]>,
+    /// Validator headers.
+    pub preconditions: Preconditions<'a>,
+    /// The Range header.
+    pub range: Option<&'a [u8]>,
+    /// Chooses a coding among those available (server preference order);
+    /// `None` means identity.
+    pub choose_coding: &'a dyn Fn(&[Coding]) -> Option<Coding>,
+    /// The client asked for JSON (directory listings).
+    pub wants_json: bool,
+    /// The time of the request (cache revalidation).
+    pub now: Instant,
+}
+
+/// A static root with its per-worker file cache.
+pub struct StaticRoot {
+    opts: StaticOptions,
+    cache: OpenFileCache,
+}
+
+/// What a path resolved to.
+enum Lookup {
+    File(Rc<Entry>),
+    Dir(PathBuf),
+    Missing,
+}
+
+impl StaticRoot {
+    /// Opens `opts.root`, which must be a directory; it is canonicalized so
+    /// that confinement checks compare real paths.
+    pub fn new(mut opts: StaticOptions) -> io::Result<StaticRoot> {
+        let root = std::fs::canonicalize(&opts.root)
+            .map_err(|e| io::Error::new(e.kind(), format!("static root {}: {e}", opts.root.display())))?;
+        if !root.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotADirectory, format!("{} is not a directory", root.display())));
+        }
+        opts.root = root;
+        let cache = OpenFileCache::new(opts.cache.clone());
+        Ok(StaticRoot { opts, cache })
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.opts.root
+    }
+
+    /// Answers a request.
+    pub fn serve(&self, req: &StaticRequest<'_>) -> Response {
+        let head = match req.method {
+            b"GET" => false,
+            b"HEAD" => true,
+            _ => return Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD"),
+        };
+        if !self.opts.dotfiles && is_hidden(req.path) {
+            return Response::error(Status::NOT_FOUND);
+        }
+        let lookup = match self.cache.get(req.path, req.now) {
+            Some(entry) => Lookup::File(entry),
+            None => match self.lookup(req.path, req.path, req.now) {
+                Ok(l) => l,
+                Err(e) => return io_error(&e),
+            },
+        };
+        let entry = match lookup {
+            Lookup::File(entry) => entry,
+            Lookup::Dir(dir) => match self.directory(req, &dir) {
+                Ok(Ok(entry)) => entry,
+                Ok(Err(response)) => return response,
+                Err(e) => return io_error(&e),
+            },
+            Lookup::Missing => match self.fallback(req) {
+                Ok(Some(entry)) => entry,
+                Ok(None) => return Response::error(Status::NOT_FOUND),
+                Err(e) => return io_error(&e),
+            },
+        };
+        respond(&entry, req, head)
+    }
+
+    /// A directory: redirect to the slash form, its index, a listing, or 404.
+    fn directory(&self, req: &StaticRequest<'_>, dir: &Path) -> io::Result<Result<Rc<Entry>, Response>> {
+        if !req.path.ends_with(b"/") {
+            let mut location = req.raw_path.to_vec();
+            location.push(b'/');
+            if let Some(q) = req.query {
+                location.push(b'?');
+                location.extend_from_slice(q);
+            }
+            let mut r = Response::error(Status::MOVED_PERMANENTLY);
+            r.header("Location", &location);
+            return Ok(Err(r));
+        }
+        let mut index_path = req.path.to_vec();
+        index_path.extend_from_slice(self.opts.index.as_bytes());
+        if let Lookup::File(entry) = self.lookup(req.path, &index_path, req.now)? {
+            return Ok(Ok(entry));
+        }
+        if self.opts.listing {
+            let body = listing::render(dir, req.path, req.wants_json, self.opts.dotfiles)?;
+            let mut r = Response::new(Status::OK);
+            let ct: &[u8] = if req.wants_json { b"application/json" } else { b"text/html; charset=utf-8" };
+            r.header("Content-Type", ct).header("Cache-Control", b"no-cache");
+            r.body = Body::Bytes(Bytes::from(body));
+            return Ok(Err(r));
+        }
+        Ok(Err(Response::error(Status::NOT_FOUND)))
+    }
+
+    fn fallback(&self, req: &StaticRequest<'_>) -> io::Result<Option<Rc<Entry>>> {
+        let Some(fallback) = &self.opts.fallback else { return Ok(None) };
+        let key = format!("/{}", fallback.trim_start_matches('/'));
+        if let Some(entry) = self.cache.get(key.as_bytes(), req.now) {
+            return Ok(Some(entry));
+        }
+        match self.lookup(key.as_bytes(), key.as_bytes(), req.now)? {
+            Lookup::File(entry) => Ok(Some(entry)),
+            _ => {
+                log::error!("fallback file {key} is missing under {}", self.opts.root.display());
+                Ok(None)
+            }
+        }
+    }
+
+    /// Resolves `path` under the root on disk and caches a file under `key`.
+    fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
+        let rel = Path::new(std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path)));
+        let fs_path = self.opts.root.join(rel);
+        let meta = match std::fs::metadata(&fs_path) {
+            Ok(m) => m,
+            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
+            Err(e) => return Err(e),
+        };
+        // Confinement: the real path must stay under the real root.
+        let real = match std::fs::canonicalize(&fs_path) {
+            Ok(p) => p,
+            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
+            Err(e) => return Err(e),
+        };
+        let inside = real.starts_with(&self.opts.root);
+        if !inside && !self.opts.symlinks_outside_root {
+            log::info!("refused {}: a symlink leads outside the root", fs_path.display());
+            return Ok(Lookup::Missing);
+        }
+        if meta.is_dir() {
+            return Ok(Lookup::Dir(fs_path));
+        }
+        if !meta.is_file() {
+            return Ok(Lookup::Missing);
+        }
+        let file = match File::open(&fs_path) {
+            Ok(f) => f,
+            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
+            Err(e) => return Err(e),
+        };
+        let meta = file.metadata()?;
+        let spec = BuildSpec {
+            content_type: mime::content_type(&fs_path),
+            cache_control: self.cache_control_for(&fs_path),
+            precompressed: self.opts.precompressed,
+            watchable: real == fs_path,
+        };
+        let entry = self.cache.insert(key, &self.opts.root, &fs_path, file, &meta, spec, now)?;
+        Ok(Lookup::File(entry))
+    }
+
+    fn cache_control_for(&self, fs_path: &Path) -> Option<&str> {
+        let name = fs_path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+        if self.opts.immutable && looks_hashed(name) {
+            return Some("public, max-age=31536000, immutable");
+        }
+        self.opts.cache_control.as_deref()
+    }
+}
+
+/// Builds the response for a resolved file.
+fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response {
+    let variant = match entry.encoded.is_empty() {
+        true => &entry.identity,
+        false => {
+            let mut available = [Coding::Identity; 3];
+            let n = entry.encoded.len().min(3);
+            for (slot, v) in available.iter_mut().zip(&entry.encoded) {
+                *slot = v.coding;
+            }
+            let chosen = (req.choose_coding)(&available[..n]);
+            chosen.and_then(|c| entry.encoded.iter().find(|v| v.coding == c)).unwrap_or(&entry.identity)
+        }
+    };
+    let validators = conditional::Validators { etag: &variant.etag, last_modified: entry.last_modified };
+    match req.preconditions.evaluate(&validators) {
+        Verdict::Proceed => {}
+        Verdict::NotModified => {
+            let mut r = Response::new(Status::NOT_MODIFIED);
+            r.shared_head = variant.head_304.clone();
+            return r;
+        }
+        Verdict::Failed => return Response::error(Status::PRECONDITION_FAILED),
+    }
+    let decision = match req.range {
+        Some(range) if !head_only && req.preconditions.range_allowed(&validators) => {
+            range::decide(range, variant.len)
+        }
+        _ => RangeDecision::Full,
+    };
+    let mut r = Response::new(Status::OK);
+    match decision {
+        RangeDecision::Full => {
+            r.shared_head = variant.head.clone();
+            r.body = body_of(variant, 0, variant.len);
+        }
+        RangeDecision::Single(range) => {
+            r.status = Status::PARTIAL_CONTENT;
+            r.shared_head = variant.head.clone();
+            let cr = format!("bytes {}-{}/{}", range.start, range.end - 1, variant.len);
+            r.header("Content-Range", cr.as_bytes());
+            r.body = body_of(variant, range.start, range.end - range.start);
+        }
+        RangeDecision::Multi(ranges) => {
+            r.status = Status::PARTIAL_CONTENT;
+            r.shared_head = variant.head_no_type.clone();
+            let boundary = boundary();
+            r.header("Content-Type", format!("multipart/byteranges; boundary={boundary}").as_bytes());
+            let mut parts = Vec::with_capacity(ranges.len() * 2 + 1);
+            for range in ranges {
+                let part_head = format!(
+                    "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
+                    entry.content_type,
+                    range.start,
+                    range.end - 1,
+                    variant.len
+                );
+                parts.push(Chunk::Bytes(Bytes::from(part_head)));
+                parts.push(match body_of(variant, range.start, range.end - range.start) {
+                    Body::Bytes(b) => Chunk::Bytes(b),
+                    Body::File(f) => Chunk::File(f),
+                    _ => Chunk::Bytes(Bytes::new()),
+                });
+            }
+            parts.push(Chunk::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
+            r.body = Body::Parts(parts);
+        }
+        RangeDecision::Unsatisfiable => {
+            let mut r = Response::error(Status::RANGE_NOT_SATISFIABLE);
+            r.header("Content-Range", format!("bytes */{}", variant.len).as_bytes());
+            if !entry.encoded.is_empty() {
+                r.header("Vary", b"Accept-Encoding");
+            }
+            return r;
+        }
+    }
+    r
+}
+
+fn body_of(variant: &Variant, offset: u64, len: u64) -> Body {
+    if len == 0 {
+        return Body::Empty;
+    }
+    match &variant.source {
+        Source::Memory(b) => Body::Bytes(b.slice(offset as usize..(offset + len) as usize)),
+        Source::File(f) => Body::File(FileRange { file: f.clone(), offset, len }),
+    }
+}
+
+/// A multipart boundary unique within the process.
+fn boundary() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0x5eed_1e55_f00d);
+    let n = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    format!("hayate-{n:016x}")
+}
+
+/// Whether any segment of `path` starts with a dot, `.well-known` excepted.
+fn is_hidden(path: &[u8]) -> bool {
+    path.split(|&b| b == b'/').any(|seg| seg.first() == Some(&b'.') && seg != b".well-known")
+}
+
+/// Whether a file name carries a content hash: a `.`- or `-`-separated part
+/// before the extension of at least 8 characters of `[A-Za-z0-9_]` with a
+/// digit (`app.3f9a1c2e.js`, `index-BdY5xB1c.js`).
+pub fn looks_hashed(name: &[u8]) -> bool {
+    let stem = match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) => &name[..dot],
+        None => return false,
+    };
+    stem.split(|&b| b == b'.' || b == b'-').skip(1).any(|part| {
+        part.len() >= 8
+            && part.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            && part.iter().any(u8::is_ascii_digit)
+    })
+}
+
+fn is_missing(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory)
+        || e.raw_os_error() == Some(nix::libc::ENAMETOOLONG)
+        || e.raw_os_error() == Some(nix::libc::ELOOP)
+}
+
+fn io_error(e: &io::Error) -> Response {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        return Response::error(Status::FORBIDDEN);
+    }
+    log::error!("static file error: {e}");
+    Response::error(Status::INTERNAL_SERVER_ERROR)
+}
+
+#[cfg(test)]
+mod tests;
