@@ -158,6 +158,21 @@ bench_pick_port() {
     echo "$p"
 }
 
+# bench_run_init [SUFFIX]: bench/runs/<date>-<host>[-SUFFIX]/ with raw.csv (header
+# written) and a tmp/ dir removed on exit. Sets RUN_NAME RUN_DIR TMP RAW REPORT NOTES.
+bench_run_init() {
+    RUN_NAME="$(date +%Y-%m-%dT%H%M)-$(hostname -s)${1:+-$1}"
+    RUN_DIR="$BENCH_DIR/runs/$RUN_NAME"
+    TMP="$RUN_DIR/tmp"
+    mkdir -p "$TMP"
+    BENCH_RM_DIRS+=("$TMP")
+    RAW="$RUN_DIR/raw.csv"
+    REPORT="$RUN_DIR/report.md"
+    NOTES="$TMP/notes"
+    : >"$NOTES"
+    echo "$BENCH_CSV_HEADER" >"$RAW"
+}
+
 # ---------------------------------------------------------------- tools and builds
 
 bench_ensure_tools() {
@@ -180,11 +195,15 @@ bench_nginx_bin() {
     command -v nginx 2>/dev/null || echo /usr/sbin/nginx
 }
 
-# bench_build_ceiling OUTDIR -> prints the binary path
-bench_build_ceiling() {
-    local out=$1/ceiling
-    gcc -O2 -Wall -o "$out" "$BENCH_DIR/ceiling/ceiling.c" >&2 || die "building the ceiling failed"
-    echo "$out"
+# bench_build_c OUTDIR: gcc -O2 the ceiling responder and the sink client; sets
+# CEILING_BIN and SINK_BIN
+bench_build_c() {
+    local t
+    for t in ceiling sink; do
+        gcc -O2 -Wall -o "$1/$t" "$BENCH_DIR/ceiling/$t.c" >&2 || die "building $t.c failed"
+    done
+    CEILING_BIN=$1/ceiling
+    SINK_BIN=$1/sink
 }
 
 # bench_build_hayate -> prints the binary path (cargo build --release -p hayate)
@@ -200,8 +219,9 @@ bench_build_hayate() {
 bench_gen_small() {
     local dir=$1
     mkdir -p "$dir"
-    head -c 1024 < <(yes 'hayate bench lab: plain text served as a static file, one kibibyte of it.') \
-        >"$dir/1k.txt"
+    local line='hayate bench lab: plain text served as a static file, one kibibyte of it.' text=""
+    while ((${#text} < 1024)); do text+=$line$'\n'; done
+    printf '%s' "${text:0:1024}" >"$dir/1k.txt"
     { printf '\x89PNG\r\n\x1a\n'; head -c $((5081 - 8)) /dev/urandom; } >"$dir/5081.png"
     _bench_gen_html >"$dir/page.html"
     local f want
@@ -391,16 +411,22 @@ _bench_child_ticks() {
     echo $((f[13] + f[14]))
 }
 
-# _bench_wrk MODE CONNS SECONDS URL -> wrk's WRK_RESULT line (empty on failure)
+# _bench_wrk MODE CONNS SECONDS URL -> one WRK_RESULT line (empty on failure)
+# MODE: keep-alive (wrk), pipelined (wrk + pipeline.lua), sink (bench/ceiling/sink.c:
+# large bodies discarded in the kernel, so the client is not the bottleneck)
 _bench_wrk() {
     local mode=$1 conns=$2 secs=$3 url=$4
-    local -a args=(-t1 "-c$conns" "-d${secs}s" --timeout 5s)
-    if [[ $mode == pipelined ]]; then
-        args+=(-s "$BENCH_DIR/wrk/pipeline.lua" "$url" -- "$PIPELINE_DEPTH")
-    else
-        args+=(-s "$BENCH_DIR/wrk/summary.lua" "$url")
-    fi
-    timeout --foreground -k 5 $((secs + 30)) taskset -c "$CLIENT_CPU" wrk "${args[@]}" 2>&1 |
+    local -a cmd
+    case $mode in
+    pipelined) cmd=(wrk -t1 "-c$conns" "-d${secs}s" --timeout 5s -s "$BENCH_DIR/wrk/pipeline.lua" "$url" -- "$PIPELINE_DEPTH") ;;
+    keep-alive) cmd=(wrk -t1 "-c$conns" "-d${secs}s" --timeout 5s -s "$BENCH_DIR/wrk/summary.lua" "$url") ;;
+    sink)
+        local rest=${url#http://}
+        cmd=("$SINK_BIN" "${rest%%/*}" "/${rest#*/}" "$secs" "$conns")
+        ;;
+    *) die "unknown mode $mode" ;;
+    esac
+    timeout --foreground -k 5 $((secs + 30)) taskset -c "$CLIENT_CPU" "${cmd[@]}" 2>&1 |
         grep '^WRK_RESULT'
 }
 

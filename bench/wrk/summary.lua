@@ -3,8 +3,7 @@
 done = function(summary, latency, requests)
    local e = summary.errors
    io.write(string.format(
-      "WRK_RESULT requests=%d duration_us=%d bytes=%d connect=%d read=%d write=%d status=%d timeout=%d p50_us=%d p99_us=%d\n",
+      "WRK_RESULT requests=%d duration_us=%d bytes=%d connect=%d read=%d write=%d status=%d timeout=%d\n",
       summary.requests, summary.duration, summary.bytes,
-      e.connect, e.read, e.write, e.status, e.timeout,
-      latency:percentile(50), latency:percentile(99)))
+      e.connect, e.read, e.write, e.status, e.timeout))
 end

@@ -1,1 +1,100 @@
-//! placeholder
+//! hayate's HTTP/1.1 server: listeners, workers, connections, routing and
+//! the request pipeline (`pipeline.rs`), combining the feature crates.
+//!
+//! The engine is our own codec over httparse rather than hyper: it writes a
+//! head and a small body in one syscall, batches pipelined responses, sends
+//! large files with sendfile(2), and enforces the framing rules itself. The
+//! measurements behind that choice are in docs/decisions/0001-http-engine.md.
+
+pub mod access_log;
+pub mod body;
+mod conn;
+pub mod listen;
+pub mod pipeline;
+pub mod request;
+pub mod respond;
+pub mod router;
+mod stream;
+mod worker;
+
+use std::io;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use hayate_config::values::ListenAddr;
+use hayate_config::Config;
+use hayate_core::shutdown::Shutdown;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::access_log::Sink;
+use crate::worker::Shared;
+
+/// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
+/// `on_listening` is called with the bound addresses once every worker is
+/// accepting.
+pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Result<()> {
+    raise_fd_limit();
+    // Open everything once here, so a bad root or log path fails before
+    // any socket is bound.
+    router::Router::build(&config)?;
+    let log_sink = Sink::open(&config.global.access_log)?;
+    let workers = config.global.workers.get();
+    let listeners = listen::bind_all(&config.global.listen, workers)?;
+
+    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (mut term, mut int) = signals.block_on(async { Ok::<_, io::Error>((signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?)) })?;
+
+    let shutdown = Shutdown::new();
+    let shared = Shared { config: Arc::new(config), connections: Arc::new(AtomicUsize::new(0)), log_sink };
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
+    let mut handles = Vec::new();
+    for (i, ls) in listeners.per_worker.into_iter().enumerate() {
+        let shared = shared.clone();
+        let watch = shutdown.watch();
+        let done = done_tx.clone();
+        handles.push(std::thread::Builder::new().name(format!("hayate-w{i}")).spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker::run(i, shared, ls, watch)))
+                .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
+            let _ = done.send((i, result));
+        })?);
+    }
+    drop(done_tx);
+    on_listening(&listeners.addresses);
+
+    let mut exit: io::Result<()> = Ok(());
+    signals.block_on(async {
+        tokio::select! {
+            _ = term.recv() => log::info!("SIGTERM: shutting down"),
+            _ = int.recv() => log::info!("SIGINT: shutting down"),
+            Some((i, r)) = done_rx.recv() => {
+                let e = r.err().unwrap_or_else(|| io::Error::other("worker exited"));
+                log::error!("worker {i} stopped: {e}; shutting down");
+                exit = Err(e);
+            }
+        }
+        shutdown.trigger();
+        let grace = shared.config.global.grace_period.0;
+        let all_done = async { while done_rx.recv().await.is_some() {} };
+        tokio::select! {
+            _ = all_done => {}
+            _ = term.recv() => log::warn!("second signal: exiting now"),
+            _ = int.recv() => log::warn!("second signal: exiting now"),
+            _ = tokio::time::sleep(grace + std::time::Duration::from_secs(1)) => log::warn!("workers did not stop in time"),
+        }
+    });
+    for path in &listeners.unix_paths {
+        let _ = std::fs::remove_file(path);
+    }
+    exit
+}
+
+/// Raises the soft open-file limit to the hard limit: each connection is a
+/// descriptor, and the usual soft limit (1024) is below max_connections.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Request bodies: the chunked decoder (RFC 9112 §7.1) and body draining.
+//!
+//! The decoder is strict where leniency enables smuggling: chunk sizes are
+//! hex digits only (no sign, no `0x`, at most 16 digits), every line ends in
+//! CRLF (a bare LF or CR is an error), and extensions and trailers are
+//! bounded in size.
+
+/// Longest chunk extension accepted, in bytes.
+const MAX_EXTENSION: usize = 4096;
+/// Largest trailer section accepted, in bytes.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// Why a chunked body was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkError {
+    /// A chunk size that is not 1-16 hex digits.
+    BadSize,
+    /// A line not ended by CRLF, or data not followed by CRLF.
+    BadLineEnding,
+    /// An extension or trailer section over its bound.
+    TooLong,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Size { digits: u8 },
+    Extension { len: usize },
+    SizeLf,
+    Data,
+    DataCr,
+    DataLf,
+    TrailerLineStart,
+    TrailerLine,
+    TrailerLf { empty: bool },
+    Done,
+}
+
+/// An incremental chunked decoder.
+#[derive(Debug, Clone)]
+pub struct ChunkedDecoder {
+    state: State,
+    /// Size of the current chunk, then bytes of it still to come.
+    remaining: u64,
+    trailer_bytes: usize,
+}
+
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        ChunkedDecoder { state: State::Size { digits: 0 }, remaining: 0, trailer_bytes: 0 }
+    }
+}
+
+impl ChunkedDecoder {
+    /// Whether the last chunk and the trailers have been read.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Decodes from `input`, calling `on_data` with each piece of body data.
+    /// Returns how many bytes of `input` were consumed; stops at the end of
+    /// the body.
+    pub fn decode<'a>(&mut self, input: &'a [u8], mut on_data: impl FnMut(&'a [u8])) -> Result<usize, ChunkError> {
+        let mut i = 0;
+        while i < input.len() && self.state != State::Done {
+            let b = input[i];
+            match self.state {
+                State::Size { digits } => match hex(b) {
+                    Some(d) => {
+                        if digits >= 16 {
+                            return Err(ChunkError::BadSize);
+                        }
+                        self.remaining = self.remaining << 4 | u64::from(d);
+                        self.state = State::Size { digits: digits + 1 };
+                    }
+                    None if digits == 0 => return Err(ChunkError::BadSize),
+                    None if b == b'\r' => self.state = State::SizeLf,
+                    None if b == b';' || b == b' ' || b == b'\t' => self.state = State::Extension { len: 0 },
+                    None => return Err(ChunkError::BadSize),
+                },
+                State::Extension { len } => match b {
+                    b'\r' => self.state = State::SizeLf,
+                    b'\n' => return Err(ChunkError::BadLineEnding),
+                    _ if len >= MAX_EXTENSION => return Err(ChunkError::TooLong),
+                    _ => self.state = State::Extension { len: len + 1 },
+                },
+                State::SizeLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::BadLineEnding);
+                    }
+                    self.state = if self.remaining == 0 { State::TrailerLineStart } else { State::Data };
+                }
+                State::Data => {
+                    let take = (input.len() - i).min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+                    on_data(&input[i..i + take]);
+                    self.remaining -= take as u64;
+                    i += take;
+                    if self.remaining == 0 {
+                        self.state = State::DataCr;
+                    }
+                    continue;
+                }
+                State::DataCr => {
+                    if b != b'\r' {
+                        return Err(ChunkError::BadLineEnding);
+                    }
+                    self.state = State::DataLf;
+                }
+                State::DataLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError::BadLineEnding);
+                    }
+                    self.state = State::Size { digits: 0 };
+                }
+                State::TrailerLineStart | State::TrailerLine => {
+                    self.trailer_bytes += 1;
+                    if self.trailer_bytes > MAX_TRAILERS {
+                        return Err(ChunkError::TooLong);
+                    }
+                    match b {
+                        b'\r' => self.state = State::TrailerLf { empty: self.state == State::TrailerLineStart },
+                        b'\n' => return Err(ChunkError::BadLineEnding),
+                        _ => self.state = State::TrailerLine,
+                    }
+                }
+                State::TrailerLf { empty } => {
+                    if b != b'\n' {
+                        return Err(ChunkError::BadLineEnding);
+                    }
+                    self.state = if empty { State::Done } else { State::TrailerLineStart };
+                }
+                State::Done => break,
+            }
+            i += 1;
+        }
+        Ok(i)
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ChunkError> {
+        let mut d = ChunkedDecoder::default();
+        let mut out = Vec::new();
+        let mut consumed = 0;
+        while consumed < input.len() && !d.is_done() {
+            let end = (consumed + step).min(input.len());
+            let n = d.decode(&input[consumed..end], |data| out.extend_from_slice(data))?;
+            consumed += n;
+            if n == 0 {
+                break;
+            }
+        }
+        Ok((out, consumed, d.is_done()))
+    }
+
+    #[test]
+    fn decodes_in_any_split() {
+        let body = b"5\r\nhello\r\n6;name=val\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        for step in [1, 2, 3, 7, 100] {
+            let (out, consumed, done) = decode_all(body, step).expect("valid");
+            assert_eq!(out, b"hello world");
+            assert!(done);
+            assert_eq!(&body[consumed..], b"NEXT", "step {step}");
+        }
+    }
+
+    #[test]
+    fn refuses_smuggling_shapes() {
+        let cases: &[(&[u8], ChunkError)] = &[
+            (b"-5\r\n", ChunkError::BadSize),
+            (b"0x5\r\n", ChunkError::BadSize),
+            (b"\r\n", ChunkError::BadSize),
+            (b"5\nhello\r\n", ChunkError::BadSize),
+            (b"5\r\nhelloXX", ChunkError::BadLineEnding),
+            (b"5\r\nhello\n0\r\n\r\n", ChunkError::BadLineEnding),
+            (b"11111111111111111\r\n", ChunkError::BadSize),
+            (b"0\r\nX: 1\n\r\n", ChunkError::BadLineEnding),
+            (b"5;a\nb\r\n", ChunkError::BadLineEnding),
+        ];
+        for (input, want) in cases {
+            assert_eq!(decode_all(input, 100).map(|_| ()), Err(*want), "{:?}", String::from_utf8_lossy(input));
+        }
+        let long_ext = format!("1;{}\r\n", "a".repeat(MAX_EXTENSION + 1));
+        assert_eq!(decode_all(long_ext.as_bytes(), 100).map(|_| ()), Err(ChunkError::TooLong));
+    }
+
+    #[test]
+    fn big_sizes_do_not_overflow() {
+        let (out, _, done) = decode_all(b"ffffffffffffffff\r\nab", 100).expect("valid so far");
+        assert_eq!(out, b"ab");
+        assert!(!done);
+    }
+}

@@ -1,0 +1,374 @@
+//! One client connection: read a head, answer it, repeat while the
+//! connection is kept alive. Pipelined requests are answered in order, and
+//! their responses leave in as few writes as possible (the write buffer is
+//! flushed only when no complete request is waiting).
+//!
+//! Every wait has a bound: the first byte of a request (keep-alive timeout),
+//! the rest of its head (header timeout → 408), each read of a body (body
+//! timeout), each write (send timeout).
+
+use std::io::{self, IoSlice};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use hayate_core::response::FileRange;
+use hayate_core::shutdown::ShutdownWatch;
+use hayate_core::{Body, Chunk, Response, Status};
+use tokio::time::timeout_at;
+
+use crate::access_log;
+use crate::body::ChunkedDecoder;
+use crate::pipeline;
+use crate::request::{self, Framing, Parsed, Refusal, Request};
+use crate::respond::{self, HeadContext};
+use crate::stream::Stream;
+use crate::worker::Worker;
+
+/// Bodies up to this size are copied into the write buffer with the head.
+const COPY_BODY_MAX: usize = 16 * 1024;
+/// Buffered pipelined responses that force a write.
+const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 8 * 1024;
+/// How long, and how much, a closing connection drains before it is
+/// dropped (so the kernel does not reset it under the last response).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Why the connection loop ended.
+#[derive(Debug)]
+enum End {
+    /// Closed cleanly (EOF, idle timeout, shutdown, Connection: close).
+    Done,
+    /// Closed after an error response; drain before dropping.
+    Linger,
+}
+
+/// A client connection and its buffers (reused across requests).
+pub struct Conn {
+    stream: Stream,
+    peer: String,
+    worker: Rc<Worker>,
+    shutdown: ShutdownWatch,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    served: u64,
+}
+
+enum Read {
+    Data,
+    Eof,
+    Timeout,
+    Shutdown,
+}
+
+impl Conn {
+    /// Wraps an accepted socket.
+    pub fn new(stream: Stream, peer: String, worker: Rc<Worker>) -> Conn {
+        let shutdown = worker.shutdown.clone();
+        Conn {
+            stream,
+            peer,
+            worker,
+            shutdown,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: Vec::with_capacity(READ_CHUNK),
+            served: 0,
+        }
+    }
+
+    /// Serves the connection until it closes.
+    pub async fn run(mut self) {
+        match self.serve().await {
+            Ok(End::Done) => {}
+            Ok(End::Linger) => self.linger().await,
+            Err(e) => log::debug!("connection from {} ended: {e}", self.peer),
+        }
+    }
+
+    async fn serve(&mut self) -> io::Result<End> {
+        loop {
+            let req = match self.next_request().await? {
+                Ok(Some(req)) => req,
+                Ok(None) => {
+                    self.flush().await?;
+                    return Ok(End::Done);
+                }
+                Err(refusal) => {
+                    self.refuse(refusal).await?;
+                    return Ok(End::Linger);
+                }
+            };
+            let started = Instant::now();
+            let resp = pipeline::handle(&req, &self.worker.router, started);
+            self.served += 1;
+
+            // A body nobody read is drained after the response, unless the
+            // client is waiting for 100-continue: then we close instead.
+            let has_body = req.framing != Framing::None;
+            let keep_alive = req.keep_alive
+                && !resp.close
+                && !(has_body && req.expect_continue)
+                && !self.shutdown.is_shutting_down();
+            let cx = HeadContext { head_request: req.method() == b"HEAD", http10: req.minor_version == 0, keep_alive };
+            self.write_response(resp, cx, &req, started).await?;
+            if !keep_alive {
+                self.flush().await?;
+                return Ok(if has_body { End::Linger } else { End::Done });
+            }
+            if has_body && !self.drain_body(req.framing).await? {
+                self.flush().await?;
+                return Ok(End::Linger);
+            }
+        }
+    }
+
+    /// Reads until a complete head is buffered. `Ok(Ok(None))` means the
+    /// connection should close quietly (EOF, idle timeout, shutdown).
+    async fn next_request(&mut self) -> io::Result<Result<Option<Request>, Refusal>> {
+        let w = self.worker.clone();
+        let mut head_deadline: Option<Instant> = None;
+        loop {
+            if !self.rbuf.is_empty() {
+                match request::parse(&mut self.rbuf, &w.head_limits) {
+                    Parsed::Request(r) => return Ok(Ok(Some(r))),
+                    Parsed::Refused(r) => return Ok(Err(r)),
+                    Parsed::Partial => {}
+                }
+            }
+            // Nothing complete is waiting: send what the pipeline produced.
+            self.flush().await?;
+            let idle = self.rbuf.is_empty();
+            if !idle && head_deadline.is_none() {
+                head_deadline = Some(Instant::now() + w.timeouts.header);
+            }
+            let deadline = match head_deadline {
+                Some(d) => d,
+                None if self.served == 0 => Instant::now() + w.timeouts.header,
+                None => Instant::now() + w.timeouts.keepalive,
+            };
+            match self.read_more(deadline, idle).await? {
+                Read::Data => {
+                    if head_deadline.is_none() && !self.rbuf.is_empty() {
+                        head_deadline = Some(Instant::now() + w.timeouts.header);
+                    }
+                }
+                Read::Eof | Read::Shutdown => return Ok(Ok(None)),
+                Read::Timeout if idle => return Ok(Ok(None)),
+                Read::Timeout => {
+                    return Ok(Err(Refusal { status: Status::REQUEST_TIMEOUT, reason: "request head timed out" }))
+                }
+            }
+        }
+    }
+
+    /// Reads more bytes into the read buffer.
+    async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
+        loop {
+            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            match self.stream.try_read_buf(&mut self.rbuf) {
+                Ok(0) => return Ok(Read::Eof),
+                Ok(_) => return Ok(Read::Data),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            let ready = timeout_at(deadline.into(), self.stream.readable());
+            if idle {
+                tokio::select! {
+                    r = ready => match r {
+                        Ok(r) => r?,
+                        Err(_) => return Ok(Read::Timeout),
+                    },
+                    _ = self.shutdown.wait() => return Ok(Read::Shutdown),
+                }
+            } else {
+                match ready.await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(Read::Timeout),
+                }
+            }
+        }
+    }
+
+    /// Answers an invalid request and marks the connection for closing.
+    async fn refuse(&mut self, refusal: Refusal) -> io::Result<()> {
+        log::info!("{} from {}: {}", refusal.status.code(), self.peer, refusal.reason);
+        let resp = Response::error(refusal.status);
+        let cx = HeadContext { head_request: false, http10: false, keep_alive: false };
+        respond::write_head(&mut self.wbuf, &resp, cx);
+        if let Body::Bytes(b) = &resp.body {
+            self.wbuf.extend_from_slice(b);
+        }
+        self.flush().await
+    }
+
+    /// Writes head and body. Small bodies join the head in the write buffer.
+    async fn write_response(&mut self, resp: Response, cx: HeadContext, req: &Request, started: Instant) -> io::Result<()> {
+        let with_body = respond::write_head(&mut self.wbuf, &resp, cx);
+        let status = resp.status;
+        let mut sent = 0;
+        if with_body {
+            sent = resp.body.len();
+            match resp.body {
+                Body::Empty => {}
+                Body::Bytes(b) if b.len() <= COPY_BODY_MAX => self.wbuf.extend_from_slice(&b),
+                Body::Bytes(b) => self.write_with_buffer(&b).await?,
+                Body::File(f) => self.send_file(&f).await?,
+                Body::Parts(parts) => {
+                    for part in parts {
+                        match part {
+                            Chunk::Bytes(b) if b.len() <= COPY_BODY_MAX => self.wbuf.extend_from_slice(&b),
+                            Chunk::Bytes(b) => self.write_with_buffer(&b).await?,
+                            Chunk::File(f) => self.send_file(&f).await?,
+                        }
+                    }
+                }
+            }
+        }
+        if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
+            self.flush().await?;
+        }
+        if let Some(log) = &self.worker.access_log {
+            let entry = access_log::Entry { peer: &self.peer, status: status.code(), bytes: sent, duration: started.elapsed() };
+            log.record(req, &entry);
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered bytes, then `data`, with vectored writes.
+    async fn write_with_buffer(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut head_done = 0;
+        let mut data_done = 0;
+        while head_done < self.wbuf.len() || data_done < data.len() {
+            let bufs = [IoSlice::new(&self.wbuf[head_done..]), IoSlice::new(&data[data_done..])];
+            match self.stream.try_write_vectored(&bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    let h = n.min(self.wbuf.len() - head_done);
+                    head_done += h;
+                    n -= h;
+                    data_done += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        Ok(())
+    }
+
+    /// Sends a file range with sendfile(2), after the buffered head.
+    async fn send_file(&mut self, f: &FileRange) -> io::Result<()> {
+        self.flush().await?;
+        let mut offset = i64::try_from(f.offset).map_err(|_| io::Error::other("file offset too large"))?;
+        let end = offset + i64::try_from(f.len).map_err(|_| io::Error::other("file range too large"))?;
+        while offset < end {
+            let count = usize::try_from(end - offset).unwrap_or(usize::MAX).min(1 << 30);
+            match self.stream.try_sendfile(&f.file, &mut offset, count) {
+                // The file shrank under us: the promised length cannot be met.
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file truncated while sending")),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the whole write buffer.
+    async fn flush(&mut self) -> io::Result<()> {
+        let mut done = 0;
+        while done < self.wbuf.len() {
+            match self.stream.try_write(&self.wbuf[done..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        Ok(())
+    }
+
+    async fn wait_writable(&self) -> io::Result<()> {
+        let deadline = Instant::now() + self.worker.timeouts.send;
+        match timeout_at(deadline.into(), self.stream.writable()).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client did not read its response in time")),
+        }
+    }
+
+    /// Reads and discards a request body nobody consumed. False when the
+    /// connection cannot be reused (bad framing, too large, timeout, EOF).
+    async fn drain_body(&mut self, framing: Framing) -> io::Result<bool> {
+        let max = self.worker.head_limits.max_body_size;
+        let mut decoder = ChunkedDecoder::default();
+        let mut remaining = match framing {
+            Framing::None => return Ok(true),
+            Framing::Length(n) => n,
+            Framing::Chunked => u64::MAX,
+        };
+        let mut total: u64 = 0;
+        loop {
+            match framing {
+                Framing::Length(_) => {
+                    let take = remaining.min(self.rbuf.len() as u64) as usize;
+                    let _ = self.rbuf.split_to(take);
+                    remaining -= take as u64;
+                    if remaining == 0 {
+                        return Ok(true);
+                    }
+                }
+                _ => {
+                    let mut data = 0u64;
+                    let consumed = match decoder.decode(&self.rbuf, |d| data += d.len() as u64) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            log::info!("bad chunked body from {}: {e:?}", self.peer);
+                            return Ok(false);
+                        }
+                    };
+                    let _ = self.rbuf.split_to(consumed);
+                    total += data;
+                    if total > max {
+                        log::info!("chunked body from {} over max_body_size", self.peer);
+                        return Ok(false);
+                    }
+                    if decoder.is_done() {
+                        return Ok(true);
+                    }
+                }
+            }
+            let deadline = Instant::now() + self.worker.timeouts.body;
+            match self.read_more(deadline, false).await? {
+                Read::Data => {}
+                _ => return Ok(false),
+            }
+        }
+    }
+
+    /// Half-closes and drains the socket briefly, so the last response is not
+    /// destroyed by a reset when unread request bytes remain.
+    async fn linger(mut self) {
+        let _ = self.flush().await;
+        let fd_shutdown = match &self.stream {
+            Stream::Tcp(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
+            Stream::Unix(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
+        };
+        if fd_shutdown.is_err() {
+            return;
+        }
+        let deadline = Instant::now() + LINGER_TIME;
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            self.rbuf.clear();
+            match self.read_more(deadline, false).await {
+                Ok(Read::Data) => drained += self.rbuf.len(),
+                _ => break,
+            }
+        }
+    }
+}

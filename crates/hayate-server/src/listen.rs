@@ -1,0 +1,116 @@
+//! Listeners. TCP addresses get one SO_REUSEPORT socket per worker, so the
+//! kernel spreads connections over workers with no shared accept queue;
+//! a probe bind without SO_REUSEPORT first makes "address in use" (another
+//! hayate included) an error instead of a silent share. Unix sockets are
+//! bound once and shared by the workers.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use hayate_config::values::ListenAddr;
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Pending connections per listener. nginx's default of 511 shows up as
+/// queueing (p99 2.54 s vs 1.61 s at 4096 in the waiting-handler case of
+/// SEEDS.md); the kernel caps it at net.core.somaxconn.
+const BACKLOG: i32 = 4096;
+
+/// A bound, listening socket (std, non-blocking), to be registered with a
+/// worker's runtime.
+#[derive(Debug)]
+pub enum BoundListener {
+    /// TCP.
+    Tcp(std::net::TcpListener),
+    /// Unix.
+    Unix(UnixListener),
+}
+
+/// The sockets for every worker and what they are bound to.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `per_worker[i]` is worker i's listeners.
+    pub per_worker: Vec<Vec<BoundListener>>,
+    /// The bound addresses (ports resolved), in config order.
+    pub addresses: Vec<ListenAddr>,
+    /// Unix socket files to remove on exit.
+    pub unix_paths: Vec<PathBuf>,
+}
+
+/// Binds every address for `workers` workers.
+pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
+    let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut addresses = Vec::new();
+    let mut unix_paths = Vec::new();
+    for addr in addrs {
+        match addr {
+            ListenAddr::Tcp(a) => {
+                let bound = probe(*a).map_err(|e| with_context(e, &format!("listen {a}")))?;
+                for slot in per_worker.iter_mut() {
+                    let l = reuseport_listener(bound).map_err(|e| with_context(e, &format!("listen {bound}")))?;
+                    slot.push(BoundListener::Tcp(l));
+                }
+                addresses.push(ListenAddr::Tcp(bound));
+            }
+            ListenAddr::Unix(path) => {
+                let l = unix_listener(path).map_err(|e| with_context(e, &format!("listen unix:{}", path.display())))?;
+                for slot in per_worker.iter_mut() {
+                    slot.push(BoundListener::Unix(l.try_clone()?));
+                }
+                unix_paths.push(path.clone());
+                addresses.push(addr.clone());
+            }
+        }
+    }
+    Ok(Listeners { per_worker, addresses, unix_paths })
+}
+
+fn with_context(e: io::Error, what: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+fn socket_for(addr: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    Ok(s)
+}
+
+/// Binds without SO_REUSEPORT to learn whether the address is free, and
+/// which port 0 resolves to.
+fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
+    let s = socket_for(addr)?;
+    s.bind(&addr.into())?;
+    s.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not an inet address"))
+}
+
+fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let s = socket_for(addr)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+fn unix_listener(path: &Path) -> io::Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a file that is not a socket is in the way"));
+        }
+        // A socket file nobody answers on is left over from a crash.
+        match UnixStream::connect(path) {
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::AddrInUse, "another process listens on it")),
+            Err(_) => std::fs::remove_file(path)?,
+        }
+    }
+    let s = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    s.bind(&socket2::SockAddr::unix(path)?)?;
+    s.listen(BACKLOG)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}

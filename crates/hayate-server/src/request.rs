@@ -1,0 +1,508 @@
+//! Parsing and validating a request head.
+//!
+//! httparse does the tokenizing (and already refuses obs-fold, whitespace
+//! before the colon, NUL, bare CR and bare LF inside fields); this module
+//! adds the limits and the framing rules of RFC 9112 that keep hayate safe
+//! from request smuggling: a request is refused, and the connection closed,
+//! when its body length is ambiguous.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+use hayate_core::Status;
+
+/// Upper bound of the `max_headers` setting.
+pub const MAX_HEADERS: usize = 512;
+
+/// Limits applied while reading a head.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    /// Longest request line.
+    pub max_request_line: usize,
+    /// Largest head.
+    pub max_header_bytes: usize,
+    /// Most header fields.
+    pub max_headers: usize,
+    /// Largest body.
+    pub max_body_size: u64,
+}
+
+/// How the request body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+}
+
+/// A parsed request head. Slices point into `buf`, which the request owns.
+#[derive(Debug)]
+pub struct Request {
+    buf: Bytes,
+    method: Range<usize>,
+    target: Range<usize>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    headers: Vec<(Range<usize>, Range<usize>)>,
+    host: Option<Range<usize>>,
+    /// Body framing.
+    pub framing: Framing,
+    /// Keep the connection open after this request (version and Connection).
+    pub keep_alive: bool,
+    /// The client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
+}
+
+/// A refusal: the status to answer and whether the connection must close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The status to answer.
+    pub status: Status,
+    /// A short reason, for the error log.
+    pub reason: &'static str,
+}
+
+impl Refusal {
+    fn new(status: Status, reason: &'static str) -> Refusal {
+        Refusal { status, reason }
+    }
+}
+
+/// The result of trying to parse a head out of the read buffer.
+#[derive(Debug)]
+pub enum Parsed {
+    /// A complete, valid head (removed from the buffer).
+    Request(Request),
+    /// More bytes are needed.
+    Partial,
+    /// The head is invalid; answer and close.
+    Refused(Refusal),
+}
+
+/// Parses one request head from the front of `buf`.
+pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Parsed {
+    // Leading empty lines before a request are ignored (RFC 9112 §2.2).
+    while buf.first() == Some(&b'\r') || buf.first() == Some(&b'\n') {
+        if buf.starts_with(b"\r\n") || buf.starts_with(b"\n") {
+            let n = if buf[0] == b'\r' { 2 } else { 1 };
+            let _ = buf.split_to(n);
+        } else {
+            break;
+        }
+    }
+    if buf.is_empty() {
+        return Parsed::Partial;
+    }
+    match memchr_nl(buf) {
+        Some(end) if end > limits.max_request_line => {
+            return Parsed::Refused(Refusal::new(Status::URI_TOO_LONG, "request line too long"))
+        }
+        None if buf.len() > limits.max_request_line => {
+            return Parsed::Refused(Refusal::new(Status::URI_TOO_LONG, "request line too long"))
+        }
+        _ => {}
+    }
+
+    // Uninitialized header slots cost nothing to create (hyper does the same).
+    let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let slots = &mut slots[..limits.max_headers.clamp(1, MAX_HEADERS)];
+    let mut req = httparse::Request::new(&mut []);
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| {
+        let start = s.as_ptr() as usize - base;
+        start..start + s.len()
+    };
+    let result = req.parse_with_uninit_headers(buf, slots);
+    let outcome = match result {
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= limits.max_header_bytes {
+                Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
+            } else {
+                Ok(None)
+            }
+        }
+        Ok(httparse::Status::Complete(len)) if len > limits.max_header_bytes => {
+            Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
+        }
+        Ok(httparse::Status::Complete(len)) => {
+            let method = offset(req.method.unwrap_or_default().as_bytes());
+            let target = offset(req.path.unwrap_or_default().as_bytes());
+            let minor_version = req.version.unwrap_or(1);
+            let fields: Vec<(Range<usize>, Range<usize>)> =
+                req.headers.iter().map(|h| (offset(h.name.as_bytes()), offset(h.value))).collect();
+            Ok(Some((len, method, target, minor_version, fields)))
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "too many header fields"))
+        }
+        Err(httparse::Error::Version) => {
+            Err(Refusal::new(Status::HTTP_VERSION_NOT_SUPPORTED, "unsupported HTTP version"))
+        }
+        Err(_) => Err(Refusal::new(Status::BAD_REQUEST, "malformed request head")),
+    };
+    drop(req);
+    match outcome {
+        Ok(None) => Parsed::Partial,
+        Err(r) => Parsed::Refused(r),
+        Ok(Some((len, method, target, minor_version, fields))) => {
+            let head = buf.split_to(len).freeze();
+            match Request::validate(head, method, target, minor_version, fields, limits) {
+                Ok(r) => Parsed::Request(r),
+                Err(r) => Parsed::Refused(r),
+            }
+        }
+    }
+}
+
+fn memchr_nl(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+impl Request {
+    fn validate(
+        buf: Bytes,
+        method: Range<usize>,
+        target: Range<usize>,
+        minor_version: u8,
+        headers: Vec<(Range<usize>, Range<usize>)>,
+        limits: &HeadLimits,
+    ) -> Result<Request, Refusal> {
+        let bad = |reason| Refusal::new(Status::BAD_REQUEST, reason);
+        let mut req = Request {
+            buf,
+            method,
+            target,
+            minor_version,
+            headers,
+            host: None,
+            framing: Framing::None,
+            keep_alive: minor_version == 1,
+            expect_continue: false,
+        };
+        let mut content_length: Option<u64> = None;
+        let mut transfer_encoding = false;
+        let mut hosts = 0;
+        let mut connection_close = false;
+        let mut connection_keep_alive = false;
+        for (name, value) in &req.headers {
+            let name = &req.buf[name.clone()];
+            let v = &req.buf[value.clone()];
+            if name.eq_ignore_ascii_case(b"content-length") {
+                for part in v.split(|&b| b == b',') {
+                    let n = parse_length(trim(part)).ok_or(bad("invalid Content-Length"))?;
+                    if content_length.is_some_and(|old| old != n) {
+                        return Err(bad("conflicting Content-Length values"));
+                    }
+                    content_length = Some(n);
+                }
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                if transfer_encoding {
+                    // Several fields are one list; only a single "chunked" is valid.
+                    return Err(bad("repeated Transfer-Encoding"));
+                }
+                transfer_encoding = true;
+                let codings: Vec<&[u8]> = v.split(|&b| b == b',').map(trim).collect();
+                match codings.as_slice() {
+                    [c] if c.eq_ignore_ascii_case(b"chunked") => {}
+                    [.., last] if last.eq_ignore_ascii_case(b"chunked") => {
+                        return Err(Refusal::new(Status::NOT_IMPLEMENTED, "unsupported transfer coding"))
+                    }
+                    _ => return Err(bad("Transfer-Encoding does not end in chunked")),
+                }
+            } else if name.eq_ignore_ascii_case(b"host") {
+                hosts += 1;
+                if !valid_host(v) {
+                    return Err(bad("invalid Host"));
+                }
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                for token in v.split(|&b| b == b',').map(trim) {
+                    connection_close |= token.eq_ignore_ascii_case(b"close");
+                    connection_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name.eq_ignore_ascii_case(b"expect") {
+                if trim(v).eq_ignore_ascii_case(b"100-continue") {
+                    req.expect_continue = true;
+                } else {
+                    return Err(Refusal::new(Status::EXPECTATION_FAILED, "unsupported expectation"));
+                }
+            }
+        }
+        if transfer_encoding && content_length.is_some() {
+            return Err(bad("both Content-Length and Transfer-Encoding"));
+        }
+        if transfer_encoding && minor_version == 0 {
+            return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+        }
+        if hosts > 1 {
+            return Err(bad("more than one Host"));
+        }
+        if hosts == 0 && minor_version == 1 {
+            return Err(bad("missing Host"));
+        }
+        req.host = req.find(b"host");
+        // The target: origin-form, absolute-form (its authority wins over Host), or `*`.
+        let target = &req.buf[req.target.clone()];
+        if target.first() == Some(&b'/') {
+        } else if target == b"*" {
+            if req.method() != b"OPTIONS" {
+                return Err(bad("asterisk-form outside OPTIONS"));
+            }
+        } else if let Some((authority, path_start)) = split_absolute(target) {
+            if !valid_host(authority) || authority.is_empty() {
+                return Err(bad("invalid authority in request target"));
+            }
+            let t = req.target.start;
+            req.host = Some(t + authority_offset(target)..t + authority_offset(target) + authority.len());
+            req.target = t + path_start..req.target.end;
+        } else {
+            return Err(bad("invalid request target"));
+        }
+        req.framing = match (transfer_encoding, content_length) {
+            (true, _) => Framing::Chunked,
+            (false, Some(0)) | (false, None) => Framing::None,
+            (false, Some(n)) => Framing::Length(n),
+        };
+        if let Framing::Length(n) = req.framing {
+            if n > limits.max_body_size {
+                return Err(Refusal::new(Status::CONTENT_TOO_LARGE, "request body too large"));
+            }
+        }
+        req.keep_alive = if minor_version == 1 { !connection_close } else { connection_keep_alive && !connection_close };
+        Ok(req)
+    }
+
+    /// The method.
+    pub fn method(&self) -> &[u8] {
+        &self.buf[self.method.clone()]
+    }
+
+    /// The request target as sent (path and query; the authority of an
+    /// absolute-form target is removed). `/` if the target was absolute
+    /// with an empty path; `*` for asterisk-form.
+    pub fn target(&self) -> &[u8] {
+        let t = &self.buf[self.target.clone()];
+        if t.is_empty() {
+            b"/"
+        } else {
+            t
+        }
+    }
+
+    /// The path part of the target.
+    pub fn path(&self) -> &[u8] {
+        let t = self.target();
+        t.iter().position(|&b| b == b'?').map_or(t, |q| &t[..q])
+    }
+
+    /// The query, without `?`.
+    pub fn query(&self) -> Option<&[u8]> {
+        let t = self.target();
+        t.iter().position(|&b| b == b'?').map(|q| &t[q + 1..])
+    }
+
+    /// The host name the request is for, lower-cased by the caller.
+    pub fn host(&self) -> Option<&[u8]> {
+        self.host.clone().map(|r| &self.buf[r])
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.find(name).map(|r| &self.buf[r])
+    }
+
+    /// Every value of header `name`.
+    pub fn headers_named<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name))
+            .map(|(_, v)| &self.buf[v.clone()])
+    }
+
+    fn find(&self, name: &[u8]) -> Option<Range<usize>> {
+        self.headers.iter().find(|(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+    }
+
+    /// The request line for logs, `GET /x HTTP/1.1`.
+    pub fn request_line(&self) -> &[u8] {
+        let end = self.buf.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(self.buf.len());
+        &self.buf[..end]
+    }
+}
+
+/// `http://authority/path` or `https://...`: the authority and where the
+/// path starts in the target.
+fn split_absolute(target: &[u8]) -> Option<(&[u8], usize)> {
+    let lower_starts = |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);
+    let scheme_len = if lower_starts(b"http://") {
+        7
+    } else if lower_starts(b"https://") {
+        8
+    } else {
+        return None;
+    };
+    let rest = &target[scheme_len..];
+    let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
+    let authority = &rest[..end];
+    // userinfo is not allowed in http(s) URIs sent to a server.
+    if authority.contains(&b'@') {
+        return None;
+    }
+    Some((authority, scheme_len + end))
+}
+
+fn authority_offset(target: &[u8]) -> usize {
+    if target[..5].eq_ignore_ascii_case(b"https") {
+        8
+    } else {
+        7
+    }
+}
+
+/// RFC 3986 host (reg-name, IPv4 or IP-literal) with an optional port.
+fn valid_host(v: &[u8]) -> bool {
+    let v = trim(v);
+    if v.is_empty() {
+        return true; // allowed when the target has no authority (RFC 9112 §3.2)
+    }
+    let (host, port) = if v.first() == Some(&b'[') {
+        let Some(close) = v.iter().position(|&b| b == b']') else { return false };
+        let inner = &v[1..close];
+        if inner.is_empty() || !inner.iter().all(|b| b.is_ascii_hexdigit() || b":.".contains(b)) {
+            return false;
+        }
+        (&v[..=close], &v[close + 1..])
+    } else {
+        match v.iter().rposition(|&b| b == b':') {
+            Some(c) => (&v[..c], &v[c..]),
+            None => (v, &v[v.len()..]),
+        }
+    };
+    let port_ok = port.is_empty() || (port[0] == b':' && port[1..].len() <= 5 && port[1..].iter().all(u8::is_ascii_digit));
+    let host_ok = host.first() == Some(&b'[')
+        || (!host.is_empty() && host.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b)));
+    port_ok && host_ok
+}
+
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+}
+
+pub(crate) fn trim(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    &s[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits =
+        HeadLimits { max_request_line: 64, max_header_bytes: 256, max_headers: 8, max_body_size: 1000 };
+
+    fn parse_str(raw: &str) -> Parsed {
+        let mut buf = BytesMut::from(raw.as_bytes());
+        parse(&mut buf, &LIMITS)
+    }
+
+    fn status(raw: &str) -> Option<u16> {
+        match parse_str(raw) {
+            Parsed::Request(_) => Some(200),
+            Parsed::Partial => None,
+            Parsed::Refused(r) => Some(r.status.code()),
+        }
+    }
+
+    /// Request in, verdict out: 200 means accepted, None means incomplete.
+    #[test]
+    fn table() {
+        let long_line = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(80));
+        let big_head = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(300));
+        let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", "X: 1\r\n".repeat(10));
+        let cases: Vec<(&str, Option<u16>)> = vec![
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\nHost: a\r\n", None),
+            ("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.0\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\nHost: a:99999999\r\n\r\n", Some(400)),
+            ("GET / HTTP/2.0\r\nHost: a\r\n\r\n", Some(505)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1001\r\n\r\n", Some(413)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Some(501)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX : b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n", Some(200)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nExpect: teapot\r\n\r\n", Some(417)),
+            ("GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n", Some(200)),
+            ("GET http://us@er/x HTTP/1.1\r\nHost: a\r\n\r\n", Some(400)),
+            ("GET x HTTP/1.1\r\nHost: a\r\n\r\n", Some(400)),
+            ("GET * HTTP/1.1\r\nHost: a\r\n\r\n", Some(400)),
+            ("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", Some(200)),
+            ("G E T / HTTP/1.1\r\nHost: a\r\n\r\n", Some(400)),
+            ("GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", Some(400)),
+            (long_line.as_str(), Some(414)),
+            (big_head.as_str(), Some(431)),
+            (many.as_str(), Some(431)),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(status(raw), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn fields_and_framing() {
+        let Parsed::Request(r) = parse_str(
+            "POST http://Example.com:8080/a/b?x=1 HTTP/1.1\r\nHost: ignored\r\nContent-Length: 3\r\nConnection: close\r\n\r\n",
+        ) else {
+            panic!("parse failed")
+        };
+        assert_eq!(r.method(), b"POST");
+        assert_eq!(r.path(), b"/a/b");
+        assert_eq!(r.query(), Some(&b"x=1"[..]));
+        assert_eq!(r.host(), Some(&b"Example.com:8080"[..]));
+        assert_eq!(r.framing, Framing::Length(3));
+        assert!(!r.keep_alive);
+        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n") else { panic!() };
+        assert!(r.keep_alive);
+        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\n\r\n") else { panic!() };
+        assert!(!r.keep_alive);
+    }
+
+    #[test]
+    fn pipelined_heads_parse_one_at_a_time() {
+        let mut buf = BytesMut::from(&b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3"[..]);
+                for want in [&b"/1"[..], b"/2"] {
+            let Parsed::Request(r) = parse(&mut buf, &LIMITS) else { panic!() };
+            assert_eq!(r.path(), want);
+        }
+        assert!(matches!(parse(&mut buf, &LIMITS), Parsed::Partial));
+        assert_eq!(&buf[..], b"GET /3");
+    }
+}

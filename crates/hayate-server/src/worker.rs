@@ -1,0 +1,201 @@
+//! A worker: one thread, one current-thread runtime, its own listeners, its
+//! own route table and file caches. Nothing on the request path is shared
+//! with other workers except the connection counter.
+
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hayate_config::Config;
+use hayate_core::shutdown::ShutdownWatch;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
+
+use crate::access_log::{AccessLog, Sink};
+use crate::conn::Conn;
+use crate::listen::BoundListener;
+use crate::request::HeadLimits;
+use crate::respond::OVER_CAPACITY;
+use crate::router::Router;
+use crate::stream::Stream;
+
+/// Timeouts of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Rest of a head once begun.
+    pub header: Duration,
+    /// Idle keep-alive.
+    pub keepalive: Duration,
+    /// Between reads of a body.
+    pub body: Duration,
+    /// Between writes of a response.
+    pub send: Duration,
+}
+
+/// A worker's state, shared by its connections (same thread only).
+pub struct Worker {
+    /// Routes and handlers.
+    pub router: Router,
+    /// Request head limits.
+    pub head_limits: HeadLimits,
+    /// Connection timeouts.
+    pub timeouts: Timeouts,
+    /// The access log, if on.
+    pub access_log: Option<AccessLog>,
+    /// Shutdown signal.
+    pub shutdown: ShutdownWatch,
+    active: Cell<usize>,
+    idle: Notify,
+}
+
+/// What every worker shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Open client connections across workers.
+    pub connections: Arc<AtomicUsize>,
+    /// The access log sink.
+    pub log_sink: Option<Sink>,
+}
+
+impl Worker {
+    fn build(shared: &Shared, shutdown: ShutdownWatch) -> io::Result<Worker> {
+        let g = &shared.config.global;
+        Ok(Worker {
+            router: Router::build(&shared.config)?,
+            head_limits: HeadLimits {
+                max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
+                max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),
+                max_headers: g.max_headers as usize,
+                max_body_size: g.max_body_size.0,
+            },
+            timeouts: Timeouts {
+                header: g.header_timeout.0,
+                keepalive: g.keepalive_timeout.0,
+                body: g.body_timeout.0,
+                send: g.send_timeout.0,
+            },
+            access_log: shared.log_sink.clone().map(|sink| AccessLog::new(g.access_log_format, sink)),
+            shutdown,
+            active: Cell::new(0),
+            idle: Notify::new(),
+        })
+    }
+}
+
+/// Runs a worker on the current thread until shutdown and drain.
+pub fn run(index: usize, shared: Shared, listeners: Vec<BoundListener>, shutdown: ShutdownWatch) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let worker = Rc::new(Worker::build(&shared, shutdown.clone())?);
+        for l in listeners {
+            let l = match l {
+                BoundListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+                BoundListener::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
+            };
+            tokio::task::spawn_local(accept_loop(l, worker.clone(), shared.clone()));
+        }
+        let flusher = worker.clone();
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Some(log) = &flusher.access_log {
+                    log.flush();
+                }
+            }
+        });
+        let mut stop = shutdown.clone();
+        stop.wait().await;
+        // Listeners close as their accept loops see the signal; idle
+        // connections close at once; in-flight ones finish or are cut at the
+        // grace period.
+        let grace = shared.config.global.grace_period.0;
+        let drained = tokio::time::timeout(grace, async {
+            while worker.active.get() > 0 {
+                worker.idle.notified().await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            log::warn!("worker {index}: {} connections cut at the grace period", worker.active.get());
+        }
+        if let Some(log) = &worker.access_log {
+            log.flush();
+        }
+        Ok(())
+    })
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
+    let mut shutdown = worker.shutdown.clone();
+    let max = shared.config.global.max_connections as usize;
+    loop {
+        let accepted = tokio::select! {
+            a = accept(&listener) => a,
+            _ = shutdown.wait() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                log::error!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if shared.connections.fetch_add(1, Ordering::Relaxed) >= max {
+            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            log::warn!("connection from {peer} refused: max_connections ({max}) reached");
+            let _ = stream.try_write(OVER_CAPACITY);
+            continue;
+        }
+        let guard = ConnGuard { worker: worker.clone(), connections: shared.connections.clone() };
+        worker.active.set(worker.active.get() + 1);
+        tokio::task::spawn_local(async move {
+            Conn::new(stream, peer, guard.worker.clone()).run().await;
+            drop(guard);
+        });
+    }
+}
+
+async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, addr) = l.accept().await?;
+            s.set_nodelay(true)?;
+            Ok((Stream::Tcp(s), addr.ip().to_string()))
+        }
+        Listener::Unix(l) => {
+            let (s, _) = l.accept().await?;
+            Ok((Stream::Unix(s), "unix".to_string()))
+        }
+    }
+}
+
+/// Counts a connection until it is dropped.
+struct ConnGuard {
+    worker: Rc<Worker>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+        let n = self.worker.active.get() - 1;
+        self.worker.active.set(n);
+        if n == 0 {
+            self.worker.idle.notify_waiters();
+        }
+    }
+}
