@@ -20,7 +20,13 @@ impl Default for AcceptEncoding {
     /// No Accept-Encoding header: identity only (we never guess that a client
     /// decodes something it did not ask for).
     fn default() -> Self {
-        AcceptEncoding { br: None, zstd: None, gzip: None, identity: None, any: None }
+        AcceptEncoding {
+            br: None,
+            zstd: None,
+            gzip: None,
+            identity: None,
+            any: None,
+        }
     }
 }
 
@@ -38,7 +44,8 @@ impl AcceptEncoding {
                 let mut q = Some(1000);
                 for param in parts {
                     let param = trim(param);
-                    if param.len() >= 2 && param[0].eq_ignore_ascii_case(&b'q') && param[1] == b'=' {
+                    if param.len() >= 2 && param[0].eq_ignore_ascii_case(&b'q') && param[1] == b'='
+                    {
                         q = parse_q(trim(&param[2..]));
                     }
                 }
@@ -108,8 +115,14 @@ impl AcceptEncoding {
 }
 
 fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -165,7 +178,11 @@ mod tests {
             ("br", &[], None),
         ];
         for (header, available, want) in cases {
-            assert_eq!(choose(header, available), *want, "Accept-Encoding: {header:?}");
+            assert_eq!(
+                choose(header, available),
+                *want,
+                "Accept-Encoding: {header:?}"
+            );
         }
     }
 

@@ -24,9 +24,16 @@ fn option_arg(o: &OptDef) -> Arg {
         .value_name(o.value_name)
         .env(o.env_name())
         .help(help)
-        .action(if o.repeated { ArgAction::Append } else { ArgAction::Set });
+        .action(if o.repeated {
+            ArgAction::Append
+        } else {
+            ArgAction::Set
+        });
     if o.flag {
-        arg = arg.num_args(0..=1).default_missing_value("true").require_equals(true);
+        arg = arg
+            .num_args(0..=1)
+            .default_missing_value("true")
+            .require_equals(true);
     }
     arg
 }
@@ -35,14 +42,24 @@ fn option_arg(o: &OptDef) -> Arg {
 pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
     let mut o = Overrides::default();
     for def in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
-        let Some(values) = matches.get_many::<String>(def.key) else { continue };
+        let Some(values) = matches.get_many::<String>(def.key) else {
+            continue;
+        };
         let values: Vec<String> = values.cloned().collect();
-        let set = o
-            .global
-            .set_strs(def.key, &values)
-            .and_then(|known| if known { Ok(true) } else { o.route.set_strs(def.key, &values) });
+        let set = o.global.set_strs(def.key, &values).and_then(|known| {
+            if known {
+                Ok(true)
+            } else {
+                o.route.set_strs(def.key, &values)
+            }
+        });
         if let Err(message) = set {
-            return Err(ConfigError { file: None, line: None, key: Some(format!("--{}", def.flag_name())), message });
+            return Err(ConfigError {
+                file: None,
+                line: None,
+                key: Some(format!("--{}", def.flag_name())),
+                message,
+            });
         }
     }
     Ok(o)

@@ -16,7 +16,12 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
     let cx = Cx { path, text };
     let doc = DeTable::parse(text).map_err(|e| {
         let line = e.span().map(|s| cx.line_of(s.start));
-        ConfigError { file: Some(path.into()), line, key: None, message: first_line(&e.to_string()) }
+        ConfigError {
+            file: Some(path.into()),
+            line,
+            key: None,
+            message: first_line(&e.to_string()),
+        }
     })?;
 
     let mut global = GlobalLayer::default();
@@ -28,9 +33,13 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
             site_tables = cx.tables(key, value)?;
             continue;
         }
-        let set = global
-            .set_toml(k, value.get_ref())
-            .and_then(|known| if known { Ok(true) } else { top_route.set_toml(k, value.get_ref()) });
+        let set = global.set_toml(k, value.get_ref()).and_then(|known| {
+            if known {
+                Ok(true)
+            } else {
+                top_route.set_toml(k, value.get_ref())
+            }
+        });
         match set {
             Ok(true) => {}
             Ok(false) => return Err(cx.unknown(key, &["site"])),
@@ -49,7 +58,10 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         let site_span = Spanned::new(0..0, DeTable::new());
         sites.push(cx.site(&site_span, &top_route)?);
     }
-    Ok(Config { global: global.resolve(), sites })
+    Ok(Config {
+        global: global.resolve(),
+        sites,
+    })
 }
 
 struct Cx<'a> {
@@ -59,7 +71,11 @@ struct Cx<'a> {
 
 impl Cx<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
     }
 
     fn err(&self, offset: usize, key: &str, message: String) -> ConfigError {
@@ -73,7 +89,11 @@ impl Cx<'_> {
 
     fn unknown(&self, key: &Spanned<std::borrow::Cow<'_, str>>, extra: &[&str]) -> ConfigError {
         let k = key.get_ref().as_ref();
-        let candidates = GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS).map(|o| o.key).chain(extra.iter().copied());
+        let candidates = GLOBAL_OPTIONS
+            .iter()
+            .chain(ROUTE_OPTIONS)
+            .map(|o| o.key)
+            .chain(extra.iter().copied());
         let hint = candidates
             .map(|c| (edit_distance(k, c), c))
             .min()
@@ -102,7 +122,11 @@ impl Cx<'_> {
             .collect()
     }
 
-    fn site(&self, site: &Spanned<DeTable<'_>>, top_route: &RouteLayer) -> Result<Site, ConfigError> {
+    fn site(
+        &self,
+        site: &Spanned<DeTable<'_>>,
+        top_route: &RouteLayer,
+    ) -> Result<Site, ConfigError> {
         let mut hosts = Vec::new();
         let mut layer = RouteLayer::default();
         let mut route_tables = Vec::new();
@@ -130,7 +154,11 @@ impl Cx<'_> {
                     match value.get_ref() {
                         DeValue::String(p) if p.starts_with('/') => prefix = Some(p.to_string()),
                         _ => {
-                            return Err(self.err(value.span().start, k, "expected a path starting with /".into()))
+                            return Err(self.err(
+                                value.span().start,
+                                k,
+                                "expected a path starting with /".into(),
+                            ))
                         }
                     }
                     continue;
@@ -142,10 +170,21 @@ impl Cx<'_> {
                 }
             }
             let Some(prefix) = prefix else {
-                return Err(self.err(table.span().start, "prefix", "every [[site.route]] needs a prefix".into()));
+                return Err(self.err(
+                    table.span().start,
+                    "prefix",
+                    "every [[site.route]] needs a prefix".into(),
+                ));
             };
-            if routes.iter().any(|r: &(String, RouteLayer, usize)| r.0 == prefix) {
-                return Err(self.err(table.span().start, "prefix", format!("duplicate route prefix {prefix:?}")));
+            if routes
+                .iter()
+                .any(|r: &(String, RouteLayer, usize)| r.0 == prefix)
+            {
+                return Err(self.err(
+                    table.span().start,
+                    "prefix",
+                    format!("duplicate route prefix {prefix:?}"),
+                ));
             }
             route_layer.inherit(&layer);
             routes.push((prefix, route_layer, table.span().start));
@@ -165,7 +204,10 @@ impl Cx<'_> {
             if layer.root.is_none() {
                 return Err(self.err(offset, "root", format!("route {prefix:?} has no root")));
             }
-            out.push(Route { prefix, options: layer.resolve() });
+            out.push(Route {
+                prefix,
+                options: layer.resolve(),
+            });
         }
         out.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
         Ok(Site { hosts, routes: out })
@@ -181,7 +223,13 @@ impl Cx<'_> {
                     _ => Err(self.err(i.span().start, "hosts", "expected host names".into())),
                 })
                 .collect::<Result<_, _>>()?,
-            _ => return Err(self.err(value.span().start, "hosts", "expected a host name or a list".into())),
+            _ => {
+                return Err(self.err(
+                    value.span().start,
+                    "hosts",
+                    "expected a host name or a list".into(),
+                ))
+            }
         };
         names
             .into_iter()
@@ -189,11 +237,17 @@ impl Cx<'_> {
                 let h = h.to_ascii_lowercase();
                 let bare = h.strip_prefix("*.").unwrap_or(&h);
                 let valid = !bare.is_empty()
-                    && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+                    && bare
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
                 if valid {
                     Ok(h)
                 } else {
-                    Err(self.err(value.span().start, "hosts", format!("invalid host name {h:?}")))
+                    Err(self.err(
+                        value.span().start,
+                        "hosts",
+                        format!("invalid host name {h:?}"),
+                    ))
                 }
             })
             .collect()
@@ -201,7 +255,11 @@ impl Cx<'_> {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid TOML").trim().to_string()
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid TOML")
+        .trim()
+        .to_string()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -232,13 +290,28 @@ mod tests {
 
     #[test]
     fn errors_name_file_line_and_key() {
-        assert_eq!(err("root = \".\"\nworkers = \"lots\"\n"), "h.toml:2: workers: expected auto or a number from 1 to 1024, got \"lots\"");
-        assert_eq!(err("root = \".\"\n\nlistne = \"1\"\n"), "h.toml:3: listne: unknown key (did you mean \"listen\"?)");
-        assert!(err("root = \".\"\n[[site]]\nroot = \"x\"\n[[site.route]]\nprefix = \"a\"\n").starts_with("h.toml:5: prefix:"));
+        assert_eq!(
+            err("root = \".\"\nworkers = \"lots\"\n"),
+            "h.toml:2: workers: expected auto or a number from 1 to 1024, got \"lots\""
+        );
+        assert_eq!(
+            err("root = \".\"\n\nlistne = \"1\"\n"),
+            "h.toml:3: listne: unknown key (did you mean \"listen\"?)"
+        );
+        assert!(
+            err("root = \".\"\n[[site]]\nroot = \"x\"\n[[site.route]]\nprefix = \"a\"\n")
+                .starts_with("h.toml:5: prefix:")
+        );
         assert!(err("[[site]]\nhosts = \"a\"\n").starts_with("h.toml:1: root:"));
-        assert!(err("root = \n").starts_with("h.toml:1:"), "{}", err("root = \n"));
-        assert!(err("root = \".\"\n[[site]]\nroot=\".\"\nbogus = 1\n").contains("h.toml:4: bogus: unknown key"));
-        assert!(err("header_timeout = \"5 fortnights\"\nroot=\".\"").starts_with("h.toml:1: header_timeout:"));
+        assert!(
+            err("root = \n").starts_with("h.toml:1:"),
+            "{}",
+            err("root = \n")
+        );
+        assert!(err("root = \".\"\n[[site]]\nroot=\".\"\nbogus = 1\n")
+            .contains("h.toml:4: bogus: unknown key"));
+        assert!(err("header_timeout = \"5 fortnights\"\nroot=\".\"")
+            .starts_with("h.toml:1: header_timeout:"));
     }
 
     #[test]
@@ -252,7 +325,10 @@ mod tests {
         let site = &cfg.sites[0];
         assert_eq!(site.hosts, vec!["a.example"]);
         let x = &site.routes[0];
-        assert_eq!((x.prefix.as_str(), x.options.cache_control.as_deref()), ("/x/", Some("max-age=5")));
+        assert_eq!(
+            (x.prefix.as_str(), x.options.cache_control.as_deref()),
+            ("/x/", Some("max-age=5"))
+        );
         assert!(x.options.listing);
         let slash = &site.routes[1];
         assert_eq!(slash.options.root.as_deref(), Some(Path::new("/top")));

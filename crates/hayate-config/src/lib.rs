@@ -16,7 +16,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use file::load_file;
-pub use table::{GlobalLayer, GlobalOptions, OptDef, RouteLayer, RouteOptions, GLOBAL_OPTIONS, ROUTE_OPTIONS};
+pub use table::{
+    GlobalLayer, GlobalOptions, OptDef, RouteLayer, RouteOptions, GLOBAL_OPTIONS, ROUTE_OPTIONS,
+};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -95,7 +97,13 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     }
     let config = Config {
         global: overrides.global.resolve(),
-        sites: vec![Site { hosts: Vec::new(), routes: vec![Route { prefix: "/".into(), options: route.resolve() }] }],
+        sites: vec![Site {
+            hosts: Vec::new(),
+            routes: vec![Route {
+                prefix: "/".into(),
+                options: route.resolve(),
+            }],
+        }],
     };
     Ok(config)
 }
@@ -180,7 +188,11 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
             assert!(seen.insert(o.key), "duplicate key {}", o.key);
-            assert!(o.key.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{}", o.key);
+            assert!(
+                o.key.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{}",
+                o.key
+            );
         }
     }
 
@@ -196,11 +208,19 @@ mod tests {
 
     #[test]
     fn example_config_is_valid() {
-        let cfg = load_file("example.toml".as_ref(), EXAMPLE_CONFIG, &Overrides::default()).expect("valid");
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
         assert_eq!(cfg.sites.len(), 2);
         assert_eq!(cfg.sites[0].routes[0].prefix, "/assets/");
         assert!(cfg.sites[0].routes[0].options.immutable);
-        assert_eq!(cfg.sites[0].routes[0].options.cache_control.as_deref(), Some("no-cache"));
+        assert_eq!(
+            cfg.sites[0].routes[0].options.cache_control.as_deref(),
+            Some("no-cache")
+        );
         assert_eq!(cfg.sites[0].routes[1].prefix, "/");
     }
 }

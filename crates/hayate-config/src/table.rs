@@ -124,12 +124,18 @@ macro_rules! resolved_type {
 }
 
 macro_rules! default_str {
-    (unset) => { None };
-    ($default:literal) => { Some($default) };
+    (unset) => {
+        None
+    };
+    ($default:literal) => {
+        Some($default)
+    };
 }
 
 macro_rules! resolve_field {
-    ($value:expr, $ty:ty, unset) => { $value.clone() };
+    ($value:expr, $ty:ty, unset) => {
+        $value.clone()
+    };
     ($value:expr, $ty:ty, $default:literal) => {
         match &$value {
             Some(v) => v.clone(),

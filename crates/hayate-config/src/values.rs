@@ -47,7 +47,9 @@ impl OptValue for bool {
 
 impl OptValue for u32 {
     fn parse_str(s: &str) -> Result<Self, String> {
-        s.trim().parse().map_err(|_| format!("expected a whole number, got {s:?}"))
+        s.trim()
+            .parse()
+            .map_err(|_| format!("expected a whole number, got {s:?}"))
     }
 }
 
@@ -94,13 +96,19 @@ impl OptValue for Dur {
         let t = s.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let n: u64 = num.parse().map_err(|_| format!("expected a duration like 10s or 500ms, got {s:?}"))?;
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("expected a duration like 10s or 500ms, got {s:?}"))?;
         let d = match unit.trim() {
             "" | "s" => Duration::from_secs(n),
             "ms" => Duration::from_millis(n),
             "m" => Duration::from_secs(n.saturating_mul(60)),
             "h" => Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(format!("unknown duration unit in {s:?} (use ms, s, m or h)")),
+            _ => {
+                return Err(format!(
+                    "unknown duration unit in {s:?} (use ms, s, m or h)"
+                ))
+            }
         };
         Ok(Dur(d))
     }
@@ -116,7 +124,9 @@ impl OptValue for Size {
         let t = s.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let n: u64 = num.parse().map_err(|_| format!("expected a size like 8KiB or 1MiB, got {s:?}"))?;
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("expected a size like 8KiB or 1MiB, got {s:?}"))?;
         let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
             "" | "b" => 1,
             "k" | "kb" | "kib" => 1 << 10,
@@ -124,7 +134,9 @@ impl OptValue for Size {
             "g" | "gb" | "gib" => 1 << 30,
             _ => return Err(format!("unknown size unit in {s:?} (use KiB, MiB or GiB)")),
         };
-        n.checked_mul(mult).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
+        n.checked_mul(mult)
+            .map(Size)
+            .ok_or_else(|| format!("size {s:?} is too large"))
     }
 }
 
@@ -141,7 +153,9 @@ impl Workers {
     /// The resolved count.
     pub fn get(self) -> usize {
         match self {
-            Workers::Auto => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            Workers::Auto => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             Workers::Count(n) => n as usize,
         }
     }
@@ -154,7 +168,9 @@ impl OptValue for Workers {
         }
         match s.trim().parse::<u32>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
-            _ => Err(format!("expected auto or a number from 1 to 1024, got {s:?}")),
+            _ => Err(format!(
+                "expected auto or a number from 1 to 1024, got {s:?}"
+            )),
         }
     }
 }
@@ -188,10 +204,16 @@ impl OptValue for ListenAddr {
         }
         if let Some(port) = t.strip_prefix("localhost:") {
             let port: u16 = port.parse().map_err(|_| format!("bad port in {s:?}"))?;
-            return Ok(ListenAddr::Tcp(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+            return Ok(ListenAddr::Tcp(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                port,
+            )));
         }
         if let Ok(port) = t.parse::<u16>() {
-            return Ok(ListenAddr::Tcp(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)));
+            return Ok(ListenAddr::Tcp(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                port,
+            )));
         }
         t.parse::<SocketAddr>()
             .map(ListenAddr::Tcp)
@@ -266,7 +288,11 @@ impl OptValue for LogLevel {
             "warn" => LogLevel::Warn,
             "info" => LogLevel::Info,
             "debug" => LogLevel::Debug,
-            _ => return Err(format!("expected off, error, warn, info or debug, got {s:?}")),
+            _ => {
+                return Err(format!(
+                    "expected off, error, warn, info or debug, got {s:?}"
+                ))
+            }
         })
     }
 }
@@ -300,9 +326,18 @@ mod tests {
             ListenAddr::parse_str("127.0.0.1:80"),
             Ok(ListenAddr::Tcp("127.0.0.1:80".parse().expect("addr")))
         );
-        assert_eq!(ListenAddr::parse_str("[::1]:8080"), Ok(ListenAddr::Tcp("[::1]:8080".parse().expect("addr"))));
-        assert_eq!(ListenAddr::parse_str("unix:/tmp/h.sock"), Ok(ListenAddr::Unix("/tmp/h.sock".into())));
-        assert_eq!(ListenAddr::parse_str("8080"), Ok(ListenAddr::Tcp("0.0.0.0:8080".parse().expect("addr"))));
+        assert_eq!(
+            ListenAddr::parse_str("[::1]:8080"),
+            Ok(ListenAddr::Tcp("[::1]:8080".parse().expect("addr")))
+        );
+        assert_eq!(
+            ListenAddr::parse_str("unix:/tmp/h.sock"),
+            Ok(ListenAddr::Unix("/tmp/h.sock".into()))
+        );
+        assert_eq!(
+            ListenAddr::parse_str("8080"),
+            Ok(ListenAddr::Tcp("0.0.0.0:8080".parse().expect("addr")))
+        );
         assert!(ListenAddr::parse_str("unix:").is_err());
         assert!(ListenAddr::parse_str("example.com:80").is_err());
     }

@@ -29,13 +29,17 @@ thread_local! {
 
 fn with_cached<R>(f: impl FnOnce(&Cached) -> R) -> R {
     let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let second = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     CACHED.with(|cell| {
         let mut c = cell.borrow_mut();
         if c.second != second {
             c.second = second;
             let line = format!("Date: {}\r\n", httpdate::fmt_http_date(now));
-            c.date_line.copy_from_slice(&line.as_bytes()[..DATE_LINE_LEN]);
+            c.date_line
+                .copy_from_slice(&line.as_bytes()[..DATE_LINE_LEN]);
             let t = Civil::from_unix(second);
             c.clf = format!(
                 "{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000",
@@ -119,17 +123,38 @@ mod tests {
     fn civil_dates() {
         assert_eq!(
             Civil::from_unix(0),
-            Civil { year: 1970, month: 1, day: 1, hour: 0, minute: 0, second: 0 }
+            Civil {
+                year: 1970,
+                month: 1,
+                day: 1,
+                hour: 0,
+                minute: 0,
+                second: 0
+            }
         );
         // 2000-02-29T23:59:59Z, a leap day in a century leap year.
         assert_eq!(
             Civil::from_unix(951_868_799),
-            Civil { year: 2000, month: 2, day: 29, hour: 23, minute: 59, second: 59 }
+            Civil {
+                year: 2000,
+                month: 2,
+                day: 29,
+                hour: 23,
+                minute: 59,
+                second: 59
+            }
         );
         // 1994-11-06T08:49:37Z, RFC 9110's example date.
         assert_eq!(
             Civil::from_unix(784_111_777),
-            Civil { year: 1994, month: 11, day: 6, hour: 8, minute: 49, second: 37 }
+            Civil {
+                year: 1994,
+                month: 11,
+                day: 6,
+                hour: 8,
+                minute: 49,
+                second: 37
+            }
         );
     }
 

@@ -54,7 +54,10 @@ pub fn normalize(raw: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
             b"" => trailing_slash = true,
             b"." => trailing_slash = true,
             b".." => {
-                let cut = out.iter().rposition(|&b| b == b'/').ok_or(PathError::EscapesRoot)?;
+                let cut = out
+                    .iter()
+                    .rposition(|&b| b == b'/')
+                    .ok_or(PathError::EscapesRoot)?;
                 out.truncate(cut);
                 trailing_slash = true;
             }
@@ -97,8 +100,14 @@ fn decode(raw: &[u8]) -> Result<Vec<u8>, PathError> {
     while i < raw.len() {
         let b = raw[i];
         if b == b'%' {
-            let hi = raw.get(i + 1).and_then(|&h| hex(h)).ok_or(PathError::BadEscape)?;
-            let lo = raw.get(i + 2).and_then(|&l| hex(l)).ok_or(PathError::BadEscape)?;
+            let hi = raw
+                .get(i + 1)
+                .and_then(|&h| hex(h))
+                .ok_or(PathError::BadEscape)?;
+            let lo = raw
+                .get(i + 2)
+                .and_then(|&l| hex(l))
+                .ok_or(PathError::BadEscape)?;
             out.push(hi << 4 | lo);
             i += 3;
         } else {
@@ -207,13 +216,20 @@ mod tests {
                 raw.extend_from_slice(alphabet[(seed % alphabet.len() as u64) as usize]);
             }
             if let Ok(p) = normalize(&raw) {
-                assert!(check_normal(&p), "{:?} -> {:?}", String::from_utf8_lossy(&raw), String::from_utf8_lossy(&p));
+                assert!(
+                    check_normal(&p),
+                    "{:?} -> {:?}",
+                    String::from_utf8_lossy(&raw),
+                    String::from_utf8_lossy(&p)
+                );
             }
         }
     }
 
     /// The invariant the fuzz target checks.
     pub(crate) fn check_normal(p: &[u8]) -> bool {
-        p.first() == Some(&b'/') && !p.split(|&b| b == b'/').any(|s| s == b".." || s == b".") && !p.contains(&0)
+        p.first() == Some(&b'/')
+            && !p.split(|&b| b == b'/').any(|s| s == b".." || s == b".")
+            && !p.contains(&0)
     }
 }

@@ -96,21 +96,34 @@ impl Body {
 impl Response {
     /// A response with no headers and an empty body.
     pub fn new(status: Status) -> Response {
-        Response { status, shared_head: Bytes::new(), head: Vec::new(), body: Body::Empty, close: false }
+        Response {
+            status,
+            shared_head: Bytes::new(),
+            head: Vec::new(),
+            body: Body::Empty,
+            close: false,
+        }
     }
 
     /// A short plain-text error page, `404 Not Found\n`.
     pub fn error(status: Status) -> Response {
         let mut r = Response::new(status);
         r.shared_head = Bytes::from_static(b"Content-Type: text/plain; charset=utf-8\r\n");
-        r.body = Body::Bytes(Bytes::from(format!("{} {}\n", status.code(), status.reason())));
+        r.body = Body::Bytes(Bytes::from(format!(
+            "{} {}\n",
+            status.code(),
+            status.reason()
+        )));
         r
     }
 
     /// Appends a header line. `value` must not contain CR or LF; callers pass
     /// values they built or validated (this is checked in debug builds).
     pub fn header(&mut self, name: &str, value: &[u8]) -> &mut Response {
-        debug_assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n'), "header injection");
+        debug_assert!(
+            !value.iter().any(|&b| b == b'\r' || b == b'\n'),
+            "header injection"
+        );
         self.head.extend_from_slice(name.as_bytes());
         self.head.extend_from_slice(b": ");
         self.head.extend_from_slice(value);

@@ -19,12 +19,16 @@ pub struct ShutdownWatch {
 impl Shutdown {
     /// Creates the signal, not yet fired.
     pub fn new() -> Shutdown {
-        Shutdown { tx: watch::channel(false).0 }
+        Shutdown {
+            tx: watch::channel(false).0,
+        }
     }
 
     /// A watch to hand to a worker or a connection.
     pub fn watch(&self) -> ShutdownWatch {
-        ShutdownWatch { rx: self.tx.subscribe() }
+        ShutdownWatch {
+            rx: self.tx.subscribe(),
+        }
     }
 
     /// Fires the signal; every watch sees it.

@@ -95,7 +95,10 @@ mod tests {
             Status::RANGE_NOT_SATISFIABLE.status_line(),
             b"HTTP/1.1 416 Range Not Satisfiable\r\n"
         );
-        assert_eq!(Status::from_code(431), Some(Status::REQUEST_HEADER_FIELDS_TOO_LARGE));
+        assert_eq!(
+            Status::from_code(431),
+            Some(Status::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
         assert_eq!(Status::from_code(299), None);
         assert!(Status::NOT_MODIFIED.forbids_body());
         assert!(!Status::OK.forbids_body());

@@ -83,7 +83,11 @@ pub struct Entry<'a> {
 impl AccessLog {
     /// A log writing to `sink`.
     pub fn new(format: LogFormat, sink: Sink) -> AccessLog {
-        AccessLog { format, sink, buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)) }
+        AccessLog {
+            format,
+            sink,
+            buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)),
+        }
     }
 
     /// Records one exchange.
@@ -159,7 +163,11 @@ fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
     out.extend_from_slice(b",\"bytes\":");
     out.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
     out.extend_from_slice(b",\"duration_us\":");
-    out.extend_from_slice(itoa::Buffer::new().format(e.duration.as_micros() as u64).as_bytes());
+    out.extend_from_slice(
+        itoa::Buffer::new()
+            .format(e.duration.as_micros() as u64)
+            .as_bytes(),
+    );
     out.extend_from_slice(b",\"referer\":\"");
     json_escape(out, req.header(b"referer").unwrap_or_default());
     out.extend_from_slice(b"\",\"user_agent\":\"");
@@ -195,7 +203,12 @@ mod tests {
     use crate::request::{parse, HeadLimits, Parsed};
 
     fn request(raw: &str) -> Request {
-        let limits = HeadLimits { max_request_line: 1000, max_header_bytes: 1000, max_headers: 10, max_body_size: 0 };
+        let limits = HeadLimits {
+            max_request_line: 1000,
+            max_header_bytes: 1000,
+            max_headers: 10,
+            max_body_size: 0,
+        };
         match parse(&mut bytes::BytesMut::from(raw.as_bytes()), &limits) {
             Parsed::Request(r) => r,
             other => panic!("{other:?}"),
@@ -204,18 +217,36 @@ mod tests {
 
     #[test]
     fn lines_escape_client_values() {
-        let req = request("GET /a?\"x\" HTTP/1.1\r\nHost: h\r\nUser-Agent: evil\"\\ agent\r\nReferer: r\r\n\r\n");
-        let e = Entry { peer: "127.0.0.1", status: 200, bytes: 12, duration: Duration::from_micros(7) };
+        let req = request(
+            "GET /a?\"x\" HTTP/1.1\r\nHost: h\r\nUser-Agent: evil\"\\ agent\r\nReferer: r\r\n\r\n",
+        );
+        let e = Entry {
+            peer: "127.0.0.1",
+            status: 200,
+            bytes: 12,
+            duration: Duration::from_micros(7),
+        };
         let mut out = Vec::new();
         combined(&mut out, &req, &e);
         let line = String::from_utf8(out).expect("ascii");
         assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
-        assert!(line.ends_with("] \"GET /a?\\x22x\\x22 HTTP/1.1\" 200 12 \"r\" \"evil\\x22\\x5C agent\"\n"), "{line}");
+        assert!(
+            line.ends_with(
+                "] \"GET /a?\\x22x\\x22 HTTP/1.1\" 200 12 \"r\" \"evil\\x22\\x5C agent\"\n"
+            ),
+            "{line}"
+        );
         let mut out = Vec::new();
         json(&mut out, &req, &e);
         let line = String::from_utf8(out).expect("ascii");
         assert!(line.contains("\"uri\":\"/a?\\\"x\\\"\""), "{line}");
-        assert!(line.contains("\"user_agent\":\"evil\\\"\\\\ agent\""), "{line}");
-        assert!(line.contains("\"status\":200,\"bytes\":12,\"duration_us\":7"), "{line}");
+        assert!(
+            line.contains("\"user_agent\":\"evil\\\"\\\\ agent\""),
+            "{line}"
+        );
+        assert!(
+            line.contains("\"status\":200,\"bytes\":12,\"duration_us\":7"),
+            "{line}"
+        );
     }
 }

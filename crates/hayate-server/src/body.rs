@@ -46,7 +46,11 @@ pub struct ChunkedDecoder {
 
 impl Default for ChunkedDecoder {
     fn default() -> Self {
-        ChunkedDecoder { state: State::Size { digits: 0 }, remaining: 0, trailer_bytes: 0 }
+        ChunkedDecoder {
+            state: State::Size { digits: 0 },
+            remaining: 0,
+            trailer_bytes: 0,
+        }
     }
 }
 
@@ -59,7 +63,11 @@ impl ChunkedDecoder {
     /// Decodes from `input`, calling `on_data` with each piece of body data.
     /// Returns how many bytes of `input` were consumed; stops at the end of
     /// the body.
-    pub fn decode<'a>(&mut self, input: &'a [u8], mut on_data: impl FnMut(&'a [u8])) -> Result<usize, ChunkError> {
+    pub fn decode<'a>(
+        &mut self,
+        input: &'a [u8],
+        mut on_data: impl FnMut(&'a [u8]),
+    ) -> Result<usize, ChunkError> {
         let mut i = 0;
         while i < input.len() && self.state != State::Done {
             let b = input[i];
@@ -74,7 +82,9 @@ impl ChunkedDecoder {
                     }
                     None if digits == 0 => return Err(ChunkError::BadSize),
                     None if b == b'\r' => self.state = State::SizeLf,
-                    None if b == b';' || b == b' ' || b == b'\t' => self.state = State::Extension { len: 0 },
+                    None if b == b';' || b == b' ' || b == b'\t' => {
+                        self.state = State::Extension { len: 0 }
+                    }
                     None => return Err(ChunkError::BadSize),
                 },
                 State::Extension { len } => match b {
@@ -87,10 +97,15 @@ impl ChunkedDecoder {
                     if b != b'\n' {
                         return Err(ChunkError::BadLineEnding);
                     }
-                    self.state = if self.remaining == 0 { State::TrailerLineStart } else { State::Data };
+                    self.state = if self.remaining == 0 {
+                        State::TrailerLineStart
+                    } else {
+                        State::Data
+                    };
                 }
                 State::Data => {
-                    let take = (input.len() - i).min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+                    let take = (input.len() - i)
+                        .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
                     on_data(&input[i..i + take]);
                     self.remaining -= take as u64;
                     i += take;
@@ -117,7 +132,11 @@ impl ChunkedDecoder {
                         return Err(ChunkError::TooLong);
                     }
                     match b {
-                        b'\r' => self.state = State::TrailerLf { empty: self.state == State::TrailerLineStart },
+                        b'\r' => {
+                            self.state = State::TrailerLf {
+                                empty: self.state == State::TrailerLineStart,
+                            }
+                        }
                         b'\n' => return Err(ChunkError::BadLineEnding),
                         _ => self.state = State::TrailerLine,
                     }
@@ -126,7 +145,11 @@ impl ChunkedDecoder {
                     if b != b'\n' {
                         return Err(ChunkError::BadLineEnding);
                     }
-                    self.state = if empty { State::Done } else { State::TrailerLineStart };
+                    self.state = if empty {
+                        State::Done
+                    } else {
+                        State::TrailerLineStart
+                    };
                 }
                 State::Done => break,
             }
@@ -189,10 +212,18 @@ mod tests {
             (b"5;a\nb\r\n", ChunkError::BadLineEnding),
         ];
         for (input, want) in cases {
-            assert_eq!(decode_all(input, 100).map(|_| ()), Err(*want), "{:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                decode_all(input, 100).map(|_| ()),
+                Err(*want),
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
         }
         let long_ext = format!("1;{}\r\n", "a".repeat(MAX_EXTENSION + 1));
-        assert_eq!(decode_all(long_ext.as_bytes(), 100).map(|_| ()), Err(ChunkError::TooLong));
+        assert_eq!(
+            decode_all(long_ext.as_bytes(), 100).map(|_| ()),
+            Err(ChunkError::TooLong)
+        );
     }
 
     #[test]

@@ -111,7 +111,11 @@ impl Conn {
                 && !resp.close
                 && !(has_body && req.expect_continue)
                 && !self.shutdown.is_shutting_down();
-            let cx = HeadContext { head_request: req.method() == b"HEAD", http10: req.minor_version == 0, keep_alive };
+            let cx = HeadContext {
+                head_request: req.method() == b"HEAD",
+                http10: req.minor_version == 0,
+                keep_alive,
+            };
             self.write_response(resp, cx, &req, started).await?;
             if !keep_alive {
                 self.flush().await?;
@@ -157,7 +161,10 @@ impl Conn {
                 Read::Eof | Read::Shutdown => return Ok(Ok(None)),
                 Read::Timeout if idle => return Ok(Ok(None)),
                 Read::Timeout => {
-                    return Ok(Err(Refusal { status: Status::REQUEST_TIMEOUT, reason: "request head timed out" }))
+                    return Ok(Err(Refusal {
+                        status: Status::REQUEST_TIMEOUT,
+                        reason: "request head timed out",
+                    }))
                 }
             }
         }
@@ -195,9 +202,18 @@ impl Conn {
 
     /// Answers an invalid request and marks the connection for closing.
     async fn refuse(&mut self, refusal: Refusal) -> io::Result<()> {
-        log::info!("{} from {}: {}", refusal.status.code(), self.peer, refusal.reason);
+        log::info!(
+            "{} from {}: {}",
+            refusal.status.code(),
+            self.peer,
+            refusal.reason
+        );
         let resp = Response::error(refusal.status);
-        let cx = HeadContext { head_request: false, http10: false, keep_alive: false };
+        let cx = HeadContext {
+            head_request: false,
+            http10: false,
+            keep_alive: false,
+        };
         respond::write_head(&mut self.wbuf, &resp, cx);
         if let Body::Bytes(b) = &resp.body {
             self.wbuf.extend_from_slice(b);
@@ -206,7 +222,13 @@ impl Conn {
     }
 
     /// Writes head and body. Small bodies join the head in the write buffer.
-    async fn write_response(&mut self, resp: Response, cx: HeadContext, req: &Request, started: Instant) -> io::Result<()> {
+    async fn write_response(
+        &mut self,
+        resp: Response,
+        cx: HeadContext,
+        req: &Request,
+        started: Instant,
+    ) -> io::Result<()> {
         let with_body = respond::write_head(&mut self.wbuf, &resp, cx);
         let status = resp.status;
         let mut sent = 0;
@@ -220,7 +242,9 @@ impl Conn {
                 Body::Parts(parts) => {
                     for part in parts {
                         match part {
-                            Chunk::Bytes(b) if b.len() <= COPY_BODY_MAX => self.wbuf.extend_from_slice(&b),
+                            Chunk::Bytes(b) if b.len() <= COPY_BODY_MAX => {
+                                self.wbuf.extend_from_slice(&b)
+                            }
                             Chunk::Bytes(b) => self.write_with_buffer(&b).await?,
                             Chunk::File(f) => self.send_file(&f).await?,
                         }
@@ -232,7 +256,12 @@ impl Conn {
             self.flush().await?;
         }
         if let Some(log) = &self.worker.access_log {
-            let entry = access_log::Entry { peer: &self.peer, status: status.code(), bytes: sent, duration: started.elapsed() };
+            let entry = access_log::Entry {
+                peer: &self.peer,
+                status: status.code(),
+                bytes: sent,
+                duration: started.elapsed(),
+            };
             log.record(req, &entry);
         }
         Ok(())
@@ -243,7 +272,10 @@ impl Conn {
         let mut head_done = 0;
         let mut data_done = 0;
         while head_done < self.wbuf.len() || data_done < data.len() {
-            let bufs = [IoSlice::new(&self.wbuf[head_done..]), IoSlice::new(&data[data_done..])];
+            let bufs = [
+                IoSlice::new(&self.wbuf[head_done..]),
+                IoSlice::new(&data[data_done..]),
+            ];
             match self.stream.try_write_vectored(&bufs) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
@@ -263,13 +295,22 @@ impl Conn {
     /// Sends a file range with sendfile(2), after the buffered head.
     async fn send_file(&mut self, f: &FileRange) -> io::Result<()> {
         self.flush().await?;
-        let mut offset = i64::try_from(f.offset).map_err(|_| io::Error::other("file offset too large"))?;
-        let end = offset + i64::try_from(f.len).map_err(|_| io::Error::other("file range too large"))?;
+        let mut offset =
+            i64::try_from(f.offset).map_err(|_| io::Error::other("file offset too large"))?;
+        let end =
+            offset + i64::try_from(f.len).map_err(|_| io::Error::other("file range too large"))?;
         while offset < end {
-            let count = usize::try_from(end - offset).unwrap_or(usize::MAX).min(1 << 30);
+            let count = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(1 << 30);
             match self.stream.try_sendfile(&f.file, &mut offset, count) {
                 // The file shrank under us: the promised length cannot be met.
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file truncated while sending")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file truncated while sending",
+                    ))
+                }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
                 Err(e) => return Err(e),
@@ -297,7 +338,10 @@ impl Conn {
         let deadline = Instant::now() + self.worker.timeouts.send;
         match timeout_at(deadline.into(), self.stream.writable()).await {
             Ok(r) => r,
-            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client did not read its response in time")),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client did not read its response in time",
+            )),
         }
     }
 
@@ -342,6 +386,8 @@ impl Conn {
                     }
                 }
             }
+            // The client may wait for the response before sending the rest.
+            self.flush().await?;
             let deadline = Instant::now() + self.worker.timeouts.body;
             match self.read_more(deadline, false).await? {
                 Read::Data => {}

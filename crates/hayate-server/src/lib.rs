@@ -41,22 +41,39 @@ pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Resu
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
 
-    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut term, mut int) = signals.block_on(async { Ok::<_, io::Error>((signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?)) })?;
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (mut term, mut int) = signals.block_on(async {
+        Ok::<_, io::Error>((
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        ))
+    })?;
 
     let shutdown = Shutdown::new();
-    let shared = Shared { config: Arc::new(config), connections: Arc::new(AtomicUsize::new(0)), log_sink };
+    let shared = Shared {
+        config: Arc::new(config),
+        connections: Arc::new(AtomicUsize::new(0)),
+        log_sink,
+    };
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
     for (i, ls) in listeners.per_worker.into_iter().enumerate() {
         let shared = shared.clone();
         let watch = shutdown.watch();
         let done = done_tx.clone();
-        handles.push(std::thread::Builder::new().name(format!("hayate-w{i}")).spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker::run(i, shared, ls, watch)))
-                .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
-            let _ = done.send((i, result));
-        })?);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("hayate-w{i}"))
+                .spawn(move || {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        worker::run(i, shared, ls, watch)
+                    }))
+                    .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
+                    let _ = done.send((i, result));
+                })?,
+        );
     }
     drop(done_tx);
     on_listening(&listeners.addresses);

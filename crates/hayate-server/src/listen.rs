@@ -49,13 +49,15 @@ pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
             ListenAddr::Tcp(a) => {
                 let bound = probe(*a).map_err(|e| with_context(e, &format!("listen {a}")))?;
                 for slot in per_worker.iter_mut() {
-                    let l = reuseport_listener(bound).map_err(|e| with_context(e, &format!("listen {bound}")))?;
+                    let l = reuseport_listener(bound)
+                        .map_err(|e| with_context(e, &format!("listen {bound}")))?;
                     slot.push(BoundListener::Tcp(l));
                 }
                 addresses.push(ListenAddr::Tcp(bound));
             }
             ListenAddr::Unix(path) => {
-                let l = unix_listener(path).map_err(|e| with_context(e, &format!("listen unix:{}", path.display())))?;
+                let l = unix_listener(path)
+                    .map_err(|e| with_context(e, &format!("listen unix:{}", path.display())))?;
                 for slot in per_worker.iter_mut() {
                     slot.push(BoundListener::Unix(l.try_clone()?));
                 }
@@ -64,7 +66,11 @@ pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
             }
         }
     }
-    Ok(Listeners { per_worker, addresses, unix_paths })
+    Ok(Listeners {
+        per_worker,
+        addresses,
+        unix_paths,
+    })
 }
 
 fn with_context(e: io::Error, what: &str) -> io::Error {
@@ -85,7 +91,9 @@ fn socket_for(addr: SocketAddr) -> io::Result<Socket> {
 fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
     let s = socket_for(addr)?;
     s.bind(&addr.into())?;
-    s.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not an inet address"))
+    s.local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an inet address"))
 }
 
 fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -100,11 +108,19 @@ fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 fn unix_listener(path: &Path) -> io::Result<UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a file that is not a socket is in the way"));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way",
+            ));
         }
         // A socket file nobody answers on is left over from a crash.
         match UnixStream::connect(path) {
-            Ok(_) => return Err(io::Error::new(io::ErrorKind::AddrInUse, "another process listens on it")),
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "another process listens on it",
+                ))
+            }
             Err(_) => std::fs::remove_file(path)?,
         }
     }

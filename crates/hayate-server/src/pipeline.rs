@@ -29,7 +29,11 @@ pub fn handle(req: &Request, router: &Router, now: Instant) -> Response {
     let path = match hayate_core::path::normalize(req.path()) {
         Ok(p) => p,
         Err(e) => {
-            log::debug!("400 for {:?}: {}", String::from_utf8_lossy(req.path()), e.as_str());
+            log::debug!(
+                "400 for {:?}: {}",
+                String::from_utf8_lossy(req.path()),
+                e.as_str()
+            );
             return Response::error(Status::BAD_REQUEST);
         }
     };

@@ -108,7 +108,8 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Parsed {
     }
 
     // Uninitialized header slots cost nothing to create (hyper does the same).
-    let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
+        [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let slots = &mut slots[..limits.max_headers.clamp(1, MAX_HEADERS)];
     let mut req = httparse::Request::new(&mut []);
     let base = buf.as_ptr() as usize;
@@ -120,28 +121,37 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Parsed {
     let outcome = match result {
         Ok(httparse::Status::Partial) => {
             if buf.len() >= limits.max_header_bytes {
-                Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
+                Err(Refusal::new(
+                    Status::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "request head too large",
+                ))
             } else {
                 Ok(None)
             }
         }
-        Ok(httparse::Status::Complete(len)) if len > limits.max_header_bytes => {
-            Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
-        }
+        Ok(httparse::Status::Complete(len)) if len > limits.max_header_bytes => Err(Refusal::new(
+            Status::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request head too large",
+        )),
         Ok(httparse::Status::Complete(len)) => {
             let method = offset(req.method.unwrap_or_default().as_bytes());
             let target = offset(req.path.unwrap_or_default().as_bytes());
             let minor_version = req.version.unwrap_or(1);
-            let fields: Vec<(Range<usize>, Range<usize>)> =
-                req.headers.iter().map(|h| (offset(h.name.as_bytes()), offset(h.value))).collect();
+            let fields: Vec<(Range<usize>, Range<usize>)> = req
+                .headers
+                .iter()
+                .map(|h| (offset(h.name.as_bytes()), offset(h.value)))
+                .collect();
             Ok(Some((len, method, target, minor_version, fields)))
         }
-        Err(httparse::Error::TooManyHeaders) => {
-            Err(Refusal::new(Status::REQUEST_HEADER_FIELDS_TOO_LARGE, "too many header fields"))
-        }
-        Err(httparse::Error::Version) => {
-            Err(Refusal::new(Status::HTTP_VERSION_NOT_SUPPORTED, "unsupported HTTP version"))
-        }
+        Err(httparse::Error::TooManyHeaders) => Err(Refusal::new(
+            Status::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "too many header fields",
+        )),
+        Err(httparse::Error::Version) => Err(Refusal::new(
+            Status::HTTP_VERSION_NOT_SUPPORTED,
+            "unsupported HTTP version",
+        )),
         Err(_) => Err(Refusal::new(Status::BAD_REQUEST, "malformed request head")),
     };
     drop(req);
@@ -209,7 +219,10 @@ impl Request {
                 match codings.as_slice() {
                     [c] if c.eq_ignore_ascii_case(b"chunked") => {}
                     [.., last] if last.eq_ignore_ascii_case(b"chunked") => {
-                        return Err(Refusal::new(Status::NOT_IMPLEMENTED, "unsupported transfer coding"))
+                        return Err(Refusal::new(
+                            Status::NOT_IMPLEMENTED,
+                            "unsupported transfer coding",
+                        ))
                     }
                     _ => return Err(bad("Transfer-Encoding does not end in chunked")),
                 }
@@ -227,7 +240,10 @@ impl Request {
                 if trim(v).eq_ignore_ascii_case(b"100-continue") {
                     req.expect_continue = true;
                 } else {
-                    return Err(Refusal::new(Status::EXPECTATION_FAILED, "unsupported expectation"));
+                    return Err(Refusal::new(
+                        Status::EXPECTATION_FAILED,
+                        "unsupported expectation",
+                    ));
                 }
             }
         }
@@ -256,7 +272,8 @@ impl Request {
                 return Err(bad("invalid authority in request target"));
             }
             let t = req.target.start;
-            req.host = Some(t + authority_offset(target)..t + authority_offset(target) + authority.len());
+            req.host =
+                Some(t + authority_offset(target)..t + authority_offset(target) + authority.len());
             req.target = t + path_start..req.target.end;
         } else {
             return Err(bad("invalid request target"));
@@ -268,10 +285,17 @@ impl Request {
         };
         if let Framing::Length(n) = req.framing {
             if n > limits.max_body_size {
-                return Err(Refusal::new(Status::CONTENT_TOO_LARGE, "request body too large"));
+                return Err(Refusal::new(
+                    Status::CONTENT_TOO_LARGE,
+                    "request body too large",
+                ));
             }
         }
-        req.keep_alive = if minor_version == 1 { !connection_close } else { connection_keep_alive && !connection_close };
+        req.keep_alive = if minor_version == 1 {
+            !connection_close
+        } else {
+            connection_keep_alive && !connection_close
+        };
         Ok(req)
     }
 
@@ -323,12 +347,19 @@ impl Request {
     }
 
     fn find(&self, name: &[u8]) -> Option<Range<usize>> {
-        self.headers.iter().find(|(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+        self.headers
+            .iter()
+            .find(|(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
     }
 
     /// The request line for logs, `GET /x HTTP/1.1`.
     pub fn request_line(&self) -> &[u8] {
-        let end = self.buf.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(self.buf.len());
+        let end = self
+            .buf
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(self.buf.len());
         &self.buf[..end]
     }
 }
@@ -336,7 +367,8 @@ impl Request {
 /// `http://authority/path` or `https://...`: the authority and where the
 /// path starts in the target.
 fn split_absolute(target: &[u8]) -> Option<(&[u8], usize)> {
-    let lower_starts = |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);
+    let lower_starts =
+        |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);
     let scheme_len = if lower_starts(b"http://") {
         7
     } else if lower_starts(b"https://") {
@@ -345,7 +377,10 @@ fn split_absolute(target: &[u8]) -> Option<(&[u8], usize)> {
         return None;
     };
     let rest = &target[scheme_len..];
-    let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
     let authority = &rest[..end];
     // userinfo is not allowed in http(s) URIs sent to a server.
     if authority.contains(&b'@') {
@@ -369,9 +404,15 @@ fn valid_host(v: &[u8]) -> bool {
         return true; // allowed when the target has no authority (RFC 9112 §3.2)
     }
     let (host, port) = if v.first() == Some(&b'[') {
-        let Some(close) = v.iter().position(|&b| b == b']') else { return false };
+        let Some(close) = v.iter().position(|&b| b == b']') else {
+            return false;
+        };
         let inner = &v[1..close];
-        if inner.is_empty() || !inner.iter().all(|b| b.is_ascii_hexdigit() || b":.".contains(b)) {
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() || b":.".contains(b))
+        {
             return false;
         }
         (&v[..=close], &v[close + 1..])
@@ -381,9 +422,13 @@ fn valid_host(v: &[u8]) -> bool {
             None => (v, &v[v.len()..]),
         }
     };
-    let port_ok = port.is_empty() || (port[0] == b':' && port[1..].len() <= 5 && port[1..].iter().all(u8::is_ascii_digit));
+    let port_ok = port.is_empty()
+        || (port[0] == b':' && port[1..].len() <= 5 && port[1..].iter().all(u8::is_ascii_digit));
     let host_ok = host.first() == Some(&b'[')
-        || (!host.is_empty() && host.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b)));
+        || (!host.is_empty()
+            && host
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b)));
     port_ok && host_ok
 }
 
@@ -391,12 +436,20 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    v.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 pub(crate) fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -404,8 +457,12 @@ pub(crate) fn trim(s: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    const LIMITS: HeadLimits =
-        HeadLimits { max_request_line: 64, max_header_bytes: 256, max_headers: 8, max_body_size: 1000 };
+    const LIMITS: HeadLimits = HeadLimits {
+        max_request_line: 64,
+        max_header_bytes: 256,
+        max_headers: 8,
+        max_body_size: 1000,
+    };
 
     fn parse_str(raw: &str) -> Parsed {
         let mut buf = BytesMut::from(raw.as_bytes());
@@ -424,7 +481,10 @@ mod tests {
     #[test]
     fn table() {
         let long_line = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(80));
-        let big_head = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(300));
+        let big_head = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "b".repeat(300)
+        );
         let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", "X: 1\r\n".repeat(10));
         let cases: Vec<(&str, Option<u16>)> = vec![
             ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some(200)),
@@ -489,17 +549,26 @@ mod tests {
         assert_eq!(r.host(), Some(&b"Example.com:8080"[..]));
         assert_eq!(r.framing, Framing::Length(3));
         assert!(!r.keep_alive);
-        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n") else { panic!() };
+        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        else {
+            panic!()
+        };
         assert!(r.keep_alive);
-        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\n\r\n") else { panic!() };
+        let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\n\r\n") else {
+            panic!()
+        };
         assert!(!r.keep_alive);
     }
 
     #[test]
     fn pipelined_heads_parse_one_at_a_time() {
-        let mut buf = BytesMut::from(&b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3"[..]);
-                for want in [&b"/1"[..], b"/2"] {
-            let Parsed::Request(r) = parse(&mut buf, &LIMITS) else { panic!() };
+        let mut buf = BytesMut::from(
+            &b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3"[..],
+        );
+        for want in [&b"/1"[..], b"/2"] {
+            let Parsed::Request(r) = parse(&mut buf, &LIMITS) else {
+                panic!()
+            };
             assert_eq!(r.path(), want);
         }
         assert!(matches!(parse(&mut buf, &LIMITS), Parsed::Partial));

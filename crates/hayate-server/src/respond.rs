@@ -42,7 +42,8 @@ pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// The response sent, without reading the request, to a connection over the
 /// limit.
-pub const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
+pub const OVER_CAPACITY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
 Content-Length: 24\r\nRetry-After: 1\r\nConnection: close\r\n\r\n503 Service Unavailable\n";
 
 /// Maps a status to whether it is an error worth a log line at info level.
@@ -62,7 +63,15 @@ mod tests {
         r.header("Content-Type", b"text/plain");
         r.body = Body::Bytes(Bytes::from_static(b"hi"));
         let mut out = Vec::new();
-        let body = write_head(&mut out, &r, HeadContext { head_request: false, http10: true, keep_alive: true });
+        let body = write_head(
+            &mut out,
+            &r,
+            HeadContext {
+                head_request: false,
+                http10: true,
+                keep_alive: true,
+            },
+        );
         let s = String::from_utf8(out).expect("ascii");
         assert!(body);
         assert!(s.starts_with("HTTP/1.1 200 OK\r\nDate: "), "{s}");
@@ -70,9 +79,28 @@ mod tests {
 
         let r = Response::new(Status::NOT_MODIFIED);
         let mut out = Vec::new();
-        let body = write_head(&mut out, &r, HeadContext { head_request: false, http10: false, keep_alive: false });
+        let body = write_head(
+            &mut out,
+            &r,
+            HeadContext {
+                head_request: false,
+                http10: false,
+                keep_alive: false,
+            },
+        );
         let s = String::from_utf8(out).expect("ascii");
-        assert!(!body && !s.contains("Content-Length") && s.ends_with("Connection: close\r\n\r\n"), "{s}");
-        assert_eq!(OVER_CAPACITY.len() - OVER_CAPACITY.windows(4).position(|w| w == b"\r\n\r\n").expect("end") - 4, 24);
+        assert!(
+            !body && !s.contains("Content-Length") && s.ends_with("Connection: close\r\n\r\n"),
+            "{s}"
+        );
+        assert_eq!(
+            OVER_CAPACITY.len()
+                - OVER_CAPACITY
+                    .windows(4)
+                    .position(|w| w == b"\r\n\r\n")
+                    .expect("end")
+                - 4,
+            24
+        );
     }
 }

@@ -48,24 +48,37 @@ impl Router {
         for site in &config.sites {
             let mut routes = Vec::new();
             for r in &site.routes {
-                let handler = Handler::Static(StaticRoot::new(static_options(&r.options, &limits)?)?);
+                let handler =
+                    Handler::Static(StaticRoot::new(static_options(&r.options, &limits)?)?);
                 routes.push(Route {
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
                     handler,
                 });
             }
-            sites.push(Site { hosts: site.hosts.clone(), routes });
+            sites.push(Site {
+                hosts: site.hosts.clone(),
+                routes,
+            });
         }
         let default_site = sites.iter().position(|s| s.hosts.is_empty()).unwrap_or(0);
-        Ok(Router { sites, default_site })
+        Ok(Router {
+            sites,
+            default_site,
+        })
     }
 
     /// Finds the route for `host` (as sent, maybe with a port) and the
     /// normalized `path`.
     pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Option<&Route> {
-        let site = host.and_then(|h| self.site_for(h)).unwrap_or(self.default_site);
-        self.sites.get(site)?.routes.iter().find(|r| prefix_matches(&r.prefix, path))
+        let site = host
+            .and_then(|h| self.site_for(h))
+            .unwrap_or(self.default_site);
+        self.sites
+            .get(site)?
+            .routes
+            .iter()
+            .find(|r| prefix_matches(&r.prefix, path))
     }
 
     fn site_for(&self, host: &[u8]) -> Option<usize> {
@@ -86,7 +99,8 @@ impl Router {
 /// Segment-aware prefix match: `/assets` matches `/assets` and `/assets/x`
 /// but not `/assetsx`; `/assets/` matches what starts with it.
 fn prefix_matches(prefix: &[u8], path: &[u8]) -> bool {
-    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
+    path.starts_with(prefix)
+        && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
 
 /// The path a handler sees: without the prefix when the route strips it.
@@ -107,13 +121,21 @@ pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [
 
 fn strip_port(host: &[u8]) -> &[u8] {
     if host.first() == Some(&b'[') {
-        return host.iter().position(|&b| b == b']').map_or(host, |e| &host[..=e]);
+        return host
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(host, |e| &host[..=e]);
     }
-    host.iter().rposition(|&b| b == b':').map_or(host, |c| &host[..c])
+    host.iter()
+        .rposition(|&b| b == b':')
+        .map_or(host, |c| &host[..c])
 }
 
 fn static_options(o: &RouteOptions, limits: &CacheLimits) -> io::Result<StaticOptions> {
-    let root = o.root.clone().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "route without root"))?;
+    let root = o
+        .root
+        .clone()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "route without root"))?;
     Ok(StaticOptions {
         root,
         index: o.index.clone(),

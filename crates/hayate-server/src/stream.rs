@@ -57,7 +57,8 @@ impl Stream {
     /// without waiting; advances `offset`.
     pub fn try_sendfile(&self, file: &File, offset: &mut i64, count: usize) -> io::Result<usize> {
         let mut send = |fd: std::os::fd::BorrowedFd<'_>| {
-            nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(offset), count).map_err(io::Error::from)
+            nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(offset), count)
+                .map_err(io::Error::from)
         };
         match self {
             Stream::Tcp(s) => s.try_io(Interest::WRITABLE, || send(s.as_fd())),

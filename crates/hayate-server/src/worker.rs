@@ -79,7 +79,10 @@ impl Worker {
                 body: g.body_timeout.0,
                 send: g.send_timeout.0,
             },
-            access_log: shared.log_sink.clone().map(|sink| AccessLog::new(g.access_log_format, sink)),
+            access_log: shared
+                .log_sink
+                .clone()
+                .map(|sink| AccessLog::new(g.access_log_format, sink)),
             shutdown,
             active: Cell::new(0),
             idle: Notify::new(),
@@ -88,8 +91,15 @@ impl Worker {
 }
 
 /// Runs a worker on the current thread until shutdown and drain.
-pub fn run(index: usize, shared: Shared, listeners: Vec<BoundListener>, shutdown: ShutdownWatch) -> io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+pub fn run(
+    index: usize,
+    shared: Shared,
+    listeners: Vec<BoundListener>,
+    shutdown: ShutdownWatch,
+) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Rc::new(Worker::build(&shared, shutdown.clone())?);
@@ -123,7 +133,10 @@ pub fn run(index: usize, shared: Shared, listeners: Vec<BoundListener>, shutdown
         })
         .await;
         if drained.is_err() {
-            log::warn!("worker {index}: {} connections cut at the grace period", worker.active.get());
+            log::warn!(
+                "worker {index}: {} connections cut at the grace period",
+                worker.active.get()
+            );
         }
         if let Some(log) = &worker.access_log {
             log.flush();
@@ -160,7 +173,10 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
             let _ = stream.try_write(OVER_CAPACITY);
             continue;
         }
-        let guard = ConnGuard { worker: worker.clone(), connections: shared.connections.clone() };
+        let guard = ConnGuard {
+            worker: worker.clone(),
+            connections: shared.connections.clone(),
+        };
         worker.active.set(worker.active.get() + 1);
         tokio::task::spawn_local(async move {
             Conn::new(stream, peer, guard.worker.clone()).run().await;

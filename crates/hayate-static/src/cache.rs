@@ -79,7 +79,13 @@ struct Stamp {
 
 impl Stamp {
     fn of(m: &Metadata) -> Stamp {
-        Stamp { len: m.len(), mtime: m.mtime(), mtime_ns: m.mtime_nsec(), ino: m.ino(), dev: m.dev() }
+        Stamp {
+            len: m.len(),
+            mtime: m.mtime(),
+            mtime_ns: m.mtime_nsec(),
+            ino: m.ino(),
+            dev: m.dev(),
+        }
     }
 }
 
@@ -130,20 +136,30 @@ pub(crate) struct BuildSpec<'a> {
 impl OpenFileCache {
     pub fn new(limits: CacheLimits) -> OpenFileCache {
         let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
-            Ok(inotify) => Some(Watch { inotify, dirs: RefCell::default(), watched: RefCell::default() }),
+            Ok(inotify) => Some(Watch {
+                inotify,
+                dirs: RefCell::default(),
+                watched: RefCell::default(),
+            }),
             Err(e) => {
                 log::warn!("inotify unavailable ({e}); cached files are re-checked with stat on every request");
                 None
             }
         };
-        OpenFileCache { entries: RefCell::default(), mem_bytes: Cell::new(0), limits, watch }
+        OpenFileCache {
+            entries: RefCell::default(),
+            mem_bytes: Cell::new(0),
+            limits,
+            watch,
+        }
     }
 
     /// Looks up a fresh entry for `key`.
     pub fn get(&self, key: &[u8], now: Instant) -> Option<Rc<Entry>> {
         self.drain_events();
         let entry = self.entries.borrow().get(key).cloned()?;
-        let due = !entry.watched || now.duration_since(entry.checked.get()) >= self.limits.revalidate;
+        let due =
+            !entry.watched || now.duration_since(entry.checked.get()) >= self.limits.revalidate;
         if due {
             if entry.still_current() {
                 entry.checked.set(now);
@@ -173,11 +189,15 @@ impl OpenFileCache {
         let mut encoded = Vec::new();
         if spec.precompressed {
             for coding in Coding::COMPRESSED {
-                let Some(suffix) = coding.file_suffix() else { continue };
+                let Some(suffix) = coding.file_suffix() else {
+                    continue;
+                };
                 let mut name = fs_path.as_os_str().to_owned();
                 name.push(suffix);
                 let sibling = PathBuf::from(name);
-                let Ok(f) = File::open(&sibling) else { continue };
+                let Ok(f) = File::open(&sibling) else {
+                    continue;
+                };
                 let Ok(m) = f.metadata() else { continue };
                 // A sibling older than the file is stale: never serve it.
                 if !m.is_file() || m.modified()? < last_modified {
@@ -190,7 +210,11 @@ impl OpenFileCache {
         let vary = vary && !encoded.is_empty();
         // Without siblings no response varies, so identity carries no Vary.
         let identity = self.variant(Coding::Identity, file, meta, &spec, last_modified, vary)?;
-        let mem_bytes = [&identity].into_iter().chain(&encoded).map(|v| v.mem_len()).sum();
+        let mem_bytes = [&identity]
+            .into_iter()
+            .chain(&encoded)
+            .map(|v| v.mem_len())
+            .sum();
         let watched = spec.watchable && self.watch_dirs(root, fs_path);
         let entry = Rc::new(Entry {
             fs_path: fs_path.to_path_buf(),
@@ -206,7 +230,9 @@ impl OpenFileCache {
         self.remove(key);
         self.make_room(mem_bytes);
         self.mem_bytes.set(self.mem_bytes.get() + mem_bytes);
-        self.entries.borrow_mut().insert(key.to_vec(), entry.clone());
+        self.entries
+            .borrow_mut()
+            .insert(key.to_vec(), entry.clone());
         Ok(entry)
     }
 
@@ -234,7 +260,13 @@ impl OpenFileCache {
         };
         let etag = match coding {
             Coding::Identity => format!("\"{:x}.{:x}-{:x}\"", meta.mtime(), meta.mtime_nsec(), len),
-            c => format!("\"{:x}.{:x}-{:x}-{}\"", meta.mtime(), meta.mtime_nsec(), len, c.as_str()),
+            c => format!(
+                "\"{:x}.{:x}-{:x}-{}\"",
+                meta.mtime(),
+                meta.mtime_nsec(),
+                len,
+                c.as_str()
+            ),
         };
         let lm = httpdate::fmt_http_date(last_modified);
         let mut common = String::with_capacity(160);
@@ -266,7 +298,9 @@ impl OpenFileCache {
     /// Adds inotify watches on every directory from `root` down to the
     /// file's parent. False when a watch could not be added.
     fn watch_dirs(&self, root: &Path, fs_path: &Path) -> bool {
-        let Some(watch) = &self.watch else { return false };
+        let Some(watch) = &self.watch else {
+            return false;
+        };
         let mut ok = true;
         for dir in fs_path.ancestors().skip(1) {
             if !dir.starts_with(root) {
@@ -281,7 +315,10 @@ impl OpenFileCache {
                     watch.watched.borrow_mut().insert(dir.to_path_buf());
                 }
                 Err(e) => {
-                    log::warn!("cannot watch {}: {e}; its files are re-checked on every request", dir.display());
+                    log::warn!(
+                        "cannot watch {}: {e}; its files are re-checked on every request",
+                        dir.display()
+                    );
                     ok = false;
                 }
             }
@@ -307,21 +344,28 @@ impl OpenFileCache {
                     self.clear();
                     continue;
                 }
-                let Some(dir) = watch.dirs.borrow().get(&ev.wd).cloned() else { continue };
+                let Some(dir) = watch.dirs.borrow().get(&ev.wd).cloned() else {
+                    continue;
+                };
                 match &ev.name {
                     Some(name) => {
                         let target = dir.join(name);
                         self.invalidate(&target);
                         // A sibling (x.gz) changing invalidates x.
                         for suffix in [".br", ".zst", ".gz"] {
-                            if let Some(base) = target.to_str().and_then(|t| t.strip_suffix(suffix)) {
+                            if let Some(base) = target.to_str().and_then(|t| t.strip_suffix(suffix))
+                            {
                                 self.invalidate(Path::new(base));
                             }
                         }
                     }
                     None => self.invalidate(&dir),
                 }
-                if ev.mask.intersects(AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED) {
+                if ev.mask.intersects(
+                    AddWatchFlags::IN_DELETE_SELF
+                        | AddWatchFlags::IN_MOVE_SELF
+                        | AddWatchFlags::IN_IGNORED,
+                ) {
                     watch.dirs.borrow_mut().remove(&ev.wd);
                     watch.watched.borrow_mut().remove(&dir);
                     if !ev.mask.contains(AddWatchFlags::IN_IGNORED) {
@@ -335,8 +379,13 @@ impl OpenFileCache {
     }
 
     fn forget_watches_under(&self, watch: &Watch, dir: &Path) {
-        let stale: Vec<WatchDescriptor> =
-            watch.dirs.borrow().iter().filter(|(_, d)| d.starts_with(dir)).map(|(wd, _)| *wd).collect();
+        let stale: Vec<WatchDescriptor> = watch
+            .dirs
+            .borrow()
+            .iter()
+            .filter(|(_, d)| d.starts_with(dir))
+            .map(|(wd, _)| *wd)
+            .collect();
         for wd in stale {
             if let Some(d) = watch.dirs.borrow_mut().remove(&wd) {
                 watch.watched.borrow_mut().remove(&d);
@@ -363,7 +412,8 @@ impl OpenFileCache {
 
     fn remove(&self, key: &[u8]) {
         if let Some(old) = self.entries.borrow_mut().remove(key) {
-            self.mem_bytes.set(self.mem_bytes.get().saturating_sub(old.mem_bytes));
+            self.mem_bytes
+                .set(self.mem_bytes.get().saturating_sub(old.mem_bytes));
         }
     }
 
@@ -398,7 +448,9 @@ impl OpenFileCache {
 impl Entry {
     /// Re-checks every file of the entry with `stat`.
     fn still_current(&self) -> bool {
-        self.stamps.iter().all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| Stamp::of(&m) == *stamp))
+        self.stamps
+            .iter()
+            .all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| Stamp::of(&m) == *stamp))
             && self.no_new_siblings()
     }
 
@@ -407,11 +459,14 @@ impl Entry {
     fn no_new_siblings(&self) -> bool {
         if self.encoded.len() + 1 == self.stamps.len() && !self.stamps.is_empty() {
             let have: HashSet<Coding> = self.encoded.iter().map(|v| v.coding).collect();
-            return Coding::COMPRESSED.iter().filter(|c| !have.contains(c)).all(|c| {
-                let mut name = self.fs_path.as_os_str().to_owned();
-                name.push(c.file_suffix().unwrap_or_default());
-                std::fs::metadata(PathBuf::from(name)).is_err()
-            });
+            return Coding::COMPRESSED
+                .iter()
+                .filter(|c| !have.contains(c))
+                .all(|c| {
+                    let mut name = self.fs_path.as_os_str().to_owned();
+                    name.push(c.file_suffix().unwrap_or_default());
+                    std::fs::metadata(PathBuf::from(name)).is_err()
+                });
         }
         true
     }

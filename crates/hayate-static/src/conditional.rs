@@ -111,7 +111,11 @@ fn split_tags(list: &[u8]) -> impl Iterator<Item = &[u8]> {
             }
         }
         let item = trim(&rest[..end]);
-        rest = if end < rest.len() { &rest[end + 1..] } else { &[] };
+        rest = if end < rest.len() {
+            &rest[end + 1..]
+        } else {
+            &[]
+        };
         if !item.is_empty() {
             return Some(item);
         }
@@ -131,16 +135,26 @@ fn tag_matches(candidate: &[u8], etag: &str, cmp: Comparison) -> bool {
 }
 
 fn parse_date(raw: &[u8]) -> Option<SystemTime> {
-    std::str::from_utf8(trim(raw)).ok().and_then(|s| httpdate::parse_http_date(s).ok())
+    std::str::from_utf8(trim(raw))
+        .ok()
+        .and_then(|s| httpdate::parse_http_date(s).ok())
 }
 
 fn seconds(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs()
 }
 
 fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -155,7 +169,10 @@ mod tests {
     const AFTER: &str = "Sun, 06 Nov 1994 08:49:38 GMT";
 
     fn v() -> Validators<'static> {
-        Validators { etag: TAG, last_modified: httpdate::parse_http_date(LM).expect("date") }
+        Validators {
+            etag: TAG,
+            last_modified: httpdate::parse_http_date(LM).expect("date"),
+        }
     }
 
     fn eval(headers: &[(&str, &str)]) -> Verdict {
@@ -186,7 +203,10 @@ mod tests {
             (&[("if-unmodified-since", BEFORE)], Failed),
             (&[("if-unmodified-since", "garbage")], Proceed),
             // If-Match takes precedence over If-Unmodified-Since.
-            (&[("if-match", "\"abc\""), ("if-unmodified-since", BEFORE)], Proceed),
+            (
+                &[("if-match", "\"abc\""), ("if-unmodified-since", BEFORE)],
+                Proceed,
+            ),
             (&[("if-none-match", "\"abc\"")], NotModified),
             (&[("if-none-match", "W/\"abc\"")], NotModified),
             (&[("if-none-match", "\"x\", W/\"abc\"")], NotModified),
@@ -195,12 +215,24 @@ mod tests {
             (&[("if-modified-since", LM)], NotModified),
             (&[("if-modified-since", AFTER)], NotModified),
             (&[("if-modified-since", BEFORE)], Proceed),
-            (&[("if-modified-since", "Sunday, 06-Nov-94 08:49:37 GMT")], NotModified),
-            (&[("if-modified-since", "Sun Nov  6 08:49:37 1994")], NotModified),
+            (
+                &[("if-modified-since", "Sunday, 06-Nov-94 08:49:37 GMT")],
+                NotModified,
+            ),
+            (
+                &[("if-modified-since", "Sun Nov  6 08:49:37 1994")],
+                NotModified,
+            ),
             // If-Modified-Since is ignored when If-None-Match is present.
-            (&[("if-none-match", "\"x\""), ("if-modified-since", AFTER)], Proceed),
+            (
+                &[("if-none-match", "\"x\""), ("if-modified-since", AFTER)],
+                Proceed,
+            ),
             // 412 beats 304.
-            (&[("if-match", "\"x\""), ("if-none-match", "\"abc\"")], Failed),
+            (
+                &[("if-match", "\"x\""), ("if-none-match", "\"abc\"")],
+                Failed,
+            ),
             (&[("if-none-match", "\"a,b\", \"abc\"")], NotModified),
         ];
         for (headers, want) in cases {
@@ -210,7 +242,13 @@ mod tests {
 
     #[test]
     fn if_range() {
-        let check = |ir: &str| Preconditions { if_range: Some(ir.as_bytes()), ..Default::default() }.range_allowed(&v());
+        let check = |ir: &str| {
+            Preconditions {
+                if_range: Some(ir.as_bytes()),
+                ..Default::default()
+            }
+            .range_allowed(&v())
+        };
         assert!(Preconditions::default().range_allowed(&v()));
         assert!(check("\"abc\""));
         assert!(!check("W/\"abc\""));

@@ -25,8 +25,8 @@ use bytes::Bytes;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Coding, Response, Status};
 
-use cache::{BuildSpec, Entry, OpenFileCache, Source, Variant};
 pub use cache::CacheLimits;
+use cache::{BuildSpec, Entry, OpenFileCache, Source, Variant};
 pub use conditional::{Preconditions, Verdict};
 use range::RangeDecision;
 
@@ -95,10 +95,17 @@ impl StaticRoot {
     /// Opens `opts.root`, which must be a directory; it is canonicalized so
     /// that confinement checks compare real paths.
     pub fn new(mut opts: StaticOptions) -> io::Result<StaticRoot> {
-        let root = std::fs::canonicalize(&opts.root)
-            .map_err(|e| io::Error::new(e.kind(), format!("static root {}: {e}", opts.root.display())))?;
+        let root = std::fs::canonicalize(&opts.root).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("static root {}: {e}", opts.root.display()),
+            )
+        })?;
         if !root.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::NotADirectory, format!("{} is not a directory", root.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", root.display()),
+            ));
         }
         opts.root = root;
         let cache = OpenFileCache::new(opts.cache.clone());
@@ -115,7 +122,10 @@ impl StaticRoot {
         let head = match req.method {
             b"GET" => false,
             b"HEAD" => true,
-            _ => return Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD"),
+            _ => {
+                return Response::error(Status::METHOD_NOT_ALLOWED)
+                    .with_header("Allow", b"GET, HEAD")
+            }
         };
         if !self.opts.dotfiles && is_hidden(req.path) {
             return Response::error(Status::NOT_FOUND);
@@ -144,7 +154,11 @@ impl StaticRoot {
     }
 
     /// A directory: redirect to the slash form, its index, a listing, or 404.
-    fn directory(&self, req: &StaticRequest<'_>, dir: &Path) -> io::Result<Result<Rc<Entry>, Response>> {
+    fn directory(
+        &self,
+        req: &StaticRequest<'_>,
+        dir: &Path,
+    ) -> io::Result<Result<Rc<Entry>, Response>> {
         if !req.path.ends_with(b"/") {
             let mut location = req.raw_path.to_vec();
             location.push(b'/');
@@ -164,8 +178,13 @@ impl StaticRoot {
         if self.opts.listing {
             let body = listing::render(dir, req.path, req.wants_json, self.opts.dotfiles)?;
             let mut r = Response::new(Status::OK);
-            let ct: &[u8] = if req.wants_json { b"application/json" } else { b"text/html; charset=utf-8" };
-            r.header("Content-Type", ct).header("Cache-Control", b"no-cache");
+            let ct: &[u8] = if req.wants_json {
+                b"application/json"
+            } else {
+                b"text/html; charset=utf-8"
+            };
+            r.header("Content-Type", ct)
+                .header("Cache-Control", b"no-cache");
             r.body = Body::Bytes(Bytes::from(body));
             return Ok(Err(r));
         }
@@ -173,7 +192,9 @@ impl StaticRoot {
     }
 
     fn fallback(&self, req: &StaticRequest<'_>) -> io::Result<Option<Rc<Entry>>> {
-        let Some(fallback) = &self.opts.fallback else { return Ok(None) };
+        let Some(fallback) = &self.opts.fallback else {
+            return Ok(None);
+        };
         let key = format!("/{}", fallback.trim_start_matches('/'));
         if let Some(entry) = self.cache.get(key.as_bytes(), req.now) {
             return Ok(Some(entry));
@@ -181,7 +202,10 @@ impl StaticRoot {
         match self.lookup(key.as_bytes(), key.as_bytes(), req.now)? {
             Lookup::File(entry) => Ok(Some(entry)),
             _ => {
-                log::error!("fallback file {key} is missing under {}", self.opts.root.display());
+                log::error!(
+                    "fallback file {key} is missing under {}",
+                    self.opts.root.display()
+                );
                 Ok(None)
             }
         }
@@ -189,7 +213,9 @@ impl StaticRoot {
 
     /// Resolves `path` under the root on disk and caches a file under `key`.
     fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
-        let rel = Path::new(std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path)));
+        let rel = Path::new(std::ffi::OsStr::from_bytes(
+            path.strip_prefix(b"/").unwrap_or(path),
+        ));
         let fs_path = self.opts.root.join(rel);
         let meta = match std::fs::metadata(&fs_path) {
             Ok(m) => m,
@@ -204,7 +230,10 @@ impl StaticRoot {
         };
         let inside = real.starts_with(&self.opts.root);
         if !inside && !self.opts.symlinks_outside_root {
-            log::info!("refused {}: a symlink leads outside the root", fs_path.display());
+            log::info!(
+                "refused {}: a symlink leads outside the root",
+                fs_path.display()
+            );
             return Ok(Lookup::Missing);
         }
         if meta.is_dir() {
@@ -225,12 +254,17 @@ impl StaticRoot {
             precompressed: self.opts.precompressed,
             watchable: real == fs_path,
         };
-        let entry = self.cache.insert(key, &self.opts.root, &fs_path, file, &meta, spec, now)?;
+        let entry = self
+            .cache
+            .insert(key, &self.opts.root, &fs_path, file, &meta, spec, now)?;
         Ok(Lookup::File(entry))
     }
 
     fn cache_control_for(&self, fs_path: &Path) -> Option<&str> {
-        let name = fs_path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+        let name = fs_path
+            .file_name()
+            .map(|n| n.as_bytes())
+            .unwrap_or_default();
         if self.opts.immutable && looks_hashed(name) {
             return Some("public, max-age=31536000, immutable");
         }
@@ -249,10 +283,15 @@ fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response 
                 *slot = v.coding;
             }
             let chosen = (req.choose_coding)(&available[..n]);
-            chosen.and_then(|c| entry.encoded.iter().find(|v| v.coding == c)).unwrap_or(&entry.identity)
+            chosen
+                .and_then(|c| entry.encoded.iter().find(|v| v.coding == c))
+                .unwrap_or(&entry.identity)
         }
     };
-    let validators = conditional::Validators { etag: &variant.etag, last_modified: entry.last_modified };
+    let validators = conditional::Validators {
+        etag: &variant.etag,
+        last_modified: entry.last_modified,
+    };
     match req.preconditions.evaluate(&validators) {
         Verdict::Proceed => {}
         Verdict::NotModified => {
@@ -285,7 +324,10 @@ fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response 
             r.status = Status::PARTIAL_CONTENT;
             r.shared_head = variant.head_no_type.clone();
             let boundary = boundary();
-            r.header("Content-Type", format!("multipart/byteranges; boundary={boundary}").as_bytes());
+            r.header(
+                "Content-Type",
+                format!("multipart/byteranges; boundary={boundary}").as_bytes(),
+            );
             let mut parts = Vec::with_capacity(ranges.len() * 2 + 1);
             for range in ranges {
                 let part_head = format!(
@@ -296,18 +338,23 @@ fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response 
                     variant.len
                 );
                 parts.push(Chunk::Bytes(Bytes::from(part_head)));
-                parts.push(match body_of(variant, range.start, range.end - range.start) {
-                    Body::Bytes(b) => Chunk::Bytes(b),
-                    Body::File(f) => Chunk::File(f),
-                    _ => Chunk::Bytes(Bytes::new()),
-                });
+                parts.push(
+                    match body_of(variant, range.start, range.end - range.start) {
+                        Body::Bytes(b) => Chunk::Bytes(b),
+                        Body::File(f) => Chunk::File(f),
+                        _ => Chunk::Bytes(Bytes::new()),
+                    },
+                );
             }
             parts.push(Chunk::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
             r.body = Body::Parts(parts);
         }
         RangeDecision::Unsatisfiable => {
             let mut r = Response::error(Status::RANGE_NOT_SATISFIABLE);
-            r.header("Content-Range", format!("bytes */{}", variant.len).as_bytes());
+            r.header(
+                "Content-Range",
+                format!("bytes */{}", variant.len).as_bytes(),
+            );
             if !entry.encoded.is_empty() {
                 r.header("Vary", b"Accept-Encoding");
             }
@@ -323,7 +370,11 @@ fn body_of(variant: &Variant, offset: u64, len: u64) -> Body {
     }
     match &variant.source {
         Source::Memory(b) => Body::Bytes(b.slice(offset as usize..(offset + len) as usize)),
-        Source::File(f) => Body::File(FileRange { file: f.clone(), offset, len }),
+        Source::File(f) => Body::File(FileRange {
+            file: f.clone(),
+            offset,
+            len,
+        }),
     }
 }
 
@@ -336,7 +387,8 @@ fn boundary() -> String {
 
 /// Whether any segment of `path` starts with a dot, `.well-known` excepted.
 fn is_hidden(path: &[u8]) -> bool {
-    path.split(|&b| b == b'/').any(|seg| seg.first() == Some(&b'.') && seg != b".well-known")
+    path.split(|&b| b == b'/')
+        .any(|seg| seg.first() == Some(&b'.') && seg != b".well-known")
 }
 
 /// Whether a file name carries a content hash: a `.`- or `-`-separated part
@@ -355,8 +407,10 @@ pub fn looks_hashed(name: &[u8]) -> bool {
 }
 
 fn is_missing(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory)
-        || e.raw_os_error() == Some(nix::libc::ENAMETOOLONG)
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    ) || e.raw_os_error() == Some(nix::libc::ENAMETOOLONG)
         || e.raw_os_error() == Some(nix::libc::ELOOP)
 }
 

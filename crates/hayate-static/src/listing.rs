@@ -17,7 +17,12 @@ struct Item {
 }
 
 /// Lists `dir`. `url_path` is the decoded request path (ends with `/`).
-pub(crate) fn render(dir: &Path, url_path: &[u8], json: bool, dotfiles: bool) -> std::io::Result<String> {
+pub(crate) fn render(
+    dir: &Path,
+    url_path: &[u8],
+    json: bool,
+    dotfiles: bool,
+) -> std::io::Result<String> {
     let mut items = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -26,12 +31,27 @@ pub(crate) fn render(dir: &Path, url_path: &[u8], json: bool, dotfiles: bool) ->
             continue;
         }
         // Follows symlinks, like the file lookup; broken links are skipped.
-        let Ok(meta) = fs::metadata(entry.path()) else { continue };
-        let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs());
-        items.push(Item { name, dir: meta.is_dir(), size: meta.len(), mtime });
+        let Ok(meta) = fs::metadata(entry.path()) else {
+            continue;
+        };
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        items.push(Item {
+            name,
+            dir: meta.is_dir(),
+            size: meta.len(),
+            mtime,
+        });
     }
     items.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.cmp(&b.name)));
-    Ok(if json { render_json(&items) } else { render_html(&items, url_path) })
+    Ok(if json {
+        render_json(&items)
+    } else {
+        render_html(&items, url_path)
+    })
 }
 
 fn render_json(items: &[Item]) -> String {
@@ -70,7 +90,12 @@ fn render_html(items: &[Item], url_path: &[u8]) -> String {
             label.push('/');
         }
         // `./` keeps a name with a colon from being read as a URL scheme.
-        out.push_str(&format!("<li><a href=\"./{}\">{}</a> {}</li>\n", html_escape(&href), label, it.size));
+        out.push_str(&format!(
+            "<li><a href=\"./{}\">{}</a> {}</li>\n",
+            html_escape(&href),
+            label,
+            it.size
+        ));
     }
     out.push_str("</ul></body></html>\n");
     out
@@ -110,11 +135,19 @@ mod tests {
 
     #[test]
     fn escapes_names() {
-        let items = [Item { name: b"<script>\"a\".txt".to_vec(), dir: false, size: 1, mtime: 0 }];
+        let items = [Item {
+            name: b"<script>\"a\".txt".to_vec(),
+            dir: false,
+            size: 1,
+            mtime: 0,
+        }];
         let html = render_html(&items, b"/x/");
         assert!(html.contains("&lt;script&gt;&quot;a&quot;.txt"), "{html}");
         assert!(!html.contains("<script>"));
         let json = render_json(&items);
-        assert_eq!(json, "[{\"name\":\"<script>\\\"a\\\".txt\",\"type\":\"file\",\"size\":1,\"mtime\":0}]\n");
+        assert_eq!(
+            json,
+            "[{\"name\":\"<script>\\\"a\\\".txt\",\"type\":\"file\",\"size\":1,\"mtime\":0}]\n"
+        );
     }
 }

@@ -5,14 +5,24 @@ use std::path::Path;
 /// The Content-Type for `path`. Unknown extensions are
 /// `application/octet-stream` (never sniffed, so never executed as HTML).
 pub fn content_type(path: &Path) -> String {
-    let guess = mime_guess::from_path(path).first_raw().unwrap_or("application/octet-stream");
+    let guess = mime_guess::from_path(path)
+        .first_raw()
+        .unwrap_or("application/octet-stream");
     let textual = guess.starts_with("text/")
         || matches!(
             guess,
-            "application/javascript" | "application/json" | "application/xml" | "image/svg+xml" | "application/manifest+json"
+            "application/javascript"
+                | "application/json"
+                | "application/xml"
+                | "image/svg+xml"
+                | "application/manifest+json"
         );
     // mime_guess maps .js to application/javascript; RFC 9239 prefers text/javascript.
-    let guess = if guess == "application/javascript" { "text/javascript" } else { guess };
+    let guess = if guess == "application/javascript" {
+        "text/javascript"
+    } else {
+        guess
+    };
     if textual {
         format!("{guess}; charset=utf-8")
     } else {

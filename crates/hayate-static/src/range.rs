@@ -25,7 +25,9 @@ pub enum RangeDecision {
 
 /// Decides how to answer `header` for a representation of `len` bytes.
 pub fn decide(header: &[u8], len: u64) -> RangeDecision {
-    let Some(specs) = parse(header) else { return RangeDecision::Full };
+    let Some(specs) = parse(header) else {
+        return RangeDecision::Full;
+    };
     if specs.len() > MAX_RANGES {
         return RangeDecision::Full;
     }
@@ -93,7 +95,11 @@ fn parse(header: &[u8]) -> Option<Vec<Spec>> {
             Spec::Suffix(number(last)?)
         } else {
             let start = number(first)?;
-            let end = if last.is_empty() { None } else { Some(number(last)?) };
+            let end = if last.is_empty() {
+                None
+            } else {
+                Some(number(last)?)
+            };
             if end.is_some_and(|e| e < start) {
                 return None;
             }
@@ -115,12 +121,20 @@ fn number(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    s.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    s.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(start, |e| e + 1);
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -155,16 +169,26 @@ mod tests {
             ("bytes=-5", 0, Unsatisfiable),
         ];
         for (header, len, want) in cases {
-            assert_eq!(&decide(header.as_bytes(), *len), want, "Range: {header} (len {len})");
+            assert_eq!(
+                &decide(header.as_bytes(), *len),
+                want,
+                "Range: {header} (len {len})"
+            );
         }
     }
 
     #[test]
     fn too_many_ranges_get_the_whole_file() {
-        let many: Vec<String> = (0..=MAX_RANGES as u64).map(|i| format!("{}-{}", i * 10, i * 10 + 1)).collect();
+        let many: Vec<String> = (0..=MAX_RANGES as u64)
+            .map(|i| format!("{}-{}", i * 10, i * 10 + 1))
+            .collect();
         let header = format!("bytes={}", many.join(","));
         assert_eq!(decide(header.as_bytes(), 10_000), Full);
-        let ok: Vec<String> = (0..MAX_RANGES as u64).map(|i| format!("{}-{}", i * 10, i * 10 + 1)).collect();
-        assert!(matches!(decide(format!("bytes={}", ok.join(",")).as_bytes(), 10_000), Multi(v) if v.len() == MAX_RANGES));
+        let ok: Vec<String> = (0..MAX_RANGES as u64)
+            .map(|i| format!("{}-{}", i * 10, i * 10 + 1))
+            .collect();
+        assert!(
+            matches!(decide(format!("bytes={}", ok.join(",")).as_bytes(), 10_000), Multi(v) if v.len() == MAX_RANGES)
+        );
     }
 }

@@ -20,7 +20,11 @@ fn options(root: &Path) -> StaticOptions {
         cache_control: None,
         immutable: false,
         precompressed: true,
-        cache: CacheLimits { budget: 1 << 20, max_file: 64, revalidate: Duration::from_secs(3600) },
+        cache: CacheLimits {
+            budget: 1 << 20,
+            max_file: 64,
+            revalidate: Duration::from_secs(3600),
+        },
     }
 }
 
@@ -56,7 +60,11 @@ fn serve(f: &Fixture, r: Req<'_>) -> Response {
     let accept = r.accept;
     let choose = move |available: &[Coding]| available.iter().copied().find(|c| Some(*c) == accept);
     f.root.serve(&StaticRequest {
-        method: if r.method.is_empty() { b"GET" } else { r.method.as_bytes() },
+        method: if r.method.is_empty() {
+            b"GET"
+        } else {
+            r.method.as_bytes()
+        },
         path: r.path.as_bytes(),
         raw_path: r.path.as_bytes(),
         query: r.query.map(str::as_bytes),
@@ -69,15 +77,27 @@ fn serve(f: &Fixture, r: Req<'_>) -> Response {
 }
 
 fn get(f: &Fixture, path: &str) -> Response {
-    serve(f, Req { path, ..Default::default() })
+    serve(
+        f,
+        Req {
+            path,
+            ..Default::default()
+        },
+    )
 }
 
 fn headers(r: &Response) -> String {
-    format!("{}{}", String::from_utf8_lossy(&r.shared_head), String::from_utf8_lossy(&r.head))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&r.shared_head),
+        String::from_utf8_lossy(&r.head)
+    )
 }
 
 fn header<'r>(r: &'r Response, name: &str) -> Option<String> {
-    headers(r).lines().find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+    headers(r)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
 }
 
 fn body(r: &Response) -> Vec<u8> {
@@ -107,7 +127,10 @@ fn serves_a_file_with_validators() {
     let r = get(&f, "/hello.txt");
     assert_eq!(r.status, Status::OK);
     assert_eq!(body(&r), b"hello world\n");
-    assert_eq!(header(&r, "Content-Type").as_deref(), Some("text/plain; charset=utf-8"));
+    assert_eq!(
+        header(&r, "Content-Type").as_deref(),
+        Some("text/plain; charset=utf-8")
+    );
     assert!(header(&r, "ETag").is_some_and(|e| e.starts_with('"') && e.ends_with('"')));
     assert!(header(&r, "Last-Modified").is_some());
     assert_eq!(header(&r, "Accept-Ranges").as_deref(), Some("bytes"));
@@ -118,23 +141,52 @@ fn serves_a_file_with_validators() {
 fn methods_other_than_get_and_head_get_405_with_allow() {
     let f = fixture(|_| {});
     for m in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
-        let r = serve(&f, Req { method: m, path: "/hello.txt", ..Default::default() });
+        let r = serve(
+            &f,
+            Req {
+                method: m,
+                path: "/hello.txt",
+                ..Default::default()
+            },
+        );
         assert_eq!(r.status, Status::METHOD_NOT_ALLOWED, "{m}");
         assert_eq!(header(&r, "Allow").as_deref(), Some("GET, HEAD"));
     }
-    let r = serve(&f, Req { method: "HEAD", path: "/hello.txt", ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            method: "HEAD",
+            path: "/hello.txt",
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::OK);
-    assert_eq!(r.body.len(), 12, "HEAD announces the length; the writer drops the body");
+    assert_eq!(
+        r.body.len(),
+        12,
+        "HEAD announces the length; the writer drops the body"
+    );
 }
 
 #[test]
 fn index_redirect_and_missing() {
     let f = fixture(|_| {});
     assert_eq!(body(&get(&f, "/")), b"<h1>home</h1>");
-    let r = serve(&f, Req { path: "/docs", query: Some("a=1&b"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/docs",
+            query: Some("a=1&b"),
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::MOVED_PERMANENTLY);
     assert_eq!(header(&r, "Location").as_deref(), Some("/docs/?a=1&b"));
-    assert_eq!(get(&f, "/docs/").status, Status::NOT_FOUND, "no index, no listing");
+    assert_eq!(
+        get(&f, "/docs/").status,
+        Status::NOT_FOUND,
+        "no index, no listing"
+    );
     assert_eq!(get(&f, "/nope.txt").status, Status::NOT_FOUND);
     assert_eq!(get(&f, "/hello.txt/x").status, Status::NOT_FOUND);
 }
@@ -146,10 +198,25 @@ fn listing_html_and_json() {
     let html = get(&f, "/docs/");
     assert_eq!(html.status, Status::OK);
     let text = String::from_utf8(body(&html)).expect("utf8");
-    assert!(text.contains("guide.html") && text.contains("&lt;b&gt;.txt"), "{text}");
-    let json = serve(&f, Req { path: "/docs/", json: true, ..Default::default() });
-    assert_eq!(header(&json, "Content-Type").as_deref(), Some("application/json"));
-    assert!(String::from_utf8(body(&json)).expect("utf8").contains("\"name\":\"guide.html\""));
+    assert!(
+        text.contains("guide.html") && text.contains("&lt;b&gt;.txt"),
+        "{text}"
+    );
+    let json = serve(
+        &f,
+        Req {
+            path: "/docs/",
+            json: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        header(&json, "Content-Type").as_deref(),
+        Some("application/json")
+    );
+    assert!(String::from_utf8(body(&json))
+        .expect("utf8")
+        .contains("\"name\":\"guide.html\""));
     let root = String::from_utf8(body(&get(&f, "/.well-known/"))).expect("utf8");
     assert!(root.contains("security.txt"));
 }
@@ -168,14 +235,33 @@ fn symlinks_out_of_root_are_refused_unless_allowed() {
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("secret.txt"), "secret").expect("write");
     let f = fixture(|_| {});
-    std::os::unix::fs::symlink(outside.path().join("secret.txt"), f.dir.path().join("link.txt")).expect("symlink");
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        f.dir.path().join("link.txt"),
+    )
+    .expect("symlink");
     std::os::unix::fs::symlink(outside.path(), f.dir.path().join("linkdir")).expect("symlink");
-    std::os::unix::fs::symlink(f.dir.path().join("hello.txt"), f.dir.path().join("inside.txt")).expect("symlink");
+    std::os::unix::fs::symlink(
+        f.dir.path().join("hello.txt"),
+        f.dir.path().join("inside.txt"),
+    )
+    .expect("symlink");
     assert_eq!(get(&f, "/link.txt").status, Status::NOT_FOUND);
     assert_eq!(get(&f, "/linkdir/secret.txt").status, Status::NOT_FOUND);
-    assert_eq!(get(&f, "/inside.txt").status, Status::OK, "links within the root are fine");
-    let opts = { let mut o = options(f.dir.path()); o.symlinks_outside_root = true; o };
-    let open = Fixture { root: StaticRoot::new(opts).expect("root"), dir: tempfile::tempdir().expect("tempdir") };
+    assert_eq!(
+        get(&f, "/inside.txt").status,
+        Status::OK,
+        "links within the root are fine"
+    );
+    let opts = {
+        let mut o = options(f.dir.path());
+        o.symlinks_outside_root = true;
+        o
+    };
+    let open = Fixture {
+        root: StaticRoot::new(opts).expect("root"),
+        dir: tempfile::tempdir().expect("tempdir"),
+    };
     assert_eq!(body(&get(&open, "/link.txt")), b"secret");
 }
 
@@ -185,7 +271,11 @@ fn spa_fallback_answers_200() {
     let r = get(&f, "/app/route/42");
     assert_eq!(r.status, Status::OK);
     assert_eq!(body(&r), b"<h1>home</h1>");
-    assert_eq!(get(&f, "/.env").status, Status::NOT_FOUND, "hidden files stay hidden");
+    assert_eq!(
+        get(&f, "/.env").status,
+        Status::NOT_FOUND,
+        "hidden files stay hidden"
+    );
 }
 
 #[test]
@@ -193,27 +283,76 @@ fn preconditions() {
     let f = fixture(|_| {});
     let etag = header(&get(&f, "/hello.txt"), "ETag").expect("etag");
     let lm = header(&get(&f, "/hello.txt"), "Last-Modified").expect("lm");
-    let with = |pre: Preconditions<'_>| serve(&f, Req { path: "/hello.txt", pre, ..Default::default() });
-    let r = with(Preconditions { if_none_match: Some(etag.as_bytes()), ..Default::default() });
+    let with = |pre: Preconditions<'_>| {
+        serve(
+            &f,
+            Req {
+                path: "/hello.txt",
+                pre,
+                ..Default::default()
+            },
+        )
+    };
+    let r = with(Preconditions {
+        if_none_match: Some(etag.as_bytes()),
+        ..Default::default()
+    });
     assert_eq!(r.status, Status::NOT_MODIFIED);
     assert_eq!(header(&r, "ETag").as_deref(), Some(etag.as_str()));
     assert!(r.body.is_empty());
-    assert_eq!(with(Preconditions { if_modified_since: Some(lm.as_bytes()), ..Default::default() }).status, Status::NOT_MODIFIED);
-    assert_eq!(with(Preconditions { if_match: Some(b"\"other\""), ..Default::default() }).status, Status::PRECONDITION_FAILED);
-    assert_eq!(with(Preconditions { if_match: Some(etag.as_bytes()), ..Default::default() }).status, Status::OK);
+    assert_eq!(
+        with(Preconditions {
+            if_modified_since: Some(lm.as_bytes()),
+            ..Default::default()
+        })
+        .status,
+        Status::NOT_MODIFIED
+    );
+    assert_eq!(
+        with(Preconditions {
+            if_match: Some(b"\"other\""),
+            ..Default::default()
+        })
+        .status,
+        Status::PRECONDITION_FAILED
+    );
+    assert_eq!(
+        with(Preconditions {
+            if_match: Some(etag.as_bytes()),
+            ..Default::default()
+        })
+        .status,
+        Status::OK
+    );
 }
 
 #[test]
 fn ranges_single_multi_unsatisfiable_and_if_range() {
     let f = fixture(|_| {});
-    let r = serve(&f, Req { path: "/hello.txt", range: Some("bytes=0-4"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            range: Some("bytes=0-4"),
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::PARTIAL_CONTENT);
     assert_eq!(header(&r, "Content-Range").as_deref(), Some("bytes 0-4/12"));
     assert_eq!(body(&r), b"hello");
-    let r = serve(&f, Req { path: "/hello.txt", range: Some("bytes=0-1,6-7"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            range: Some("bytes=0-1,6-7"),
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::PARTIAL_CONTENT);
     let ct = header(&r, "Content-Type").expect("ct");
-    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect("multipart");
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .expect("multipart");
     let text = String::from_utf8(body(&r)).expect("utf8");
     assert_eq!(
         text,
@@ -224,18 +363,62 @@ fn ranges_single_multi_unsatisfiable_and_if_range() {
         )
     );
     assert_eq!(r.body.len() as usize, text.len());
-    let r = serve(&f, Req { path: "/hello.txt", range: Some("bytes=50-"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            range: Some("bytes=50-"),
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::RANGE_NOT_SATISFIABLE);
     assert_eq!(header(&r, "Content-Range").as_deref(), Some("bytes */12"));
-    let r = serve(&f, Req { path: "/hello.txt", range: Some("bytes=0-5,2-8"), ..Default::default() });
-    assert_eq!((r.status, r.body.len()), (Status::OK, 12), "overlap gets the whole file");
-    let stale = Preconditions { if_range: Some(b"\"old\""), ..Default::default() };
-    let r = serve(&f, Req { path: "/hello.txt", range: Some("bytes=0-4"), pre: stale, ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            range: Some("bytes=0-5,2-8"),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        (r.status, r.body.len()),
+        (Status::OK, 12),
+        "overlap gets the whole file"
+    );
+    let stale = Preconditions {
+        if_range: Some(b"\"old\""),
+        ..Default::default()
+    };
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            range: Some("bytes=0-4"),
+            pre: stale,
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::OK, "If-Range mismatch ignores Range");
-    let r = serve(&f, Req { method: "HEAD", path: "/hello.txt", range: Some("bytes=0-4"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            method: "HEAD",
+            path: "/hello.txt",
+            range: Some("bytes=0-4"),
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::OK, "Range applies to GET only");
     // Large files come from the descriptor, ranges too.
-    let r = serve(&f, Req { path: "/big.bin", range: Some("bytes=990-"), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/big.bin",
+            range: Some("bytes=990-"),
+            ..Default::default()
+        },
+    );
     assert!(matches!(r.body, Body::File(_)));
     assert_eq!(body(&r), vec![7u8; 10]);
 }
@@ -249,20 +432,59 @@ fn precompressed_siblings_are_negotiated_with_vary_and_own_etag() {
     assert_eq!(body(&plain), b"hello world\n");
     assert_eq!(header(&plain, "Vary").as_deref(), Some("Accept-Encoding"));
     assert_eq!(header(&plain, "Content-Encoding"), None);
-    let gz = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Gzip), ..Default::default() });
+    let gz = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Gzip),
+            ..Default::default()
+        },
+    );
     assert_eq!(body(&gz), b"GZ");
     assert_eq!(header(&gz, "Content-Encoding").as_deref(), Some("gzip"));
-    assert_eq!(header(&gz, "Content-Type").as_deref(), Some("text/plain; charset=utf-8"));
+    assert_eq!(
+        header(&gz, "Content-Type").as_deref(),
+        Some("text/plain; charset=utf-8")
+    );
     assert_ne!(header(&gz, "ETag"), header(&plain, "ETag"));
-    let br = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Br), ..Default::default() });
+    let br = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Br),
+            ..Default::default()
+        },
+    );
     assert_eq!(body(&br), b"BR");
     let etag = header(&gz, "ETag").expect("etag");
-    let pre = Preconditions { if_none_match: Some(etag.as_bytes()), ..Default::default() };
-    let r = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Gzip), pre, ..Default::default() });
+    let pre = Preconditions {
+        if_none_match: Some(etag.as_bytes()),
+        ..Default::default()
+    };
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Gzip),
+            pre,
+            ..Default::default()
+        },
+    );
     assert_eq!(r.status, Status::NOT_MODIFIED);
     assert_eq!(header(&r, "Vary").as_deref(), Some("Accept-Encoding"));
-    let r = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Gzip), range: Some("bytes=0-0"), ..Default::default() });
-    assert_eq!((r.status, body(&r)), (Status::PARTIAL_CONTENT, b"G".to_vec()));
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Gzip),
+            range: Some("bytes=0-0"),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        (r.status, body(&r)),
+        (Status::PARTIAL_CONTENT, b"G".to_vec())
+    );
     assert_eq!(header(&r, "Vary").as_deref(), Some("Accept-Encoding"));
 }
 
@@ -272,8 +494,20 @@ fn stale_sibling_is_ignored() {
     let gz = f.dir.path().join("hello.txt.gz");
     std::fs::write(&gz, "OLD").expect("write");
     let old = std::time::SystemTime::now() - Duration::from_secs(3600);
-    File::options().write(true).open(&gz).expect("open").set_modified(old).expect("mtime");
-    let r = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Gzip), ..Default::default() });
+    File::options()
+        .write(true)
+        .open(&gz)
+        .expect("open")
+        .set_modified(old)
+        .expect("mtime");
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Gzip),
+            ..Default::default()
+        },
+    );
     assert_eq!(body(&r), b"hello world\n");
 }
 
@@ -293,7 +527,14 @@ fn changed_replaced_and_deleted_files_are_fresh() {
     assert_eq!(body(&get(&f, "/hello.txt")), b"replaced");
     // A sibling appears.
     std::fs::write(f.dir.path().join("hello.txt.gz"), "GZ").expect("write");
-    let r = serve(&f, Req { path: "/hello.txt", accept: Some(Coding::Gzip), ..Default::default() });
+    let r = serve(
+        &f,
+        Req {
+            path: "/hello.txt",
+            accept: Some(Coding::Gzip),
+            ..Default::default()
+        },
+    );
     assert_eq!(body(&r), b"GZ");
     // Deleted.
     std::fs::remove_file(&p).expect("rm");
@@ -316,7 +557,10 @@ fn cache_control_and_immutable_hashed_assets() {
         o.immutable = true;
     });
     std::fs::write(f.dir.path().join("app.3f9a1c2e.js"), "js").expect("write");
-    assert_eq!(header(&get(&f, "/hello.txt"), "Cache-Control").as_deref(), Some("public, max-age=60"));
+    assert_eq!(
+        header(&get(&f, "/hello.txt"), "Cache-Control").as_deref(),
+        Some("public, max-age=60")
+    );
     assert_eq!(
         header(&get(&f, "/app.3f9a1c2e.js"), "Cache-Control").as_deref(),
         Some("public, max-age=31536000, immutable")

@@ -1,1 +1,429 @@
-//! placeholder
+//! Test-only helpers: start the real `hayate` binary on an ephemeral port
+//! ([`Hayate`]), talk raw HTTP/1.1 to it ([`Client`]), and build fixture
+//! directories. Every wait is bounded so a broken server fails a test
+//! instead of hanging it.
+
+// Test helpers block on purpose; they never run inside hayate.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any single wait in a test may take.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A running hayate, stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Hayate {
+    child: Option<Child>,
+    /// The first TCP address it listens on.
+    pub addr: SocketAddr,
+    stdout_lines: std::sync::mpsc::Receiver<String>,
+    stderr_path: PathBuf,
+    _logs: tempfile::TempDir,
+}
+
+impl Hayate {
+    /// Starts `bin` with `args`, adding `--listen 127.0.0.1:0` unless the
+    /// args or `envs` name a listener, and waits until it prints its URL.
+    pub fn start(bin: &str, args: &[&str]) -> Hayate {
+        Hayate::start_in(bin, args, &[], None)
+    }
+
+    /// Like [`Hayate::start`], with environment variables and a working dir.
+    pub fn start_in(bin: &str, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Hayate {
+        let logs = tempfile::tempdir().expect("tempdir");
+        let stderr_path = logs.path().join("stderr");
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        let has_listen = args
+            .iter()
+            .any(|a| a.starts_with("--listen") || *a == "--config" || *a == "-c")
+            || envs.iter().any(|(k, _)| *k == "HAYATE_LISTEN");
+        if !has_listen {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        if !args.iter().any(|a| a.starts_with("--log-level")) {
+            cmd.env("HAYATE_LOG_LEVEL", "info");
+        }
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        cmd.stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_path).expect("stderr file"));
+        let mut child = cmd.spawn().expect("spawn hayate");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Hayate {
+            child: Some(child),
+            addr: "0.0.0.0:0".parse().expect("addr"),
+            stdout_lines: rx,
+            stderr_path,
+            _logs: logs,
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match h.stdout_lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(addr) = line
+                        .split("http://")
+                        .nth(1)
+                        .and_then(|rest| rest.split('/').next())
+                    {
+                        h.addr = addr
+                            .replace("localhost", "127.0.0.1")
+                            .parse()
+                            .expect("listen address");
+                        return h;
+                    }
+                    if line.contains("unix:") && !line.contains("http://") && has_listen {
+                        // Unix-only listeners: no TCP address to learn.
+                        return h;
+                    }
+                }
+                Err(_) => panic!("hayate did not start; stderr:\n{}", h.stderr()),
+            }
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Everything hayate wrote to stderr so far (the error log).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Lines hayate printed to stdout since start (access log, when there).
+    pub fn stdout_lines(&self, wait: Duration) -> Vec<String> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + wait;
+        while let Ok(line) = self
+            .stdout_lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            out.push(line);
+        }
+        out
+    }
+
+    /// A new client connection.
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, signal).expect("kill");
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Waits for exit (bounded).
+    pub fn wait(&mut self) -> ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hayate did not exit; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.wait()
+    }
+
+    /// Asserts that the error log holds no line at ERROR level, nor a panic.
+    pub fn assert_no_errors(&self) {
+        let log = self.stderr();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" ERROR ") || l.contains("panicked"))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "unexpected errors in hayate's log:\n{}",
+            bad.join("\n")
+        );
+    }
+}
+
+impl Drop for Hayate {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if child.try_wait().ok().flatten().is_none() {
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(3);
+                while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Header fields in order, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body (decoded from chunked if needed).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// How many times header `name` appears.
+    pub fn count(&self, name: &str) -> usize {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().filter(|(n, _)| *n == name).count()
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A raw HTTP/1.1 client over one TCP connection.
+pub struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    /// Connects to `addr`.
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).expect("timeout");
+        stream.set_write_timeout(Some(WAIT)).expect("timeout");
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends raw bytes.
+    pub fn send(&mut self, raw: &[u8]) -> &mut Client {
+        self.stream.write_all(raw).expect("send");
+        self
+    }
+
+    /// Sends `GET path` with Host and any extra header lines, and reads the
+    /// response.
+    pub fn get(&mut self, path: &str, extra: &[(&str, &str)]) -> Response {
+        self.request("GET", path, extra)
+    }
+
+    /// Sends a request without a body and reads the response.
+    pub fn request(&mut self, method: &str, path: &str, extra: &[(&str, &str)]) -> Response {
+        let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: test\r\n");
+        for (k, v) in extra {
+            raw.push_str(&format!("{k}: {v}\r\n"));
+        }
+        raw.push_str("\r\n");
+        self.send(raw.as_bytes());
+        self.read_response(method == "HEAD")
+    }
+
+    /// Reads one response; `head` says the request was HEAD (no body).
+    pub fn read_response(&mut self, head: bool) -> Response {
+        self.try_read_response(head).expect("a response")
+    }
+
+    /// Reads one response, or `None` if the connection closed first.
+    pub fn try_read_response(&mut self, head: bool) -> Option<Response> {
+        loop {
+            let end = self.buf.windows(4).position(|w| w == b"\r\n\r\n");
+            if let Some(end) = end {
+                let head_text = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                self.buf.drain(..end + 4);
+                let mut lines = head_text.split("\r\n");
+                let status_line = lines.next().unwrap_or_default();
+                let status: u16 = status_line
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .expect("status code");
+                let headers: Vec<(String, String)> = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+                    .collect();
+                let mut resp = Response {
+                    status,
+                    headers,
+                    body: Vec::new(),
+                };
+                if status < 200 {
+                    return Some(resp); // interim; the caller reads again
+                }
+                if head || status == 204 || status == 304 {
+                    return Some(resp);
+                }
+                if resp
+                    .header("transfer-encoding")
+                    .is_some_and(|t| t.contains("chunked"))
+                {
+                    resp.body = self.read_chunked();
+                } else if let Some(len) = resp
+                    .header("content-length")
+                    .and_then(|l| l.parse::<usize>().ok())
+                {
+                    resp.body = self.read_exact(len);
+                } else {
+                    resp.body = self.read_to_close();
+                }
+                return Some(resp);
+            }
+            if self.fill() == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// Reads until the server closes; returns what arrived.
+    pub fn read_to_close(&mut self) -> Vec<u8> {
+        while self.fill() > 0 {}
+        std::mem::take(&mut self.buf)
+    }
+
+    /// True if the server closed the connection (EOF, or reset) with nothing
+    /// more to read.
+    pub fn is_closed(&mut self) -> bool {
+        self.buf.is_empty() && self.fill() == 0
+    }
+
+    fn read_exact(&mut self, len: usize) -> Vec<u8> {
+        while self.buf.len() < len {
+            assert!(
+                self.fill() > 0,
+                "connection closed mid-body ({} of {len} bytes)",
+                self.buf.len()
+            );
+        }
+        self.buf.drain(..len).collect()
+    }
+
+    fn read_chunked(&mut self) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let line = self.read_line();
+            let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+                .expect("chunk size");
+            if size == 0 {
+                while !self.read_line().is_empty() {}
+                return body;
+            }
+            body.extend(self.read_exact(size));
+            assert_eq!(self.read_line(), "", "chunk not followed by CRLF");
+        }
+    }
+
+    fn read_line(&mut self) -> String {
+        loop {
+            if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..p]).into_owned();
+                self.buf.drain(..p + 2);
+                return line;
+            }
+            assert!(self.fill() > 0, "connection closed mid-line");
+        }
+    }
+
+    /// Reads what is available; 0 on EOF or reset.
+    fn fill(&mut self) -> usize {
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                n
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                panic!("no data from the server within {WAIT:?}")
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// The underlying stream (for shutdown and timeouts).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+/// A temporary site: `hello.txt`, `index.html`, `docs/guide.html`,
+/// `.secret`, `.well-known/security.txt`, and a 1 MiB `big.bin` with
+/// varying bytes.
+pub fn site() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    std::fs::write(p.join("hello.txt"), "hello world\n").expect("write");
+    std::fs::write(p.join("index.html"), "<!doctype html><h1>home</h1>\n").expect("write");
+    std::fs::create_dir(p.join("docs")).expect("mkdir");
+    std::fs::write(p.join("docs/guide.html"), "<p>guide</p>\n").expect("write");
+    std::fs::write(p.join(".secret"), "secret").expect("write");
+    std::fs::create_dir(p.join(".well-known")).expect("mkdir");
+    std::fs::write(p.join(".well-known/security.txt"), "Contact: a@b\n").expect("write");
+    std::fs::write(p.join("big.bin"), big_bytes(1 << 20)).expect("write");
+    dir
+}
+
+/// `len` bytes of a fixed, non-repeating-looking pattern.
+pub fn big_bytes(len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x1234_5678;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}

@@ -9,13 +9,26 @@ use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, Overrides};
 
-const SUBCOMMANDS: &[&str] = &["serve", "check", "help-config", "help", "-h", "--help", "-V", "--version"];
+const SUBCOMMANDS: &[&str] = &[
+    "serve",
+    "check",
+    "help-config",
+    "help",
+    "-h",
+    "--help",
+    "-V",
+    "--version",
+];
 
 fn command() -> Command {
     let serve = cli::add_option_args(
         Command::new("serve")
             .about("Serve a directory (the default command)")
-            .arg(Arg::new("dir").value_name("DIR").help("Directory to serve [default: the current directory]"))
+            .arg(
+                Arg::new("dir")
+                    .value_name("DIR")
+                    .help("Directory to serve [default: the current directory]"),
+            )
             .arg(
                 Arg::new("config")
                     .long("config")
@@ -35,13 +48,18 @@ fn command() -> Command {
                 .about("Validate a config file; prints file:line and the key on error, exits 1")
                 .arg(Arg::new("file").value_name("FILE").required(true)),
         )
-        .subcommand(Command::new("help-config").about("Print the configuration reference (docs/config.md)"))
+        .subcommand(
+            Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
+        )
 }
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().collect();
     // `hayate [DIR] [flags]` means `hayate serve [DIR] [flags]`.
-    if args.get(1).is_none_or(|a| !SUBCOMMANDS.contains(&a.as_str())) {
+    if args
+        .get(1)
+        .is_none_or(|a| !SUBCOMMANDS.contains(&a.as_str()))
+    {
         args.insert(1, "serve".into());
     }
     let matches = command().get_matches_from(args);
@@ -97,7 +115,9 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     hayate_server::run(config, |addrs| {
         for a in addrs {
             let url = match a {
-                ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => format!("http://localhost:{}/", sa.port()),
+                ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => {
+                    format!("http://localhost:{}/", sa.port())
+                }
                 ListenAddr::Tcp(sa) => format!("http://{sa}/"),
                 ListenAddr::Unix(p) => format!("unix:{}", p.display()),
             };
@@ -111,14 +131,20 @@ fn describe(config: &Config) -> String {
     match config.sites.as_slice() {
         [site] if site.routes.len() == 1 => {
             let root = site.routes[0].options.root.clone().unwrap_or_default();
-            std::fs::canonicalize(&root).unwrap_or(root).display().to_string()
+            std::fs::canonicalize(&root)
+                .unwrap_or(root)
+                .display()
+                .to_string()
         }
         sites => format!("{} sites", sites.len()),
     }
 }
 
 fn check(m: &ArgMatches) -> anyhow::Result<()> {
-    let file = m.get_one::<String>("file").map(PathBuf::from).unwrap_or_default();
+    let file = m
+        .get_one::<String>("file")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
     let config = hayate_config::load_file(&file, &text, &Overrides::default())?;
     // Paths must exist too: a config that cannot start is not valid.
@@ -126,7 +152,12 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         for route in &site.routes {
             if let Some(root) = &route.options.root {
                 if !root.is_dir() {
-                    anyhow::bail!("{}: root {} of route {:?} is not a directory", file.display(), root.display(), route.prefix);
+                    anyhow::bail!(
+                        "{}: root {} of route {:?} is not a directory",
+                        file.display(),
+                        root.display(),
+                        route.prefix
+                    );
                 }
             }
         }
