@@ -209,7 +209,7 @@ impl Cx<'_> {
                 options: layer.resolve(),
             });
         }
-        out.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Ok(Site { hosts, routes: out })
     }
 

@@ -19,12 +19,9 @@ struct Cached {
 }
 
 thread_local! {
-    static CACHED: RefCell<Cached> = RefCell::new(Cached {
-        second: u64::MAX,
-        date_line: [0; DATE_LINE_LEN],
-        clf: String::new(),
-        iso: String::new(),
-    });
+    static CACHED: RefCell<Cached> = const {
+        RefCell::new(Cached { second: u64::MAX, date_line: [0; DATE_LINE_LEN], clf: String::new(), iso: String::new() })
+    };
 }
 
 fn with_cached<R>(f: impl FnOnce(&Cached) -> R) -> R {

@@ -6,6 +6,7 @@
 
 pub mod coding;
 pub mod date;
+pub mod epoch;
 pub mod log;
 pub mod path;
 pub mod response;

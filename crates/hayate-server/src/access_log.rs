@@ -177,7 +177,7 @@ fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
 
 fn escape(out: &mut Vec<u8>, s: &[u8]) {
     for &b in s {
-        if b == b'"' || b == b'\\' || b < 0x20 || b >= 0x7f {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
             out.extend_from_slice(format!("\\x{b:02X}").as_bytes());
         } else {
             out.push(b);
@@ -191,7 +191,9 @@ fn json_escape(out: &mut Vec<u8>, s: &[u8]) {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
             // Non-ASCII bytes may not be UTF-8: escape them as code points.
-            b if b < 0x20 || b >= 0x7f => out.extend_from_slice(format!("\\u{:04x}", b).as_bytes()),
+            b if !(0x20..0x7f).contains(&b) => {
+                out.extend_from_slice(format!("\\u{:04x}", b).as_bytes())
+            }
             b => out.push(b),
         }
     }

@@ -15,6 +15,7 @@ use bytes::BytesMut;
 use hayate_core::response::FileRange;
 use hayate_core::shutdown::ShutdownWatch;
 use hayate_core::{Body, Chunk, Response, Status};
+use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use crate::access_log;
@@ -107,9 +108,10 @@ impl Conn {
             // A body nobody read is drained after the response, unless the
             // client is waiting for 100-continue: then we close instead.
             let has_body = req.framing != Framing::None;
+            let awaiting_continue = has_body && req.expect_continue;
             let keep_alive = req.keep_alive
                 && !resp.close
-                && !(has_body && req.expect_continue)
+                && !awaiting_continue
                 && !self.shutdown.is_shutting_down();
             let cx = HeadContext {
                 head_request: req.method() == b"HEAD",
@@ -172,31 +174,27 @@ impl Conn {
 
     /// Reads more bytes into the read buffer.
     async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
-        loop {
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                self.rbuf.reserve(READ_CHUNK);
+        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        let read = timeout_at(deadline.into(), self.stream.read_buf(&mut self.rbuf));
+        let result = if idle {
+            tokio::select! {
+                biased;
+                r = read => r,
+                _ = self.shutdown.wait() => return Ok(Read::Shutdown),
             }
-            match self.stream.try_read_buf(&mut self.rbuf) {
-                Ok(0) => return Ok(Read::Eof),
-                Ok(_) => return Ok(Read::Data),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+        } else {
+            read.await
+        };
+        match result {
+            Err(_) => Ok(Read::Timeout),
+            Ok(Ok(0)) => Ok(Read::Eof),
+            Ok(Ok(_)) => {
+                hayate_core::epoch::advance();
+                Ok(Read::Data)
             }
-            let ready = timeout_at(deadline.into(), self.stream.readable());
-            if idle {
-                tokio::select! {
-                    r = ready => match r {
-                        Ok(r) => r?,
-                        Err(_) => return Ok(Read::Timeout),
-                    },
-                    _ = self.shutdown.wait() => return Ok(Read::Shutdown),
-                }
-            } else {
-                match ready.await {
-                    Ok(r) => r?,
-                    Err(_) => return Ok(Read::Timeout),
-                }
-            }
+            Ok(Err(e)) => Err(e),
         }
     }
 

@@ -148,13 +148,13 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Parsed {
             Status::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "too many header fields",
         )),
-        Err(httparse::Error::Version) => Err(Refusal::new(
+        // A well-formed request line with another version: 505; junk: 400.
+        Err(httparse::Error::Version) if names_a_version(buf) => Err(Refusal::new(
             Status::HTTP_VERSION_NOT_SUPPORTED,
             "unsupported HTTP version",
         )),
         Err(_) => Err(Refusal::new(Status::BAD_REQUEST, "malformed request head")),
     };
-    drop(req);
     match outcome {
         Ok(None) => Parsed::Partial,
         Err(r) => Parsed::Refused(r),
@@ -166,6 +166,15 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits) -> Parsed {
             }
         }
     }
+}
+
+/// Whether the request line is `METHOD TARGET HTTP/x.y`.
+fn names_a_version(buf: &[u8]) -> bool {
+    let line = &buf[..memchr_nl(buf).unwrap_or(buf.len())];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    matches!(parts.as_slice(), [m, t, v] if !m.is_empty() && !t.is_empty()
+        && v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit())
 }
 
 fn memchr_nl(buf: &[u8]) -> Option<usize> {
@@ -216,15 +225,18 @@ impl Request {
                 }
                 transfer_encoding = true;
                 let codings: Vec<&[u8]> = v.split(|&b| b == b',').map(trim).collect();
-                match codings.as_slice() {
-                    [c] if c.eq_ignore_ascii_case(b"chunked") => {}
-                    [.., last] if last.eq_ignore_ascii_case(b"chunked") => {
-                        return Err(Refusal::new(
-                            Status::NOT_IMPLEMENTED,
-                            "unsupported transfer coding",
-                        ))
+                let is_chunked = |c: &&[u8]| c.eq_ignore_ascii_case(b"chunked");
+                match codings.split_last() {
+                    Some((last, rest)) if is_chunked(last) && !rest.iter().any(is_chunked) => {
+                        if !rest.is_empty() {
+                            return Err(Refusal::new(
+                                Status::NOT_IMPLEMENTED,
+                                "unsupported transfer coding",
+                            ));
+                        }
                     }
-                    _ => return Err(bad("Transfer-Encoding does not end in chunked")),
+                    // Chunked applied twice, or not last (RFC 9112 §6.3).
+                    _ => return Err(bad("Transfer-Encoding does not end in a single chunked")),
                 }
             } else if name.eq_ignore_ascii_case(b"host") {
                 hosts += 1;

@@ -6,7 +6,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 
-use tokio::io::Interest;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 /// An accepted client socket.
@@ -28,11 +31,6 @@ macro_rules! each {
 }
 
 impl Stream {
-    /// Reads what is available into `buf` without waiting.
-    pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
-        each!(self, s => s.try_read_buf(buf))
-    }
-
     /// Writes what the socket takes now.
     pub fn try_write(&self, data: &[u8]) -> io::Result<usize> {
         each!(self, s => s.try_write(data))
@@ -41,11 +39,6 @@ impl Stream {
     /// Writes what the socket takes now, from several buffers.
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         each!(self, s => s.try_write_vectored(bufs))
-    }
-
-    /// Waits until the socket is readable.
-    pub async fn readable(&self) -> io::Result<()> {
-        each!(self, s => s.readable().await)
     }
 
     /// Waits until the socket is writable.
@@ -63,6 +56,23 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_io(Interest::WRITABLE, || send(s.as_fd())),
             Stream::Unix(s) => s.try_io(Interest::WRITABLE, || send(s.as_fd())),
+        }
+    }
+}
+
+/// Reads go through tokio's poll path, which clears readiness after a short
+/// read: the next read then waits for epoll instead of paying a syscall to
+/// learn that nothing is there (one `read` returning EAGAIN saved per
+/// keep-alive request).
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }

@@ -102,8 +102,12 @@ pub struct CacheLimits {
 
 /// The per-worker open-file cache of one static root.
 pub(crate) struct OpenFileCache {
+    /// The canonical root; watches are added from it downwards.
+    root: PathBuf,
     entries: RefCell<HashMap<Vec<u8>, Rc<Entry>>>,
     mem_bytes: Cell<u64>,
+    /// The input epoch (hayate-core::epoch) of the last inotify check.
+    checked_epoch: Cell<u64>,
     limits: CacheLimits,
     watch: Option<Watch>,
 }
@@ -134,7 +138,7 @@ pub(crate) struct BuildSpec<'a> {
 }
 
 impl OpenFileCache {
-    pub fn new(limits: CacheLimits) -> OpenFileCache {
+    pub fn new(root: PathBuf, limits: CacheLimits) -> OpenFileCache {
         let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => Some(Watch {
                 inotify,
@@ -147,8 +151,10 @@ impl OpenFileCache {
             }
         };
         OpenFileCache {
+            root,
             entries: RefCell::default(),
             mem_bytes: Cell::new(0),
+            checked_epoch: Cell::new(u64::MAX),
             limits,
             watch,
         }
@@ -176,7 +182,6 @@ impl OpenFileCache {
     pub fn insert(
         &self,
         key: &[u8],
-        root: &Path,
         fs_path: &Path,
         file: File,
         meta: &Metadata,
@@ -215,7 +220,7 @@ impl OpenFileCache {
             .chain(&encoded)
             .map(|v| v.mem_len())
             .sum();
-        let watched = spec.watchable && self.watch_dirs(root, fs_path);
+        let watched = spec.watchable && self.watch_dirs(fs_path);
         let entry = Rc::new(Entry {
             fs_path: fs_path.to_path_buf(),
             content_type: spec.content_type,
@@ -297,13 +302,13 @@ impl OpenFileCache {
 
     /// Adds inotify watches on every directory from `root` down to the
     /// file's parent. False when a watch could not be added.
-    fn watch_dirs(&self, root: &Path, fs_path: &Path) -> bool {
+    fn watch_dirs(&self, fs_path: &Path) -> bool {
         let Some(watch) = &self.watch else {
             return false;
         };
         let mut ok = true;
         for dir in fs_path.ancestors().skip(1) {
-            if !dir.starts_with(root) {
+            if !dir.starts_with(&self.root) {
                 break;
             }
             if watch.watched.borrow().contains(dir) {
@@ -326,9 +331,15 @@ impl OpenFileCache {
         ok
     }
 
-    /// Applies queued file-system events. One non-blocking read when none.
+    /// Applies queued file-system events: one non-blocking read when there
+    /// are none, at most once per input epoch (so once per socket read, not
+    /// per pipelined request).
     fn drain_events(&self) {
         let Some(watch) = &self.watch else { return };
+        let epoch = hayate_core::epoch::current();
+        if self.checked_epoch.replace(epoch) == epoch {
+            return;
+        }
         loop {
             let events = match watch.inotify.read_events() {
                 Ok(events) => events,

@@ -108,7 +108,7 @@ impl StaticRoot {
             ));
         }
         opts.root = root;
-        let cache = OpenFileCache::new(opts.cache.clone());
+        let cache = OpenFileCache::new(opts.root.clone(), opts.cache.clone());
         Ok(StaticRoot { opts, cache })
     }
 
@@ -254,9 +254,7 @@ impl StaticRoot {
             precompressed: self.opts.precompressed,
             watchable: real == fs_path,
         };
-        let entry = self
-            .cache
-            .insert(key, &self.opts.root, &fs_path, file, &meta, spec, now)?;
+        let entry = self.cache.insert(key, &fs_path, file, &meta, spec, now)?;
         Ok(Lookup::File(entry))
     }
 

@@ -57,6 +57,8 @@ struct Req<'a> {
 }
 
 fn serve(f: &Fixture, r: Req<'_>) -> Response {
+    // Each request stands for new input from a client.
+    hayate_core::epoch::advance();
     let accept = r.accept;
     let choose = move |available: &[Coding]| available.iter().copied().find(|c| Some(*c) == accept);
     f.root.serve(&StaticRequest {
@@ -94,7 +96,7 @@ fn headers(r: &Response) -> String {
     )
 }
 
-fn header<'r>(r: &'r Response, name: &str) -> Option<String> {
+fn header(r: &Response, name: &str) -> Option<String> {
     headers(r)
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))

@@ -2,6 +2,9 @@
 //! pipelining, timeouts. Each table row is raw request bytes -> status, and
 //! whether the server must close the connection afterwards.
 
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
 use std::io::Write;
 use std::time::Duration;
 

@@ -1,0 +1,26 @@
+//! The request parser never panics; what it accepts has consistent framing.
+#![no_main]
+use bytes::BytesMut;
+use hayate_server::request::{parse, Framing, HeadLimits, Parsed};
+use libfuzzer_sys::fuzz_target;
+
+const LIMITS: HeadLimits =
+    HeadLimits { max_request_line: 1024, max_header_bytes: 4096, max_headers: 32, max_body_size: 1 << 20 };
+
+fuzz_target!(|data: &[u8]| {
+    let mut buf = BytesMut::from(data);
+    for _ in 0..8 {
+        match parse(&mut buf, &LIMITS) {
+            Parsed::Request(r) => {
+                assert!(!r.method().is_empty());
+                if let Framing::Length(n) = r.framing {
+                    assert!(n > 0 && n <= LIMITS.max_body_size);
+                }
+                if r.framing == Framing::Chunked {
+                    assert!(r.header(b"content-length").is_none());
+                }
+            }
+            Parsed::Partial | Parsed::Refused(_) => break,
+        }
+    }
+});
