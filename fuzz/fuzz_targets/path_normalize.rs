@@ -9,9 +9,10 @@ fuzz_target!(|data: &[u8]| {
         for seg in p.split(|&b| b == b'/') {
             assert!(seg != b".." && seg != b".", "dot segment survived: {:?}", p);
         }
-        // Normalizing a normal path is the identity.
-        let again = hayate_core::path::normalize(&p).expect("normal path re-normalizes");
+        // Normalizing a normal path is the identity (a decoded `%` would be
+        // read as an escape again, so those are skipped).
         if !p.contains(&b'%') {
+            let again = hayate_core::path::normalize(&p).expect("normal path re-normalizes");
             assert_eq!(&*again, &*p);
         }
     }

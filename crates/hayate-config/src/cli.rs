@@ -54,10 +54,14 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
             }
         });
         if let Err(message) = set {
+            let key = match matches.value_source(def.key) {
+                Some(clap::parser::ValueSource::EnvVariable) => def.env_name(),
+                _ => format!("--{}", def.flag_name()),
+            };
             return Err(ConfigError {
                 file: None,
                 line: None,
-                key: Some(format!("--{}", def.flag_name())),
+                key: Some(key),
                 message,
             });
         }

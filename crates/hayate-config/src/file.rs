@@ -46,17 +46,19 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
             Err(msg) => return Err(cx.err(value.span().start, k, msg)),
         }
     }
+    cx.anchor(&mut top_route);
     global.override_with(&overrides.global);
     top_route.override_with(&overrides.route);
 
+    let top_root = root_offset(doc.get_ref());
     let mut sites = Vec::new();
     for site in &site_tables {
-        sites.push(cx.site(site, &top_route)?);
+        sites.push(cx.site(site, &top_route, top_root)?);
     }
     if sites.is_empty() {
         // A file with no [[site]]: one site serving the top-level root at "/".
         let site_span = Spanned::new(0..0, DeTable::new());
-        sites.push(cx.site(&site_span, &top_route)?);
+        sites.push(cx.site(&site_span, &top_route, top_root)?);
     }
     Ok(Config {
         global: global.resolve(),
@@ -70,6 +72,16 @@ struct Cx<'a> {
 }
 
 impl Cx<'_> {
+    /// Relative roots in a file are relative to the file's directory.
+    fn anchor(&self, layer: &mut RouteLayer) {
+        let dir = self.path.parent().unwrap_or(Path::new(""));
+        if let Some(root) = &mut layer.root {
+            if root.is_relative() {
+                *root = dir.join(&*root);
+            }
+        }
+    }
+
     fn line_of(&self, offset: usize) -> usize {
         self.text[..offset.min(self.text.len())]
             .bytes()
@@ -126,7 +138,9 @@ impl Cx<'_> {
         &self,
         site: &Spanned<DeTable<'_>>,
         top_route: &RouteLayer,
+        top_root: Option<usize>,
     ) -> Result<Site, ConfigError> {
+        let site_root = root_offset(site.get_ref()).or(top_root);
         let mut hosts = Vec::new();
         let mut layer = RouteLayer::default();
         let mut route_tables = Vec::new();
@@ -142,6 +156,7 @@ impl Cx<'_> {
                 },
             }
         }
+        self.anchor(&mut layer);
         layer.inherit(top_route);
 
         let mut routes = Vec::new();
@@ -178,7 +193,7 @@ impl Cx<'_> {
             };
             if routes
                 .iter()
-                .any(|r: &(String, RouteLayer, usize)| r.0 == prefix)
+                .any(|r: &(String, RouteLayer, usize, Option<usize>)| r.0 == prefix)
             {
                 return Err(self.err(
                     table.span().start,
@@ -186,11 +201,13 @@ impl Cx<'_> {
                     format!("duplicate route prefix {prefix:?}"),
                 ));
             }
+            self.anchor(&mut route_layer);
             route_layer.inherit(&layer);
-            routes.push((prefix, route_layer, table.span().start));
+            let root_at = root_offset(table.get_ref()).or(site_root);
+            routes.push((prefix, route_layer, table.span().start, root_at));
         }
         if !routes.iter().any(|r| r.0 == "/") && layer.root.is_some() {
-            routes.push(("/".to_string(), layer.clone(), site.span().start));
+            routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
         }
         if routes.is_empty() {
             return Err(self.err(
@@ -200,13 +217,14 @@ impl Cx<'_> {
             ));
         }
         let mut out = Vec::new();
-        for (prefix, layer, offset) in routes {
+        for (prefix, layer, offset, root_at) in routes {
             if layer.root.is_none() {
                 return Err(self.err(offset, "root", format!("route {prefix:?} has no root")));
             }
             out.push(Route {
                 prefix,
                 options: layer.resolve(),
+                root_line: root_at.map(|o| self.line_of(o)),
             });
         }
         out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -252,6 +270,14 @@ impl Cx<'_> {
             })
             .collect()
     }
+}
+
+/// Where `root` is set in a table, as a byte offset.
+fn root_offset(table: &DeTable<'_>) -> Option<usize> {
+    table
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "root")
+        .map(|(_, v)| v.span().start)
 }
 
 fn first_line(s: &str) -> String {

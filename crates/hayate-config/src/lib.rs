@@ -47,6 +47,9 @@ pub struct Route {
     pub prefix: String,
     /// Options merged from top level, site and route.
     pub options: RouteOptions,
+    /// The config file line that set this route's root, for errors found
+    /// when the root is opened (`hayate check`).
+    pub root_line: Option<usize>,
 }
 
 /// A configuration error, naming where it is: `hayate.toml:7: workers: ...`.
@@ -102,6 +105,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             routes: vec![Route {
                 prefix: "/".into(),
                 options: route.resolve(),
+                root_line: None,
             }],
         }],
     };

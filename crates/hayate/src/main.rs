@@ -9,40 +9,34 @@ use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, Overrides};
 
-const SUBCOMMANDS: &[&str] = &[
-    "serve",
-    "check",
-    "help-config",
-    "help",
-    "-h",
-    "--help",
-    "-V",
-    "--version",
-];
+/// The arguments of serving: a directory, a config file, every option.
+fn with_serve_args(cmd: Command) -> Command {
+    cli::add_option_args(
+        cmd.arg(
+            Arg::new("dir")
+                .value_name("DIR")
+                .help("Directory to serve [default: the current directory]"),
+        )
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .short('c')
+                .value_name("FILE")
+                .env("HAYATE_CONFIG")
+                .help("Config file (TOML); flags and env vars override it"),
+        ),
+    )
+}
 
 fn command() -> Command {
-    let serve = cli::add_option_args(
-        Command::new("serve")
-            .about("Serve a directory (the default command)")
-            .arg(
-                Arg::new("dir")
-                    .value_name("DIR")
-                    .help("Directory to serve [default: the current directory]"),
-            )
-            .arg(
-                Arg::new("config")
-                    .long("config")
-                    .short('c')
-                    .value_name("FILE")
-                    .env("HAYATE_CONFIG")
-                    .help("Config file (TOML); flags and env vars override it"),
-            ),
-    );
-    Command::new("hayate")
+    // `hayate [DIR] [OPTIONS]` serves; so does `hayate serve [DIR] [OPTIONS]`.
+    with_serve_args(Command::new("hayate"))
         .version(env!("CARGO_PKG_VERSION"))
         .about("One fast, safe binary in front of a web application")
-        .subcommand_required(true)
-        .subcommand(serve)
+        .args_conflicts_with_subcommands(true)
+        .subcommand(with_serve_args(
+            Command::new("serve").about("Serve a directory (the default command)"),
+        ))
         .subcommand(
             Command::new("check")
                 .about("Validate a config file; prints file:line and the key on error, exits 1")
@@ -54,15 +48,7 @@ fn command() -> Command {
 }
 
 fn main() -> ExitCode {
-    let mut args: Vec<String> = std::env::args().collect();
-    // `hayate [DIR] [flags]` means `hayate serve [DIR] [flags]`.
-    if args
-        .get(1)
-        .is_none_or(|a| !SUBCOMMANDS.contains(&a.as_str()))
-    {
-        args.insert(1, "serve".into());
-    }
-    let matches = command().get_matches_from(args);
+    let matches = command().get_matches();
     let result = match matches.subcommand() {
         Some(("serve", m)) => serve(m),
         Some(("check", m)) => check(m),
@@ -70,7 +56,7 @@ fn main() -> ExitCode {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
         }
-        _ => unreachable!("subcommand_required"),
+        _ => serve(&matches),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -152,12 +138,17 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         for route in &site.routes {
             if let Some(root) = &route.options.root {
                 if !root.is_dir() {
-                    anyhow::bail!(
-                        "{}: root {} of route {:?} is not a directory",
-                        file.display(),
-                        root.display(),
-                        route.prefix
-                    );
+                    return Err(ConfigError {
+                        file: Some(file.clone()),
+                        line: route.root_line,
+                        key: Some("root".into()),
+                        message: format!(
+                            "{} (route {:?}) is not a directory",
+                            root.display(),
+                            route.prefix
+                        ),
+                    }
+                    .into());
                 }
             }
         }
