@@ -1,7 +1,7 @@
 //! The request parser never panics; what it accepts has consistent framing.
 #![no_main]
 use bytes::BytesMut;
-use hayate_server::request::{parse, Framing, HeadLimits, Parsed};
+use hayate_server::request::{parse, Framing, HeadLimits, Parsed, Spare};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: HeadLimits =
@@ -9,8 +9,9 @@ const LIMITS: HeadLimits =
 
 fuzz_target!(|data: &[u8]| {
     let mut buf = BytesMut::from(data);
+    let mut spare = Spare::default();
     for _ in 0..8 {
-        match parse(&mut buf, &LIMITS) {
+        match parse(&mut buf, &LIMITS, &mut spare) {
             Parsed::Request(r) => {
                 assert!(!r.method().is_empty());
                 if let Framing::Length(n) = r.framing {

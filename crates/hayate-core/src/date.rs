@@ -24,8 +24,7 @@ thread_local! {
     };
 }
 
-fn with_cached<R>(f: impl FnOnce(&Cached) -> R) -> R {
-    let now = SystemTime::now();
+fn with_cached<R>(now: SystemTime, f: impl FnOnce(&Cached) -> R) -> R {
     let second = now
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -56,19 +55,19 @@ fn with_cached<R>(f: impl FnOnce(&Cached) -> R) -> R {
     })
 }
 
-/// Appends the current `Date: ...\r\n` header line to `out`.
-pub fn append_date_line(out: &mut Vec<u8>) {
-    with_cached(|c| out.extend_from_slice(&c.date_line));
+/// Appends the `Date: ...\r\n` header line for `now` to `out`.
+pub fn append_date_line(out: &mut Vec<u8>, now: SystemTime) {
+    with_cached(now, |c| out.extend_from_slice(&c.date_line));
 }
 
 /// The current time in the Common Log Format, `10/Oct/2000:13:55:36 +0000`.
 pub fn clf_now(out: &mut String) {
-    with_cached(|c| out.push_str(&c.clf));
+    with_cached(SystemTime::now(), |c| out.push_str(&c.clf));
 }
 
 /// The current time in ISO 8601 / RFC 3339, `2000-10-10T13:55:36Z`.
 pub fn iso_now(out: &mut String) {
-    with_cached(|c| out.push_str(&c.iso));
+    with_cached(SystemTime::now(), |c| out.push_str(&c.iso));
 }
 
 const MONTHS: [&str; 12] = [
@@ -158,7 +157,7 @@ mod tests {
     #[test]
     fn date_line_shape() {
         let mut out = Vec::new();
-        append_date_line(&mut out);
+        append_date_line(&mut out, SystemTime::now());
         let s = String::from_utf8(out).expect("ascii");
         assert!(s.starts_with("Date: ") && s.ends_with(" GMT\r\n"), "{s:?}");
         let mut clf = String::new();

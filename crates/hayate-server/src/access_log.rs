@@ -211,7 +211,11 @@ mod tests {
             max_headers: 10,
             max_body_size: 0,
         };
-        match parse(&mut bytes::BytesMut::from(raw.as_bytes()), &limits) {
+        match parse(
+            &mut bytes::BytesMut::from(raw.as_bytes()),
+            &limits,
+            &mut Default::default(),
+        ) {
             Parsed::Request(r) => r,
             other => panic!("{other:?}"),
         }

@@ -9,7 +9,7 @@
 
 use std::io::{self, IoSlice};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
@@ -21,7 +21,7 @@ use tokio::time::timeout_at;
 use crate::access_log;
 use crate::body::ChunkedDecoder;
 use crate::pipeline;
-use crate::request::{self, Framing, Parsed, Refusal, Request};
+use crate::request::{self, Framing, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
 use crate::stream::Stream;
 use crate::worker::Worker;
@@ -54,6 +54,11 @@ pub struct Conn {
     shutdown: ShutdownWatch,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    spare: Spare,
+    /// When the last read returned: the time of every request it carried
+    /// (two clock reads per socket read instead of per request).
+    now: Instant,
+    wall: SystemTime,
     served: u64,
 }
 
@@ -75,6 +80,9 @@ impl Conn {
             shutdown,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             wbuf: Vec::with_capacity(READ_CHUNK),
+            spare: Spare::default(),
+            now: Instant::now(),
+            wall: SystemTime::now(),
             served: 0,
         }
     }
@@ -101,7 +109,7 @@ impl Conn {
                     return Ok(End::Linger);
                 }
             };
-            let started = Instant::now();
+            let started = self.now;
             let resp = pipeline::handle(&req, &self.worker.router, started);
             self.served += 1;
 
@@ -119,11 +127,13 @@ impl Conn {
                 keep_alive,
             };
             self.write_response(resp, cx, &req, started).await?;
+            let framing = req.framing;
+            self.spare.reclaim(req);
             if !keep_alive {
                 self.flush().await?;
                 return Ok(if has_body { End::Linger } else { End::Done });
             }
-            if has_body && !self.drain_body(req.framing).await? {
+            if has_body && !self.drain_body(framing).await? {
                 self.flush().await?;
                 return Ok(End::Linger);
             }
@@ -137,7 +147,7 @@ impl Conn {
         let mut head_deadline: Option<Instant> = None;
         loop {
             if !self.rbuf.is_empty() {
-                match request::parse(&mut self.rbuf, &w.head_limits) {
+                match request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare) {
                     Parsed::Request(r) => return Ok(Ok(Some(r))),
                     Parsed::Refused(r) => return Ok(Err(r)),
                     Parsed::Partial => {}
@@ -192,6 +202,8 @@ impl Conn {
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
                 hayate_core::epoch::advance();
+                self.now = Instant::now();
+                self.wall = SystemTime::now();
                 Ok(Read::Data)
             }
             Ok(Err(e)) => Err(e),
@@ -212,7 +224,7 @@ impl Conn {
             http10: false,
             keep_alive: false,
         };
-        respond::write_head(&mut self.wbuf, &resp, cx);
+        respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
         if let Body::Bytes(b) = &resp.body {
             self.wbuf.extend_from_slice(b);
         }
@@ -227,7 +239,7 @@ impl Conn {
         req: &Request,
         started: Instant,
     ) -> io::Result<()> {
-        let with_body = respond::write_head(&mut self.wbuf, &resp, cx);
+        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
         let status = resp.status;
         let mut sent = 0;
         if with_body {

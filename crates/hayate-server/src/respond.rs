@@ -2,6 +2,8 @@
 //! header blocks, Content-Length and Connection, into the connection's
 //! write buffer (one write for head and small body).
 
+use std::time::SystemTime;
+
 use hayate_core::{Response, Status};
 
 /// The exchange-level facts the head needs.
@@ -16,9 +18,9 @@ pub struct HeadContext {
 }
 
 /// Appends the head of `resp` to `out`. Returns whether a body follows.
-pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext) -> bool {
+pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: SystemTime) -> bool {
     out.extend_from_slice(resp.status.status_line());
-    hayate_core::date::append_date_line(out);
+    hayate_core::date::append_date_line(out, now);
     out.extend_from_slice(b"Server: hayate\r\n");
     out.extend_from_slice(&resp.shared_head);
     out.extend_from_slice(&resp.head);
@@ -71,6 +73,7 @@ mod tests {
                 http10: true,
                 keep_alive: true,
             },
+            SystemTime::now(),
         );
         let s = String::from_utf8(out).expect("ascii");
         assert!(body);
@@ -87,6 +90,7 @@ mod tests {
                 http10: false,
                 keep_alive: false,
             },
+            SystemTime::now(),
         );
         let s = String::from_utf8(out).expect("ascii");
         assert!(

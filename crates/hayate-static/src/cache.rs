@@ -104,7 +104,9 @@ pub struct CacheLimits {
 pub(crate) struct OpenFileCache {
     /// The canonical root; watches are added from it downwards.
     root: PathBuf,
-    entries: RefCell<HashMap<Vec<u8>, Rc<Entry>>>,
+    /// Keyed by request path. Only paths of existing files become keys, so a
+    /// fast non-DoS-resistant hash is fine (foldhash, still seeded).
+    entries: RefCell<HashMap<Vec<u8>, Rc<Entry>, foldhash::fast::RandomState>>,
     mem_bytes: Cell<u64>,
     /// The input epoch (hayate-core::epoch) of the last inotify check.
     checked_epoch: Cell<u64>,
