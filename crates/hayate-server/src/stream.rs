@@ -41,6 +41,11 @@ impl Stream {
         each!(self, s => s.try_write_vectored(bufs))
     }
 
+    /// Waits until the socket is readable.
+    pub async fn readable(&self) -> io::Result<()> {
+        each!(self, s => s.readable().await)
+    }
+
     /// Waits until the socket is writable.
     pub async fn writable(&self) -> io::Result<()> {
         each!(self, s => s.writable().await)
