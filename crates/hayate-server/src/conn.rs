@@ -13,13 +13,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
-use hayate_core::shutdown::ShutdownWatch;
 use hayate_core::{Body, Chunk, Response, Status};
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use crate::access_log;
 use crate::body::ChunkedDecoder;
+use crate::deadline::{Deadline, Expired};
 use crate::pipeline;
 use crate::request::{self, Framing, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
@@ -56,7 +56,8 @@ pub struct Conn {
     stream: Stream,
     peer: String,
     worker: Rc<Worker>,
-    shutdown: ShutdownWatch,
+    /// This connection's slot in the worker's deadlines.
+    deadline: Deadline,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     spare: Spare,
@@ -77,12 +78,12 @@ enum Read {
 impl Conn {
     /// Wraps an accepted socket.
     pub fn new(stream: Stream, peer: String, worker: Rc<Worker>) -> Conn {
-        let shutdown = worker.shutdown.clone();
+        let deadline = worker.deadlines.slot();
         Conn {
             stream,
             peer,
             worker,
-            shutdown,
+            deadline,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
             spare: Spare::default(),
@@ -122,10 +123,8 @@ impl Conn {
             // client is waiting for 100-continue: then we close instead.
             let has_body = req.framing != Framing::None;
             let awaiting_continue = has_body && req.expect_continue;
-            let keep_alive = req.keep_alive
-                && !resp.close
-                && !awaiting_continue
-                && !self.shutdown.is_shutting_down();
+            let keep_alive =
+                req.keep_alive && !resp.close && !awaiting_continue && !self.worker.stopping.get();
             let cx = HeadContext {
                 head_request: req.method() == b"HEAD",
                 http10: req.minor_version == 0,
@@ -162,17 +161,17 @@ impl Conn {
             self.flush().await?;
             let idle = self.rbuf.is_empty();
             if !idle && head_deadline.is_none() {
-                head_deadline = Some(Instant::now() + w.timeouts.header);
+                head_deadline = Some(self.now + w.timeouts.header);
             }
             let deadline = match head_deadline {
                 Some(d) => d,
-                None if self.served == 0 => Instant::now() + w.timeouts.header,
-                None => Instant::now() + w.timeouts.keepalive,
+                None if self.served == 0 => self.now + w.timeouts.header,
+                None => self.now + w.timeouts.keepalive,
             };
             match self.read_more(deadline, idle).await? {
                 Read::Data => {
                     if head_deadline.is_none() && !self.rbuf.is_empty() {
-                        head_deadline = Some(Instant::now() + w.timeouts.header);
+                        head_deadline = Some(self.now + w.timeouts.header);
                     }
                 }
                 Read::Eof | Read::Shutdown => return Ok(Ok(None)),
@@ -189,22 +188,25 @@ impl Conn {
 
     /// Reads more bytes into the read buffer.
     async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
+        if idle && self.worker.stopping.get() {
+            return Ok(Read::Shutdown);
+        }
         if idle {
             // An idle connection keeps its buffers for a moment (the next
             // request of a busy client comes soon), then gives them back and
             // waits for readability without memory: 10,000 idle keep-alive
             // connections must fit in a few tens of MiB.
-            let soon = deadline.min(Instant::now() + IDLE_KEEP_BUFFERS);
+            let soon = deadline.min(self.now + IDLE_KEEP_BUFFERS);
             match self.read_into_buffer(soon, true).await? {
                 Read::Timeout if soon < deadline => {
                     self.release_buffers();
-                    tokio::select! {
-                        biased;
-                        r = timeout_at(deadline.into(), self.stream.readable()) => match r {
-                            Ok(r) => r?,
-                            Err(_) => return Ok(Read::Timeout),
-                        },
-                        _ = self.shutdown.wait() => return Ok(Read::Shutdown),
+                    match self
+                        .deadline
+                        .run(deadline, true, self.stream.readable())
+                        .await
+                    {
+                        Ok(r) => r?,
+                        Err(Expired) => return Ok(self.expired(true)),
                     }
                 }
                 other => return Ok(other),
@@ -219,18 +221,9 @@ impl Conn {
         } else if self.rbuf.capacity() - self.rbuf.len() < 512 {
             self.rbuf.reserve(READ_CHUNK);
         }
-        let read = timeout_at(deadline.into(), self.stream.read_buf(&mut self.rbuf));
-        let result = if idle {
-            tokio::select! {
-                biased;
-                r = read => r,
-                _ = self.shutdown.wait() => return Ok(Read::Shutdown),
-            }
-        } else {
-            read.await
-        };
-        match result {
-            Err(_) => Ok(Read::Timeout),
+        let read = self.stream.read_buf(&mut self.rbuf);
+        match self.deadline.run(deadline, idle, read).await {
+            Err(Expired) => Ok(self.expired(idle)),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
                 hayate_core::epoch::advance();
@@ -239,6 +232,16 @@ impl Conn {
                 Ok(Read::Data)
             }
             Ok(Err(e)) => Err(e),
+        }
+    }
+
+    /// What an expired wait means: shutdown for an idle wait once the worker
+    /// stops, a timeout otherwise.
+    fn expired(&self, idle: bool) -> Read {
+        if idle && self.worker.stopping.get() {
+            Read::Shutdown
+        } else {
+            Read::Timeout
         }
     }
 

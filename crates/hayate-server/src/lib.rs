@@ -9,6 +9,7 @@
 pub mod access_log;
 pub mod body;
 mod conn;
+mod deadline;
 pub mod listen;
 pub mod pipeline;
 pub mod request;

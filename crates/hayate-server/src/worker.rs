@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::access_log::{AccessLog, Sink};
 use crate::conn::Conn;
+use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
 use crate::request::HeadLimits;
 use crate::respond::OVER_CAPACITY;
@@ -47,6 +48,10 @@ pub struct Worker {
     pub access_log: Option<AccessLog>,
     /// Shutdown signal.
     pub shutdown: ShutdownWatch,
+    /// Set once shutdown begins: connections finish their request and close.
+    pub stopping: Cell<bool>,
+    /// Read deadlines of every connection.
+    pub deadlines: Rc<Deadlines>,
     active: Cell<usize>,
     idle: Notify,
 }
@@ -84,6 +89,8 @@ impl Worker {
                 .clone()
                 .map(|sink| AccessLog::new(g.access_log_format, sink)),
             shutdown,
+            stopping: Cell::new(false),
+            deadlines: Rc::default(),
             active: Cell::new(0),
             idle: Notify::new(),
         })
@@ -120,8 +127,11 @@ pub fn run(
                 }
             }
         });
+        tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
         let mut stop = shutdown.clone();
         stop.wait().await;
+        worker.stopping.set(true);
+        worker.deadlines.expire_idle();
         // Listeners close as their accept loops see the signal; idle
         // connections close at once; in-flight ones finish or are cut at the
         // grace period.
