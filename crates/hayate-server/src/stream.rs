@@ -31,14 +31,44 @@ macro_rules! each {
 }
 
 impl Stream {
-    /// Writes what the socket takes now.
+    /// Writes what the socket takes now. A short write clears readiness
+    /// (see [`Stream::try_sendfile`]).
     pub fn try_write(&self, data: &[u8]) -> io::Result<usize> {
-        each!(self, s => s.try_write(data))
+        self.try_io_short(data.len(), |fd| nix::unistd::write(fd, data))
     }
 
     /// Writes what the socket takes now, from several buffers.
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        each!(self, s => s.try_write_vectored(bufs))
+        let total = bufs.iter().map(|b| b.len()).sum();
+        self.try_io_short(total, |fd| nix::sys::uio::writev(fd, bufs))
+    }
+
+    /// Runs a non-blocking write-like operation of `want` bytes. A short
+    /// result means the socket buffer is full: readiness is cleared so the
+    /// next attempt waits for epoll instead of a syscall that would return
+    /// EAGAIN (what nginx does after a short write).
+    fn try_io_short(
+        &self,
+        want: usize,
+        mut op: impl FnMut(std::os::fd::BorrowedFd<'_>) -> nix::Result<usize>,
+    ) -> io::Result<usize> {
+        let mut done = 0;
+        let mut attempt = |fd: std::os::fd::BorrowedFd<'_>| {
+            let n = op(fd).map_err(io::Error::from)?;
+            done = n;
+            if n > 0 && n < want {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        };
+        let result = match self {
+            Stream::Tcp(s) => s.try_io(Interest::WRITABLE, || attempt(s.as_fd())),
+            Stream::Unix(s) => s.try_io(Interest::WRITABLE, || attempt(s.as_fd())),
+        };
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => Ok(done),
+            other => other,
+        }
     }
 
     /// Waits until the socket is readable.
@@ -53,15 +83,12 @@ impl Stream {
 
     /// Sends up to `count` bytes of `file` from `offset` with sendfile(2),
     /// without waiting; advances `offset`.
+    ///
+    /// A short send clears readiness (see [`Stream::try_io_short`]).
     pub fn try_sendfile(&self, file: &File, offset: &mut i64, count: usize) -> io::Result<usize> {
-        let mut send = |fd: std::os::fd::BorrowedFd<'_>| {
-            nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(offset), count)
-                .map_err(io::Error::from)
-        };
-        match self {
-            Stream::Tcp(s) => s.try_io(Interest::WRITABLE, || send(s.as_fd())),
-            Stream::Unix(s) => s.try_io(Interest::WRITABLE, || send(s.as_fd())),
-        }
+        self.try_io_short(count, |fd| {
+            nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(&mut *offset), count)
+        })
     }
 }
 
