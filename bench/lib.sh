@@ -1,11 +1,12 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # globals set here are used by the run scripts
 # bench/lib.sh: the measuring method shared by bench/static/run and bench/engine/run.
 # Source it; it defines functions and a few variables, and starts nothing by itself.
 #
 #   process tracking   bench_start NAME LOG cmd...   (every child is stopped on exit)
 #   content            bench_gen_small DIR, bench_gen_big DIR
 #   contenders         bench_nginx_conf, bench_start_nginx, bench_start_hayate,
-#                      bench_build_ceiling, bench_build_hayate
+#                      bench_start_simple, bench_build_c, bench_build_hayate
 #   measuring          bench_preflight, bench_measure (warm-up, wrk, /proc CPU, raw.csv row)
 #   report             bench_summarize RAW > SUMMARY, bench_get SUMMARY KEY FIELD
 #
@@ -31,11 +32,19 @@ die() { log "error: $*"; exit 1; }
 # start time of a pid (field 22 of /proc/PID/stat), to never signal a recycled pid
 _proc_start() {
     local s
-    read -r s <"/proc/$1/stat" 2>/dev/null || return 1
+    read -r s 2>/dev/null <"/proc/$1/stat" || return 1
     s=${s##*) }
     local -a f
     read -ra f <<<"$s"
     echo "${f[19]}"
+}
+
+# true while PID exists and is not a zombie
+_proc_alive() {
+    local s
+    read -r s 2>/dev/null <"/proc/$1/stat" || return 1
+    s=${s##*) }
+    [[ ${s:0:1} != Z ]]
 }
 
 # PID and all its descendants, one per line
@@ -44,7 +53,7 @@ bench_proc_tree() {
     local -a f
     echo "$root"
     for s in /proc/[0-9]*/stat; do
-        read -r rest <"$s" 2>/dev/null || continue
+        read -r rest 2>/dev/null <"$s" || continue
         p=${rest%% *}
         rest=${rest##*) }
         read -ra f <<<"$rest"
@@ -59,7 +68,7 @@ bench_cpu_ticks() {
     local t=0 p s
     local -a f
     for p in "$@"; do
-        read -r s <"/proc/$p/stat" 2>/dev/null || continue
+        read -r s 2>/dev/null <"/proc/$p/stat" || continue
         s=${s##*) }
         read -ra f <<<"$s"
         t=$((t + f[11] + f[12]))
@@ -70,8 +79,10 @@ bench_cpu_ticks() {
 # stop one process we started and its descendants: TERM, wait up to 5 s, then KILL
 _bench_stop() {
     local pid=$1 start=$2 p i
-    [[ -d /proc/$pid ]] || return 0
-    [[ $(_proc_start "$pid") == "$start" ]] || return 0
+    if ! _proc_alive "$pid" || [[ $(_proc_start "$pid") != "$start" ]]; then
+        wait "$pid" 2>/dev/null || true # reap it if it died on its own
+        return 0
+    fi
     local -a tree=() starts=()
     for p in $(bench_proc_tree "$pid"); do
         tree+=("$p")
@@ -80,13 +91,13 @@ _bench_stop() {
     kill -TERM "$pid" 2>/dev/null
     for ((i = 0; i < 50; i++)); do
         local alive=0
-        for p in "${tree[@]}"; do [[ -d /proc/$p ]] && alive=1; done
+        for p in "${tree[@]}"; do _proc_alive "$p" && alive=1; done
         ((alive)) || break
         sleep 0.1
     done
     for i in "${!tree[@]}"; do
         p=${tree[$i]}
-        if [[ -d /proc/$p && $(_proc_start "$p") == "${starts[$i]}" ]]; then
+        if _proc_alive "$p" && [[ $(_proc_start "$p") == "${starts[$i]}" ]]; then
             kill -KILL "$p" 2>/dev/null
         fi
     done
@@ -106,6 +117,12 @@ bench_cleanup() {
     for d in "${BENCH_RM_DIRS[@]}"; do
         if [[ -n $d && -d $d ]]; then rm -rf -- "$d"; fi
     done
+    # a run that did not get to its report (error, Ctrl-C) leaves nothing behind unless
+    # BENCH_KEEP_PARTIAL=1
+    if [[ -n ${RUN_DIR:-} && -d $RUN_DIR && ! -s ${REPORT:-/nonexistent} && ${BENCH_KEEP_PARTIAL:-0} != 1 ]]; then
+        log "incomplete run: removing ${RUN_DIR#"$REPO_ROOT"/} (BENCH_KEEP_PARTIAL=1 keeps it)"
+        rm -rf -- "$RUN_DIR"
+    fi
     return 0
 }
 
@@ -132,7 +149,7 @@ bench_start() {
 bench_wait_ready() {
     local pid=$1 port=$2 logf=$3 pattern=${4:-} i code
     for ((i = 0; i < 100; i++)); do
-        if [[ ! -d /proc/$pid ]]; then
+        if ! _proc_alive "$pid"; then
             log "process $pid exited; its log:"
             tail -n 20 "$logf" >&2
             return 1
@@ -148,20 +165,27 @@ bench_wait_ready() {
     return 1
 }
 
-# a free TCP port on 127.0.0.1 from BASE upwards, never one handed out before
+# bench_pick_port [BASE]: sets BENCH_PORT to a free TCP port on 127.0.0.1 from BASE
+# upwards, never one handed out before in this run (call it directly, not in $(...))
 bench_pick_port() {
     local p=${1:-18080}
     while [[ $BENCH_USED_PORTS == *" $p "* ]] || (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do
         p=$((p + 1))
     done
     BENCH_USED_PORTS+="$p "
-    echo "$p"
+    BENCH_PORT=$p
 }
 
 # bench_run_init [SUFFIX]: bench/runs/<date>-<host>[-SUFFIX]/ with raw.csv (header
 # written) and a tmp/ dir removed on exit. Sets RUN_NAME RUN_DIR TMP RAW REPORT NOTES.
 bench_run_init() {
-    RUN_NAME="$(date +%Y-%m-%dT%H%M)-$(hostname -s)${1:+-$1}"
+    local base n=1
+    base="$(date +%Y-%m-%dT%H%M)-$(hostname -s)${1:+-$1}"
+    RUN_NAME=$base
+    while [[ -e $BENCH_DIR/runs/$RUN_NAME ]]; do # never reuse the dir of another run
+        n=$((n + 1))
+        RUN_NAME="$base.$n"
+    done
     RUN_DIR="$BENCH_DIR/runs/$RUN_NAME"
     TMP="$RUN_DIR/tmp"
     mkdir -p "$TMP"
@@ -326,7 +350,7 @@ http {
     }
     default_type application/octet-stream;
     sendfile on;
-    tcp_nopush on;
+    tcp_nopush ${NGINX_TCP_NOPUSH:-on};
     tcp_nodelay on;
     $alog_line
     keepalive_requests 1000000;
@@ -398,7 +422,13 @@ bench_preflight() {
     return 0
 }
 
-BENCH_CSV_HEADER="section,rep,server,file,mode,conns,duration_s,requests,rps,bytes,mb_per_s,server_cpu_s,server_cpu_pct,us_cpu_per_req,us_cpu_per_mb,client_cpu_pct,err_connect,err_read,err_write,err_status,err_timeout,errors,log_bytes_per_req"
+BENCH_CSV_HEADER="section,rep,server,file,mode,conns,duration_s,requests,rps,bytes,mb_per_s,server_cpu_s,server_cpu_pct,us_cpu_per_req,us_cpu_per_mb,client_cpu_pct,err_connect,err_read,err_write,err_status,err_timeout,errors,log_bytes_per_req,server_core_busy_pct,client_core_busy_pct,steal_pct"
+
+# "busy total steal" ticks of one CPU from /proc/stat (busy: user nice system irq softirq
+# steal; total adds idle and iowait)
+_bench_core_ticks() {
+    awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6, $9 }' /proc/stat
+}
 
 # user+sys clock ticks of this shell's waited-for children (cutime+cstime of $$): wrk's
 # CPU time is the difference around its run
@@ -443,9 +473,14 @@ bench_measure() {
     mapfile -t pids < <(bench_proc_tree "$pid")
     if [[ -n $alog ]]; then l0=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
     c0=$(_bench_child_ticks)
+    local ks0 kc0 ks1 kc1
+    ks0=$(_bench_core_ticks "$SERVER_CPU")
+    kc0=$(_bench_core_ticks "$CLIENT_CPU")
     t0=$(bench_cpu_ticks "${pids[@]}")
     res=$(_bench_wrk "$mode" "$conns" "$secs" "$url") || true
     t1=$(bench_cpu_ticks "${pids[@]}")
+    ks1=$(_bench_core_ticks "$SERVER_CPU")
+    kc1=$(_bench_core_ticks "$CLIENT_CPU")
     c1=$(_bench_child_ticks)
     if [[ -n $alog ]]; then l1=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
     if [[ -z $res ]]; then
@@ -455,7 +490,7 @@ bench_measure() {
     fi
     local row
     row=$(awk -v res="$res" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v tck="$CLK_TCK" \
-        -v l0="$l0" -v l1="$l1" -v alog="$alog" \
+        -v l0="$l0" -v l1="$l1" -v alog="$alog" -v ks="$ks0 $ks1" -v kc="$kc0 $kc1" \
         -v pre="$section,$rep,$server,$file,$mode,$conns" 'BEGIN{
         n = split(res, kv, " ")
         for (i = 2; i <= n; i++) { split(kv[i], p, "="); v[p[1]] = p[2] }
@@ -468,20 +503,26 @@ bench_measure() {
         upm = by > 0 ? cpu * 1e6 / (by / 1e6) : 0
         err = v["connect"] + v["read"] + v["write"] + v["status"] + v["timeout"] + (v["failed"] ? 1 : 0)
         lbr = (alog != "" && req > 0) ? sprintf("%.1f", (l1 - l0) / req) : ""
-        printf "%s,%.3f,%d,%.0f,%d,%.1f,%.2f,%.1f,%.3f,%.1f,%.1f,%d,%d,%d,%d,%d,%d,%s\n",
+        split(ks, a, " "); split(kc, b, " ")
+        sbusy = a[5] > a[2] ? 100 * (a[4] - a[1]) / (a[5] - a[2]) : 0
+        cbusy = b[5] > b[2] ? 100 * (b[4] - b[1]) / (b[5] - b[2]) : 0
+        steal = (a[5] - a[2] + b[5] - b[2]) > 0 ? 100 * (a[6] - a[3] + b[6] - b[3]) / (a[5] - a[2] + b[5] - b[2]) : 0
+        printf "%s,%.3f,%d,%.0f,%d,%.1f,%.2f,%.1f,%.3f,%.1f,%.1f,%d,%d,%d,%d,%d,%d,%s,%.1f,%.1f,%.1f\n",
             pre, dur, req, rps, by, mbs, cpu, 100 * cpu / dur, upr, upm,
-            100 * (c1 - c0) / tck / dur, v["connect"], v["read"], v["write"], v["status"], v["timeout"], err, lbr
+            100 * (c1 - c0) / tck / dur, v["connect"], v["read"], v["write"], v["status"], v["timeout"], err, lbr,
+            sbusy, cbusy, steal
     }')
     echo "$row" >>"$raw"
-    awk -F, '{printf "  %-8s %-10s %-9s rep %s: %8.0f rps %8.1f MB/s  %6.2f us/req  server %5.1f%%  wrk %5.1f%%  errors %d\n",
-        $3, $4, $5, $2, $9, $11, $14, $13, $16, $22}' <<<"$row" >&2
+    awk -F, '{printf "  %-11s %-9s %-10s rep %s: %8.0f rps %7.0f MB/s %7.2f us/req  server %5.1f%% (core %5.1f%%)  wrk %5.1f%% (core %5.1f%%)  steal %.1f%%  errors %d\n",
+        $3, $4, $5, $2, $9, $11, $14, $13, $24, $16, $25, $26, $22}' <<<"$row" >&2
 }
 
 # ---------------------------------------------------------------- report
 
 # bench_summarize RAW -> one line per (section, server, file, mode), in first-seen order:
 # key|n|rps med,min,max|us/req med,min,max|MB/s med,min,max|us/MB med,min,max|
-#     server cpu% med|client cpu% med|errors sum|log bytes/req med
+#     server cpu% med|client cpu% med|errors sum|log bytes/req med|
+#     server core busy% med|client core busy% med|steal% max
 bench_summarize() {
     awk -F, '
     function med(s,   a, n, i, j, t) {
@@ -500,22 +541,60 @@ bench_summarize() {
         cnt[k]++
         rps[k] = rps[k] " " $9; upr[k] = upr[k] " " $14; mbs[k] = mbs[k] " " $11; upm[k] = upm[k] " " $15
         scpu[k] = scpu[k] " " $13; ccpu[k] = ccpu[k] " " $16; err[k] += $22
+        sbusy[k] = sbusy[k] " " $24; cbusy[k] = cbusy[k] " " $25; steal[k] = steal[k] " " $26
         if ($23 != "") lbr[k] = lbr[k] " " $23
     }
     END {
         for (i = 1; i <= nk; i++) {
             k = order[i]
-            printf "%s|%d|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s|%s|%d|%s\n", k, cnt[k],
+            printf "%s|%d|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s,%s,%s|%s|%s|%d|%s|%s|%s|%s\n", k, cnt[k],
                 med(rps[k]), mn(rps[k]), mx(rps[k]), med(upr[k]), mn(upr[k]), mx(upr[k]),
                 med(mbs[k]), mn(mbs[k]), mx(mbs[k]), med(upm[k]), mn(upm[k]), mx(upm[k]),
-                med(scpu[k]), med(ccpu[k]), err[k], med(lbr[k])
+                med(scpu[k]), med(ccpu[k]), err[k], med(lbr[k]), med(sbusy[k]), med(cbusy[k]), mx(steal[k])
         }
+    }' "$1"
+}
+
+# bench_quiet_check [SECONDS]: how busy the two cores are before any contender runs;
+# waits up to SECONDS (env BENCH_WAIT_QUIET, default 0) for both to fall under 10 %.
+# Prints a note line when they stay busy.
+bench_quiet_check() {
+    local wait_s=${1:-${BENCH_WAIT_QUIET:-0}} t=0 a0 b0 a1 b1 busy
+    while :; do
+        a0=$(_bench_core_ticks "$SERVER_CPU")
+        b0=$(_bench_core_ticks "$CLIENT_CPU")
+        sleep 1
+        a1=$(_bench_core_ticks "$SERVER_CPU")
+        b1=$(_bench_core_ticks "$CLIENT_CPU")
+        busy=$(awk -v a="$a0 $a1" -v b="$b0 $b1" 'BEGIN{
+            split(a, x, " "); split(b, y, " ")
+            p = x[5] > x[2] ? 100 * (x[4] - x[1]) / (x[5] - x[2]) : 0
+            q = y[5] > y[2] ? 100 * (y[4] - y[1]) / (y[5] - y[2]) : 0
+            printf "%.0f %.0f", p, q }')
+        read -r a1 b1 <<<"$busy"
+        if ((a1 < 10 && b1 < 10)); then return 0; fi
+        t=$((t + 1))
+        if ((t >= wait_s)); then
+            echo "before the run the machine was busy: core $SERVER_CPU $a1 %, core $CLIENT_CPU $b1 % (other processes); expect noise"
+            return 0
+        fi
+    done
+}
+
+# bench_load_warnings SUMMARY: one line per case where the server's core was
+# busy with something else (core busy % more than 20 points above the server's own %)
+# or the hypervisor stole time (> 5 %): those numbers are not reliable
+bench_load_warnings() {
+    awk -F'|' '{
+        other = $14 - $10
+        if (other > 20) printf "%s %s %s on %s: core busy %s %% but the server used %s %%: other load shared its core; numbers not reliable\n", $1, $3, $4, $2, $14, $10
+        if ($16 + 0 > 5) printf "%s %s %s on %s: %s %% of CPU time stolen by the hypervisor\n", $1, $3, $4, $2, $16
     }' "$1"
 }
 
 # bench_get SUMMARY "section|server|file|mode" FIELD -> value
 # FIELD: n rps rps_min rps_max us us_min us_max mbs mbs_min mbs_max upm upm_min upm_max
-#        scpu ccpu errors lbr
+#        scpu ccpu errors lbr sbusy cbusy steal
 bench_get() {
     awk -F'|' -v key="$2" -v f="$3" '
     $1 "|" $2 "|" $3 "|" $4 == key {
@@ -525,6 +604,7 @@ bench_get() {
         v["mbs"] = m[1]; v["mbs_min"] = m[2]; v["mbs_max"] = m[3]
         v["upm"] = pm[1]; v["upm_min"] = pm[2]; v["upm_max"] = pm[3]
         v["scpu"] = $10; v["ccpu"] = $11; v["errors"] = $12; v["lbr"] = $13
+        v["sbusy"] = $14; v["cbusy"] = $15; v["steal"] = $16
         print v[f]; exit
     }' "$1"
 }
@@ -532,13 +612,13 @@ bench_get() {
 # bench_cell SUMMARY KEY FIELD FMT: the median, with [min-max] when there were repetitions,
 # "-" when the case did not run
 bench_cell() {
-    local s=$1 k=$2 f=$3 fmt=$4 n v lo hi
+    local s=$1 k=$2 field=$3 fmt=$4 n v lo hi
     n=$(bench_get "$s" "$k" n)
     [[ -z $n ]] && { echo "-"; return; }
-    v=$(bench_get "$s" "$k" "$f")
+    v=$(bench_get "$s" "$k" "$field")
     if ((n > 1)); then
-        lo=$(bench_get "$s" "$k" "${f}_min")
-        hi=$(bench_get "$s" "$k" "${f}_max")
+        lo=$(bench_get "$s" "$k" "${field}_min")
+        hi=$(bench_get "$s" "$k" "${field}_max")
         awk -v v="$v" -v lo="$lo" -v hi="$hi" -v fmt="$fmt" 'BEGIN{printf fmt " [" fmt "-" fmt "]", v, lo, hi}'
     else
         awk -v v="$v" -v fmt="$fmt" 'BEGIN{printf fmt, v}'
