@@ -206,7 +206,7 @@ impl Cx<'_> {
             let root_at = root_offset(table.get_ref()).or(site_root);
             routes.push((prefix, route_layer, table.span().start, root_at));
         }
-        if !routes.iter().any(|r| r.0 == "/") && layer.root.is_some() {
+        if !routes.iter().any(|r| r.0 == "/") && (layer.root.is_some() || layer.proxy.is_some()) {
             routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
         }
         if routes.is_empty() {
@@ -218,8 +218,20 @@ impl Cx<'_> {
         }
         let mut out = Vec::new();
         for (prefix, layer, offset, root_at) in routes {
-            if layer.root.is_none() {
-                return Err(self.err(offset, "root", format!("route {prefix:?} has no root")));
+            if layer.root.is_none() && layer.proxy.is_none() {
+                return Err(self.err(
+                    offset,
+                    "root",
+                    format!("route {prefix:?} has neither root nor proxy"),
+                ));
+            }
+            if layer.proxy.iter().flatten().any(|s| s.prefix.is_some()) {
+                return Err(self.err(
+                    offset,
+                    "proxy",
+                    "PREFIX= is for the command line; in a file use a [[site.route]] with a prefix"
+                        .into(),
+                ));
             }
             out.push(Route {
                 prefix,

@@ -92,24 +92,55 @@ pub struct Overrides {
     pub route: RouteLayer,
 }
 
-/// Builds the configuration without a file: one site, one route at `/`.
+/// Builds the configuration without a file: one site with a route at `/`
+/// (files under the root or the current directory, then the proxy if one is
+/// given) and one route per `--proxy PREFIX=...`.
 pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
-    let mut route = overrides.route.clone();
-    if route.root.is_none() {
-        route.root = Some(PathBuf::from("."));
+    let mut base = overrides.route.clone();
+    let specs = base.proxy.take().unwrap_or_default();
+    let (prefixed, plain): (Vec<_>, Vec<_>) = specs.into_iter().partition(|s| s.prefix.is_some());
+    let mut routes = Vec::new();
+    for spec in prefixed {
+        let mut layer = base.clone();
+        layer.root = None;
+        let prefix = spec.prefix.clone().unwrap_or_default();
+        if routes.iter().any(|r: &Route| r.prefix == prefix) {
+            return Err(ConfigError {
+                file: None,
+                line: None,
+                key: Some("--proxy".into()),
+                message: format!("two upstream groups for prefix {prefix:?}"),
+            });
+        }
+        layer.proxy = Some(vec![spec]);
+        routes.push(Route {
+            prefix,
+            options: layer.resolve(),
+            root_line: None,
+        });
     }
-    let config = Config {
+    let mut slash = base;
+    if !plain.is_empty() {
+        slash.proxy = Some(plain);
+    } else if slash.root.is_none() {
+        // Only without an app: never serve an app's own directory by accident.
+        slash.root = Some(PathBuf::from("."));
+    }
+    if !routes.iter().any(|r| r.prefix == "/") {
+        routes.push(Route {
+            prefix: "/".into(),
+            options: slash.resolve(),
+            root_line: None,
+        });
+    }
+    routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+    Ok(Config {
         global: overrides.global.resolve(),
         sites: vec![Site {
             hosts: Vec::new(),
-            routes: vec![Route {
-                prefix: "/".into(),
-                options: route.resolve(),
-                root_line: None,
-            }],
+            routes,
         }],
-    };
-    Ok(config)
+    })
 }
 
 /// Renders the option table as Markdown (docs/config.md).

@@ -194,6 +194,14 @@ options! {
         "Largest file kept in memory; larger files are sent with sendfile";
     file_cache_revalidate: Dur = "5s", "DURATION",
         "Fallback re-check of cached files for file systems without change events";
+    proxy_connect_timeout: Dur = "5s", "DURATION",
+        "Time to connect to an upstream member (502 after, trying the next member)";
+    proxy_timeout: Dur = "60s", "DURATION",
+        "Time for an upstream's response head, and longest pause in a proxied body (504)";
+    proxy_keepalive: Dur = "4s", "DURATION",
+        "Idle time of pooled upstream connections when the upstream sends no Keep-Alive hint";
+    proxy_replay_buffer: Size = "64KiB", "SIZE",
+        "Request bodies up to this size are buffered so a failed reused connection can be retried";
 }
 
 options! {
@@ -204,6 +212,8 @@ options! {
     table ROUTE_OPTIONS;
     root: PathBuf = unset, "DIR",
         "Directory served (by default the request path is looked up under it)";
+    proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
+        "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",

@@ -221,6 +221,55 @@ impl OptValue for ListenAddr {
     }
 }
 
+/// One `--proxy [PREFIX=]URL[,URL...]`: upstream members (`http://host:port`
+/// or `unix:/path`), optionally for a path prefix (CLI and environment only;
+/// in a file, a `[[site.route]]` has its own prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxySpec {
+    /// The path prefix, starting with `/`.
+    pub prefix: Option<String>,
+    /// Member addresses as written.
+    pub members: Vec<String>,
+}
+
+impl OptValue for ProxySpec {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let (prefix, list) = match t.split_once('=') {
+            Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
+            _ => (None, t),
+        };
+        let members: Vec<String> = list
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if members.is_empty() {
+            return Err(format!("expected [PREFIX=]URL[,URL...], got {s:?}"));
+        }
+        for m in &members {
+            let valid = match m.strip_prefix("unix:") {
+                Some(path) => !path.is_empty(),
+                None => {
+                    let authority = m.strip_prefix("http://").unwrap_or(m).trim_end_matches('/');
+                    !authority.is_empty()
+                        && !authority.contains('/')
+                        && !m.starts_with("https://")
+                        && authority
+                            .rsplit_once(':')
+                            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+                }
+            };
+            if !valid {
+                return Err(format!(
+                    "upstream {m:?}: expected http://HOST:PORT or unix:PATH"
+                ));
+            }
+        }
+        Ok(ProxySpec { prefix, members })
+    }
+}
+
 /// Where the access log goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessLog {
@@ -340,6 +389,34 @@ mod tests {
         );
         assert!(ListenAddr::parse_str("unix:").is_err());
         assert!(ListenAddr::parse_str("example.com:80").is_err());
+    }
+
+    #[test]
+    fn proxy_specs() {
+        let spec =
+            ProxySpec::parse_str("/api=http://127.0.0.1:3000,unix:/run/a.sock").expect("valid");
+        assert_eq!(spec.prefix.as_deref(), Some("/api"));
+        assert_eq!(
+            spec.members,
+            vec!["http://127.0.0.1:3000", "unix:/run/a.sock"]
+        );
+        assert_eq!(
+            ProxySpec::parse_str("localhost:3000")
+                .expect("valid")
+                .prefix,
+            None
+        );
+        for bad in [
+            "",
+            "http://",
+            "unix:",
+            "https://a:1",
+            "http://a:1/x",
+            "http://a",
+            "/api=",
+        ] {
+            assert!(ProxySpec::parse_str(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

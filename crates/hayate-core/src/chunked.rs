@@ -1,4 +1,5 @@
-//! Request bodies: the chunked decoder (RFC 9112 §7.1) and body draining.
+//! The chunked transfer-coding decoder (RFC 9112 §7.1), used for request
+//! bodies from clients and response bodies from upstreams.
 //!
 //! The decoder is strict where leniency enables smuggling: chunk sizes are
 //! hex digits only (no sign, no `0x`, at most 16 digits), every line ends in
@@ -20,6 +21,18 @@ pub enum ChunkError {
     /// An extension or trailer section over its bound.
     TooLong,
 }
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ChunkError::BadSize => "bad chunk size",
+            ChunkError::BadLineEnding => "chunk line not ended by CRLF",
+            ChunkError::TooLong => "chunk extension or trailers too long",
+        })
+    }
+}
+
+impl std::error::Error for ChunkError {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

@@ -4,6 +4,8 @@
 //!
 //! This crate owns no I/O policy and must not depend on any other hayate crate.
 
+pub mod chunked;
+pub mod client_body;
 pub mod coding;
 pub mod date;
 pub mod epoch;
@@ -14,5 +16,5 @@ pub mod shutdown;
 pub mod status;
 
 pub use coding::Coding;
-pub use response::{Body, Chunk, Response};
+pub use response::{Body, BodySource, Chunk, Response, StreamBody};
 pub use status::Status;

@@ -6,7 +6,9 @@
 //! `Connection`, so handlers never set those.
 
 use std::fs::File;
+use std::io;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
@@ -27,7 +29,7 @@ pub struct Response {
     pub close: bool,
 }
 
-/// A response body whose length is known before it is written.
+/// A response body.
 #[derive(Debug, Default)]
 pub enum Body {
     /// No body (`Content-Length: 0`, or none for 1xx/204/304).
@@ -39,6 +41,38 @@ pub enum Body {
     File(FileRange),
     /// A sequence of parts (multipart/byteranges).
     Parts(Vec<Chunk>),
+    /// Produced while it is written (a proxied response), with its length
+    /// when known; otherwise sent chunked (or close-delimited to HTTP/1.0).
+    Stream(StreamBody),
+}
+
+/// A body produced while it is written.
+pub struct StreamBody {
+    /// The length, when the producer knows it.
+    pub len: Option<u64>,
+    /// The producer.
+    pub source: Box<dyn BodySource>,
+}
+
+impl std::fmt::Debug for StreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamBody")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A producer of body chunks, polled by the connection writer (which
+/// applies back-pressure by polling only when the client took the last
+/// chunk).
+pub trait BodySource {
+    /// The next chunk; `None` at the end of the body.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>>;
+
+    /// Trailer fields (`Name: value\r\n` lines) after the last chunk.
+    fn trailers(&mut self) -> Option<Bytes> {
+        None
+    }
 }
 
 /// A range of an open file.
@@ -77,19 +111,26 @@ impl Chunk {
 }
 
 impl Body {
-    /// The body length, which becomes `Content-Length`.
-    pub fn len(&self) -> u64 {
+    /// The body length, which becomes `Content-Length`; `None` for a
+    /// stream of unknown length.
+    pub fn known_len(&self) -> Option<u64> {
         match self {
-            Body::Empty => 0,
-            Body::Bytes(b) => b.len() as u64,
-            Body::File(f) => f.len,
-            Body::Parts(parts) => parts.iter().map(Chunk::len).sum(),
+            Body::Empty => Some(0),
+            Body::Bytes(b) => Some(b.len() as u64),
+            Body::File(f) => Some(f.len),
+            Body::Parts(parts) => Some(parts.iter().map(Chunk::len).sum()),
+            Body::Stream(s) => s.len,
         }
     }
 
-    /// Whether the body is empty.
+    /// The body length; 0 for a stream of unknown length.
+    pub fn len(&self) -> u64 {
+        self.known_len().unwrap_or(0)
+    }
+
+    /// Whether the body is known to be empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.known_len() == Some(0)
     }
 }
 

@@ -21,19 +21,20 @@ macro_rules! statuses {
                 }
             }
 
-            /// The reason phrase.
+            /// The reason phrase; empty for codes hayate does not name
+            /// (an upstream's 299, say), which RFC 9112 allows.
             pub fn reason(self) -> &'static str {
                 match self.0 {
                     $($code => $reason,)*
-                    _ => "Unknown",
+                    _ => "",
                 }
             }
 
-            /// The whole status line, `HTTP/1.1 200 OK\r\n`.
-            pub fn status_line(self) -> &'static [u8] {
+            /// The whole status line of a known status, `HTTP/1.1 200 OK\r\n`.
+            fn static_line(self) -> Option<&'static [u8]> {
                 match self.0 {
-                    $($code => concat!("HTTP/1.1 ", $code, " ", $reason, "\r\n").as_bytes(),)*
-                    _ => b"HTTP/1.1 500 Internal Server Error\r\n",
+                    $($code => Some(concat!("HTTP/1.1 ", $code, " ", $reason, "\r\n").as_bytes()),)*
+                    _ => None,
                 }
             }
         }
@@ -72,6 +73,23 @@ statuses! {
 }
 
 impl Status {
+    /// Any three-digit status (100-999), as an upstream may send.
+    pub fn any(code: u16) -> Option<Status> {
+        (100..=999).contains(&code).then_some(Status(code))
+    }
+
+    /// Appends the status line, `HTTP/1.1 200 OK\r\n`; static for known codes.
+    pub fn append_status_line(self, out: &mut Vec<u8>) {
+        match self.static_line() {
+            Some(line) => out.extend_from_slice(line),
+            None => {
+                out.extend_from_slice(b"HTTP/1.1 ");
+                out.extend_from_slice(itoa::Buffer::new().format(self.0).as_bytes());
+                out.extend_from_slice(b" \r\n");
+            }
+        }
+    }
+
     /// The numeric code.
     pub fn code(self) -> u16 {
         self.0
@@ -90,11 +108,18 @@ mod tests {
 
     #[test]
     fn status_lines_are_well_formed() {
-        assert_eq!(Status::OK.status_line(), b"HTTP/1.1 200 OK\r\n");
+        let line = |s: Status| {
+            let mut out = Vec::new();
+            s.append_status_line(&mut out);
+            String::from_utf8(out).expect("ascii")
+        };
+        assert_eq!(line(Status::OK), "HTTP/1.1 200 OK\r\n");
         assert_eq!(
-            Status::RANGE_NOT_SATISFIABLE.status_line(),
-            b"HTTP/1.1 416 Range Not Satisfiable\r\n"
+            line(Status::RANGE_NOT_SATISFIABLE),
+            "HTTP/1.1 416 Range Not Satisfiable\r\n"
         );
+        assert_eq!(line(Status::any(299).expect("valid")), "HTTP/1.1 299 \r\n");
+        assert_eq!(Status::any(99), None);
         assert_eq!(
             Status::from_code(431),
             Some(Status::REQUEST_HEADER_FIELDS_TOO_LARGE)

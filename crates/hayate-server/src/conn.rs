@@ -13,18 +13,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
-use hayate_core::{Body, Chunk, Response, Status};
+use hayate_core::{Body, Chunk, Response, Status, StreamBody};
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use crate::access_log;
-use crate::body::ChunkedDecoder;
+use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
 use crate::pipeline;
-use crate::request::{self, Framing, Parsed, Refusal, Request, Spare};
+use crate::request::{self, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
 use crate::stream::Stream;
 use crate::worker::Worker;
+use hayate_core::client_body::ClientBody;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
@@ -116,28 +117,48 @@ impl Conn {
                 }
             };
             let started = self.now;
-            let resp = pipeline::handle(&req, &self.worker.router, started);
+            let w = self.worker.clone();
+            let mut body = BodyState::new(
+                req.framing,
+                req.expect_continue,
+                w.head_limits.max_body_size,
+                w.timeouts.body,
+            );
+            let resp = {
+                let mut view = ConnBody {
+                    state: &mut body,
+                    stream: &mut self.stream,
+                    rbuf: &mut self.rbuf,
+                    deadline: &self.deadline,
+                };
+                pipeline::handle(&req, &mut view, &w.router, started, &self.peer).await
+            };
             self.served += 1;
 
-            // A body nobody read is drained after the response, unless the
-            // client is waiting for 100-continue: then we close instead.
-            let has_body = req.framing != Framing::None;
-            let awaiting_continue = has_body && req.expect_continue;
-            let keep_alive =
-                req.keep_alive && !resp.close && !awaiting_continue && !self.worker.stopping.get();
+            // A body nobody read is drained after the response; one the
+            // client has not sent yet (it waits for 100-continue) or that
+            // failed half-read ends the connection instead.
+            let http10 = req.minor_version == 0;
+            let close_delimited = http10 && resp.body.known_len().is_none();
+            let body_ok = body.done || (!body.touched && !body.awaiting_continue());
+            let keep_alive = req.keep_alive
+                && !resp.close
+                && body_ok
+                && !body.failed
+                && !close_delimited
+                && !self.worker.stopping.get();
             let cx = HeadContext {
                 head_request: req.method() == b"HEAD",
-                http10: req.minor_version == 0,
+                http10,
                 keep_alive,
             };
             self.write_response(resp, cx, &req, started).await?;
-            let framing = req.framing;
             self.spare.reclaim(req);
             if !keep_alive {
                 self.flush().await?;
-                return Ok(if has_body { End::Linger } else { End::Done });
+                return Ok(if body.done { End::Done } else { End::Linger });
             }
-            if has_body && !self.drain_body(framing).await? {
+            if !body.done && !self.drain_body(&mut body).await? {
                 self.flush().await?;
                 return Ok(End::Linger);
             }
@@ -306,6 +327,7 @@ impl Conn {
                         }
                     }
                 }
+                Body::Stream(stream) => sent = self.send_stream(stream, cx.http10).await?,
             }
         }
         if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
@@ -321,6 +343,47 @@ impl Conn {
             log.record(req, &entry);
         }
         Ok(())
+    }
+
+    /// Relays a streamed body chunk by chunk, in chunked coding when its
+    /// length is unknown (close-delimited for HTTP/1.0). Each chunk is
+    /// written before the next is asked for: back-pressure reaches the
+    /// producer. An error mid-body ends the connection, so the client sees
+    /// an incomplete response rather than a wrong one.
+    async fn send_stream(&mut self, mut body: StreamBody, http10: bool) -> io::Result<u64> {
+        let chunked = body.len.is_none() && !http10;
+        let mut sent = 0u64;
+        loop {
+            let next = std::future::poll_fn(|cx| body.source.poll_chunk(cx)).await;
+            match next {
+                Ok(Some(data)) if data.is_empty() => {}
+                Ok(Some(data)) => {
+                    sent += data.len() as u64;
+                    if chunked {
+                        self.wbuf
+                            .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                    }
+                    self.write_with_buffer(&data).await?;
+                    if chunked {
+                        self.wbuf.extend_from_slice(b"\r\n");
+                    }
+                }
+                Ok(None) => {
+                    if chunked {
+                        self.wbuf.extend_from_slice(b"0\r\n");
+                        if let Some(trailers) = body.source.trailers() {
+                            self.wbuf.extend_from_slice(&trailers);
+                        }
+                        self.wbuf.extend_from_slice(b"\r\n");
+                    }
+                    return Ok(sent);
+                }
+                Err(e) => {
+                    log::error!("response body from upstream failed after {sent} bytes: {e}");
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Writes the buffered bytes, then `data`, with vectored writes.
@@ -403,51 +466,23 @@ impl Conn {
 
     /// Reads and discards a request body nobody consumed. False when the
     /// connection cannot be reused (bad framing, too large, timeout, EOF).
-    async fn drain_body(&mut self, framing: Framing) -> io::Result<bool> {
-        let max = self.worker.head_limits.max_body_size;
-        let mut decoder = ChunkedDecoder::default();
-        let mut remaining = match framing {
-            Framing::None => return Ok(true),
-            Framing::Length(n) => n,
-            Framing::Chunked => u64::MAX,
+    async fn drain_body(&mut self, state: &mut BodyState) -> io::Result<bool> {
+        // The client may wait for the response before sending the rest.
+        self.flush().await?;
+        let mut view = ConnBody {
+            state,
+            stream: &mut self.stream,
+            rbuf: &mut self.rbuf,
+            deadline: &self.deadline,
         };
-        let mut total: u64 = 0;
         loop {
-            match framing {
-                Framing::Length(_) => {
-                    let take = remaining.min(self.rbuf.len() as u64) as usize;
-                    let _ = self.rbuf.split_to(take);
-                    remaining -= take as u64;
-                    if remaining == 0 {
-                        return Ok(true);
-                    }
+            match view.next_chunk().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(true),
+                Err(e) => {
+                    log::info!("request body from {} not drained: {e}", self.peer);
+                    return Ok(false);
                 }
-                _ => {
-                    let mut data = 0u64;
-                    let consumed = match decoder.decode(&self.rbuf, |d| data += d.len() as u64) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            log::info!("bad chunked body from {}: {e:?}", self.peer);
-                            return Ok(false);
-                        }
-                    };
-                    let _ = self.rbuf.split_to(consumed);
-                    total += data;
-                    if total > max {
-                        log::info!("chunked body from {} over max_body_size", self.peer);
-                        return Ok(false);
-                    }
-                    if decoder.is_done() {
-                        return Ok(true);
-                    }
-                }
-            }
-            // The client may wait for the response before sending the rest.
-            self.flush().await?;
-            let deadline = Instant::now() + self.worker.timeouts.body;
-            match self.read_more(deadline, false).await? {
-                Read::Data => {}
-                _ => return Ok(false),
             }
         }
     }

@@ -7,8 +7,8 @@
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;
-pub mod body;
 mod conn;
+mod conn_body;
 mod deadline;
 pub mod listen;
 pub mod pipeline;

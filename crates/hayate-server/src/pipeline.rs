@@ -5,7 +5,9 @@
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
 //! 3. Cache lookup — not yet (the response cache issue).
-//! 4. Origin: a static root (upstream groups come with the proxy issue).
+//! 4. Origin: a file under the route's root if one matches, else the
+//!    route's upstream group (try_files); non-GET methods go straight to
+//!    the upstream when there is one.
 //! 5. Response headers common to every response are added by the writer
 //!    (`respond.rs`); compression will slot in here.
 //!
@@ -14,14 +16,23 @@
 use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
+use hayate_core::client_body::ClientBody;
 use hayate_core::{Coding, Response, Status};
-use hayate_static::{Preconditions, StaticRequest};
+use hayate_proxy::ProxyRequest;
+use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::request::Request;
-use crate::router::{handler_path, Handler, Router};
+use crate::router::{handler_path, Router};
 
-/// Answers one request.
-pub fn handle(req: &Request, router: &Router, now: Instant) -> Response {
+/// Answers one request. `body` is the request body, read only by handlers
+/// that need it (the proxy); `peer` is the client address for forwarding.
+pub async fn handle<B: ClientBody>(
+    req: &Request,
+    body: &mut B,
+    router: &Router,
+    now: Instant,
+    peer: &str,
+) -> Response {
     // 1. Normalize the path.
     if req.target() == b"*" {
         return Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD");
@@ -43,31 +54,49 @@ pub fn handle(req: &Request, router: &Router, now: Instant) -> Response {
         return Response::error(Status::NOT_FOUND);
     };
 
-    // 4. Origin.
-    match &route.handler {
-        Handler::Static(root) => {
-            let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
-            let choose = |available: &[Coding]| accept.choose(available.iter().copied());
-            let path = handler_path(route, &path);
-            root.serve(&StaticRequest {
-                method: req.method(),
-                path: &path,
-                raw_path: req.path(),
-                query: req.query(),
-                preconditions: Preconditions {
-                    if_match: req.header(b"if-match"),
-                    if_none_match: req.header(b"if-none-match"),
-                    if_modified_since: req.header(b"if-modified-since"),
-                    if_unmodified_since: req.header(b"if-unmodified-since"),
-                    if_range: req.header(b"if-range"),
-                },
-                range: req.header(b"range"),
-                choose_coding: &choose,
-                wants_json: wants_json(req),
-                now,
-            })
+    // 4. Origin: a file if one matches (GET and HEAD), else the upstream.
+    let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
+    if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
+        let handler_path = handler_path(route, &path);
+        if let Some(response) = serve_file(files, req, &handler_path, now) {
+            return response;
         }
     }
+    match &route.upstream {
+        Some(group) => {
+            let proxied = ProxyRequest {
+                method: req.method(),
+                target: req.target(),
+                headers: req.fields().collect(),
+                client_ip: peer,
+                host: req.host(),
+            };
+            group.forward(&proxied, body).await
+        }
+        None => Response::error(Status::NOT_FOUND),
+    }
+}
+
+fn serve_file(files: &StaticRoot, req: &Request, path: &[u8], now: Instant) -> Option<Response> {
+    let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
+    let choose = |available: &[Coding]| accept.choose(available.iter().copied());
+    files.try_serve(&StaticRequest {
+        method: req.method(),
+        path,
+        raw_path: req.path(),
+        query: req.query(),
+        preconditions: Preconditions {
+            if_match: req.header(b"if-match"),
+            if_none_match: req.header(b"if-none-match"),
+            if_modified_since: req.header(b"if-modified-since"),
+            if_unmodified_since: req.header(b"if-unmodified-since"),
+            if_range: req.header(b"if-range"),
+        },
+        range: req.header(b"range"),
+        choose_coding: &choose,
+        wants_json: wants_json(req),
+        now,
+    })
 }
 
 /// Whether the client prefers JSON (directory listings).

@@ -382,6 +382,13 @@ impl Request {
             .map(|(_, v)| &self.buf[v.clone()])
     }
 
+    /// Every header field, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (&self.buf[n.clone()], &self.buf[v.clone()]))
+    }
+
     fn find(&self, name: &[u8]) -> Option<Range<usize>> {
         self.headers
             .iter()

@@ -19,16 +19,23 @@ pub struct HeadContext {
 
 /// Appends the head of `resp` to `out`. Returns whether a body follows.
 pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: SystemTime) -> bool {
-    out.extend_from_slice(resp.status.status_line());
+    resp.status.append_status_line(out);
     hayate_core::date::append_date_line(out, now);
     out.extend_from_slice(b"Server: hayate\r\n");
     out.extend_from_slice(&resp.shared_head);
     out.extend_from_slice(&resp.head);
     let body_allowed = !resp.status.forbids_body();
     if body_allowed {
-        out.extend_from_slice(b"Content-Length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(resp.body.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
+        match resp.body.known_len() {
+            Some(len) => {
+                out.extend_from_slice(b"Content-Length: ");
+                out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            // HTTP/1.0 gets a close-delimited body instead.
+            None if !cx.http10 => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            None => {}
+        }
     }
     if !cx.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");

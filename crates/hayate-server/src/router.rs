@@ -3,24 +3,26 @@
 //! file caches).
 
 use std::io;
+use std::path::Path;
+use std::rc::Rc;
 
+use hayate_config::values::ProxySpec;
 use hayate_config::{Config, RouteOptions};
+use hayate_proxy::{ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 
-/// What serves a route.
-pub enum Handler {
-    /// Files under a root.
-    Static(StaticRoot),
-}
-
-/// A route: a path prefix and its handler.
+/// A route: a path prefix, its files and its upstream group. With both,
+/// a file that exists is served and everything else goes to the group
+/// (nginx's `try_files $uri $uri/ @app`).
 pub struct Route {
     /// Prefix of the normalized path.
     pub prefix: Vec<u8>,
     /// Remove the prefix before handing the path to the handler.
     pub strip_prefix: bool,
-    /// The handler.
-    pub handler: Handler,
+    /// Files under a root.
+    pub files: Option<StaticRoot>,
+    /// The upstream group.
+    pub upstream: Option<Rc<UpstreamGroup>>,
 }
 
 struct Site {
@@ -44,16 +46,31 @@ impl Router {
             max_file: g.file_cache_max_file.0,
             revalidate: g.file_cache_revalidate.0,
         };
+        let proxy = ProxySettings {
+            connect_timeout: g.proxy_connect_timeout.0,
+            header_timeout: g.proxy_timeout.0,
+            io_timeout: g.proxy_timeout.0,
+            idle_timeout: g.proxy_keepalive.0,
+            replay_buffer: g.proxy_replay_buffer.0,
+            ..ProxySettings::default()
+        };
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
             for r in &site.routes {
-                let handler =
-                    Handler::Static(StaticRoot::new(static_options(&r.options, &limits)?)?);
+                let files = match &r.options.root {
+                    Some(root) => Some(StaticRoot::new(static_options(root, &r.options, &limits))?),
+                    None => None,
+                };
+                let upstream = match &r.options.proxy {
+                    Some(specs) => Some(Rc::new(upstream_group(specs, &proxy)?)),
+                    None => None,
+                };
                 routes.push(Route {
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
-                    handler,
+                    files,
+                    upstream,
                 });
             }
             sites.push(Site {
@@ -131,13 +148,18 @@ fn strip_port(host: &[u8]) -> &[u8] {
         .map_or(host, |c| &host[..c])
 }
 
-fn static_options(o: &RouteOptions, limits: &CacheLimits) -> io::Result<StaticOptions> {
-    let root = o
-        .root
-        .clone()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "route without root"))?;
-    Ok(StaticOptions {
-        root,
+fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<UpstreamGroup> {
+    let addrs = specs
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok(UpstreamGroup::new(&addrs, settings.clone()))
+}
+
+fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {
+    StaticOptions {
+        root: root.to_path_buf(),
         index: o.index.clone(),
         listing: o.listing,
         fallback: o.fallback.clone(),
@@ -147,7 +169,7 @@ fn static_options(o: &RouteOptions, limits: &CacheLimits) -> io::Result<StaticOp
         immutable: o.immutable,
         precompressed: o.precompressed,
         cache: limits.clone(),
-    })
+    }
 }
 
 #[cfg(test)]

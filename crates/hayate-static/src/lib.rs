@@ -117,48 +117,59 @@ impl StaticRoot {
         &self.opts.root
     }
 
-    /// Answers a request.
+    /// Answers a request; 404 when nothing under the root matches.
     pub fn serve(&self, req: &StaticRequest<'_>) -> Response {
+        self.try_serve(req)
+            .unwrap_or_else(|| Response::error(Status::NOT_FOUND))
+    }
+
+    /// Answers a request, or `None` when nothing under the root matches it
+    /// (no file, no index, no listing, no fallback): the route may then hand
+    /// it to its upstream (try_files).
+    pub fn try_serve(&self, req: &StaticRequest<'_>) -> Option<Response> {
         let head = match req.method {
             b"GET" => false,
             b"HEAD" => true,
             _ => {
-                return Response::error(Status::METHOD_NOT_ALLOWED)
-                    .with_header("Allow", b"GET, HEAD")
+                return Some(
+                    Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD"),
+                )
             }
         };
         if !self.opts.dotfiles && is_hidden(req.path) {
-            return Response::error(Status::NOT_FOUND);
+            return Some(Response::error(Status::NOT_FOUND));
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),
             None => match self.lookup(req.path, req.path, req.now) {
                 Ok(l) => l,
-                Err(e) => return io_error(&e),
+                Err(e) => return Some(io_error(&e)),
             },
         };
         let entry = match lookup {
             Lookup::File(entry) => entry,
             Lookup::Dir(dir) => match self.directory(req, &dir) {
-                Ok(Ok(entry)) => entry,
-                Ok(Err(response)) => return response,
-                Err(e) => return io_error(&e),
+                Ok(Some(Ok(entry))) => entry,
+                Ok(Some(Err(response))) => return Some(response),
+                Ok(None) => return None,
+                Err(e) => return Some(io_error(&e)),
             },
             Lookup::Missing => match self.fallback(req) {
                 Ok(Some(entry)) => entry,
-                Ok(None) => return Response::error(Status::NOT_FOUND),
-                Err(e) => return io_error(&e),
+                Ok(None) => return None,
+                Err(e) => return Some(io_error(&e)),
             },
         };
-        respond(&entry, req, head)
+        Some(respond(&entry, req, head))
     }
 
-    /// A directory: redirect to the slash form, its index, a listing, or 404.
+    /// A directory: redirect to the slash form, its index, a listing, or
+    /// `None` (nothing to serve).
     fn directory(
         &self,
         req: &StaticRequest<'_>,
         dir: &Path,
-    ) -> io::Result<Result<Rc<Entry>, Response>> {
+    ) -> io::Result<Option<Result<Rc<Entry>, Response>>> {
         if !req.path.ends_with(b"/") {
             let mut location = req.raw_path.to_vec();
             location.push(b'/');
@@ -168,12 +179,12 @@ impl StaticRoot {
             }
             let mut r = Response::error(Status::MOVED_PERMANENTLY);
             r.header("Location", &location);
-            return Ok(Err(r));
+            return Ok(Some(Err(r)));
         }
         let mut index_path = req.path.to_vec();
         index_path.extend_from_slice(self.opts.index.as_bytes());
         if let Lookup::File(entry) = self.lookup(req.path, &index_path, req.now)? {
-            return Ok(Ok(entry));
+            return Ok(Some(Ok(entry)));
         }
         if self.opts.listing {
             let body = listing::render(dir, req.path, req.wants_json, self.opts.dotfiles)?;
@@ -186,9 +197,9 @@ impl StaticRoot {
             r.header("Content-Type", ct)
                 .header("Cache-Control", b"no-cache");
             r.body = Body::Bytes(Bytes::from(body));
-            return Ok(Err(r));
+            return Ok(Some(Err(r)));
         }
-        Ok(Err(Response::error(Status::NOT_FOUND)))
+        Ok(None)
     }
 
     fn fallback(&self, req: &StaticRequest<'_>) -> io::Result<Option<Rc<Entry>>> {

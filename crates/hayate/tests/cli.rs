@@ -120,7 +120,7 @@ fn check_names_file_line_and_key_of_every_error() {
         (
             "[[site]]\nhosts = [\"a.test\"]\n[[site.route]]\nprefix = \"/x/\"\nindex = \"i.html\"\n"
                 .to_string(),
-            "3: root: route \"/x/\" has no root",
+            "3: root: route \"/x/\" has neither root nor proxy",
         ),
         (
             format!("root = \"{root}\"\n[[site]]\nroot = \"{root}\"\n[[site.route]]\nroot = \"{root}\"\n"),

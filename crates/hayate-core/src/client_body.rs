@@ -1,0 +1,45 @@
+//! The request body as a handler reads it. The connection implements it
+//! (decoding Content-Length or chunked framing, sending `100 Continue` on
+//! the first read, enforcing the body size limit and timeout); handlers such
+//! as the proxy consume it without knowing the connection.
+
+use std::io;
+
+use bytes::Bytes;
+
+/// How the client delimited its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Known(u64),
+    /// Chunked: unknown until the last chunk.
+    Chunked,
+}
+
+/// A request body read chunk by chunk.
+#[allow(async_fn_in_trait)] // implemented and used on one worker thread; no Send bound needed
+pub trait ClientBody {
+    /// How the body is delimited.
+    fn length(&self) -> BodyLength;
+
+    /// The next piece of the body; `None` once it has been read whole.
+    /// Errors: the client went away, sent bad framing (InvalidData), exceeded
+    /// the size limit (InvalidInput) or the body timeout (TimedOut).
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>>;
+}
+
+/// A body that is empty (tests, internal requests).
+#[derive(Debug, Default)]
+pub struct NoBody;
+
+impl ClientBody for NoBody {
+    fn length(&self) -> BodyLength {
+        BodyLength::None
+    }
+
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,831 @@
+//! Forwarding one request: the upstream request head, the body (buffered
+//! when small enough to replay, streamed otherwise), the response head, and
+//! the response body streamed back through [`UpstreamBody`].
+
+use std::cell::Cell;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::{Body, BodySource, Response, Status, StreamBody};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Sleep;
+
+use crate::group::{Member, ProxySettings, UpstreamGroup};
+use crate::upconn::UpConn;
+
+/// Most response header fields accepted from an upstream.
+const MAX_RESPONSE_HEADERS: usize = 128;
+/// Largest response head accepted from an upstream.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// The request as the proxy needs it.
+#[derive(Debug)]
+pub struct ProxyRequest<'a> {
+    /// Method.
+    pub method: &'a [u8],
+    /// Path and query as the client sent them.
+    pub target: &'a [u8],
+    /// Header fields as received.
+    pub headers: Vec<(&'a [u8], &'a [u8])>,
+    /// The client's address, for X-Forwarded-For (`unix` for Unix sockets).
+    pub client_ip: &'a str,
+    /// The Host the client asked for.
+    pub host: Option<&'a [u8]>,
+}
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded in either
+/// direction, plus the framing and identity fields hayate sets itself.
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 9] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Names listed in Connection fields, which are hop-by-hop too.
+fn connection_listed<'h>(headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) -> Vec<&'h [u8]> {
+    headers
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(trim)
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// What went wrong, and whose fault it was.
+#[derive(Debug)]
+enum Failure {
+    /// The client's body failed (bad framing, too large, timeout, gone).
+    Client(io::Error),
+    /// The upstream failed before a response byte arrived: replayable on a
+    /// fresh connection when the body was buffered.
+    BeforeResponse(io::Error),
+    /// The upstream failed after it began to answer, or sent garbage.
+    Upstream(io::Error),
+}
+
+/// How the upstream delimits its response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+struct Head {
+    status: Status,
+    headers: Vec<u8>,
+    framing: Framing,
+    /// How long the connection may idle in the pool; `None`: do not reuse.
+    keep: Option<Duration>,
+    /// The request was HEAD.
+    is_head: bool,
+    /// Content-Length announced on a HEAD response.
+    head_len: Option<u64>,
+}
+
+impl UpstreamGroup {
+    /// Forwards a request and returns the response to write (errors
+    /// included: 502, 503, 504, or the client's 400/408/413).
+    pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
+        let length = body.length();
+        let head = build_request_head(req, length);
+        // Small bodies are read first, so the request can be replayed.
+        let buffered: Option<Bytes> = match length {
+            BodyLength::None => Some(Bytes::new()),
+            BodyLength::Known(n) if n <= self.settings.replay_buffer => {
+                match read_all(body, n).await {
+                    Ok(b) => Some(b),
+                    Err(e) => return client_error(&e),
+                }
+            }
+            _ => None,
+        };
+        let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
+        let mut tried: Vec<usize> = Vec::new();
+        let mut fresh_only = false;
+        loop {
+            let now = Instant::now();
+            let Some(i) = self.pick(now, &tried) else {
+                return Response::error(Status::BAD_GATEWAY);
+            };
+            let member = self.members[i].clone();
+            let reused_conn = if fresh_only {
+                None
+            } else {
+                member.checkout(now)
+            };
+            let reused = reused_conn.is_some();
+            let conn = match reused_conn {
+                Some(c) => c,
+                None => match UpConn::connect(&member.addr, self.settings.connect_timeout).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Nothing was sent: another member may take it.
+                        log::error!("upstream {}: connect failed: {e}", member.label);
+                        member.failed(&self.settings);
+                        tried.push(i);
+                        if tried.len() < self.members.len() {
+                            continue;
+                        }
+                        return upstream_error(&e);
+                    }
+                },
+            };
+            let guard = Outstanding::new(member.clone());
+            match self
+                .exchange(conn, &head, buffered.as_ref(), body, is_head)
+                .await
+            {
+                Ok((conn, parsed, rest)) => {
+                    member.succeeded();
+                    return self.response(conn, parsed, rest, guard);
+                }
+                Err(Failure::Client(e)) => return client_error(&e),
+                Err(Failure::BeforeResponse(e)) if reused && buffered.is_some() && !fresh_only => {
+                    // The pool race: the upstream closed an idle connection
+                    // as we reused it. Replay once, on a fresh connection.
+                    log::debug!(
+                        "upstream {}: reused connection failed ({e}); replaying",
+                        member.label
+                    );
+                    fresh_only = true;
+                }
+                Err(Failure::BeforeResponse(e) | Failure::Upstream(e)) => {
+                    log::error!("upstream {}: {e}", member.label);
+                    member.failed(&self.settings);
+                    return upstream_error(&e);
+                }
+            }
+        }
+    }
+
+    /// Sends the request and reads the response head.
+    async fn exchange<B: ClientBody>(
+        &self,
+        mut conn: UpConn,
+        head: &[u8],
+        buffered: Option<&Bytes>,
+        body: &mut B,
+        is_head: bool,
+    ) -> Result<(UpConn, Head, BytesMut), Failure> {
+        let io_timeout = self.settings.io_timeout;
+        let up = Failure::BeforeResponse;
+        match buffered {
+            Some(b) => {
+                let mut req = Vec::with_capacity(head.len() + b.len());
+                req.extend_from_slice(head);
+                req.extend_from_slice(b);
+                timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
+            }
+            None => {
+                timed(io_timeout, conn.write_all(head)).await.map_err(up)?;
+                let chunked = body.length() == BodyLength::Chunked;
+                loop {
+                    let chunk = body.next_chunk().await.map_err(Failure::Client)?;
+                    let Some(chunk) = chunk else { break };
+                    if chunked {
+                        let line = format!("{:x}\r\n", chunk.len());
+                        timed(io_timeout, conn.write_all(line.as_bytes()))
+                            .await
+                            .map_err(up)?;
+                        timed(io_timeout, conn.write_all(&chunk))
+                            .await
+                            .map_err(up)?;
+                        timed(io_timeout, conn.write_all(b"\r\n"))
+                            .await
+                            .map_err(up)?;
+                    } else {
+                        timed(io_timeout, conn.write_all(&chunk))
+                            .await
+                            .map_err(up)?;
+                    }
+                }
+                if chunked {
+                    timed(io_timeout, conn.write_all(b"0\r\n\r\n"))
+                        .await
+                        .map_err(up)?;
+                }
+            }
+        }
+        // The response head.
+        let deadline = Instant::now() + self.settings.header_timeout;
+        let mut buf = BytesMut::with_capacity(8 * 1024);
+        loop {
+            let n = match tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if buf.is_empty() => return Err(Failure::BeforeResponse(e)),
+                Ok(Err(e)) => return Err(Failure::Upstream(e)),
+                Err(_) => {
+                    return Err(Failure::Upstream(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no response head in time",
+                    )))
+                }
+            };
+            if n == 0 {
+                let e = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "upstream closed the connection",
+                );
+                return Err(if buf.is_empty() {
+                    Failure::BeforeResponse(e)
+                } else {
+                    Failure::Upstream(e)
+                });
+            }
+            while let Some((head, len)) =
+                parse_response(&buf, is_head, &self.settings).map_err(Failure::Upstream)?
+            {
+                buf.advance(len);
+                match head {
+                    // Interim responses (100 Continue, 103) are consumed.
+                    None => continue,
+                    Some(h) => return Ok((conn, h, buf)),
+                }
+            }
+            if buf.len() > MAX_RESPONSE_HEAD {
+                return Err(Failure::Upstream(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head too large",
+                )));
+            }
+        }
+    }
+
+    fn response(&self, conn: UpConn, head: Head, rest: BytesMut, guard: Outstanding) -> Response {
+        let mut r = Response::new(head.status);
+        r.head = head.headers;
+        let source = UpstreamBody {
+            conn: Some(conn),
+            buf: rest,
+            framing: head.framing,
+            remaining: match head.framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            decoder: Default::default(),
+            keep: head.keep,
+            max_idle: self.settings.max_idle,
+            io_timeout: self.settings.io_timeout,
+            timer: None,
+            guard: Some(guard),
+        };
+        r.body = match head.framing {
+            Framing::Empty => {
+                let mut source = source;
+                source.finish();
+                if head.is_head {
+                    // A HEAD response announces the GET body's framing:
+                    // its length, or chunked when the upstream gave none.
+                    Body::Stream(StreamBody {
+                        len: head.head_len,
+                        source: Box::new(source),
+                    })
+                } else {
+                    Body::Empty
+                }
+            }
+            Framing::Length(n) => Body::Stream(StreamBody {
+                len: Some(n),
+                source: Box::new(source),
+            }),
+            Framing::Chunked | Framing::UntilClose => Body::Stream(StreamBody {
+                len: None,
+                source: Box::new(source),
+            }),
+        };
+        r
+    }
+}
+
+/// Counts a request as outstanding on its member until dropped.
+#[derive(Debug)]
+struct Outstanding(Rc<Member>);
+
+impl Outstanding {
+    fn new(member: Rc<Member>) -> Outstanding {
+        member.outstanding.set(member.outstanding.get() + 1);
+        Outstanding(member)
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0
+            .outstanding
+            .set(self.0.outstanding.get().saturating_sub(1));
+    }
+}
+
+async fn timed<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "upstream I/O timed out",
+        )),
+    }
+}
+
+async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
+    let mut out = BytesMut::with_capacity(len as usize);
+    while let Some(chunk) = body.next_chunk().await? {
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
+}
+
+fn client_error(e: &io::Error) -> Response {
+    let status = match e.kind() {
+        io::ErrorKind::TimedOut => Status::REQUEST_TIMEOUT,
+        io::ErrorKind::InvalidInput => Status::CONTENT_TOO_LARGE,
+        _ => Status::BAD_REQUEST,
+    };
+    let mut r = Response::error(status);
+    r.close = true;
+    r
+}
+
+fn upstream_error(e: &io::Error) -> Response {
+    match e.kind() {
+        io::ErrorKind::TimedOut => Response::error(Status::GATEWAY_TIMEOUT),
+        _ => Response::error(Status::BAD_GATEWAY),
+    }
+}
+
+/// Builds the upstream request head.
+fn build_request_head(req: &ProxyRequest<'_>, length: BodyLength) -> Vec<u8> {
+    let listed = connection_listed(req.headers.iter().copied());
+    let mut h = Vec::with_capacity(512);
+    h.extend_from_slice(req.method);
+    h.push(b' ');
+    h.extend_from_slice(req.target);
+    h.extend_from_slice(b" HTTP/1.1\r\n");
+    let host = req.host.unwrap_or_default();
+    h.extend_from_slice(b"Host: ");
+    h.extend_from_slice(host);
+    h.extend_from_slice(b"\r\n");
+    let mut request_id = None;
+    for &(name, value) in &req.headers {
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"host")
+            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+            // Identity headers from an untrusted client are replaced, never passed.
+            || name.eq_ignore_ascii_case(b"x-forwarded-for")
+            || name.eq_ignore_ascii_case(b"x-forwarded-proto")
+            || name.eq_ignore_ascii_case(b"x-forwarded-host")
+            || name.eq_ignore_ascii_case(b"forwarded")
+        {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-request-id") {
+            if value.len() <= 128 && value.iter().all(|b| b.is_ascii_graphic()) {
+                request_id = Some(value);
+            }
+            continue;
+        }
+        h.extend_from_slice(name);
+        h.extend_from_slice(b": ");
+        h.extend_from_slice(value);
+        h.extend_from_slice(b"\r\n");
+    }
+    let ip = req.client_ip;
+    h.extend_from_slice(format!("X-Forwarded-For: {ip}\r\nX-Forwarded-Proto: http\r\n").as_bytes());
+    if !host.is_empty() {
+        h.extend_from_slice(b"X-Forwarded-Host: ");
+        h.extend_from_slice(host);
+        h.extend_from_slice(b"\r\n");
+    }
+    let for_value = if ip.contains(':') {
+        format!("\"[{ip}]\"")
+    } else {
+        ip.to_string()
+    };
+    h.extend_from_slice(format!("Forwarded: for={for_value};proto=http").as_bytes());
+    if !host.is_empty() && host.iter().all(|b| b.is_ascii_graphic() && *b != b'"') {
+        h.extend_from_slice(b";host=\"");
+        h.extend_from_slice(host);
+        h.push(b'"');
+    }
+    h.extend_from_slice(b"\r\nX-Request-Id: ");
+    match request_id {
+        Some(id) => h.extend_from_slice(id),
+        None => h.extend_from_slice(new_request_id().as_bytes()),
+    }
+    h.extend_from_slice(b"\r\n");
+    match length {
+        BodyLength::None => {}
+        BodyLength::Known(n) => {
+            h.extend_from_slice(b"Content-Length: ");
+            h.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            h.extend_from_slice(b"\r\n");
+        }
+        BodyLength::Chunked => h.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+    }
+    h.extend_from_slice(b"\r\n");
+    h
+}
+
+thread_local! {
+    static REQUEST_IDS: Cell<u64> = Cell::new({
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(std::process::id().into());
+        hasher.finish()
+    });
+}
+
+/// A request id unique within the process (64 random-seeded bits).
+fn new_request_id() -> String {
+    let n = REQUEST_IDS.with(|c| {
+        let v = c.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        c.set(v);
+        v
+    });
+    format!("{n:016x}")
+}
+
+/// Parses one response head from `buf`: `Ok(None)` when incomplete,
+/// `Ok(Some((None, len)))` for an interim 1xx to skip.
+#[allow(clippy::type_complexity)]
+fn parse_response(
+    buf: &[u8],
+    is_head: bool,
+    settings: &ProxySettings,
+) -> io::Result<Option<(Option<Head>, usize)>> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut resp = httparse::Response::new(&mut fields);
+    let bad = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad response from upstream: {what}"),
+        )
+    };
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(bad(&e.to_string())),
+    };
+    let code = resp.code.unwrap_or(0);
+    let status = Status::any(code).ok_or_else(|| bad("status code"))?;
+    if (100..200).contains(&code) {
+        if code == 101 {
+            return Err(bad("protocol upgrades are not supported yet"));
+        }
+        return Ok(Some((None, len)));
+    }
+    let listed = connection_listed(resp.headers.iter().map(|h| (h.name.as_bytes(), h.value)));
+    let mut headers = Vec::with_capacity(len);
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut other_coding = false;
+    let mut close = resp.version != Some(1);
+    let mut keep = settings.idle_timeout;
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let v = std::str::from_utf8(h.value)
+                .ok()
+                .map(str::trim)
+                .and_then(|v| v.parse::<u64>().ok());
+            match (v, content_length) {
+                (Some(v), None) => content_length = Some(v),
+                (Some(v), Some(old)) if v == old => {}
+                _ => return Err(bad("Content-Length")),
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            let last = h
+                .value
+                .split(|&b| b == b',')
+                .map(trim)
+                .next_back()
+                .unwrap_or_default();
+            chunked = last.eq_ignore_ascii_case(b"chunked");
+            other_coding = !chunked;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            close |= h
+                .value
+                .split(|&b| b == b',')
+                .map(trim)
+                .any(|t| t.eq_ignore_ascii_case(b"close"));
+        } else if name.eq_ignore_ascii_case(b"keep-alive") {
+            if let Some(t) = keep_alive_timeout(h.value) {
+                // Leave well before the upstream closes its end.
+                keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
+            }
+        }
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        headers.extend_from_slice(name);
+        headers.extend_from_slice(b": ");
+        headers.extend_from_slice(h.value);
+        headers.extend_from_slice(b"\r\n");
+    }
+    let framing = if is_head || code == 204 || code == 304 {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked
+    } else if other_coding {
+        Framing::UntilClose
+    } else if let Some(n) = content_length {
+        if n == 0 {
+            Framing::Empty
+        } else {
+            Framing::Length(n)
+        }
+    } else {
+        Framing::UntilClose
+    };
+    let keep = (!close && framing != Framing::UntilClose).then_some(keep);
+    let head_len = if is_head { content_length } else { None };
+    Ok(Some((
+        Some(Head {
+            status,
+            headers,
+            framing,
+            keep,
+            is_head,
+            head_len,
+        }),
+        len,
+    )))
+}
+
+/// `timeout=N` from a Keep-Alive field.
+fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
+    v.split(|&b| b == b',').map(trim).find_map(|p| {
+        let rest = p.strip_prefix(b"timeout=")?;
+        std::str::from_utf8(rest)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(Duration::from_secs)
+    })
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
+    &s[start..end.max(start)]
+}
+
+/// The upstream's response body, streamed to the client; the connection
+/// returns to the pool once the body has been read whole.
+struct UpstreamBody {
+    conn: Option<UpConn>,
+    buf: BytesMut,
+    framing: Framing,
+    remaining: u64,
+    decoder: Chunked,
+    keep: Option<Duration>,
+    max_idle: usize,
+    io_timeout: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+    guard: Option<Outstanding>,
+}
+
+impl UpstreamBody {
+    /// The body is complete: pool the connection if it may be reused.
+    fn finish(&mut self) {
+        if let (Some(conn), Some(keep), Some(guard)) =
+            (self.conn.take(), self.keep, self.guard.as_ref())
+        {
+            if self.buf.is_empty() {
+                guard.0.checkin(conn, keep, self.max_idle);
+            }
+        }
+        self.guard = None;
+    }
+
+    /// Reads more from the upstream; `Ok(0)` at EOF.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(16 * 1024);
+        }
+        match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut self.buf) {
+            Poll::Ready(r) => {
+                self.timer = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let limit = self.io_timeout;
+                let timer = self
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "upstream body stalled",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl BodySource for UpstreamBody {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        loop {
+            match self.framing {
+                Framing::Empty => return Poll::Ready(Ok(None)),
+                Framing::Length(_) => {
+                    if self.remaining == 0 {
+                        self.finish();
+                        return Poll::Ready(Ok(None));
+                    }
+                    if !self.buf.is_empty() {
+                        let take = (self.buf.len() as u64).min(self.remaining) as usize;
+                        self.remaining -= take as u64;
+                        return Poll::Ready(Ok(Some(self.buf.split_to(take).freeze())));
+                    }
+                }
+                Framing::Chunked => {
+                    if !self.buf.is_empty() {
+                        let mut data = BytesMut::new();
+                        let consumed = self
+                            .decoder
+                            .decode(&self.buf, |d| data.extend_from_slice(d))
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                        self.buf.advance(consumed);
+                        if self.decoder.is_done() {
+                            if !data.is_empty() {
+                                // Deliver the data; the next poll ends the body.
+                                self.framing = Framing::Length(0);
+                                self.remaining = 0;
+                                return Poll::Ready(Ok(Some(data.freeze())));
+                            }
+                            self.finish();
+                            return Poll::Ready(Ok(None));
+                        }
+                        if !data.is_empty() {
+                            return Poll::Ready(Ok(Some(data.freeze())));
+                        }
+                    }
+                }
+                Framing::UntilClose => {
+                    if !self.buf.is_empty() {
+                        return Poll::Ready(Ok(Some(self.buf.split().freeze())));
+                    }
+                }
+            }
+            match self.poll_fill(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(0)) => {
+                    self.conn = None;
+                    return Poll::Ready(match self.framing {
+                        Framing::UntilClose => Ok(None),
+                        _ => Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "upstream closed mid-body",
+                        )),
+                    });
+                }
+                Poll::Ready(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+type Chunked = hayate_core::chunked::ChunkedDecoder;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
+        ProxyRequest {
+            method: b"POST",
+            target: b"/a?b",
+            headers,
+            client_ip: "10.0.0.1",
+            host: Some(b"example.com"),
+        }
+    }
+
+    #[test]
+    fn request_head_drops_hop_by_hop_and_sets_forwarding() {
+        let r = req(vec![
+            (b"Host", b"example.com"),
+            (b"Connection", b"keep-alive, X-Secret"),
+            (b"X-Secret", b"1"),
+            (b"Keep-Alive", b"timeout=5"),
+            (b"TE", b"trailers"),
+            (b"X-Forwarded-For", b"6.6.6.6"),
+            (b"Forwarded", b"for=6.6.6.6"),
+            (b"Accept", b"*/*"),
+            (b"X-Request-Id", b"abc-123"),
+        ]);
+        let head = String::from_utf8(build_request_head(&r, BodyLength::Known(3))).expect("ascii");
+        assert!(
+            head.starts_with("POST /a?b HTTP/1.1\r\nHost: example.com\r\n"),
+            "{head}"
+        );
+        for gone in ["X-Secret", "Keep-Alive", "TE:", "6.6.6.6", "Connection"] {
+            assert!(
+                !head.contains(gone),
+                "{gone} must not be forwarded:\n{head}"
+            );
+        }
+        for kept in [
+            "Accept: */*\r\n",
+            "X-Forwarded-For: 10.0.0.1\r\n",
+            "X-Forwarded-Proto: http\r\n",
+            "X-Forwarded-Host: example.com\r\n",
+            "Forwarded: for=10.0.0.1;proto=http;host=\"example.com\"\r\n",
+            "X-Request-Id: abc-123\r\n",
+            "Content-Length: 3\r\n\r\n",
+        ] {
+            assert!(head.contains(kept), "missing {kept:?}:\n{head}");
+        }
+        let chunked = String::from_utf8(build_request_head(&req(vec![]), BodyLength::Chunked))
+            .expect("ascii");
+        assert!(
+            chunked.ends_with("Transfer-Encoding: chunked\r\n\r\n")
+                && chunked.contains("X-Request-Id: ")
+        );
+    }
+
+    #[test]
+    fn response_heads() {
+        let s = ProxySettings::default();
+        let parse = |raw: &str, head: bool| parse_response(raw.as_bytes(), head, &s);
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nDate: x\r\nServer: node\r\nX-App: y\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Length(5));
+        assert_eq!(h.keep, Some(Duration::from_secs(4)));
+        assert_eq!(String::from_utf8(h.headers).expect("ascii"), "X-App: y\r\n");
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Chunked);
+        let Ok(Some((Some(h), _))) = parse("HTTP/1.0 200 OK\r\n\r\n", false) else {
+            panic!("parse")
+        };
+        assert_eq!((h.framing, h.keep), (Framing::UntilClose, None));
+        let Ok(Some((Some(h), _))) = parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
+        else {
+            panic!("parse")
+        };
+        assert_eq!((h.framing, h.head_len), (Framing::Empty, Some(9)));
+        assert!(matches!(
+            parse("HTTP/1.1 100 Continue\r\n\r\n", false),
+            Ok(Some((None, 25)))
+        ));
+        assert!(parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            false
+        )
+        .is_err());
+        assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        assert!(matches!(parse("HTTP/1.1 200 OK\r\n", false), Ok(None)));
+        let Ok(Some((Some(h), _))) =
+            parse("HTTP/1.1 299 Whatever\r\nContent-Length: 0\r\n\r\n", false)
+        else {
+            panic!("parse")
+        };
+        assert_eq!((h.status.code(), h.framing), (299, Framing::Empty));
+    }
+}

@@ -1,0 +1,193 @@
+//! The request body as handlers read it ([`ClientBody`]), decoded from the
+//! connection's read buffer and socket.
+//!
+//! The decoding state ([`BodyState`]) lives with the connection across the
+//! handler and the drain that follows the response; a [`ConnBody`] borrows
+//! it together with the socket for as long as someone reads.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use hayate_core::chunked::ChunkedDecoder;
+use hayate_core::client_body::{BodyLength, ClientBody};
+use tokio::io::AsyncReadExt;
+
+use crate::deadline::Deadline;
+use crate::request::Framing;
+use crate::respond;
+use crate::stream::Stream;
+
+/// How far a request body has been read.
+#[derive(Debug)]
+pub struct BodyState {
+    framing: Framing,
+    /// Bytes left of a Content-Length body.
+    remaining: u64,
+    decoder: ChunkedDecoder,
+    /// Bytes of a chunked body read so far.
+    read: u64,
+    max: u64,
+    timeout: Duration,
+    /// `100 Continue` is owed before the first read.
+    continue_pending: bool,
+    /// Some bytes were consumed.
+    pub touched: bool,
+    /// The body was read whole.
+    pub done: bool,
+    /// Reading failed: the connection cannot be reused.
+    pub failed: bool,
+}
+
+impl BodyState {
+    /// The state of a new request's body.
+    pub fn new(framing: Framing, expect_continue: bool, max: u64, timeout: Duration) -> BodyState {
+        BodyState {
+            framing,
+            remaining: match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            decoder: ChunkedDecoder::default(),
+            read: 0,
+            max,
+            timeout,
+            continue_pending: expect_continue && framing != Framing::None,
+            touched: false,
+            done: framing == Framing::None,
+            failed: false,
+        }
+    }
+
+    /// Whether the client still waits for `100 Continue` (nobody read).
+    pub fn awaiting_continue(&self) -> bool {
+        self.continue_pending
+    }
+}
+
+/// A readable view of the body: the state plus the socket.
+pub struct ConnBody<'c> {
+    /// The decoding state.
+    pub state: &'c mut BodyState,
+    /// The client socket.
+    pub stream: &'c mut Stream,
+    /// The connection's read buffer (may hold body bytes already).
+    pub rbuf: &'c mut BytesMut,
+    /// The connection's deadline slot.
+    pub deadline: &'c Deadline,
+}
+
+impl ConnBody<'_> {
+    async fn fill(&mut self) -> io::Result<()> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(16 * 1024);
+        }
+        let until = Instant::now() + self.state.timeout;
+        match self
+            .deadline
+            .run(until, false, self.stream.read_buf(self.rbuf))
+            .await
+        {
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request body timed out",
+            )),
+            Ok(Ok(0)) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "client closed mid-body",
+            )),
+            Ok(Ok(_)) => {
+                hayate_core::epoch::advance();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e),
+        }
+    }
+
+    async fn send_continue(&mut self) -> io::Result<()> {
+        let mut done = 0;
+        while done < respond::CONTINUE.len() {
+            match self.stream.try_write(&respond::CONTINUE[done..]) {
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self) -> io::Result<Option<Bytes>> {
+        if self.state.done {
+            return Ok(None);
+        }
+        if self.state.continue_pending {
+            self.state.continue_pending = false;
+            self.send_continue().await?;
+        }
+        self.state.touched = true;
+        loop {
+            match self.state.framing {
+                Framing::None => {
+                    self.state.done = true;
+                    return Ok(None);
+                }
+                Framing::Length(_) => {
+                    if self.state.remaining == 0 {
+                        self.state.done = true;
+                        return Ok(None);
+                    }
+                    if !self.rbuf.is_empty() {
+                        let take = (self.rbuf.len() as u64).min(self.state.remaining) as usize;
+                        self.state.remaining -= take as u64;
+                        self.state.done = self.state.remaining == 0;
+                        return Ok(Some(self.rbuf.split_to(take).freeze()));
+                    }
+                }
+                Framing::Chunked => {
+                    if !self.rbuf.is_empty() {
+                        let mut data = BytesMut::new();
+                        let consumed = self
+                            .state
+                            .decoder
+                            .decode(self.rbuf, |d| data.extend_from_slice(d))
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                        let _ = self.rbuf.split_to(consumed);
+                        self.state.read += data.len() as u64;
+                        if self.state.read > self.state.max {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                "request body over max_body_size",
+                            ));
+                        }
+                        self.state.done = self.state.decoder.is_done();
+                        if !data.is_empty() {
+                            return Ok(Some(data.freeze()));
+                        }
+                        if self.state.done {
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+            self.fill().await?;
+        }
+    }
+}
+
+impl ClientBody for ConnBody<'_> {
+    fn length(&self) -> BodyLength {
+        match self.state.framing {
+            Framing::None => BodyLength::None,
+            Framing::Length(n) => BodyLength::Known(n),
+            Framing::Chunked => BodyLength::Chunked,
+        }
+    }
+
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        let r = self.next().await;
+        if r.is_err() {
+            self.state.failed = true;
+        }
+        r
+    }
+}
