@@ -29,6 +29,10 @@ use hayate_core::client_body::ClientBody;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
+/// Most bytes per sendfile(2) call (nginx's sendfile_max_chunk): bounds
+/// how long one large response holds the worker, and measured faster on
+/// loopback than one call per file.
+const SENDFILE_CHUNK: usize = 2 << 20;
 /// Buffered pipelined responses that force a write.
 const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 /// First read buffer of a connection: most request heads fit (wrk's are 40
@@ -413,6 +417,15 @@ impl Conn {
 
     /// Sends a file range with sendfile(2), after the buffered head.
     async fn send_file(&mut self, f: &FileRange) -> io::Result<()> {
+        // Corked, the head joins the first segment of file data and every
+        // segment leaves full-sized (nginx's tcp_nopush).
+        self.stream.set_cork(true);
+        let sent = self.send_file_corked(f).await;
+        self.stream.set_cork(false);
+        sent
+    }
+
+    async fn send_file_corked(&mut self, f: &FileRange) -> io::Result<()> {
         self.flush().await?;
         let mut offset =
             i64::try_from(f.offset).map_err(|_| io::Error::other("file offset too large"))?;
@@ -421,7 +434,7 @@ impl Conn {
         while offset < end {
             let count = usize::try_from(end - offset)
                 .unwrap_or(usize::MAX)
-                .min(1 << 30);
+                .min(SENDFILE_CHUNK);
             match self.stream.try_sendfile(&f.file, &mut offset, count) {
                 // The file shrank under us: the promised length cannot be met.
                 Ok(0) => {

@@ -71,6 +71,14 @@ impl Stream {
         }
     }
 
+    /// Sets TCP_CORK (no-op on Unix sockets). Errors are ignored: corking
+    /// only shapes segments.
+    pub fn set_cork(&self, cork: bool) {
+        if let Stream::Tcp(s) = self {
+            let _ = socket2::SockRef::from(s).set_cork(cork);
+        }
+    }
+
     /// Waits until the socket is readable.
     pub async fn readable(&self) -> io::Result<()> {
         each!(self, s => s.readable().await)
