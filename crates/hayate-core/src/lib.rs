@@ -16,5 +16,5 @@ pub mod shutdown;
 pub mod status;
 
 pub use coding::Coding;
-pub use response::{Body, BodySource, Chunk, Response, StreamBody};
+pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};
 pub use status::Status;

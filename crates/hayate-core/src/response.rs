@@ -6,9 +6,13 @@
 //! `Connection`, so handlers never set those.
 
 use std::fs::File;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use bytes::Bytes;
 
@@ -44,6 +48,31 @@ pub enum Body {
     /// Produced while it is written (a proxied response), with its length
     /// when known; otherwise sent chunked (or close-delimited to HTTP/1.0).
     Stream(StreamBody),
+    /// After a `101 Switching Protocols` head, the connection becomes a
+    /// two-way byte tunnel (WebSocket and other upgrades).
+    Upgrade(Box<dyn Tunnel>),
+}
+
+/// Both directions of a byte stream.
+pub trait Duplex: AsyncRead + AsyncWrite + Unpin {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Duplex for T {}
+
+/// The far side of an upgraded connection.
+pub trait Tunnel {
+    /// Relays bytes both ways until either side closes. `early` holds bytes
+    /// the client sent after its request head, already read.
+    fn run<'a>(
+        self: Box<Self>,
+        client: &'a mut dyn Duplex,
+        early: Bytes,
+    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>>;
+}
+
+impl std::fmt::Debug for dyn Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tunnel")
+    }
 }
 
 /// A body produced while it is written.
@@ -120,6 +149,7 @@ impl Body {
             Body::File(f) => Some(f.len),
             Body::Parts(parts) => Some(parts.iter().map(Chunk::len).sum()),
             Body::Stream(s) => s.len,
+            Body::Upgrade(_) => Some(0),
         }
     }
 

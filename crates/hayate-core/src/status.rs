@@ -43,6 +43,7 @@ macro_rules! statuses {
 
 statuses! {
     CONTINUE = 100 "Continue";
+    SWITCHING_PROTOCOLS = 101 "Switching Protocols";
     OK = 200 "OK";
     NO_CONTENT = 204 "No Content";
     PARTIAL_CONTENT = 206 "Partial Content";

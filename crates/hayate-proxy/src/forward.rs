@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::client_body::{BodyLength, ClientBody};
-use hayate_core::{Body, BodySource, Response, Status, StreamBody};
+use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
@@ -66,6 +66,19 @@ fn connection_listed<'h>(headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) ->
         .collect()
 }
 
+/// The protocol a client asks to switch to (`Upgrade` with `Connection:
+/// upgrade`), e.g. `websocket`.
+fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])]) -> Option<&'h [u8]> {
+    let listed = connection_listed(headers.iter().copied());
+    if !listed.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade")) {
+        return None;
+    }
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"upgrade"))
+        .map(|(_, v)| *v)
+}
+
 /// What went wrong, and whose fault it was.
 #[derive(Debug)]
 enum Failure {
@@ -81,6 +94,8 @@ enum Failure {
 /// How the upstream delimits its response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
+    /// 101: the connection becomes a tunnel.
+    Tunnel,
     Empty,
     Length(u64),
     Chunked,
@@ -117,6 +132,7 @@ impl UpstreamGroup {
             _ => None,
         };
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
+        let upgrade = requested_upgrade(&req.headers).is_some();
         let mut tried: Vec<usize> = Vec::new();
         let mut fresh_only = false;
         loop {
@@ -149,7 +165,7 @@ impl UpstreamGroup {
             };
             let guard = Outstanding::new(member.clone());
             match self
-                .exchange(conn, &head, buffered.as_ref(), body, is_head)
+                .exchange(conn, &head, buffered.as_ref(), body, is_head, upgrade)
                 .await
             {
                 Ok((conn, parsed, rest)) => {
@@ -183,6 +199,7 @@ impl UpstreamGroup {
         buffered: Option<&Bytes>,
         body: &mut B,
         is_head: bool,
+        upgrade: bool,
     ) -> Result<(UpConn, Head, BytesMut), Failure> {
         let io_timeout = self.settings.io_timeout;
         let up = Failure::BeforeResponse;
@@ -250,7 +267,7 @@ impl UpstreamGroup {
                 });
             }
             while let Some((head, len)) =
-                parse_response(&buf, is_head, &self.settings).map_err(Failure::Upstream)?
+                parse_response(&buf, is_head, upgrade, &self.settings).map_err(Failure::Upstream)?
             {
                 buf.advance(len);
                 match head {
@@ -271,6 +288,14 @@ impl UpstreamGroup {
     fn response(&self, conn: UpConn, head: Head, rest: BytesMut, guard: Outstanding) -> Response {
         let mut r = Response::new(head.status);
         r.head = head.headers;
+        if head.framing == Framing::Tunnel {
+            r.body = Body::Upgrade(Box::new(UpstreamTunnel {
+                conn,
+                rest: rest.freeze(),
+                _guard: guard,
+            }));
+            return r;
+        }
         let source = UpstreamBody {
             conn: Some(conn),
             buf: rest,
@@ -287,6 +312,7 @@ impl UpstreamGroup {
             guard: Some(guard),
         };
         r.body = match head.framing {
+            Framing::Tunnel => unreachable!("handled above"),
             Framing::Empty => {
                 let mut source = source;
                 source.finish();
@@ -432,6 +458,11 @@ fn build_request_head(req: &ProxyRequest<'_>, length: BodyLength) -> Vec<u8> {
         None => h.extend_from_slice(new_request_id().as_bytes()),
     }
     h.extend_from_slice(b"\r\n");
+    if let Some(protocol) = requested_upgrade(&req.headers) {
+        h.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
+        h.extend_from_slice(protocol);
+        h.extend_from_slice(b"\r\n");
+    }
     match length {
         BodyLength::None => {}
         BodyLength::Known(n) => {
@@ -470,6 +501,7 @@ fn new_request_id() -> String {
 fn parse_response(
     buf: &[u8],
     is_head: bool,
+    upgrade: bool,
     settings: &ProxySettings,
 ) -> io::Result<Option<(Option<Head>, usize)>> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
@@ -487,10 +519,41 @@ fn parse_response(
     };
     let code = resp.code.unwrap_or(0);
     let status = Status::any(code).ok_or_else(|| bad("status code"))?;
-    if (100..200).contains(&code) {
-        if code == 101 {
-            return Err(bad("protocol upgrades are not supported yet"));
+    if code == 101 {
+        if !upgrade {
+            return Err(bad("101 to a request that asked for no upgrade"));
         }
+        let protocol = resp
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
+            .map(|h| h.value);
+        let mut headers = b"Connection: upgrade\r\nUpgrade: ".to_vec();
+        headers.extend_from_slice(protocol.unwrap_or(b"websocket"));
+        headers.extend_from_slice(b"\r\n");
+        for h in resp.headers.iter() {
+            let name = h.name.as_bytes();
+            if !is_hop_by_hop(name)
+                && !name.eq_ignore_ascii_case(b"date")
+                && !name.eq_ignore_ascii_case(b"server")
+            {
+                headers.extend_from_slice(name);
+                headers.extend_from_slice(b": ");
+                headers.extend_from_slice(h.value);
+                headers.extend_from_slice(b"\r\n");
+            }
+        }
+        let head = Head {
+            status,
+            headers,
+            framing: Framing::Tunnel,
+            keep: None,
+            is_head: false,
+            head_len: None,
+        };
+        return Ok(Some((Some(head), len)));
+    }
+    if (100..200).contains(&code) {
         return Ok(Some((None, len)));
     }
     let listed = connection_listed(resp.headers.iter().map(|h| (h.name.as_bytes(), h.value)));
@@ -662,7 +725,7 @@ impl BodySource for UpstreamBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
         loop {
             match self.framing {
-                Framing::Empty => return Poll::Ready(Ok(None)),
+                Framing::Empty | Framing::Tunnel => return Poll::Ready(Ok(None)),
                 Framing::Length(_) => {
                     if self.remaining == 0 {
                         self.finish();
@@ -724,6 +787,41 @@ impl BodySource for UpstreamBody {
 
 type Chunked = hayate_core::chunked::ChunkedDecoder;
 
+/// An upgraded upstream connection (WebSocket): relayed byte for byte with
+/// the client until either side closes. Reloads never cut it: it belongs to
+/// its connection task, not to a route table generation.
+struct UpstreamTunnel {
+    conn: UpConn,
+    /// Upstream bytes read past the 101 head.
+    rest: Bytes,
+    _guard: Outstanding,
+}
+
+impl Tunnel for UpstreamTunnel {
+    fn run<'a>(
+        self: Box<Self>,
+        client: &'a mut dyn Duplex,
+        early: Bytes,
+    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
+        Box::pin(async move {
+            let UpstreamTunnel {
+                mut conn,
+                rest,
+                _guard,
+            } = *self;
+            if !rest.is_empty() {
+                client.write_all(&rest).await?;
+            }
+            if !early.is_empty() {
+                conn.write_all(&early).await?;
+            }
+            tokio::io::copy_bidirectional(client, &mut conn)
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -784,7 +882,7 @@ mod tests {
     #[test]
     fn response_heads() {
         let s = ProxySettings::default();
-        let parse = |raw: &str, head: bool| parse_response(raw.as_bytes(), head, &s);
+        let parse = |raw: &str, head: bool| parse_response(raw.as_bytes(), head, false, &s);
         let Ok(Some((Some(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nDate: x\r\nServer: node\r\nX-App: y\r\n\r\n",
             false,

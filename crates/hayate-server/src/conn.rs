@@ -312,6 +312,24 @@ impl Conn {
     ) -> io::Result<()> {
         let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
         let status = resp.status;
+        if let Body::Upgrade(tunnel) = resp.body {
+            self.flush().await?;
+            if let Some(log) = &self.worker.access_log {
+                let entry = access_log::Entry {
+                    peer: &self.peer,
+                    status: status.code(),
+                    bytes: 0,
+                    duration: started.elapsed(),
+                };
+                log.record(req, &entry);
+            }
+            // Bytes the client sent after its head belong to the new protocol.
+            let early = self.rbuf.split().freeze();
+            if let Err(e) = tunnel.run(&mut self.stream, early).await {
+                log::debug!("tunnel from {} ended: {e}", self.peer);
+            }
+            return Ok(());
+        }
         let mut sent = 0;
         if with_body {
             sent = resp.body.len();
@@ -332,6 +350,7 @@ impl Conn {
                     }
                 }
                 Body::Stream(stream) => sent = self.send_stream(stream, cx.http10).await?,
+                Body::Upgrade(_) => unreachable!("1xx responses carry no body"),
             }
         }
         if self.wbuf.len() >= WRITE_BUFFER_FLUSH {

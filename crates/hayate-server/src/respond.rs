@@ -37,7 +37,9 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: Syst
             None => {}
         }
     }
-    if !cx.keep_alive {
+    if resp.status == Status::SWITCHING_PROTOCOLS {
+        // The handler's own `Connection: upgrade` stands.
+    } else if !cx.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if cx.http10 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
