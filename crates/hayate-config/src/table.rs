@@ -202,6 +202,12 @@ options! {
         "Idle time of pooled upstream connections when the upstream sends no Keep-Alive hint";
     proxy_replay_buffer: Size = "64KiB", "SIZE",
         "Request bodies up to this size are buffered so a failed reused connection can be retried";
+    proxy_max_conns: u32 = "0", "N",
+        "Requests in flight per upstream member and worker (0: no limit); more wait in the queue";
+    proxy_queue: u32 = "1024", "N",
+        "Requests that may wait (per group and worker) when every member is at its limit; more get 503";
+    proxy_queue_timeout: Dur = "10s", "DURATION",
+        "Longest wait in that queue before 503 with Retry-After";
 }
 
 options! {

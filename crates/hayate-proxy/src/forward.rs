@@ -16,7 +16,7 @@ use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
-use crate::group::{Member, ProxySettings, UpstreamGroup};
+use crate::group::{Busy, Member, ProxySettings, UpstreamGroup};
 use crate::upconn::UpConn;
 
 /// Most response header fields accepted from an upstream.
@@ -137,8 +137,13 @@ impl UpstreamGroup {
         let mut fresh_only = false;
         loop {
             let now = Instant::now();
-            let Some(i) = self.pick(now, &tried) else {
-                return Response::error(Status::BAD_GATEWAY);
+            let i = match self.pick(now, &tried) {
+                Ok(i) => i,
+                Err(Busy::Exhausted) => return Response::error(Status::BAD_GATEWAY),
+                Err(Busy::Full) => match self.wait_in_queue().await {
+                    Ok(()) => continue,
+                    Err(r) => return r,
+                },
             };
             let member = self.members[i].clone();
             let reused_conn = if fresh_only {
@@ -187,6 +192,37 @@ impl UpstreamGroup {
                     member.failed(&self.settings);
                     return upstream_error(&e);
                 }
+            }
+        }
+    }
+
+    /// Waits for a member to finish a request: FIFO, bounded in depth and
+    /// time; overflow and timeout answer 503 with Retry-After (distinct from
+    /// the 502 of a failing upstream).
+    async fn wait_in_queue(&self) -> Result<(), Response> {
+        let busy = || {
+            let mut r = Response::error(Status::SERVICE_UNAVAILABLE);
+            r.header("Retry-After", b"1");
+            r
+        };
+        if self.waiting.get() >= self.settings.queue_depth {
+            log::warn!(
+                "upstream group full and its queue too ({} waiting): 503",
+                self.waiting.get()
+            );
+            return Err(busy());
+        }
+        self.waiting.set(self.waiting.get() + 1);
+        let woken = tokio::time::timeout(self.settings.queue_timeout, self.freed.notified()).await;
+        self.waiting.set(self.waiting.get() - 1);
+        match woken {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                log::warn!(
+                    "request waited {:?} for an upstream: 503",
+                    self.settings.queue_timeout
+                );
+                Err(busy())
             }
         }
     }
@@ -356,6 +392,8 @@ impl Drop for Outstanding {
         self.0
             .outstanding
             .set(self.0.outstanding.get().saturating_sub(1));
+        // The first queued request (if any) may go now.
+        self.0.freed.notify_one();
     }
 }
 

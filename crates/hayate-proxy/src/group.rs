@@ -5,6 +5,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 use crate::upconn::UpConn;
 use crate::UpstreamAddr;
 
@@ -29,6 +31,12 @@ pub struct ProxySettings {
     pub max_fails: u32,
     /// How long an ejected member is skipped before it is tried again.
     pub fail_timeout: Duration,
+    /// Requests in flight per member and worker; 0 means no limit.
+    pub max_conns: u32,
+    /// Requests that may wait for a member at its limit (per worker).
+    pub queue_depth: usize,
+    /// Longest wait in that queue.
+    pub queue_timeout: Duration,
 }
 
 impl Default for ProxySettings {
@@ -42,6 +50,9 @@ impl Default for ProxySettings {
             replay_buffer: 64 * 1024,
             max_fails: 3,
             fail_timeout: Duration::from_secs(10),
+            max_conns: 0,
+            queue_depth: 1024,
+            queue_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -56,6 +67,8 @@ pub(crate) struct Member {
     fails: Cell<u32>,
     down_until: Cell<Option<Instant>>,
     idle: RefCell<Vec<Idle>>,
+    /// The group's queue, woken when this member finishes a request.
+    pub freed: Rc<Notify>,
 }
 
 #[derive(Debug)]
@@ -70,11 +83,24 @@ pub struct UpstreamGroup {
     pub(crate) members: Vec<Rc<Member>>,
     pub(crate) settings: ProxySettings,
     next: Cell<usize>,
+    /// Requests waiting for a member under its `max_conns` (FIFO).
+    pub(crate) waiting: Cell<usize>,
+    pub(crate) freed: Rc<Notify>,
+}
+
+/// Why no member could take a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// Every member was tried for this request.
+    Exhausted,
+    /// Every eligible member is at its limit: wait in the queue.
+    Full,
 }
 
 impl UpstreamGroup {
     /// A group of `addrs`.
     pub fn new(addrs: &[UpstreamAddr], settings: ProxySettings) -> UpstreamGroup {
+        let freed = Rc::new(Notify::new());
         let members = addrs
             .iter()
             .map(|a| {
@@ -85,6 +111,7 @@ impl UpstreamGroup {
                     fails: Cell::new(0),
                     down_until: Cell::new(None),
                     idle: RefCell::new(Vec::new()),
+                    freed: freed.clone(),
                 })
             })
             .collect();
@@ -92,6 +119,8 @@ impl UpstreamGroup {
             members,
             settings,
             next: Cell::new(0),
+            waiting: Cell::new(0),
+            freed,
         }
     }
 
@@ -99,18 +128,27 @@ impl UpstreamGroup {
     /// rotating among ties; `exclude` skips members that already failed this
     /// request. With every member ejected, the one whose ejection ends first
     /// is tried (a group never refuses only because of past failures).
-    pub(crate) fn pick(&self, now: Instant, exclude: &[usize]) -> Option<usize> {
+    pub(crate) fn pick(&self, now: Instant, exclude: &[usize]) -> Result<usize, Busy> {
         let n = self.members.len();
         let start = self.next.get();
         self.next.set(start.wrapping_add(1));
+        let limit = self.settings.max_conns;
         let candidates = (0..n)
             .map(|i| (start + i) % n)
             .filter(|i| !exclude.contains(i));
-        let healthy = candidates
+        if candidates.clone().next().is_none() {
+            return Err(Busy::Exhausted);
+        }
+        let open = candidates
+            .clone()
+            .filter(|&i| limit == 0 || self.members[i].outstanding.get() < limit);
+        let healthy = open
             .clone()
             .filter(|&i| self.members[i].down_until.get().is_none_or(|t| t <= now))
             .min_by_key(|&i| self.members[i].outstanding.get());
-        healthy.or_else(|| candidates.min_by_key(|&i| self.members[i].down_until.get()))
+        healthy
+            .or_else(|| open.min_by_key(|&i| self.members[i].down_until.get()))
+            .ok_or(Busy::Full)
     }
 }
 
@@ -194,8 +232,25 @@ mod tests {
             picks.contains(&1) && picks.contains(&2),
             "ties rotate: {picks:?}"
         );
-        assert_eq!(g.pick(now, &[1, 2]), Some(0));
-        assert_eq!(g.pick(now, &[0, 1, 2]), None);
+        assert_eq!(g.pick(now, &[1, 2]), Ok(0));
+        assert_eq!(g.pick(now, &[0, 1, 2]), Err(Busy::Exhausted));
+    }
+
+    #[test]
+    fn members_at_their_limit_are_full() {
+        let addrs = [UpstreamAddr::parse("127.0.0.1:1000").expect("addr")];
+        let g = UpstreamGroup::new(
+            &addrs,
+            ProxySettings {
+                max_conns: 2,
+                ..Default::default()
+            },
+        );
+        let now = Instant::now();
+        g.members[0].outstanding.set(1);
+        assert_eq!(g.pick(now, &[]), Ok(0));
+        g.members[0].outstanding.set(2);
+        assert_eq!(g.pick(now, &[]), Err(Busy::Full));
     }
 
     #[test]
@@ -204,19 +259,19 @@ mod tests {
         let now = Instant::now();
         g.members[0].failed(&g.settings);
         assert!(
-            (0..4).any(|_| g.pick(now, &[]) == Some(0)),
+            (0..4).any(|_| g.pick(now, &[]) == Ok(0)),
             "one failure does not eject"
         );
         g.members[0].failed(&g.settings);
         assert!(
-            (0..4).all(|_| g.pick(now, &[]) == Some(1)),
+            (0..4).all(|_| g.pick(now, &[]) == Ok(1)),
             "ejected after max_fails"
         );
         // Every member down: the one back soonest is still tried.
         g.members[1].failed(&g.settings);
         g.members[1].failed(&g.settings);
-        assert_eq!(g.pick(now, &[]), Some(0));
+        assert_eq!(g.pick(now, &[]), Ok(0));
         g.members[0].succeeded();
-        assert_eq!(g.pick(now, &[]), Some(0));
+        assert_eq!(g.pick(now, &[]), Ok(0));
     }
 }

@@ -52,6 +52,9 @@ impl Router {
             io_timeout: g.proxy_timeout.0,
             idle_timeout: g.proxy_keepalive.0,
             replay_buffer: g.proxy_replay_buffer.0,
+            max_conns: g.proxy_max_conns,
+            queue_depth: g.proxy_queue as usize,
+            queue_timeout: g.proxy_queue_timeout.0,
             ..ProxySettings::default()
         };
         let mut sites = Vec::new();

@@ -120,7 +120,7 @@ fn body(r: &Response) -> Vec<u8> {
                 Chunk::File(f) => read_range(f),
             })
             .collect(),
-        Body::Stream(_) => panic!("static files never stream"),
+        Body::Stream(_) | Body::Upgrade(_) => panic!("static files never stream"),
     }
 }
 
