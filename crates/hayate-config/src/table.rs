@@ -208,6 +208,18 @@ options! {
         "Requests that may wait (per group and worker) when every member is at its limit; more get 503";
     proxy_queue_timeout: Dur = "10s", "DURATION",
         "Longest wait in that queue before 503 with Retry-After";
+    proxy_balance: BalanceSpec = "least_conn", "POLICY",
+        "least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME (consistent)";
+    proxy_health_check: String = unset, "PATH",
+        "Probe every member with GET PATH; a member is used only while it answers 2xx";
+    proxy_health_interval: Dur = "5s", "DURATION",
+        "Time between health probes";
+    proxy_host: String = "pass", "pass|upstream|HOST",
+        "Host sent upstream: the client's, the member's host:port, or a fixed name";
+    proxy_trusted: Vec<IpNet> = unset, "CIDR",
+        "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
+    proxy_via: bool = "false", "BOOL",
+        "Add Via: 1.1 hayate to proxied requests and responses";
 }
 
 options! {

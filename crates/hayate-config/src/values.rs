@@ -5,6 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use hayate_core::net::IpNet;
+
 use toml::de::DeValue;
 
 /// A type an option can hold.
@@ -270,6 +272,69 @@ impl OptValue for ProxySpec {
     }
 }
 
+/// How a group spreads requests over its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BalanceSpec {
+    /// Fewest requests in flight (default).
+    LeastConn,
+    /// In turn.
+    RoundRobin,
+    /// Consistent hash of a request header.
+    HashHeader(String),
+    /// Consistent hash of a cookie.
+    HashCookie(String),
+    /// Consistent hash of the client address.
+    HashIp,
+}
+
+impl OptValue for BalanceSpec {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let valid_name = |n: &str| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        Ok(match t {
+            "least_conn" => BalanceSpec::LeastConn,
+            "round_robin" => BalanceSpec::RoundRobin,
+            "hash:ip" => BalanceSpec::HashIp,
+            _ => match (t.strip_prefix("hash:header:"), t.strip_prefix("hash:cookie:")) {
+                (Some(h), _) if valid_name(h) => BalanceSpec::HashHeader(h.to_ascii_lowercase()),
+                (_, Some(c)) if valid_name(c) => BalanceSpec::HashCookie(c.to_string()),
+                _ => {
+                    return Err(format!(
+                        "expected least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME, got {s:?}"
+                    ))
+                }
+            },
+        })
+    }
+}
+
+impl OptValue for IpNet {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let (addr, bits) = match t.split_once('/') {
+            Some((a, b)) => (a, Some(b)),
+            None => (t, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("expected an IP address or CIDR block, got {s:?}"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b
+                .parse::<u8>()
+                .ok()
+                .filter(|b| *b <= max)
+                .ok_or_else(|| format!("bad prefix length in {s:?}"))?,
+            None => max,
+        };
+        Ok(IpNet { addr, bits })
+    }
+}
+
 /// Where the access log goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessLog {
@@ -389,6 +454,30 @@ mod tests {
         );
         assert!(ListenAddr::parse_str("unix:").is_err());
         assert!(ListenAddr::parse_str("example.com:80").is_err());
+    }
+
+    #[test]
+    fn balance_and_nets() {
+        assert_eq!(
+            BalanceSpec::parse_str("hash:header:X-User"),
+            Ok(BalanceSpec::HashHeader("x-user".into()))
+        );
+        assert_eq!(
+            BalanceSpec::parse_str("hash:cookie:sid"),
+            Ok(BalanceSpec::HashCookie("sid".into()))
+        );
+        assert!(BalanceSpec::parse_str("hash:header:").is_err());
+        assert!(BalanceSpec::parse_str("random").is_err());
+        let net = IpNet::parse_str("10.0.0.0/8").expect("valid");
+        assert!(net.contains("10.1.2.3".parse().expect("ip")));
+        assert!(!net.contains("11.0.0.1".parse().expect("ip")));
+        assert!(IpNet::parse_str("::1")
+            .expect("valid")
+            .contains("::1".parse().expect("ip")));
+        assert!(IpNet::parse_str("0.0.0.0/0")
+            .expect("valid")
+            .contains("8.8.8.8".parse().expect("ip")));
+        assert!(IpNet::parse_str("10.0.0.0/33").is_err());
     }
 
     #[test]

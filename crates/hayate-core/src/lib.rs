@@ -10,6 +10,7 @@ pub mod coding;
 pub mod date;
 pub mod epoch;
 pub mod log;
+pub mod net;
 pub mod path;
 pub mod response;
 pub mod shutdown;

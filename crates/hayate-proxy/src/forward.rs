@@ -16,8 +16,9 @@ use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
-use crate::group::{Busy, Member, ProxySettings, UpstreamGroup};
+use crate::group::{Busy, HostPolicy, Member, ProxySettings, UpstreamGroup};
 use crate::upconn::UpConn;
+use crate::UpstreamAddr;
 
 /// Most response header fields accepted from an upstream.
 const MAX_RESPONSE_HEADERS: usize = 128;
@@ -119,7 +120,7 @@ impl UpstreamGroup {
     /// included: 502, 503, 504, or the client's 400/408/413).
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
         let length = body.length();
-        let head = build_request_head(req, length);
+        let key = self.balance_key(&req.headers, req.client_ip);
         // Small bodies are read first, so the request can be replayed.
         let buffered: Option<Bytes> = match length {
             BodyLength::None => Some(Bytes::new()),
@@ -137,7 +138,7 @@ impl UpstreamGroup {
         let mut fresh_only = false;
         loop {
             let now = Instant::now();
-            let i = match self.pick(now, &tried) {
+            let i = match self.pick(now, &tried, key) {
                 Ok(i) => i,
                 Err(Busy::Exhausted) => return Response::error(Status::BAD_GATEWAY),
                 Err(Busy::Full) => match self.wait_in_queue().await {
@@ -146,6 +147,7 @@ impl UpstreamGroup {
                 },
             };
             let member = self.members[i].clone();
+            let head = build_request_head(req, length, &self.settings, &member.addr);
             let reused_conn = if fresh_only {
                 None
             } else {
@@ -437,23 +439,50 @@ fn upstream_error(e: &io::Error) -> Response {
 }
 
 /// Builds the upstream request head.
-fn build_request_head(req: &ProxyRequest<'_>, length: BodyLength) -> Vec<u8> {
+fn build_request_head(
+    req: &ProxyRequest<'_>,
+    length: BodyLength,
+    settings: &ProxySettings,
+    member: &UpstreamAddr,
+) -> Vec<u8> {
     let listed = connection_listed(req.headers.iter().copied());
     let mut h = Vec::with_capacity(512);
     h.extend_from_slice(req.method);
     h.push(b' ');
     h.extend_from_slice(req.target);
     h.extend_from_slice(b" HTTP/1.1\r\n");
-    let host = req.host.unwrap_or_default();
+    let client_host = req.host.unwrap_or_default();
     h.extend_from_slice(b"Host: ");
-    h.extend_from_slice(host);
+    match (&settings.host, member) {
+        (HostPolicy::Pass, _) => h.extend_from_slice(client_host),
+        (HostPolicy::Upstream, UpstreamAddr::Tcp { authority, .. }) => {
+            h.extend_from_slice(authority.as_bytes())
+        }
+        (HostPolicy::Upstream, UpstreamAddr::Unix(_)) => h.extend_from_slice(b"localhost"),
+        (HostPolicy::Fixed(name), _) => h.extend_from_slice(name.as_bytes()),
+    }
     h.extend_from_slice(b"\r\n");
+    // Forwarding fields from a trusted proxy are extended; from anyone else
+    // they are replaced, so a client cannot spoof its address.
+    let trusted = req
+        .client_ip
+        .parse()
+        .is_ok_and(|ip| settings.trusted.iter().any(|n| n.contains(ip)));
+    let incoming = |name: &[u8]| -> Option<&[u8]> {
+        trusted
+            .then(|| {
+                req.headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| *v)
+            })
+            .flatten()
+    };
     let mut request_id = None;
     for &(name, value) in &req.headers {
         if is_hop_by_hop(name)
             || name.eq_ignore_ascii_case(b"host")
             || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
-            // Identity headers from an untrusted client are replaced, never passed.
             || name.eq_ignore_ascii_case(b"x-forwarded-for")
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
@@ -473,7 +502,16 @@ fn build_request_head(req: &ProxyRequest<'_>, length: BodyLength) -> Vec<u8> {
         h.extend_from_slice(b"\r\n");
     }
     let ip = req.client_ip;
-    h.extend_from_slice(format!("X-Forwarded-For: {ip}\r\nX-Forwarded-Proto: http\r\n").as_bytes());
+    h.extend_from_slice(b"X-Forwarded-For: ");
+    if let Some(chain) = incoming(b"x-forwarded-for") {
+        h.extend_from_slice(chain);
+        h.extend_from_slice(b", ");
+    }
+    h.extend_from_slice(ip.as_bytes());
+    h.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    h.extend_from_slice(incoming(b"x-forwarded-proto").unwrap_or(b"http"));
+    h.extend_from_slice(b"\r\n");
+    let host = incoming(b"x-forwarded-host").unwrap_or(client_host);
     if !host.is_empty() {
         h.extend_from_slice(b"X-Forwarded-Host: ");
         h.extend_from_slice(host);
@@ -484,11 +522,23 @@ fn build_request_head(req: &ProxyRequest<'_>, length: BodyLength) -> Vec<u8> {
     } else {
         ip.to_string()
     };
-    h.extend_from_slice(format!("Forwarded: for={for_value};proto=http").as_bytes());
-    if !host.is_empty() && host.iter().all(|b| b.is_ascii_graphic() && *b != b'"') {
+    h.extend_from_slice(b"Forwarded: ");
+    if let Some(chain) = incoming(b"forwarded") {
+        h.extend_from_slice(chain);
+        h.extend_from_slice(b", ");
+    }
+    h.extend_from_slice(format!("for={for_value};proto=http").as_bytes());
+    if !client_host.is_empty()
+        && client_host
+            .iter()
+            .all(|b| b.is_ascii_graphic() && *b != b'"')
+    {
         h.extend_from_slice(b";host=\"");
-        h.extend_from_slice(host);
+        h.extend_from_slice(client_host);
         h.push(b'"');
+    }
+    if settings.via {
+        h.extend_from_slice(b"\r\nVia: 1.1 hayate");
     }
     h.extend_from_slice(b"\r\nX-Request-Id: ");
     match request_id {
@@ -661,6 +711,9 @@ fn parse_response(
     } else {
         Framing::UntilClose
     };
+    if settings.via {
+        headers.extend_from_slice(b"Via: 1.1 hayate\r\n");
+    }
     let keep = (!close && framing != Framing::UntilClose).then_some(keep);
     let head_len = if is_head { content_length } else { None };
     Ok(Some((
@@ -887,7 +940,10 @@ mod tests {
             (b"Accept", b"*/*"),
             (b"X-Request-Id", b"abc-123"),
         ]);
-        let head = String::from_utf8(build_request_head(&r, BodyLength::Known(3))).expect("ascii");
+        let s = ProxySettings::default();
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let head = String::from_utf8(build_request_head(&r, BodyLength::Known(3), &s, &member))
+            .expect("ascii");
         assert!(
             head.starts_with("POST /a?b HTTP/1.1\r\nHost: example.com\r\n"),
             "{head}"
@@ -909,11 +965,71 @@ mod tests {
         ] {
             assert!(head.contains(kept), "missing {kept:?}:\n{head}");
         }
-        let chunked = String::from_utf8(build_request_head(&req(vec![]), BodyLength::Chunked))
-            .expect("ascii");
+        let chunked = String::from_utf8(build_request_head(
+            &req(vec![]),
+            BodyLength::Chunked,
+            &s,
+            &member,
+        ))
+        .expect("ascii");
         assert!(
             chunked.ends_with("Transfer-Encoding: chunked\r\n\r\n")
                 && chunked.contains("X-Request-Id: ")
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_host_policy_and_via() {
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let headers: Vec<(&[u8], &[u8])> = vec![
+            (b"X-Forwarded-For", b"1.1.1.1"),
+            (b"X-Forwarded-Proto", b"https"),
+            (b"Forwarded", b"for=1.1.1.1;proto=https"),
+        ];
+        let trusting = ProxySettings {
+            trusted: vec![hayate_core::net::IpNet {
+                addr: "10.0.0.0".parse().expect("ip"),
+                bits: 8,
+            }],
+            host: HostPolicy::Upstream,
+            via: true,
+            ..Default::default()
+        };
+        let head = String::from_utf8(build_request_head(
+            &req(headers.clone()),
+            BodyLength::None,
+            &trusting,
+            &member,
+        ))
+        .expect("ascii");
+        for want in [
+            "Host: 127.0.0.1:9\r\n",
+            "X-Forwarded-For: 1.1.1.1, 10.0.0.1\r\n",
+            "X-Forwarded-Proto: https\r\n",
+            "Forwarded: for=1.1.1.1;proto=https, for=10.0.0.1;proto=http",
+            "Via: 1.1 hayate\r\n",
+        ] {
+            assert!(head.contains(want), "missing {want:?}:\n{head}");
+        }
+        let strict = ProxySettings {
+            host: HostPolicy::Fixed("app.internal".into()),
+            ..Default::default()
+        };
+        let head = String::from_utf8(build_request_head(
+            &req(headers),
+            BodyLength::None,
+            &strict,
+            &member,
+        ))
+        .expect("ascii");
+        assert!(
+            head.contains("Host: app.internal\r\n")
+                && head.contains("X-Forwarded-For: 10.0.0.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            !head.contains("1.1.1.1") && !head.contains("https") && !head.contains("Via"),
+            "{head}"
         );
     }
 

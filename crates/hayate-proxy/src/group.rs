@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use hayate_core::net::IpNet;
 use tokio::sync::Notify;
 
 use crate::upconn::UpConn;
@@ -37,6 +38,44 @@ pub struct ProxySettings {
     pub queue_depth: usize,
     /// Longest wait in that queue.
     pub queue_timeout: Duration,
+    /// How requests are spread over members.
+    pub balance: Balance,
+    /// Active health checks: `GET path` every `health_interval`.
+    pub health_check: Option<String>,
+    /// Time between health probes.
+    pub health_interval: Duration,
+    /// The Host sent upstream.
+    pub host: HostPolicy,
+    /// Peers whose forwarding headers are kept and extended.
+    pub trusted: Vec<IpNet>,
+    /// Add `Via: 1.1 hayate` both ways.
+    pub via: bool,
+}
+
+/// How a group spreads requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    /// Fewest requests in flight, rotating among ties.
+    LeastOutstanding,
+    /// In turn.
+    RoundRobin,
+    /// Rendezvous hash of a request header (lower-case name).
+    HashHeader(String),
+    /// Rendezvous hash of a cookie.
+    HashCookie(String),
+    /// Rendezvous hash of the client address.
+    HashIp,
+}
+
+/// The Host field of upstream requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPolicy {
+    /// The client's Host.
+    Pass,
+    /// The member's `host:port` (or `localhost` for Unix sockets).
+    Upstream,
+    /// A fixed name.
+    Fixed(String),
 }
 
 impl Default for ProxySettings {
@@ -53,6 +92,12 @@ impl Default for ProxySettings {
             max_conns: 0,
             queue_depth: 1024,
             queue_timeout: Duration::from_secs(10),
+            balance: Balance::LeastOutstanding,
+            health_check: None,
+            health_interval: Duration::from_secs(5),
+            host: HostPolicy::Pass,
+            trusted: Vec::new(),
+            via: false,
         }
     }
 }
@@ -69,6 +114,8 @@ pub(crate) struct Member {
     idle: RefCell<Vec<Idle>>,
     /// The group's queue, woken when this member finishes a request.
     pub freed: Rc<Notify>,
+    /// The last active health check failed.
+    probe_down: Cell<bool>,
 }
 
 #[derive(Debug)]
@@ -112,6 +159,7 @@ impl UpstreamGroup {
                     down_until: Cell::new(None),
                     idle: RefCell::new(Vec::new()),
                     freed: freed.clone(),
+                    probe_down: Cell::new(false),
                 })
             })
             .collect();
@@ -128,7 +176,12 @@ impl UpstreamGroup {
     /// rotating among ties; `exclude` skips members that already failed this
     /// request. With every member ejected, the one whose ejection ends first
     /// is tried (a group never refuses only because of past failures).
-    pub(crate) fn pick(&self, now: Instant, exclude: &[usize]) -> Result<usize, Busy> {
+    pub(crate) fn pick(
+        &self,
+        now: Instant,
+        exclude: &[usize],
+        key: Option<&[u8]>,
+    ) -> Result<usize, Busy> {
         let n = self.members.len();
         let start = self.next.get();
         self.next.set(start.wrapping_add(1));
@@ -142,14 +195,119 @@ impl UpstreamGroup {
         let open = candidates
             .clone()
             .filter(|&i| limit == 0 || self.members[i].outstanding.get() < limit);
-        let healthy = open
-            .clone()
-            .filter(|&i| self.members[i].down_until.get().is_none_or(|t| t <= now))
-            .min_by_key(|&i| self.members[i].outstanding.get());
-        healthy
+        let mut healthy = open.clone().filter(|&i| self.members[i].is_up(now));
+        let chosen = match (&self.settings.balance, key) {
+            (Balance::RoundRobin, _) => healthy.next(),
+            // Rendezvous hashing: a key keeps its member while that member
+            // is up, and only the keys of a member that goes away move.
+            (Balance::HashHeader(_) | Balance::HashCookie(_) | Balance::HashIp, Some(key)) => {
+                healthy.max_by_key(|&i| rendezvous(key, &self.members[i].label))
+            }
+            _ => healthy.min_by_key(|&i| self.members[i].outstanding.get()),
+        };
+        chosen
             .or_else(|| open.min_by_key(|&i| self.members[i].down_until.get()))
             .ok_or(Busy::Full)
     }
+
+    /// The request's balancing key, when the policy hashes one.
+    pub(crate) fn balance_key<'r>(
+        &self,
+        headers: &[(&'r [u8], &'r [u8])],
+        client_ip: &'r str,
+    ) -> Option<&'r [u8]> {
+        match &self.settings.balance {
+            Balance::HashIp => Some(client_ip.as_bytes()),
+            Balance::HashHeader(name) => headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+                .map(|(_, v)| *v),
+            Balance::HashCookie(name) => headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+                .flat_map(|(_, v)| v.split(|&b| b == b';'))
+                .find_map(|pair| {
+                    let pair = pair.strip_prefix(b" ").unwrap_or(pair);
+                    let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+                    (k == name.as_bytes()).then(|| &v[1..])
+                }),
+            _ => None,
+        }
+    }
+
+    /// Runs active health checks until the worker ends (spawned per worker
+    /// when `health_check` is set).
+    pub async fn run_health_checks(self: Rc<Self>) {
+        let Some(path) = self.settings.health_check.clone() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(self.settings.health_interval);
+        loop {
+            tick.tick().await;
+            for m in &self.members {
+                let ok = probe(
+                    &m.addr,
+                    &path,
+                    self.settings
+                        .connect_timeout
+                        .min(self.settings.health_interval),
+                )
+                .await;
+                match (ok, m.probe_down.get()) {
+                    (Ok(()), true) => {
+                        log::info!("upstream {} is healthy again", m.label);
+                        m.probe_down.set(false);
+                        m.succeeded();
+                    }
+                    (Err(e), false) => {
+                        log::warn!("upstream {} failed its health check: {e}", m.label);
+                        m.probe_down.set(true);
+                        m.idle.borrow_mut().clear();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
+async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut conn = UpConn::connect(addr, limit).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-health\r\nConnection: close\r\n\r\n");
+        conn.write_all(req.as_bytes()).await?;
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await?;
+        match &head[..10] {
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'2'] => Ok(()),
+            _ => Err(std::io::Error::other(format!(
+                "answered {:?}",
+                String::from_utf8_lossy(&head)
+            ))),
+        }
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer in time",
+        )),
+    }
+}
+
+/// FNV-1a of key and member, finished with a 64-bit mix: stable across
+/// workers and restarts, which consistent hashing needs.
+fn rendezvous(key: &[u8], member: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key.iter().chain(b"\0").chain(member.as_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 impl Member {
@@ -175,6 +333,12 @@ impl Member {
             conn,
             expires: Instant::now() + keep,
         });
+    }
+
+    /// Whether the member may take requests: not ejected by failures, not
+    /// failing its health check.
+    pub fn is_up(&self, now: Instant) -> bool {
+        !self.probe_down.get() && self.down_until.get().is_none_or(|t| t <= now)
     }
 
     /// Records a success: the member is healthy.
@@ -226,14 +390,73 @@ mod tests {
         g.members[0].outstanding.set(2);
         g.members[1].outstanding.set(1);
         g.members[2].outstanding.set(1);
-        let picks: Vec<usize> = (0..4).map(|_| g.pick(now, &[]).expect("member")).collect();
+        let picks: Vec<usize> = (0..4)
+            .map(|_| g.pick(now, &[], None).expect("member"))
+            .collect();
         assert!(picks.iter().all(|&p| p == 1 || p == 2), "{picks:?}");
         assert!(
             picks.contains(&1) && picks.contains(&2),
             "ties rotate: {picks:?}"
         );
-        assert_eq!(g.pick(now, &[1, 2]), Ok(0));
-        assert_eq!(g.pick(now, &[0, 1, 2]), Err(Busy::Exhausted));
+        assert_eq!(g.pick(now, &[1, 2], None), Ok(0));
+        assert_eq!(g.pick(now, &[0, 1, 2], None), Err(Busy::Exhausted));
+    }
+
+    #[test]
+    fn hashing_is_consistent_and_round_robin_rotates() {
+        let addrs: Vec<UpstreamAddr> = (0..4)
+            .map(|i| UpstreamAddr::parse(&format!("127.0.0.1:{}", 2000 + i)).expect("addr"))
+            .collect();
+        let g = UpstreamGroup::new(
+            &addrs,
+            ProxySettings {
+                balance: Balance::HashIp,
+                ..Default::default()
+            },
+        );
+        let now = Instant::now();
+        for key in [&b"10.0.0.1"[..], b"10.0.0.2", b"user-42"] {
+            let first = g.pick(now, &[], Some(key)).expect("member");
+            assert!(
+                (0..10).all(|_| g.pick(now, &[], Some(key)) == Ok(first)),
+                "same key, same member"
+            );
+            // Another member failing does not move this key.
+            let other = (first + 1) % 4;
+            assert_eq!(g.pick(now, &[other], Some(key)), Ok(first));
+        }
+        let spread: std::collections::HashSet<usize> = (0..64)
+            .map(|i| {
+                g.pick(now, &[], Some(format!("k{i}").as_bytes()))
+                    .expect("member")
+            })
+            .collect();
+        assert!(spread.len() >= 3, "keys spread over members: {spread:?}");
+        let rr = UpstreamGroup::new(
+            &addrs,
+            ProxySettings {
+                balance: Balance::RoundRobin,
+                ..Default::default()
+            },
+        );
+        let picks: Vec<usize> = (0..8)
+            .map(|_| rr.pick(now, &[], None).expect("member"))
+            .collect();
+        assert_eq!(picks, vec![0, 1, 2, 3, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn cookie_and_header_keys() {
+        let g = UpstreamGroup::new(
+            &[UpstreamAddr::parse("127.0.0.1:1").expect("addr")],
+            ProxySettings {
+                balance: Balance::HashCookie("sid".into()),
+                ..Default::default()
+            },
+        );
+        let headers: Vec<(&[u8], &[u8])> = vec![(b"Cookie", b"a=1; sid=xyz; b=2")];
+        assert_eq!(g.balance_key(&headers, "1.2.3.4"), Some(&b"xyz"[..]));
+        assert_eq!(g.balance_key(&[], "1.2.3.4"), None);
     }
 
     #[test]
@@ -248,9 +471,9 @@ mod tests {
         );
         let now = Instant::now();
         g.members[0].outstanding.set(1);
-        assert_eq!(g.pick(now, &[]), Ok(0));
+        assert_eq!(g.pick(now, &[], None), Ok(0));
         g.members[0].outstanding.set(2);
-        assert_eq!(g.pick(now, &[]), Err(Busy::Full));
+        assert_eq!(g.pick(now, &[], None), Err(Busy::Full));
     }
 
     #[test]
@@ -259,19 +482,19 @@ mod tests {
         let now = Instant::now();
         g.members[0].failed(&g.settings);
         assert!(
-            (0..4).any(|_| g.pick(now, &[]) == Ok(0)),
+            (0..4).any(|_| g.pick(now, &[], None) == Ok(0)),
             "one failure does not eject"
         );
         g.members[0].failed(&g.settings);
         assert!(
-            (0..4).all(|_| g.pick(now, &[]) == Ok(1)),
+            (0..4).all(|_| g.pick(now, &[], None) == Ok(1)),
             "ejected after max_fails"
         );
         // Every member down: the one back soonest is still tried.
         g.members[1].failed(&g.settings);
         g.members[1].failed(&g.settings);
-        assert_eq!(g.pick(now, &[]), Ok(0));
+        assert_eq!(g.pick(now, &[], None), Ok(0));
         g.members[0].succeeded();
-        assert_eq!(g.pick(now, &[]), Ok(0));
+        assert_eq!(g.pick(now, &[], None), Ok(0));
     }
 }

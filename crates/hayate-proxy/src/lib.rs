@@ -20,4 +20,4 @@ mod upconn;
 
 pub use addr::UpstreamAddr;
 pub use forward::ProxyRequest;
-pub use group::{ProxySettings, UpstreamGroup};
+pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};

@@ -6,9 +6,9 @@ use std::io;
 use std::path::Path;
 use std::rc::Rc;
 
-use hayate_config::values::ProxySpec;
+use hayate_config::values::{BalanceSpec, ProxySpec};
 use hayate_config::{Config, RouteOptions};
-use hayate_proxy::{ProxySettings, UpstreamAddr, UpstreamGroup};
+use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 
 /// A route: a path prefix, its files and its upstream group. With both,
@@ -55,6 +55,22 @@ impl Router {
             max_conns: g.proxy_max_conns,
             queue_depth: g.proxy_queue as usize,
             queue_timeout: g.proxy_queue_timeout.0,
+            balance: match &g.proxy_balance {
+                BalanceSpec::LeastConn => Balance::LeastOutstanding,
+                BalanceSpec::RoundRobin => Balance::RoundRobin,
+                BalanceSpec::HashHeader(h) => Balance::HashHeader(h.clone()),
+                BalanceSpec::HashCookie(c) => Balance::HashCookie(c.clone()),
+                BalanceSpec::HashIp => Balance::HashIp,
+            },
+            health_check: g.proxy_health_check.clone(),
+            health_interval: g.proxy_health_interval.0,
+            host: match g.proxy_host.as_str() {
+                "pass" => HostPolicy::Pass,
+                "upstream" => HostPolicy::Upstream,
+                name => HostPolicy::Fixed(name.to_string()),
+            },
+            trusted: g.proxy_trusted.clone().unwrap_or_default(),
+            via: g.proxy_via,
             ..ProxySettings::default()
         };
         let mut sites = Vec::new();
@@ -86,6 +102,14 @@ impl Router {
             sites,
             default_site,
         })
+    }
+
+    /// Every upstream group (for the worker's health-check tasks).
+    pub fn upstream_groups(&self) -> impl Iterator<Item = &Rc<UpstreamGroup>> {
+        self.sites
+            .iter()
+            .flat_map(|s| &s.routes)
+            .filter_map(|r| r.upstream.as_ref())
     }
 
     /// Finds the route for `host` (as sent, maybe with a port) and the

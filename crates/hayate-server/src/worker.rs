@@ -128,6 +128,9 @@ pub fn run(
             }
         });
         tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
+        for group in worker.router.upstream_groups() {
+            tokio::task::spawn_local(group.clone().run_health_checks());
+        }
         let mut stop = shutdown.clone();
         stop.wait().await;
         worker.stopping.set(true);
