@@ -80,6 +80,20 @@ fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])]) -> Option<&'h [u8]> {
         .map(|(_, v)| *v)
 }
 
+/// What one attempt sends upstream.
+#[derive(Clone, Copy)]
+struct Outgoing<'a> {
+    head: &'a [u8],
+    /// The whole body, when it was small enough to buffer (replayable).
+    buffered: Option<&'a Bytes>,
+    /// Otherwise, what was read of it before streaming the rest.
+    prefix: &'a Bytes,
+    /// The framing sent upstream.
+    length: BodyLength,
+    is_head: bool,
+    upgrade: bool,
+}
+
 /// What went wrong, and whose fault it was.
 #[derive(Debug)]
 enum Failure {
@@ -122,15 +136,26 @@ impl UpstreamGroup {
         let length = body.length();
         let key = self.balance_key(&req.headers, req.client_ip);
         // Small bodies are read first, so the request can be replayed.
-        let buffered: Option<Bytes> = match length {
-            BodyLength::None => Some(Bytes::new()),
+        // Small bodies are read first, so the request can be replayed; a
+        // chunked body that ends within the buffer goes upstream with a
+        // Content-Length. Larger bodies stream (their first part included).
+        let (buffered, prefix, length) = match length {
+            BodyLength::None => (Some(Bytes::new()), Bytes::new(), length),
             BodyLength::Known(n) if n <= self.settings.replay_buffer => {
                 match read_all(body, n).await {
-                    Ok(b) => Some(b),
+                    Ok(b) => (Some(b), Bytes::new(), length),
                     Err(e) => return client_error(&e),
                 }
             }
-            _ => None,
+            BodyLength::Known(_) => (None, Bytes::new(), length),
+            BodyLength::Chunked => match read_up_to(body, self.settings.replay_buffer).await {
+                Ok((b, true)) => {
+                    let n = b.len() as u64;
+                    (Some(b), Bytes::new(), BodyLength::Known(n))
+                }
+                Ok((b, false)) => (None, b, length),
+                Err(e) => return client_error(&e),
+            },
         };
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
         let upgrade = requested_upgrade(&req.headers).is_some();
@@ -172,7 +197,18 @@ impl UpstreamGroup {
             };
             let guard = Outstanding::new(member.clone());
             match self
-                .exchange(conn, &head, buffered.as_ref(), body, is_head, upgrade)
+                .exchange(
+                    conn,
+                    &Outgoing {
+                        head: &head,
+                        buffered: buffered.as_ref(),
+                        prefix: &prefix,
+                        length,
+                        is_head,
+                        upgrade,
+                    },
+                    body,
+                )
                 .await
             {
                 Ok((conn, parsed, rest)) => {
@@ -233,12 +269,17 @@ impl UpstreamGroup {
     async fn exchange<B: ClientBody>(
         &self,
         mut conn: UpConn,
-        head: &[u8],
-        buffered: Option<&Bytes>,
+        out: &Outgoing<'_>,
         body: &mut B,
-        is_head: bool,
-        upgrade: bool,
     ) -> Result<(UpConn, Head, BytesMut), Failure> {
+        let Outgoing {
+            head,
+            buffered,
+            prefix,
+            length,
+            is_head,
+            upgrade,
+        } = *out;
         let io_timeout = self.settings.io_timeout;
         let up = Failure::BeforeResponse;
         match buffered {
@@ -250,9 +291,13 @@ impl UpstreamGroup {
             }
             None => {
                 timed(io_timeout, conn.write_all(head)).await.map_err(up)?;
-                let chunked = body.length() == BodyLength::Chunked;
+                let chunked = length == BodyLength::Chunked;
+                let mut first = (!prefix.is_empty()).then(|| prefix.clone());
                 loop {
-                    let chunk = body.next_chunk().await.map_err(Failure::Client)?;
+                    let chunk = match first.take() {
+                        Some(p) => Some(p),
+                        None => body.next_chunk().await.map_err(Failure::Client)?,
+                    };
                     let Some(chunk) = chunk else { break };
                     if chunked {
                         let line = format!("{:x}\r\n", chunk.len());
@@ -412,6 +457,19 @@ async fn timed<T>(
     }
 }
 
+/// Reads a body of unknown length until it ends (`true`) or passes `limit`
+/// bytes (`false`, with what was read).
+async fn read_up_to<B: ClientBody>(body: &mut B, limit: u64) -> io::Result<(Bytes, bool)> {
+    let mut out = BytesMut::new();
+    while (out.len() as u64) <= limit {
+        match body.next_chunk().await? {
+            Some(chunk) => out.extend_from_slice(&chunk),
+            None => return Ok((out.freeze(), true)),
+        }
+    }
+    Ok((out.freeze(), false))
+}
+
 async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
     let mut out = BytesMut::with_capacity(len as usize);
     while let Some(chunk) = body.next_chunk().await? {
@@ -491,7 +549,8 @@ fn build_request_head(
             continue;
         }
         if name.eq_ignore_ascii_case(b"x-request-id") {
-            if value.len() <= 128 && value.iter().all(|b| b.is_ascii_graphic()) {
+            if !value.is_empty() && value.len() <= 128 && value.iter().all(|b| b.is_ascii_graphic())
+            {
                 request_id = Some(value);
             }
             continue;
@@ -814,6 +873,17 @@ impl UpstreamBody {
 
 impl BodySource for UpstreamBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        let label = self.guard.as_ref().map(|g| g.0.label.clone());
+        self.poll_body(cx).map_err(|e| match label {
+            // Name the upstream: the connection writer logs this error.
+            Some(label) => io::Error::new(e.kind(), format!("upstream {label}: {e}")),
+            None => e,
+        })
+    }
+}
+
+impl UpstreamBody {
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
         loop {
             match self.framing {
                 Framing::Empty | Framing::Tunnel => return Poll::Ready(Ok(None)),

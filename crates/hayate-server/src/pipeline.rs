@@ -13,6 +13,7 @@
 //!
 //! Errors become responses here and in the connection's refusal path only.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
@@ -64,9 +65,25 @@ pub async fn handle<B: ClientBody>(
     }
     match &route.upstream {
         Some(group) => {
+            // A path that needed normalizing is sent normalized, so the
+            // upstream sees the path the route was chosen for (no
+            // `/api/../admin` past a prefix route).
+            let normalized_target;
+            let target = match &path {
+                Cow::Borrowed(_) => req.target(),
+                Cow::Owned(p) => {
+                    let mut t = hayate_core::path::encode(p).into_bytes();
+                    if let Some(q) = req.query() {
+                        t.push(b'?');
+                        t.extend_from_slice(q);
+                    }
+                    normalized_target = t;
+                    &normalized_target
+                }
+            };
             let proxied = ProxyRequest {
                 method: req.method(),
-                target: req.target(),
+                target,
                 headers: req.fields().collect(),
                 client_ip: peer,
                 host: req.host(),

@@ -6,6 +6,10 @@
 // Test helpers block on purpose; they never run inside hayate.
 #![allow(clippy::disallowed_methods)]
 
+pub mod origin;
+
+pub use origin::{checksum, Echo, Origin, OriginOptions};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,396 @@
+//! A test origin for the reverse proxy: a small HTTP/1.1 server on
+//! `127.0.0.1:0` or a Unix socket, one thread per connection, keep-alive,
+//! Content-Length and chunked request bodies.
+//!
+//! Every response carries `X-Connection: N` (the connection's number, from
+//! 1, in accept order) and `X-Request-Count: K` (requests seen on that
+//! connection). Routes:
+//!
+//! - `/echo` (and any unknown path): 200 with a text body describing the
+//!   request as the origin saw it, parsed back by [`Echo::parse`];
+//!   `?hop=1` adds hop-by-hop response fields the proxy must drop.
+//! - `/slow?ms=N`: sleeps N ms (at most 10 s), then answers `slow\n`.
+//! - `/bytes?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`big_bytes`], with
+//!   Content-Length or chunked; with `stall_ms`, pauses after half of them.
+//! - `/close`: answers with `Connection: close`, then closes.
+//! - `/status?code=N`: answers status N (no body for 204 and 304).
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::big_bytes;
+
+/// How the origin behaves.
+#[derive(Debug, Clone, Default)]
+pub struct OriginOptions {
+    /// Listen on this Unix socket instead of `127.0.0.1:0`.
+    pub unix: Option<PathBuf>,
+    /// Close a keep-alive connection idle this long, without announcing it
+    /// (Node's `keepAliveTimeout`): the cause of the pool race.
+    pub idle_close: Option<Duration>,
+    /// Send `Keep-Alive: timeout=N` on every response.
+    pub keep_alive_hint: Option<u64>,
+}
+
+/// A running origin; stopped when dropped (listener closed, open
+/// connections shut down).
+pub struct Origin {
+    /// The TCP address (`None` on a Unix socket).
+    pub addr: Option<SocketAddr>,
+    url: String,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    opts: OriginOptions,
+    stop: AtomicBool,
+    requests: AtomicU64,
+    connections: AtomicU64,
+    /// Clones of every connection, to shut them down on drop (a shutdown
+    /// ends a connection whichever handle does it).
+    open: Mutex<Vec<Box<dyn Stream>>>,
+}
+
+/// A TCP or Unix connection.
+trait Stream: Read + Write + Send {
+    fn clone_box(&self) -> io::Result<Box<dyn Stream>>;
+    fn set_timeout(&self, t: Option<Duration>);
+    fn close(&self);
+}
+
+macro_rules! stream {
+    ($t:ty) => {
+        impl Stream for $t {
+            fn clone_box(&self) -> io::Result<Box<dyn Stream>> {
+                Ok(Box::new(self.try_clone()?))
+            }
+            fn set_timeout(&self, t: Option<Duration>) {
+                let _ = self.set_read_timeout(t);
+            }
+            fn close(&self) {
+                let _ = self.shutdown(Shutdown::Both);
+            }
+        }
+    };
+}
+stream!(TcpStream);
+stream!(UnixStream);
+
+type Accept = Box<dyn Fn() -> io::Result<Box<dyn Stream>> + Send>;
+
+impl Origin {
+    /// Binds and starts accepting in a background thread.
+    pub fn start(opts: OriginOptions) -> Origin {
+        let (accept, addr, url): (Accept, _, _) = match &opts.unix {
+            Some(path) => {
+                let l = UnixListener::bind(path).expect("bind unix");
+                let url = format!("unix:{}", path.display());
+                let accept = move || Ok(Box::new(l.accept()?.0) as Box<dyn Stream>);
+                (Box::new(accept), None, url)
+            }
+            None => {
+                let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+                let a = l.local_addr().expect("local addr");
+                let accept = move || {
+                    let c = l.accept()?.0;
+                    c.set_nodelay(true)?; // like Node: no Nagle delay
+                    Ok(Box::new(c) as Box<dyn Stream>)
+                };
+                (Box::new(accept), Some(a), format!("http://{a}"))
+            }
+        };
+        let shared = Arc::new(Shared {
+            opts,
+            stop: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            open: Mutex::new(Vec::new()),
+        });
+        let s = shared.clone();
+        std::thread::spawn(move || loop {
+            let conn = accept();
+            if s.stop.load(Ordering::SeqCst) {
+                return; // drops the listener
+            }
+            let Ok(conn) = conn else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let id = s.connections.fetch_add(1, Ordering::SeqCst) + 1;
+            if let Ok(clone) = conn.clone_box() {
+                s.open.lock().expect("lock").push(clone);
+            }
+            let s = s.clone();
+            std::thread::spawn(move || serve(conn, id, &s));
+        });
+        Origin { addr, url, shared }
+    }
+
+    /// The upstream as `--proxy` takes it: `http://127.0.0.1:PORT` or
+    /// `unix:/path`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Requests received so far (counted once their head is read).
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag and drops the listener.
+        if let Some(a) = &self.addr {
+            drop(TcpStream::connect_timeout(a, Duration::from_secs(1)));
+        } else if let Some(p) = &self.shared.opts.unix {
+            drop(UnixStream::connect(p));
+            let _ = std::fs::remove_file(p);
+        }
+        for c in self.shared.open.lock().expect("lock").iter() {
+            c.close();
+        }
+    }
+}
+
+/// The value of `?key=N` in `target`.
+fn query(target: &str, key: &str) -> Option<u64> {
+    let q = target.split_once('?')?.1;
+    let v = q
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='));
+    v?.parse().ok()
+}
+
+/// Serves one connection until it closes, fails, or idles out.
+fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
+    let Ok(mut out) = conn.clone_box() else {
+        return;
+    };
+    let mut r = BufReader::new(conn);
+    let mut count = 0;
+    loop {
+        // Wait for the next request, at most `idle_close`.
+        r.get_ref().set_timeout(shared.opts.idle_close);
+        match r.fill_buf() {
+            Ok(b) if !b.is_empty() => {}
+            _ => break, // EOF, error, or idle for too long: close silently
+        }
+        r.get_ref().set_timeout(Some(Duration::from_secs(10)));
+        let Ok((req, body)) = read_request(&mut r) else {
+            break;
+        };
+        count += 1;
+        shared.requests.fetch_add(1, Ordering::SeqCst);
+        let close = req.target.starts_with("/close") || req.header("connection") == Some("close");
+        let info = (id, count, close);
+        if respond(&mut out, &req, &body, info, &shared.opts).is_err() || close {
+            break;
+        }
+    }
+    out.close();
+}
+
+fn read_line(r: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// Reads a request head (as an [`Echo`]) and its body.
+fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
+    let bad = || io::Error::from(io::ErrorKind::InvalidData);
+    let line = read_line(r)?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let mut req = Echo {
+        method: method.to_string(),
+        target: target.to_string(),
+        ..Echo::default()
+    };
+    let mut body = Vec::new();
+    loop {
+        let line = read_line(r)?;
+        if line.is_empty() {
+            break;
+        }
+        let (n, v) = line.split_once(':').ok_or_else(bad)?;
+        req.headers.push((n.to_string(), v.trim().to_string()));
+    }
+    if req
+        .header("transfer-encoding")
+        .is_some_and(|t| t.contains("chunked"))
+    {
+        loop {
+            let size = read_line(r)?;
+            let size = size.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(size, 16).map_err(|_| bad())?;
+            if size == 0 {
+                while !read_line(r)?.is_empty() {}
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            r.read_exact(&mut body[start..])?;
+            read_line(r)?;
+        }
+    } else if let Some(len) = req.header("content-length") {
+        let len: usize = len.parse().map_err(|_| bad())?;
+        body.resize(len, 0);
+        r.read_exact(&mut body)?;
+    }
+    Ok((req, body))
+}
+
+/// Writes the response to `req`; `(id, count, close)`: the connection's
+/// number, its request count, and whether it closes after this response.
+fn respond(
+    out: &mut Box<dyn Stream>,
+    req: &Echo,
+    req_body: &[u8],
+    (id, count, close): (u64, u64, bool),
+    opts: &OriginOptions,
+) -> io::Result<()> {
+    let path = req.target.split('?').next().unwrap_or("");
+    let head_only = req.method == "HEAD";
+    let mut status = 200;
+    let mut extra = String::new();
+    let mut chunked = false;
+    let mut stall = None;
+    let body: Vec<u8> = match path {
+        "/slow" => {
+            let ms = query(&req.target, "ms").unwrap_or(0).min(10_000);
+            std::thread::sleep(Duration::from_millis(ms));
+            b"slow\n".to_vec()
+        }
+        "/bytes" => {
+            chunked = query(&req.target, "chunked") == Some(1);
+            stall = query(&req.target, "stall_ms").map(Duration::from_millis);
+            big_bytes(query(&req.target, "n").unwrap_or(0) as usize)
+        }
+        "/status" => {
+            status = query(&req.target, "code").unwrap_or(200);
+            format!("status {status}\n").into_bytes()
+        }
+        "/close" => b"closing\n".to_vec(),
+        _ => {
+            if query(&req.target, "hop") == Some(1) {
+                extra.push_str("Connection: X-Origin-Hop\r\nX-Origin-Hop: 1\r\n");
+                extra.push_str("Proxy-Connection: keep-alive\r\nX-Origin: kept\r\n");
+            }
+            let mut text = format!("method {}\ntarget {}\n", req.method, req.target);
+            for (n, v) in &req.headers {
+                text.push_str(&format!("header {n}: {v}\n"));
+            }
+            text.push_str(&format!(
+                "body-length {}\nbody-checksum {}\n",
+                req_body.len(),
+                checksum(req_body)
+            ));
+            text.into_bytes()
+        }
+    };
+    let no_body = status == 204 || status == 304;
+    let framing = match (no_body, chunked) {
+        (true, _) => String::new(),
+        (false, true) => "Transfer-Encoding: chunked\r\n".into(),
+        (false, false) => format!("Content-Length: {}\r\n", body.len()),
+    };
+    let hint = opts
+        .keep_alive_hint
+        .map(|t| format!("Keep-Alive: timeout={t}\r\n"));
+    let head = format!(
+        "HTTP/1.1 {status} X\r\nX-Connection: {id}\r\nX-Request-Count: {count}\r\n\
+         Content-Type: text/plain\r\nServer: origin\r\n{extra}{}{}{framing}\r\n",
+        if close { "Connection: close\r\n" } else { "" },
+        hint.unwrap_or_default(),
+    );
+    out.write_all(head.as_bytes())?;
+    if head_only || no_body {
+        return Ok(());
+    }
+    for (i, piece) in body.chunks(64 * 1024).enumerate() {
+        if let Some(pause) = stall.filter(|_| i == body.len() / (128 * 1024)) {
+            std::thread::sleep(pause); // once, about half-way
+        }
+        match chunked {
+            true => out.write_all(
+                &[format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat(),
+            )?,
+            false => out.write_all(piece)?,
+        }
+    }
+    if chunked {
+        out.write_all(b"0\r\n\r\n")?;
+    }
+    Ok(())
+}
+
+/// FNV-1a (64 bits, hex) of `data`: the `body-checksum` of [`Echo`].
+pub fn checksum(data: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// What `/echo` reports the origin saw.
+#[derive(Debug, Clone, Default)]
+pub struct Echo {
+    /// Request method.
+    pub method: String,
+    /// Request target.
+    pub target: String,
+    /// Header fields in order, names as sent.
+    pub headers: Vec<(String, String)>,
+    /// Body length in bytes.
+    pub body_len: usize,
+    /// [`checksum`] of the body.
+    pub checksum: String,
+}
+
+impl Echo {
+    /// Parses an `/echo` response body.
+    pub fn parse(text: &str) -> Echo {
+        let mut e = Echo::default();
+        for line in text.lines() {
+            let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+            match key {
+                "method" => e.method = rest.to_string(),
+                "target" => e.target = rest.to_string(),
+                "header" => {
+                    let (n, v) = rest.split_once(':').unwrap_or((rest, ""));
+                    e.headers.push((n.to_string(), v.trim().to_string()));
+                }
+                "body-length" => e.body_len = rest.parse().expect("body length"),
+                "body-checksum" => e.checksum = rest.to_string(),
+                _ => {}
+            }
+        }
+        e
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}

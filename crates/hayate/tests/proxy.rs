@@ -1,0 +1,781 @@
+//! The reverse proxy end to end: hayate in front of the testkit's
+//! [`Origin`], over real sockets. Forwarded heads (hop-by-hop fields,
+//! forwarding fields, request ids), bodies both ways, upstream keep-alive
+//! and the pool race, try_files, failures (502, 504), balancing around a
+//! dead member, Unix sockets, smuggling attempts, HEAD/204/304, body limits.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use hayate_testkit::{
+    big_bytes, checksum, site, Client, Echo, Hayate, Origin, OriginOptions, Response,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// An origin with default options.
+fn origin() -> Origin {
+    Origin::start(OriginOptions::default())
+}
+
+/// hayate proxying everything to `upstream`, with more `args`.
+fn proxy(upstream: &str, args: &[&str]) -> Hayate {
+    let mut all = vec!["--proxy", upstream];
+    all.extend_from_slice(args);
+    Hayate::start(BIN, &all)
+}
+
+/// A URL where nothing listens.
+fn dead_url() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}")
+}
+
+/// Sends a request with a Content-Length body (one write) and reads the
+/// response.
+fn post(c: &mut Client, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    raw.push_str("\r\n");
+    let mut raw = raw.into_bytes();
+    raw.extend_from_slice(body);
+    c.send(&raw);
+    c.read_response(false)
+}
+
+/// Sends a request with a chunked body in `chunk`-sized pieces (one write,
+/// so no Nagle delay).
+fn post_chunked(c: &mut Client, path: &str, body: &[u8], chunk: usize) -> Response {
+    let head = format!("POST {path} HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let mut out = head.into_bytes();
+    for piece in body.chunks(chunk) {
+        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        out.extend_from_slice(piece);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    c.send(&out);
+    c.read_response(false)
+}
+
+fn echo(r: &Response) -> Echo {
+    assert_eq!(r.status, 200, "echo failed: {}", r.text());
+    Echo::parse(&r.text())
+}
+
+/// hayate's resident memory in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Asserts the error log has ERROR lines and that each names `upstream`.
+fn assert_errors_name(h: &Hayate, upstream: &str) {
+    let log = h.stderr();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(!errors.is_empty(), "expected an ERROR line; log:\n{log}");
+    assert!(
+        errors.iter().all(|l| l.contains(upstream)),
+        "every ERROR line must name {upstream}:\n{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn get_and_post_reach_the_origin_and_the_response_comes_back() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let mut c = h.client();
+
+    let r = c.get("/echo?a=1&b=%20", &[("Accept", "*/*")]);
+    assert_eq!(r.header("x-connection"), Some("1"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(
+        r.header("server"),
+        Some("hayate"),
+        "the origin's Server is replaced"
+    );
+    let e = echo(&r);
+    assert_eq!(
+        (e.method.as_str(), e.target.as_str()),
+        ("GET", "/echo?a=1&b=%20")
+    );
+    assert_eq!(e.header("host"), Some("test"));
+    assert_eq!(e.header("accept"), Some("*/*"));
+    assert_eq!(e.body_len, 0);
+    assert_eq!(e.header("content-length"), None);
+
+    let body = b"hello, origin";
+    let e = echo(&post(
+        &mut c,
+        "/echo/form",
+        &[("Content-Type", "text/x")],
+        body,
+    ));
+    assert_eq!(
+        (e.method.as_str(), e.target.as_str()),
+        ("POST", "/echo/form")
+    );
+    assert_eq!(e.header("content-length"), Some("13"));
+    assert_eq!(e.header("content-type"), Some("text/x"));
+    assert_eq!(
+        (e.body_len, e.checksum.as_str()),
+        (13, checksum(body).as_str())
+    );
+
+    let body = big_bytes(10_000);
+    let e = echo(&post_chunked(&mut c, "/echo", &body, 3000));
+    // A chunked body within the replay buffer is buffered and sent sized.
+    assert_eq!(e.header("transfer-encoding"), None);
+    assert_eq!(e.header("content-length"), Some("10000"));
+    assert_eq!((e.body_len, e.checksum), (10_000, checksum(&body)));
+    // A larger one streams, chunked.
+    let body = big_bytes(200_000);
+    let e = echo(&post_chunked(&mut c, "/echo", &body, 30_000));
+    assert_eq!(e.header("transfer-encoding"), Some("chunked"));
+    assert_eq!((e.body_len, e.checksum), (200_000, checksum(&body)));
+
+    for method in ["PUT", "DELETE", "PATCH", "OPTIONS"] {
+        let e = echo(&c.request(method, "/echo/m", &[]));
+        assert_eq!(e.method, method);
+    }
+
+    // Statuses pass through, with the origin's body.
+    for code in [201u16, 404, 418, 500, 503] {
+        let r = c.get(&format!("/status?code={code}"), &[]);
+        assert_eq!((r.status, r.text()), (code, format!("status {code}\n")));
+    }
+    assert_eq!(o.requests(), 13);
+    h.assert_no_errors();
+}
+
+#[test]
+fn hop_by_hop_fields_are_dropped_both_ways() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let mut c = h.client();
+    let r = c.get(
+        "/echo?hop=1",
+        &[
+            ("Connection", "keep-alive, X-Secret"),
+            ("X-Secret", "1"),
+            ("Keep-Alive", "1"),
+            ("TE", "trailers"),
+            ("Proxy-Connection", "keep-alive"),
+            ("Trailer", "X-T"),
+            ("X-Kept", "yes"),
+        ],
+    );
+    let e = echo(&r);
+    for gone in [
+        "connection",
+        "x-secret",
+        "keep-alive",
+        "te",
+        "proxy-connection",
+        "trailer",
+    ] {
+        assert_eq!(e.header(gone), None, "{gone} reached the origin: {e:?}");
+    }
+    assert_eq!(e.header("x-kept"), Some("yes"));
+    // Response side: the origin's Connection-listed and hop-by-hop fields.
+    assert_eq!(r.header("x-origin-hop"), None, "{:?}", r.headers);
+    assert_eq!(r.header("proxy-connection"), None, "{:?}", r.headers);
+    assert_eq!(r.header("connection"), None, "{:?}", r.headers);
+    assert_eq!(r.header("x-origin"), Some("kept"));
+    h.assert_no_errors();
+}
+
+#[test]
+fn forwarding_fields_and_request_ids() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let mut c = h.client();
+    let spoofed = [
+        ("X-Forwarded-For", "6.6.6.6"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Host", "evil"),
+        ("Forwarded", "for=6.6.6.6"),
+        ("X-Request-Id", "abc-123"),
+    ];
+    let e = echo(&c.get("/echo", &spoofed));
+    assert_eq!(e.header("x-forwarded-for"), Some("127.0.0.1"), "{e:?}");
+    assert_eq!(e.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(e.header("x-forwarded-host"), Some("test"));
+    assert_eq!(
+        e.header("forwarded"),
+        Some("for=127.0.0.1;proto=http;host=\"test\"")
+    );
+    assert_eq!(e.header("x-request-id"), Some("abc-123"));
+    for (name, _) in spoofed {
+        let n = e
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count();
+        assert_eq!(n, 1, "{name} must appear once: {e:?}");
+    }
+
+    let is_generated = |id: &str| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut ids = Vec::new();
+    for extra in [&[][..], &[("X-Request-Id", "has space")][..], &[][..]] {
+        let e = echo(&c.get("/echo", extra));
+        let id = e.header("x-request-id").expect("an id").to_string();
+        assert!(is_generated(&id), "generated id expected, got {id:?}");
+        ids.push(id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "ids are unique: {ids:?}");
+    h.assert_no_errors();
+}
+
+#[test]
+
+fn an_empty_request_id_is_replaced() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let mut c = h.client();
+    c.send(b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Request-Id: \r\n\r\n");
+    let e = echo(&c.read_response(false));
+    let id = e.header("x-request-id").unwrap_or_default();
+    assert!(
+        id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "generated id expected, got {id:?}"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn upstream_connections_are_reused() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    let mut c = h.client();
+    for i in 1..=20 {
+        let r = c.get("/echo", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-connection"), Some("1"), "request {i}");
+        assert_eq!(r.header("x-request-count"), Some(i.to_string().as_str()));
+    }
+    // Several client connections, interleaved, share the pooled one.
+    let mut clients: Vec<Client> = (0..4).map(|_| h.client()).collect();
+    for round in 0..5 {
+        for (k, c) in clients.iter_mut().enumerate() {
+            let r = if round % 2 == 0 {
+                c.get("/bytes?n=5000&chunked=1", &[])
+            } else {
+                post(c, "/echo", &[], b"x")
+            };
+            assert_eq!(r.status, 200, "client {k} round {round}");
+        }
+    }
+    // A response that closes its connection is not pooled.
+    let r = c.get("/close", &[]);
+    assert_eq!((r.status, r.header("connection")), (200, None));
+    let r = c.get("/echo", &[]);
+    assert_eq!(r.header("x-connection"), Some("2"));
+    assert_eq!(
+        o.connections(),
+        2,
+        "one upstream connection, then one after /close"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn try_files_serves_existing_files_and_proxies_the_rest() {
+    let o = origin();
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &o.url()]);
+    let mut c = h.client();
+    let r = c.get("/hello.txt", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+    assert_eq!(c.request("HEAD", "/hello.txt", &[]).status, 200);
+    assert_eq!(c.get("/", &[]).text(), "<!doctype html><h1>home</h1>\n");
+    assert_eq!(o.requests(), 0, "files never reach the origin");
+
+    let e = echo(&c.get("/missing/page?x=1", &[]));
+    assert_eq!(
+        (e.method.as_str(), e.target.as_str()),
+        ("GET", "/missing/page?x=1")
+    );
+    let e = echo(&post(&mut c, "/hello.txt", &[], b"form"));
+    assert_eq!(
+        (e.method.as_str(), e.target.as_str(), e.body_len),
+        ("POST", "/hello.txt", 4)
+    );
+    assert_eq!(
+        echo(&c.request("DELETE", "/hello.txt", &[])).method,
+        "DELETE"
+    );
+    assert_eq!(o.requests(), 3);
+    h.assert_no_errors();
+    drop(h);
+
+    // A prefix route: only /api and below go to the origin.
+    let api = format!("/api={}", o.url());
+    let h = Hayate::start(BIN, &[root, "--proxy", &api]);
+    let mut c = h.client();
+    let e = echo(&c.get("/api/users?id=7", &[]));
+    assert_eq!(e.target, "/api/users?id=7");
+    assert_eq!(echo(&c.get("/api", &[])).target, "/api");
+    assert_eq!(o.requests(), 5);
+    assert_eq!(c.get("/hello.txt", &[]).text(), "hello world\n");
+    assert_eq!(c.get("/missing", &[]).status, 404);
+    assert_eq!(c.get("/apix", &[]).status, 404);
+    assert_eq!(o.requests(), 5, "only /api reaches the origin");
+    h.assert_no_errors();
+}
+
+#[test]
+fn refused_upstream_gives_502_and_the_connection_survives() {
+    let dead = dead_url();
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &dead]);
+    let mut c = h.client();
+    for _ in 0..3 {
+        let r = c.get("/app", &[]);
+        assert_eq!(r.status, 502);
+        assert!(r.body.len() < 256, "short body: {}", r.text());
+        assert_eq!(
+            r.header("connection"),
+            None,
+            "502 keeps the client connection"
+        );
+    }
+    assert_eq!(
+        c.get("/hello.txt", &[]).status,
+        200,
+        "same connection still serves"
+    );
+    assert_eq!(post(&mut c, "/app", &[], b"abc").status, 502);
+    assert_eq!(c.get("/hello.txt", &[]).status, 200);
+    assert_errors_name(&h, &dead);
+}
+
+#[test]
+fn a_dead_member_is_skipped() {
+    let o = origin();
+    let dead = dead_url();
+    let group = format!("{dead},{}", o.url());
+    let h = proxy(&group, &["--workers", "1"]);
+    let mut clients: Vec<Client> = (0..3).map(|_| h.client()).collect();
+    for i in 0..30 {
+        let c = &mut clients[i % 3];
+        let r = if i % 2 == 0 {
+            c.get("/echo", &[])
+        } else {
+            post(c, "/echo", &[], b"body")
+        };
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+    assert_eq!(o.requests(), 30);
+    assert_errors_name(&h, &dead);
+    let log = h.stderr();
+    assert!(
+        log.contains("ejected"),
+        "the dead member is ejected:\n{log}"
+    );
+}
+
+#[test]
+fn requests_are_spread_over_members() {
+    let (a, b) = (origin(), origin());
+    let group = format!("{},{}", a.url(), b.url());
+    let h = proxy(&group, &["--workers", "1"]);
+    let mut clients: Vec<Client> = (0..4).map(|_| h.client()).collect();
+    // Four concurrent slow requests: least-outstanding gives each two.
+    for c in &mut clients {
+        c.send(b"GET /slow?ms=300 HTTP/1.1\r\nHost: test\r\n\r\n");
+    }
+    for c in &mut clients {
+        assert_eq!(c.read_response(false).status, 200);
+    }
+    assert_eq!((a.requests(), b.requests()), (2, 2));
+    h.assert_no_errors();
+}
+
+#[test]
+fn slow_origin_gives_504() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--proxy-timeout", "300ms"]);
+    let mut c = h.client();
+    let t = Instant::now();
+    let r = c.get("/slow?ms=2000", &[]);
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(r.body.len() < 256);
+    // A fast request afterwards (the stalled connection is not reused).
+    let mut c = h.client();
+    assert_eq!(c.get("/echo", &[]).status, 200);
+    assert_errors_name(&h, &o.url());
+    // A body that stalls mid-way: the head went out, so the client sees the
+    // connection cut before the end.
+    let mut c = h.client();
+    c.send(b"GET /bytes?n=400000&stall_ms=2000 HTTP/1.1\r\nHost: test\r\n\r\n");
+    let t = Instant::now();
+    let raw = c.read_to_close();
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    assert!(raw.len() < 400_000, "the body is cut short");
+    let log = h.stderr();
+    assert!(log.contains("stalled"), "the stall is logged:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+
+fn mid_body_failures_name_the_upstream() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--proxy-timeout", "300ms"]);
+    let mut c = h.client();
+    c.send(b"GET /bytes?n=400000&stall_ms=2000 HTTP/1.1\r\nHost: test\r\n\r\n");
+    assert!(c.read_to_close().len() < 400_000, "the body is cut short");
+    assert_errors_name(&h, &o.url());
+}
+
+/// Sends `n` requests on one client connection, the i-th after sleeping
+/// `spacing(i)`, alternately GETs and small POSTs (Content-Length), and
+/// asserts that each got a 200 from the origin.
+fn spaced_requests(h: &Hayate, spacing: impl Fn(usize) -> Duration, n: usize) -> Vec<Response> {
+    let mut c = h.client();
+    let mut out = Vec::new();
+    for i in 0..n {
+        std::thread::sleep(spacing(i));
+        let r = if i % 2 == 0 {
+            c.get("/echo", &[])
+        } else {
+            post(&mut c, "/echo", &[], format!("body {i}").as_bytes())
+        };
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        if i % 2 == 1 {
+            assert_eq!(echo(&r).body_len, format!("body {i}").len());
+        }
+        out.push(r);
+    }
+    out
+}
+
+#[test]
+fn pool_race_with_an_origin_that_closes_idle_connections_silently() {
+    let o = Origin::start(OriginOptions {
+        idle_close: Some(Duration::from_millis(100)),
+        ..Default::default()
+    });
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    // The idle gap sweeps 100..106 ms in 0.15 ms steps: the origin's read
+    // timeout fires somewhere in there (timer granularity), so some requests
+    // meet a connection the origin is closing at that very moment.
+    spaced_requests(&h, |i| Duration::from_micros(100_000 + 150 * i as u64), 40);
+    assert!(o.connections() > 3, "the origin did close idle connections");
+    h.assert_no_errors();
+}
+
+#[test]
+
+fn pool_race_spares_small_chunked_posts() {
+    let o = Origin::start(OriginOptions {
+        idle_close: Some(Duration::from_millis(100)),
+        ..Default::default()
+    });
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    // As above, with 10-byte chunked bodies: a chunked body of any size is
+    // streamed, never buffered, so a reused connection that fails cannot be
+    // replayed and the client gets 502 ("Broken pipe" in the log).
+    let mut c = h.client();
+    for i in 0..40u64 {
+        std::thread::sleep(Duration::from_micros(100_000 + 150 * i));
+        let r = post_chunked(&mut c, "/echo", b"small body", 4);
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(echo(&r).body_len, 10);
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn pooled_connections_expire_after_proxy_keepalive() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--workers", "1", "--proxy-keepalive", "300ms"]);
+    let quick = spaced_requests(&h, |_| Duration::from_millis(20), 4);
+    let counts: Vec<&str> = quick
+        .iter()
+        .filter_map(|r| r.header("x-request-count"))
+        .collect();
+    assert_eq!(counts, ["1", "2", "3", "4"]);
+    for r in spaced_requests(&h, |_| Duration::from_millis(450), 3) {
+        assert_eq!(r.header("x-request-count"), Some("1"), "{:?}", r.headers);
+    }
+    assert_eq!(o.connections(), 4);
+    h.assert_no_errors();
+}
+
+#[test]
+fn keep_alive_hint_makes_hayate_expire_idle_connections_first() {
+    let o = Origin::start(OriginOptions {
+        idle_close: Some(Duration::from_secs(1)),
+        keep_alive_hint: Some(1),
+        ..Default::default()
+    });
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    // Close together: reused.
+    let quick = spaced_requests(&h, |_| Duration::from_millis(50), 4);
+    let counts: Vec<&str> = quick
+        .iter()
+        .filter_map(|r| r.header("x-request-count"))
+        .collect();
+    assert_eq!(counts, ["1", "2", "3", "4"]);
+    // 700 ms apart: past hayate's own expiry (half the hint), still before
+    // the origin closes; each goes out on a fresh connection.
+    let spaced = spaced_requests(&h, |_| Duration::from_millis(700), 4);
+    for r in &spaced {
+        assert_eq!(r.header("x-request-count"), Some("1"), "{:?}", r.headers);
+    }
+    assert_eq!(o.connections(), 5);
+    h.assert_no_errors();
+}
+
+#[test]
+fn large_bodies_stream_both_ways_in_bounded_memory() {
+    const N: usize = 8 << 20;
+    let o = origin();
+    let h = proxy(&o.url(), &["--workers", "1", "--max-body-size", "16MiB"]);
+    let mut c = h.client();
+    assert_eq!(c.get("/echo", &[]).status, 200);
+    let baseline = rss_kib(h.pid());
+    let expected = big_bytes(N);
+    for path in [format!("/bytes?n={N}"), format!("/bytes?n={N}&chunked=1")] {
+        let r = c.get(&path, &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), N, "{path}");
+        assert!(r.body == expected, "{path}: body differs");
+    }
+    let e = echo(&post_chunked(&mut c, "/echo", &expected, 256 * 1024));
+    assert_eq!(
+        (e.body_len, e.checksum.as_str()),
+        (N, checksum(&expected).as_str())
+    );
+    let e = echo(&post(&mut c, "/echo", &[], &expected));
+    assert_eq!(
+        (e.body_len, e.checksum.as_str()),
+        (N, checksum(&expected).as_str())
+    );
+    let grown = rss_kib(h.pid()).saturating_sub(baseline);
+    assert!(grown < 16 * 1024, "RSS grew by {grown} KiB");
+    h.assert_no_errors();
+}
+
+#[test]
+fn unix_socket_upstream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions {
+        unix: Some(dir.path().join("app.sock")),
+        ..Default::default()
+    });
+    assert!(o.url().starts_with("unix:/"));
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    let mut c = h.client();
+    let e = echo(&c.get("/echo?u=1", &[]));
+    assert_eq!(e.target, "/echo?u=1");
+    assert_eq!(e.header("x-forwarded-for"), Some("127.0.0.1"));
+    let e = echo(&post(&mut c, "/echo", &[], b"over unix"));
+    assert_eq!(e.body_len, 9);
+    let r = c.get("/bytes?n=100000&chunked=1", &[]);
+    assert_eq!(r.body, big_bytes(100_000));
+    assert_eq!(o.connections(), 1);
+    h.assert_no_errors();
+}
+
+#[test]
+fn smuggling_attempts_never_reach_the_origin() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let attempts = [
+        "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1\r\nHost: a\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\nhello!",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n",
+    ];
+    for raw in attempts {
+        let mut c = h.client();
+        c.send(raw.as_bytes());
+        let r = c.read_response(false);
+        assert!(matches!(r.status, 400 | 501), "{} for {raw:?}", r.status);
+        assert!(c.is_closed(), "connection closed after {raw:?}");
+    }
+    assert_eq!(o.requests(), 0, "nothing reached the origin");
+    assert_eq!(h.client().get("/echo", &[]).status, 200);
+    h.assert_no_errors();
+}
+
+#[test]
+fn head_204_and_304_have_no_body() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let mut c = h.client();
+    let r = c.request("HEAD", "/bytes?n=1000", &[]);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("1000")));
+    let r = c.request("HEAD", "/bytes?n=1000&chunked=1", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    for code in [204u16, 304] {
+        let r = c.get(&format!("/status?code={code}"), &[]);
+        assert_eq!(r.status, code);
+        assert_eq!(
+            r.header("transfer-encoding"),
+            None,
+            "{code}: {:?}",
+            r.headers
+        );
+        if code == 204 {
+            assert_eq!(r.header("content-length"), None, "{:?}", r.headers);
+        }
+    }
+    // Any stray body bytes would corrupt this response.
+    let r = c.get("/bytes?n=10", &[]);
+    assert_eq!((r.status, r.body), (200, big_bytes(10)));
+    // And nothing is left unread on the connection.
+    c.stream()
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut probe = [0u8; 1];
+    let left = std::io::Read::read(&mut c.stream(), &mut probe);
+    assert!(
+        left.is_err(),
+        "unexpected bytes after the responses: {left:?}"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn chunked_body_over_the_limit_gets_413_and_nothing_breaks() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--workers", "1", "--max-body-size", "4KiB"]);
+    let mut c = h.client();
+    assert_eq!(c.get("/echo", &[]).status, 200);
+    let mut c = h.client();
+    c.send(b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for _ in 0..4 {
+        c.send(format!("800\r\n{}\r\n", "a".repeat(0x800)).as_bytes());
+    }
+    c.send(b"0\r\n\r\n");
+    let r = c.read_response(false);
+    assert_eq!(r.status, 413);
+    assert!(c.is_closed());
+    // Content-Length over the limit: refused before the origin is asked.
+    let before = o.requests();
+    let mut c = h.client();
+    c.send(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5000\r\n\r\n");
+    assert_eq!(c.read_response(false).status, 413);
+    assert_eq!(o.requests(), before);
+    // Still healthy, on fresh upstream connections as needed.
+    let mut c = h.client();
+    for _ in 0..3 {
+        assert_eq!(post(&mut c, "/echo", &[], b"small").status, 200);
+        assert_eq!(c.get("/echo", &[]).status, 200);
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_client_leaving_mid_download_does_not_poison_the_pool() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--workers", "1"]);
+    let mut c = h.client();
+    assert_eq!(c.get("/echo", &[]).status, 200);
+    for chunked in ["0", "1"] {
+        let mut quitter = h.client();
+        quitter.send(
+            format!("GET /bytes?n=8000000&chunked={chunked} HTTP/1.1\r\nHost: test\r\n\r\n")
+                .as_bytes(),
+        );
+        let mut some = [0u8; 4096];
+        let n = std::io::Read::read(&mut quitter.stream(), &mut some).expect("read");
+        assert!(n > 0 && some.starts_with(b"HTTP/1.1 200"));
+        drop(quitter);
+        // The next requests get their own, intact responses.
+        for _ in 0..3 {
+            let r = c.get("/bytes?n=3000", &[]);
+            assert_eq!((r.status, r.body.len()), (200, 3000));
+            assert!(r.body == big_bytes(3000));
+            assert_eq!(echo(&c.get("/echo", &[])).method, "GET");
+        }
+    }
+    assert!(
+        o.connections() <= 3,
+        "{} upstream connections",
+        o.connections()
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn expect_100_continue_pipelining_and_http10_through_the_proxy() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    // Expect: 100-continue: hayate asks for the body, the origin gets it
+    // without the Expect field.
+    for (framing, body) in [
+        ("Content-Length: 5", &b"hello"[..]),
+        (
+            "Transfer-Encoding: chunked",
+            &b"5\r\nhello\r\n0\r\n\r\n"[..],
+        ),
+    ] {
+        let mut c = h.client();
+        c.send(
+            format!(
+                "POST /echo HTTP/1.1\r\nHost: test\r\n{framing}\r\nExpect: 100-continue\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(c.read_response(false).status, 100, "{framing}");
+        c.send(body);
+        let e = echo(&c.read_response(false));
+        assert_eq!((e.body_len, e.header("expect")), (5, None), "{framing}");
+    }
+    // Pipelined requests, answered in order.
+    let mut c = h.client();
+    c.send(
+        b"GET /echo?n=1 HTTP/1.1\r\nHost: test\r\n\r\n\
+          POST /echo?n=2 HTTP/1.1\r\nHost: test\r\nContent-Length: 3\r\n\r\nabc\
+          GET /bytes?n=70000&chunked=1 HTTP/1.1\r\nHost: test\r\n\r\n\
+          GET /status?code=204 HTTP/1.1\r\nHost: test\r\n\r\n\
+          GET /echo?n=5 HTTP/1.1\r\nHost: test\r\n\r\n",
+    );
+    assert_eq!(echo(&c.read_response(false)).target, "/echo?n=1");
+    assert_eq!(echo(&c.read_response(false)).body_len, 3);
+    assert_eq!(c.read_response(false).body, big_bytes(70_000));
+    assert_eq!(c.read_response(false).status, 204);
+    assert_eq!(echo(&c.read_response(false)).target, "/echo?n=5");
+    // An HTTP/1.0 client gets a chunked upstream body close-delimited.
+    let mut c = h.client();
+    c.send(b"GET /bytes?n=5000&chunked=1 HTTP/1.0\r\nHost: test\r\n\r\n");
+    let r = c.read_response(false);
+    assert_eq!((r.status, r.header("transfer-encoding")), (200, None));
+    assert!(r.body == big_bytes(5000));
+    h.assert_no_errors();
+}
