@@ -1,0 +1,331 @@
+//! Proxy features beyond forwarding: balancing policies, active health
+//! checks, the request queue, header policies, path normalization, and
+//! WebSocket-style upgrades.
+
+// Tests block on purpose (they are clients and origins, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use hayate_testkit::origin::{Echo, Origin, OriginOptions};
+use hayate_testkit::Hayate;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+fn origins(n: usize) -> Vec<Origin> {
+    (0..n)
+        .map(|_| Origin::start(OriginOptions::default()))
+        .collect()
+}
+
+fn group(origins: &[Origin]) -> String {
+    origins
+        .iter()
+        .map(Origin::url)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn round_robin_alternates_and_hashing_sticks() {
+    let o = origins(2);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &group(&o),
+            "--proxy-balance",
+            "round_robin",
+            "--workers",
+            "1",
+        ],
+    );
+    let mut c = h.client();
+    for _ in 0..6 {
+        assert_eq!(c.get("/echo", &[]).status, 200);
+    }
+    assert_eq!(
+        (o[0].requests(), o[1].requests()),
+        (3, 3),
+        "round robin alternates"
+    );
+    h.assert_no_errors();
+
+    let o = origins(3);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &group(&o),
+            "--proxy-balance",
+            "hash:header:X-User",
+        ],
+    );
+    let mut c = h.client();
+    for user in ["alice", "bob", "carol", "dave"] {
+        let before: Vec<u64> = o.iter().map(Origin::requests).collect();
+        for _ in 0..5 {
+            assert_eq!(c.get("/echo", &[("X-User", user)]).status, 200);
+        }
+        let gained: Vec<u64> = o
+            .iter()
+            .zip(&before)
+            .map(|(o, b)| o.requests() - b)
+            .collect();
+        assert!(
+            gained.contains(&5),
+            "all of {user}'s requests went to one member: {gained:?}"
+        );
+    }
+    h.assert_no_errors();
+}
+
+/// A member that answers 500 to everything and records the paths it saw.
+fn sick_member() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { break };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read_exact(&mut byte).is_ok() {
+                head.push(byte[0]);
+            }
+            let line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            log.lock().expect("lock").push(line);
+            let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn failing_health_checks_take_a_member_out() {
+    let good = Origin::start(OriginOptions::default());
+    let (sick, seen) = sick_member();
+    let members = format!("{},{sick}", good.url());
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &members,
+            "--proxy-health-check",
+            "/echo/health",
+            "--proxy-health-interval",
+            "100ms",
+        ],
+    );
+    // Wait (bounded) until the sick member has been probed and marked down.
+    for _ in 0..50 {
+        if h.stderr().contains("failed its health check") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        h.stderr()
+            .contains(&format!("upstream {sick} failed its health check")),
+        "{}",
+        h.stderr()
+    );
+    let mut c = h.client();
+    for _ in 0..10 {
+        assert_eq!(
+            c.get("/echo", &[]).status,
+            200,
+            "only the healthy member serves"
+        );
+    }
+    let requests: Vec<String> = seen.lock().expect("lock").clone();
+    assert!(
+        requests.iter().all(|l| l.starts_with("GET /echo/health ")),
+        "only probes reached the sick member: {requests:?}"
+    );
+    assert!(good.requests() >= 10);
+}
+
+#[test]
+fn a_full_group_queues_then_answers_503_with_retry_after() {
+    let o = Origin::start(OriginOptions::default());
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &o.url(),
+            "--workers",
+            "1",
+            "--proxy-max-conns",
+            "1",
+            "--proxy-queue",
+            "1",
+            "--proxy-queue-timeout",
+            "5s",
+        ],
+    );
+    let addr = h.addr;
+    let slow = |ms: u64| {
+        std::thread::spawn(move || {
+            let mut c = hayate_testkit::Client::connect(addr);
+            c.get(&format!("/slow?ms={ms}"), &[]).status
+        })
+    };
+    let first = slow(700);
+    std::thread::sleep(Duration::from_millis(150));
+    let queued = slow(10);
+    std::thread::sleep(Duration::from_millis(150));
+    let r = h.client().get("/echo", &[]);
+    assert_eq!(r.status, 503, "queue full");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(first.join().expect("join"), 200);
+    assert_eq!(
+        queued.join().expect("join"),
+        200,
+        "the queued request went through"
+    );
+    assert_eq!(h.client().get("/echo", &[]).status, 200);
+}
+
+#[test]
+fn host_via_and_normalized_paths() {
+    let o = Origin::start(OriginOptions::default());
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &o.url(),
+            "--proxy-host",
+            "app.internal",
+            "--proxy-via",
+        ],
+    );
+    let mut c = h.client();
+    let r = c.get("/a/../echo/./x?q=1", &[]);
+    assert_eq!(r.header("via"), Some("1.1 hayate"));
+    let e = Echo::parse(&r.text());
+    assert_eq!(
+        e.target, "/echo/x?q=1",
+        "dot segments resolved before forwarding"
+    );
+    assert_eq!(e.header("host"), Some("app.internal"));
+    assert_eq!(e.header("via"), Some("1.1 hayate"));
+    let e = Echo::parse(&c.get("/echo/plain%20name?x", &[]).text());
+    assert_eq!(
+        e.target, "/echo/plain%20name?x",
+        "plain targets pass unchanged"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn trusted_peers_extend_forwarded_for() {
+    let o = Origin::start(OriginOptions::default());
+    let spoof = [("X-Forwarded-For", "6.6.6.6")];
+    let h = Hayate::start(BIN, &["--proxy", &o.url()]);
+    let e = Echo::parse(&h.client().get("/echo", &spoof).text());
+    assert_eq!(
+        e.header("x-forwarded-for"),
+        Some("127.0.0.1"),
+        "untrusted: replaced"
+    );
+    let h = Hayate::start(
+        BIN,
+        &["--proxy", &o.url(), "--proxy-trusted", "127.0.0.0/8"],
+    );
+    let e = Echo::parse(&h.client().get("/echo", &spoof).text());
+    assert_eq!(
+        e.header("x-forwarded-for"),
+        Some("6.6.6.6, 127.0.0.1"),
+        "trusted: extended"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn websocket_upgrade_becomes_a_tunnel() {
+    // A minimal upgrade server: answers 101, then echoes bytes.
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).expect("head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        assert!(
+            head.contains("upgrade: websocket") && head.contains("connection: upgrade"),
+            "{head}"
+        );
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .expect("101");
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let h = Hayate::start(BIN, &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello",
+    )
+    .expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"hello") {
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(
+        text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{text}"
+    );
+    for msg in [&b"frame-1"[..], b"frame-2"] {
+        s.write_all(msg).expect("send");
+        let mut echo = vec![0u8; msg.len()];
+        s.read_exact(&mut echo).expect("echo");
+        assert_eq!(echo, msg);
+    }
+    drop(s);
+    h.assert_no_errors();
+}
+
+#[test]
+fn unique_request_ids() {
+    let o = Origin::start(OriginOptions::default());
+    let h = Hayate::start(BIN, &["--proxy", &o.url()]);
+    let mut c = h.client();
+    let ids: HashSet<String> = (0..20)
+        .map(|_| {
+            Echo::parse(&c.get("/echo", &[]).text())
+                .header("x-request-id")
+                .expect("id")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 20);
+}
