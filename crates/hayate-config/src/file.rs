@@ -206,7 +206,9 @@ impl Cx<'_> {
             let root_at = root_offset(table.get_ref()).or(site_root);
             routes.push((prefix, route_layer, table.span().start, root_at));
         }
-        if !routes.iter().any(|r| r.0 == "/") && (layer.root.is_some() || layer.proxy.is_some()) {
+        if !routes.iter().any(|r| r.0 == "/")
+            && (layer.root.is_some() || layer.proxy.is_some() || layer.app == Some(true))
+        {
             routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
         }
         if routes.is_empty() {
@@ -218,7 +220,7 @@ impl Cx<'_> {
         }
         let mut out = Vec::new();
         for (prefix, layer, offset, root_at) in routes {
-            if layer.root.is_none() && layer.proxy.is_none() {
+            if layer.root.is_none() && layer.proxy.is_none() && layer.app != Some(true) {
                 return Err(self.err(
                     offset,
                     "root",

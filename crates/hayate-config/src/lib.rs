@@ -120,9 +120,10 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         });
     }
     let mut slash = base;
+    let app = slash.app == Some(true);
     if !plain.is_empty() {
         slash.proxy = Some(plain);
-    } else if slash.root.is_none() {
+    } else if slash.root.is_none() && !app {
         // Only without an app: never serve an app's own directory by accident.
         slash.root = Some(PathBuf::from("."));
     }

@@ -232,6 +232,8 @@ options! {
         "Directory served (by default the request path is looked up under it)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
         "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
+    app: bool = "false", "BOOL",
+        "Send what matches no file to the supervised app (set by hayate run)";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",

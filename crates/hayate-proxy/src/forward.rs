@@ -7,10 +7,13 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use hayate_core::app::AppInstance;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,6 +41,14 @@ pub struct ProxyRequest<'a> {
     pub client_ip: &'a str,
     /// The Host the client asked for.
     pub host: Option<&'a [u8]>,
+}
+
+/// Methods a proxy may repeat (RFC 9110 §9.2.2).
+fn idempotent(method: &[u8]) -> bool {
+    matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
+    )
 }
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded in either
@@ -172,6 +183,14 @@ impl UpstreamGroup {
                 },
             };
             let member = self.members[i].clone();
+            let Some((target, instance)) = member.target() else {
+                // The slot lost its instance since the pick: try again.
+                tried.push(i);
+                continue;
+            };
+            // Counted before connecting: a replaced app instance is not
+            // stopped while a request is on its way to it.
+            let guard = Outstanding::new(member.clone(), instance);
             let head = build_request_head(req, length, &self.settings, &member.addr);
             let reused_conn = if fresh_only {
                 None
@@ -181,7 +200,7 @@ impl UpstreamGroup {
             let reused = reused_conn.is_some();
             let conn = match reused_conn {
                 Some(c) => c,
-                None => match UpConn::connect(&member.addr, self.settings.connect_timeout).await {
+                None => match UpConn::connect(&target, self.settings.connect_timeout).await {
                     Ok(c) => c,
                     Err(e) => {
                         // Nothing was sent: another member may take it.
@@ -195,7 +214,6 @@ impl UpstreamGroup {
                     }
                 },
             };
-            let guard = Outstanding::new(member.clone());
             match self
                 .exchange(
                     conn,
@@ -225,6 +243,18 @@ impl UpstreamGroup {
                     );
                     fresh_only = true;
                 }
+                Err(Failure::BeforeResponse(e))
+                    if idempotent(req.method)
+                        && buffered.is_some()
+                        && tried.len() + 1 < self.members.len() =>
+                {
+                    // A fresh connection died before answering (the instance
+                    // crashed): an idempotent request may go to another member.
+                    log::warn!("upstream {}: {e}; retrying on another member", member.label);
+                    member.failed(&self.settings);
+                    tried.push(i);
+                    fresh_only = false;
+                }
                 Err(Failure::BeforeResponse(e) | Failure::Upstream(e)) => {
                     log::error!("upstream {}: {e}", member.label);
                     member.failed(&self.settings);
@@ -251,7 +281,19 @@ impl UpstreamGroup {
             return Err(busy());
         }
         self.waiting.set(self.waiting.get() + 1);
-        let woken = tokio::time::timeout(self.settings.queue_timeout, self.freed.notified()).await;
+        let ready = async {
+            match &self.app_ready {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let woken = tokio::time::timeout(self.settings.queue_timeout, async {
+            tokio::select! {
+                _ = self.freed.notified() => {}
+                _ = ready => {}
+            }
+        })
+        .await;
         self.waiting.set(self.waiting.get() - 1);
         match woken {
             Ok(()) => Ok(()),
@@ -423,14 +465,22 @@ impl UpstreamGroup {
     }
 }
 
-/// Counts a request as outstanding on its member until dropped.
+/// Counts a request as outstanding on its member (and on its app instance,
+/// so a replaced instance is drained before it is stopped) until dropped.
 #[derive(Debug)]
-struct Outstanding(Rc<Member>);
+struct Outstanding(Rc<Member>, Option<Arc<AppInstance>>);
 
 impl Outstanding {
-    fn new(member: Rc<Member>) -> Outstanding {
+    fn new(member: Rc<Member>, instance: Option<Arc<AppInstance>>) -> Outstanding {
         member.outstanding.set(member.outstanding.get() + 1);
-        Outstanding(member)
+        if let Some(i) = &instance {
+            i.inflight.fetch_add(1, Ordering::AcqRel);
+        }
+        Outstanding(member, instance)
+    }
+
+    fn instance_id(&self) -> u64 {
+        self.1.as_ref().map_or(0, |i| i.id)
     }
 }
 
@@ -439,6 +489,9 @@ impl Drop for Outstanding {
         self.0
             .outstanding
             .set(self.0.outstanding.get().saturating_sub(1));
+        if let Some(i) = &self.1 {
+            i.inflight.fetch_sub(1, Ordering::AcqRel);
+        }
         // The first queued request (if any) may go now.
         self.0.freed.notify_one();
     }
@@ -835,7 +888,9 @@ impl UpstreamBody {
             (self.conn.take(), self.keep, self.guard.as_ref())
         {
             if self.buf.is_empty() {
-                guard.0.checkin(conn, keep, self.max_idle);
+                guard
+                    .0
+                    .checkin(conn, keep, self.max_idle, guard.instance_id());
             }
         }
         self.guard = None;

@@ -5,6 +5,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use hayate_core::app::{AppInstance, AppSlot, AppSlots};
 use hayate_core::net::IpNet;
 use tokio::sync::Notify;
 
@@ -116,12 +119,16 @@ pub(crate) struct Member {
     pub freed: Rc<Notify>,
     /// The last active health check failed.
     probe_down: Cell<bool>,
+    /// For a supervised app: the slot whose current instance serves.
+    slot: Option<Arc<AppSlot>>,
 }
 
 #[derive(Debug)]
 struct Idle {
     conn: UpConn,
     expires: Instant,
+    /// The app instance it leads to (supervised members), 0 otherwise.
+    instance: u64,
 }
 
 /// A group of upstream members (per worker).
@@ -133,6 +140,8 @@ pub struct UpstreamGroup {
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: Cell<usize>,
     pub(crate) freed: Rc<Notify>,
+    /// For a supervised app: raised when an instance becomes ready.
+    pub(crate) app_ready: Option<Arc<Notify>>,
 }
 
 /// Why no member could take a request.
@@ -160,6 +169,7 @@ impl UpstreamGroup {
                     idle: RefCell::new(Vec::new()),
                     freed: freed.clone(),
                     probe_down: Cell::new(false),
+                    slot: None,
                 })
             })
             .collect();
@@ -169,7 +179,25 @@ impl UpstreamGroup {
             next: Cell::new(0),
             waiting: Cell::new(0),
             freed,
+            app_ready: None,
         }
+    }
+
+    /// The group of a supervised app: one member per slot, connected to
+    /// whichever instance the slot holds.
+    pub fn for_app(app: &AppSlots, settings: ProxySettings) -> UpstreamGroup {
+        let addrs: Vec<UpstreamAddr> = (0..app.slots.len())
+            .map(|i| UpstreamAddr::Unix(format!("app[{i}]").into()))
+            .collect();
+        let mut group = UpstreamGroup::new(&addrs, settings);
+        for (i, (m, slot)) in group.members.iter_mut().zip(&app.slots).enumerate() {
+            if let Some(m) = Rc::get_mut(m) {
+                m.slot = Some(slot.clone());
+                m.label = format!("app[{i}]");
+            }
+        }
+        group.app_ready = Some(app.ready.clone());
+        group
     }
 
     /// Picks the healthy member with the fewest outstanding requests,
@@ -192,9 +220,10 @@ impl UpstreamGroup {
         if candidates.clone().next().is_none() {
             return Err(Busy::Exhausted);
         }
-        let open = candidates
-            .clone()
-            .filter(|&i| limit == 0 || self.members[i].outstanding.get() < limit);
+        let open = candidates.clone().filter(|&i| {
+            self.members[i].is_present()
+                && (limit == 0 || self.members[i].outstanding.get() < limit)
+        });
         let mut healthy = open.clone().filter(|&i| self.members[i].is_up(now));
         let chosen = match (&self.settings.balance, key) {
             (Balance::RoundRobin, _) => healthy.next(),
@@ -313,18 +342,36 @@ fn rendezvous(key: &[u8], member: &str) -> u64 {
 impl Member {
     /// An idle connection that is still usable, most recent first.
     pub fn checkout(&self, now: Instant) -> Option<UpConn> {
+        let current = self.instance().map_or(0, |i| i.id);
         let mut idle = self.idle.borrow_mut();
         while let Some(i) = idle.pop() {
-            if i.expires > now && i.conn.looks_alive() {
+            // A replaced app instance is draining: its connections go.
+            if i.expires > now && i.instance == current && i.conn.looks_alive() {
                 return Some(i.conn);
             }
         }
         None
     }
 
+    /// The app instance taking this member's requests (supervised members).
+    pub fn instance(&self) -> Option<Arc<AppInstance>> {
+        self.slot.as_ref().and_then(|s| s.current())
+    }
+
+    /// Where to connect now: the member's address, or the socket of the
+    /// slot's current instance (`None` while it has none).
+    pub fn target(&self) -> Option<(UpstreamAddr, Option<Arc<AppInstance>>)> {
+        match &self.slot {
+            None => Some((self.addr.clone(), None)),
+            Some(slot) => slot
+                .current()
+                .map(|i| (UpstreamAddr::Unix(i.path.clone()), Some(i))),
+        }
+    }
+
     /// Returns a connection to the pool for `keep` (the upstream's hint or
     /// the default idle time).
-    pub fn checkin(&self, conn: UpConn, keep: Duration, max_idle: usize) {
+    pub fn checkin(&self, conn: UpConn, keep: Duration, max_idle: usize, instance: u64) {
         let mut idle = self.idle.borrow_mut();
         if idle.len() >= max_idle {
             idle.remove(0);
@@ -332,6 +379,7 @@ impl Member {
         idle.push(Idle {
             conn,
             expires: Instant::now() + keep,
+            instance,
         });
     }
 
@@ -339,6 +387,12 @@ impl Member {
     /// failing its health check.
     pub fn is_up(&self, now: Instant) -> bool {
         !self.probe_down.get() && self.down_until.get().is_none_or(|t| t <= now)
+    }
+
+    /// Whether the member can be connected to at all: a supervised slot
+    /// without a ready instance cannot (its requests wait in the queue).
+    pub fn is_present(&self) -> bool {
+        self.slot.as_ref().is_none_or(|s| s.current().is_some())
     }
 
     /// Records a success: the member is healthy.

@@ -24,20 +24,31 @@ use std::sync::Arc;
 
 use hayate_config::values::ListenAddr;
 use hayate_config::Config;
+use hayate_core::app::AppSlots;
 use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::Sink;
 use crate::worker::Shared;
 
+/// Called with the bound addresses once every worker is accepting.
+pub type OnListening<'a> = Box<dyn FnOnce(&[ListenAddr]) + 'a>;
+
+/// What the binary hooks into a running server.
+pub struct Hooks<'a> {
+    /// See [`OnListening`].
+    pub on_listening: OnListening<'a>,
+    /// Called on SIGHUP (rolling reload of a supervised app).
+    pub on_reload: Box<dyn Fn() + 'a>,
+}
+
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
-/// `on_listening` is called with the bound addresses once every worker is
-/// accepting.
-pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Result<()> {
+/// `app` is the supervised app's slots, for routes that send to it.
+pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Result<()> {
     raise_fd_limit();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
-    router::Router::build(&config)?;
+    router::Router::build(&config, app.as_ref())?;
     let log_sink = Sink::open(&config.global.access_log)?;
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
@@ -45,10 +56,11 @@ pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Resu
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (mut term, mut int) = signals.block_on(async {
+    let (mut term, mut int, mut hup) = signals.block_on(async {
         Ok::<_, io::Error>((
             signal(SignalKind::terminate())?,
             signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
         ))
     })?;
 
@@ -57,6 +69,7 @@ pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Resu
         config: Arc::new(config),
         connections: Arc::new(AtomicUsize::new(0)),
         log_sink,
+        app,
     };
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
@@ -77,18 +90,26 @@ pub fn run(config: Config, on_listening: impl FnOnce(&[ListenAddr])) -> io::Resu
         );
     }
     drop(done_tx);
-    on_listening(&listeners.addresses);
+    (hooks.on_listening)(&listeners.addresses);
 
     let mut exit: io::Result<()> = Ok(());
     signals.block_on(async {
-        tokio::select! {
-            _ = term.recv() => log::info!("SIGTERM: shutting down"),
-            _ = int.recv() => log::info!("SIGINT: shutting down"),
-            Some((i, r)) = done_rx.recv() => {
-                let e = r.err().unwrap_or_else(|| io::Error::other("worker exited"));
-                log::error!("worker {i} stopped: {e}; shutting down");
-                exit = Err(e);
+        loop {
+            tokio::select! {
+                _ = term.recv() => log::info!("SIGTERM: shutting down"),
+                _ = int.recv() => log::info!("SIGINT: shutting down"),
+                _ = hup.recv() => {
+                    log::info!("SIGHUP: reloading");
+                    (hooks.on_reload)();
+                    continue;
+                }
+                Some((i, r)) = done_rx.recv() => {
+                    let e = r.err().unwrap_or_else(|| io::Error::other("worker exited"));
+                    log::error!("worker {i} stopped: {e}; shutting down");
+                    exit = Err(e);
+                }
             }
+            break;
         }
         shutdown.trigger();
         let grace = shared.config.global.grace_period.0;

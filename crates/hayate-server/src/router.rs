@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use hayate_config::values::{BalanceSpec, ProxySpec};
 use hayate_config::{Config, RouteOptions};
+use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 
@@ -39,7 +40,7 @@ pub struct Router {
 
 impl Router {
     /// Builds the table, opening every static root.
-    pub fn build(config: &Config) -> io::Result<Router> {
+    pub fn build(config: &Config, app: Option<&AppSlots>) -> io::Result<Router> {
         let g = &config.global;
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
@@ -81,9 +82,21 @@ impl Router {
                     Some(root) => Some(StaticRoot::new(static_options(root, &r.options, &limits))?),
                     None => None,
                 };
-                let upstream = match &r.options.proxy {
-                    Some(specs) => Some(Rc::new(upstream_group(specs, &proxy)?)),
-                    None => None,
+                let upstream = match (&r.options.proxy, r.options.app, app) {
+                    (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
+                    (None, true, Some(app)) => {
+                        Some(Rc::new(UpstreamGroup::for_app(app, proxy.clone())))
+                    }
+                    (None, true, None) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!(
+                                "route {:?} sends to the app, but no app runs (use hayate run)",
+                                r.prefix
+                            ),
+                        ))
+                    }
+                    (None, false, _) => None,
                 };
                 routes.push(Route {
                     prefix: r.prefix.as_bytes().to_vec(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hayate_config::Config;
+use hayate_core::app::AppSlots;
 use hayate_core::shutdown::ShutdownWatch;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
@@ -65,13 +66,15 @@ pub struct Shared {
     pub connections: Arc<AtomicUsize>,
     /// The access log sink.
     pub log_sink: Option<Sink>,
+    /// The supervised app's slots, if one runs.
+    pub app: Option<AppSlots>,
 }
 
 impl Worker {
     fn build(shared: &Shared, shutdown: ShutdownWatch) -> io::Result<Worker> {
         let g = &shared.config.global;
         Ok(Worker {
-            router: Router::build(&shared.config)?,
+            router: Router::build(&shared.config, shared.app.as_ref())?,
             head_limits: HeadLimits {
                 max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
                 max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
@@ -38,6 +39,27 @@ fn command() -> Command {
             Command::new("serve").about("Serve a directory (the default command)"),
         ))
         .subcommand(
+            with_serve_args(Command::new("run").about(
+                "Run N instances of an app (each told its Unix socket in PORT) and serve it: \
+                 files first, the app for the rest; SIGHUP reloads it instance by instance",
+            ))
+            .arg(
+                Arg::new("instances")
+                    .long("instances")
+                    .value_name("N|auto")
+                    .env("HAYATE_INSTANCES")
+                    .help("Instances of the app [default: auto, one per worker]"),
+            )
+            .arg(
+                Arg::new("command")
+                    .value_name("CMD")
+                    .num_args(1..)
+                    .last(true)
+                    .required(true)
+                    .help("The app's command, after --: hayate run -- node server.js"),
+            ),
+        )
+        .subcommand(
             Command::new("check")
                 .about("Validate a config file; prints file:line and the key on error, exits 1")
                 .arg(Arg::new("file").value_name("FILE").required(true)),
@@ -52,6 +74,7 @@ fn main() -> ExitCode {
     let result = match matches.subcommand() {
         Some(("serve", m)) => serve(m),
         Some(("check", m)) => check(m),
+        Some(("run", m)) => run_app(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
@@ -89,6 +112,66 @@ fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
 
 fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     let config = load(m)?;
+    init_log(&config);
+    let what = describe(&config);
+    start_server(config, None, what, &|| {
+        log::warn!("SIGHUP: nothing to reload (no app runs)")
+    })
+}
+
+/// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
+/// serve it, files under DIR (or ./public when it exists) first.
+fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
+    let command: Vec<String> = m
+        .get_many::<String>("command")
+        .map(|c| c.cloned().collect())
+        .unwrap_or_default();
+    let mut overrides: Overrides = cli::overrides_from(m)?;
+    overrides.route.app = Some(true);
+    match m.get_one::<String>("dir") {
+        Some(dir) => overrides.route.root = Some(PathBuf::from(dir)),
+        // The app's own directory is never served; its public/ folder is.
+        None if Path::new("public").is_dir() => {
+            overrides.route.root = Some(PathBuf::from("public"))
+        }
+        None => {}
+    }
+    if m.get_one::<String>("config").is_some() {
+        anyhow::bail!("hayate run takes options on the command line; an [app] section in the config file is not supported yet");
+    }
+    let config = hayate_config::without_file(&overrides)?;
+    init_log(&config);
+    let instances = match m.get_one::<String>("instances").map(String::as_str) {
+        None | Some("auto") => config.global.workers.get(),
+        Some(n) => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| {
+                anyhow::anyhow!("--instances: expected auto or a number from 1 to 256, got {n:?}")
+            })?,
+    };
+    let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
+    let supervisor = hayate_supervisor::Supervisor::start(hayate_supervisor::AppSpec {
+        command: command.clone(),
+        cwd: PathBuf::from("."),
+        instances,
+        socket_dir: socket_dir.clone(),
+        start_timeout: Duration::from_secs(30),
+        stop_timeout: config.global.grace_period.0,
+        env: Vec::new(),
+        crash_limit: 5,
+    })?;
+    let what = format!("{} ({instances} instances)", command.join(" "));
+    let result = start_server(config, Some(supervisor.slots()), what, &|| {
+        supervisor.reload()
+    });
+    supervisor.stop();
+    let _ = std::fs::remove_dir_all(&socket_dir);
+    result
+}
+
+fn init_log(config: &Config) {
     hayate_core::log::init(match config.global.log_level {
         LogLevel::Off => log::LevelFilter::Off,
         LogLevel::Error => log::LevelFilter::Error,
@@ -96,21 +179,31 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
         LogLevel::Info => log::LevelFilter::Info,
         LogLevel::Debug => log::LevelFilter::Debug,
     });
-    let what = describe(&config);
+}
+
+fn start_server(
+    config: Config,
+    app: Option<hayate_core::app::AppSlots>,
+    what: String,
+    on_reload: &dyn Fn(),
+) -> anyhow::Result<()> {
     let workers = config.global.workers.get();
-    hayate_server::run(config, |addrs| {
-        for a in addrs {
-            let url = match a {
-                ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => {
-                    format!("http://localhost:{}/", sa.port())
-                }
-                ListenAddr::Tcp(sa) => format!("http://{sa}/"),
-                ListenAddr::Unix(p) => format!("unix:{}", p.display()),
-            };
-            println!("hayate: serving {what} on {url} ({workers} workers)");
-        }
-    })
-    .context("server failed")
+    let hooks = hayate_server::Hooks {
+        on_listening: Box::new(move |addrs: &[ListenAddr]| {
+            for a in addrs {
+                let url = match a {
+                    ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => {
+                        format!("http://localhost:{}/", sa.port())
+                    }
+                    ListenAddr::Tcp(sa) => format!("http://{sa}/"),
+                    ListenAddr::Unix(p) => format!("unix:{}", p.display()),
+                };
+                println!("hayate: serving {what} on {url} ({workers} workers)");
+            }
+        }),
+        on_reload: Box::new(on_reload),
+    };
+    hayate_server::run(config, app, hooks).context("server failed")
 }
 
 fn describe(config: &Config) -> String {

@@ -1,0 +1,81 @@
+//! The meeting point of the supervisor and the proxy: slots of a supervised
+//! app, each holding the instance that currently takes requests.
+//!
+//! The supervisor (its own thread) swaps instances in and out; every worker's
+//! proxy reads the current one when it connects, counts its requests in
+//! flight on it (so a replaced instance is drained before it is stopped) and
+//! drops pooled connections to instances that are no longer current.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+/// A running, ready instance of the app.
+#[derive(Debug)]
+pub struct AppInstance {
+    /// The Unix socket it listens on.
+    pub path: PathBuf,
+    /// Unique per started instance.
+    pub id: u64,
+    /// Requests in flight on it, across workers.
+    pub inflight: AtomicU32,
+}
+
+impl AppInstance {
+    /// A ready instance.
+    pub fn new(path: PathBuf, id: u64) -> Arc<AppInstance> {
+        Arc::new(AppInstance {
+            path,
+            id,
+            inflight: AtomicU32::new(0),
+        })
+    }
+
+    /// Requests in flight.
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(Ordering::Acquire)
+    }
+}
+
+/// One slot of the app (instance number `HAYATE_INSTANCE`).
+#[derive(Debug, Default)]
+pub struct AppSlot {
+    current: Mutex<Option<Arc<AppInstance>>>,
+}
+
+impl AppSlot {
+    /// The instance taking requests now, if one is ready.
+    pub fn current(&self) -> Option<Arc<AppInstance>> {
+        self.current.lock().map(|c| c.clone()).unwrap_or(None)
+    }
+
+    /// Puts `instance` in (or takes the slot out with `None`); returns the
+    /// previous one.
+    pub fn replace(&self, instance: Option<Arc<AppInstance>>) -> Option<Arc<AppInstance>> {
+        match self.current.lock() {
+            Ok(mut c) => std::mem::replace(&mut *c, instance),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The slots of an app and the signal raised when one becomes ready.
+#[derive(Debug, Clone)]
+pub struct AppSlots {
+    /// One per instance.
+    pub slots: Vec<Arc<AppSlot>>,
+    /// Notified (all waiters) whenever a slot gets a ready instance.
+    pub ready: Arc<Notify>,
+}
+
+impl AppSlots {
+    /// `n` empty slots.
+    pub fn new(n: usize) -> AppSlots {
+        AppSlots {
+            slots: (0..n).map(|_| Arc::new(AppSlot::default())).collect(),
+            ready: Arc::new(Notify::new()),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! One instance of the app: its process (in its own process group), its
+//! socket, its captured output.
+
+use std::io;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hayate_core::app::AppInstance;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::AppSpec;
+
+/// How often readiness and drains are polled.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A started, ready instance.
+pub(crate) struct Running {
+    child: Child,
+    pid: u32,
+    pub instance: Arc<AppInstance>,
+}
+
+impl Running {
+    /// Starts instance `index` and waits until its socket accepts.
+    pub async fn start(index: usize, spec: &AppSpec, ids: &AtomicU64) -> io::Result<Running> {
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let path = spec.socket_dir.join(format!("app-{index}-{id}.sock"));
+        let _ = std::fs::remove_file(&path);
+        // Re-resolved at every start: a `current -> releases/N` switch takes.
+        let cwd = std::fs::canonicalize(&spec.cwd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("app directory {}: {e}", spec.cwd.display()),
+            )
+        })?;
+        let mut cmd = Command::new(&spec.command[0]);
+        cmd.args(&spec.command[1..])
+            .current_dir(&cwd)
+            .env("PORT", &path)
+            .env("HAYATE_INSTANCE", index.to_string())
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
+        let pid = child.id().unwrap_or(0);
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(relay_lines(out, index, pid, "stdout"));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(relay_lines(err, index, pid, "stderr"));
+        }
+        let mut run = Running {
+            child,
+            pid,
+            instance: AppInstance::new(path, id),
+        };
+        let deadline = Instant::now() + spec.start_timeout;
+        loop {
+            if tokio::net::UnixStream::connect(&run.instance.path)
+                .await
+                .is_ok()
+            {
+                return Ok(run);
+            }
+            if let Some(status) = run.child.try_wait()? {
+                run.cleanup();
+                return Err(io::Error::other(format!(
+                    "exited before it was ready ({status})"
+                )));
+            }
+            if Instant::now() >= deadline {
+                let message = format!(
+                    "not accepting on {} after {:?}",
+                    run.instance.path.display(),
+                    spec.start_timeout
+                );
+                run.stop(Duration::from_secs(1)).await;
+                return Err(io::Error::new(io::ErrorKind::TimedOut, message));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => describe(status),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Waits until no request is in flight on this instance (true), or
+    /// `limit` passes (false).
+    pub async fn drain(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.instance.inflight() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        true
+    }
+
+    /// SIGTERM to the process group, SIGKILL after `grace`; removes the
+    /// socket.
+    pub async fn stop(mut self, grace: Duration) {
+        let group = Pid::from_raw(self.pid as i32);
+        let _ = killpg(group, Signal::SIGTERM);
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            log::warn!(
+                "app pid {} ignored SIGTERM for {grace:?}; killing it",
+                self.pid
+            );
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        // Children the app started in its group go too.
+        let _ = killpg(group, Signal::SIGKILL);
+        self.cleanup();
+    }
+
+    /// Removes the socket file.
+    pub fn cleanup(&self) {
+        remove_socket(&self.instance.path);
+    }
+}
+
+fn remove_socket(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (_, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// Copies an instance's output to hayate's log, a line at a time, tagged
+/// with the instance and pid.
+async fn relay_lines(out: impl AsyncRead + Unpin, index: usize, pid: u32, stream: &'static str) {
+    let mut lines = BufReader::new(out).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        log::info!("app[{index}] pid {pid} {stream}: {line}");
+    }
+}

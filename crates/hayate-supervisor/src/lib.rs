@@ -1,0 +1,319 @@
+//! The app supervisor: runs N instances of a command, each told its own Unix
+//! socket in `PORT` (Node's `server.listen(process.env.PORT)` takes a path)
+//! and its slot in `HAYATE_INSTANCE`; marks an instance ready once its
+//! socket accepts; restarts crashed instances with exponential backoff and
+//! jitter, and stops restarting a crash loop; reloads slot by slot (start
+//! the new instance, wait until ready, switch, drain the old one at the
+//! proxy, stop it), keeping the old instance when the new one fails.
+//!
+//! It runs on its own thread with its own runtime and meets the proxy only
+//! through [`AppSlots`] (hayate-core): the proxy reads each slot's current
+//! instance and counts requests in flight on it.
+//!
+//! Each instance runs in its own process group; stopping sends SIGTERM to
+//! the group, then SIGKILL after the stop timeout, so no orphan survives.
+
+mod instance;
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hayate_core::app::{AppSlot, AppSlots};
+use tokio::sync::{watch, Notify, Semaphore};
+
+use instance::Running;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct AppSpec {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Working directory, re-resolved at every start (symlinked releases).
+    pub cwd: PathBuf,
+    /// Number of instances.
+    pub instances: usize,
+    /// Where the instances' sockets go.
+    pub socket_dir: PathBuf,
+    /// Time for a new instance to accept on its socket.
+    pub start_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL, and the longest drain.
+    pub stop_timeout: Duration,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Exits within [`CRASH_WINDOW`] that stop restarts.
+    pub crash_limit: usize,
+}
+
+/// The window in which `crash_limit` exits mean a crash loop.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Control {
+    reload: u64,
+    stop: bool,
+}
+
+/// A running supervisor.
+pub struct Supervisor {
+    app: AppSlots,
+    control: watch::Sender<Control>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Supervisor {
+    /// Starts the instances (in the background; they become ready on their
+    /// own).
+    pub fn start(spec: AppSpec) -> io::Result<Supervisor> {
+        if spec.command.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no command to run",
+            ));
+        }
+        std::fs::create_dir_all(&spec.socket_dir)?;
+        let app = AppSlots::new(spec.instances.max(1));
+        let (control, rx) = watch::channel(Control {
+            reload: 0,
+            stop: false,
+        });
+        let slots = app.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("hayate-supervisor".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let spec = Arc::new(spec);
+                    let roll = Arc::new(Semaphore::new(1));
+                    let ids = Arc::new(AtomicU64::new(1));
+                    let tasks: Vec<_> = slots
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .map(|(i, slot)| {
+                            let slot = SlotTask {
+                                index: i,
+                                spec: spec.clone(),
+                                slot: slot.clone(),
+                                ready: slots.ready.clone(),
+                                control: rx.clone(),
+                                roll: roll.clone(),
+                                ids: ids.clone(),
+                            };
+                            tokio::spawn(slot.run())
+                        })
+                        .collect();
+                    for t in tasks {
+                        let _ = t.await;
+                    }
+                })
+            })?;
+        Ok(Supervisor {
+            app,
+            control,
+            thread: Some(thread),
+        })
+    }
+
+    /// The slots, for the proxy.
+    pub fn slots(&self) -> AppSlots {
+        self.app.clone()
+    }
+
+    /// Starts a rolling reload (SIGHUP, `hayate reload`).
+    pub fn reload(&self) {
+        self.control.send_modify(|c| c.reload += 1);
+    }
+
+    /// Stops every instance (SIGTERM, then SIGKILL) and waits.
+    pub fn stop(mut self) {
+        self.control.send_modify(|c| c.stop = true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.control.send_modify(|c| c.stop = true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One slot's life: start, watch, restart, reload, stop.
+struct SlotTask {
+    index: usize,
+    spec: Arc<AppSpec>,
+    slot: Arc<AppSlot>,
+    ready: Arc<Notify>,
+    control: watch::Receiver<Control>,
+    /// Reloads roll one slot at a time.
+    roll: Arc<Semaphore>,
+    ids: Arc<AtomicU64>,
+}
+
+impl SlotTask {
+    async fn run(mut self) {
+        let mut reloads_seen = self.control.borrow().reload;
+        let mut exits: VecDeque<Instant> = VecDeque::new();
+        let mut current: Option<Running> = None;
+        loop {
+            if self.control.borrow().stop {
+                break;
+            }
+            let Some(run) = current.as_mut() else {
+                match Running::start(self.index, &self.spec, &self.ids).await {
+                    Ok(r) => {
+                        self.publish(&r);
+                        current = Some(r);
+                    }
+                    Err(e) => {
+                        log::error!("app[{}] failed to start: {e}", self.index);
+                        if !self.after_exit(&mut exits).await {
+                            break;
+                        }
+                    }
+                }
+                continue;
+            };
+            tokio::select! {
+                status = run.wait() => {
+                    self.slot.replace(None);
+                    log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
+                    if let Some(old) = current.take() {
+                        old.cleanup();
+                    }
+                    if !self.after_exit(&mut exits).await {
+                        break;
+                    }
+                }
+                changed = self.control.changed() => {
+                    if changed.is_err() || self.control.borrow().stop {
+                        break;
+                    }
+                    let reload = self.control.borrow().reload;
+                    if reload != reloads_seen {
+                        reloads_seen = reload;
+                        if let Some(old) = current.take() {
+                            current = Some(self.roll_over(old).await);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(run) = current.take() {
+            self.slot.replace(None);
+            run.stop(self.spec.stop_timeout).await;
+        }
+    }
+
+    fn publish(&self, r: &Running) {
+        self.slot.replace(Some(r.instance.clone()));
+        self.ready.notify_waiters();
+        log::info!(
+            "app[{}] ready (pid {}) on {}",
+            self.index,
+            r.pid(),
+            r.instance.path.display()
+        );
+    }
+
+    /// Replaces `old` with a new instance: start, wait ready, switch, drain,
+    /// stop. If the new one fails, `old` keeps serving.
+    async fn roll_over(&self, old: Running) -> Running {
+        let _turn = self.roll.acquire().await;
+        match Running::start(self.index, &self.spec, &self.ids).await {
+            Ok(new) => {
+                self.publish(&new);
+                let drained = old.drain(self.spec.stop_timeout).await;
+                if !drained {
+                    log::warn!(
+                        "app[{}] old instance still busy after {:?}; stopping it",
+                        self.index,
+                        self.spec.stop_timeout
+                    );
+                }
+                old.stop(self.spec.stop_timeout).await;
+                new
+            }
+            Err(e) => {
+                log::error!(
+                    "app[{}] reload failed: {e}; the running instance keeps serving",
+                    self.index
+                );
+                old
+            }
+        }
+    }
+
+    /// After an exit: wait the backoff, or give up on a crash loop (then
+    /// only a reload or stop continues). False when stopping.
+    async fn after_exit(&mut self, exits: &mut VecDeque<Instant>) -> bool {
+        let now = Instant::now();
+        exits.push_back(now);
+        while exits
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
+        {
+            exits.pop_front();
+        }
+        if exits.len() >= self.spec.crash_limit {
+            log::error!(
+                "app[{}] crash loop: {} exits within {:?}; not restarting it until a reload",
+                self.index,
+                exits.len(),
+                CRASH_WINDOW
+            );
+            let seen = self.control.borrow().reload;
+            loop {
+                if self.control.changed().await.is_err() || self.control.borrow().stop {
+                    return false;
+                }
+                if self.control.borrow().reload != seen {
+                    exits.clear();
+                    return true;
+                }
+            }
+        }
+        let delay = backoff(exits.len());
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            changed = self.control.changed() => changed.is_ok() && !self.control.borrow().stop,
+        }
+    }
+}
+
+/// 100 ms doubling per recent exit, capped at 5 s, with ±20 % jitter so a
+/// fleet does not restart in lockstep.
+fn backoff(recent_exits: usize) -> Duration {
+    let base = 100u64
+        .saturating_mul(1 << recent_exits.saturating_sub(1).min(6))
+        .min(5_000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = u64::from(nanos % 400) as i64 - 200; // -200..200 per mille
+    Duration::from_millis((base as i64 + base as i64 * jitter / 1000).max(10) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let ms = |n| backoff(n).as_millis();
+        assert!((80..=120).contains(&ms(1)), "{}", ms(1));
+        assert!((160..=240).contains(&ms(2)), "{}", ms(2));
+        assert!(ms(20) <= 6_000 && ms(20) >= 4_000, "{}", ms(20));
+    }
+}
