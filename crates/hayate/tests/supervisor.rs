@@ -1,0 +1,229 @@
+//! `hayate run`: real Node apps (standard library only) supervised and
+//! served: readiness, crashes under load, rolling reloads, failed reloads,
+//! crash loops, and no orphans on exit.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hayate_testkit::{Client, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// A Node app: answers `instance I pid P version V`; `/crash` exits; a
+/// version file saying `broken` makes it exit before listening.
+const APP: &str = r#"
+const http = require('http');
+const fs = require('fs');
+const version = fs.readFileSync('version.txt', 'utf8').trim();
+if (version === 'broken') { console.error('refusing to start'); process.exit(1); }
+http.createServer((req, res) => {
+  if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
+  res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
+}).listen(process.env.PORT, () => console.log('up', version));
+"#;
+
+fn app_dir(version: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("app.js"), APP).expect("write");
+    std::fs::write(dir.path().join("version.txt"), version).expect("write");
+    std::fs::create_dir(dir.path().join("public")).expect("mkdir");
+    std::fs::write(dir.path().join("public/hello.txt"), "static\n").expect("write");
+    dir
+}
+
+fn run(dir: &Path, instances: &str, extra: &[&str]) -> Hayate {
+    let mut args = vec![
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--instances",
+        instances,
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "node", "app.js"]);
+    Hayate::start_in(BIN, &args, &[], Some(dir))
+}
+
+struct Answer {
+    instance: String,
+    pid: i32,
+    version: String,
+}
+
+fn answer(c: &mut Client) -> (u16, Option<Answer>) {
+    let r = c.get("/", &[]);
+    let text = r.text();
+    let words: Vec<&str> = text.split(' ').collect();
+    let parsed = match words.as_slice() {
+        ["instance", i, "pid", p, "version", v] => Some(Answer {
+            instance: i.to_string(),
+            pid: p.parse().unwrap_or(0),
+            version: v.to_string(),
+        }),
+        _ => None,
+    };
+    (r.status, parsed)
+}
+
+/// Waits (bounded) until `pred` holds for the error log.
+fn wait_log(h: &Hayate, what: &str, pred: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while !pred(&h.stderr()) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; log:\n{}",
+            h.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ready_count(log: &str) -> usize {
+    log.lines().filter(|l| l.contains(" ready (pid ")).count()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn instances_serve_static_files_come_first_and_a_killed_instance_costs_no_request() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &[]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    assert_eq!(
+        c.get("/hello.txt", &[]).text(),
+        "static\n",
+        "public/ is served first"
+    );
+    assert_eq!(
+        c.get("/app.js", &[]).status,
+        200,
+        "the app answers what public/ lacks"
+    );
+    let mut seen = std::collections::HashSet::new();
+    let mut victim = None;
+    for i in 0..150 {
+        let (status, a) = answer(&mut c);
+        assert_eq!(status, 200, "request {i} failed");
+        let a = a.expect("app answer");
+        seen.insert(a.instance.clone());
+        if i == 30 {
+            // SIGKILL one instance in the middle of the loop.
+            nix_kill(a.pid);
+            victim = Some(a.pid);
+        }
+    }
+    assert_eq!(seen.len(), 2, "both instances served");
+    wait_log(&h, "a restart", |l| ready_count(l) >= 3);
+    assert!(!alive(victim.expect("victim")));
+    h.assert_no_errors();
+}
+
+#[test]
+fn rolling_reload_switches_generations_without_failed_requests() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &[]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let addr = h.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loaders: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut failures = 0;
+                let deadline = Instant::now() + Duration::from_secs(8);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
+                    if answer(&mut c).0 != 200 {
+                        failures += 1;
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let failures: u32 = loaders.into_iter().map(|t| t.join().expect("join")).sum();
+    assert_eq!(failures, 0, "requests failed during the reload");
+    let mut c = h.client();
+    for _ in 0..20 {
+        assert_eq!(
+            answer(&mut c).1.expect("answer").version,
+            "v2",
+            "after the switch only v2 answers"
+        );
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_reload_that_fails_keeps_the_old_generation() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "1", &[]);
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    std::fs::write(dir.path().join("version.txt"), "broken").expect("write");
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "the failed reload", |l| l.contains("reload failed"));
+    let mut c = h.client();
+    for _ in 0..10 {
+        let (status, a) = answer(&mut c);
+        assert_eq!((status, a.expect("answer").version.as_str()), (200, "v1"));
+    }
+}
+
+#[test]
+fn a_crash_loop_is_stopped_and_reported_and_requests_get_503() {
+    let dir = app_dir("broken");
+    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "200ms"]);
+    wait_log(&h, "the crash loop report", |l| l.contains("crash loop"));
+    let r = h.client().get("/", &[]);
+    assert_eq!(
+        r.status, 503,
+        "no instance: the request waited in the queue, then 503"
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(
+        h.client().get("/hello.txt", &[]).status,
+        200,
+        "static files still served"
+    );
+}
+
+#[test]
+fn exit_leaves_no_child_process() {
+    let dir = app_dir("v1");
+    let mut h = run(dir.path(), "2", &[]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    let pids: std::collections::HashSet<i32> = (0..6)
+        .map(|_| answer(&mut c).1.expect("answer").pid)
+        .collect();
+    assert_eq!(pids.len(), 2);
+    drop(c);
+    assert!(h.stop().success());
+    for pid in pids {
+        assert!(!alive(pid), "app pid {pid} outlived hayate");
+    }
+}
+
+fn nix_kill(pid: i32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
