@@ -220,6 +220,12 @@ options! {
         "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
+    app_max_memory: Size = unset, "SIZE",
+        "hayate run: replace an instance whose RSS passes this (new one first, then drain)";
+    app_max_requests: u32 = unset, "N",
+        "hayate run: replace an instance after this many requests";
+    app_start_timeout: Dur = "30s", "DURATION",
+        "hayate run: time for a new instance to accept on its socket";
 }
 
 options! {

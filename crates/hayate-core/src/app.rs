@@ -7,7 +7,7 @@
 //! drops pooled connections to instances that are no longer current.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -21,6 +21,8 @@ pub struct AppInstance {
     pub id: u64,
     /// Requests in flight on it, across workers.
     pub inflight: AtomicU32,
+    /// Requests sent to it so far (max-requests recycling).
+    pub served: AtomicU64,
 }
 
 impl AppInstance {
@@ -30,6 +32,7 @@ impl AppInstance {
             path,
             id,
             inflight: AtomicU32::new(0),
+            served: AtomicU64::new(0),
         })
     }
 

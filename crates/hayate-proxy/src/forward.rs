@@ -475,6 +475,7 @@ impl Outstanding {
         member.outstanding.set(member.outstanding.get() + 1);
         if let Some(i) = &instance {
             i.inflight.fetch_add(1, Ordering::AcqRel);
+            i.served.fetch_add(1, Ordering::Relaxed);
         }
         Outstanding(member, instance)
     }

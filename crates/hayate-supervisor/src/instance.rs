@@ -96,6 +96,19 @@ impl Running {
         self.pid
     }
 
+    /// Resident memory of the process, from /proc.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    }
+
     /// Waits for the process to exit.
     pub async fn wait(&mut self) -> String {
         match self.child.wait().await {

@@ -47,7 +47,14 @@ pub struct AppSpec {
     pub env: Vec<(String, String)>,
     /// Exits within [`CRASH_WINDOW`] that stop restarts.
     pub crash_limit: usize,
+    /// Replace an instance whose RSS passes this many bytes.
+    pub max_memory: Option<u64>,
+    /// Replace an instance after this many requests.
+    pub max_requests: Option<u64>,
 }
+
+/// How often instances are checked against their limits.
+const LIMIT_CHECK: Duration = Duration::from_millis(500);
 
 /// The window in which `crash_limit` exits mean a crash loop.
 pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
@@ -166,6 +173,8 @@ impl SlotTask {
         let mut reloads_seen = self.control.borrow().reload;
         let mut exits: VecDeque<Instant> = VecDeque::new();
         let mut current: Option<Running> = None;
+        let mut limits = tokio::time::interval(LIMIT_CHECK);
+        limits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.control.borrow().stop {
                 break;
@@ -196,6 +205,14 @@ impl SlotTask {
                         break;
                     }
                 }
+                _ = limits.tick() => {
+                    if let Some(reason) = self.over_limit(run) {
+                        log::info!("app[{}] (pid {}) {reason}: replacing it", self.index, run.pid());
+                        if let Some(old) = current.take() {
+                            current = Some(self.roll_over(old).await);
+                        }
+                    }
+                }
                 changed = self.control.changed() => {
                     if changed.is_err() || self.control.borrow().stop {
                         break;
@@ -214,6 +231,31 @@ impl SlotTask {
             self.slot.replace(None);
             run.stop(self.spec.stop_timeout).await;
         }
+    }
+
+    /// Why `run` must be recycled, if it must: memory (RSS read from
+    /// /proc at every check) or requests served.
+    fn over_limit(&self, run: &Running) -> Option<String> {
+        if let Some(max) = self.spec.max_memory {
+            let rss = run.rss_bytes().unwrap_or(0);
+            if rss > max {
+                return Some(format!(
+                    "uses {} MiB, over its {} MiB limit",
+                    rss >> 20,
+                    max >> 20
+                ));
+            }
+        }
+        if let Some(max) = self.spec.max_requests {
+            let served = run
+                .instance
+                .served
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if served >= max {
+                return Some(format!("served {served} requests, its limit"));
+            }
+        }
+        None
     }
 
     fn publish(&self, r: &Running) {

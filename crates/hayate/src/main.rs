@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
@@ -157,10 +156,12 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         cwd: PathBuf::from("."),
         instances,
         socket_dir: socket_dir.clone(),
-        start_timeout: Duration::from_secs(30),
+        start_timeout: config.global.app_start_timeout.0,
         stop_timeout: config.global.grace_period.0,
         env: Vec::new(),
         crash_limit: 5,
+        max_memory: config.global.app_max_memory.map(|s| s.0),
+        max_requests: config.global.app_max_requests.map(u64::from),
     })?;
     let what = format!("{} ({instances} instances)", command.join(" "));
     let result = start_server(config, Some(supervisor.slots()), what, &|| {

@@ -21,6 +21,7 @@ const version = fs.readFileSync('version.txt', 'utf8').trim();
 if (version === 'broken') { console.error('refusing to start'); process.exit(1); }
 http.createServer((req, res) => {
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
+  if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
 }).listen(process.env.PORT, () => console.log('up', version));
 "#;
@@ -218,6 +219,55 @@ fn exit_leaves_no_child_process() {
     for pid in pids {
         assert!(!alive(pid), "app pid {pid} outlived hayate");
     }
+}
+
+/// Sends requests until the answering pid differs from `pid` (bounded);
+/// every request must succeed.
+fn until_replaced(c: &mut Client, pid: i32) -> Answer {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let (status, a) = answer(c);
+        assert_eq!(
+            status, 200,
+            "a request failed while the instance was recycled"
+        );
+        let a = a.expect("answer");
+        if a.pid != pid {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance {pid} was never replaced"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn instances_are_recycled_after_max_requests_and_over_max_memory() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "1", &["--app-max-requests", "20"]);
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let mut c = h.client();
+    let first = answer(&mut c).1.expect("answer").pid;
+    let second = until_replaced(&mut c, first);
+    assert!(!alive(first), "the recycled instance was stopped");
+    assert!(h.stderr().contains("requests, its limit"), "{}", h.stderr());
+    drop(h);
+
+    let h = run(dir.path(), "1", &["--app-max-memory", "80MiB"]);
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let mut c = h.client();
+    let pid = answer(&mut c).1.expect("answer").pid;
+    assert_eq!(c.get("/grow", &[]).text(), "grown");
+    let replaced = until_replaced(&mut c, pid);
+    assert_ne!(replaced.pid, second.pid);
+    assert!(
+        h.stderr().contains("over its 80 MiB limit"),
+        "{}",
+        h.stderr()
+    );
+    h.assert_no_errors();
 }
 
 fn nix_kill(pid: i32) {
