@@ -203,13 +203,18 @@ impl UpstreamGroup {
                 None => match UpConn::connect(&target, self.settings.connect_timeout).await {
                     Ok(c) => c,
                     Err(e) => {
-                        // Nothing was sent: another member may take it.
-                        log::error!("upstream {}: connect failed: {e}", member.label);
+                        // Nothing was sent: another member may take it. The
+                        // error line is for a request that fails, not a retry.
                         member.failed(&self.settings);
                         tried.push(i);
                         if tried.len() < self.members.len() {
+                            log::warn!(
+                                "upstream {}: connect failed: {e}; trying another member",
+                                member.label
+                            );
                             continue;
                         }
+                        log::error!("upstream {}: connect failed: {e}", member.label);
                         return upstream_error(&e);
                     }
                 },

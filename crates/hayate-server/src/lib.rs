@@ -9,6 +9,7 @@
 pub mod access_log;
 mod conn;
 mod conn_body;
+pub mod control;
 mod deadline;
 pub mod listen;
 pub mod pipeline;
@@ -19,6 +20,7 @@ mod stream;
 mod worker;
 
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::Sink;
+use crate::control::ControlCommand;
 use crate::worker::Shared;
 
 /// Called with the bound addresses once every worker is accepting.
@@ -40,6 +43,8 @@ pub struct Hooks<'a> {
     pub on_listening: OnListening<'a>,
     /// Called on SIGHUP (rolling reload of a supervised app).
     pub on_reload: Box<dyn Fn() + 'a>,
+    /// The control socket and what `status` answers.
+    pub control: Option<(PathBuf, Box<dyn Fn() -> String + 'a>)>,
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
@@ -92,10 +97,41 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     drop(done_tx);
     (hooks.on_listening)(&listeners.addresses);
 
+    let control = match &hooks.control {
+        Some((path, _)) => Some((
+            signals.block_on(async { control::bind(path) })?,
+            path.clone(),
+        )),
+        None => None,
+    };
+    let accept_control = || async {
+        match &control {
+            Some((l, _)) => l.accept().await.map(|(s, _)| s),
+            None => std::future::pending().await,
+        }
+    };
     let mut exit: io::Result<()> = Ok(());
     signals.block_on(async {
         loop {
             tokio::select! {
+                conn = accept_control() => {
+                    let Ok(conn) = conn else { continue };
+                    let status = |c: ControlCommand| match (c, &hooks.control) {
+                        (ControlCommand::Status, Some((_, status))) => status(),
+                        (ControlCommand::Reload, _) => "reloading\n".to_string(),
+                        (ControlCommand::Stop, _) => "stopping\n".to_string(),
+                        (ControlCommand::Status, None) => String::new(),
+                    };
+                    match control::serve_one(conn, status).await {
+                        Ok(ControlCommand::Reload) => {
+                            log::info!("control: reloading");
+                            (hooks.on_reload)();
+                            continue;
+                        }
+                        Ok(ControlCommand::Stop) => log::info!("control: stop requested; shutting down"),
+                        _ => continue,
+                    }
+                }
                 _ = term.recv() => log::info!("SIGTERM: shutting down"),
                 _ = int.recv() => log::info!("SIGINT: shutting down"),
                 _ = hup.recv() => {
@@ -121,6 +157,9 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             _ = tokio::time::sleep(grace + std::time::Duration::from_secs(1)) => log::warn!("workers did not stop in time"),
         }
     });
+    if let Some((_, path)) = &control {
+        let _ = std::fs::remove_file(path);
+    }
     for path in &listeners.unix_paths {
         let _ = std::fs::remove_file(path);
     }

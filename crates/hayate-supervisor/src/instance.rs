@@ -157,6 +157,19 @@ impl Running {
     }
 }
 
+/// Resident memory of a process, from /proc.
+pub(crate) fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 fn remove_socket(path: &Path) {
     let _ = std::fs::remove_file(path);
 }

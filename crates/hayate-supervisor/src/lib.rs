@@ -65,8 +65,47 @@ struct Control {
     stop: bool,
 }
 
+/// A slot's lifecycle, for `hayate status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildState {
+    /// Started, not yet accepting.
+    Starting,
+    /// Taking requests.
+    Ready,
+    /// Waiting before a restart.
+    Backoff,
+    /// Crash loop: not restarting until a reload.
+    Halted,
+    /// Stopped with hayate.
+    Stopped,
+}
+
+impl ChildState {
+    /// The name shown in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildState::Starting => "starting",
+            ChildState::Ready => "ready",
+            ChildState::Backoff => "backoff",
+            ChildState::Halted => "crash-loop",
+            ChildState::Stopped => "stopped",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SlotStatus {
+    state: ChildState,
+    pid: Option<u32>,
+    since: Instant,
+    restarts: u32,
+}
+
+type StatusBoard = Arc<std::sync::Mutex<Vec<SlotStatus>>>;
+
 /// A running supervisor.
 pub struct Supervisor {
+    board: StatusBoard,
     app: AppSlots,
     control: watch::Sender<Control>,
     thread: Option<JoinHandle<()>>,
@@ -89,6 +128,14 @@ impl Supervisor {
             stop: false,
         });
         let slots = app.clone();
+        let initial = SlotStatus {
+            state: ChildState::Starting,
+            pid: None,
+            since: Instant::now(),
+            restarts: 0,
+        };
+        let board: StatusBoard = Arc::new(std::sync::Mutex::new(vec![initial; app.slots.len()]));
+        let tasks_board = board.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -112,6 +159,7 @@ impl Supervisor {
                                 control: rx.clone(),
                                 roll: roll.clone(),
                                 ids: ids.clone(),
+                                board: tasks_board.clone(),
                             };
                             tokio::spawn(slot.run())
                         })
@@ -122,6 +170,7 @@ impl Supervisor {
                 })
             })?;
         Ok(Supervisor {
+            board,
             app,
             control,
             thread: Some(thread),
@@ -131,6 +180,32 @@ impl Supervisor {
     /// The slots, for the proxy.
     pub fn slots(&self) -> AppSlots {
         self.app.clone()
+    }
+
+    /// A status table: instance, state, pid, uptime, restarts, RSS and
+    /// requests in flight.
+    pub fn status_text(&self) -> String {
+        let board = self.board.lock().map(|b| b.clone()).unwrap_or_default();
+        let mut out =
+            String::from("instance  state       pid      uptime    restarts  rss_mib  in_flight\n");
+        for (i, s) in board.iter().enumerate() {
+            let rss = s
+                .pid
+                .and_then(instance::rss_of)
+                .map_or("-".to_string(), |b| (b >> 20).to_string());
+            let inflight = self.app.slots[i].current().map_or(0, |c| c.inflight());
+            out.push_str(&format!(
+                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {}\n",
+                i,
+                s.state.as_str(),
+                s.pid.map_or("-".into(), |p| p.to_string()),
+                format!("{}s", s.since.elapsed().as_secs()),
+                s.restarts,
+                rss,
+                inflight
+            ));
+        }
+        out
     }
 
     /// Starts a rolling reload (SIGHUP, `hayate reload`).
@@ -166,6 +241,7 @@ struct SlotTask {
     /// Reloads roll one slot at a time.
     roll: Arc<Semaphore>,
     ids: Arc<AtomicU64>,
+    board: StatusBoard,
 }
 
 impl SlotTask {
@@ -186,6 +262,7 @@ impl SlotTask {
                         current = Some(r);
                     }
                     Err(e) => {
+                        self.set_state(ChildState::Backoff, None, true);
                         log::error!("app[{}] failed to start: {e}", self.index);
                         if !self.after_exit(&mut exits).await {
                             break;
@@ -197,6 +274,7 @@ impl SlotTask {
             tokio::select! {
                 status = run.wait() => {
                     self.slot.replace(None);
+                    self.set_state(ChildState::Backoff, None, true);
                     log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
                     if let Some(old) = current.take() {
                         old.cleanup();
@@ -231,6 +309,7 @@ impl SlotTask {
             self.slot.replace(None);
             run.stop(self.spec.stop_timeout).await;
         }
+        self.set_state(ChildState::Stopped, None, false);
     }
 
     /// Why `run` must be recycled, if it must: memory (RSS read from
@@ -258,7 +337,20 @@ impl SlotTask {
         None
     }
 
+    fn set_state(&self, state: ChildState, pid: Option<u32>, restarted: bool) {
+        if let Ok(mut board) = self.board.lock() {
+            let s = &mut board[self.index];
+            if s.state != state || s.pid != pid {
+                s.since = Instant::now();
+            }
+            s.state = state;
+            s.pid = pid;
+            s.restarts += u32::from(restarted);
+        }
+    }
+
     fn publish(&self, r: &Running) {
+        self.set_state(ChildState::Ready, Some(r.pid()), false);
         self.slot.replace(Some(r.instance.clone()));
         self.ready.notify_waiters();
         log::info!(
@@ -309,6 +401,7 @@ impl SlotTask {
             exits.pop_front();
         }
         if exits.len() >= self.spec.crash_limit {
+            self.set_state(ChildState::Halted, None, false);
             log::error!(
                 "app[{}] crash loop: {} exits within {:?}; not restarting it until a reload",
                 self.index,

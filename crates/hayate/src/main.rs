@@ -63,9 +63,61 @@ fn command() -> Command {
                 .about("Validate a config file; prints file:line and the key on error, exits 1")
                 .arg(Arg::new("file").value_name("FILE").required(true)),
         )
+        .subcommand(control_command(
+            "status",
+            "Show the app's instances: state, pid, uptime, restarts, memory",
+        ))
+        .subcommand(control_command(
+            "reload",
+            "Replace the app's instances one by one, with no failed request",
+        ))
+        .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
             Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
         )
+}
+
+fn control_command(name: &'static str, about: &'static str) -> Command {
+    Command::new(name).about(about).arg(
+        Arg::new("control")
+            .long("control")
+            .value_name("PATH")
+            .env("HAYATE_CONTROL")
+            .help("Control socket [default: the one of the hayate run started in this directory]"),
+    )
+}
+
+/// The control socket of a `hayate run` started in `dir`: per user, per
+/// directory, so `hayate status` run in the app's directory finds it.
+fn default_control_path(dir: &Path) -> PathBuf {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    std::env::temp_dir()
+        .join(format!("hayate-{}", nix::unistd::getuid()))
+        .join(format!("{h:016x}.sock"))
+}
+
+/// `hayate status|reload|stop`: one command on the control socket.
+fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let path = m
+        .get_one::<String>("control")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default_control_path(Path::new(".")));
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no hayate run answers on {} (start it here, or pass --control)",
+            path.display()
+        )
+    })?;
+    s.write_all(format!("{name}\n").as_bytes())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    print!("{answer}");
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -74,6 +126,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m),
+        Some((name @ ("status" | "reload" | "stop"), m)) => control(name, m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
@@ -113,9 +166,8 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     let config = load(m)?;
     init_log(&config);
     let what = describe(&config);
-    start_server(config, None, what, &|| {
-        log::warn!("SIGHUP: nothing to reload (no app runs)")
-    })
+    let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
+    start_server(config, None, what, &on_reload, None)
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
@@ -164,9 +216,16 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         max_requests: config.global.app_max_requests.map(u64::from),
     })?;
     let what = format!("{} ({instances} instances)", command.join(" "));
-    let result = start_server(config, Some(supervisor.slots()), what, &|| {
-        supervisor.reload()
-    });
+    let status = || supervisor.status_text();
+    let reload = || supervisor.reload();
+    let control: (PathBuf, &dyn Fn() -> String) = (default_control_path(Path::new(".")), &status);
+    let result = start_server(
+        config,
+        Some(supervisor.slots()),
+        what,
+        &reload,
+        Some(control),
+    );
     supervisor.stop();
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
@@ -187,6 +246,7 @@ fn start_server(
     app: Option<hayate_core::app::AppSlots>,
     what: String,
     on_reload: &dyn Fn(),
+    control: Option<(PathBuf, &dyn Fn() -> String)>,
 ) -> anyhow::Result<()> {
     let workers = config.global.workers.get();
     let hooks = hayate_server::Hooks {
@@ -203,6 +263,7 @@ fn start_server(
             }
         }),
         on_reload: Box::new(on_reload),
+        control: control.map(|(path, status)| (path, Box::new(status) as Box<dyn Fn() -> String>)),
     };
     hayate_server::run(config, app, hooks).context("server failed")
 }

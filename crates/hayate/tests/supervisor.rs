@@ -270,6 +270,48 @@ fn instances_are_recycled_after_max_requests_and_over_max_memory() {
     h.assert_no_errors();
 }
 
+/// Runs `hayate NAME` in `dir` (the control client) and returns its output.
+fn control(dir: &Path, name: &str) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .arg(name)
+        .current_dir(dir)
+        .output()
+        .expect("run control client");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn status_reload_and_stop_over_the_control_socket() {
+    let dir = app_dir("v1");
+    let mut h = run(dir.path(), "2", &[]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let (ok, status) = control(dir.path(), "status");
+    assert!(ok, "{status}");
+    let rows: Vec<&str> = status.lines().filter(|l| l.contains(" ready ")).collect();
+    assert_eq!(rows.len(), 2, "{status}");
+    std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
+    let (ok, answer) = control(dir.path(), "reload");
+    assert!(ok && answer.contains("reloading"), "{answer}");
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    assert_eq!(answer_of(&h).version, "v2");
+    let (ok, answer) = control(dir.path(), "stop");
+    assert!(ok && answer.contains("stopping"), "{answer}");
+    assert!(h.wait().success());
+    let (ok, answer) = control(dir.path(), "status");
+    assert!(!ok && answer.contains("no hayate run answers"), "{answer}");
+}
+
+fn answer_of(h: &Hayate) -> Answer {
+    answer(&mut h.client()).1.expect("answer")
+}
+
 fn nix_kill(pid: i32) {
     let status = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])

@@ -1,0 +1,82 @@
+//! The control socket: a Unix socket (owner-only permissions) on which
+//! `hayate status`, `hayate reload` and `hayate stop` send one command line
+//! and read the answer until the server closes.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+
+/// A command received on the control socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlCommand {
+    /// Report the state.
+    Status,
+    /// Rolling reload of the app.
+    Reload,
+    /// Graceful shutdown.
+    Stop,
+}
+
+/// Binds the control socket, replacing a stale one, readable and writable
+/// by the owner only.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "control socket {}: another hayate answers on it",
+                path.display()
+            ),
+        ));
+    }
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Reads one command from a control connection and writes `answer(command)`.
+/// Returns the command so the caller can act after answering.
+pub async fn serve_one(
+    stream: tokio::net::UnixStream,
+    answer: impl Fn(ControlCommand) -> String,
+) -> io::Result<ControlCommand> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read).take_limit();
+    reader.read_line(&mut line).await?;
+    let command = match line.trim() {
+        "status" => ControlCommand::Status,
+        "reload" => ControlCommand::Reload,
+        "stop" => ControlCommand::Stop,
+        other => {
+            write
+                .write_all(format!("unknown command {other:?} (status, reload, stop)\n").as_bytes())
+                .await?;
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "unknown control command",
+            ));
+        }
+    };
+    write.write_all(answer(command).as_bytes()).await?;
+    write.shutdown().await?;
+    Ok(command)
+}
+
+/// Bounds a control line (a client cannot make hayate buffer without end).
+trait TakeLimit: Sized {
+    fn take_limit(self) -> tokio::io::Take<Self>;
+}
+
+impl<R: tokio::io::AsyncRead> TakeLimit for BufReader<R> {
+    fn take_limit(self) -> tokio::io::Take<Self> {
+        tokio::io::AsyncReadExt::take(self, 1024)
+    }
+}
