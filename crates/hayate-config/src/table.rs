@@ -226,6 +226,12 @@ options! {
         "hayate run: replace an instance after this many requests";
     app_start_timeout: Dur = "30s", "DURATION",
         "hayate run: time for a new instance to accept on its socket";
+    app_log: PathBuf = unset, "FILE",
+        "hayate run: write the instances' output here (rotated) instead of hayate's log";
+    app_log_size: Size = "10MiB", "SIZE",
+        "hayate run: size at which the app log is rotated";
+    app_log_keep: u32 = "5", "N",
+        "hayate run: rotated app log files kept";
 }
 
 options! {

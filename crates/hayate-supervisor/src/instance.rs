@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::AppSpec;
+use crate::{AppSpec, RotatingLog};
 
 /// How often readiness and drains are polled.
 const POLL: Duration = Duration::from_millis(20);
@@ -55,10 +55,10 @@ impl Running {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
         let pid = child.id().unwrap_or(0);
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(relay_lines(out, index, pid, "stdout"));
+            tokio::spawn(relay_lines(out, index, pid, "stdout", spec.log.clone()));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(relay_lines(err, index, pid, "stderr"));
+            tokio::spawn(relay_lines(err, index, pid, "stderr", spec.log.clone()));
         }
         let mut run = Running {
             child,
@@ -183,11 +183,27 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Copies an instance's output to hayate's log, a line at a time, tagged
-/// with the instance and pid.
-async fn relay_lines(out: impl AsyncRead + Unpin, index: usize, pid: u32, stream: &'static str) {
+/// Copies an instance's output, a line at a time, tagged with time,
+/// instance and pid, to the app log file or hayate's log.
+async fn relay_lines(
+    out: impl AsyncRead + Unpin,
+    index: usize,
+    pid: u32,
+    stream: &'static str,
+    file: Option<Arc<RotatingLog>>,
+) {
     let mut lines = BufReader::new(out).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        log::info!("app[{index}] pid {pid} {stream}: {line}");
+        match &file {
+            Some(f) => {
+                let mut stamped = String::with_capacity(line.len() + 48);
+                hayate_core::date::iso_now(&mut stamped);
+                stamped.push_str(&format!(" app[{index}] pid {pid} {stream}: {line}"));
+                if let Err(e) = f.write_line(&stamped) {
+                    log::error!("app log write failed: {e}");
+                }
+            }
+            None => log::info!("app[{index}] pid {pid} {stream}: {line}"),
+        }
     }
 }

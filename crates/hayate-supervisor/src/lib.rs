@@ -14,6 +14,9 @@
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
 mod instance;
+mod logfile;
+
+pub use logfile::RotatingLog;
 
 use std::collections::VecDeque;
 use std::io;
@@ -51,6 +54,8 @@ pub struct AppSpec {
     pub max_memory: Option<u64>,
     /// Replace an instance after this many requests.
     pub max_requests: Option<u64>,
+    /// Where instances' output goes: a rotated file, or hayate's log.
+    pub log: Option<Arc<RotatingLog>>,
 }
 
 /// How often instances are checked against their limits.

@@ -203,6 +203,17 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
             })?,
     };
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
+    let app_log = match &config.global.app_log {
+        Some(path) => Some(std::sync::Arc::new(
+            hayate_supervisor::RotatingLog::open(
+                path,
+                config.global.app_log_size.0,
+                config.global.app_log_keep as usize,
+            )
+            .with_context(|| format!("app log {}", path.display()))?,
+        )),
+        None => None,
+    };
     let supervisor = hayate_supervisor::Supervisor::start(hayate_supervisor::AppSpec {
         command: command.clone(),
         cwd: PathBuf::from("."),
@@ -214,6 +225,7 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         crash_limit: 5,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
+        log: app_log,
     })?;
     let what = format!("{} ({instances} instances)", command.join(" "));
     let status = || supervisor.status_text();

@@ -21,6 +21,7 @@ const version = fs.readFileSync('version.txt', 'utf8').trim();
 if (version === 'broken') { console.error('refusing to start'); process.exit(1); }
 http.createServer((req, res) => {
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
+  if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
 }).listen(process.env.PORT, () => console.log('up', version));
@@ -268,6 +269,68 @@ fn instances_are_recycled_after_max_requests_and_over_max_memory() {
         h.stderr()
     );
     h.assert_no_errors();
+}
+
+#[test]
+fn app_output_goes_to_a_rotated_file() {
+    let dir = app_dir("v1");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log = logs.path().join("app.log");
+    let h = run(
+        dir.path(),
+        "1",
+        &[
+            "--app-log",
+            log.to_str().expect("utf8"),
+            "--app-log-size",
+            "2KiB",
+            "--app-log-keep",
+            "2",
+        ],
+    );
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let mut c = h.client();
+    for _ in 0..3 {
+        assert_eq!(c.get("/chatter", &[]).text(), "said");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("chatter line 199")
+        && !std::fs::read_to_string(logs.path().join("app.log.1"))
+            .unwrap_or_default()
+            .contains("chatter line 199")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "app output never reached the log file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut names: Vec<String> = std::fs::read_dir(logs.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec!["app.log", "app.log.1", "app.log.2"],
+        "rotated, at most 2 kept"
+    );
+    for n in &names {
+        let size = std::fs::metadata(logs.path().join(n)).expect("stat").len();
+        assert!(size <= 2048, "{n}: {size} bytes");
+    }
+    let text = std::fs::read_to_string(&log).expect("read");
+    assert!(
+        text.lines()
+            .all(|l| l.contains(" app[0] pid ") && l.contains(" stdout: ")),
+        "{text}"
+    );
+    assert!(
+        !h.stderr().contains("chatter line"),
+        "app output stays out of hayate's log"
+    );
 }
 
 /// Runs `hayate NAME` in `dir` (the control client) and returns its output.
