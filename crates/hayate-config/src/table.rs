@@ -226,6 +226,8 @@ options! {
         "hayate run: replace an instance after this many requests";
     app_start_timeout: Dur = "30s", "DURATION",
         "hayate run: time for a new instance to accept on its socket";
+    app_ready_path: String = unset, "PATH",
+        "hayate run: an instance gets traffic once GET PATH answers 2xx (default: once its socket accepts)";
     app_log: PathBuf = unset, "FILE",
         "hayate run: write the instances' output here (rotated) instead of hayate's log";
     app_log_size: Size = "10MiB", "SIZE",

@@ -67,10 +67,7 @@ impl Running {
         };
         let deadline = Instant::now() + spec.start_timeout;
         loop {
-            if tokio::net::UnixStream::connect(&run.instance.path)
-                .await
-                .is_ok()
-            {
+            if is_ready(&run.instance.path, spec.ready_path.as_deref()).await {
                 return Ok(run);
             }
             if let Some(status) = run.child.try_wait()? {
@@ -155,6 +152,23 @@ impl Running {
     pub fn cleanup(&self) {
         remove_socket(&self.instance.path);
     }
+}
+
+/// Readiness: the socket accepts, and when a probe path is set, `GET path`
+/// answers 2xx.
+async fn is_ready(path: &Path, probe: Option<&str>) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut conn) = tokio::net::UnixStream::connect(path).await else {
+        return false;
+    };
+    let Some(probe) = probe else { return true };
+    let request = format!("GET {probe} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-ready\r\nConnection: close\r\n\r\n");
+    if conn.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    let answered = tokio::time::timeout(Duration::from_secs(2), conn.read_exact(&mut head)).await;
+    matches!(answered, Ok(Ok(_))) && head.starts_with(b"HTTP/1.") && head[9] == b'2'
 }
 
 /// Resident memory of a process, from /proc.

@@ -42,8 +42,10 @@ pub struct AppSpec {
     pub instances: usize,
     /// Where the instances' sockets go.
     pub socket_dir: PathBuf,
-    /// Time for a new instance to accept on its socket.
+    /// Time for a new instance to accept on its socket (and pass the probe).
     pub start_timeout: Duration,
+    /// An HTTP path that must answer 2xx before an instance gets traffic.
+    pub ready_path: Option<String>,
     /// Time between SIGTERM and SIGKILL, and the longest drain.
     pub stop_timeout: Duration,
     /// Extra environment.

@@ -220,6 +220,7 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         instances,
         socket_dir: socket_dir.clone(),
         start_timeout: config.global.app_start_timeout.0,
+        ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,
         env: Vec::new(),
         crash_limit: 5,

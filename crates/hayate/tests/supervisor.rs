@@ -19,8 +19,10 @@ const http = require('http');
 const fs = require('fs');
 const version = fs.readFileSync('version.txt', 'utf8').trim();
 if (version === 'broken') { console.error('refusing to start'); process.exit(1); }
+const bootedAt = Date.now();
 http.createServer((req, res) => {
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
+  if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
@@ -331,6 +333,23 @@ fn app_output_goes_to_a_rotated_file() {
         !h.stderr().contains("chatter line"),
         "app output stays out of hayate's log"
     );
+}
+
+#[test]
+fn an_http_readiness_probe_gates_traffic() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "1", &["--app-ready-path", "/ready"]);
+    // The app answers /ready with 503 for its first 300 ms: hayate must not
+    // call it ready before, and requests meanwhile wait in the queue.
+    let started = Instant::now();
+    let (status, a) = answer(&mut h.client());
+    assert_eq!(status, 200);
+    assert_eq!(a.expect("answer").version, "v1");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "served before the probe passed"
+    );
+    h.assert_no_errors();
 }
 
 /// Runs `hayate NAME` in `dir` (the control client) and returns its output.
