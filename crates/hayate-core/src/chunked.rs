@@ -55,6 +55,8 @@ pub struct ChunkedDecoder {
     /// Size of the current chunk, then bytes of it still to come.
     remaining: u64,
     trailer_bytes: usize,
+    /// The trailer section, `Name: value\r\n` lines, when kept.
+    trailers: Option<Vec<u8>>,
 }
 
 impl Default for ChunkedDecoder {
@@ -63,11 +65,28 @@ impl Default for ChunkedDecoder {
             state: State::Size { digits: 0 },
             remaining: 0,
             trailer_bytes: 0,
+            trailers: None,
         }
     }
 }
 
 impl ChunkedDecoder {
+    /// A decoder that keeps the trailer fields (a proxy passes them on).
+    pub fn keeping_trailers() -> ChunkedDecoder {
+        ChunkedDecoder {
+            trailers: Some(Vec::new()),
+            ..ChunkedDecoder::default()
+        }
+    }
+
+    /// The trailer fields read, as `Name: value\r\n` lines (empty if none).
+    pub fn take_trailers(&mut self) -> Vec<u8> {
+        self.trailers
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// Whether the last chunk and the trailers have been read.
     pub fn is_done(&self) -> bool {
         self.state == State::Done
@@ -151,12 +170,20 @@ impl ChunkedDecoder {
                             }
                         }
                         b'\n' => return Err(ChunkError::BadLineEnding),
-                        _ => self.state = State::TrailerLine,
+                        _ => {
+                            if let Some(t) = self.trailers.as_mut() {
+                                t.push(b);
+                            }
+                            self.state = State::TrailerLine
+                        }
                     }
                 }
                 State::TrailerLf { empty } => {
                     if b != b'\n' {
                         return Err(ChunkError::BadLineEnding);
+                    }
+                    if let (false, Some(t)) = (empty, self.trailers.as_mut()) {
+                        t.extend_from_slice(b"\r\n");
                     }
                     self.state = if empty {
                         State::Done
@@ -237,6 +264,23 @@ mod tests {
             decode_all(long_ext.as_bytes(), 100).map(|_| ()),
             Err(ChunkError::TooLong)
         );
+    }
+
+    #[test]
+    fn trailers_are_kept_on_request() {
+        let body = b"3\r\nabc\r\n0\r\nX-Checksum: 42\r\nX-Other: a b\r\n\r\n";
+        let mut d = ChunkedDecoder::keeping_trailers();
+        let mut out = Vec::new();
+        for piece in body.chunks(4) {
+            d.decode(piece, |c| out.extend_from_slice(c))
+                .expect("valid");
+        }
+        assert!(d.is_done());
+        assert_eq!(out, b"abc");
+        assert_eq!(d.take_trailers(), b"X-Checksum: 42\r\nX-Other: a b\r\n");
+        let mut plain = ChunkedDecoder::default();
+        plain.decode(body, |_| {}).expect("valid");
+        assert!(plain.take_trailers().is_empty());
     }
 
     #[test]

@@ -434,7 +434,7 @@ impl UpstreamGroup {
                 Framing::Length(n) => n,
                 _ => 0,
             },
-            decoder: Default::default(),
+            decoder: Chunked::keeping_trailers(),
             keep: head.keep,
             max_idle: self.settings.max_idle,
             io_timeout: self.settings.io_timeout,
@@ -933,6 +933,20 @@ impl UpstreamBody {
 }
 
 impl BodySource for UpstreamBody {
+    fn trailers(&mut self) -> Option<Bytes> {
+        let raw = self.decoder.take_trailers();
+        let mut kept = Vec::with_capacity(raw.len());
+        for line in raw.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let name = line.split(|&b| b == b':').next().unwrap_or_default();
+            if line.contains(&b':') && !forbidden_trailer(trim(name)) {
+                kept.extend_from_slice(line);
+                kept.extend_from_slice(b"\r\n");
+            }
+        }
+        (!kept.is_empty()).then(|| Bytes::from(kept))
+    }
+
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
         let label = self.guard.as_ref().map(|g| g.0.label.clone());
         self.poll_body(cx).map_err(|e| match label {
@@ -1008,6 +1022,21 @@ impl UpstreamBody {
 }
 
 type Chunked = hayate_core::chunked::ChunkedDecoder;
+
+/// Trailer fields never passed on (framing, routing, auth: RFC 9110 §6.5.1).
+fn forbidden_trailer(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 8] = [
+        b"content-length",
+        b"transfer-encoding",
+        b"host",
+        b"content-encoding",
+        b"content-type",
+        b"content-range",
+        b"authorization",
+        b"set-cookie",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name)) || is_hop_by_hop(name)
+}
 
 /// An upgraded upstream connection (WebSocket): relayed byte for byte with
 /// the client until either side closes. Reloads never cut it: it belongs to

@@ -329,3 +329,41 @@ fn unique_request_ids() {
         .collect();
     assert_eq!(ids.len(), 20);
 }
+
+#[test]
+fn trailers_of_a_chunked_response_are_passed_on() {
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).expect("head");
+            head.push(byte[0]);
+        }
+        s.write_all(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\nConnection: close\r\n\r\n\
+              5\r\nhello\r\n0\r\nX-Checksum: 42\r\nContent-Length: 99\r\n\r\n",
+        )
+        .expect("response");
+    });
+    let h = Hayate::start(BIN, &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nTE: trailers\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        text.contains("\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: 42\r\n\r\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Content-Length: 99"),
+        "framing fields are not trailers: {text}"
+    );
+    h.assert_no_errors();
+}
