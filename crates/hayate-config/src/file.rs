@@ -4,16 +4,23 @@
 
 use std::path::Path;
 
+use std::collections::HashMap;
+
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
+use crate::values::{OptValue, ProxySpec};
 use crate::{Config, ConfigError, Overrides, Route, Site};
 
 /// Parses and validates `text`, the contents of the config file at `path`,
 /// then applies `overrides` (environment and CLI).
 pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let cx = Cx { path, text };
+    let mut cx = Cx {
+        path,
+        text,
+        groups: HashMap::new(),
+    };
     let doc = DeTable::parse(text).map_err(|e| {
         let line = e.span().map(|s| cx.line_of(s.start));
         ConfigError {
@@ -33,6 +40,19 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
             site_tables = cx.tables(key, value)?;
             continue;
         }
+        if k == "upstream" {
+            for table in cx.tables(key, value)? {
+                let (name, members) = cx.upstream(&table)?;
+                if cx.groups.insert(name.clone(), members).is_some() {
+                    return Err(cx.err(
+                        table.span().start,
+                        "name",
+                        format!("two [[upstream]] groups named {name:?}"),
+                    ));
+                }
+            }
+            continue;
+        }
         let set = global.set_toml(k, value.get_ref()).and_then(|known| {
             if known {
                 Ok(true)
@@ -42,7 +62,7 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         });
         match set {
             Ok(true) => {}
-            Ok(false) => return Err(cx.unknown(key, &["site"])),
+            Ok(false) => return Err(cx.unknown(key, &["site", "upstream"])),
             Err(msg) => return Err(cx.err(value.span().start, k, msg)),
         }
     }
@@ -69,9 +89,99 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
 struct Cx<'a> {
     path: &'a Path,
     text: &'a str,
+    /// `[[upstream]]` groups by name: their members (with weights).
+    groups: HashMap<String, Vec<String>>,
 }
 
 impl Cx<'_> {
+    /// An `[[upstream]]` table: `name` and `members` (each `URL [weight=N]`).
+    fn upstream(&self, table: &Spanned<DeTable<'_>>) -> Result<(String, Vec<String>), ConfigError> {
+        let mut name = None;
+        let mut members = Vec::new();
+        for (key, value) in table.get_ref() {
+            let k = key.get_ref().as_ref();
+            match (k, value.get_ref()) {
+                ("name", DeValue::String(n)) => name = Some(n.to_string()),
+                ("members", v) => {
+                    let list: Vec<String> = match v {
+                        DeValue::String(s) => vec![s.to_string()],
+                        DeValue::Array(items) => items
+                            .iter()
+                            .map(|i| match i.get_ref() {
+                                DeValue::String(s) => Ok(s.to_string()),
+                                _ => Err(self.err(
+                                    i.span().start,
+                                    k,
+                                    "expected \"URL [weight=N]\" strings".into(),
+                                )),
+                            })
+                            .collect::<Result<_, _>>()?,
+                        _ => {
+                            return Err(self.err(
+                                value.span().start,
+                                k,
+                                "expected a list of members".into(),
+                            ))
+                        }
+                    };
+                    for m in list {
+                        match ProxySpec::parse_str(&m) {
+                            Ok(spec) if spec.group.is_none() && spec.prefix.is_none() => {
+                                members.extend(spec.members)
+                            }
+                            Ok(_) => {
+                                return Err(self.err(
+                                    value.span().start,
+                                    k,
+                                    format!("{m:?} is not an address"),
+                                ))
+                            }
+                            Err(e) => return Err(self.err(value.span().start, k, e)),
+                        }
+                    }
+                }
+                ("name", _) => {
+                    return Err(self.err(value.span().start, k, "expected a group name".into()))
+                }
+                _ => return Err(self.unknown(key, &["name", "members"])),
+            }
+        }
+        let Some(name) = name else {
+            return Err(self.err(
+                table.span().start,
+                "name",
+                "every [[upstream]] needs a name".into(),
+            ));
+        };
+        if members.is_empty() {
+            return Err(self.err(
+                table.span().start,
+                "members",
+                format!("upstream {name:?} has no members"),
+            ));
+        }
+        Ok((name, members))
+    }
+
+    /// Replaces references to `[[upstream]]` groups by their members.
+    fn resolve_groups(&self, layer: &mut RouteLayer, offset: usize) -> Result<(), ConfigError> {
+        for spec in layer.proxy.iter_mut().flatten() {
+            if let Some(name) = spec.group.take() {
+                match self.groups.get(&name) {
+                    Some(members) => spec.members = members.clone(),
+                    None => {
+                        return Err(self.err(
+                            offset,
+                            "proxy",
+                            format!("no [[upstream]] named {name:?}"),
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Relative roots in a file are relative to the file's directory.
     fn anchor(&self, layer: &mut RouteLayer) {
         let dir = self.path.parent().unwrap_or(Path::new(""));
@@ -219,7 +329,8 @@ impl Cx<'_> {
             ));
         }
         let mut out = Vec::new();
-        for (prefix, layer, offset, root_at) in routes {
+        for (prefix, mut layer, offset, root_at) in routes {
+            self.resolve_groups(&mut layer, offset)?;
             if layer.root.is_none() && layer.proxy.is_none() && layer.app != Some(true) {
                 return Err(self.err(
                     offset,
@@ -373,6 +484,32 @@ mod tests {
         let slash = &site.routes[1];
         assert_eq!(slash.options.root.as_deref(), Some(Path::new("/top")));
         assert_eq!(slash.options.cache_control.as_deref(), Some("no-cache"));
+    }
+
+    #[test]
+    fn named_upstream_groups() {
+        let cfg = load(
+            "[[upstream]]\nname = \"api\"\nmembers = [\"http://127.0.0.1:3000 weight=2\", \"unix:/run/a.sock\"]\n\
+             [[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"api\"\n",
+        )
+        .expect("valid");
+        let spec = &cfg.sites[0].routes[0]
+            .options
+            .proxy
+            .as_ref()
+            .expect("proxy")[0];
+        assert_eq!(
+            spec.members,
+            vec!["http://127.0.0.1:3000 weight=2", "unix:/run/a.sock"]
+        );
+        assert!(spec.group.is_none());
+        assert!(
+            err("[[site]]\n[[site.route]]\nprefix = \"/\"\nproxy = \"nope\"\n")
+                .contains("no [[upstream]] named \"nope\"")
+        );
+        assert!(err("[[upstream]]\nname = \"a\"\nmembers = [\"bad\"]\n")
+            .starts_with("h.toml:3: members:"));
+        assert!(err("[[upstream]]\nmembers = [\"http://a:1\"]\n").starts_with("h.toml:1: name:"));
     }
 
     #[test]

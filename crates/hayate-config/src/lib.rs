@@ -98,6 +98,14 @@ pub struct Overrides {
 pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut base = overrides.route.clone();
     let specs = base.proxy.take().unwrap_or_default();
+    if let Some(name) = specs.iter().find_map(|s| s.group.as_ref()) {
+        return Err(ConfigError {
+            file: None,
+            line: None,
+            key: Some("--proxy".into()),
+            message: format!("{name:?} names an upstream group: groups are declared with [[upstream]] in a config file"),
+        });
+    }
     let (prefixed, plain): (Vec<_>, Vec<_>) = specs.into_iter().partition(|s| s.prefix.is_some());
     let mut routes = Vec::new();
     for spec in prefixed {

@@ -230,8 +230,23 @@ impl OptValue for ListenAddr {
 pub struct ProxySpec {
     /// The path prefix, starting with `/`.
     pub prefix: Option<String>,
-    /// Member addresses as written.
+    /// Member addresses as written, each optionally followed by ` weight=N`.
     pub members: Vec<String>,
+    /// A named `[[upstream]]` group instead of addresses (config file).
+    pub group: Option<String>,
+}
+
+impl ProxySpec {
+    /// Splits `http://a:1 weight=3` into the address and its weight (1 by
+    /// default).
+    pub fn member_weight(member: &str) -> (&str, u32) {
+        let mut parts = member.split_whitespace();
+        let url = parts.next().unwrap_or_default();
+        let weight = parts
+            .find_map(|p| p.strip_prefix("weight=")?.parse().ok())
+            .unwrap_or(1);
+        (url, weight)
+    }
 }
 
 impl OptValue for ProxySpec {
@@ -249,7 +264,38 @@ impl OptValue for ProxySpec {
         if members.is_empty() {
             return Err(format!("expected [PREFIX=]URL[,URL...], got {s:?}"));
         }
+        if let [name] = members.as_slice() {
+            if name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                && !name.contains(':')
+            {
+                if name.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!(
+                        "upstream {name:?}: expected http://HOST:PORT, unix:PATH or a group name"
+                    ));
+                }
+                return Ok(ProxySpec {
+                    prefix,
+                    members: Vec::new(),
+                    group: Some(name.clone()),
+                });
+            }
+        }
         for m in &members {
+            let mut words = m.split_whitespace();
+            let m = words.next().unwrap_or_default();
+            if let Some(extra) = words.next() {
+                let weight_ok = extra
+                    .strip_prefix("weight=")
+                    .and_then(|w| w.parse::<u32>().ok())
+                    .is_some_and(|w| (1..=1000).contains(&w));
+                if !weight_ok || words.next().is_some() {
+                    return Err(format!(
+                        "upstream {m:?}: after the address only weight=N (1-1000) may follow"
+                    ));
+                }
+            }
             let valid = match m.strip_prefix("unix:") {
                 Some(path) => !path.is_empty(),
                 None => {
@@ -268,7 +314,11 @@ impl OptValue for ProxySpec {
                 ));
             }
         }
-        Ok(ProxySpec { prefix, members })
+        Ok(ProxySpec {
+            prefix,
+            members,
+            group: None,
+        })
     }
 }
 

@@ -121,6 +121,10 @@ pub(crate) struct Member {
     probe_down: Cell<bool>,
     /// For a supervised app: the slot whose current instance serves.
     slot: Option<Arc<AppSlot>>,
+    /// Relative share of requests (1 by default).
+    weight: u32,
+    /// Smooth weighted round robin state (nginx's algorithm).
+    rr_current: Cell<i64>,
 }
 
 #[derive(Debug)]
@@ -170,6 +174,8 @@ impl UpstreamGroup {
                     freed: freed.clone(),
                     probe_down: Cell::new(false),
                     slot: None,
+                    weight: 1,
+                    rr_current: Cell::new(0),
                 })
             })
             .collect();
@@ -180,6 +186,17 @@ impl UpstreamGroup {
             waiting: Cell::new(0),
             freed,
             app_ready: None,
+        }
+    }
+
+    /// Sets the members' weights (in member order; missing ones stay 1).
+    /// Least-outstanding compares outstanding/weight; round robin spreads
+    /// requests in proportion; hashing ignores weights.
+    pub fn set_weights(&mut self, weights: &[u32]) {
+        for (m, &w) in self.members.iter_mut().zip(weights) {
+            if let Some(m) = Rc::get_mut(m) {
+                m.weight = w.max(1);
+            }
         }
     }
 
@@ -224,19 +241,45 @@ impl UpstreamGroup {
             self.members[i].is_present()
                 && (limit == 0 || self.members[i].outstanding.get() < limit)
         });
-        let mut healthy = open.clone().filter(|&i| self.members[i].is_up(now));
+        let healthy = open.clone().filter(|&i| self.members[i].is_up(now));
         let chosen = match (&self.settings.balance, key) {
-            (Balance::RoundRobin, _) => healthy.next(),
+            (Balance::RoundRobin, _) => self.smooth_weighted(healthy),
             // Rendezvous hashing: a key keeps its member while that member
             // is up, and only the keys of a member that goes away move.
             (Balance::HashHeader(_) | Balance::HashCookie(_) | Balance::HashIp, Some(key)) => {
                 healthy.max_by_key(|&i| rendezvous(key, &self.members[i].label))
             }
-            _ => healthy.min_by_key(|&i| self.members[i].outstanding.get()),
+            // Fewest outstanding per unit of weight (a/wa < b/wb).
+            _ => healthy.min_by(|&a, &b| {
+                let (ma, mb) = (&self.members[a], &self.members[b]);
+                (u64::from(ma.outstanding.get()) * u64::from(mb.weight))
+                    .cmp(&(u64::from(mb.outstanding.get()) * u64::from(ma.weight)))
+            }),
         };
         chosen
             .or_else(|| open.min_by_key(|&i| self.members[i].down_until.get()))
             .ok_or(Busy::Full)
+    }
+
+    /// nginx's smooth weighted round robin over `candidates`: each gains its
+    /// weight, the richest is chosen and pays the total. With equal weights
+    /// it is plain rotation.
+    fn smooth_weighted(&self, candidates: impl Iterator<Item = usize>) -> Option<usize> {
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for i in candidates {
+            let m = &self.members[i];
+            m.rr_current.set(m.rr_current.get() + i64::from(m.weight));
+            total += i64::from(m.weight);
+            if best.is_none_or(|b| m.rr_current.get() > self.members[b].rr_current.get()) {
+                best = Some(i);
+            }
+        }
+        if let Some(b) = best {
+            let m = &self.members[b];
+            m.rr_current.set(m.rr_current.get() - total);
+        }
+        best
     }
 
     /// The request's balancing key, when the policy hashes one.
@@ -497,6 +540,39 @@ mod tests {
             .map(|_| rr.pick(now, &[], None).expect("member"))
             .collect();
         assert_eq!(picks, vec![0, 1, 2, 3, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn weights_shape_round_robin_and_least_outstanding() {
+        let addrs: Vec<UpstreamAddr> = (0..2)
+            .map(|i| UpstreamAddr::parse(&format!("127.0.0.1:{}", 3000 + i)).expect("addr"))
+            .collect();
+        let mut rr = UpstreamGroup::new(
+            &addrs,
+            ProxySettings {
+                balance: Balance::RoundRobin,
+                ..Default::default()
+            },
+        );
+        rr.set_weights(&[3, 1]);
+        let now = Instant::now();
+        let picks: Vec<usize> = (0..8)
+            .map(|_| rr.pick(now, &[], None).expect("member"))
+            .collect();
+        assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 6, "{picks:?}");
+        for window in picks.chunks(4) {
+            assert_eq!(
+                window.iter().filter(|&&p| p == 1).count(),
+                1,
+                "smooth, not bursty: {picks:?}"
+            );
+        }
+        let mut lc = UpstreamGroup::new(&addrs, ProxySettings::default());
+        lc.set_weights(&[3, 1]);
+        lc.members[0].outstanding.set(2);
+        lc.members[1].outstanding.set(1);
+        // 2/3 < 1/1: the heavier member still has room.
+        assert_eq!(lc.pick(now, &[], None), Ok(0));
     }
 
     #[test]

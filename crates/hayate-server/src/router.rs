@@ -189,12 +189,18 @@ fn strip_port(host: &[u8]) -> &[u8] {
 }
 
 fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<UpstreamGroup> {
-    let addrs = specs
-        .iter()
-        .flat_map(|s| &s.members)
-        .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
-        .collect::<io::Result<Vec<_>>>()?;
-    Ok(UpstreamGroup::new(&addrs, settings.clone()))
+    let mut addrs = Vec::new();
+    let mut weights = Vec::new();
+    for member in specs.iter().flat_map(|s| &s.members) {
+        let (url, weight) = ProxySpec::member_weight(member);
+        addrs.push(
+            UpstreamAddr::parse(url).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        );
+        weights.push(weight);
+    }
+    let mut group = UpstreamGroup::new(&addrs, settings.clone());
+    group.set_weights(&weights);
+    Ok(group)
 }
 
 fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {
