@@ -4,6 +4,7 @@
 //! decimals. Malformed members are ignored (a client sending garbage gets
 //! identity, never an error).
 
+use hayate_core::field::trim_ows as trim;
 use hayate_core::Coding;
 
 /// A client's acceptance of each coding hayate knows.
@@ -112,18 +113,6 @@ impl AcceptEncoding {
             _ => None,
         }
     }
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 /// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`

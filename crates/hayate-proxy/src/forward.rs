@@ -2,6 +2,7 @@
 //! when small enough to replay, streamed otherwise), the response head, and
 //! the response body streamed back through [`UpstreamBody`].
 
+use hayate_core::field::trim_ows as trim;
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
@@ -858,18 +859,6 @@ fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
             .ok()
             .map(Duration::from_secs)
     })
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 /// The upstream's response body, streamed to the client; the connection

@@ -6,6 +6,7 @@
 //! from request smuggling: a request is refused, and the connection closed,
 //! when its body length is ambiguous.
 
+use hayate_core::field::trim_ows as trim;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -510,18 +511,6 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     v.iter().try_fold(0u64, |n, &d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
-}
-
-pub(crate) fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since; and
 //! If-Range (§13.1.5), which decides whether a Range is honoured.
 
+use hayate_core::field::trim_ows as trim;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The validator headers of a request (raw field values).
@@ -144,18 +145,6 @@ fn seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs()
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! defence against the "many overlapping ranges" denial of service
 //! (CVE-2011-3192 against Apache).
 
+use hayate_core::field::trim_ows as trim;
 use std::ops::Range;
 
 /// Most ranges honoured in one request; more gets the whole file.
@@ -124,18 +125,6 @@ fn number(s: &[u8]) -> Option<u64> {
     s.iter().try_fold(0u64, |n, &d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 #[cfg(test)]
