@@ -1,13 +1,17 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # globals set here are used by the run scripts
-# bench/lib.sh: the measuring method shared by bench/static/run and bench/engine/run.
-# Source it; it defines functions and a few variables, and starts nothing by itself.
+# bench/lib.sh: the measuring method shared by bench/run, bench/static/run and
+# bench/engine/run. Source it; it defines functions and a few variables, and starts
+# nothing by itself.
 #
-#   process tracking   bench_start NAME LOG cmd...   (every child is stopped on exit)
+#   process tracking   bench_start NAME LOG cmd...   (every child is stopped on exit),
+#                      bench_stop PID
+#   tools              bench_ensure_packages, bench_ensure_tools
 #   content            bench_gen_small DIR, bench_gen_big DIR
 #   contenders         bench_nginx_conf, bench_start_nginx, bench_start_hayate,
 #                      bench_start_simple, bench_build_c, bench_build_hayate
-#   measuring          bench_preflight, bench_measure (warm-up, wrk, /proc CPU, raw.csv row)
+#   measuring          bench_preflight, bench_measure (bench/lablib.py measure --legacy:
+#                      warm-up, load tool, /proc CPU, raw.csv row)
 #   report             bench_summarize RAW > SUMMARY, bench_get SUMMARY KEY FIELD
 #
 # Paths in generated files are absolute only inside the run's tmp dir, which is deleted.
@@ -105,6 +109,19 @@ _bench_stop() {
     return 0
 }
 
+# bench_stop PID: stop one process started with bench_start (and its descendants) now
+bench_stop() {
+    local pid=$1 i entry
+    for i in "${!BENCH_PIDS[@]}"; do
+        entry=${BENCH_PIDS[$i]}
+        if [[ ${entry%%:*} == "$pid" ]]; then
+            _bench_stop "$pid" "${entry#*:}"
+            unset 'BENCH_PIDS[i]'
+        fi
+    done
+    BENCH_PIDS=("${BENCH_PIDS[@]}")
+}
+
 bench_cleanup() {
     local i entry d
     set +e # stop everything even if one step fails
@@ -199,20 +216,28 @@ bench_run_init() {
 
 # ---------------------------------------------------------------- tools and builds
 
-bench_ensure_tools() {
-    local missing=() sudo=""
-    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
-    command -v wrk >/dev/null || missing+=(wrk)
-    command -v curl >/dev/null || missing+=(curl)
-    command -v gcc >/dev/null || missing+=(gcc libc6-dev)
-    command -v make >/dev/null || missing+=(make)
-    command -v taskset >/dev/null || missing+=(util-linux)
+# bench_ensure_packages "CMD:PACKAGE[ PACKAGE...]" ...: apt-get install the packages of every
+# CMD that is not on PATH (nor in /usr/sbin); one apt-get update first, only when needed
+bench_ensure_packages() {
+    local missing=() sudo="" spec cmd
+    local -a pk
+    for spec in "$@"; do
+        cmd=${spec%%:*}
+        if ! command -v "$cmd" >/dev/null && ! compgen -G "/usr/sbin/$cmd" >/dev/null; then
+            read -ra pk <<<"${spec#*:}"
+            missing+=("${pk[@]}")
+        fi
+    done
     ((${#missing[@]})) || return 0
     [[ $(id -u) == 0 ]] || sudo=sudo
     log "installing ${missing[*]} with apt-get"
     $sudo apt-get update -qq >&2 || die "apt-get update failed"
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2 ||
         die "apt-get install ${missing[*]} failed"
+}
+
+bench_ensure_tools() {
+    bench_ensure_packages nginx:nginx wrk:wrk curl:curl "gcc:gcc libc6-dev" make:make taskset:util-linux
 }
 
 bench_nginx_bin() {
@@ -318,12 +343,15 @@ bench_gen_big() {
 
 # ---------------------------------------------------------------- contenders
 
-# bench_nginx_conf CONF PORT ROOT WORKDIR ACCESS_LOG(off|FILE)
+# bench_nginx_conf CONF PORT ROOT WORKDIR ACCESS_LOG(off|FILE) [HTTP_EXTRA [SERVER_BODY]]
 # One worker, open_file_cache, sendfile + tcp_nopush, no access log (or the combined
 # format with a 64k buffer), keep-alive without a request cap. Types inline: no
-# dependency on the distribution's config.
+# dependency on the distribution's config. HTTP_EXTRA: more directives in http {};
+# SERVER_BODY replaces "location / { }" (it may hold more "listen" lines and locations).
+# Environment: NGINX_WORKERS (1), NGINX_WORKER_CONNECTIONS (4096), NGINX_SENDFILE (on).
 bench_nginx_conf() {
-    local conf=$1 port=$2 root=$3 work=$4 alog=$5 user_line="" alog_line
+    local conf=$1 port=$2 root=$3 work=$4 alog=$5 extra=${6:-} body=${7:-"location / { }"}
+    local user_line="" alog_line conns=${NGINX_WORKER_CONNECTIONS:-4096} rlimit=""
     mkdir -p "$work"
     if [[ $(id -u) == 0 ]]; then
         user_line="user $(id -un) $(id -gn);" # the same user as the other contenders
@@ -333,23 +361,26 @@ bench_nginx_conf() {
     else
         alog_line="access_log $alog combined buffer=64k;"
     fi
+    if ((conns > 4096)); then rlimit="worker_rlimit_nofile $((conns * 2 + 100));"; fi
     cat >"$conf" <<EOF
 $user_line
-worker_processes 1;
+worker_processes ${NGINX_WORKERS:-1};
+$rlimit
 pid $work/nginx.pid;
 error_log $work/error.log warn;
 events {
-    worker_connections 4096;
+    worker_connections $conns;
 }
 http {
     types {
         text/html html;
         text/plain txt;
         image/png png;
+        application/json json;
         application/octet-stream bin;
     }
     default_type application/octet-stream;
-    sendfile on;
+    sendfile ${NGINX_SENDFILE:-on};
     tcp_nopush ${NGINX_TCP_NOPUSH:-on};
     tcp_nodelay on;
     $alog_line
@@ -362,29 +393,34 @@ http {
     fastcgi_temp_path $work/fastcgi;
     uwsgi_temp_path $work/uwsgi;
     scgi_temp_path $work/scgi;
+    $extra
     server {
         listen 127.0.0.1:$port;
         server_name localhost;
         root $root;
-        location / { }
+        $body
     }
 }
 EOF
 }
 
-# bench_start_nginx NAME CONF WORKDIR PORT -> sets BENCH_LAST_PID (the master)
+# bench_start_nginx NAME CONF WORKDIR PORT -> sets BENCH_LAST_PID (the master); pinned to
+# NGINX_BENCH_CPUS (default $SERVER_CPU)
 bench_start_nginx() {
     local name=$1 conf=$2 work=$3 port=$4
-    bench_start "$name" "$work/stdout.log" taskset -c "$SERVER_CPU" "$(bench_nginx_bin)" \
+    bench_start "$name" "$work/stdout.log" taskset -c "${NGINX_BENCH_CPUS:-$SERVER_CPU}" "$(bench_nginx_bin)" \
         -p "$work/" -e "$work/error.log" -c "$conf" -g 'daemon off;'
     bench_wait_ready "$BENCH_LAST_PID" "$port" "$work/stdout.log" || die "$name did not start"
 }
 
-# bench_start_hayate NAME BIN ROOT PORT LOGDIR ACCESS_LOG(off|FILE) -> BENCH_LAST_PID
+# bench_start_hayate NAME BIN ROOT PORT LOGDIR ACCESS_LOG(off|FILE) [ARGS...] -> BENCH_LAST_PID
+# ARGS are added to the command line (--proxy ...). Environment: HAYATE_BENCH_WORKERS (1),
+# HAYATE_BENCH_CPUS (the cores it is pinned to; default $SERVER_CPU).
 bench_start_hayate() {
     local name=$1 bin=$2 root=$3 port=$4 logdir=$5 alog=$6
-    bench_start "$name" "$logdir/$name.log" taskset -c "$SERVER_CPU" "$bin" serve "$root" \
-        --listen "127.0.0.1:$port" --workers 1 --access-log "$alog"
+    shift 6
+    bench_start "$name" "$logdir/$name.log" taskset -c "${HAYATE_BENCH_CPUS:-$SERVER_CPU}" "$bin" serve "$root" \
+        --listen "127.0.0.1:$port" --workers "${HAYATE_BENCH_WORKERS:-1}" --access-log "$alog" "$@"
     bench_wait_ready "$BENCH_LAST_PID" "$port" "$logdir/$name.log" "http://127.0.0.1:$port/"
 }
 
@@ -430,91 +466,29 @@ _bench_core_ticks() {
     awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6, $9 }' /proc/stat
 }
 
-# user+sys clock ticks of this shell's waited-for children (cutime+cstime of $$): wrk's
-# CPU time is the difference around its run
-_bench_child_ticks() {
-    local s
-    local -a f
-    read -r s <"/proc/$$/stat"
-    s=${s##*) }
-    read -ra f <<<"$s"
-    echo $((f[13] + f[14]))
-}
-
-# _bench_wrk MODE CONNS SECONDS URL -> one WRK_RESULT line (empty on failure)
-# MODE: keep-alive (wrk), pipelined (wrk + pipeline.lua), sink (bench/ceiling/sink.c:
-# large bodies discarded in the kernel, so the client is not the bottleneck)
-_bench_wrk() {
-    local mode=$1 conns=$2 secs=$3 url=$4
-    local -a cmd
-    case $mode in
-    pipelined) cmd=(wrk -t1 "-c$conns" "-d${secs}s" --timeout 5s -s "$BENCH_DIR/wrk/pipeline.lua" "$url" -- "$PIPELINE_DEPTH") ;;
-    keep-alive) cmd=(wrk -t1 "-c$conns" "-d${secs}s" --timeout 5s -s "$BENCH_DIR/wrk/summary.lua" "$url") ;;
-    sink)
-        local rest=${url#http://}
-        cmd=("$SINK_BIN" "${rest%%/*}" "/${rest#*/}" "$secs" "$conns")
-        ;;
-    *) die "unknown mode $mode" ;;
-    esac
-    timeout --foreground -k 5 $((secs + 30)) taskset -c "$CLIENT_CPU" "${cmd[@]}" 2>&1 |
-        grep '^WRK_RESULT'
-}
-
 # bench_measure RAW SECTION REP SERVER FILE MODE CONNS SECONDS URL PID [ACCESS_LOG_FILE]
-# Warm-up (same mode, WARMUP_S), then one measured wrk run. Server CPU = utime+stime of
-# PID and its descendants from /proc, sampled right before and after wrk. Appends one
-# row to RAW and logs a one-line summary.
+# Warm-up (same mode, WARMUP_S), then one measured run; appends one row to RAW (the
+# BENCH_CSV_HEADER columns) and logs a one-line summary. MODE: keep-alive (wrk +
+# wrk/summary.lua), pipelined (wrk + wrk/pipeline.lua, PIPELINE_DEPTH requests per send),
+# sink (ceiling/sink.c: large bodies discarded in the kernel, so the client is not the
+# bottleneck). The measuring itself (server CPU of PID's tree from /proc before and after,
+# the load tool's CPU, per-core busy and steal time) is bench/lablib.py's `measure`,
+# shared with bench/run.
 bench_measure() {
     local raw=$1 section=$2 rep=$3 server=$4 file=$5 mode=$6 conns=$7 secs=$8 url=$9 pid=${10}
     local alog=${11:-}
-    local res t0 t1 c0 c1 l0=0 l1=0
-    local -a pids
-    _bench_wrk "$mode" "$conns" "$WARMUP_S" "$url" >/dev/null || true
-    mapfile -t pids < <(bench_proc_tree "$pid")
-    if [[ -n $alog ]]; then l0=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
-    c0=$(_bench_child_ticks)
-    local ks0 kc0 ks1 kc1
-    ks0=$(_bench_core_ticks "$SERVER_CPU")
-    kc0=$(_bench_core_ticks "$CLIENT_CPU")
-    t0=$(bench_cpu_ticks "${pids[@]}")
-    res=$(_bench_wrk "$mode" "$conns" "$secs" "$url") || true
-    t1=$(bench_cpu_ticks "${pids[@]}")
-    ks1=$(_bench_core_ticks "$SERVER_CPU")
-    kc1=$(_bench_core_ticks "$CLIENT_CPU")
-    c1=$(_bench_child_ticks)
-    if [[ -n $alog ]]; then l1=$(stat -c %s "$alog" 2>/dev/null || echo 0); fi
-    if [[ -z $res ]]; then
-        log "wrk failed: $server $file $mode"
-        res="WRK_RESULT requests=0 duration_us=1 bytes=0 connect=0 read=0 write=0 status=0 timeout=0"
-        res+=" failed=1"
-    fi
-    local row
-    row=$(awk -v res="$res" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v tck="$CLK_TCK" \
-        -v l0="$l0" -v l1="$l1" -v alog="$alog" -v ks="$ks0 $ks1" -v kc="$kc0 $kc1" \
-        -v pre="$section,$rep,$server,$file,$mode,$conns" 'BEGIN{
-        n = split(res, kv, " ")
-        for (i = 2; i <= n; i++) { split(kv[i], p, "="); v[p[1]] = p[2] }
-        dur = v["duration_us"] / 1e6
-        req = v["requests"]; by = v["bytes"]
-        cpu = (t1 - t0) / tck
-        rps = req / dur
-        mbs = by / dur / 1e6
-        upr = req > 0 ? cpu * 1e6 / req : 0
-        upm = by > 0 ? cpu * 1e6 / (by / 1e6) : 0
-        err = v["connect"] + v["read"] + v["write"] + v["status"] + v["timeout"] + (v["failed"] ? 1 : 0)
-        lbr = (alog != "" && req > 0) ? sprintf("%.1f", (l1 - l0) / req) : ""
-        split(ks, a, " "); split(kc, b, " ")
-        sbusy = a[5] > a[2] ? 100 * (a[4] - a[1]) / (a[5] - a[2]) : 0
-        cbusy = b[5] > b[2] ? 100 * (b[4] - b[1]) / (b[5] - b[2]) : 0
-        steal = (a[5] - a[2] + b[5] - b[2]) > 0 ? 100 * (a[6] - a[3] + b[6] - b[3]) / (a[5] - a[2] + b[5] - b[2]) : 0
-        printf "%s,%.3f,%d,%.0f,%d,%.1f,%.2f,%.1f,%.3f,%.1f,%.1f,%d,%d,%d,%d,%d,%d,%s,%.1f,%.1f,%.1f\n",
-            pre, dur, req, rps, by, mbs, cpu, 100 * cpu / dur, upr, upm,
-            100 * (c1 - c0) / tck / dur, v["connect"], v["read"], v["write"], v["status"], v["timeout"], err, lbr,
-            sbusy, cbusy, steal
-    }')
-    echo "$row" >>"$raw"
-    awk -F, '{printf "  %-11s %-9s %-10s rep %s: %8.0f rps %7.0f MB/s %7.2f us/req  server %5.1f%% (core %5.1f%%)  wrk %5.1f%% (core %5.1f%%)  steal %.1f%%  errors %d\n",
-        $3, $4, $5, $2, $9, $11, $14, $13, $24, $16, $25, $26, $22}' <<<"$row" >&2
+    local -a opts
+    case $mode in
+    pipelined) opts=(--tool wrk --lua "$BENCH_DIR/wrk/pipeline.lua" --lua-arg "$PIPELINE_DEPTH") ;;
+    keep-alive) opts=(--tool wrk) ;;
+    sink) opts=(--tool sink --sink "$SINK_BIN") ;;
+    *) die "unknown mode $mode" ;;
+    esac
+    if [[ -n $alog ]]; then opts+=(--access-log "$alog"); fi
+    python3 "$BENCH_DIR/lablib.py" measure --raw "$raw" --legacy "$section,$rep,$server,$file,$mode" \
+        --case "$section" --contender "$server" --conc "$conns" --secs "$secs" --warmup "$WARMUP_S" \
+        --url "$url" --pids "$pid" --server-cpus "$SERVER_CPU" --client-cpus "$CLIENT_CPU" "${opts[@]}" ||
+        log "measuring $server $file $mode failed"
 }
 
 # ---------------------------------------------------------------- report

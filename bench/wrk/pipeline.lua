@@ -19,7 +19,9 @@ end
 done = function(summary, latency, requests)
    local e = summary.errors
    io.write(string.format(
-      "WRK_RESULT requests=%d duration_us=%d bytes=%d connect=%d read=%d write=%d status=%d timeout=%d\n",
+      "WRK_RESULT requests=%d duration_us=%d bytes=%d connect=%d read=%d write=%d status=%d timeout=%d"
+      .. " lat_mean_us=%.0f lat_p50_us=%d lat_p99_us=%d lat_max_us=%d\n",
       summary.requests, summary.duration, summary.bytes,
-      e.connect, e.read, e.write, e.status, e.timeout))
+      e.connect, e.read, e.write, e.status, e.timeout,
+      latency.mean, latency:percentile(50), latency:percentile(99), latency.max))
 end

@@ -1,0 +1,317 @@
+"""Unit tests of bench/lablib.py: parsing load-tool output, statistics, ratios, the CSV,
+the report. Standard library only.
+
+    python3 -m pytest bench/tests -q      # with pytest
+    python3 bench/tests/test_lablib.py    # without: prints "N passed, N failed"
+"""
+
+import csv
+import gzip
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import lablib  # noqa: E402
+
+WRK = """Running 1s test @ http://127.0.0.1:19600/x
+  1 threads and 10 connections
+  96691 requests in 1.10s, 107.80MB read
+Requests/sec:  87925.61
+WRK_RESULT requests=96691 duration_us=1099691 bytes=113031779 connect=0 read=2 write=0 status=5 timeout=1 lat_mean_us=72 lat_p50_us=60 lat_p99_us=158 lat_max_us=780
+"""
+
+# the older line (bench/ceiling/sink.c prints it): no latency fields
+SINK = "WRK_RESULT requests=40 duration_us=3000000 bytes=4194304000 connect=0 read=0 write=0 status=0 timeout=0\n"
+
+H2LOAD = """starting benchmark...
+spawning thread #0: 10 total client(s). Timing-based test with 1s of warm-up time and 1s of main duration for measurements.
+Application protocol: http/1.1
+Main benchmark duration is over for thread #0. Stopping all clients.
+
+finished in 2.00s, 70689.00 req/s, 78.81MB/s
+requests: 70689 total, 70699 started, 70689 done, 70680 succeeded, 9 failed, 4 errored, 3 timeout
+status codes: 70680 2xx, 0 3xx, 7 4xx, 2 5xx
+traffic: 78.81MB (82635441) total, 11.43MB (11981498) headers (space savings 0.00%), 110.38MB (115745792) data
+                     min         max         mean         sd        +/- sd
+time for request:       39us      4.35ms       141us       106us    95.02%
+time for connect:        0us         0us         0us         0us     0.00%
+time to 1st byte:        0us         0us         0us         0us     0.00%
+req/s           :    6969.31     7168.81     7067.44       60.89    70.00%
+"""
+
+AB = """This is ApacheBench, Version 2.3 <$Revision$>
+Benchmarking 127.0.0.1 (be patient).....done
+
+Document Path:          /a.txt
+Document Length:        6 bytes
+
+Concurrency Level:      5
+Time taken for tests:   0.104 seconds
+Complete requests:      100
+Failed requests:        3
+   (Connect: 1, Receive: 0, Length: 2, Exceptions: 0)
+Non-2xx responses:      4
+Total transferred:      19100 bytes
+HTML transferred:       600 bytes
+Requests per second:    957.30 [#/sec] (mean)
+Time per request:       5.223 [ms] (mean)
+Time per request:       1.045 [ms] (mean, across all concurrent requests)
+
+Percentage of the requests served within a certain time (ms)
+  50%      4
+  66%      5
+  99%     11
+ 100%     12 (longest request)
+"""
+
+
+# ------------------------------------------------------------------ parsing
+
+def test_parse_wrk_counters_and_latency():
+    r = lablib.parse_wrk(WRK)
+    assert r["requests"] == 96691
+    assert abs(r["duration_s"] - 1.099691) < 1e-9
+    assert r["bytes"] == 113031779
+    assert (r["err_read"], r["err_status"], r["err_timeout"], r["err_connect"]) == (2, 5, 1, 0)
+    assert r["lat_mean_ms"] == 0.072 and r["lat_p50_ms"] == 0.06 and r["lat_p99_ms"] == 0.158
+    assert r["lat_max_ms"] == 0.78
+
+
+def test_parse_wrk_without_latency_fields_and_failure():
+    r = lablib.parse_wrk(SINK)
+    assert r["requests"] == 40 and r["bytes"] == 4194304000
+    assert r["lat_p99_ms"] == ""
+    assert lablib.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused\n") is None
+
+
+def test_parse_h2load():
+    r = lablib.parse_h2load(H2LOAD)
+    assert r["requests"] == 70689
+    # "finished in" includes the warm-up; duration comes from done / req/s
+    assert abs(r["duration_s"] - 1.0) < 1e-9
+    assert r["bytes"] == 82635441
+    assert r["err_status"] == 9  # 4xx + 5xx
+    assert r["err_read"] == 4 and r["err_timeout"] == 3
+    assert r["unfinished"] == 10
+    assert abs(r["lat_mean_ms"] - 0.141) < 1e-9
+    assert abs(r["lat_max_ms"] - 4.35) < 1e-9
+    assert lablib.parse_h2load("connect error\n") is None
+
+
+def test_parse_ab():
+    r = lablib.parse_ab(AB)
+    assert r["requests"] == 100
+    assert r["duration_s"] == 0.104
+    assert r["bytes"] == 19100
+    assert r["err_connect"] == 1 and r["err_read"] == 2 and r["err_status"] == 4
+    assert r["lat_mean_ms"] == 5.223
+    assert (r["lat_p50_ms"], r["lat_p99_ms"], r["lat_max_ms"]) == (4.0, 11.0, 12.0)
+    assert lablib.parse_ab("apr_socket_recv: Connection refused (111)\n") is None
+
+
+def test_dur_ms_units():
+    assert lablib._dur_ms("122us") == 0.122
+    assert lablib._dur_ms("23.38ms") == 23.38
+    assert lablib._dur_ms("1.5s") == 1500.0
+
+
+def test_parsers_registry_covers_tools():
+    assert set(lablib.PARSERS) == {"wrk", "sink", "h2load", "ab"}
+
+
+# ------------------------------------------------------------------ statistics and formatting
+
+def test_median_min_max_and_ratio():
+    assert lablib.median([3, 1, 2]) == 2
+    assert lablib.median([4, 1, 3, 2]) == 2.5
+    assert lablib.median([]) is None
+    assert lablib.ratio(3, 2) == 1.5
+    assert lablib.ratio(1, 0) is None and lablib.ratio(None, 2) is None
+
+
+def test_fmt_cell():
+    assert lablib.fmt_cell((1000.0, 1000.0, 1000.0)) == "1,000"
+    assert lablib.fmt_cell((2.5, 2.0, 3.0), 2) == "2.50 [2.00-3.00]"
+    assert lablib.fmt_cell((2048.0, 1024.0, 4096.0), 1, 1 / 1024) == "2.0 [1.0-4.0]"
+    assert lablib.fmt_cell(None) == "-"
+    assert lablib.fmt_ratio(0.5) == "0.50×" and lablib.fmt_ratio(None) == "-"
+
+
+def test_ideal_wait_rps():
+    # 7 s run: rounds end at 1.5, 3, 4.5, 6 -> 4 rounds of 100 requests
+    assert abs(lablib.ideal_wait_rps(100, 7.0) - 400 / 7) < 1e-9
+    assert lablib.ideal_wait_rps(0, 7.0) is None
+
+
+def test_parse_cpu_list():
+    assert lablib.parse_cpu_list("0") == [0]
+    assert lablib.parse_cpu_list("0-1") == [0, 1]
+    assert lablib.parse_cpu_list("0,2-3") == [0, 2, 3]
+
+
+def test_compute_row():
+    res = lablib.parse_wrk(WRK)
+    row = lablib.compute_row(res, cpu_front_s=0.5, cpu_setup_s=0.75, client_cpu_s=1.0)
+    assert abs(row["rps"] - 96691 / 1.099691) < 1e-6
+    assert abs(row["us_cpu_per_req"] - 0.5e6 / 96691) < 1e-9
+    assert abs(row["setup_us_per_req"] - 0.75e6 / 96691) < 1e-9
+    assert abs(row["server_cpu_pct"] - 100 * 0.5 / 1.099691) < 1e-9
+    assert row["errors"] == 8
+    empty = lablib.compute_row(lablib._empty_result(), 0.1, 0.1, 0)
+    assert empty["us_cpu_per_req"] == "" and empty["rps"] == 0
+
+
+def test_tool_command():
+    c = lablib.tool_command("wrk", "http://127.0.0.1:1/x", 100, 2.6, headers=["Accept-Encoding: gzip"])
+    assert c[:4] == ["wrk", "-t1", "-c100", "-d3s"] and "-H" in c and c[-1] == "http://127.0.0.1:1/x"
+    c = lablib.tool_command("sink", "http://127.0.0.1:8080/big.bin", 4, 3, sink_bin="/t/sink")
+    assert c == ["/t/sink", "127.0.0.1:8080", "/big.bin", "3", "4"]
+    c = lablib.tool_command("h2load", "http://127.0.0.1:1/x", 10000, 5)
+    assert "--h1" in c and "-c10000" in c and c[c.index("-D") + 1] == "5"
+    c = lablib.tool_command("ab", "http://127.0.0.1:1/x", 10, 0.2)
+    assert c[c.index("-n") + 1] == "100" and c[c.index("-t") + 1] == "1"
+
+
+# ------------------------------------------------------------------ preflight checks
+
+def test_check_response():
+    body = b"x" * 100
+    ok = lablib.check_response(200, {"content-length": "100"}, body, length=100, expect_body=body)
+    assert ok is None
+    assert lablib.check_response(404, {}, b"", length=100).startswith("status 404")
+    assert "Content-Length" in lablib.check_response(200, {"content-length": "99"}, body, length=100)
+    assert "body of 100" in lablib.check_response(200, {}, body, length=101)
+    assert "differs" in lablib.check_response(200, {}, body, expect_body=b"y" * 100)
+    gz = gzip.compress(body)
+    h = {"content-encoding": "gzip", "content-length": str(len(gz))}
+    assert lablib.check_response(200, h, gz, expect_body=body, encoding="gzip") is None
+    assert "Content-Encoding none" in lablib.check_response(200, {}, body, expect_body=body, encoding="gzip")
+    assert "Content-Encoding gzip" in lablib.check_response(200, h, gz, expect_body=body)
+
+
+# ------------------------------------------------------------------ CSV, summaries, report
+
+def _row(**kw):
+    base = {"case": "A", "rep": 1, "variant": "1k.txt", "conc": 100, "workers": 1, "contender": "nginx",
+            "ref": "nginx", "tool": "wrk", "duration_s": 1.0, "requests": 1000, "rps": 1000.0,
+            "us_cpu_per_req": 10.0, "errors": 0, "err_status": 0, "peak_rss_kb": 10240,
+            "server_cpu_pct": 95.0, "server_core_busy_pct": 96.0, "steal_pct": 0.0}
+    base.update(kw)
+    return base
+
+
+def _write(tmp, rows):
+    raw = os.path.join(tmp, "raw.csv")
+    for r in rows:
+        lablib.append_row(raw, r)
+    return raw
+
+
+def test_csv_roundtrip_and_header():
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = _write(tmp, [_row(), _row(rep=2, rps=1200.0)])
+        with open(raw) as f:
+            header = next(csv.reader(f))
+        assert header == lablib.FIELDS
+        rows = lablib.read_rows(raw)
+        assert len(rows) == 2 and rows[1]["rps"] == "1200.0" and rows[0]["contender"] == "nginx"
+
+
+def test_summarize_medians_errors_and_not_yet():
+    rows = [
+        _row(rps="1000", errors="0"), _row(rep=2, rps="3000", errors="2"), _row(rep=3, rps="2000", errors="1"),
+        _row(contender="hayate", case="C", note="not yet: supervisor", rps=""),
+    ]
+    rows = [{k: str(v) for k, v in r.items()} for r in rows]
+    s = lablib.summarize(rows)
+    assert len(s) == 2
+    nginx, later = s
+    assert nginx["n"] == 3 and nginx["rps"] == (2000.0, 1000.0, 3000.0)
+    assert nginx["errors"][0] == 3  # errors are summed, not a median
+    assert later["not_yet"] and later["n"] == 0 and later["rps"] is None
+
+
+def test_ok_rps_leaves_out_error_answers_and_mostly_errors():
+    rows = [_row(case="B", requests=1000, duration_s=2.0, err_status=900, errors=900, rps=500.0),
+            _row(case="B", contender="hayate", requests=1000, duration_s=2.0, err_status=0, rps=500.0)]
+    s = lablib.summarize([{k: str(v) for k, v in r.items()} for r in rows])
+    assert s[0]["ok_rps"][0] == 50.0 and s[0]["ok_requests"][0] == 100.0
+    assert s[1]["ok_rps"][0] == 500.0
+    assert lablib.mostly_errors(s[0]) and not lablib.mostly_errors(s[1])
+    assert "| 100 | **hayate** | 500 |" in "\n".join(lablib.case_table(s, "B"))
+
+
+def test_ratio_against_reference_in_the_same_group():
+    rows = [_row(), _row(contender="hayate", rps=1500.0, us_cpu_per_req=6.0),
+            _row(variant="5081.png", rps=9999.0)]
+    rows = [{k: str(v) for k, v in r.items()} for r in rows]
+    s = lablib.summarize(rows)
+    ref = lablib.find_ref(s, s[1])
+    assert ref is s[0]  # same variant, not the 5081.png nginx row
+    assert lablib.find_ref(s, s[0]) is None  # nginx is its own reference
+    table = "\n".join(lablib.case_table(s, "A"))
+    assert "| 1k.txt | 1 | **hayate** | 1,500 | 1.50× | 6.00 | 0.60× |" in table
+
+
+def test_report_has_tables_ceiling_not_yet_errors_and_meta():
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [
+            _row(), _row(contender="hayate", rps=2000.0), _row(contender="ceiling", rps=3000.0, note="the floor"),
+            _row(case="D", variant="1 KiB JSON", contender="nginx TCP keepalive", ref=""),
+            _row(case="D", variant="1 KiB JSON", contender="hayate TCP", ref="nginx TCP keepalive",
+                 errors=7, err_status=7),
+            {"case": "D", "rep": 1, "variant": "1 KiB JSON", "conc": 100, "workers": 1,
+             "contender": "hayate cache 5s", "ref": "nginx cache 5s", "note": "not yet: no cache"},
+        ]
+        _write(tmp, rows)
+        Path(tmp, "meta.tsv").write_text("run\tX\nmode\tquick\nmachine\thost vm, 2 cores\ntools\tnginx/1.22.1\n")
+        Path(tmp, "notes.txt").write_text("something to know\n")
+        Path(tmp, "A_rps.png").write_bytes(b"")
+        text = lablib.make_report(tmp)
+        assert Path(tmp, "report.md").read_text() == text
+        assert "## A. Static files" in text and "## D. In front of an app" in text
+        assert "| 1k.txt | 1 | **hayate** | 2,000 | 2.00× |" in text
+        assert "| 1k.txt | 1 | ceiling | 3,000 | 3.00× |" in text and "the floor" in text
+        assert "| **hayate cache 5s** | not yet |" in text
+        assert "## Not yet" in text and "no cache" in text
+        assert "## Errors" in text and "hayate TCP: 7 (connect 0, read 0, write 0, status 7, timeout 0)" in text
+        assert "**7**" in text
+        assert "Machine: host vm, 2 cores" in text and "Tools: nginx/1.22.1" in text
+        assert "- something to know" in text
+        assert "![A_rps.png](A_rps.png)" in text
+
+
+def test_legacy_line_matches_the_static_raw_csv():
+    row = lablib.compute_row(lablib.parse_wrk(WRK), 0.5, 0.5, 1.0)
+    row.update({"server_core_busy_pct": 97.04, "client_core_busy_pct": 90.0, "steal_pct": 0.123})
+    line = lablib.legacy_line("small,1,nginx,1k.txt,keep-alive,100", row)
+    cells = line.split(",")
+    # lib.sh's BENCH_CSV_HEADER has 26 columns; bench_summarize reads them by position
+    assert len(cells) == 26
+    assert cells[:6] == ["small", "1", "nginx", "1k.txt", "keep-alive", "100"]
+    assert cells[7] == "96691" and cells[8] == "87926"  # requests, rps
+    assert cells[21] == "8" and cells[22] == ""  # errors, no access log
+    assert cells[23:] == ["97.0", "90.0", "0.1"]
+
+
+def test_load_warnings():
+    s = lablib.summarize([{k: str(v) for k, v in _row(server_cpu_pct=40.0, server_core_busy_pct=90.0,
+                                                        steal_pct=9.0).items()}])
+    w = lablib.load_warnings(s)
+    assert any("other load" in x for x in w) and any("stolen" in x for x in w)
+
+
+if __name__ == "__main__":
+    passed = failed = 0
+    for name, fn in sorted(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                passed += 1
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {name}: {type(e).__name__}: {e}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
