@@ -6,6 +6,8 @@
 //! CRLF (a bare LF or CR is an error), and extensions and trailers are
 //! bounded in size.
 
+use crate::field::hex_digit;
+
 /// Longest chunk extension accepted, in bytes.
 const MAX_EXTENSION: usize = 4096;
 /// Largest trailer section accepted, in bytes.
@@ -104,7 +106,7 @@ impl ChunkedDecoder {
         while i < input.len() && self.state != State::Done {
             let b = input[i];
             match self.state {
-                State::Size { digits } => match hex(b) {
+                State::Size { digits } => match hex_digit(b) {
                     Some(d) => {
                         if digits >= 16 {
                             return Err(ChunkError::BadSize);
@@ -196,15 +198,6 @@ impl ChunkedDecoder {
             i += 1;
         }
         Ok(i)
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 

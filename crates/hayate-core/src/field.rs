@@ -13,9 +13,32 @@ pub fn trim_ows(s: &[u8]) -> &[u8] {
     &s[start..end.max(start)]
 }
 
+/// The value of a hexadecimal digit.
+pub fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::trim_ows;
+    use super::{hex_digit, trim_ows};
+
+    #[test]
+    fn hex_digits() {
+        assert_eq!(
+            (
+                hex_digit(b'0'),
+                hex_digit(b'a'),
+                hex_digit(b'F'),
+                hex_digit(b'g')
+            ),
+            (Some(0), Some(10), Some(15), None)
+        );
+    }
 
     #[test]
     fn trims_spaces_and_tabs_only() {

@@ -7,6 +7,7 @@
 //! resolved like `../`. An encoded slash (`%2F`) becomes a separator, as
 //! nginx does after merging. NUL (raw or `%00`) is refused.
 
+use crate::field::hex_digit;
 use std::borrow::Cow;
 
 /// Why a request path was refused; each maps to 400.
@@ -102,11 +103,11 @@ fn decode(raw: &[u8]) -> Result<Vec<u8>, PathError> {
         if b == b'%' {
             let hi = raw
                 .get(i + 1)
-                .and_then(|&h| hex(h))
+                .and_then(|&h| hex_digit(h))
                 .ok_or(PathError::BadEscape)?;
             let lo = raw
                 .get(i + 2)
-                .and_then(|&l| hex(l))
+                .and_then(|&l| hex_digit(l))
                 .ok_or(PathError::BadEscape)?;
             out.push(hi << 4 | lo);
             i += 3;
@@ -119,15 +120,6 @@ fn decode(raw: &[u8]) -> Result<Vec<u8>, PathError> {
         return Err(PathError::Nul);
     }
     Ok(out)
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 /// Percent-encodes a path for a `Location` header or a link: every byte

@@ -95,15 +95,7 @@ impl Running {
 
     /// Resident memory of the process, from /proc.
     pub fn rss_bytes(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let kib: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        Some(kib * 1024)
+        rss_of(self.pid)
     }
 
     /// Waits for the process to exit.
