@@ -1,9 +1,52 @@
 //! The error log: a `log` backend writing `TIME LEVEL message` lines to
 //! stderr, filtered by level. Access logging is separate (hayate-server).
+//!
+//! A message repeated back to back is written once per second with a count
+//! of the copies held back, so a flood (every request failing the same way
+//! at a descriptor limit wrote 90,000 lines in 10 s in the bench lab) cannot
+//! drown the log or the disk.
 
 use std::io::Write;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-struct StderrLogger;
+struct StderrLogger {
+    repeats: Mutex<Repeats>,
+}
+
+/// Collapses back-to-back copies of one message.
+#[derive(Debug, Default)]
+struct Repeats {
+    last: String,
+    second: u64,
+    held: u64,
+}
+
+impl Repeats {
+    /// Decides what to write for `message` (level and text) arriving at
+    /// `second`: nothing (a held copy), or the lines to write.
+    fn admit(&mut self, message: &str, second: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        if message == self.last {
+            if second == self.second {
+                self.held += 1;
+                return out;
+            }
+        } else {
+            self.last = message.to_string();
+        }
+        if self.held > 0 {
+            out.push(format!(
+                "WARN last message repeated {} more times",
+                self.held
+            ));
+            self.held = 0;
+        }
+        self.second = second;
+        out.push(message.to_string());
+        out
+    }
+}
 
 impl log::Log for StderrLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
@@ -14,24 +57,64 @@ impl log::Log for StderrLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let mut line = String::with_capacity(128);
-        crate::date::iso_now(&mut line);
-        line.push(' ');
-        line.push_str(record.level().as_str());
-        line.push(' ');
-        line.push_str(&record.args().to_string());
-        line.push('\n');
-        // One write per line keeps lines whole when workers log at once.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        let message = format!("{} {}", record.level().as_str(), record.args());
+        let second = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let lines = match self.repeats.lock() {
+            Ok(mut r) => r.admit(&message, second),
+            Err(_) => vec![message],
+        };
+        let mut text = String::with_capacity(128);
+        for l in lines {
+            crate::date::iso_now(&mut text);
+            text.push(' ');
+            text.push_str(&l);
+            text.push('\n');
+        }
+        if !text.is_empty() {
+            // One write keeps lines whole when workers log at once.
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        }
     }
 
     fn flush(&self) {}
 }
 
-static LOGGER: StderrLogger = StderrLogger;
+static LOGGER: StderrLogger = StderrLogger {
+    repeats: Mutex::new(Repeats {
+        last: String::new(),
+        second: 0,
+        held: 0,
+    }),
+};
 
 /// Installs the stderr logger at `level`. Calling it again only changes the level.
 pub fn init(level: log::LevelFilter) {
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(level);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Repeats;
+
+    #[test]
+    fn floods_collapse_to_one_line_per_second_with_a_count() {
+        let mut r = Repeats::default();
+        assert_eq!(r.admit("ERROR boom", 10), vec!["ERROR boom"]);
+        for _ in 0..1000 {
+            assert!(r.admit("ERROR boom", 10).is_empty());
+        }
+        assert_eq!(
+            r.admit("ERROR boom", 11),
+            vec!["WARN last message repeated 1000 more times", "ERROR boom"]
+        );
+        assert!(r.admit("ERROR boom", 11).is_empty());
+        assert_eq!(
+            r.admit("INFO other", 11),
+            vec!["WARN last message repeated 1 more times", "INFO other"]
+        );
+        assert_eq!(r.admit("INFO other", 12), vec!["INFO other"]);
+    }
 }
