@@ -44,11 +44,6 @@ impl Default for Shutdown {
 }
 
 impl ShutdownWatch {
-    /// Whether shutdown has begun.
-    pub fn is_shutting_down(&self) -> bool {
-        *self.rx.borrow()
-    }
-
     /// Completes once shutdown has begun (at once if it already has).
     pub async fn wait(&mut self) {
         // An error means the sender is gone, which also means shutdown.

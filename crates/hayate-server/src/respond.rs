@@ -57,11 +57,6 @@ pub const OVER_CAPACITY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
 Content-Length: 24\r\nRetry-After: 1\r\nConnection: close\r\n\r\n503 Service Unavailable\n";
 
-/// Maps a status to whether it is an error worth a log line at info level.
-pub fn is_client_error(status: Status) -> bool {
-    (400..500).contains(&status.code())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
