@@ -234,6 +234,16 @@ options! {
         "hayate run: size at which the app log is rotated";
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
+    cache_size: Size = "256MiB", "SIZE",
+        "Memory for the response cache, shared by every route and worker";
+    cache_max_object: Size = "8MiB", "SIZE",
+        "Largest response body the cache stores";
+    cache_lock_timeout: Dur = "5s", "DURATION",
+        "Longest a request waits for another's fetch of the same URL before going to the upstream itself";
+    cache_lock_waiters: u32 = "10000", "N",
+        "Most requests waiting for one fetch; more go to the upstream";
+    cache_hit_for_miss: Dur = "5s", "DURATION",
+        "How long a URL whose response was not storable skips waiting for other fetches";
 }
 
 options! {
@@ -266,4 +276,6 @@ options! {
         "Mark files with a content hash in their name (app.3f9a1c2e.js) public, 1 year, immutable";
     precompressed: bool = "true", "BOOL",
         "Serve .br, .zst and .gz siblings to clients that accept them";
+    cache: CacheSpec = "off", "off|on|TTL[,OPTS]",
+        "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR";
 }

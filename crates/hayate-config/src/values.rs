@@ -362,6 +362,121 @@ impl OptValue for BalanceSpec {
     }
 }
 
+/// A route's response cache: `off`, `on` (RFC 9111 only), or a TTL that
+/// also micro-caches responses carrying no freshness information; then
+/// comma-separated extras: `set-cookie` (store responses with Set-Cookie,
+/// the cookie stripped), `cookie` and `authorization` (use the cache for
+/// requests carrying them), `stale-while-revalidate=DUR`,
+/// `stale-if-error=DUR`. In a file also a table:
+/// `cache = { ttl = "5s", stale_if_error = "1m", set_cookie = true }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheSpec {
+    /// The cache is on.
+    pub enabled: bool,
+    /// Freshness given to storable responses that carry none.
+    pub ttl: Option<Duration>,
+    /// Store responses carrying Set-Cookie (the cookie is never stored).
+    pub set_cookie: bool,
+    /// Requests carrying Cookie use the cache.
+    pub with_cookie: bool,
+    /// Requests carrying Authorization use the cache (RFC 9111 §3.5 rules).
+    pub with_authorization: bool,
+    /// Default stale-while-revalidate window.
+    pub stale_while_revalidate: Duration,
+    /// Default stale-if-error window.
+    pub stale_if_error: Duration,
+}
+
+impl CacheSpec {
+    fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
+        let flag = |v: Option<&str>| v.map_or(Ok(true), bool::parse_str);
+        let dur = |v: Option<&str>| match v {
+            Some(v) => Dur::parse_str(v).map(|d| d.0),
+            None => Err(format!("{key} needs a duration, e.g. {key}=10s")),
+        };
+        match key.replace('-', "_").as_str() {
+            "set_cookie" => self.set_cookie = flag(value)?,
+            "cookie" | "with_cookie" => self.with_cookie = flag(value)?,
+            "authorization" | "with_authorization" => self.with_authorization = flag(value)?,
+            "stale_while_revalidate" => self.stale_while_revalidate = dur(value)?,
+            "stale_if_error" => self.stale_if_error = dur(value)?,
+            "ttl" => {
+                self.enabled = true;
+                self.ttl = Some(dur(value)?);
+            }
+            "enabled" => self.enabled = flag(value)?,
+            _ => {
+                return Err(format!(
+                    "unknown cache setting {key:?} (ttl, enabled, set_cookie, with_cookie, \
+                     with_authorization, stale_while_revalidate, stale_if_error)"
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+impl OptValue for CacheSpec {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut items = s.split(',').map(str::trim);
+        let mut spec = CacheSpec::default();
+        match items.next().unwrap_or_default() {
+            "off" | "false" => {}
+            "on" | "true" => spec.enabled = true,
+            ttl => {
+                let d = Dur::parse_str(ttl)
+                    .map_err(|_| format!("expected off, on or a TTL like 5s, got {ttl:?}"))?;
+                spec.enabled = true;
+                spec.ttl = Some(d.0);
+            }
+        }
+        for item in items.filter(|i| !i.is_empty()) {
+            let (k, v) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (item, None),
+            };
+            spec.set(k, v)?;
+        }
+        Ok(spec)
+    }
+
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Table(t) => {
+                let mut spec = CacheSpec {
+                    enabled: true,
+                    ..CacheSpec::default()
+                };
+                for (k, v) in t.iter() {
+                    let text = match v.get_ref() {
+                        DeValue::String(s) => s.to_string(),
+                        DeValue::Boolean(b) => b.to_string(),
+                        DeValue::Integer(i) => i.as_str().to_string(),
+                        other => {
+                            return Err(format!(
+                                "cache.{}: unexpected {}",
+                                k.get_ref(),
+                                other.type_str()
+                            ))
+                        }
+                    };
+                    spec.set(k.get_ref(), Some(&text))
+                        .map_err(|e| format!("cache.{}: {e}", k.get_ref()))?;
+                }
+                Ok(spec)
+            }
+            DeValue::Boolean(b) => Self::parse_str(if *b { "on" } else { "off" }),
+            other => match other {
+                DeValue::String(s) => Self::parse_str(s),
+                _ => Err(format!(
+                    "expected off, on, a TTL or a table, got {}",
+                    other.type_str()
+                )),
+            },
+        }
+    }
+}
+
 impl OptValue for IpNet {
     fn parse_str(s: &str) -> Result<Self, String> {
         let t = s.trim();

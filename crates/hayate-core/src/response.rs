@@ -31,6 +31,9 @@ pub struct Response {
     pub body: Body,
     /// Close the connection after this response.
     pub close: bool,
+    /// What the response cache did (`HIT`, `MISS`, …), for the access log;
+    /// `None` where no cache is configured.
+    pub cache_status: Option<&'static str>,
 }
 
 /// A response body.
@@ -173,6 +176,7 @@ impl Response {
             head: Vec::new(),
             body: Body::Empty,
             close: false,
+            cache_status: None,
         }
     }
 

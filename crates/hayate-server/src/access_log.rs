@@ -78,6 +78,8 @@ pub struct Entry<'a> {
     pub bytes: u64,
     /// Time from a complete head to the response written.
     pub duration: Duration,
+    /// What the response cache did, on routes that cache.
+    pub cache: Option<&'static str>,
 }
 
 impl AccessLog {
@@ -140,7 +142,12 @@ fn combined(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
     escape(out, req.header(b"referer").unwrap_or(b"-"));
     out.extend_from_slice(b"\" \"");
     escape(out, req.header(b"user-agent").unwrap_or(b"-"));
-    out.extend_from_slice(b"\"\n");
+    out.push(b'"');
+    if let Some(c) = e.cache {
+        out.extend_from_slice(b" cache=");
+        out.extend_from_slice(c.as_bytes());
+    }
+    out.push(b'\n');
 }
 
 fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
@@ -172,7 +179,13 @@ fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
     json_escape(out, req.header(b"referer").unwrap_or_default());
     out.extend_from_slice(b"\",\"user_agent\":\"");
     json_escape(out, req.header(b"user-agent").unwrap_or_default());
-    out.extend_from_slice(b"\"}\n");
+    out.push(b'"');
+    if let Some(c) = e.cache {
+        out.extend_from_slice(b",\"cache\":\"");
+        out.extend_from_slice(c.as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"}\n");
 }
 
 fn escape(out: &mut Vec<u8>, s: &[u8]) {
@@ -231,6 +244,7 @@ mod tests {
             status: 200,
             bytes: 12,
             duration: Duration::from_micros(7),
+            cache: None,
         };
         let mut out = Vec::new();
         combined(&mut out, &req, &e);
@@ -242,6 +256,26 @@ mod tests {
             ),
             "{line}"
         );
+        let mut out = Vec::new();
+        combined(
+            &mut out,
+            &req,
+            &Entry {
+                cache: Some("HIT"),
+                ..e
+            },
+        );
+        assert!(out.ends_with(b"agent\" cache=HIT\n"));
+        let mut out = Vec::new();
+        json(
+            &mut out,
+            &req,
+            &Entry {
+                cache: Some("MISS"),
+                ..e
+            },
+        );
+        assert!(out.ends_with(b",\"cache\":\"MISS\"}\n"));
         let mut out = Vec::new();
         json(&mut out, &req, &e);
         let line = String::from_utf8(out).expect("ascii");

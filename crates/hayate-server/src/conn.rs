@@ -312,6 +312,7 @@ impl Conn {
     ) -> io::Result<()> {
         let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
         let status = resp.status;
+        let cache = resp.cache_status;
         if let Body::Upgrade(tunnel) = resp.body {
             self.flush().await?;
             if let Some(log) = &self.worker.access_log {
@@ -320,6 +321,7 @@ impl Conn {
                     status: status.code(),
                     bytes: 0,
                     duration: started.elapsed(),
+                    cache,
                 };
                 log.record(req, &entry);
             }
@@ -362,6 +364,7 @@ impl Conn {
                 status: status.code(),
                 bytes: sent,
                 duration: started.elapsed(),
+                cache,
             };
             log.record(req, &entry);
         }

@@ -7,6 +7,7 @@
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;
+pub mod cached;
 mod conn;
 mod conn_body;
 pub mod control;
@@ -53,7 +54,8 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     raise_fd_limit();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
-    router::Router::build(&config, app.as_ref())?;
+    let cache = router::response_cache(&config);
+    router::Router::build(&config, app.as_ref(), cache.as_ref())?;
     let log_sink = Sink::open(&config.global.access_log)?;
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
@@ -75,6 +77,7 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         connections: Arc::new(AtomicUsize::new(0)),
         log_sink,
         app,
+        cache,
     };
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();

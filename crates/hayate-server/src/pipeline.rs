@@ -4,10 +4,10 @@
 //!    (limits, framing: see `request.rs`); here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
-//! 3. Cache lookup — not yet (the response cache issue).
-//! 4. Origin: a file under the route's root if one matches, else the
-//!    route's upstream group (try_files); non-GET methods go straight to
-//!    the upstream when there is one.
+//! 3. Origin: a file under the route's root if one matches, else
+//! 4. the route's upstream group (try_files), through the response cache
+//!    when the route caches (`cached.rs`: lookup, coalesced fetch, store);
+//!    non-GET methods go straight to the upstream when there is one.
 //! 5. Response headers common to every response are added by the writer
 //!    (`respond.rs`); compression will slot in here.
 //!
@@ -55,7 +55,7 @@ pub async fn handle<B: ClientBody>(
         return Response::error(Status::NOT_FOUND);
     };
 
-    // 4. Origin: a file if one matches (GET and HEAD), else the upstream.
+    // 3. A file if one matches (GET and HEAD), else 4. the upstream.
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
     if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
         let handler_path = handler_path(route, &path);
@@ -88,7 +88,10 @@ pub async fn handle<B: ClientBody>(
                 client_ip: peer,
                 host: req.host(),
             };
-            group.forward(&proxied, body).await
+            match &route.cache {
+                Some(cache) => crate::cached::respond(cache, group, &proxied, body).await,
+                None => group.forward(&proxied, body).await,
+            }
         }
         None => Response::error(Status::NOT_FOUND),
     }

@@ -5,12 +5,16 @@
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 
+use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::values::{BalanceSpec, ProxySpec};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
+
+use crate::cached::RouteCache;
 
 /// A route: a path prefix, its files and its upstream group. With both,
 /// a file that exists is served and everything else goes to the group
@@ -24,6 +28,8 @@ pub struct Route {
     pub files: Option<StaticRoot>,
     /// The upstream group.
     pub upstream: Option<Rc<UpstreamGroup>>,
+    /// The response cache in front of the upstream group.
+    pub cache: Option<RouteCache>,
 }
 
 struct Site {
@@ -40,7 +46,11 @@ pub struct Router {
 
 impl Router {
     /// Builds the table, opening every static root.
-    pub fn build(config: &Config, app: Option<&AppSlots>) -> io::Result<Router> {
+    pub fn build(
+        config: &Config,
+        app: Option<&AppSlots>,
+        cache: Option<&Arc<ResponseCache>>,
+    ) -> io::Result<Router> {
         let g = &config.global;
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
@@ -98,11 +108,24 @@ impl Router {
                     }
                     (None, false, _) => None,
                 };
+                let spec = &r.options.cache;
+                let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 routes.push(Route {
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
                     files,
                     upstream,
+                    cache: cache.map(|shared| RouteCache {
+                        shared: shared.clone(),
+                        policy: RoutePolicy {
+                            default_ttl: spec.ttl,
+                            store_set_cookie: spec.set_cookie,
+                            with_cookie: spec.with_cookie,
+                            stale_while_revalidate: spec.stale_while_revalidate,
+                            stale_if_error: spec.stale_if_error,
+                        },
+                        with_authorization: spec.with_authorization,
+                    }),
                 });
             }
             sites.push(Site {
@@ -151,6 +174,25 @@ impl Router {
             })
         })
     }
+}
+
+/// The response cache shared by every worker, when a route caches.
+pub fn response_cache(config: &Config) -> Option<Arc<ResponseCache>> {
+    let g = &config.global;
+    let used = config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .any(|r| r.options.cache.enabled);
+    used.then(|| {
+        Arc::new(ResponseCache::new(hayate_cache::CacheLimits {
+            budget: g.cache_size.0,
+            max_object: g.cache_max_object.0,
+            lock_timeout: g.cache_lock_timeout.0,
+            max_waiters: g.cache_lock_waiters as usize,
+            hit_for_miss: g.cache_hit_for_miss.0,
+        }))
+    })
 }
 
 /// Segment-aware prefix match: `/assets` matches `/assets` and `/assets/x`

@@ -14,6 +14,12 @@
 //!   Content-Length or chunked; with `stall_ms`, pauses after half of them.
 //! - `/close`: answers with `Connection: close`, then closes.
 //! - `/status?code=N`: answers status N (no body for 204 and 304).
+//! - `/script?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
+//!   percent-encoded), `etag=V` (sends `ETag: "V"` and answers 304 to a
+//!   matching If-None-Match), `ms=N` (delay), `body=TEXT`, `chunked=1`,
+//!   `n=N` (N bytes of [`big_bytes`] as the body). The default body is
+//!   `count K\n`, K being how many requests this target has received
+//!   ([`Origin::count`]).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -51,6 +57,8 @@ struct Shared {
     stop: AtomicBool,
     requests: AtomicU64,
     connections: AtomicU64,
+    /// Requests per target (path and query).
+    per_target: Mutex<std::collections::HashMap<String, u64>>,
     /// Clones of every connection, to shut them down on drop (a shutdown
     /// ends a connection whichever handle does it).
     open: Mutex<Vec<Box<dyn Stream>>>,
@@ -109,6 +117,7 @@ impl Origin {
             stop: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            per_target: Mutex::new(Default::default()),
             open: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
@@ -142,6 +151,12 @@ impl Origin {
         self.shared.requests.load(Ordering::SeqCst)
     }
 
+    /// Requests received for `target` (path and query, as sent).
+    pub fn count(&self, target: &str) -> u64 {
+        let counts = self.shared.per_target.lock().expect("lock");
+        counts.get(target).copied().unwrap_or(0)
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
@@ -173,6 +188,40 @@ fn query(target: &str, key: &str) -> Option<u64> {
     v?.parse().ok()
 }
 
+/// Every `key=value` of the query, percent-decoded.
+fn query_all(target: &str) -> Vec<(String, String)> {
+    let Some((_, q)) = target.split_once('?') else {
+        return Vec::new();
+    };
+    let decode = |s: &str| {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            match (b[i], b.get(i + 1..i + 3)) {
+                (b'%', Some(h)) => {
+                    match u8::from_str_radix(std::str::from_utf8(h).unwrap_or("x"), 16) {
+                        Ok(v) => {
+                            out.push(v);
+                            i += 3;
+                            continue;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                (b'+', _) => out.push(b' '),
+                (c, _) => out.push(c),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    q.split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
+}
+
 /// Serves one connection until it closes, fails, or idles out.
 fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
     let Ok(mut out) = conn.clone_box() else {
@@ -193,8 +242,14 @@ fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
         };
         count += 1;
         shared.requests.fetch_add(1, Ordering::SeqCst);
+        let seen = {
+            let mut counts = shared.per_target.lock().expect("lock");
+            let c = counts.entry(req.target.clone()).or_insert(0);
+            *c += 1;
+            *c
+        };
         let close = req.target.starts_with("/close") || req.header("connection") == Some("close");
-        let info = (id, count, close);
+        let info = (id, count, close, seen);
         if respond(&mut out, &req, &body, info, &shared.opts).is_err() || close {
             break;
         }
@@ -263,7 +318,7 @@ fn respond(
     out: &mut Box<dyn Stream>,
     req: &Echo,
     req_body: &[u8],
-    (id, count, close): (u64, u64, bool),
+    (id, count, close, seen): (u64, u64, bool, u64),
     opts: &OriginOptions,
 ) -> io::Result<()> {
     let path = req.target.split('?').next().unwrap_or("");
@@ -288,6 +343,35 @@ fn respond(
             format!("status {status}\n").into_bytes()
         }
         "/close" => b"closing\n".to_vec(),
+        "/script" => {
+            let params = query_all(&req.target);
+            let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if let Some(ms) = get("ms").and_then(|v| v.parse::<u64>().ok()) {
+                std::thread::sleep(Duration::from_millis(ms.min(10_000)));
+            }
+            status = get("status").and_then(|v| v.parse().ok()).unwrap_or(200);
+            chunked = get("chunked").as_deref() == Some("1");
+            for (_, v) in params.iter().filter(|(n, _)| n == "h") {
+                if let Some((name, value)) = v.split_once(':') {
+                    extra.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));
+                }
+            }
+            if let Some(tag) = get("etag") {
+                let tag = format!("\"{tag}\"");
+                extra.push_str(&format!("ETag: {tag}\r\n"));
+                if req
+                    .header("if-none-match")
+                    .is_some_and(|v| v.contains(&tag))
+                {
+                    status = 304;
+                }
+            }
+            match (get("body"), get("n").and_then(|n| n.parse().ok())) {
+                (Some(b), _) => b.into_bytes(),
+                (None, Some(n)) => big_bytes(n),
+                (None, None) => format!("count {seen}\n").into_bytes(),
+            }
+        }
         _ => {
             if query(&req.target, "hop") == Some(1) {
                 extra.push_str("Connection: X-Origin-Hop\r\nX-Origin-Hop: 1\r\n");

@@ -1,0 +1,270 @@
+//! Turning responses into stored entries and stored entries back into
+//! responses: what is kept (§3.1: no Age, never Set-Cookie), Age and
+//! Cache-Status on every response served from the cache, 304 answers to a
+//! client's own validators, and header updates from an origin's 304
+//! (§4.3.4).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use hayate_core::{Body, Response, Status};
+
+use crate::policy::{header_lines, initial_age, ResponseFacts};
+use crate::status::CacheStatus;
+use crate::store::Stored;
+use crate::vary::VaryKey;
+
+/// Fields never stored: recomputed (Age), private to one client
+/// (Set-Cookie), or about the exchange rather than the representation.
+fn never_stored(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 4] = [b"age", b"set-cookie", b"set-cookie2", b"cache-status"];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Fields a 304 does not update (§3.2: they describe the stored body).
+fn kept_on_update(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 4] = [
+        b"content-length",
+        b"content-encoding",
+        b"content-range",
+        b"transfer-encoding",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The header lines of a response (shared block then its own).
+pub fn response_head(resp: &Response) -> Vec<u8> {
+    let mut head = resp.shared_head.to_vec();
+    head.extend_from_slice(&resp.head);
+    head
+}
+
+/// Everything [`stored_from`] needs besides the response.
+#[derive(Debug)]
+pub struct Admission<'a> {
+    /// The response's facts.
+    pub facts: &'a ResponseFacts,
+    /// The freshness lifetime decided by the policy.
+    pub lifetime: Duration,
+    /// When the request was sent upstream.
+    pub request_time: SystemTime,
+    /// When the response head arrived.
+    pub response_time: SystemTime,
+    /// The request's Vary values.
+    pub vary: VaryKey,
+}
+
+/// The entry to store for a response with header lines `head`.
+pub fn stored_from(status: Status, head: &[u8], body: Bytes, a: Admission<'_>) -> Stored {
+    let mut kept = Vec::with_capacity(head.len());
+    for (name, value) in header_lines(head) {
+        if !never_stored(name) {
+            push_line(&mut kept, name, value);
+        }
+    }
+    Stored {
+        status,
+        head: Bytes::from(kept),
+        body,
+        vary: a.vary,
+        etag: a.facts.etag.clone(),
+        last_modified: a.facts.last_modified.as_ref().map(|(raw, _)| raw.clone()),
+        cc: a.facts.cc,
+        lifetime: a.lifetime,
+        initial_age: initial_age(a.facts, a.request_time, a.response_time),
+        stored_at: Instant::now(),
+        tags: a
+            .facts
+            .tags
+            .iter()
+            .map(|t| t.clone().into_boxed_slice())
+            .collect(),
+    }
+}
+
+/// The header lines of a stored response refreshed by an origin's 304
+/// (§4.3.4): the 304's fields replace the stored ones of the same name,
+/// except those that describe the stored body.
+pub fn merged_304_head(old: &Stored, head_304: &[u8]) -> Vec<u8> {
+    let updated: Vec<(&[u8], &[u8])> = header_lines(head_304)
+        .filter(|(n, _)| !never_stored(n) && !kept_on_update(n))
+        .collect();
+    let mut head = Vec::with_capacity(old.head.len() + head_304.len());
+    for (name, value) in header_lines(&old.head) {
+        if !updated.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            push_line(&mut head, name, value);
+        }
+    }
+    for (name, value) in &updated {
+        push_line(&mut head, name, value);
+    }
+    head
+}
+
+/// The conditional headers that revalidate `stored` (§4.3.1).
+pub fn validators(stored: &Stored) -> Vec<(&'static [u8], Bytes)> {
+    let mut v = Vec::new();
+    if let Some(e) = &stored.etag {
+        v.push((&b"If-None-Match"[..], e.clone()));
+    }
+    if let Some(lm) = &stored.last_modified {
+        v.push((&b"If-Modified-Since"[..], lm.clone()));
+    }
+    v
+}
+
+/// A response from the cache: the stored one with Age and Cache-Status.
+pub fn from_store(stored: &Stored, age: u64, status: &CacheStatus) -> Response {
+    let mut r = Response::new(stored.status);
+    r.shared_head = stored.head.clone();
+    r.header("Age", itoa::Buffer::new().format(age).as_bytes());
+    r.header("Cache-Status", status.header_value().as_bytes());
+    r.body = Body::Bytes(stored.body.clone());
+    r
+}
+
+/// The client's own validators, from a GET or HEAD.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClientValidators<'a> {
+    /// If-None-Match.
+    pub if_none_match: Option<&'a [u8]>,
+    /// If-Modified-Since.
+    pub if_modified_since: Option<&'a [u8]>,
+}
+
+impl ClientValidators<'_> {
+    /// Whether the stored response satisfies them, so a 304 answers
+    /// (RFC 9110 §13.1.2 weak comparison; §13.1.3 only without
+    /// If-None-Match).
+    pub fn not_modified(&self, stored: &Stored) -> bool {
+        if let Some(inm) = self.if_none_match {
+            let Some(etag) = &stored.etag else {
+                return false;
+            };
+            let opaque = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
+            let mine = opaque(etag);
+            let inm = hayate_core::field::trim_ows(inm);
+            return inm == b"*"
+                || inm
+                    .split(|&b| b == b',')
+                    .map(hayate_core::field::trim_ows)
+                    .any(|t| opaque(t) == mine);
+        }
+        let (Some(ims), Some(lm)) = (self.if_modified_since, &stored.last_modified) else {
+            return false;
+        };
+        let parse = |v: &[u8]| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| httpdate::parse_http_date(s.trim()).ok())
+        };
+        matches!((parse(ims), parse(lm)), (Some(ims), Some(lm)) if lm <= ims)
+    }
+}
+
+/// A 304 for a client whose validators match `stored` (RFC 9110 §15.4.5:
+/// the fields a 200 would carry that guide caches).
+pub fn not_modified(stored: &Stored, age: u64, status: &CacheStatus) -> Response {
+    const KEPT: [&[u8]; 6] = [
+        b"etag",
+        b"cache-control",
+        b"expires",
+        b"vary",
+        b"content-location",
+        b"last-modified",
+    ];
+    let mut r = Response::new(Status::NOT_MODIFIED);
+    for (name, value) in header_lines(&stored.head) {
+        if KEPT.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            push_line(&mut r.head, name, value);
+        }
+    }
+    r.header("Age", itoa::Buffer::new().format(age).as_bytes());
+    r.header("Cache-Status", status.header_value().as_bytes());
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::CacheOutcome;
+
+    fn admission(facts: &ResponseFacts) -> Admission<'_> {
+        let now = SystemTime::now();
+        Admission {
+            facts,
+            lifetime: Duration::from_secs(60),
+            request_time: now,
+            response_time: now,
+            vary: VaryKey::default(),
+        }
+    }
+
+    #[test]
+    fn storing_drops_age_and_cookies_and_304_updates_fields() {
+        let head = b"ETag: \"v1\"\r\nSet-Cookie: s=1\r\nAge: 9\r\nX-A: old\r\nContent-Type: text/plain\r\n";
+        let facts = ResponseFacts::from_head(head);
+        let s = stored_from(
+            Status::OK,
+            head,
+            Bytes::from_static(b"body"),
+            admission(&facts),
+        );
+        let text = String::from_utf8_lossy(&s.head).into_owned();
+        assert_eq!(
+            text,
+            "ETag: \"v1\"\r\nX-A: old\r\nContent-Type: text/plain\r\n"
+        );
+        assert_eq!(s.initial_age, 9);
+
+        let h304 = b"X-A: new\r\nContent-Length: 0\r\nAge: 1\r\nCache-Control: max-age=5\r\n";
+        let merged = merged_304_head(&s, h304);
+        assert_eq!(
+            String::from_utf8_lossy(&merged),
+            "ETag: \"v1\"\r\nContent-Type: text/plain\r\nX-A: new\r\nCache-Control: max-age=5\r\n"
+        );
+    }
+
+    #[test]
+    fn client_validators() {
+        let lm = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000));
+        let later =
+            httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000));
+        let head = format!("ETag: W/\"v1\"\r\nLast-Modified: {lm}\r\nContent-Type: x\r\n");
+        let facts = ResponseFacts::from_head(head.as_bytes());
+        let s = stored_from(Status::OK, head.as_bytes(), Bytes::new(), admission(&facts));
+        let inm = |v: &'static str| ClientValidators {
+            if_none_match: Some(v.as_bytes()),
+            if_modified_since: None,
+        };
+        assert!(inm("\"v1\"").not_modified(&s));
+        assert!(inm("\"x\", W/\"v1\"").not_modified(&s));
+        assert!(inm("*").not_modified(&s));
+        assert!(!inm("\"v2\"").not_modified(&s));
+        let ims = |v: String| ClientValidators {
+            if_none_match: None,
+            if_modified_since: Some(v.leak().as_bytes()),
+        };
+        assert!(ims(later.clone()).not_modified(&s));
+        assert!(ims(lm.clone()).not_modified(&s));
+        assert!(!ims(httpdate::fmt_http_date(SystemTime::UNIX_EPOCH)).not_modified(&s));
+
+        let r = not_modified(&s, 3, &CacheStatus::new(CacheOutcome::Hit));
+        let text = String::from_utf8_lossy(&r.head).into_owned();
+        assert!(
+            text.starts_with("ETag: W/\"v1\"\r\nLast-Modified: "),
+            "{text}"
+        );
+        assert!(
+            !text.contains("Content-Type") && text.contains("Age: 3\r\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! What the cache did with a request: the `Cache-Status` response header
+//! (RFC 9211) and the word in the access log.
+
+use std::fmt::Write;
+
+/// The cache's part in one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Served fresh from the cache.
+    Hit,
+    /// Served stale from the cache (stale-while-revalidate, stale-if-error,
+    /// max-stale).
+    Stale,
+    /// Fetched from the origin (stored or not).
+    Miss,
+    /// The stored response was confirmed by the origin (304) and served.
+    Revalidated,
+    /// The cache was not consulted (method, credentials, range,
+    /// hit-for-miss, a body too large).
+    Bypass,
+}
+
+impl CacheOutcome {
+    /// The access log word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "HIT",
+            CacheOutcome::Stale => "STALE",
+            CacheOutcome::Miss => "MISS",
+            CacheOutcome::Revalidated => "REVALIDATED",
+            CacheOutcome::Bypass => "BYPASS",
+        }
+    }
+}
+
+/// A `Cache-Status` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// What happened.
+    pub outcome: CacheOutcome,
+    /// The RFC 9211 `fwd` reason when the origin was contacted.
+    pub fwd: Option<&'static str>,
+    /// The origin's status when it was contacted.
+    pub fwd_status: Option<u16>,
+    /// Freshness left in seconds (negative when stale).
+    pub ttl: Option<i64>,
+    /// The response was stored.
+    pub stored: bool,
+    /// The request waited for another's fetch.
+    pub collapsed: bool,
+    /// Why, in a word (`detail`).
+    pub detail: Option<&'static str>,
+}
+
+impl CacheStatus {
+    /// A status with only the outcome set.
+    pub fn new(outcome: CacheOutcome) -> CacheStatus {
+        CacheStatus {
+            outcome,
+            fwd: None,
+            fwd_status: None,
+            ttl: None,
+            stored: false,
+            collapsed: false,
+            detail: None,
+        }
+    }
+
+    /// A bypass with its reason.
+    pub fn bypass(fwd: &'static str, detail: &'static str) -> CacheStatus {
+        CacheStatus {
+            fwd: Some(fwd),
+            detail: Some(detail),
+            ..CacheStatus::new(CacheOutcome::Bypass)
+        }
+    }
+
+    /// The header value, `hayate; fwd=miss; fwd-status=200; stored`.
+    pub fn header_value(&self) -> String {
+        let mut v = String::from("hayate");
+        if matches!(self.outcome, CacheOutcome::Hit | CacheOutcome::Stale) {
+            v.push_str("; hit");
+        }
+        if let Some(fwd) = self.fwd {
+            let _ = write!(v, "; fwd={fwd}");
+        }
+        if let Some(s) = self.fwd_status {
+            let _ = write!(v, "; fwd-status={s}");
+        }
+        if let Some(t) = self.ttl {
+            let _ = write!(v, "; ttl={t}");
+        }
+        if self.stored {
+            v.push_str("; stored");
+        }
+        if self.collapsed {
+            v.push_str("; collapsed");
+        }
+        if let Some(d) = self.detail {
+            let _ = write!(v, "; detail={d}");
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values() {
+        let hit = CacheStatus {
+            ttl: Some(4),
+            ..CacheStatus::new(CacheOutcome::Hit)
+        };
+        assert_eq!(hit.header_value(), "hayate; hit; ttl=4");
+        let miss = CacheStatus {
+            fwd: Some("uri-miss"),
+            fwd_status: Some(200),
+            stored: true,
+            collapsed: true,
+            ..CacheStatus::new(CacheOutcome::Miss)
+        };
+        assert_eq!(
+            miss.header_value(),
+            "hayate; fwd=uri-miss; fwd-status=200; stored; collapsed"
+        );
+        assert_eq!(
+            CacheStatus::bypass("request", "cookie").header_value(),
+            "hayate; fwd=request; detail=cookie"
+        );
+        assert_eq!(CacheOutcome::Revalidated.as_str(), "REVALIDATED");
+    }
+}

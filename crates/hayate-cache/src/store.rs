@@ -1,0 +1,413 @@
+//! The memory store, shared by every worker: responses by primary key (host
+//! and target), each key holding its Vary variants.
+//!
+//! Built on `quick_cache` (sharded, S3-FIFO eviction weighted by bytes),
+//! so readers on different workers rarely meet on a lock and one-hit
+//! wonders are evicted before popular responses. A key's variants are an
+//! immutable list swapped whole on change: a reader holding an `Arc` keeps
+//! a consistent copy, and two workers storing different variants of one
+//! key at once lose at most one of them (a later miss).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hayate_core::Status;
+use quick_cache::sync::Cache;
+use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
+
+use crate::directives::ResponseDirectives;
+use crate::policy::Freshness;
+use crate::vary::VaryKey;
+
+/// Most variants kept per URL; the oldest goes first.
+const MAX_VARIANTS: usize = 8;
+/// What an entry costs beyond its bytes (key, lists, bookkeeping).
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// A primary cache key: the Host and the request target, `host\0target`.
+pub type Key = Box<[u8]>;
+
+/// Builds the primary key of a request.
+pub fn key(host: &[u8], target: &[u8]) -> Key {
+    let mut k = Vec::with_capacity(host.len() + 1 + target.len());
+    k.extend(host.iter().map(u8::to_ascii_lowercase));
+    k.push(0);
+    k.extend_from_slice(target);
+    k.into_boxed_slice()
+}
+
+/// One stored response.
+#[derive(Debug)]
+pub struct Stored {
+    /// The status.
+    pub status: Status,
+    /// Header lines served with it (no Age, no Set-Cookie, no framing).
+    pub head: Bytes,
+    /// The whole body.
+    pub body: Bytes,
+    /// The request's values of the Vary fields it was stored for.
+    pub vary: VaryKey,
+    /// ETag, raw.
+    pub etag: Option<Bytes>,
+    /// Last-Modified, raw.
+    pub last_modified: Option<Bytes>,
+    /// Cache-Control of the response.
+    pub cc: ResponseDirectives,
+    /// Freshness lifetime.
+    pub lifetime: Duration,
+    /// The age it had when stored (corrected_initial_age).
+    pub initial_age: u64,
+    /// When it was stored (resident time counts from here).
+    pub stored_at: Instant,
+    /// Surrogate-Key tags.
+    pub tags: Box<[Box<[u8]>]>,
+}
+
+impl Stored {
+    /// Bytes it holds, for the budget.
+    pub fn weight(&self) -> u64 {
+        (self.head.len() + self.body.len() + self.vary.weight()) as u64 + ENTRY_OVERHEAD
+    }
+
+    /// Current age in seconds (§4.2.3: corrected_initial_age + resident).
+    pub fn age(&self, now: Instant) -> u64 {
+        self.initial_age + now.saturating_duration_since(self.stored_at).as_secs()
+    }
+
+    /// Its freshness state now.
+    pub fn freshness(&self, now: Instant, swr_default: u64, sie_default: u64) -> Freshness {
+        Freshness {
+            lifetime: self.lifetime.as_secs(),
+            age: self.age(now),
+            cc: self.cc,
+            swr_default,
+            sie_default,
+        }
+    }
+
+    /// Whether it has a validator for a conditional request.
+    pub fn has_validator(&self) -> bool {
+        self.etag.is_some() || self.last_modified.is_some()
+    }
+}
+
+/// What a key holds: its variants (newest first), or a hit-for-miss mark.
+#[derive(Debug, Clone, Default)]
+pub struct Entry {
+    variants: Vec<Arc<Stored>>,
+    /// Responses for this URL were found uncacheable: until then, requests
+    /// go straight to the origin without waiting on each other.
+    pass_until: Option<Instant>,
+    weight: u64,
+}
+
+/// Counters of the cache, for /metrics and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Served from the cache without contacting the origin.
+    pub hits: AtomicU64,
+    /// Looked up and not usable as is (miss, stale, revalidation).
+    pub misses: AtomicU64,
+    /// Served stale (stale-while-revalidate, stale-if-error).
+    pub stale: AtomicU64,
+    /// Not looked up (method, credentials, range, hit-for-miss).
+    pub bypasses: AtomicU64,
+    /// Responses stored.
+    pub stores: AtomicU64,
+    /// Stored responses refreshed by a 304.
+    pub revalidations: AtomicU64,
+    /// Entries evicted to stay within the budget.
+    pub evictions: AtomicU64,
+    /// Requests that waited for another's fetch (coalesced).
+    pub coalesced: AtomicU64,
+}
+
+impl Stats {
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone)]
+struct ByWeight;
+
+impl Weighter<Key, Arc<Entry>> for ByWeight {
+    fn weight(&self, key: &Key, val: &Arc<Entry>) -> u64 {
+        key.len() as u64 + val.weight.max(1)
+    }
+}
+
+#[derive(Clone)]
+struct CountEvictions(Arc<Stats>);
+
+impl Lifecycle<Key, Arc<Entry>> for CountEvictions {
+    type RequestState = ();
+
+    fn on_evict(&self, _: &mut (), _: Key, _: Arc<Entry>) {
+        Stats::bump(&self.0.evictions);
+    }
+}
+
+/// The shared store.
+pub struct Store {
+    map: Cache<Key, Arc<Entry>, ByWeight, DefaultHashBuilder, CountEvictions>,
+    /// Counters, shared with whoever reports them.
+    pub stats: Arc<Stats>,
+    /// The largest response body stored.
+    pub max_object: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("entries", &self.map.len())
+            .field("bytes", &self.map.weight())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// A store holding at most `budget` bytes, objects up to `max_object`.
+    pub fn new(budget: u64, max_object: u64) -> Store {
+        let stats = Arc::new(Stats::default());
+        let options = OptionsBuilder::new()
+            .estimated_items_capacity((budget / 16_384).clamp(64, 1 << 20) as usize)
+            .weight_capacity(budget.max(1))
+            .build()
+            .expect("cache options");
+        let map = Cache::with_options(
+            options,
+            ByWeight,
+            DefaultHashBuilder::default(),
+            CountEvictions(stats.clone()),
+        );
+        Store {
+            map,
+            stats,
+            max_object,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.map.weight()
+    }
+
+    /// URLs held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The newest variant of `key` whose Vary values match the request, and
+    /// whether the URL is marked hit-for-miss.
+    pub fn lookup<'h>(
+        &self,
+        key: &[u8],
+        request_field: impl Fn(&[u8]) -> Vec<&'h [u8]>,
+        now: Instant,
+    ) -> Lookup {
+        let Some(entry) = self.map.get(key) else {
+            return Lookup::Miss;
+        };
+        if let Some(s) = entry
+            .variants
+            .iter()
+            .find(|s| s.vary.matches(&request_field))
+        {
+            return Lookup::Found(s.clone());
+        }
+        if entry.pass_until.is_some_and(|t| t > now) {
+            return Lookup::Pass;
+        }
+        Lookup::Miss
+    }
+
+    /// Stores a response under `key`, replacing the variant with the same
+    /// Vary values. Refused (false) above the object size cap.
+    pub fn insert(&self, key: &[u8], stored: Stored) -> bool {
+        self.insert_shared(key, Arc::new(stored))
+    }
+
+    /// [`Store::insert`] of a response the caller keeps a handle on.
+    pub fn insert_shared(&self, key: &[u8], stored: Arc<Stored>) -> bool {
+        if stored.body.len() as u64 > self.max_object {
+            return false;
+        }
+        let mut entry = self.map.get(key).map(|e| (*e).clone()).unwrap_or_default();
+        entry.variants.retain(|s| s.vary != stored.vary);
+        entry.variants.insert(0, stored);
+        entry.variants.truncate(MAX_VARIANTS);
+        entry.pass_until = None;
+        entry.weight = entry.variants.iter().map(|s| s.weight()).sum();
+        self.map.insert(key.into(), Arc::new(entry));
+        Stats::bump(&self.stats.stores);
+        true
+    }
+
+    /// Marks `key` hit-for-miss for `ttl`: its responses are uncacheable,
+    /// so requests skip waiting on each other.
+    pub fn mark_pass(&self, key: &[u8], until: Instant) {
+        let mut entry = self.map.get(key).map(|e| (*e).clone()).unwrap_or_default();
+        entry.pass_until = Some(until);
+        entry.weight = entry.variants.iter().map(|s| s.weight()).sum();
+        self.map.insert(key.into(), Arc::new(entry));
+    }
+
+    /// Removes every variant of `key`; whether there was one.
+    pub fn remove(&self, key: &[u8]) -> bool {
+        self.map
+            .remove(key)
+            .is_some_and(|(_, e)| !e.variants.is_empty())
+    }
+
+    /// Removes every URL whose host and path (query ignored) match, for
+    /// purge by URL: all variants and all query strings. Returns how many.
+    pub fn purge_url(&self, host: &[u8], path: &[u8]) -> usize {
+        let removed = std::cell::Cell::new(0);
+        let host = host.to_ascii_lowercase();
+        self.map.retain(|k, e| {
+            let Some(nul) = k.iter().position(|&b| b == 0) else {
+                return true;
+            };
+            let target = &k[nul + 1..];
+            let kpath = target.split(|&b| b == b'?').next().unwrap_or_default();
+            let hit = (host.is_empty() || k[..nul] == host[..]) && kpath == path;
+            if hit && !e.variants.is_empty() {
+                removed.set(removed.get() + 1);
+            }
+            !hit
+        });
+        removed.get()
+    }
+
+    /// Removes every stored response tagged `tag`; returns how many.
+    pub fn purge_tag(&self, tag: &[u8]) -> usize {
+        let removed = std::cell::Cell::new(0);
+        self.map.retain(|_, e| {
+            let hit = e
+                .variants
+                .iter()
+                .any(|s| s.tags.iter().any(|t| &t[..] == tag));
+            removed.set(removed.get() + usize::from(hit));
+            !hit
+        });
+        removed.get()
+    }
+}
+
+/// The result of a lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A stored response for this request's variant.
+    Found(Arc<Stored>),
+    /// Nothing stored; the URL was recently found uncacheable.
+    Pass,
+    /// Nothing stored.
+    Miss,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(body: &str, vary: VaryKey) -> Stored {
+        Stored {
+            status: Status::OK,
+            head: Bytes::from_static(b"Content-Type: text/plain\r\n"),
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            vary,
+            etag: None,
+            last_modified: None,
+            cc: ResponseDirectives::default(),
+            lifetime: Duration::from_secs(60),
+            initial_age: 0,
+            stored_at: Instant::now(),
+            tags: vec![b"t1".to_vec().into_boxed_slice()].into_boxed_slice(),
+        }
+    }
+
+    fn body(l: Lookup) -> Option<String> {
+        match l {
+            Lookup::Found(s) => Some(String::from_utf8_lossy(&s.body).into_owned()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn variants_by_vary_values() {
+        let store = Store::new(1 << 20, 1 << 16);
+        let k = key(b"Example.COM", b"/a?x=1");
+        assert_eq!(&k[..], b"example.com\0/a?x=1");
+        let names = vec![b"accept-language".to_vec()];
+        let en = VaryKey::new(&names, |_: &[u8]| vec![&b"en"[..]]);
+        let fr = VaryKey::new(&names, |_: &[u8]| vec![&b"fr"[..]]);
+        assert!(store.insert(&k, stored("en", en)));
+        assert!(store.insert(&k, stored("fr", fr)));
+        let now = Instant::now();
+        let ask = |lang: &'static [u8]| body(store.lookup(&k, move |_| vec![lang], now));
+        assert_eq!(ask(b"en").as_deref(), Some("en"));
+        assert_eq!(ask(b"fr").as_deref(), Some("fr"));
+        assert_eq!(ask(b"de"), None);
+        assert_eq!(store.len(), 1);
+
+        assert_eq!(store.purge_tag(b"t2"), 0);
+        assert_eq!(store.purge_tag(b"t1"), 1);
+        assert_eq!(ask(b"en"), None);
+    }
+
+    #[test]
+    fn purge_url_takes_every_query_and_variant() {
+        let store = Store::new(1 << 20, 1 << 16);
+        for t in [&b"/p"[..], b"/p?a=1", b"/p/q", b"/other"] {
+            store.insert(&key(b"h", t), stored("x", VaryKey::default()));
+        }
+        assert_eq!(store.purge_url(b"h", b"/p"), 2);
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.purge_url(b"", b"/other"), 1);
+    }
+
+    #[test]
+    fn pass_marks_expire_and_stores_clear_them() {
+        let store = Store::new(1 << 20, 1 << 16);
+        let k = key(b"h", b"/x");
+        let now = Instant::now();
+        store.mark_pass(&k, now + Duration::from_secs(5));
+        assert!(matches!(store.lookup(&k, |_| vec![], now), Lookup::Pass));
+        assert!(matches!(
+            store.lookup(&k, |_| vec![], now + Duration::from_secs(6)),
+            Lookup::Miss
+        ));
+        store.insert(&k, stored("x", VaryKey::default()));
+        assert!(matches!(
+            store.lookup(&k, |_| vec![], now),
+            Lookup::Found(_)
+        ));
+    }
+
+    #[test]
+    fn budget_holds_under_a_flood_of_keys() {
+        let budget = 256 * 1024;
+        let store = Store::new(budget, 64 * 1024);
+        let body = "x".repeat(1000);
+        for i in 0..5_000 {
+            store.insert(
+                &key(b"h", format!("/k{i}").as_bytes()),
+                stored(&body, VaryKey::default()),
+            );
+        }
+        assert!(store.bytes() <= budget, "{} > {budget}", store.bytes());
+        assert!(store.stats.evictions.load(Ordering::Relaxed) > 4_000);
+        assert!(!store.insert(
+            &key(b"h", b"/big"),
+            stored(&"y".repeat(70_000), VaryKey::default())
+        ));
+    }
+}

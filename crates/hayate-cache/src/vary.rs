@@ -1,0 +1,147 @@
+//! The secondary cache key (RFC 9111 §4.1): the request's values of the
+//! fields a response's Vary names, normalized so that requests that mean
+//! the same thing share a variant.
+//!
+//! Normalization: values of repeated fields are joined, whitespace around
+//! commas dropped, case folded; Accept-Encoding is reduced to the set of
+//! codings hayate can serve that the client accepts (q > 0), so
+//! `gzip, deflate, br` and `br,gzip` share one variant.
+
+use hayate_core::field::trim_ows as trim;
+
+/// A field's normalized value; `None` when the request lacked it.
+type Value = Option<Box<[u8]>>;
+
+/// The Vary values a stored response was chosen for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VaryKey(Box<[(Box<[u8]>, Value)]>);
+
+impl VaryKey {
+    /// The key of a request for a response that varies on `names`
+    /// (lowercase). `field(name)` gives the request's values of a field.
+    pub fn new<'h>(names: &[Vec<u8>], field: impl Fn(&[u8]) -> Vec<&'h [u8]>) -> VaryKey {
+        VaryKey(
+            names
+                .iter()
+                .map(|n| (n.clone().into_boxed_slice(), normalize(n, &field(n))))
+                .collect(),
+        )
+    }
+
+    /// Whether a request with these fields selects this variant.
+    pub fn matches<'h>(&self, field: &impl Fn(&[u8]) -> Vec<&'h [u8]>) -> bool {
+        self.0
+            .iter()
+            .all(|(name, value)| normalize(name, &field(name)) == *value)
+    }
+
+    /// Bytes held, for the store's budget.
+    pub fn weight(&self) -> usize {
+        self.0
+            .iter()
+            .map(|(n, v)| n.len() + v.as_ref().map_or(0, |v| v.len()) + 32)
+            .sum()
+    }
+}
+
+fn normalize(name: &[u8], values: &[&[u8]]) -> Value {
+    if values.is_empty() {
+        return None;
+    }
+    if name == b"accept-encoding" {
+        return Some(accepted_codings(values).into_boxed_slice());
+    }
+    let mut out = Vec::new();
+    for member in values
+        .iter()
+        .flat_map(|v| v.split(|&b| b == b','))
+        .map(trim)
+        .filter(|m| !m.is_empty())
+    {
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        out.extend(member.iter().map(u8::to_ascii_lowercase));
+    }
+    Some(out.into_boxed_slice())
+}
+
+/// The codings among br, zstd and gzip that the client accepts, in that
+/// order, comma-separated.
+fn accepted_codings(values: &[&[u8]]) -> Vec<u8> {
+    let mut accepted = [false; 3];
+    const CODINGS: [&[u8]; 3] = [b"br", b"zstd", b"gzip"];
+    for member in values.iter().flat_map(|v| v.split(|&b| b == b',')) {
+        let mut parts = member.split(|&b| b == b';');
+        let token = trim(parts.next().unwrap_or_default());
+        let refused = parts.any(|p| {
+            let p = trim(p);
+            p.len() >= 2
+                && p[0].eq_ignore_ascii_case(&b'q')
+                && p[1] == b'='
+                && trim(&p[2..]).iter().all(|&c| c == b'0' || c == b'.')
+        });
+        for (i, c) in CODINGS.iter().enumerate() {
+            if token.eq_ignore_ascii_case(c) || (token == b"x-gzip" && i == 2) {
+                accepted[i] = !refused;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (_, c) in CODINGS.iter().enumerate().filter(|(i, _)| accepted[*i]) {
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(names: &[&str], fields: &[(&str, &'static str)]) -> VaryKey {
+        let names: Vec<Vec<u8>> = names.iter().map(|n| n.as_bytes().to_vec()).collect();
+        VaryKey::new(&names, |n| {
+            fields
+                .iter()
+                .filter(|(f, _)| f.as_bytes().eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.as_bytes())
+                .collect()
+        })
+    }
+
+    #[test]
+    fn accept_encoding_is_normalized() {
+        let ae = |v| key(&["accept-encoding"], &[("Accept-Encoding", v)]);
+        assert_eq!(ae("gzip, deflate, br"), ae("br,gzip"));
+        assert_eq!(ae("gzip, br;q=0"), ae("gzip"));
+        assert_ne!(ae("gzip"), ae("br"));
+        assert_ne!(ae("gzip"), ae("identity"));
+        assert_eq!(ae("identity"), ae("deflate"));
+        assert_eq!(
+            accepted_codings(&[b"gzip, zstd;q=0.5, br"]),
+            b"br,zstd,gzip"
+        );
+        assert_eq!(accepted_codings(&[b"zstd, gzip"]), b"zstd,gzip");
+        assert_eq!(accepted_codings(&[b"gzip;q=0.000"]), b"");
+    }
+
+    #[test]
+    fn absent_differs_from_empty_and_values_fold() {
+        let names = ["accept-language"];
+        assert_ne!(key(&names, &[]), key(&names, &[("Accept-Language", "")]));
+        assert_eq!(
+            key(&names, &[("Accept-Language", "EN, fr")]),
+            key(
+                &names,
+                &[("accept-language", "en"), ("accept-language", "fr")]
+            )
+        );
+        let k = key(&names, &[("Accept-Language", "en")]);
+        assert!(k.matches(&|_: &[u8]| vec![&b" en "[..]]));
+        assert!(!k.matches(&|_: &[u8]| vec![]));
+        assert!(VaryKey::default().matches(&|_: &[u8]| vec![]));
+    }
+}

@@ -1,0 +1,565 @@
+//! Step 3 of the request path: the response cache in front of a route's
+//! upstream group (DESIGN.md, "Response cache").
+//!
+//! `respond` answers a proxied request from the shared store when RFC 9111
+//! allows, otherwise fetches it — one fetch per key however many requests
+//! miss at once (`hayate_cache::fill`) — stores what may be stored and
+//! serves it. Every answer carries Cache-Status and tells the access log
+//! what the cache did. The policy itself (what may be stored, for how
+//! long, what may answer) lives in hayate-cache; this module does the I/O.
+
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use hayate_cache::policy::storable;
+use hayate_cache::serve::{self, Admission, ClientValidators};
+use hayate_cache::store::{self, Key};
+use hayate_cache::{
+    CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
+    Role, RoutePolicy, Stats, Stored, Use, VaryKey,
+};
+use hayate_core::client_body::{ClientBody, NoBody};
+use hayate_core::{Body, BodySource, Response, Status, StreamBody};
+use hayate_proxy::{ProxyRequest, UpstreamGroup};
+
+/// A route's cache: the shared store and the route's policy.
+#[derive(Debug, Clone)]
+pub struct RouteCache {
+    /// The store shared by every route and worker.
+    pub shared: Arc<ResponseCache>,
+    /// What the route allows beyond RFC 9111's defaults.
+    pub policy: RoutePolicy,
+    /// Requests with Authorization use the cache (under §3.5's rules).
+    pub with_authorization: bool,
+}
+
+/// Request fields that are the client's own preconditions: never sent on a
+/// fetch meant for the cache (the cache answers them itself).
+const CLIENT_VALIDATORS: [&[u8]; 2] = [b"if-none-match", b"if-modified-since"];
+
+fn field<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Option<&'h [u8]> {
+    req.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v)
+}
+
+fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Vec<&'h [u8]> {
+    req.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v)
+        .collect()
+}
+
+fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
+    resp.header("Cache-Status", status.header_value().as_bytes());
+    resp.cache_status = Some(status.outcome.as_str());
+    resp
+}
+
+/// Answers `req` (a request for the route's upstream group) through the
+/// cache.
+pub async fn respond<B: ClientBody>(
+    rc: &RouteCache,
+    group: &Rc<UpstreamGroup>,
+    req: &ProxyRequest<'_>,
+    body: &mut B,
+) -> Response {
+    let stats = rc.shared.stats();
+    let method = req.method;
+    if method != b"GET" && method != b"HEAD" {
+        let resp = group.forward(req, body).await;
+        if !matches!(method, b"OPTIONS" | b"TRACE") {
+            invalidate_after_unsafe(rc, req, &resp);
+        }
+        Stats::bump(&stats.bypasses);
+        return with_status(resp, &CacheStatus::bypass("method", "unsafe-method"));
+    }
+    if let Some(reason) = bypass_reason(rc, req) {
+        Stats::bump(&stats.bypasses);
+        let resp = group.forward(req, body).await;
+        return with_status(resp, &CacheStatus::bypass("request", reason));
+    }
+    let key = store::key(req.host.unwrap_or_default(), req.target);
+    let directives = RequestDirectives::parse(
+        fields(req, b"cache-control"),
+        fields(req, b"pragma")
+            .iter()
+            .any(|v| v.eq_ignore_ascii_case(b"no-cache")),
+    );
+    let lookup = rc
+        .shared
+        .store
+        .lookup(&key, |n| fields(req, n), Instant::now());
+    let stale = match lookup {
+        Lookup::Found(stored) => {
+            let now = Instant::now();
+            let fresh = stored.freshness(
+                now,
+                rc.policy.stale_while_revalidate.as_secs(),
+                rc.policy.stale_if_error.as_secs(),
+            );
+            match fresh.decide(&directives) {
+                Use::Fresh => {
+                    let outcome = if fresh.ttl() > 0 {
+                        Stats::bump(&stats.hits);
+                        CacheOutcome::Hit
+                    } else {
+                        Stats::bump(&stats.stale);
+                        CacheOutcome::Stale
+                    };
+                    let status = CacheStatus {
+                        ttl: Some(fresh.ttl()),
+                        ..CacheStatus::new(outcome)
+                    };
+                    return from_store(req, &stored, stored.age(now), status);
+                }
+                Use::StaleWhileRevalidate => {
+                    Stats::bump(&stats.stale);
+                    refresh_in_background(rc, group, req, &key, &stored);
+                    let status = CacheStatus {
+                        ttl: Some(fresh.ttl()),
+                        detail: Some("stale-while-revalidate"),
+                        ..CacheStatus::new(CacheOutcome::Stale)
+                    };
+                    return from_store(req, &stored, stored.age(now), status);
+                }
+                Use::Revalidate { stale_if_error } => Some((stored, stale_if_error)),
+            }
+        }
+        Lookup::Pass => {
+            Stats::bump(&stats.bypasses);
+            let resp = group.forward(req, body).await;
+            return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
+        }
+        Lookup::Miss => None,
+    };
+    if directives.only_if_cached {
+        Stats::bump(&stats.misses);
+        let status = CacheStatus {
+            fwd: Some("miss"),
+            detail: Some("only-if-cached"),
+            ..CacheStatus::new(CacheOutcome::Miss)
+        };
+        return with_status(Response::error(Status::GATEWAY_TIMEOUT), &status);
+    }
+    Stats::bump(&stats.misses);
+    if method == b"HEAD" {
+        // A HEAD is answered from a stored GET, but never fills the cache.
+        let resp = group.forward(req, body).await;
+        let status = CacheStatus {
+            fwd: Some("uri-miss"),
+            fwd_status: Some(resp.status.code()),
+            ..CacheStatus::new(CacheOutcome::Miss)
+        };
+        return with_status(resp, &status);
+    }
+    match rc.shared.fills.join(&key) {
+        Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
+        Role::Follower(follower) => {
+            Stats::bump(&stats.coalesced);
+            let outcome = follower.wait(rc.shared.limits.lock_timeout).await;
+            if outcome == Outcome::Stored {
+                if let Lookup::Found(stored) =
+                    rc.shared
+                        .store
+                        .lookup(&key, |n| fields(req, n), Instant::now())
+                {
+                    let status = CacheStatus {
+                        fwd: Some("uri-miss"),
+                        collapsed: true,
+                        ..CacheStatus::new(CacheOutcome::Miss)
+                    };
+                    return from_store(req, &stored, stored.age(Instant::now()), status);
+                }
+            }
+            // Released, timed out, or stored for another variant: fetch
+            // without waiting again.
+            fetch(rc, group, req, body, &key, stale, None).await
+        }
+        Role::Overflow => fetch(rc, group, req, body, &key, stale, None).await,
+    }
+}
+
+/// Why a GET or HEAD does not use the cache at all.
+fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
+    if field(req, b"range").is_some() {
+        return Some("range");
+    }
+    if !rc.policy.with_cookie && field(req, b"cookie").is_some() {
+        return Some("cookie");
+    }
+    if !rc.with_authorization && field(req, b"authorization").is_some() {
+        return Some("authorization");
+    }
+    if [&b"if-match"[..], b"if-unmodified-since", b"if-range"]
+        .iter()
+        .any(|n| field(req, n).is_some())
+    {
+        return Some("precondition");
+    }
+    None
+}
+
+/// A stored response for `req`: 304 when the client's validators match.
+fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheStatus) -> Response {
+    let validators = ClientValidators {
+        if_none_match: field(req, b"if-none-match"),
+        if_modified_since: field(req, b"if-modified-since"),
+    };
+    let mut resp = if validators.not_modified(stored) {
+        serve::not_modified(stored, age, &status)
+    } else {
+        serve::from_store(stored, age, &status)
+    };
+    resp.cache_status = Some(status.outcome.as_str());
+    resp
+}
+
+/// Fetches `req` for the cache: conditionally when a stale copy with
+/// validators exists; stores a storable answer; wakes the waiters.
+async fn fetch<B: ClientBody>(
+    rc: &RouteCache,
+    group: &UpstreamGroup,
+    req: &ProxyRequest<'_>,
+    body: &mut B,
+    key: &Key,
+    stale: Option<(Arc<Stored>, bool)>,
+    leader: Option<hayate_cache::fill::Leader>,
+) -> Response {
+    let shared = &rc.shared;
+    let validators = stale
+        .as_ref()
+        .map(|(s, _)| serve::validators(s))
+        .unwrap_or_default();
+    let mut headers: Vec<(&[u8], &[u8])> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| !CLIENT_VALIDATORS.iter().any(|v| n.eq_ignore_ascii_case(v)))
+        .copied()
+        .collect();
+    headers.extend(validators.iter().map(|(n, v)| (*n, &v[..])));
+    let upstream_req = ProxyRequest { headers, ..*req };
+    let request_time = SystemTime::now();
+    let resp = group.forward(&upstream_req, body).await;
+    let response_time = SystemTime::now();
+    let fwd = if stale.is_some() { "stale" } else { "uri-miss" };
+    let mut status = CacheStatus {
+        fwd: Some(fwd),
+        fwd_status: Some(resp.status.code()),
+        ..CacheStatus::new(CacheOutcome::Miss)
+    };
+    let head = serve::response_head(&resp);
+    let facts = ResponseFacts::from_head(&head);
+    let directives = RequestDirectives::parse(fields(req, b"cache-control"), false);
+    let authorization = field(req, b"authorization").is_some();
+    let vary_key = |facts: &ResponseFacts| {
+        VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
+            fields(req, n)
+        })
+    };
+
+    // The stale copy confirmed: refresh its headers and serve it.
+    if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
+        let merged = serve::merged_304_head(old, &head);
+        let merged_facts = ResponseFacts::from_head(&merged);
+        let lifetime = storable(
+            old.status.code(),
+            &merged_facts,
+            &directives,
+            authorization,
+            &rc.policy,
+            response_time,
+        );
+        let updated = serve::stored_from(
+            old.status,
+            &merged,
+            old.body.clone(),
+            Admission {
+                facts: &merged_facts,
+                lifetime: lifetime.unwrap_or_default(),
+                request_time,
+                response_time,
+                vary: old.vary.clone(),
+            },
+        );
+        Stats::bump(&shared.stats().revalidations);
+        status.outcome = CacheOutcome::Revalidated;
+        let age = updated.age(Instant::now());
+        status.ttl = Some(updated.lifetime.as_secs() as i64 - age as i64);
+        let updated = Arc::new(updated);
+        if lifetime.is_ok() {
+            status.stored = shared.store.insert_shared(key, updated.clone());
+            finish(leader, Outcome::Stored);
+        } else {
+            shared.store.remove(key);
+        }
+        return from_store(req, &updated, age, status);
+    }
+
+    // The origin failed: a stale copy may answer (stale-if-error).
+    if matches!(resp.status.code(), 500 | 502 | 503 | 504) {
+        if let Some((old, true)) = &stale {
+            Stats::bump(&shared.stats().stale);
+            let now = Instant::now();
+            status.outcome = CacheOutcome::Stale;
+            status.detail = Some("stale-if-error");
+            status.ttl = Some(old.lifetime.as_secs() as i64 - old.age(now) as i64);
+            return from_store(req, old, old.age(now), status);
+        }
+    }
+
+    let lifetime = match storable(
+        resp.status.code(),
+        &facts,
+        &directives,
+        authorization,
+        &rc.policy,
+        response_time,
+    ) {
+        Ok(l) => l,
+        Err(why) => {
+            if why.applies_to_everyone() {
+                shared
+                    .store
+                    .mark_pass(key, Instant::now() + shared.limits.hit_for_miss);
+            }
+            if stale.is_some() {
+                shared.store.remove(key);
+            }
+            drop(leader);
+            status.detail = Some(why.as_str());
+            return with_status(resp, &status);
+        }
+    };
+    let Response {
+        status: code,
+        body: resp_body,
+        close,
+        ..
+    } = resp;
+    let body = match read_body(resp_body, shared.limits.max_object).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(partial)) => {
+            // Too large to store: pass it on as it streams.
+            shared
+                .store
+                .mark_pass(key, Instant::now() + shared.limits.hit_for_miss);
+            drop(leader);
+            status.detail = Some("too-large");
+            let mut r = Response::new(code);
+            r.head = head;
+            r.body = partial;
+            r.close = close;
+            return with_status(r, &status);
+        }
+        Err(e) => {
+            log::warn!(
+                "cache fill of {}: upstream body failed: {e}",
+                String::from_utf8_lossy(req.target)
+            );
+            return with_status(Response::error(Status::BAD_GATEWAY), &status);
+        }
+    };
+    let stored = serve::stored_from(
+        code,
+        &head,
+        body.clone(),
+        Admission {
+            facts: &facts,
+            lifetime,
+            request_time,
+            response_time,
+            vary: vary_key(&facts),
+        },
+    );
+    status.ttl = Some(stored.lifetime.as_secs() as i64 - stored.initial_age as i64);
+    let client_sees_304 = ClientValidators {
+        if_none_match: field(req, b"if-none-match"),
+        if_modified_since: field(req, b"if-modified-since"),
+    }
+    .not_modified(&stored);
+    let age = stored.initial_age;
+    let not_modified = client_sees_304.then(|| serve::not_modified(&stored, age, &status));
+    status.stored = shared.store.insert(key, stored);
+    finish(leader, Outcome::Stored);
+    if let Some(mut r) = not_modified {
+        r.cache_status = Some(status.outcome.as_str());
+        return r;
+    }
+    // The fetching client gets the response as the origin sent it (its
+    // Set-Cookie included), with an Age when the origin sent none.
+    let mut r = Response::new(code);
+    r.head = head;
+    if facts.age == 0 && age > 0 {
+        r.header("Age", itoa::Buffer::new().format(age).as_bytes());
+    }
+    r.body = Body::Bytes(body);
+    r.close = close;
+    with_status(r, &status)
+}
+
+fn finish(leader: Option<hayate_cache::fill::Leader>, outcome: Outcome) {
+    if let Some(l) = leader {
+        l.finish(outcome);
+    }
+}
+
+/// Reads a response body whole, up to `limit` bytes: `Ok(Ok(bytes))`, or
+/// `Ok(Err(body))` with the part read put back in front of the rest when
+/// it is larger.
+async fn read_body(body: Body, limit: u64) -> std::io::Result<Result<Bytes, Body>> {
+    let mut stream = match body {
+        Body::Empty => return Ok(Ok(Bytes::new())),
+        Body::Bytes(b) if b.len() as u64 <= limit => return Ok(Ok(b)),
+        Body::Stream(s) if s.len.is_none_or(|n| n <= limit) => s,
+        other => return Ok(Err(other)),
+    };
+    let mut buf = BytesMut::new();
+    let mut chunks = Vec::new();
+    while let Some(chunk) = poll_fn(|cx| stream.source.poll_chunk(cx)).await? {
+        if (buf.len() + chunk.len()) as u64 > limit {
+            chunks.push(buf.freeze());
+            chunks.push(chunk);
+            return Ok(Err(Body::Stream(StreamBody {
+                len: stream.len,
+                source: Box::new(Prefixed {
+                    prefix: chunks.into(),
+                    rest: stream.source,
+                }),
+            })));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Ok(buf.freeze()))
+}
+
+/// A body whose first chunks were already read.
+struct Prefixed {
+    prefix: std::collections::VecDeque<Bytes>,
+    rest: Box<dyn BodySource>,
+}
+
+impl BodySource for Prefixed {
+    fn poll_chunk(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<Option<Bytes>>> {
+        while let Some(c) = self.prefix.pop_front() {
+            if !c.is_empty() {
+                return std::task::Poll::Ready(Ok(Some(c)));
+            }
+        }
+        self.rest.poll_chunk(cx)
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.rest.trailers()
+    }
+}
+
+/// stale-while-revalidate: one background fetch (the fill's leader) while
+/// the stale copy answers.
+fn refresh_in_background(
+    rc: &RouteCache,
+    group: &Rc<UpstreamGroup>,
+    req: &ProxyRequest<'_>,
+    key: &Key,
+    stored: &Arc<Stored>,
+) {
+    let Role::Leader(leader) = rc.shared.fills.join(key) else {
+        return; // someone is already fetching it
+    };
+    let rc = rc.clone();
+    let group = group.clone();
+    let key = key.clone();
+    let stale = stored.clone();
+    let target = req.target.to_vec();
+    let host = req.host.map(<[u8]>::to_vec);
+    let client_ip = req.client_ip.to_string();
+    let headers: Vec<(Vec<u8>, Vec<u8>)> = req
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect();
+    tokio::task::spawn_local(async move {
+        let req = ProxyRequest {
+            method: b"GET",
+            target: &target,
+            headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
+            client_ip: &client_ip,
+            host: host.as_deref(),
+        };
+        let stale_if_error = false;
+        let _ = fetch(
+            &rc,
+            &group,
+            &req,
+            &mut NoBody,
+            &key,
+            Some((stale, stale_if_error)),
+            Some(leader),
+        )
+        .await;
+    });
+}
+
+/// §4.4: a successful unsafe request invalidates the URL, and the URLs in
+/// Location and Content-Location when they are on the same host.
+fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Response) {
+    if !(200..400).contains(&resp.status.code()) {
+        return;
+    }
+    let host = req.host.unwrap_or_default();
+    let store = &rc.shared.store;
+    store.remove(&store::key(host, req.target));
+    let head = serve::response_head(resp);
+    for (name, value) in hayate_cache::policy::header_lines(&head) {
+        if !(name.eq_ignore_ascii_case(b"location")
+            || name.eq_ignore_ascii_case(b"content-location"))
+        {
+            continue;
+        }
+        if let Some(target) = same_host_target(value, host) {
+            store.remove(&store::key(host, target));
+        }
+    }
+}
+
+/// The target of a URL reference when it points at `host`: a path, or an
+/// absolute http(s) URL whose authority is `host`.
+fn same_host_target<'v>(value: &'v [u8], host: &[u8]) -> Option<&'v [u8]> {
+    if value.starts_with(b"/") && !value.starts_with(b"//") {
+        return Some(value);
+    }
+    let rest = value
+        .strip_prefix(b"http://")
+        .or_else(|| value.strip_prefix(b"https://"))?;
+    let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+    (rest[..end].eq_ignore_ascii_case(host)).then(|| {
+        if end == rest.len() {
+            &b"/"[..]
+        } else {
+            &rest[end..]
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_host_target;
+
+    #[test]
+    fn location_targets() {
+        assert_eq!(same_host_target(b"/a?b", b"h"), Some(&b"/a?b"[..]));
+        assert_eq!(same_host_target(b"http://H/x", b"h"), Some(&b"/x"[..]));
+        assert_eq!(same_host_target(b"https://h", b"h"), Some(&b"/"[..]));
+        assert_eq!(same_host_target(b"http://other/x", b"h"), None);
+        assert_eq!(same_host_target(b"//h/x", b"h"), None);
+        assert_eq!(same_host_target(b"x", b"h"), None);
+    }
+}

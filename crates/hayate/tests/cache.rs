@@ -1,0 +1,563 @@
+//! The response cache end to end: hayate with `--cache` in front of the
+//! testkit's scripted origin (`/script?...` answers with the status and
+//! headers a test asks for, and counts the requests per target), checking
+//! status, headers, Age, Cache-Status and how many requests reached the
+//! origin.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::time::{Duration, Instant};
+
+use hayate_testkit::{big_bytes, Client, Hayate, Origin, OriginOptions, Response};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+fn origin() -> Origin {
+    Origin::start(OriginOptions::default())
+}
+
+/// hayate caching (`spec`) in front of `origin`, with more `args`.
+fn cached(origin: &Origin, spec: &str, args: &[&str]) -> Hayate {
+    let url = origin.url();
+    let mut all = vec!["--proxy", url.as_str(), "--cache", spec];
+    all.extend_from_slice(args);
+    Hayate::start(BIN, &all)
+}
+
+/// `/script?` with `params`, percent-encoded.
+fn script(params: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    let q: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", enc(v)))
+        .collect();
+    format!("/script?{}", q.join("&"))
+}
+
+fn cache_status(r: &Response) -> String {
+    r.header("cache-status").unwrap_or_default().to_string()
+}
+
+fn age(r: &Response) -> Option<u64> {
+    r.header("age").and_then(|a| a.parse().ok())
+}
+
+#[test]
+fn fresh_responses_are_served_from_the_cache_with_age_and_cache_status() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("t", "fresh")]);
+    let mut c = h.client();
+    let first = c.get(&path, &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.text(), "count 1\n");
+    let cs = cache_status(&first);
+    assert!(
+        cs.starts_with("hayate; fwd=uri-miss; fwd-status=200"),
+        "{cs}"
+    );
+    assert!(cs.contains("; stored"), "{cs}");
+    for _ in 0..3 {
+        let hit = c.get(&path, &[]);
+        assert_eq!((hit.status, hit.text()), (200, "count 1\n".to_string()));
+        let cs = cache_status(&hit);
+        assert!(cs.starts_with("hayate; hit; ttl="), "{cs}");
+        assert!(age(&hit).is_some_and(|a| a <= 1), "{:?}", hit.headers);
+        assert_eq!(hit.header("content-type"), Some("text/plain"));
+        assert_eq!(hit.count("date"), 1);
+    }
+    assert_eq!(o.count(&path), 1);
+    h.assert_no_errors();
+}
+
+/// A row of [`what_is_stored`]: a name, the origin's script (status,
+/// headers), whether a second request is answered from the cache.
+type StoreRow = (&'static str, &'static [(&'static str, &'static str)], bool);
+
+#[test]
+fn what_is_stored() {
+    let rows: &[StoreRow] = &[
+        ("max-age", &[("h", "Cache-Control: max-age=60")], true),
+        ("s-maxage", &[("h", "Cache-Control: s-maxage=60")], true),
+        (
+            "expires",
+            &[("h", "Expires: Thu, 01 Jan 2099 00:00:00 GMT")],
+            true,
+        ),
+        (
+            "public-heuristic",
+            &[
+                ("h", "Cache-Control: public"),
+                ("h", "Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT"),
+            ],
+            true,
+        ),
+        (
+            "404-max-age",
+            &[("status", "404"), ("h", "Cache-Control: max-age=60")],
+            true,
+        ),
+        (
+            "no-store",
+            &[("h", "Cache-Control: max-age=60, no-store")],
+            false,
+        ),
+        (
+            "private",
+            &[("h", "Cache-Control: private, max-age=60")],
+            false,
+        ),
+        (
+            "set-cookie",
+            &[("h", "Cache-Control: max-age=60"), ("h", "Set-Cookie: s=1")],
+            false,
+        ),
+        (
+            "vary-star",
+            &[("h", "Cache-Control: max-age=60"), ("h", "Vary: *")],
+            false,
+        ),
+        ("no-freshness", &[], false),
+        (
+            "expired",
+            &[("h", "Expires: Thu, 01 Jan 1970 00:00:00 GMT")],
+            false,
+        ),
+        (
+            "500",
+            &[("status", "500"), ("h", "Cache-Control: no-cache")],
+            false,
+        ),
+        (
+            "206",
+            &[("status", "206"), ("h", "Cache-Control: max-age=60")],
+            false,
+        ),
+        (
+            "event-stream",
+            &[
+                ("h", "Cache-Control: max-age=60"),
+                ("h", "Content-Type: text/event-stream"),
+            ],
+            false,
+        ),
+    ];
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    for (name, params, stored) in rows {
+        let mut p = params.to_vec();
+        p.push(("t", name));
+        let path = script(&p);
+        let first = c.get(&path, &[]);
+        let second = c.get(&path, &[]);
+        let want = if *stored { 1 } else { 2 };
+        assert_eq!(
+            o.count(&path),
+            want,
+            "{name}: {:?} / {:?}",
+            first.headers,
+            second.headers
+        );
+        let cs = cache_status(&second);
+        assert_eq!(cs.contains("; hit"), *stored, "{name}: {cs}");
+        if *stored {
+            assert_eq!(first.body, second.body, "{name}");
+        }
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_ttl_micro_caches_responses_without_freshness() {
+    let o = origin();
+    let h = cached(&o, "5s", &[]);
+    let mut c = h.client();
+    let path = script(&[("t", "micro")]);
+    c.get(&path, &[]);
+    let hit = c.get(&path, &[]);
+    assert!(cache_status(&hit).contains("hit; ttl="), "{hit:?}");
+    assert_eq!(o.count(&path), 1);
+    // Explicit freshness wins, and no-store still means no.
+    let nostore = script(&[("h", "Cache-Control: no-store"), ("t", "micro")]);
+    c.get(&nostore, &[]);
+    c.get(&nostore, &[]);
+    assert_eq!(o.count(&nostore), 2);
+}
+
+#[test]
+fn credentials_and_cookies_are_never_shared() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("t", "auth")]);
+    // A request with Authorization bypasses; its answer is not stored.
+    let authed = c.get(&path, &[("Authorization", "Bearer secret")]);
+    assert!(cache_status(&authed).contains("fwd=request; detail=authorization"));
+    let anon = c.get(&path, &[]);
+    assert_eq!(anon.text(), "count 2\n", "the authorized answer was shared");
+    let with_cookie = c.get(&path, &[("Cookie", "session=1")]);
+    assert!(cache_status(&with_cookie).contains("detail=cookie"));
+    assert_eq!(with_cookie.text(), "count 3\n");
+    assert_eq!(c.get(&path, &[]).text(), "count 2\n");
+
+    // With set-cookie allowed, the response is stored without its cookie:
+    // the client that caused the fetch gets it, no one else does.
+    let h2 = cached(&o, "on,set-cookie", &[]);
+    let mut c2 = h2.client();
+    let path = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Set-Cookie: id=alice"),
+        ("t", "cookie"),
+    ]);
+    let first = c2.get(&path, &[]);
+    assert_eq!(first.header("set-cookie"), Some("id=alice"));
+    let second = c2.get(&path, &[]);
+    assert!(cache_status(&second).contains("hit"));
+    assert_eq!(second.header("set-cookie"), None, "{:?}", second.headers);
+    assert_eq!(o.count(&path), 1);
+
+    // Authorization may be cached when the route allows and the response
+    // says public.
+    let h3 = cached(&o, "on,authorization", &[]);
+    let mut c3 = h3.client();
+    let public = script(&[("h", "Cache-Control: public, max-age=60"), ("t", "pub")]);
+    let private = script(&[("h", "Cache-Control: max-age=60"), ("t", "pub")]);
+    for p in [&public, &private] {
+        c3.get(p, &[("Authorization", "Bearer a")]);
+        c3.get(p, &[("Authorization", "Bearer b")]);
+    }
+    assert_eq!((o.count(&public), o.count(&private)), (1, 2));
+}
+
+#[test]
+fn vary_keeps_variants_apart() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Vary: Accept-Language"),
+    ]);
+    let en = c.get(&path, &[("Accept-Language", "en")]);
+    let fr = c.get(&path, &[("Accept-Language", "fr")]);
+    let en2 = c.get(&path, &[("Accept-Language", "EN")]);
+    let none = c.get(&path, &[]);
+    assert_eq!(en.text(), "count 1\n");
+    assert_eq!(fr.text(), "count 2\n");
+    assert_eq!(
+        en2.text(),
+        "count 1\n",
+        "case-folded value shares the variant"
+    );
+    assert_eq!(none.text(), "count 3\n");
+    // Accept-Encoding lists that mean the same share a variant.
+    let ae = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Vary: Accept-Encoding"),
+    ]);
+    c.get(&ae, &[("Accept-Encoding", "gzip, deflate, br")]);
+    let same = c.get(&ae, &[("Accept-Encoding", "br,gzip")]);
+    assert!(cache_status(&same).contains("hit"), "{same:?}");
+    assert_eq!(o.count(&ae), 1);
+}
+
+#[test]
+fn request_cache_control() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("etag", "v1")]);
+    c.get(&path, &[]);
+    // no-cache: revalidated with the origin (304), served from the store.
+    let r = c.get(&path, &[("Cache-Control", "no-cache")]);
+    assert_eq!((r.status, r.text()), (200, "count 1\n".to_string()));
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=304"),
+        "{r:?}"
+    );
+    assert_eq!(o.count(&path), 2);
+    let r = c.get(&path, &[("Pragma", "no-cache")]);
+    assert!(cache_status(&r).contains("fwd-status=304"));
+    // min-fresh beyond the lifetime also goes to the origin.
+    c.get(&path, &[("Cache-Control", "min-fresh=120")]);
+    assert_eq!(o.count(&path), 4);
+    let hit = c.get(&path, &[("Cache-Control", "max-stale=5, min-fresh=1")]);
+    assert!(cache_status(&hit).contains("; hit"));
+    // only-if-cached: a stored answer, or 504.
+    let r = c.get(&path, &[("Cache-Control", "only-if-cached")]);
+    assert_eq!(r.status, 200);
+    let missing = script(&[("t", "absent")]);
+    let r = c.get(&missing, &[("Cache-Control", "only-if-cached")]);
+    assert_eq!(r.status, 504);
+    assert_eq!(o.count(&missing), 0);
+    // A client's own validator is answered by the cache.
+    let r = c.get(&path, &[("If-None-Match", "\"v1\"")]);
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    assert!(age(&r).is_some());
+    assert_eq!(o.count(&path), 4);
+    h.assert_no_errors();
+}
+
+#[test]
+fn stale_responses_are_revalidated_and_updated() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[
+        ("h", "Cache-Control: max-age=1"),
+        ("etag", "e"),
+        ("h", "X-Version: 7"),
+    ]);
+    assert_eq!(c.get(&path, &[]).text(), "count 1\n");
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = c.get(&path, &[]);
+    // The origin answered 304: the stored body, refreshed headers.
+    assert_eq!(r.text(), "count 1\n");
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=304"),
+        "{r:?}"
+    );
+    assert_eq!(r.header("x-version"), Some("7"));
+    let r = c.get(&path, &[]);
+    assert!(cache_status(&r).contains("; hit"), "{r:?}");
+    assert_eq!(o.count(&path), 2);
+}
+
+#[test]
+fn unsafe_methods_invalidate() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let a = script(&[("h", "Cache-Control: max-age=60"), ("t", "a")]);
+    let b = script(&[("h", "Cache-Control: max-age=60"), ("t", "b")]);
+    c.get(&a, &[]);
+    c.get(&b, &[]);
+    let r = c.request("DELETE", &b, &[]);
+    assert_eq!(r.status, 200);
+    assert!(cache_status(&r).contains("fwd=method"));
+    let r = c.request("POST", &a, &[("Content-Length", "0")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(c.get(&a, &[]).text(), "count 3\n");
+    assert_eq!(c.get(&b, &[]).text(), "count 3\n");
+    // A failed unsafe request invalidates nothing.
+    let fail = script(&[("h", "Cache-Control: max-age=60"), ("t", "f")]);
+    c.get(&fail, &[]);
+    c.request(
+        "PUT",
+        &format!("{fail}&status=500"),
+        &[("Content-Length", "0")],
+    );
+    assert!(cache_status(&c.get(&fail, &[])).contains("hit"));
+}
+
+#[test]
+fn location_targets_are_invalidated_too() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let target = script(&[("h", "Cache-Control: max-age=60"), ("t", "loc")]);
+    c.get(&target, &[]);
+    let post = script(&[("h", &format!("Location: {target}"))]);
+    let r = c.request("POST", &post, &[("Content-Length", "0")]);
+    assert_eq!(r.header("location"), Some(target.as_str()));
+    assert_eq!(c.get(&target, &[]).text(), "count 2\n");
+}
+
+#[test]
+fn head_is_answered_from_a_stored_get() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=60")]);
+    let get = c.get(&path, &[]);
+    let head = c.request("HEAD", &path, &[]);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.header("content-length"),
+        Some(get.body.len().to_string().as_str())
+    );
+    assert!(cache_status(&head).contains("hit"));
+    // A HEAD miss goes through and stores nothing.
+    let other = script(&[("h", "Cache-Control: max-age=60"), ("t", "head")]);
+    c.request("HEAD", &other, &[]);
+    assert_eq!(c.get(&other, &[]).text(), "count 2\n");
+    // Ranges never get a stored full response in place of a 206 (bypass).
+    let r = c.get(&path, &[("Range", "bytes=0-1")]);
+    assert!(cache_status(&r).contains("detail=range"));
+}
+
+#[test]
+fn concurrent_misses_make_one_origin_request() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("ms", "300")]);
+    let addr = h.addr;
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || Client::connect(addr).get(&path, &[]))
+        })
+        .collect();
+    let answers: Vec<Response> = clients
+        .into_iter()
+        .map(|t| t.join().expect("client"))
+        .collect();
+    assert!(answers
+        .iter()
+        .all(|r| r.status == 200 && r.text() == "count 1\n"));
+    assert_eq!(o.count(&path), 1);
+    let collapsed = answers
+        .iter()
+        .filter(|r| cache_status(r).contains("collapsed") || cache_status(r).contains("hit"))
+        .count();
+    assert!(collapsed >= 90, "{collapsed} of 100 were coalesced");
+    h.assert_no_errors();
+}
+
+#[test]
+fn an_uncacheable_answer_releases_the_waiters() {
+    let o = origin();
+    // A lock timeout far beyond the test: waiters must be woken by the
+    // answer, not by the timeout.
+    let h = cached(&o, "on", &["--cache-lock-timeout", "60s"]);
+    let path = script(&[("h", "Cache-Control: no-store"), ("ms", "300")]);
+    let addr = h.addr;
+    let started = Instant::now();
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || Client::connect(addr).get(&path, &[]).status)
+        })
+        .collect();
+    for t in clients {
+        assert_eq!(t.join().expect("client"), 200);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "waiters were not released"
+    );
+    assert_eq!(o.count(&path), 20);
+    // Now marked hit-for-miss: requests pass straight through.
+    let r = Client::connect(addr).get(&path, &[]);
+    assert!(cache_status(&r).contains("hit-for-miss"), "{r:?}");
+}
+
+#[test]
+fn stale_while_revalidate_serves_stale_and_refreshes_once() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=1, stale-while-revalidate=30")]);
+    c.get(&path, &[]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let stale = c.get(&path, &[]);
+    assert_eq!(stale.text(), "count 1\n");
+    assert!(
+        cache_status(&stale).contains("detail=stale-while-revalidate"),
+        "{stale:?}"
+    );
+    // The refresh lands in the background.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = c.get(&path, &[]);
+        if r.text() == "count 2\n" {
+            assert!(cache_status(&r).contains("; hit"), "{r:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refreshed: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(o.count(&path), 2);
+}
+
+#[test]
+fn stale_if_error_serves_stale_when_the_origin_fails() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=1, stale-if-error=60")]);
+    let strict = script(&[(
+        "h",
+        "Cache-Control: max-age=1, stale-if-error=60, must-revalidate",
+    )]);
+    c.get(&path, &[]);
+    c.get(&strict, &[]);
+    drop(o);
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = c.get(&path, &[]);
+    assert_eq!((r.status, r.text()), (200, "count 1\n".to_string()));
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=502"),
+        "{r:?}"
+    );
+    assert!(cache_status(&r).contains("detail=stale-if-error"), "{r:?}");
+    assert_eq!(
+        c.get(&strict, &[]).status,
+        502,
+        "must-revalidate forbids stale"
+    );
+}
+
+#[test]
+fn bodies_beyond_the_object_cap_pass_through_whole() {
+    let o = origin();
+    let h = cached(&o, "on", &["--cache-max-object", "16KiB"]);
+    let mut c = h.client();
+    for chunked in ["0", "1"] {
+        let path = script(&[
+            ("h", "Cache-Control: max-age=60"),
+            ("n", "300000"),
+            ("chunked", chunked),
+        ]);
+        for _ in 0..2 {
+            let r = c.get(&path, &[]);
+            assert_eq!(r.body, big_bytes(300_000), "chunked={chunked}");
+            assert!(
+                cache_status(&r).contains("detail=too-large")
+                    || cache_status(&r).contains("hit-for-miss"),
+                "{r:?}"
+            );
+        }
+        assert_eq!(o.count(&path), 2);
+    }
+    let small = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("n", "10000"),
+        ("chunked", "1"),
+    ]);
+    assert_eq!(c.get(&small, &[]).body, big_bytes(10_000));
+    let hit = c.get(&small, &[]);
+    assert_eq!(hit.body, big_bytes(10_000));
+    assert_eq!(hit.header("content-length"), Some("10000"));
+    h.assert_no_errors();
+}
+
+#[test]
+fn access_log_records_the_cache_status() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[("h", "Cache-Control: max-age=60")]);
+    c.get(&path, &[]);
+    c.get(&path, &[]);
+    drop(c);
+    let lines = h.stdout_lines(Duration::from_secs(3));
+    let words: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.rsplit_once(" cache=").map(|(_, w)| w))
+        .collect();
+    assert_eq!(words, ["MISS", "HIT"], "{lines:?}");
+}
