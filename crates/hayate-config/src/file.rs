@@ -440,6 +440,32 @@ mod tests {
     }
 
     #[test]
+    fn cache_as_string_or_table() {
+        let cfg = load(
+            "proxy = [\"http://127.0.0.1:9\"]\ncache = \"5s\"\n\
+             [[site]]\n[[site.route]]\nprefix = \"/api\"\nproxy = [\"http://127.0.0.1:9\"]\n\
+             cache = { ttl = \"1s\", stale_if_error = \"30s\", set_cookie = true }\n",
+        )
+        .expect("valid");
+        let routes: Vec<_> = cfg.sites.iter().flat_map(|s| &s.routes).collect();
+        let api = routes
+            .iter()
+            .find(|r| r.prefix == "/api")
+            .expect("api route");
+        assert_eq!(
+            api.options.cache.ttl,
+            Some(std::time::Duration::from_secs(1))
+        );
+        assert_eq!(
+            api.options.cache.stale_if_error,
+            std::time::Duration::from_secs(30)
+        );
+        assert!(api.options.cache.set_cookie && api.options.cache.enabled);
+        let e = err("cache = { ttl = \"1s\", cookies = true }\n");
+        assert!(e.contains("h.toml:1") && e.contains("cookies"), "{e}");
+    }
+
+    #[test]
     fn errors_name_file_line_and_key() {
         assert_eq!(
             err("root = \".\"\nworkers = \"lots\"\n"),

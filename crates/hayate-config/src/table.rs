@@ -234,6 +234,8 @@ options! {
         "hayate run: size at which the app log is rotated";
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
+    control: PathBuf = unset, "PATH",
+        "Control socket for hayate status, reload, stop and purge (default: one per user and directory, in the temp dir)";
     cache_size: Size = "256MiB", "SIZE",
         "Memory for the response cache, shared by every route and worker";
     cache_max_object: Size = "8MiB", "SIZE",

@@ -581,6 +581,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cache_specs() {
+        let off = CacheSpec::parse_str("off").expect("off");
+        assert!(!off.enabled);
+        let on = CacheSpec::parse_str("on").expect("on");
+        assert!(on.enabled && on.ttl.is_none());
+        let s = CacheSpec::parse_str(
+            "5s, set-cookie, cookie, stale-while-revalidate=10s, stale-if-error=1m",
+        )
+        .expect("full");
+        assert_eq!(
+            s,
+            CacheSpec {
+                enabled: true,
+                ttl: Some(Duration::from_secs(5)),
+                set_cookie: true,
+                with_cookie: true,
+                with_authorization: false,
+                stale_while_revalidate: Duration::from_secs(10),
+                stale_if_error: Duration::from_secs(60),
+            }
+        );
+        assert!(
+            CacheSpec::parse_str("on,authorization")
+                .expect("auth")
+                .with_authorization
+        );
+        for bad in ["sometimes", "on,cookies", "on,stale-if-error", "5x"] {
+            assert!(CacheSpec::parse_str(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(Dur::parse_str("10s"), Ok(Dur(Duration::from_secs(10))));
         assert_eq!(Dur::parse_str("250ms"), Ok(Dur(Duration::from_millis(250))));

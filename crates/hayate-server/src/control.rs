@@ -1,6 +1,6 @@
 //! The control socket: a Unix socket (owner-only permissions) on which
-//! `hayate status`, `hayate reload` and `hayate stop` send one command line
-//! and read the answer until the server closes.
+//! `hayate status`, `hayate reload`, `hayate stop` and `hayate purge` send
+//! one command line and read the answer until the server closes.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 
 /// A command received on the control socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlCommand {
     /// Report the state.
     Status,
@@ -18,6 +18,27 @@ pub enum ControlCommand {
     Reload,
     /// Graceful shutdown.
     Stop,
+    /// Remove a URL (every variant and query) from the response cache.
+    PurgeUrl(String),
+    /// Remove every cached response tagged so (Surrogate-Key).
+    PurgeTag(String),
+}
+
+impl ControlCommand {
+    /// Parses a command line: `status`, `reload`, `stop`, `purge url URL`,
+    /// `purge tag TAG`.
+    pub fn parse(line: &str) -> Option<ControlCommand> {
+        let mut words = line.split_whitespace();
+        let command = match (words.next()?, words.next(), words.next()) {
+            ("status", None, _) => ControlCommand::Status,
+            ("reload", None, _) => ControlCommand::Reload,
+            ("stop", None, _) => ControlCommand::Stop,
+            ("purge", Some("url"), Some(u)) => ControlCommand::PurgeUrl(u.to_string()),
+            ("purge", Some("tag"), Some(t)) => ControlCommand::PurgeTag(t.to_string()),
+            _ => return None,
+        };
+        words.next().is_none().then_some(command)
+    }
 }
 
 /// Binds the control socket, replacing a stale one, readable and writable
@@ -45,19 +66,21 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 /// Returns the command so the caller can act after answering.
 pub async fn serve_one(
     stream: tokio::net::UnixStream,
-    answer: impl Fn(ControlCommand) -> String,
+    answer: impl Fn(&ControlCommand) -> String,
 ) -> io::Result<ControlCommand> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read).take_limit();
     reader.read_line(&mut line).await?;
-    let command = match line.trim() {
-        "status" => ControlCommand::Status,
-        "reload" => ControlCommand::Reload,
-        "stop" => ControlCommand::Stop,
-        other => {
+    let command = match ControlCommand::parse(&line) {
+        Some(c) => c,
+        None => {
+            let other = line.trim();
             write
-                .write_all(format!("unknown command {other:?} (status, reload, stop)\n").as_bytes())
+                .write_all(
+                    format!("unknown command {other:?} (status, reload, stop, purge url URL, purge tag TAG)\n")
+                        .as_bytes(),
+                )
                 .await?;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -65,7 +88,7 @@ pub async fn serve_one(
             ));
         }
     };
-    write.write_all(answer(command).as_bytes()).await?;
+    write.write_all(answer(&command).as_bytes()).await?;
     write.shutdown().await?;
     Ok(command)
 }
@@ -78,5 +101,34 @@ trait TakeLimit: Sized {
 impl<R: tokio::io::AsyncRead> TakeLimit for BufReader<R> {
     fn take_limit(self) -> tokio::io::Take<Self> {
         tokio::io::AsyncReadExt::take(self, 1024)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ControlCommand::{self, *};
+
+    #[test]
+    fn command_lines() {
+        assert_eq!(ControlCommand::parse("status\n"), Some(Status));
+        assert_eq!(ControlCommand::parse(" stop "), Some(Stop));
+        assert_eq!(
+            ControlCommand::parse("purge url http://h/a?b"),
+            Some(PurgeUrl("http://h/a?b".into()))
+        );
+        assert_eq!(
+            ControlCommand::parse("purge tag t1\n"),
+            Some(PurgeTag("t1".into()))
+        );
+        for bad in [
+            "",
+            "purge",
+            "purge url",
+            "purge tag a b",
+            "status now",
+            "halt",
+        ] {
+            assert_eq!(ControlCommand::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -119,11 +119,13 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             tokio::select! {
                 conn = accept_control() => {
                     let Ok(conn) = conn else { continue };
-                    let status = |c: ControlCommand| match (c, &hooks.control) {
+                    let status = |c: &ControlCommand| match (c, &hooks.control) {
                         (ControlCommand::Status, Some((_, status))) => status(),
                         (ControlCommand::Reload, _) => "reloading\n".to_string(),
                         (ControlCommand::Stop, _) => "stopping\n".to_string(),
                         (ControlCommand::Status, None) => String::new(),
+                        (ControlCommand::PurgeUrl(url), _) => purge(shared.cache.as_deref(), Some(url), None),
+                        (ControlCommand::PurgeTag(tag), _) => purge(shared.cache.as_deref(), None, Some(tag)),
                     };
                     match control::serve_one(conn, status).await {
                         Ok(ControlCommand::Reload) => {
@@ -167,6 +169,39 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         let _ = std::fs::remove_file(path);
     }
     exit
+}
+
+/// Purges the response cache by URL (`http://host/path`, or a path for
+/// every host; all variants and query strings) or by tag.
+fn purge(
+    cache: Option<&hayate_cache::ResponseCache>,
+    url: Option<&str>,
+    tag: Option<&str>,
+) -> String {
+    let Some(cache) = cache else {
+        return "no route caches responses (use --cache)\n".to_string();
+    };
+    let removed = match (url, tag) {
+        (Some(url), _) => {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            let (host, path) = match rest {
+                Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
+                None => ("", url),
+            };
+            let path = path
+                .split('?')
+                .next()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("/");
+            cache.store.purge_url(host.as_bytes(), path.as_bytes())
+        }
+        (None, Some(tag)) => cache.store.purge_tag(tag.as_bytes()),
+        (None, None) => 0,
+    };
+    log::info!("control: purged {removed} cached URL(s)");
+    format!("purged {removed}\n")
 }
 
 /// Raises the soft open-file limit to the hard limit: each connection is a

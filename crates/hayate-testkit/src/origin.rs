@@ -14,7 +14,7 @@
 //!   Content-Length or chunked; with `stall_ms`, pauses after half of them.
 //! - `/close`: answers with `Connection: close`, then closes.
 //! - `/status?code=N`: answers status N (no body for 204 and 304).
-//! - `/script?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
+//! - `/script[/ANY]?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
 //!   percent-encoded), `etag=V` (sends `ETag: "V"` and answers 304 to a
 //!   matching If-None-Match), `ms=N` (delay), `body=TEXT`, `chunked=1`,
 //!   `n=N` (N bytes of [`big_bytes`] as the body). The default body is
@@ -343,7 +343,7 @@ fn respond(
             format!("status {status}\n").into_bytes()
         }
         "/close" => b"closing\n".to_vec(),
-        "/script" => {
+        p if p.starts_with("/script") => {
             let params = query_all(&req.target);
             let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             if let Some(ms) = get("ms").and_then(|v| v.parse::<u64>().ok()) {

@@ -73,6 +73,25 @@ fn command() -> Command {
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
+            control_command(
+                "purge",
+                "Remove a URL (all its variants and query strings) or a tag from the response cache",
+            )
+            .arg(
+                Arg::new("url")
+                    .value_name("URL")
+                    .required_unless_present("tag")
+                    .help("http://HOST/PATH, or /PATH for every host"),
+            )
+            .arg(
+                Arg::new("tag")
+                    .long("tag")
+                    .value_name("TAG")
+                    .conflicts_with("url")
+                    .help("Remove every response whose Surrogate-Key names TAG"),
+            ),
+        )
+        .subcommand(
             Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
         )
 }
@@ -100,7 +119,7 @@ fn default_control_path(dir: &Path) -> PathBuf {
         .join(format!("{h:016x}.sock"))
 }
 
-/// `hayate status|reload|stop`: one command on the control socket.
+/// `hayate status|reload|stop|purge`: one command on the control socket.
 fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let path = m
@@ -113,7 +132,19 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
             path.display()
         )
     })?;
-    s.write_all(format!("{name}\n").as_bytes())?;
+    let line = match (
+        m.try_get_one::<String>("url"),
+        m.try_get_one::<String>("tag"),
+    ) {
+        (Ok(Some(url)), _) => format!("{name} url {url}\n"),
+        (_, Ok(Some(tag))) => format!("{name} tag {tag}\n"),
+        _ => format!("{name}\n"),
+    };
+    anyhow::ensure!(
+        !line.trim_end().contains(['\n', '\r']) && line.split_whitespace().count() <= 3,
+        "a URL or tag must not contain spaces"
+    );
+    s.write_all(line.as_bytes())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
     print!("{answer}");
@@ -126,7 +157,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m),
-        Some((name @ ("status" | "reload" | "stop"), m)) => control(name, m),
+        Some((name @ ("status" | "reload" | "stop" | "purge"), m)) => control(name, m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
@@ -167,7 +198,32 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     init_log(&config);
     let what = describe(&config);
     let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
-    start_server(config, None, what, &on_reload, None)
+    // A cache is purged through the control socket; without one there is
+    // nothing to control but stop.
+    let caches = config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .any(|r| r.options.cache.enabled);
+    let status = || "no app runs\n".to_string();
+    let path = config.global.control.clone();
+    let control: Option<(PathBuf, &dyn Fn() -> String)> = match path {
+        Some(p) => Some((p, &status)),
+        None if caches => {
+            let p = default_control_path(Path::new("."));
+            if std::os::unix::net::UnixStream::connect(&p).is_ok() {
+                log::warn!(
+                    "another hayate answers on {}: running without a control socket (set --control)",
+                    p.display()
+                );
+                None
+            } else {
+                Some((p, &status))
+            }
+        }
+        None => None,
+    };
+    start_server(config, None, what, &on_reload, control)
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
@@ -231,7 +287,12 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
     let what = format!("{} ({instances} instances)", command.join(" "));
     let status = || supervisor.status_text();
     let reload = || supervisor.reload();
-    let control: (PathBuf, &dyn Fn() -> String) = (default_control_path(Path::new(".")), &status);
+    let control_path = config
+        .global
+        .control
+        .clone()
+        .unwrap_or_else(|| default_control_path(Path::new(".")));
+    let control: (PathBuf, &dyn Fn() -> String) = (control_path, &status);
     let result = start_server(
         config,
         Some(supervisor.slots()),

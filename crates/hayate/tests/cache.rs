@@ -7,6 +7,7 @@
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use hayate_testkit::{big_bytes, Client, Hayate, Origin, OriginOptions, Response};
@@ -17,12 +18,36 @@ fn origin() -> Origin {
     Origin::start(OriginOptions::default())
 }
 
+/// A control socket path of this test's own.
+fn control_path() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("hayate-cache-test-{}-{n}.sock", std::process::id()));
+    p.display().to_string()
+}
+
 /// hayate caching (`spec`) in front of `origin`, with more `args`.
 fn cached(origin: &Origin, spec: &str, args: &[&str]) -> Hayate {
     let url = origin.url();
+    let control = control_path();
     let mut all = vec!["--proxy", url.as_str(), "--cache", spec];
+    if !args.contains(&"--control") {
+        all.extend(["--control", control.as_str()]);
+    }
     all.extend_from_slice(args);
     Hayate::start(BIN, &all)
+}
+
+/// Runs `hayate purge ARGS --control SOCK` and returns its output.
+fn purge(sock: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("purge")
+        .args(args)
+        .args(["--control", sock])
+        .output()
+        .expect("hayate purge");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `/script?` with `params`, percent-encoded.
@@ -560,4 +585,45 @@ fn access_log_records_the_cache_status() {
         .filter_map(|l| l.rsplit_once(" cache=").map(|(_, w)| w))
         .collect();
     assert_eq!(words, ["MISS", "HIT"], "{lines:?}");
+}
+
+#[test]
+fn purge_by_url_and_by_tag() {
+    let o = origin();
+    let sock = control_path();
+    let h = cached(&o, "on", &["--control", &sock]);
+    let mut c = h.client();
+    let a1 = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Surrogate-Key: red"),
+    ])
+    .replace("/script", "/script/a");
+    let a2 = format!("{a1}&v=2");
+    let b = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Surrogate-Key: blue red"),
+    ])
+    .replace("/script", "/script/b");
+    let d = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Surrogate-Key: green"),
+    ])
+    .replace("/script", "/script/d");
+    let hit = |c: &mut Client, p: &str| cache_status(&c.get(p, &[])).contains("; hit");
+    for p in [&a1, &a2, &b, &d] {
+        c.get(p, &[]);
+        assert!(hit(&mut c, p));
+    }
+    // By URL: the path with every query string, for any host.
+    assert_eq!(purge(&sock, &["/script/a"]), "purged 2\n");
+    assert!(!hit(&mut c, &a1) && !hit(&mut c, &a2));
+    assert!(hit(&mut c, &b));
+    // By tag: every response naming it.
+    assert_eq!(purge(&sock, &["--tag", "red"]), "purged 3\n");
+    assert!(!hit(&mut c, &b) && !hit(&mut c, &a1));
+    assert!(hit(&mut c, &d));
+    assert_eq!(purge(&sock, &["http://test/script/d"]), "purged 1\n");
+    assert!(!hit(&mut c, &d));
+    assert_eq!(purge(&sock, &["http://elsewhere/script/d"]), "purged 0\n");
+    h.assert_no_errors();
 }
