@@ -39,8 +39,8 @@ fn command() -> Command {
         ))
         .subcommand(
             with_serve_args(Command::new("run").about(
-                "Run N instances of an app (each told its Unix socket in PORT) and serve it: \
-                 files first, the app for the rest; SIGHUP reloads it instance by instance",
+                "Run N instances of an app (each told its Unix socket or TCP port in PORT) and \
+                 serve it: files first, the app for the rest; SIGHUP reloads it instance by instance",
             ))
             .arg(
                 Arg::new("instances")
@@ -54,8 +54,10 @@ fn command() -> Command {
                     .value_name("CMD")
                     .num_args(1..)
                     .last(true)
-                    .required(true)
-                    .help("The app's command, after --: hayate run -- node server.js"),
+                    .help(
+                        "The app's command, after --: hayate run -- node server.js \
+                         [default: command of the config file's [app]]",
+                    ),
             ),
         )
         .subcommand(
@@ -147,6 +149,10 @@ fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
     if let Some(dir) = m.get_one::<String>("dir") {
         overrides.route.root = Some(PathBuf::from(dir));
     }
+    load_with(m, &overrides)
+}
+
+fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigError> {
     match m.get_one::<String>("config") {
         Some(path) => {
             let path = Path::new(path);
@@ -156,14 +162,18 @@ fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
                 key: None,
                 message: e.to_string(),
             })?;
-            hayate_config::load_file(path, &text, &overrides)
+            hayate_config::load_file(path, &text, overrides)
         }
-        None => hayate_config::without_file(&overrides),
+        None => hayate_config::without_file(overrides),
     }
 }
 
 fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     let config = load(m)?;
+    if let Some(app) = config.app.clone() {
+        // A config file with an [app] section: run it, as `hayate run` does.
+        return supervise(config, app);
+    }
     init_log(&config);
     let what = describe(&config);
     let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
@@ -171,38 +181,68 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
-/// serve it, files under DIR (or ./public when it exists) first.
+/// serve it, files under DIR (or ./public when it exists) first. With
+/// `--config`, the file's `[app]` section is the base and flags override it.
 fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
     let command: Vec<String> = m
         .get_many::<String>("command")
         .map(|c| c.cloned().collect())
         .unwrap_or_default();
     let mut overrides: Overrides = cli::overrides_from(m)?;
-    overrides.route.app = Some(true);
+    let with_file = m.get_one::<String>("config").is_some();
+    if !with_file {
+        overrides.route.app = Some(true);
+    }
     match m.get_one::<String>("dir") {
         Some(dir) => overrides.route.root = Some(PathBuf::from(dir)),
         // The app's own directory is never served; its public/ folder is.
-        None if Path::new("public").is_dir() => {
+        None if !with_file && Path::new("public").is_dir() => {
             overrides.route.root = Some(PathBuf::from("public"))
         }
         None => {}
     }
-    if m.get_one::<String>("config").is_some() {
-        anyhow::bail!("hayate run takes options on the command line; an [app] section in the config file is not supported yet");
+    let config = load_with(m, &overrides)?;
+    let mut app = config.app.clone().unwrap_or_default();
+    if !command.is_empty() {
+        app.command = command;
     }
-    let config = hayate_config::without_file(&overrides)?;
+    if app.command.is_empty() {
+        anyhow::bail!(
+            "no command to run: hayate run -- CMD [ARGS], or an [app] section with a command in --config FILE"
+        );
+    }
+    if let Some(n) = m.get_one::<String>("instances") {
+        use hayate_config::values::OptValue;
+        let key = match m.value_source("instances") {
+            Some(clap::parser::ValueSource::EnvVariable) => "HAYATE_INSTANCES",
+            _ => "--instances",
+        };
+        app.instances = Some(
+            hayate_config::app::Instances::parse_str(n)
+                .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
+        );
+    }
+    supervise(config, app)
+}
+
+/// Starts the supervisor for `app` and serves until stopped.
+fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Result<()> {
+    use hayate_config::app::AppListen;
     init_log(&config);
-    let instances = match m.get_one::<String>("instances").map(String::as_str) {
-        None | Some("auto") => config.global.workers.get(),
-        Some(n) => n
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=256).contains(n))
-            .ok_or_else(|| {
-                anyhow::anyhow!("--instances: expected auto or a number from 1 to 256, got {n:?}")
-            })?,
-    };
+    let g = &config.global;
+    let instances = app
+        .instances
+        .unwrap_or(hayate_config::app::Instances::Auto)
+        .get(g.workers.get());
+    if g.app_reload_parallel == 0 {
+        anyhow::bail!("app_reload_parallel: expected at least 1");
+    }
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
+    let listen = match g.app_listen {
+        AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
+        AppListen::Tcp => hayate_supervisor::Listen::Tcp,
+        AppListen::TcpBase(base) => hayate_supervisor::Listen::TcpBase(base),
+    };
     let app_log = match &config.global.app_log {
         Some(path) => Some(std::sync::Arc::new(
             hayate_supervisor::RotatingLog::open(
@@ -214,15 +254,17 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let command = app.command;
     let supervisor = hayate_supervisor::Supervisor::start(hayate_supervisor::AppSpec {
         command: command.clone(),
-        cwd: PathBuf::from("."),
+        cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
         instances,
-        socket_dir: socket_dir.clone(),
+        listen,
+        reload_parallel: g.app_reload_parallel as usize,
         start_timeout: config.global.app_start_timeout.0,
         ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,
-        env: Vec::new(),
+        env: app.env,
         crash_limit: 5,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
@@ -319,6 +361,17 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
                     .into());
                 }
             }
+        }
+    }
+    if let Some(cwd) = config.app.as_ref().and_then(|a| a.cwd.as_ref()) {
+        if !cwd.is_dir() {
+            return Err(ConfigError {
+                file: Some(file.clone()),
+                line: None,
+                key: Some("cwd".into()),
+                message: format!("[app] directory {} does not exist", cwd.display()),
+            }
+            .into());
         }
     }
     println!("{}: ok", file.display());

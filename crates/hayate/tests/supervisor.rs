@@ -24,6 +24,8 @@ http.createServer((req, res) => {
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
   if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
+  if (req.url === '/env') { res.end(`${process.env.GREETING} ${process.env.PORT}`); return; }
+  if (req.url === '/slow') { setTimeout(() => res.end('slow'), 150); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
 }).listen(process.env.PORT, () => console.log('up', version));
@@ -400,4 +402,247 @@ fn nix_kill(pid: i32) {
         .status()
         .expect("kill");
     assert!(status.success());
+}
+
+/// Runs `hayate ARGS` in `dir` (`check`), returning success and output.
+fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run hayate");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+const APP_TOML: &str = r#"listen = "127.0.0.1:0"
+workers = 1
+root = "public"
+
+[app]
+command = ["node", "app.js"]
+instances = 2
+start_timeout = "10s"
+
+[app.env]
+GREETING = "hello"
+"#;
+
+#[test]
+fn an_app_section_in_the_config_file_runs_the_app_and_flags_override_it() {
+    let dir = app_dir("v1");
+    std::fs::write(dir.path().join("hayate.toml"), APP_TOML).expect("write");
+    let (ok, out) = hayate_in(dir.path(), &["check", "hayate.toml"]);
+    assert!(ok, "{out}");
+    let h = Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(dir.path()));
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    assert_eq!(c.get("/hello.txt", &[]).text(), "static\n", "root first");
+    let env = c.get("/env", &[]).text();
+    assert!(env.starts_with("hello /"), "env and a socket path: {env}");
+    assert_eq!(answer(&mut c).1.expect("answer").version, "v1");
+    let (_, status) = control(dir.path(), "status");
+    assert_eq!(
+        status.lines().filter(|l| l.contains(" ready ")).count(),
+        2,
+        "{status}"
+    );
+    drop(c);
+    drop(h);
+
+    // hayate run: the file is the base, flags win.
+    let h = Hayate::start_in(
+        BIN,
+        &["run", "--config", "hayate.toml", "--instances", "1"],
+        &[],
+        Some(dir.path()),
+    );
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let (_, status) = control(dir.path(), "status");
+    let rows = status
+        .lines()
+        .filter(|l| l.starts_with(char::is_numeric))
+        .count();
+    assert_eq!(rows, 1, "--instances overrides the file: {status}");
+    assert_eq!(
+        h.client().get("/env", &[]).text().split(' ').next(),
+        Some("hello")
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn check_reports_bad_app_keys_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (text, want) in [
+        (
+            "[app]\ncommand = [\"node\", \"app.js\"]\nmax_memroy = \"1GiB\"\n",
+            "bad.toml:3: max_memroy: unknown key (did you mean \"max_memory\"?)",
+        ),
+        (
+            "[app]\ninstances = 2\n",
+            "bad.toml:1: command: [app] needs a command",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\nlisten = \"udp\"\n",
+            "bad.toml:3: listen: expected unix, tcp or tcp:BASE",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\ncwd = \"nowhere\"\n",
+            "cwd: [app] directory",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bad.toml"), text).expect("write");
+        let (ok, out) = hayate_in(dir.path(), &["check", "bad.toml"]);
+        assert!(!ok && out.contains(want), "{text:?}: {out}");
+    }
+}
+
+/// Four consecutive free loopback ports (for `tcp:BASE`).
+fn free_port_base() -> u16 {
+    for _ in 0..50 {
+        let base = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        if base > 65000 {
+            continue;
+        }
+        let held: Vec<_> = (0..4)
+            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == 4 {
+            return base;
+        }
+    }
+    panic!("no four free consecutive ports");
+}
+
+#[test]
+fn instances_can_listen_on_tcp_ports() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--app-listen", "tcp"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    let env = c.get("/env", &[]).text();
+    let port: u16 = env
+        .split(' ')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("PORT is a number: {env}"));
+    assert!(port > 0);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let (status, a) = answer(&mut c);
+        assert_eq!(status, 200);
+        seen.insert(a.expect("answer").instance);
+    }
+    assert_eq!(seen.len(), 2, "both instances serve over TCP");
+    assert!(h.stderr().contains("on 127.0.0.1:"), "{}", h.stderr());
+    h.assert_no_errors();
+    drop(c);
+    drop(h);
+
+    // tcp:BASE: slot i on BASE+i, its replacement on BASE+N+i.
+    let base = free_port_base();
+    let h = run(dir.path(), "2", &["--app-listen", &format!("tcp:{base}")]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let ports = |h: &Hayate| -> std::collections::HashSet<u16> {
+        let mut c = h.client();
+        (0..20)
+            .filter_map(|_| c.get("/env", &[]).text().split(' ').nth(1)?.parse().ok())
+            .collect()
+    };
+    assert_eq!(ports(&h), [base, base + 1].into_iter().collect());
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(ports(&h), [base + 2, base + 3].into_iter().collect());
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--app-reload-parallel", "2"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let addr = h.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loaders: Vec<_> = (0..3)
+        .map(|n| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let (mut ok, mut failures) = (0, 0);
+                let deadline = Instant::now() + Duration::from_secs(8);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
+                    // One loader keeps slow requests in flight, so draining matters.
+                    let status = if n == 0 {
+                        c.get("/slow", &[]).status
+                    } else {
+                        answer(&mut c).0
+                    };
+                    if status == 200 {
+                        ok += 1;
+                    } else {
+                        failures += 1;
+                    }
+                }
+                (ok, failures)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let results: Vec<(u32, u32)> = loaders
+        .into_iter()
+        .map(|t| t.join().expect("join"))
+        .collect();
+    assert_eq!(
+        results.iter().map(|r| r.1).sum::<u32>(),
+        0,
+        "requests failed during the reload: {results:?}"
+    );
+    assert!(results.iter().all(|r| r.0 > 0), "{results:?}");
+    let mut c = h.client();
+    for _ in 0..10 {
+        assert_eq!(answer(&mut c).1.expect("answer").version, "v2");
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn status_shows_requests_waiting_in_the_queue() {
+    let dir = app_dir("broken");
+    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "3s"]);
+    let addr = h.addr;
+    // No instance ever becomes ready: the request waits in the queue.
+    let waiter = std::thread::spawn(move || Client::connect(addr).get("/", &[]).status);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (ok, status) = control(dir.path(), "status");
+        if ok && status.contains("queued: 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no queued request shown: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(waiter.join().expect("join"), 503, "the queue timed out");
+    let (_, status) = control(dir.path(), "status");
+    assert!(status.contains("queued: 0"), "{status}");
 }
