@@ -7,6 +7,7 @@
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;
+pub mod admin;
 mod conn;
 mod conn_body;
 pub mod control;
@@ -14,6 +15,7 @@ mod deadline;
 pub mod listen;
 pub mod pipeline;
 pub mod request;
+pub mod request_metrics;
 pub mod respond;
 pub mod router;
 mod stream;
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use hayate_config::values::ListenAddr;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
+use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -37,14 +40,23 @@ use crate::worker::Shared;
 /// Called with the bound addresses once every worker is accepting.
 pub type OnListening<'a> = Box<dyn FnOnce(&[ListenAddr]) + 'a>;
 
+/// What `status` answers (control socket, admin `/status`); any thread.
+pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// What the binary hooks into a running server.
 pub struct Hooks<'a> {
     /// See [`OnListening`].
     pub on_listening: OnListening<'a>,
     /// Called on SIGHUP (rolling reload of a supervised app).
     pub on_reload: Box<dyn Fn() + 'a>,
-    /// The control socket and what `status` answers.
-    pub control: Option<(PathBuf, Box<dyn Fn() -> String + 'a>)>,
+    /// The control socket, if any.
+    pub control: Option<PathBuf>,
+    /// What `status` answers.
+    pub status: Option<StatusFn>,
+    /// The metrics registry served on the admin listener. The server adds
+    /// its own sources (requests per route, connections); subsystems add
+    /// theirs with [`Metrics::register`].
+    pub metrics: Metrics,
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
@@ -61,6 +73,17 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // The admin listener is bound before any worker starts, like the others.
+    let admin = match &config.global.admin {
+        Some(addr) => Some(signals.block_on(async { admin::bind(addr) })?),
+        None => None,
+    };
+    let request_metrics = admin
+        .is_some()
+        .then(|| request_metrics::RequestMetrics::new(&config));
+    if let Some(m) = &request_metrics {
+        hooks.metrics.register(m.clone());
+    }
     let (mut term, mut int, mut hup) = signals.block_on(async {
         Ok::<_, io::Error>((
             signal(SignalKind::terminate())?,
@@ -75,7 +98,19 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         connections: Arc::new(AtomicUsize::new(0)),
         log_sink,
         app,
+        request_metrics,
     };
+    let open = shared.connections.clone();
+    hooks.metrics.register_fn(move |out| {
+        let name = "hayate_connections_open";
+        family(out, name, "Open client connections", Kind::Gauge);
+        sample(
+            out,
+            name,
+            &[],
+            open.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    });
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
     for (i, ls) in listeners.per_worker.into_iter().enumerate() {
@@ -96,9 +131,17 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     }
     drop(done_tx);
     (hooks.on_listening)(&listeners.addresses);
+    if let Some((listener, url)) = admin {
+        log::info!("admin listener on {url} (GET /metrics, GET /status)");
+        signals.spawn(admin::serve(
+            listener,
+            hooks.metrics.clone(),
+            hooks.status.clone(),
+        ));
+    }
 
     let control = match &hooks.control {
-        Some((path, _)) => Some((
+        Some(path) => Some((
             signals.block_on(async { control::bind(path) })?,
             path.clone(),
         )),
@@ -116,8 +159,8 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             tokio::select! {
                 conn = accept_control() => {
                     let Ok(conn) = conn else { continue };
-                    let status = |c: ControlCommand| match (c, &hooks.control) {
-                        (ControlCommand::Status, Some((_, status))) => status(),
+                    let status = |c: ControlCommand| match (c, &hooks.status) {
+                        (ControlCommand::Status, Some(status)) => status(),
                         (ControlCommand::Reload, _) => "reloading\n".to_string(),
                         (ControlCommand::Stop, _) => "stopping\n".to_string(),
                         (ControlCommand::Status, None) => String::new(),

@@ -24,6 +24,9 @@ pub struct Route {
     pub files: Option<StaticRoot>,
     /// The upstream group.
     pub upstream: Option<Rc<UpstreamGroup>>,
+    /// Position in config order (sites, then routes): the same in every
+    /// worker; labels its metrics.
+    pub index: usize,
 }
 
 struct Site {
@@ -99,6 +102,8 @@ impl Router {
                     (None, false, _) => None,
                 };
                 routes.push(Route {
+                    index: sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>()
+                        + routes.len(),
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
                     files,

@@ -20,6 +20,7 @@ use crate::conn::Conn;
 use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
 use crate::request::HeadLimits;
+use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::respond::OVER_CAPACITY;
 use crate::router::Router;
 use crate::stream::Stream;
@@ -53,6 +54,8 @@ pub struct Worker {
     pub stopping: Cell<bool>,
     /// Read deadlines of every connection.
     pub deadlines: Rc<Deadlines>,
+    /// This worker's request counters, when the admin listener is on.
+    pub metrics: Option<Arc<WorkerMetrics>>,
     active: Cell<usize>,
     idle: Notify,
 }
@@ -68,6 +71,8 @@ pub struct Shared {
     pub log_sink: Option<Sink>,
     /// The supervised app's slots, if one runs.
     pub app: Option<AppSlots>,
+    /// Request counters of every worker, when the admin listener is on.
+    pub request_metrics: Option<Arc<RequestMetrics>>,
 }
 
 impl Worker {
@@ -94,6 +99,7 @@ impl Worker {
             shutdown,
             stopping: Cell::new(false),
             deadlines: Rc::default(),
+            metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             active: Cell::new(0),
             idle: Notify::new(),
         })

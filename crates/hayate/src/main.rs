@@ -177,7 +177,14 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     init_log(&config);
     let what = describe(&config);
     let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
-    start_server(config, None, what, &on_reload, None)
+    let hooks = hooks(
+        &config,
+        what,
+        &on_reload,
+        None,
+        hayate_core::metrics::Metrics::default(),
+    );
+    hayate_server::run(config, None, hooks).context("server failed")
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
@@ -271,16 +278,14 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         log: app_log,
     })?;
     let what = format!("{} ({instances} instances)", command.join(" "));
-    let status = || supervisor.status_text();
     let reload = || supervisor.reload();
-    let control: (PathBuf, &dyn Fn() -> String) = (default_control_path(Path::new(".")), &status);
-    let result = start_server(
-        config,
-        Some(supervisor.slots()),
-        what,
-        &reload,
-        Some(control),
-    );
+    let status = supervisor.status();
+    let metrics = hayate_core::metrics::Metrics::default();
+    metrics.register(std::sync::Arc::new(status.clone()));
+    let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
+    hooks.control = Some(default_control_path(Path::new(".")));
+    let result =
+        hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
     supervisor.stop();
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
@@ -296,15 +301,16 @@ fn init_log(config: &Config) {
     });
 }
 
-fn start_server(
-    config: Config,
-    app: Option<hayate_core::app::AppSlots>,
+/// The binary's hooks: the "serving" line, reload, status and metrics.
+fn hooks<'a>(
+    config: &Config,
     what: String,
-    on_reload: &dyn Fn(),
-    control: Option<(PathBuf, &dyn Fn() -> String)>,
-) -> anyhow::Result<()> {
+    on_reload: &'a dyn Fn(),
+    status: Option<hayate_supervisor::AppStatus>,
+    metrics: hayate_core::metrics::Metrics,
+) -> hayate_server::Hooks<'a> {
     let workers = config.global.workers.get();
-    let hooks = hayate_server::Hooks {
+    hayate_server::Hooks {
         on_listening: Box::new(move |addrs: &[ListenAddr]| {
             for a in addrs {
                 let url = match a {
@@ -318,9 +324,10 @@ fn start_server(
             }
         }),
         on_reload: Box::new(on_reload),
-        control: control.map(|(path, status)| (path, Box::new(status) as Box<dyn Fn() -> String>)),
-    };
-    hayate_server::run(config, app, hooks).context("server failed")
+        control: None,
+        status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
+        metrics,
+    }
 }
 
 fn describe(config: &Config) -> String {

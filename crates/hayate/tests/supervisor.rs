@@ -646,3 +646,224 @@ fn status_shows_requests_waiting_in_the_queue() {
     let (_, status) = control(dir.path(), "status");
     assert!(status.contains("queued: 0"), "{status}");
 }
+
+/// The admin listener's address, from the error log.
+fn admin_addr(h: &Hayate) -> std::net::SocketAddr {
+    wait_log(h, "the admin listener", |l| {
+        l.contains("admin listener on http://")
+    });
+    let log = h.stderr();
+    let rest = log
+        .split("admin listener on http://")
+        .nth(1)
+        .expect("admin line");
+    rest.split('/')
+        .next()
+        .expect("addr")
+        .parse()
+        .expect("admin address")
+}
+
+/// One parsed sample: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the Prometheus text format strictly enough for a test: every
+/// sample's family has HELP and TYPE lines before it, names are valid.
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut helped = std::collections::HashSet::new();
+    let mut typed = std::collections::HashMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().expect("name");
+            assert!(
+                valid_name(name) && helped.insert(name.to_string()),
+                "{line}"
+            );
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split(' ');
+            let name = words.next().expect("name").to_string();
+            let kind = words.next().expect("kind").to_string();
+            assert!(helped.contains(&name), "TYPE before HELP: {line}");
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind.as_str()),
+                "{line}"
+            );
+            assert!(
+                typed.insert(name, kind).is_none(),
+                "family repeated: {line}"
+            );
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("sample line");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                let l = l.strip_suffix('}').expect("closing brace");
+                let labels = l
+                    .split("\",")
+                    .map(|kv| {
+                        let (k, v) = kv.split_once("=\"").expect("label");
+                        (k.to_string(), v.trim_end_matches('"').to_string())
+                    })
+                    .collect();
+                (n.to_string(), labels)
+            }
+            None => (series.to_string(), Vec::new()),
+        };
+        assert!(valid_name(&name), "{line}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| typed.get(*f).is_some_and(|k| k == "histogram"))
+            })
+            .unwrap_or(&name);
+        assert!(typed.contains_key(family), "sample without TYPE: {line}");
+        samples.push((name, labels, value));
+    }
+    samples
+}
+
+fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|s| s.2)
+}
+
+#[test]
+fn metrics_and_status_on_the_admin_listener() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--admin", "127.0.0.1:0"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let admin = admin_addr(&h);
+    let scrape = || {
+        let r = Client::connect(admin).get("/metrics", &[]);
+        assert_eq!(r.status, 200);
+        assert!(r
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain")));
+        parse_metrics(&r.text())
+    };
+    let route = [("site", "*"), ("route", "/"), ("code", "2xx")];
+    let before = scrape();
+    let served_before = value_of(&before, "hayate_http_requests_total", &route).expect("series");
+    let mut c = h.client();
+    for _ in 0..10 {
+        assert_eq!(answer(&mut c).0, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(c.get("/hello.txt", &[]).status, 200);
+    }
+    assert_eq!(c.get("/%00", &[]).status, 400);
+    let after = scrape();
+    assert_eq!(
+        value_of(&after, "hayate_http_requests_total", &route),
+        Some(served_before + 13.0)
+    );
+    assert_eq!(
+        value_of(
+            &after,
+            "hayate_http_requests_total",
+            &[("route", "-"), ("code", "4xx")]
+        ),
+        Some(1.0),
+        "requests that matched no route are counted apart"
+    );
+    // The histogram: cumulative buckets, +Inf equals _count equals requests.
+    let route_labels = [("site", "*"), ("route", "/")];
+    let buckets: Vec<f64> = after
+        .iter()
+        .filter(|(n, l, _)| {
+            n == "hayate_http_request_duration_seconds_bucket"
+                && l.iter().any(|(k, v)| k == "route" && v == "/")
+        })
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(buckets.len(), 15, "14 bounds and +Inf");
+    assert!(
+        buckets.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {buckets:?}"
+    );
+    let count = value_of(
+        &after,
+        "hayate_http_request_duration_seconds_count",
+        &route_labels,
+    )
+    .expect("count");
+    let total: f64 = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+        .iter()
+        .filter_map(|c| {
+            value_of(
+                &after,
+                "hayate_http_requests_total",
+                &[("route", "/"), ("code", c)],
+            )
+        })
+        .sum();
+    assert_eq!(buckets.last().copied(), Some(count));
+    assert_eq!(count, total);
+    assert!(value_of(
+        &after,
+        "hayate_http_request_duration_seconds_sum",
+        &route_labels
+    )
+    .is_some_and(|s| s >= 0.0));
+    // The supervisor's figures.
+    for i in ["0", "1"] {
+        assert_eq!(
+            value_of(
+                &after,
+                "hayate_app_instance_state",
+                &[("instance", i), ("state", "ready")]
+            ),
+            Some(1.0)
+        );
+        assert!(value_of(&after, "hayate_app_instance_pid", &[("instance", i)]).is_some());
+        assert!(value_of(
+            &after,
+            "hayate_app_instance_memory_rss_bytes",
+            &[("instance", i)]
+        )
+        .is_some_and(|b| b > 0.0));
+    }
+    let served: f64 = ["0", "1"]
+        .iter()
+        .filter_map(|i| {
+            value_of(
+                &after,
+                "hayate_app_instance_requests_total",
+                &[("instance", i)],
+            )
+        })
+        .sum();
+    assert!(served >= 10.0, "{served}");
+    assert_eq!(value_of(&after, "hayate_app_queue_depth", &[]), Some(0.0));
+    assert!(value_of(&after, "hayate_connections_open", &[]).is_some_and(|n| n >= 1.0));
+
+    let status = Client::connect(admin).get("/status", &[]);
+    assert_eq!(status.status, 200);
+    let text = status.text();
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" ready ")).count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("queued: 0"), "{text}");
+    assert_eq!(Client::connect(admin).get("/", &[]).status, 404);
+    h.assert_no_errors();
+}
