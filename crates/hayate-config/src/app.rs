@@ -155,7 +155,7 @@ pub const APP_SECTION_KEYS: &[(&str, &str, &str, &str)] = &[
     (
         "instances",
         "N|auto",
-        "`--instances N|auto` / `HAYATE_INSTANCES`",
+        "`hayate run --instances N|auto` (env `HAYATE_INSTANCES`)",
         "Instances of the app (auto: one per worker)",
     ),
 ];

@@ -51,10 +51,13 @@ impl Running {
                 let offset = index + if alternate { spec.instances } else { 0 };
                 let port = u16::try_from(usize::from(*base) + offset)
                     .map_err(|_| io::Error::other("app port out of range"))?;
-                AppAddr::Tcp(std::net::SocketAddr::from((
-                    std::net::Ipv4Addr::LOCALHOST,
-                    port,
-                )))
+                let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+                // Another process on the port would pass the readiness check
+                // in the instance's place.
+                if let Err(e) = std::net::TcpListener::bind(addr) {
+                    return Err(io::Error::new(e.kind(), format!("app port {port}: {e}")));
+                }
+                AppAddr::Tcp(addr)
             }
         };
         let port = match &addr {

@@ -67,11 +67,11 @@ fn command() -> Command {
         )
         .subcommand(control_command(
             "status",
-            "Show the app's instances: state, pid, uptime, restarts, memory",
+            "Show the app's instances (state, pid, uptime, restarts, memory, requests) and its queue",
         ))
         .subcommand(control_command(
             "reload",
-            "Replace the app's instances one by one, with no failed request",
+            "Replace the app's instances (app_reload_parallel at a time), with no failed request",
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
@@ -208,7 +208,13 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         }
         None => {}
     }
-    let config = load_with(m, &overrides)?;
+    let mut config = load_with(m, &overrides)?;
+    if with_file && config.app.is_none() {
+        // A file without [app]: its routes send what matches no file to
+        // the app, as without a file.
+        overrides.route.app = Some(true);
+        config = load_with(m, &overrides)?;
+    }
     let mut app = config.app.clone().unwrap_or_default();
     if !command.is_empty() {
         app.command = command;

@@ -478,6 +478,13 @@ fn an_app_section_in_the_config_file_runs_the_app_and_flags_override_it() {
 }
 
 #[test]
+fn the_demo_config_is_valid() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo");
+    let (ok, out) = hayate_in(&demo, &["check", "hayate.toml"]);
+    assert!(ok, "{out}");
+}
+
+#[test]
 fn check_reports_bad_app_keys_with_file_and_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (text, want) in [
@@ -504,17 +511,15 @@ fn check_reports_bad_app_keys_with_file_and_line() {
     }
 }
 
-/// Four consecutive free loopback ports (for `tcp:BASE`).
+/// Four consecutive free loopback ports (for `tcp:BASE`), below the usual
+/// ephemeral range so that no client connection takes one meanwhile.
 fn free_port_base() -> u16 {
-    for _ in 0..50 {
-        let base = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
-        if base > 65000 {
-            continue;
-        }
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+    for i in 0..50u64 {
+        let base = 20_000 + ((seed + i * 7_919) % 10_000) as u16;
         let held: Vec<_> = (0..4)
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
             .collect();
@@ -560,11 +565,21 @@ fn instances_can_listen_on_tcp_ports() {
             .filter_map(|_| c.get("/env", &[]).text().split(' ').nth(1)?.parse().ok())
             .collect()
     };
-    assert_eq!(ports(&h), [base, base + 1].into_iter().collect());
+    assert_eq!(
+        ports(&h),
+        [base, base + 1].into_iter().collect(),
+        "{}",
+        h.stderr()
+    );
     h.signal(nix::sys::signal::Signal::SIGHUP);
     wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(ports(&h), [base + 2, base + 3].into_iter().collect());
+    assert_eq!(
+        ports(&h),
+        [base + 2, base + 3].into_iter().collect(),
+        "{}",
+        h.stderr()
+    );
     h.assert_no_errors();
 }
 
@@ -865,5 +880,35 @@ fn metrics_and_status_on_the_admin_listener() {
     );
     assert!(text.contains("queued: 0"), "{text}");
     assert_eq!(Client::connect(admin).get("/", &[]).status, 404);
+    h.assert_no_errors();
+}
+
+#[test]
+fn run_with_a_config_file_without_an_app_section_takes_the_command_line() {
+    let dir = app_dir("v1");
+    std::fs::write(
+        dir.path().join("plain.toml"),
+        "listen = \"127.0.0.1:0\"\nworkers = 1\nroot = \"public\"\n",
+    )
+    .expect("write");
+    let h = Hayate::start_in(
+        BIN,
+        &[
+            "run",
+            "--config",
+            "plain.toml",
+            "--instances",
+            "1",
+            "--",
+            "node",
+            "app.js",
+        ],
+        &[],
+        Some(dir.path()),
+    );
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let mut c = h.client();
+    assert_eq!(c.get("/hello.txt", &[]).text(), "static\n");
+    assert_eq!(answer(&mut c).1.expect("the app answers").version, "v1");
     h.assert_no_errors();
 }
