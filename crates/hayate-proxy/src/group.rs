@@ -624,6 +624,24 @@ mod tests {
     }
 
     #[test]
+    fn queue_counts_are_mirrored_into_the_shared_total() {
+        let total = Arc::new(AtomicUsize::new(5));
+        let q = QueueGauge {
+            local: Cell::new(0),
+            shared: Some(total.clone()),
+        };
+        q.set(2);
+        q.set(3);
+        assert_eq!((q.get(), total.load(Ordering::Relaxed)), (3, 8));
+        q.set(0);
+        assert_eq!(
+            total.load(Ordering::Relaxed),
+            5,
+            "other workers' count stays"
+        );
+    }
+
+    #[test]
     fn members_at_their_limit_are_full() {
         let addrs = [UpstreamAddr::parse("127.0.0.1:1000").expect("addr")];
         let g = UpstreamGroup::new(
