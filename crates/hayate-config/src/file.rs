@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
 use crate::values::{OptValue, ProxySpec};
 use crate::{Config, ConfigError, Overrides, Route, Site};
@@ -34,8 +35,13 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
     let mut global = GlobalLayer::default();
     let mut top_route = RouteLayer::default();
     let mut site_tables = Vec::new();
+    let mut app = None;
     for (key, value) in doc.get_ref() {
         let k = key.get_ref().as_ref();
+        if k == "app" {
+            app = Some(cx.app(key, value, &mut global)?);
+            continue;
+        }
         if k == "site" {
             site_tables = cx.tables(key, value)?;
             continue;
@@ -62,9 +68,13 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         });
         match set {
             Ok(true) => {}
-            Ok(false) => return Err(cx.unknown(key, &["site", "upstream"])),
+            Ok(false) => return Err(cx.unknown(key, &["site", "upstream", "app"])),
             Err(msg) => return Err(cx.err(value.span().start, k, msg)),
         }
+    }
+    if app.is_some() && top_route.app.is_none() {
+        // Files first (where a root is set), the app for the rest.
+        top_route.app = Some(true);
     }
     cx.anchor(&mut top_route);
     global.override_with(&overrides.global);
@@ -83,6 +93,7 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
     Ok(Config {
         global: global.resolve(),
         sites,
+        app,
     })
 }
 
@@ -210,12 +221,20 @@ impl Cx<'_> {
     }
 
     fn unknown(&self, key: &Spanned<std::borrow::Cow<'_, str>>, extra: &[&str]) -> ConfigError {
-        let k = key.get_ref().as_ref();
         let candidates = GLOBAL_OPTIONS
             .iter()
             .chain(ROUTE_OPTIONS)
             .map(|o| o.key)
             .chain(extra.iter().copied());
+        self.unknown_among(key, candidates)
+    }
+
+    fn unknown_among<'c>(
+        &self,
+        key: &Spanned<std::borrow::Cow<'_, str>>,
+        candidates: impl Iterator<Item = &'c str>,
+    ) -> ConfigError {
+        let k = key.get_ref().as_ref();
         let hint = candidates
             .map(|c| (edit_distance(k, c), c))
             .min()
@@ -223,6 +242,115 @@ impl Cx<'_> {
             .map(|(_, c)| format!(" (did you mean {c:?}?)"))
             .unwrap_or_default();
         self.err(key.span().start, k, format!("unknown key{hint}"))
+    }
+
+    /// The `[app]` table: its own keys, and the `app_*` options by their
+    /// short names (set into `global`).
+    fn app(
+        &self,
+        key: &Spanned<std::borrow::Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+        global: &mut GlobalLayer,
+    ) -> Result<AppSection, ConfigError> {
+        let DeValue::Table(table) = value.get_ref() else {
+            return Err(self.err(key.span().start, "app", "expected an [app] table".into()));
+        };
+        let mut app = AppSection::default();
+        let mut cwd = None;
+        for (key, value) in table {
+            let k = key.get_ref().as_ref();
+            let at = value.span().start;
+            match (k, value.get_ref()) {
+                ("command", DeValue::String(s)) => {
+                    app.command = split_command(s).map_err(|m| self.err(at, k, m))?;
+                }
+                ("command", DeValue::Array(items)) => {
+                    app.command = items
+                        .iter()
+                        .map(|i| match i.get_ref() {
+                            DeValue::String(s) if !s.is_empty() && !s.contains('\0') => {
+                                Ok(s.to_string())
+                            }
+                            _ => Err(self.err(
+                                i.span().start,
+                                k,
+                                "expected non-empty strings".into(),
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    if app.command.is_empty() {
+                        return Err(self.err(at, k, "empty command".into()));
+                    }
+                }
+                ("command", _) => {
+                    return Err(self.err(at, k, "expected a list of strings or a string".into()))
+                }
+                ("cwd", DeValue::String(s)) if !s.is_empty() => cwd = Some(s.to_string()),
+                ("cwd", _) => return Err(self.err(at, k, "expected a directory path".into())),
+                ("env", DeValue::Table(vars)) => {
+                    for (name, v) in vars {
+                        let n = name.get_ref().as_ref();
+                        if !valid_env_name(n) {
+                            return Err(self.err(
+                                name.span().start,
+                                "env",
+                                format!("{n:?} is not a valid variable name"),
+                            ));
+                        }
+                        let text = match v.get_ref() {
+                            DeValue::String(s) if !s.contains('\0') => s.to_string(),
+                            DeValue::Integer(i) => i.as_str().to_string(),
+                            DeValue::Boolean(b) => b.to_string(),
+                            _ => {
+                                return Err(self.err(
+                                    v.span().start,
+                                    n,
+                                    "expected a string, number or boolean".into(),
+                                ))
+                            }
+                        };
+                        app.env.push((n.to_string(), text));
+                    }
+                }
+                ("env", _) => {
+                    return Err(self.err(at, k, "expected a table of NAME = \"VALUE\"".into()))
+                }
+                ("instances", v) => {
+                    app.instances = Some(Instances::parse_toml(v).map_err(|m| self.err(at, k, m))?);
+                }
+                (_, v) => match global.set_toml(&format!("app_{k}"), v) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let candidates = APP_SECTION_KEYS.iter().map(|(key, ..)| *key).chain(
+                            GLOBAL_OPTIONS
+                                .iter()
+                                .filter_map(|o| o.key.strip_prefix("app_")),
+                        );
+                        return Err(self.unknown_among(key, candidates));
+                    }
+                    Err(m) => return Err(self.err(at, k, m)),
+                },
+            }
+        }
+        if app.command.is_empty() {
+            return Err(self.err(
+                value.span().start,
+                "command",
+                "[app] needs a command, as in command = [\"node\", \"server.js\"]".into(),
+            ));
+        }
+        // Relative to the file's directory, like roots; by default that
+        // directory itself.
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        app.cwd = Some(match cwd {
+            Some(c) if Path::new(&c).is_absolute() => c.into(),
+            Some(c) => dir.join(c),
+            None => dir,
+        });
+        Ok(app)
     }
 
     /// An array of tables, `[[site]]` or `[[site.route]]`.
@@ -536,6 +664,73 @@ mod tests {
         assert!(err("[[upstream]]\nname = \"a\"\nmembers = [\"bad\"]\n")
             .starts_with("h.toml:3: members:"));
         assert!(err("[[upstream]]\nmembers = [\"http://a:1\"]\n").starts_with("h.toml:1: name:"));
+    }
+
+    #[test]
+    fn app_section() {
+        let cfg = load_file(
+            "/srv/app/h.toml".as_ref(),
+            "root = \"public\"\n[app]\ncommand = [\"node\", \"server.js\"]\ninstances = 3\n\
+             max_memory = \"200MiB\"\nlisten = \"tcp\"\nreload_parallel = 2\n\
+             [app.env]\nNODE_ENV = \"production\"\nWORKERS = 2\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let app = cfg.app.expect("app");
+        assert_eq!(app.command, vec!["node", "server.js"]);
+        assert_eq!(app.instances, Some(Instances::Count(3)));
+        assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/app")));
+        assert_eq!(
+            app.env,
+            vec![
+                ("NODE_ENV".to_string(), "production".to_string()),
+                ("WORKERS".to_string(), "2".to_string())
+            ]
+        );
+        assert_eq!(cfg.global.app_max_memory.map(|s| s.0), Some(200 << 20));
+        assert_eq!(cfg.global.app_listen, crate::app::AppListen::Tcp);
+        assert_eq!(cfg.global.app_reload_parallel, 2);
+        let slash = &cfg.sites[0].routes[0];
+        assert!(slash.options.app, "files first, the app for the rest");
+        assert_eq!(
+            slash.options.root.as_deref(),
+            Some(Path::new("/srv/app/public"))
+        );
+
+        let cfg = load("[app]\ncommand = \"node server.js\"\ncwd = \"srv\"\n").expect("valid");
+        let app = cfg.app.expect("app");
+        assert_eq!(app.command, vec!["node", "server.js"]);
+        assert_eq!(app.cwd.as_deref(), Some(Path::new("./srv")));
+        assert!(cfg.sites[0].routes[0].options.app);
+    }
+
+    #[test]
+    fn app_section_errors() {
+        assert_eq!(
+            err("[app]\ncommand = [\"node\"]\nmax_memroy = \"1G\"\n"),
+            "h.toml:3: max_memroy: unknown key (did you mean \"max_memory\"?)"
+        );
+        assert_eq!(
+            err("[app]\ninstances = 2\n"),
+            "h.toml:1: command: [app] needs a command, as in command = [\"node\", \"server.js\"]"
+        );
+        assert!(
+            err("[app]\ncommand = \"node\"\ninstances = 0\n").starts_with("h.toml:3: instances:")
+        );
+        assert!(err("[app]\ncommand = []\n").starts_with("h.toml:2: command: empty"));
+        assert!(err("[app]\ncommand = \"node 'a b'\"\n").starts_with("h.toml:2: command: quotes"));
+        assert!(
+            err("[app]\ncommand = \"node\"\nlisten = \"udp\"\n").starts_with("h.toml:3: listen:")
+        );
+        assert!(
+            err("[app]\ncommand = \"node\"\n[app.env]\n\"A-B\" = \"1\"\n")
+                .starts_with("h.toml:4: env:")
+        );
+        assert!(
+            err("app = 3\n").starts_with("h.toml:1: app:"),
+            "{}",
+            err("app = 3\n")
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!
 //! Precedence, lowest first: defaults, config file, environment, CLI.
 
+pub mod app;
 pub mod cli;
 mod file;
 pub mod table;
@@ -28,6 +29,8 @@ pub struct Config {
     /// Sites in file order; requests whose Host matches no site go to the
     /// first site without `hosts` (or the first site).
     pub sites: Vec<Site>,
+    /// The `[app]` section, when the file has one.
+    pub app: Option<app::AppSection>,
 }
 
 /// A virtual host.
@@ -149,6 +152,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             hosts: Vec::new(),
             routes,
         }],
+        app: None,
     })
 }
 
@@ -189,8 +193,55 @@ pub fn markdown_reference() -> String {
         }
         out.push('\n');
     }
+    out.push_str(
+        "## The `[app]` section\n\n\
+         The supervised app, as `hayate run -- CMD` runs it: `hayate --config FILE` with an \
+         `[app]` section supervises the app and serves it (files first where a route has a \
+         root, the app for the rest: routes default to `app = true`). Besides the keys below, \
+         every `app_*` global option is written here by its short name (`max_memory` is \
+         `app_max_memory`). Flags and environment variables override the file.\n\n```toml\n",
+    );
+    out.push_str(EXAMPLE_APP_CONFIG);
+    out.push_str("```\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n");
+    for (key, value, flag, help) in app::APP_SECTION_KEYS {
+        let flag = if flag.is_empty() { "file only" } else { flag };
+        out.push_str(&format!("| `{key} = {value}` | {flag} | | {help} |\n"));
+    }
+    for o in GLOBAL_OPTIONS {
+        if let Some(short) = o.key.strip_prefix("app_") {
+            let default = o
+                .default
+                .map(|d| format!("`{d}`"))
+                .unwrap_or_else(|| "unset".into());
+            out.push_str(&format!(
+                "| `{short}` | `--{} {}` / `{}` | {} | {} |\n",
+                o.flag_name(),
+                o.value_name,
+                o.env_name(),
+                default,
+                o.help
+            ));
+        }
+    }
+    out.push('\n');
     out
 }
+
+/// An example `[app]` config, shown in docs and checked by a test.
+pub const EXAMPLE_APP_CONFIG: &str = r#"listen = "0.0.0.0:8080"
+root = "public"                   # files first, the app for the rest
+admin = "127.0.0.1:9100"          # GET /metrics and /status (off unless set)
+
+[app]
+command = ["node", "server.js"]   # told its socket (or port) in PORT
+instances = "auto"
+ready_path = "/healthz"
+max_memory = "512MiB"
+reload_parallel = 1               # instances replaced at once on reload
+
+[app.env]
+NODE_ENV = "production"
+"#;
 
 /// A commented example config, shown in docs and checked by a test.
 pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
@@ -248,6 +299,21 @@ mod tests {
             on_disk == markdown_reference(),
             "docs/config.md is out of date: run `cargo run -p hayate -- help-config > docs/config.md`"
         );
+    }
+
+    #[test]
+    fn example_app_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_APP_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let app = cfg.app.expect("app section");
+        assert_eq!(app.command, vec!["node", "server.js"]);
+        assert_eq!(cfg.global.app_ready_path.as_deref(), Some("/healthz"));
+        assert!(cfg.global.admin.is_some());
+        assert!(cfg.sites[0].routes[0].options.app);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+use crate::app::{AdminAddr, AppListen};
 use crate::values::*;
 
 /// The description of one option, for help and docs.
@@ -220,6 +221,12 @@ options! {
         "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
+    admin: AdminAddr = unset, "ADDR",
+        "Admin listener (GET /metrics for Prometheus, GET /status): HOST:PORT, PORT (on 127.0.0.1) or unix:PATH; off unless set";
+    app_listen: AppListen = "unix", "unix|tcp|tcp:BASE",
+        "hayate run: instances listen on a Unix socket, a free 127.0.0.1 port, or BASE+i (BASE+N+i for a replacement), given in PORT";
+    app_reload_parallel: u32 = "1", "N",
+        "hayate run: instances replaced at once in a rolling reload (each new one is ready before its old one stops)";
     app_max_memory: Size = unset, "SIZE",
         "hayate run: replace an instance whose RSS passes this (new one first, then drain)";
     app_max_requests: u32 = unset, "N",

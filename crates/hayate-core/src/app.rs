@@ -6,17 +6,37 @@
 //! flight on it (so a replaced instance is drained before it is stopped) and
 //! drops pooled connections to instances that are no longer current.
 
+use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+/// Where an instance listens (what it was told in `PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppAddr {
+    /// A Unix socket.
+    Unix(PathBuf),
+    /// A loopback TCP port.
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for AppAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppAddr::Unix(p) => write!(f, "{}", p.display()),
+            AppAddr::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
 /// A running, ready instance of the app.
 #[derive(Debug)]
 pub struct AppInstance {
-    /// The Unix socket it listens on.
-    pub path: PathBuf,
+    /// Where it listens.
+    pub addr: AppAddr,
     /// Unique per started instance.
     pub id: u64,
     /// Requests in flight on it, across workers.
@@ -27,9 +47,9 @@ pub struct AppInstance {
 
 impl AppInstance {
     /// A ready instance.
-    pub fn new(path: PathBuf, id: u64) -> Arc<AppInstance> {
+    pub fn new(addr: AppAddr, id: u64) -> Arc<AppInstance> {
         Arc::new(AppInstance {
-            path,
+            addr,
             id,
             inflight: AtomicU32::new(0),
             served: AtomicU64::new(0),
@@ -71,14 +91,23 @@ pub struct AppSlots {
     pub slots: Vec<Arc<AppSlot>>,
     /// Notified (all waiters) whenever a slot gets a ready instance.
     pub ready: Arc<Notify>,
+    /// Requests waiting in the app group's queues, across workers (each
+    /// worker adds and removes its own; read by `hayate status`).
+    pub queued: Arc<AtomicUsize>,
 }
 
 impl AppSlots {
+    /// Requests waiting for an instance now.
+    pub fn queue_depth(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// `n` empty slots.
     pub fn new(n: usize) -> AppSlots {
         AppSlots {
             slots: (0..n).map(|_| Arc::new(AppSlot::default())).collect(),
             ready: Arc::new(Notify::new()),
+            queued: Arc::new(AtomicUsize::new(0)),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod date;
 pub mod epoch;
 pub mod field;
 pub mod log;
+pub mod metrics;
 pub mod net;
 pub mod path;
 pub mod response;

@@ -5,9 +5,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hayate_core::app::{AppInstance, AppSlot, AppSlots};
+use hayate_core::app::{AppAddr, AppInstance, AppSlot, AppSlots};
 use hayate_core::net::IpNet;
 use tokio::sync::Notify;
 
@@ -142,10 +143,35 @@ pub struct UpstreamGroup {
     pub(crate) settings: ProxySettings,
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
-    pub(crate) waiting: Cell<usize>,
+    pub(crate) waiting: QueueGauge,
     pub(crate) freed: Rc<Notify>,
     /// For a supervised app: raised when an instance becomes ready.
     pub(crate) app_ready: Option<Arc<Notify>>,
+}
+
+/// Requests waiting in a group's queue on this worker; for a supervised
+/// app also counted in a total shared by every worker (`hayate status`).
+#[derive(Debug, Default)]
+pub(crate) struct QueueGauge {
+    local: Cell<usize>,
+    shared: Option<Arc<AtomicUsize>>,
+}
+
+impl QueueGauge {
+    pub(crate) fn get(&self) -> usize {
+        self.local.get()
+    }
+
+    pub(crate) fn set(&self, n: usize) {
+        let old = self.local.replace(n);
+        if let Some(total) = &self.shared {
+            if n > old {
+                total.fetch_add(n - old, Ordering::Relaxed);
+            } else {
+                total.fetch_sub(old - n, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Why no member could take a request.
@@ -183,7 +209,7 @@ impl UpstreamGroup {
             members,
             settings,
             next: Cell::new(0),
-            waiting: Cell::new(0),
+            waiting: QueueGauge::default(),
             freed,
             app_ready: None,
         }
@@ -214,6 +240,7 @@ impl UpstreamGroup {
             }
         }
         group.app_ready = Some(app.ready.clone());
+        group.waiting.shared = Some(app.queued.clone());
         group
     }
 
@@ -406,9 +433,16 @@ impl Member {
     pub fn target(&self) -> Option<(UpstreamAddr, Option<Arc<AppInstance>>)> {
         match &self.slot {
             None => Some((self.addr.clone(), None)),
-            Some(slot) => slot
-                .current()
-                .map(|i| (UpstreamAddr::Unix(i.path.clone()), Some(i))),
+            Some(slot) => slot.current().map(|i| {
+                let addr = match &i.addr {
+                    AppAddr::Unix(path) => UpstreamAddr::Unix(path.clone()),
+                    AppAddr::Tcp(addr) => UpstreamAddr::Tcp {
+                        addr: *addr,
+                        authority: addr.to_string(),
+                    },
+                };
+                (addr, Some(i))
+            }),
         }
     }
 
@@ -587,6 +621,24 @@ mod tests {
         let headers: Vec<(&[u8], &[u8])> = vec![(b"Cookie", b"a=1; sid=xyz; b=2")];
         assert_eq!(g.balance_key(&headers, "1.2.3.4"), Some(&b"xyz"[..]));
         assert_eq!(g.balance_key(&[], "1.2.3.4"), None);
+    }
+
+    #[test]
+    fn queue_counts_are_mirrored_into_the_shared_total() {
+        let total = Arc::new(AtomicUsize::new(5));
+        let q = QueueGauge {
+            local: Cell::new(0),
+            shared: Some(total.clone()),
+        };
+        q.set(2);
+        q.set(3);
+        assert_eq!((q.get(), total.load(Ordering::Relaxed)), (3, 8));
+        q.set(0);
+        assert_eq!(
+            total.load(Ordering::Relaxed),
+            5,
+            "other workers' count stays"
+        );
     }
 
     #[test]

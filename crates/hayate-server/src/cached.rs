@@ -508,6 +508,36 @@ fn refresh_in_background(
     });
 }
 
+/// Purges the cache by URL (`http://host/path`, or a path for every host;
+/// all variants and query strings) or by tag; the answer for the control
+/// socket and the admin listener.
+pub fn purge(cache: Option<&ResponseCache>, url: Option<&str>, tag: Option<&str>) -> String {
+    let Some(cache) = cache else {
+        return "no route caches responses (use --cache)\n".to_string();
+    };
+    let removed = match (url, tag) {
+        (Some(url), _) => {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            let (host, path) = match rest {
+                Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
+                None => ("", url),
+            };
+            let path = path
+                .split('?')
+                .next()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("/");
+            cache.store.purge_url(host.as_bytes(), path.as_bytes())
+        }
+        (None, Some(tag)) => cache.store.purge_tag(tag.as_bytes()),
+        (None, None) => 0,
+    };
+    log::info!("purged {removed} cached URL(s)");
+    format!("purged {removed}\n")
+}
+
 /// §4.4: a successful unsafe request invalidates the URL, and the URLs in
 /// Location and Content-Location when they are on the same host.
 fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Response) {

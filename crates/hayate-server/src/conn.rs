@@ -138,6 +138,9 @@ impl Conn {
                 pipeline::handle(&req, &mut view, &w.router, started, &self.peer).await
             };
             self.served += 1;
+            if let Some(m) = &w.metrics {
+                m.record(&w.router, &req, resp.status.code(), started.elapsed());
+            }
 
             // A body nobody read is drained after the response; one the
             // client has not sent yet (it waits for 100-continue) or that

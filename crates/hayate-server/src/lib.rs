@@ -7,6 +7,7 @@
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;
+pub mod admin;
 pub mod cached;
 mod conn;
 mod conn_body;
@@ -15,6 +16,7 @@ mod deadline;
 pub mod listen;
 pub mod pipeline;
 pub mod request;
+pub mod request_metrics;
 pub mod respond;
 pub mod router;
 mod stream;
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use hayate_config::values::ListenAddr;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
+use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -38,14 +41,23 @@ use crate::worker::Shared;
 /// Called with the bound addresses once every worker is accepting.
 pub type OnListening<'a> = Box<dyn FnOnce(&[ListenAddr]) + 'a>;
 
+/// What `status` answers (control socket, admin `/status`); any thread.
+pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// What the binary hooks into a running server.
 pub struct Hooks<'a> {
     /// See [`OnListening`].
     pub on_listening: OnListening<'a>,
     /// Called on SIGHUP (rolling reload of a supervised app).
     pub on_reload: Box<dyn Fn() + 'a>,
-    /// The control socket and what `status` answers.
-    pub control: Option<(PathBuf, Box<dyn Fn() -> String + 'a>)>,
+    /// The control socket, if any.
+    pub control: Option<PathBuf>,
+    /// What `status` answers.
+    pub status: Option<StatusFn>,
+    /// The metrics registry served on the admin listener. The server adds
+    /// its own sources (requests per route, connections); subsystems add
+    /// theirs with [`Metrics::register`].
+    pub metrics: Metrics,
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
@@ -63,6 +75,21 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // The admin listener is bound before any worker starts, like the others.
+    let admin = match &config.global.admin {
+        Some(addr) => Some(signals.block_on(async { admin::bind(addr) })?),
+        None => None,
+    };
+    let request_metrics = admin
+        .is_some()
+        .then(|| request_metrics::RequestMetrics::new(&config));
+    if let Some(m) = &request_metrics {
+        hooks.metrics.register(m.clone());
+    }
+    if let Some(c) = &cache {
+        let c = c.clone();
+        hooks.metrics.register_fn(move |out| c.render_metrics(out));
+    }
     let (mut term, mut int, mut hup) = signals.block_on(async {
         Ok::<_, io::Error>((
             signal(SignalKind::terminate())?,
@@ -78,7 +105,19 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         log_sink,
         app,
         cache,
+        request_metrics,
     };
+    let open = shared.connections.clone();
+    hooks.metrics.register_fn(move |out| {
+        let name = "hayate_connections_open";
+        family(out, name, "Open client connections", Kind::Gauge);
+        sample(
+            out,
+            name,
+            &[],
+            open.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    });
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
     for (i, ls) in listeners.per_worker.into_iter().enumerate() {
@@ -99,9 +138,18 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     }
     drop(done_tx);
     (hooks.on_listening)(&listeners.addresses);
+    if let Some((listener, url)) = admin {
+        log::info!("admin listener on {url} (GET /metrics, GET /status, POST /purge)");
+        signals.spawn(admin::serve(
+            listener,
+            hooks.metrics.clone(),
+            hooks.status.clone(),
+            shared.cache.clone(),
+        ));
+    }
 
     let control = match &hooks.control {
-        Some((path, _)) => Some((
+        Some(path) => Some((
             signals.block_on(async { control::bind(path) })?,
             path.clone(),
         )),
@@ -119,13 +167,13 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             tokio::select! {
                 conn = accept_control() => {
                     let Ok(conn) = conn else { continue };
-                    let status = |c: &ControlCommand| match (c, &hooks.control) {
-                        (ControlCommand::Status, Some((_, status))) => status(),
+                    let status = |c: &ControlCommand| match (c, &hooks.status) {
+                        (ControlCommand::Status, Some(status)) => status(),
                         (ControlCommand::Reload, _) => "reloading\n".to_string(),
                         (ControlCommand::Stop, _) => "stopping\n".to_string(),
                         (ControlCommand::Status, None) => String::new(),
-                        (ControlCommand::PurgeUrl(url), _) => purge(shared.cache.as_deref(), Some(url), None),
-                        (ControlCommand::PurgeTag(tag), _) => purge(shared.cache.as_deref(), None, Some(tag)),
+                        (ControlCommand::PurgeUrl(url), _) => cached::purge(shared.cache.as_deref(), Some(url), None),
+                        (ControlCommand::PurgeTag(tag), _) => cached::purge(shared.cache.as_deref(), None, Some(tag)),
                     };
                     match control::serve_one(conn, status).await {
                         Ok(ControlCommand::Reload) => {
@@ -169,39 +217,6 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         let _ = std::fs::remove_file(path);
     }
     exit
-}
-
-/// Purges the response cache by URL (`http://host/path`, or a path for
-/// every host; all variants and query strings) or by tag.
-fn purge(
-    cache: Option<&hayate_cache::ResponseCache>,
-    url: Option<&str>,
-    tag: Option<&str>,
-) -> String {
-    let Some(cache) = cache else {
-        return "no route caches responses (use --cache)\n".to_string();
-    };
-    let removed = match (url, tag) {
-        (Some(url), _) => {
-            let rest = url
-                .strip_prefix("http://")
-                .or_else(|| url.strip_prefix("https://"));
-            let (host, path) = match rest {
-                Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
-                None => ("", url),
-            };
-            let path = path
-                .split('?')
-                .next()
-                .filter(|p| !p.is_empty())
-                .unwrap_or("/");
-            cache.store.purge_url(host.as_bytes(), path.as_bytes())
-        }
-        (None, Some(tag)) => cache.store.purge_tag(tag.as_bytes()),
-        (None, None) => 0,
-    };
-    log::info!("control: purged {removed} cached URL(s)");
-    format!("purged {removed}\n")
 }
 
 /// Raises the soft open-file limit to the hard limit: each connection is a

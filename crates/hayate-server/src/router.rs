@@ -30,6 +30,9 @@ pub struct Route {
     pub upstream: Option<Rc<UpstreamGroup>>,
     /// The response cache in front of the upstream group.
     pub cache: Option<RouteCache>,
+    /// Position in config order (sites, then routes): the same in every
+    /// worker; labels its metrics.
+    pub index: usize,
 }
 
 struct Site {
@@ -111,6 +114,8 @@ impl Router {
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 routes.push(Route {
+                    index: sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>()
+                        + routes.len(),
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
                     files,

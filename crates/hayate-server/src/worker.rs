@@ -20,6 +20,7 @@ use crate::conn::Conn;
 use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
 use crate::request::HeadLimits;
+use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::respond::OVER_CAPACITY;
 use crate::router::Router;
 use crate::stream::Stream;
@@ -53,6 +54,8 @@ pub struct Worker {
     pub stopping: Cell<bool>,
     /// Read deadlines of every connection.
     pub deadlines: Rc<Deadlines>,
+    /// This worker's request counters, when the admin listener is on.
+    pub metrics: Option<Arc<WorkerMetrics>>,
     active: Cell<usize>,
     idle: Notify,
 }
@@ -70,6 +73,8 @@ pub struct Shared {
     pub app: Option<AppSlots>,
     /// The response cache, when a route caches.
     pub cache: Option<Arc<hayate_cache::ResponseCache>>,
+    /// Request counters of every worker, when the admin listener is on.
+    pub request_metrics: Option<Arc<RequestMetrics>>,
 }
 
 impl Worker {
@@ -96,6 +101,7 @@ impl Worker {
             shutdown,
             stopping: Cell::new(false),
             deadlines: Rc::default(),
+            metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             active: Cell::new(0),
             idle: Notify::new(),
         })

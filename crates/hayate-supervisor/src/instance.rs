@@ -2,19 +2,18 @@
 //! socket, its captured output.
 
 use std::io;
-use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hayate_core::app::AppInstance;
+use hayate_core::app::{AppAddr, AppInstance};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::{AppSpec, RotatingLog};
+use crate::{AppSpec, Listen, RotatingLog};
 
 /// How often readiness and drains are polled.
 const POLL: Duration = Duration::from_millis(20);
@@ -28,10 +27,43 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts instance `index` and waits until its socket accepts.
-    pub async fn start(index: usize, spec: &AppSpec, ids: &AtomicU64) -> io::Result<Running> {
+    /// `alternate` picks the second port of a slot under `tcp:BASE` (a
+    /// replacement must not take the port its predecessor still holds).
+    pub async fn start(
+        index: usize,
+        spec: &AppSpec,
+        ids: &AtomicU64,
+        alternate: bool,
+    ) -> io::Result<Running> {
         let id = ids.fetch_add(1, Ordering::Relaxed);
-        let path = spec.socket_dir.join(format!("app-{index}-{id}.sock"));
-        let _ = std::fs::remove_file(&path);
+        let addr = match &spec.listen {
+            Listen::Unix(dir) => {
+                let path = dir.join(format!("app-{index}-{id}.sock"));
+                let _ = std::fs::remove_file(&path);
+                AppAddr::Unix(path)
+            }
+            Listen::Tcp => {
+                // A port the kernel deems free now; the app binds it next.
+                let probe = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+                AppAddr::Tcp(probe.local_addr()?)
+            }
+            Listen::TcpBase(base) => {
+                let offset = index + if alternate { spec.instances } else { 0 };
+                let port = u16::try_from(usize::from(*base) + offset)
+                    .map_err(|_| io::Error::other("app port out of range"))?;
+                let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+                // Another process on the port would pass the readiness check
+                // in the instance's place.
+                if let Err(e) = std::net::TcpListener::bind(addr) {
+                    return Err(io::Error::new(e.kind(), format!("app port {port}: {e}")));
+                }
+                AppAddr::Tcp(addr)
+            }
+        };
+        let port = match &addr {
+            AppAddr::Unix(path) => path.as_os_str().to_owned(),
+            AppAddr::Tcp(a) => a.port().to_string().into(),
+        };
         // Re-resolved at every start: a `current -> releases/N` switch takes.
         let cwd = std::fs::canonicalize(&spec.cwd).map_err(|e| {
             io::Error::new(
@@ -42,7 +74,7 @@ impl Running {
         let mut cmd = Command::new(&spec.command[0]);
         cmd.args(&spec.command[1..])
             .current_dir(&cwd)
-            .env("PORT", &path)
+            .env("PORT", &port)
             .env("HAYATE_INSTANCE", index.to_string())
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -63,11 +95,11 @@ impl Running {
         let mut run = Running {
             child,
             pid,
-            instance: AppInstance::new(path, id),
+            instance: AppInstance::new(addr, id),
         };
         let deadline = Instant::now() + spec.start_timeout;
         loop {
-            if is_ready(&run.instance.path, spec.ready_path.as_deref()).await {
+            if is_ready(&run.instance.addr, spec.ready_path.as_deref()).await {
                 return Ok(run);
             }
             if let Some(status) = run.child.try_wait()? {
@@ -79,8 +111,7 @@ impl Running {
             if Instant::now() >= deadline {
                 let message = format!(
                     "not accepting on {} after {:?}",
-                    run.instance.path.display(),
-                    spec.start_timeout
+                    run.instance.addr, spec.start_timeout
                 );
                 run.stop(Duration::from_secs(1)).await;
                 return Err(io::Error::new(io::ErrorKind::TimedOut, message));
@@ -140,19 +171,34 @@ impl Running {
         self.cleanup();
     }
 
-    /// Removes the socket file.
+    /// Removes the socket file (Unix sockets).
     pub fn cleanup(&self) {
-        remove_socket(&self.instance.path);
+        if let AppAddr::Unix(path) = &self.instance.addr {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
 /// Readiness: the socket accepts, and when a probe path is set, `GET path`
 /// answers 2xx.
-async fn is_ready(path: &Path, probe: Option<&str>) -> bool {
+async fn is_ready(addr: &AppAddr, probe: Option<&str>) -> bool {
+    match addr {
+        AppAddr::Unix(path) => match tokio::net::UnixStream::connect(path).await {
+            Ok(conn) => passes_probe(conn, probe).await,
+            Err(_) => false,
+        },
+        AppAddr::Tcp(a) => match tokio::net::TcpStream::connect(a).await {
+            Ok(conn) => passes_probe(conn, probe).await,
+            Err(_) => false,
+        },
+    }
+}
+
+async fn passes_probe(
+    mut conn: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    probe: Option<&str>,
+) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut conn) = tokio::net::UnixStream::connect(path).await else {
-        return false;
-    };
     let Some(probe) = probe else { return true };
     let request = format!("GET {probe} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-ready\r\nConnection: close\r\n\r\n");
     if conn.write_all(request.as_bytes()).await.is_err() {
@@ -174,10 +220,6 @@ pub(crate) fn rss_of(pid: u32) -> Option<u64> {
         .parse()
         .ok()?;
     Some(kib * 1024)
-}
-
-fn remove_socket(path: &Path) {
-    let _ = std::fs::remove_file(path);
 }
 
 fn describe(status: ExitStatus) -> String {

@@ -1,10 +1,11 @@
 //! The app supervisor: runs N instances of a command, each told its own Unix
-//! socket in `PORT` (Node's `server.listen(process.env.PORT)` takes a path)
-//! and its slot in `HAYATE_INSTANCE`; marks an instance ready once its
-//! socket accepts; restarts crashed instances with exponential backoff and
-//! jitter, and stops restarting a crash loop; reloads slot by slot (start
-//! the new instance, wait until ready, switch, drain the old one at the
-//! proxy, stop it), keeping the old instance when the new one fails.
+//! socket (Node's `server.listen(process.env.PORT)` takes a path) or
+//! loopback TCP port in `PORT` and its slot in `HAYATE_INSTANCE`; marks an
+//! instance ready once its socket accepts; restarts crashed instances with
+//! exponential backoff and jitter, and stops restarting a crash loop;
+//! reloads `reload_parallel` slots at a time (start the new instance, wait
+//! until ready, switch, drain the old one at the proxy, stop it), keeping
+//! the old instance when the new one fails.
 //!
 //! It runs on its own thread with its own runtime and meets the proxy only
 //! through [`AppSlots`] (hayate-core): the proxy reads each slot's current
@@ -21,12 +22,13 @@ pub use logfile::RotatingLog;
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hayate_core::app::{AppSlot, AppSlots};
+use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::{watch, Notify, Semaphore};
 
 use instance::Running;
@@ -40,8 +42,10 @@ pub struct AppSpec {
     pub cwd: PathBuf,
     /// Number of instances.
     pub instances: usize,
-    /// Where the instances' sockets go.
-    pub socket_dir: PathBuf,
+    /// How instances listen.
+    pub listen: Listen,
+    /// Instances replaced at once in a rolling reload (at least 1).
+    pub reload_parallel: usize,
     /// Time for a new instance to accept on its socket (and pass the probe).
     pub start_timeout: Duration,
     /// An HTTP path that must answer 2xx before an instance gets traffic.
@@ -58,6 +62,18 @@ pub struct AppSpec {
     pub max_requests: Option<u64>,
     /// Where instances' output goes: a rotated file, or hayate's log.
     pub log: Option<Arc<RotatingLog>>,
+}
+
+/// How an instance is told to listen (the value of `PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket in this directory.
+    Unix(PathBuf),
+    /// A free 127.0.0.1 port, found when the instance starts.
+    Tcp,
+    /// 127.0.0.1 port BASE+i for slot i; its replacement takes BASE+N+i,
+    /// the next one BASE+i again.
+    TcpBase(u16),
 }
 
 /// How often instances are checked against their limits.
@@ -112,7 +128,7 @@ type StatusBoard = Arc<std::sync::Mutex<Vec<SlotStatus>>>;
 
 /// A running supervisor.
 pub struct Supervisor {
-    board: StatusBoard,
+    status: AppStatus,
     app: AppSlots,
     control: watch::Sender<Control>,
     thread: Option<JoinHandle<()>>,
@@ -128,7 +144,20 @@ impl Supervisor {
                 "no command to run",
             ));
         }
-        std::fs::create_dir_all(&spec.socket_dir)?;
+        match &spec.listen {
+            Listen::Unix(dir) => std::fs::create_dir_all(dir)?,
+            Listen::TcpBase(base) if usize::from(*base) + 2 * spec.instances > 65536 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "tcp:{base} with {} instances needs ports up to {}: pick a lower base",
+                        spec.instances,
+                        usize::from(*base) + 2 * spec.instances - 1
+                    ),
+                ));
+            }
+            _ => {}
+        }
         let app = AppSlots::new(spec.instances.max(1));
         let (control, rx) = watch::channel(Control {
             reload: 0,
@@ -151,7 +180,7 @@ impl Supervisor {
             .spawn(move || {
                 rt.block_on(async move {
                     let spec = Arc::new(spec);
-                    let roll = Arc::new(Semaphore::new(1));
+                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.max(1)));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
                         .slots
@@ -167,6 +196,7 @@ impl Supervisor {
                                 roll: roll.clone(),
                                 ids: ids.clone(),
                                 board: tasks_board.clone(),
+                                alternate: AtomicBool::new(false),
                             };
                             tokio::spawn(slot.run())
                         })
@@ -177,7 +207,10 @@ impl Supervisor {
                 })
             })?;
         Ok(Supervisor {
-            board,
+            status: AppStatus {
+                board,
+                app: app.clone(),
+            },
             app,
             control,
             thread: Some(thread),
@@ -189,30 +222,15 @@ impl Supervisor {
         self.app.clone()
     }
 
-    /// A status table: instance, state, pid, uptime, restarts, RSS and
-    /// requests in flight.
+    /// A handle on the status board (for `hayate status`, `/status` and
+    /// `/metrics`), usable from any thread.
+    pub fn status(&self) -> AppStatus {
+        self.status.clone()
+    }
+
+    /// See [`AppStatus::text`].
     pub fn status_text(&self) -> String {
-        let board = self.board.lock().map(|b| b.clone()).unwrap_or_default();
-        let mut out =
-            String::from("instance  state       pid      uptime    restarts  rss_mib  in_flight\n");
-        for (i, s) in board.iter().enumerate() {
-            let rss = s
-                .pid
-                .and_then(instance::rss_of)
-                .map_or("-".to_string(), |b| (b >> 20).to_string());
-            let inflight = self.app.slots[i].current().map_or(0, |c| c.inflight());
-            out.push_str(&format!(
-                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {}\n",
-                i,
-                s.state.as_str(),
-                s.pid.map_or("-".into(), |p| p.to_string()),
-                format!("{}s", s.since.elapsed().as_secs()),
-                s.restarts,
-                rss,
-                inflight
-            ));
-        }
-        out
+        self.status.text()
     }
 
     /// Starts a rolling reload (SIGHUP, `hayate reload`).
@@ -226,6 +244,181 @@ impl Supervisor {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The supervisor's figures, read from any thread: each slot's state, pid,
+/// time in that state, restarts, RSS (read from /proc when asked), requests
+/// in flight and served, and the queue of requests waiting for an instance.
+#[derive(Clone)]
+pub struct AppStatus {
+    board: StatusBoard,
+    app: AppSlots,
+}
+
+/// One slot's figures.
+#[derive(Debug, Clone)]
+pub struct InstanceFigures {
+    /// Lifecycle state.
+    pub state: ChildState,
+    /// Process id while running.
+    pub pid: Option<u32>,
+    /// Seconds in the current state (uptime when ready).
+    pub uptime_secs: u64,
+    /// Restarts after exits and failed starts.
+    pub restarts: u32,
+    /// Resident memory.
+    pub rss_bytes: Option<u64>,
+    /// Requests in flight on the current instance.
+    pub in_flight: u32,
+    /// Requests sent to the current instance.
+    pub served: u64,
+}
+
+impl AppStatus {
+    /// Every slot's figures, in slot order.
+    pub fn instances(&self) -> Vec<InstanceFigures> {
+        let board = self.board.lock().map(|b| b.clone()).unwrap_or_default();
+        board
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let current = self.app.slots[i].current();
+                InstanceFigures {
+                    state: s.state,
+                    pid: s.pid,
+                    uptime_secs: s.since.elapsed().as_secs(),
+                    restarts: s.restarts,
+                    rss_bytes: s.pid.and_then(instance::rss_of),
+                    in_flight: current.as_ref().map_or(0, |c| c.inflight()),
+                    served: current.map_or(0, |c| c.served.load(Ordering::Relaxed)),
+                }
+            })
+            .collect()
+    }
+
+    /// Requests waiting for an instance, across workers.
+    pub fn queue_depth(&self) -> usize {
+        self.app.queue_depth()
+    }
+
+    /// A status table: instance, state, pid, uptime, restarts, RSS,
+    /// requests in flight and served; then the queue depth.
+    pub fn text(&self) -> String {
+        let mut out = String::from(
+            "instance  state       pid      uptime    restarts  rss_mib  in_flight  served\n",
+        );
+        for (i, s) in self.instances().iter().enumerate() {
+            out.push_str(&format!(
+                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {:<10} {}\n",
+                i,
+                s.state.as_str(),
+                s.pid.map_or("-".into(), |p| p.to_string()),
+                format!("{}s", s.uptime_secs),
+                s.restarts,
+                s.rss_bytes
+                    .map_or("-".to_string(), |b| (b >> 20).to_string()),
+                s.in_flight,
+                s.served
+            ));
+        }
+        out.push_str(&format!("queued: {}\n", self.queue_depth()));
+        out
+    }
+}
+
+/// The states a slot reports in `hayate_app_instance_state`.
+const STATES: [ChildState; 5] = [
+    ChildState::Starting,
+    ChildState::Ready,
+    ChildState::Backoff,
+    ChildState::Halted,
+    ChildState::Stopped,
+];
+
+impl MetricsSource for AppStatus {
+    fn render(&self, out: &mut String) {
+        let figures = self.instances();
+        let per_instance =
+            |out: &mut String,
+             name: &str,
+             help: &str,
+             kind: Kind,
+             value: &dyn Fn(&InstanceFigures) -> Option<u64>| {
+                family(out, name, help, kind);
+                for (i, f) in figures.iter().enumerate() {
+                    if let Some(v) = value(f) {
+                        sample(out, name, &[("instance", &i.to_string())], v);
+                    }
+                }
+            };
+        family(
+            out,
+            "hayate_app_instance_state",
+            "Lifecycle state of each app instance slot (1 for its current state)",
+            Kind::Gauge,
+        );
+        for (i, f) in figures.iter().enumerate() {
+            for state in STATES {
+                let v = u8::from(f.state == state);
+                let i = i.to_string();
+                sample(
+                    out,
+                    "hayate_app_instance_state",
+                    &[("instance", &i), ("state", state.as_str())],
+                    v,
+                );
+            }
+        }
+        per_instance(
+            out,
+            "hayate_app_instance_pid",
+            "Process id of each running app instance",
+            Kind::Gauge,
+            &|f| f.pid.map(u64::from),
+        );
+        per_instance(
+            out,
+            "hayate_app_instance_uptime_seconds",
+            "Seconds each app instance slot has been in its current state",
+            Kind::Gauge,
+            &|f| Some(f.uptime_secs),
+        );
+        per_instance(
+            out,
+            "hayate_app_instance_restarts_total",
+            "Restarts of each app instance slot after exits and failed starts",
+            Kind::Counter,
+            &|f| Some(u64::from(f.restarts)),
+        );
+        per_instance(
+            out,
+            "hayate_app_instance_memory_rss_bytes",
+            "Resident memory of each running app instance",
+            Kind::Gauge,
+            &|f| f.rss_bytes,
+        );
+        per_instance(
+            out,
+            "hayate_app_instance_in_flight",
+            "Requests in flight on each app instance",
+            Kind::Gauge,
+            &|f| Some(u64::from(f.in_flight)),
+        );
+        per_instance(
+            out,
+            "hayate_app_instance_requests_total",
+            "Requests sent to each app instance (restarts from 0 with a new instance)",
+            Kind::Counter,
+            &|f| Some(f.served),
+        );
+        family(
+            out,
+            "hayate_app_queue_depth",
+            "Requests waiting for an app instance, across workers",
+            Kind::Gauge,
+        );
+        sample(out, "hayate_app_queue_depth", &[], self.queue_depth());
     }
 }
 
@@ -249,9 +442,20 @@ struct SlotTask {
     roll: Arc<Semaphore>,
     ids: Arc<AtomicU64>,
     board: StatusBoard,
+    /// Under `tcp:BASE`: the next start takes the slot's second port.
+    alternate: AtomicBool,
 }
 
 impl SlotTask {
+    async fn start(&self) -> io::Result<Running> {
+        let alternate = self.alternate.load(Ordering::Relaxed);
+        let r = Running::start(self.index, &self.spec, &self.ids, alternate).await;
+        if r.is_ok() {
+            self.alternate.store(!alternate, Ordering::Relaxed);
+        }
+        r
+    }
+
     async fn run(mut self) {
         let mut reloads_seen = self.control.borrow().reload;
         let mut exits: VecDeque<Instant> = VecDeque::new();
@@ -263,7 +467,7 @@ impl SlotTask {
                 break;
             }
             let Some(run) = current.as_mut() else {
-                match Running::start(self.index, &self.spec, &self.ids).await {
+                match self.start().await {
                     Ok(r) => {
                         self.publish(&r);
                         current = Some(r);
@@ -333,10 +537,7 @@ impl SlotTask {
             }
         }
         if let Some(max) = self.spec.max_requests {
-            let served = run
-                .instance
-                .served
-                .load(std::sync::atomic::Ordering::Relaxed);
+            let served = run.instance.served.load(Ordering::Relaxed);
             if served >= max {
                 return Some(format!("served {served} requests, its limit"));
             }
@@ -364,7 +565,7 @@ impl SlotTask {
             "app[{}] ready (pid {}) on {}",
             self.index,
             r.pid(),
-            r.instance.path.display()
+            r.instance.addr
         );
     }
 
@@ -372,7 +573,7 @@ impl SlotTask {
     /// stop. If the new one fails, `old` keeps serving.
     async fn roll_over(&self, old: Running) -> Running {
         let _turn = self.roll.acquire().await;
-        match Running::start(self.index, &self.spec, &self.ids).await {
+        match self.start().await {
             Ok(new) => {
                 self.publish(&new);
                 let drained = old.drain(self.spec.stop_timeout).await;

@@ -39,8 +39,8 @@ fn command() -> Command {
         ))
         .subcommand(
             with_serve_args(Command::new("run").about(
-                "Run N instances of an app (each told its Unix socket in PORT) and serve it: \
-                 files first, the app for the rest; SIGHUP reloads it instance by instance",
+                "Run N instances of an app (each told its Unix socket or TCP port in PORT) and \
+                 serve it: files first, the app for the rest; SIGHUP reloads it instance by instance",
             ))
             .arg(
                 Arg::new("instances")
@@ -54,8 +54,10 @@ fn command() -> Command {
                     .value_name("CMD")
                     .num_args(1..)
                     .last(true)
-                    .required(true)
-                    .help("The app's command, after --: hayate run -- node server.js"),
+                    .help(
+                        "The app's command, after --: hayate run -- node server.js \
+                         [default: command of the config file's [app]]",
+                    ),
             ),
         )
         .subcommand(
@@ -65,11 +67,11 @@ fn command() -> Command {
         )
         .subcommand(control_command(
             "status",
-            "Show the app's instances: state, pid, uptime, restarts, memory",
+            "Show the app's instances (state, pid, uptime, restarts, memory, requests) and its queue",
         ))
         .subcommand(control_command(
             "reload",
-            "Replace the app's instances one by one, with no failed request",
+            "Replace the app's instances (app_reload_parallel at a time), with no failed request",
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
@@ -178,6 +180,10 @@ fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
     if let Some(dir) = m.get_one::<String>("dir") {
         overrides.route.root = Some(PathBuf::from(dir));
     }
+    load_with(m, &overrides)
+}
+
+fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigError> {
     match m.get_one::<String>("config") {
         Some(path) => {
             let path = Path::new(path);
@@ -187,14 +193,18 @@ fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
                 key: None,
                 message: e.to_string(),
             })?;
-            hayate_config::load_file(path, &text, &overrides)
+            hayate_config::load_file(path, &text, overrides)
         }
-        None => hayate_config::without_file(&overrides),
+        None => hayate_config::without_file(overrides),
     }
 }
 
 fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     let config = load(m)?;
+    if let Some(app) = config.app.clone() {
+        // A config file with an [app] section: run it, as `hayate run` does.
+        return supervise(config, app);
+    }
     init_log(&config);
     let what = describe(&config);
     let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
@@ -205,10 +215,15 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
         .iter()
         .flat_map(|s| &s.routes)
         .any(|r| r.options.cache.enabled);
-    let status = || "no app runs\n".to_string();
-    let path = config.global.control.clone();
-    let control: Option<(PathBuf, &dyn Fn() -> String)> = match path {
-        Some(p) => Some((p, &status)),
+    let mut hooks = hooks(
+        &config,
+        what,
+        &on_reload,
+        None,
+        hayate_core::metrics::Metrics::default(),
+    );
+    hooks.control = match config.global.control.clone() {
+        Some(p) => Some(p),
         None if caches => {
             let p = default_control_path(Path::new("."));
             if std::os::unix::net::UnixStream::connect(&p).is_ok() {
@@ -218,47 +233,83 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
                 );
                 None
             } else {
-                Some((p, &status))
+                Some(p)
             }
         }
         None => None,
     };
-    start_server(config, None, what, &on_reload, control)
+    hayate_server::run(config, None, hooks).context("server failed")
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
-/// serve it, files under DIR (or ./public when it exists) first.
+/// serve it, files under DIR (or ./public when it exists) first. With
+/// `--config`, the file's `[app]` section is the base and flags override it.
 fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
     let command: Vec<String> = m
         .get_many::<String>("command")
         .map(|c| c.cloned().collect())
         .unwrap_or_default();
     let mut overrides: Overrides = cli::overrides_from(m)?;
-    overrides.route.app = Some(true);
+    let with_file = m.get_one::<String>("config").is_some();
+    if !with_file {
+        overrides.route.app = Some(true);
+    }
     match m.get_one::<String>("dir") {
         Some(dir) => overrides.route.root = Some(PathBuf::from(dir)),
         // The app's own directory is never served; its public/ folder is.
-        None if Path::new("public").is_dir() => {
+        None if !with_file && Path::new("public").is_dir() => {
             overrides.route.root = Some(PathBuf::from("public"))
         }
         None => {}
     }
-    if m.get_one::<String>("config").is_some() {
-        anyhow::bail!("hayate run takes options on the command line; an [app] section in the config file is not supported yet");
+    let mut config = load_with(m, &overrides)?;
+    if with_file && config.app.is_none() {
+        // A file without [app]: its routes send what matches no file to
+        // the app, as without a file.
+        overrides.route.app = Some(true);
+        config = load_with(m, &overrides)?;
     }
-    let config = hayate_config::without_file(&overrides)?;
+    let mut app = config.app.clone().unwrap_or_default();
+    if !command.is_empty() {
+        app.command = command;
+    }
+    if app.command.is_empty() {
+        anyhow::bail!(
+            "no command to run: hayate run -- CMD [ARGS], or an [app] section with a command in --config FILE"
+        );
+    }
+    if let Some(n) = m.get_one::<String>("instances") {
+        use hayate_config::values::OptValue;
+        let key = match m.value_source("instances") {
+            Some(clap::parser::ValueSource::EnvVariable) => "HAYATE_INSTANCES",
+            _ => "--instances",
+        };
+        app.instances = Some(
+            hayate_config::app::Instances::parse_str(n)
+                .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
+        );
+    }
+    supervise(config, app)
+}
+
+/// Starts the supervisor for `app` and serves until stopped.
+fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Result<()> {
+    use hayate_config::app::AppListen;
     init_log(&config);
-    let instances = match m.get_one::<String>("instances").map(String::as_str) {
-        None | Some("auto") => config.global.workers.get(),
-        Some(n) => n
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=256).contains(n))
-            .ok_or_else(|| {
-                anyhow::anyhow!("--instances: expected auto or a number from 1 to 256, got {n:?}")
-            })?,
-    };
+    let g = &config.global;
+    let instances = app
+        .instances
+        .unwrap_or(hayate_config::app::Instances::Auto)
+        .get(g.workers.get());
+    if g.app_reload_parallel == 0 {
+        anyhow::bail!("app_reload_parallel: expected at least 1");
+    }
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
+    let listen = match g.app_listen {
+        AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
+        AppListen::Tcp => hayate_supervisor::Listen::Tcp,
+        AppListen::TcpBase(base) => hayate_supervisor::Listen::TcpBase(base),
+    };
     let app_log = match &config.global.app_log {
         Some(path) => Some(std::sync::Arc::new(
             hayate_supervisor::RotatingLog::open(
@@ -270,36 +321,37 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let command = app.command;
     let supervisor = hayate_supervisor::Supervisor::start(hayate_supervisor::AppSpec {
         command: command.clone(),
-        cwd: PathBuf::from("."),
+        cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
         instances,
-        socket_dir: socket_dir.clone(),
+        listen,
+        reload_parallel: g.app_reload_parallel as usize,
         start_timeout: config.global.app_start_timeout.0,
         ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,
-        env: Vec::new(),
+        env: app.env,
         crash_limit: 5,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
         log: app_log,
     })?;
     let what = format!("{} ({instances} instances)", command.join(" "));
-    let status = || supervisor.status_text();
     let reload = || supervisor.reload();
-    let control_path = config
-        .global
-        .control
-        .clone()
-        .unwrap_or_else(|| default_control_path(Path::new(".")));
-    let control: (PathBuf, &dyn Fn() -> String) = (control_path, &status);
-    let result = start_server(
-        config,
-        Some(supervisor.slots()),
-        what,
-        &reload,
-        Some(control),
+    let status = supervisor.status();
+    let metrics = hayate_core::metrics::Metrics::default();
+    metrics.register(std::sync::Arc::new(status.clone()));
+    let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
+    hooks.control = Some(
+        config
+            .global
+            .control
+            .clone()
+            .unwrap_or_else(|| default_control_path(Path::new("."))),
     );
+    let result =
+        hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
     supervisor.stop();
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
@@ -315,15 +367,16 @@ fn init_log(config: &Config) {
     });
 }
 
-fn start_server(
-    config: Config,
-    app: Option<hayate_core::app::AppSlots>,
+/// The binary's hooks: the "serving" line, reload, status and metrics.
+fn hooks<'a>(
+    config: &Config,
     what: String,
-    on_reload: &dyn Fn(),
-    control: Option<(PathBuf, &dyn Fn() -> String)>,
-) -> anyhow::Result<()> {
+    on_reload: &'a dyn Fn(),
+    status: Option<hayate_supervisor::AppStatus>,
+    metrics: hayate_core::metrics::Metrics,
+) -> hayate_server::Hooks<'a> {
     let workers = config.global.workers.get();
-    let hooks = hayate_server::Hooks {
+    hayate_server::Hooks {
         on_listening: Box::new(move |addrs: &[ListenAddr]| {
             for a in addrs {
                 let url = match a {
@@ -337,9 +390,10 @@ fn start_server(
             }
         }),
         on_reload: Box::new(on_reload),
-        control: control.map(|(path, status)| (path, Box::new(status) as Box<dyn Fn() -> String>)),
-    };
-    hayate_server::run(config, app, hooks).context("server failed")
+        control: None,
+        status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
+        metrics,
+    }
 }
 
 fn describe(config: &Config) -> String {
@@ -380,6 +434,17 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
                     .into());
                 }
             }
+        }
+    }
+    if let Some(cwd) = config.app.as_ref().and_then(|a| a.cwd.as_ref()) {
+        if !cwd.is_dir() {
+            return Err(ConfigError {
+                file: Some(file.clone()),
+                line: None,
+                key: Some("cwd".into()),
+                message: format!("[app] directory {} does not exist", cwd.display()),
+            }
+            .into());
         }
     }
     println!("{}: ok", file.display());

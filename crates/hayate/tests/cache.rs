@@ -627,3 +627,56 @@ fn purge_by_url_and_by_tag() {
     assert_eq!(purge(&sock, &["http://elsewhere/script/d"]), "purged 0\n");
     h.assert_no_errors();
 }
+
+/// `METHOD path` on the admin Unix socket; the whole answer.
+fn admin(socket: &std::path::Path, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect admin socket");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out
+}
+
+#[test]
+fn metrics_and_purge_on_the_admin_listener() {
+    let o = origin();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("admin.sock");
+    let h = cached(
+        &o,
+        "on",
+        &["--admin", &format!("unix:{}", socket.display())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "{}", h.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut c = h.client();
+    let path = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", "Surrogate-Key: k1"),
+    ]);
+    c.get(&path, &[]);
+    c.get(&path, &[]);
+    c.get(&path, &[]);
+    let metrics = admin(&socket, "GET", "/metrics");
+    for line in [
+        "hayate_cache_hits_total 2",
+        "hayate_cache_misses_total 1",
+        "hayate_cache_stores_total 1",
+        "hayate_cache_entries 1",
+        "# TYPE hayate_cache_bytes gauge",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let answer = admin(&socket, "POST", "/purge?tag=k1");
+    assert!(answer.ends_with("purged 1\n"), "{answer}");
+    assert_eq!(c.get(&path, &[]).text(), "count 2\n");
+    let answer = admin(&socket, "POST", "/purge?url=%2Fscript");
+    assert!(answer.ends_with("purged 1\n"), "{answer}");
+    assert!(admin(&socket, "POST", "/purge").starts_with("HTTP/1.1 400"));
+}

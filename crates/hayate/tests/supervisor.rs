@@ -24,6 +24,8 @@ http.createServer((req, res) => {
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
   if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
+  if (req.url === '/env') { res.end(`${process.env.GREETING} ${process.env.PORT}`); return; }
+  if (req.url === '/slow') { setTimeout(() => res.end('slow'), 150); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
 }).listen(process.env.PORT, () => console.log('up', version));
@@ -400,4 +402,513 @@ fn nix_kill(pid: i32) {
         .status()
         .expect("kill");
     assert!(status.success());
+}
+
+/// Runs `hayate ARGS` in `dir` (`check`), returning success and output.
+fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run hayate");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+const APP_TOML: &str = r#"listen = "127.0.0.1:0"
+workers = 1
+root = "public"
+
+[app]
+command = ["node", "app.js"]
+instances = 2
+start_timeout = "10s"
+
+[app.env]
+GREETING = "hello"
+"#;
+
+#[test]
+fn an_app_section_in_the_config_file_runs_the_app_and_flags_override_it() {
+    let dir = app_dir("v1");
+    std::fs::write(dir.path().join("hayate.toml"), APP_TOML).expect("write");
+    let (ok, out) = hayate_in(dir.path(), &["check", "hayate.toml"]);
+    assert!(ok, "{out}");
+    let h = Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(dir.path()));
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    assert_eq!(c.get("/hello.txt", &[]).text(), "static\n", "root first");
+    let env = c.get("/env", &[]).text();
+    assert!(env.starts_with("hello /"), "env and a socket path: {env}");
+    assert_eq!(answer(&mut c).1.expect("answer").version, "v1");
+    let (_, status) = control(dir.path(), "status");
+    assert_eq!(
+        status.lines().filter(|l| l.contains(" ready ")).count(),
+        2,
+        "{status}"
+    );
+    drop(c);
+    drop(h);
+
+    // hayate run: the file is the base, flags win.
+    let h = Hayate::start_in(
+        BIN,
+        &["run", "--config", "hayate.toml", "--instances", "1"],
+        &[],
+        Some(dir.path()),
+    );
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let (_, status) = control(dir.path(), "status");
+    let rows = status
+        .lines()
+        .filter(|l| l.starts_with(char::is_numeric))
+        .count();
+    assert_eq!(rows, 1, "--instances overrides the file: {status}");
+    assert_eq!(
+        h.client().get("/env", &[]).text().split(' ').next(),
+        Some("hello")
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn the_demo_config_is_valid() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo");
+    let (ok, out) = hayate_in(&demo, &["check", "hayate.toml"]);
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn check_reports_bad_app_keys_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (text, want) in [
+        (
+            "[app]\ncommand = [\"node\", \"app.js\"]\nmax_memroy = \"1GiB\"\n",
+            "bad.toml:3: max_memroy: unknown key (did you mean \"max_memory\"?)",
+        ),
+        (
+            "[app]\ninstances = 2\n",
+            "bad.toml:1: command: [app] needs a command",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\nlisten = \"udp\"\n",
+            "bad.toml:3: listen: expected unix, tcp or tcp:BASE",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\ncwd = \"nowhere\"\n",
+            "cwd: [app] directory",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bad.toml"), text).expect("write");
+        let (ok, out) = hayate_in(dir.path(), &["check", "bad.toml"]);
+        assert!(!ok && out.contains(want), "{text:?}: {out}");
+    }
+}
+
+/// Four consecutive free loopback ports (for `tcp:BASE`), below the usual
+/// ephemeral range so that no client connection takes one meanwhile.
+fn free_port_base() -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+    for i in 0..50u64 {
+        let base = 20_000 + ((seed + i * 7_919) % 10_000) as u16;
+        let held: Vec<_> = (0..4)
+            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == 4 {
+            return base;
+        }
+    }
+    panic!("no four free consecutive ports");
+}
+
+#[test]
+fn instances_can_listen_on_tcp_ports() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--app-listen", "tcp"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let mut c = h.client();
+    let env = c.get("/env", &[]).text();
+    let port: u16 = env
+        .split(' ')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("PORT is a number: {env}"));
+    assert!(port > 0);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let (status, a) = answer(&mut c);
+        assert_eq!(status, 200);
+        seen.insert(a.expect("answer").instance);
+    }
+    assert_eq!(seen.len(), 2, "both instances serve over TCP");
+    assert!(h.stderr().contains("on 127.0.0.1:"), "{}", h.stderr());
+    h.assert_no_errors();
+    drop(c);
+    drop(h);
+
+    // tcp:BASE: slot i on BASE+i, its replacement on BASE+N+i.
+    let base = free_port_base();
+    let h = run(dir.path(), "2", &["--app-listen", &format!("tcp:{base}")]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let ports = |h: &Hayate| -> std::collections::HashSet<u16> {
+        let mut c = h.client();
+        (0..20)
+            .filter_map(|_| c.get("/env", &[]).text().split(' ').nth(1)?.parse().ok())
+            .collect()
+    };
+    assert_eq!(
+        ports(&h),
+        [base, base + 1].into_iter().collect(),
+        "{}",
+        h.stderr()
+    );
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        ports(&h),
+        [base + 2, base + 3].into_iter().collect(),
+        "{}",
+        h.stderr()
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--app-reload-parallel", "2"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let addr = h.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loaders: Vec<_> = (0..3)
+        .map(|n| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let (mut ok, mut failures) = (0, 0);
+                let deadline = Instant::now() + Duration::from_secs(8);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
+                    // One loader keeps slow requests in flight, so draining matters.
+                    let status = if n == 0 {
+                        c.get("/slow", &[]).status
+                    } else {
+                        answer(&mut c).0
+                    };
+                    if status == 200 {
+                        ok += 1;
+                    } else {
+                        failures += 1;
+                    }
+                }
+                (ok, failures)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let results: Vec<(u32, u32)> = loaders
+        .into_iter()
+        .map(|t| t.join().expect("join"))
+        .collect();
+    assert_eq!(
+        results.iter().map(|r| r.1).sum::<u32>(),
+        0,
+        "requests failed during the reload: {results:?}"
+    );
+    assert!(results.iter().all(|r| r.0 > 0), "{results:?}");
+    let mut c = h.client();
+    for _ in 0..10 {
+        assert_eq!(answer(&mut c).1.expect("answer").version, "v2");
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn status_shows_requests_waiting_in_the_queue() {
+    let dir = app_dir("broken");
+    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "3s"]);
+    let addr = h.addr;
+    // No instance ever becomes ready: the request waits in the queue.
+    let waiter = std::thread::spawn(move || Client::connect(addr).get("/", &[]).status);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (ok, status) = control(dir.path(), "status");
+        if ok && status.contains("queued: 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no queued request shown: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(waiter.join().expect("join"), 503, "the queue timed out");
+    let (_, status) = control(dir.path(), "status");
+    assert!(status.contains("queued: 0"), "{status}");
+}
+
+/// The admin listener's address, from the error log.
+fn admin_addr(h: &Hayate) -> std::net::SocketAddr {
+    wait_log(h, "the admin listener", |l| {
+        l.contains("admin listener on http://")
+    });
+    let log = h.stderr();
+    let rest = log
+        .split("admin listener on http://")
+        .nth(1)
+        .expect("admin line");
+    rest.split('/')
+        .next()
+        .expect("addr")
+        .parse()
+        .expect("admin address")
+}
+
+/// One parsed sample: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the Prometheus text format strictly enough for a test: every
+/// sample's family has HELP and TYPE lines before it, names are valid.
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut helped = std::collections::HashSet::new();
+    let mut typed = std::collections::HashMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().expect("name");
+            assert!(
+                valid_name(name) && helped.insert(name.to_string()),
+                "{line}"
+            );
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split(' ');
+            let name = words.next().expect("name").to_string();
+            let kind = words.next().expect("kind").to_string();
+            assert!(helped.contains(&name), "TYPE before HELP: {line}");
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind.as_str()),
+                "{line}"
+            );
+            assert!(
+                typed.insert(name, kind).is_none(),
+                "family repeated: {line}"
+            );
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("sample line");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                let l = l.strip_suffix('}').expect("closing brace");
+                let labels = l
+                    .split("\",")
+                    .map(|kv| {
+                        let (k, v) = kv.split_once("=\"").expect("label");
+                        (k.to_string(), v.trim_end_matches('"').to_string())
+                    })
+                    .collect();
+                (n.to_string(), labels)
+            }
+            None => (series.to_string(), Vec::new()),
+        };
+        assert!(valid_name(&name), "{line}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| typed.get(*f).is_some_and(|k| k == "histogram"))
+            })
+            .unwrap_or(&name);
+        assert!(typed.contains_key(family), "sample without TYPE: {line}");
+        samples.push((name, labels, value));
+    }
+    samples
+}
+
+fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|s| s.2)
+}
+
+#[test]
+fn metrics_and_status_on_the_admin_listener() {
+    let dir = app_dir("v1");
+    let h = run(dir.path(), "2", &["--admin", "127.0.0.1:0"]);
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let admin = admin_addr(&h);
+    let scrape = || {
+        let r = Client::connect(admin).get("/metrics", &[]);
+        assert_eq!(r.status, 200);
+        assert!(r
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain")));
+        parse_metrics(&r.text())
+    };
+    let route = [("site", "*"), ("route", "/"), ("code", "2xx")];
+    let before = scrape();
+    let served_before = value_of(&before, "hayate_http_requests_total", &route).expect("series");
+    let mut c = h.client();
+    for _ in 0..10 {
+        assert_eq!(answer(&mut c).0, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(c.get("/hello.txt", &[]).status, 200);
+    }
+    assert_eq!(c.get("/%00", &[]).status, 400);
+    let after = scrape();
+    assert_eq!(
+        value_of(&after, "hayate_http_requests_total", &route),
+        Some(served_before + 13.0)
+    );
+    assert_eq!(
+        value_of(
+            &after,
+            "hayate_http_requests_total",
+            &[("route", "-"), ("code", "4xx")]
+        ),
+        Some(1.0),
+        "requests that matched no route are counted apart"
+    );
+    // The histogram: cumulative buckets, +Inf equals _count equals requests.
+    let route_labels = [("site", "*"), ("route", "/")];
+    let buckets: Vec<f64> = after
+        .iter()
+        .filter(|(n, l, _)| {
+            n == "hayate_http_request_duration_seconds_bucket"
+                && l.iter().any(|(k, v)| k == "route" && v == "/")
+        })
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(buckets.len(), 15, "14 bounds and +Inf");
+    assert!(
+        buckets.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {buckets:?}"
+    );
+    let count = value_of(
+        &after,
+        "hayate_http_request_duration_seconds_count",
+        &route_labels,
+    )
+    .expect("count");
+    let total: f64 = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+        .iter()
+        .filter_map(|c| {
+            value_of(
+                &after,
+                "hayate_http_requests_total",
+                &[("route", "/"), ("code", c)],
+            )
+        })
+        .sum();
+    assert_eq!(buckets.last().copied(), Some(count));
+    assert_eq!(count, total);
+    assert!(value_of(
+        &after,
+        "hayate_http_request_duration_seconds_sum",
+        &route_labels
+    )
+    .is_some_and(|s| s >= 0.0));
+    // The supervisor's figures.
+    for i in ["0", "1"] {
+        assert_eq!(
+            value_of(
+                &after,
+                "hayate_app_instance_state",
+                &[("instance", i), ("state", "ready")]
+            ),
+            Some(1.0)
+        );
+        assert!(value_of(&after, "hayate_app_instance_pid", &[("instance", i)]).is_some());
+        assert!(value_of(
+            &after,
+            "hayate_app_instance_memory_rss_bytes",
+            &[("instance", i)]
+        )
+        .is_some_and(|b| b > 0.0));
+    }
+    let served: f64 = ["0", "1"]
+        .iter()
+        .filter_map(|i| {
+            value_of(
+                &after,
+                "hayate_app_instance_requests_total",
+                &[("instance", i)],
+            )
+        })
+        .sum();
+    assert!(served >= 10.0, "{served}");
+    assert_eq!(value_of(&after, "hayate_app_queue_depth", &[]), Some(0.0));
+    assert!(value_of(&after, "hayate_connections_open", &[]).is_some_and(|n| n >= 1.0));
+
+    let status = Client::connect(admin).get("/status", &[]);
+    assert_eq!(status.status, 200);
+    let text = status.text();
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" ready ")).count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("queued: 0"), "{text}");
+    assert_eq!(Client::connect(admin).get("/", &[]).status, 404);
+    h.assert_no_errors();
+}
+
+#[test]
+fn run_with_a_config_file_without_an_app_section_takes_the_command_line() {
+    let dir = app_dir("v1");
+    std::fs::write(
+        dir.path().join("plain.toml"),
+        "listen = \"127.0.0.1:0\"\nworkers = 1\nroot = \"public\"\n",
+    )
+    .expect("write");
+    let h = Hayate::start_in(
+        BIN,
+        &[
+            "run",
+            "--config",
+            "plain.toml",
+            "--instances",
+            "1",
+            "--",
+            "node",
+            "app.js",
+        ],
+        &[],
+        Some(dir.path()),
+    );
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    let mut c = h.client();
+    assert_eq!(c.get("/hello.txt", &[]).text(), "static\n");
+    assert_eq!(answer(&mut c).1.expect("the app answers").version, "v1");
+    h.assert_no_errors();
 }

@@ -1,0 +1,160 @@
+//! The metrics registry: subsystems register [`MetricsSource`]s once, and a
+//! scrape (`GET /metrics` on the admin listener) renders them all in the
+//! Prometheus text format (version 0.0.4).
+//!
+//! Nothing here is on the request path: a source keeps its own counters
+//! (per-worker plain or relaxed-atomic integers) and reads them only when
+//! rendered. The registry's lock is taken at registration and at scrape.
+//!
+//! To add metrics from a subsystem (the response cache, compression):
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use hayate_core::metrics::{family, sample, Kind, Metrics};
+//!
+//! let hits = Arc::new(AtomicU64::new(0));
+//! let metrics = Metrics::default();
+//! let h = hits.clone();
+//! metrics.register_fn(move |out| {
+//!     family(out, "hayate_cache_hits_total", "Responses served from the cache", Kind::Counter);
+//!     sample(out, "hayate_cache_hits_total", &[], h.load(Ordering::Relaxed));
+//! });
+//! hits.fetch_add(1, Ordering::Relaxed);
+//! assert!(metrics.render().contains("hayate_cache_hits_total 1\n"));
+//! ```
+
+use std::fmt::{Display, Write};
+use std::sync::{Arc, Mutex};
+
+/// A metric family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (resets when its process or instance restarts).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Cumulative `_bucket{le=...}` series with `_sum` and `_count`.
+    Histogram,
+}
+
+impl Kind {
+    /// The name in `# TYPE` lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Something that renders metric families: a subsystem's counters.
+pub trait MetricsSource: Send + Sync {
+    /// Appends whole families (each [`family`] header followed by its
+    /// [`sample`]s) to `out`. Family names must be unique across sources.
+    fn render(&self, out: &mut String);
+}
+
+struct FnSource<F>(F);
+
+impl<F: Fn(&mut String) + Send + Sync> MetricsSource for FnSource<F> {
+    fn render(&self, out: &mut String) {
+        (self.0)(out)
+    }
+}
+
+/// The registry: every source, in registration order. Cloning is shallow
+/// (one registry per server).
+#[derive(Clone, Default)]
+pub struct Metrics {
+    sources: Arc<Mutex<Vec<Arc<dyn MetricsSource>>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.sources.lock().map_or(0, |s| s.len());
+        write!(f, "Metrics({n} sources)")
+    }
+}
+
+impl Metrics {
+    /// Adds a source; it is rendered at every scrape from now on.
+    pub fn register(&self, source: Arc<dyn MetricsSource>) {
+        if let Ok(mut sources) = self.sources.lock() {
+            sources.push(source);
+        }
+    }
+
+    /// Adds a closure as a source.
+    pub fn register_fn(&self, render: impl Fn(&mut String) + Send + Sync + 'static) {
+        self.register(Arc::new(FnSource(render)));
+    }
+
+    /// Renders every source (a scrape).
+    pub fn render(&self) -> String {
+        let sources: Vec<Arc<dyn MetricsSource>> =
+            self.sources.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut out = String::with_capacity(4096);
+        for s in sources {
+            s.render(&mut out);
+        }
+        out
+    }
+}
+
+/// Writes a family's `# HELP` and `# TYPE` lines.
+pub fn family(out: &mut String, name: &str, help: &str, kind: Kind) {
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {}", kind.as_str());
+}
+
+/// Writes one sample line: `name{label="value",...} value`. Label values
+/// are escaped as the format requires.
+pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl Display) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(k);
+            out.push_str("=\"");
+            for c in v.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str("\\n"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_families_in_registration_order_with_escaped_labels() {
+        let m = Metrics::default();
+        m.register_fn(|out| {
+            family(out, "a_total", "First\nline", Kind::Counter);
+            sample(out, "a_total", &[("route", "/x\"y\\")], 3);
+        });
+        m.register_fn(|out| {
+            family(out, "b", "Second", Kind::Gauge);
+            sample(out, "b", &[], 1.5);
+        });
+        assert_eq!(
+            m.render(),
+            "# HELP a_total First\\nline\n# TYPE a_total counter\n\
+             a_total{route=\"/x\\\"y\\\\\"} 3\n\
+             # HELP b Second\n# TYPE b gauge\nb 1.5\n"
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! Requests per route, by status class, and their latency (time until the
+//! response head is ready), for `GET /metrics` on the admin listener.
+//!
+//! Each worker counts into its own [`WorkerMetrics`]: only that worker's
+//! thread writes it, so a count is a relaxed load and store (no locked
+//! read-modify-write, no lock, no shared cache line between workers); a
+//! scrape, on another thread, sums every worker's block. Counting is on only
+//! when the admin listener is configured.
+//!
+//! Routes are numbered in config order (sites, then their routes), the
+//! order in which every worker's `Router` is built: `Route::index`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hayate_config::Config;
+use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+
+use crate::request::Request;
+use crate::router::Router;
+
+/// Upper bounds of the latency buckets, in microseconds (0.5 ms to 10 s).
+const BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+const REQUESTS: &str = "hayate_http_requests_total";
+const DURATION: &str = "hayate_http_request_duration_seconds";
+
+#[derive(Default)]
+struct RouteCounters {
+    classes: [AtomicU64; 5],
+    /// Per bucket, not cumulative; the last one is +Inf.
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// Adds to a counter that only this thread writes.
+fn bump(c: &AtomicU64, by: u64) {
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+/// One worker's counters: one block per route, and one for requests that
+/// matched no route (unsafe paths, unknown prefixes).
+pub struct WorkerMetrics {
+    routes: Box<[RouteCounters]>,
+}
+
+impl WorkerMetrics {
+    /// Counts an answered request. Routing is redone here (a normalized
+    /// path and a prefix scan, tens of nanoseconds) so the request path
+    /// itself carries nothing for metrics.
+    pub fn record(&self, router: &Router, req: &Request, status: u16, elapsed: Duration) {
+        let route = hayate_core::path::normalize(req.path())
+            .ok()
+            .and_then(|path| router.route(req.host(), &path).map(|r| r.index));
+        let unrouted = self.routes.len() - 1;
+        let Some(c) = self.routes.get(route.unwrap_or(unrouted)) else {
+            return;
+        };
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        bump(&c.classes[class], 1);
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(BUCKETS_US.len());
+        bump(&c.buckets[bucket], 1);
+        bump(&c.sum_us, us);
+    }
+}
+
+/// Every worker's counters and the routes' labels: the metrics source.
+pub struct RequestMetrics {
+    /// (site, route prefix) per route index; the last is the unrouted one.
+    labels: Vec<(String, String)>,
+    workers: Mutex<Vec<Arc<WorkerMetrics>>>,
+}
+
+impl RequestMetrics {
+    /// Labels from the config, in the routers' order.
+    pub fn new(config: &Config) -> Arc<RequestMetrics> {
+        let mut labels = Vec::new();
+        for site in &config.sites {
+            let name = site.hosts.first().map_or("*", String::as_str);
+            for route in &site.routes {
+                labels.push((name.to_string(), route.prefix.clone()));
+            }
+        }
+        labels.push(("-".into(), "-".into()));
+        Arc::new(RequestMetrics {
+            labels,
+            workers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A new worker's counters, summed into every scrape from now on.
+    pub fn worker(&self) -> Arc<WorkerMetrics> {
+        let w = Arc::new(WorkerMetrics {
+            routes: (0..self.labels.len())
+                .map(|_| RouteCounters::default())
+                .collect(),
+        });
+        if let Ok(mut workers) = self.workers.lock() {
+            workers.push(w.clone());
+        }
+        w
+    }
+
+    /// Per route: status class counts, bucket counts (not cumulative), sum.
+    fn totals(&self) -> Vec<([u64; 5], [u64; BUCKETS_US.len() + 1], u64)> {
+        let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
+        (0..self.labels.len())
+            .map(|i| {
+                let mut classes = [0; 5];
+                let mut buckets = [0; BUCKETS_US.len() + 1];
+                let mut sum = 0u64;
+                for w in &workers {
+                    let c = &w.routes[i];
+                    for (t, v) in classes.iter_mut().zip(&c.classes) {
+                        *t += v.load(Ordering::Relaxed);
+                    }
+                    for (t, v) in buckets.iter_mut().zip(&c.buckets) {
+                        *t += v.load(Ordering::Relaxed);
+                    }
+                    sum = sum.wrapping_add(c.sum_us.load(Ordering::Relaxed));
+                }
+                (classes, buckets, sum)
+            })
+            .collect()
+    }
+}
+
+impl MetricsSource for RequestMetrics {
+    fn render(&self, out: &mut String) {
+        let totals = self.totals();
+        family(
+            out,
+            REQUESTS,
+            "Requests answered, by site, route prefix and status class",
+            Kind::Counter,
+        );
+        for ((site, route), (classes, _, _)) in self.labels.iter().zip(&totals) {
+            for (class, n) in CLASSES.iter().zip(classes) {
+                sample(
+                    out,
+                    REQUESTS,
+                    &[("site", site), ("route", route), ("code", class)],
+                    n,
+                );
+            }
+        }
+        family(
+            out,
+            DURATION,
+            "Time from the complete request head to the response head, by site and route prefix",
+            Kind::Histogram,
+        );
+        let bucket = format!("{DURATION}_bucket");
+        for ((site, route), (_, buckets, sum)) in self.labels.iter().zip(&totals) {
+            let mut cumulative = 0;
+            for (i, n) in buckets.iter().enumerate() {
+                cumulative += n;
+                let le = match BUCKETS_US.get(i) {
+                    Some(us) => (*us as f64 / 1e6).to_string(),
+                    None => "+Inf".to_string(),
+                };
+                sample(
+                    out,
+                    &bucket,
+                    &[("site", site), ("route", route), ("le", &le)],
+                    cumulative,
+                );
+            }
+            let labels = [("site", site.as_str()), ("route", route.as_str())];
+            sample(out, &format!("{DURATION}_sum"), &labels, *sum as f64 / 1e6);
+            sample(out, &format!("{DURATION}_count"), &labels, cumulative);
+        }
+    }
+}
