@@ -234,6 +234,12 @@ options! {
         "hayate run: size at which the app log is rotated";
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
+    compress_cache_size: Size = "64MiB", "SIZE",
+        "Memory for compressed variants of files, shared by every worker (least recently used go first)";
+    compress_max_file: Size = "8MiB", "SIZE",
+        "Largest file compressed in the background; larger ones are served as they are (or from a sibling)";
+    compress_queue: u32 = "1024", "N",
+        "Files that may wait for the background compressor; more are served uncompressed and retried later";
 }
 
 options! {
@@ -266,4 +272,16 @@ options! {
         "Mark files with a content hash in their name (app.3f9a1c2e.js) public, 1 year, immutable";
     precompressed: bool = "true", "BOOL",
         "Serve .br, .zst and .gz siblings to clients that accept them";
+    compress: bool = "true", "BOOL",
+        "Compress for clients that accept it: files once, in the background; proxied bodies as they stream";
+    compress_encodings: Codings = "br,zstd,gzip", "LIST",
+        "Codings offered (generated and siblings), most preferred first";
+    compress_min_size: Size = "1KiB", "SIZE",
+        "Smaller files and proxied bodies (by Content-Length) are sent as they are";
+    compress_types: MediaTypes = "text/*,application/json,application/*+json,application/javascript,application/x-javascript,application/ecmascript,application/xml,application/*+xml,application/wasm,application/x-ndjson,image/svg+xml,image/x-icon,image/bmp,font/ttf,font/otf,application/vnd.ms-fontobject", "TYPES",
+        "Media types compressed (type/* and type/*+suffix patterns); text/event-stream never is";
+    compress_static_levels: CodingLevels = "br:11,zstd:19,gzip:9", "LEVELS",
+        "Levels of the compress-once variants of files (CPU paid once per file)";
+    compress_dynamic_levels: CodingLevels = "br:4,zstd:3,gzip:5", "LEVELS",
+        "Levels of proxied bodies compressed while they stream (CPU paid per response)";
 }

@@ -7,6 +7,7 @@
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;
+pub mod compression;
 mod conn;
 mod conn_body;
 pub mod control;
@@ -53,7 +54,8 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     raise_fd_limit();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
-    router::Router::build(&config, app.as_ref())?;
+    let variants = compression::store(&config.global);
+    router::Router::build(&config, app.as_ref(), &variants)?;
     let log_sink = Sink::open(&config.global.access_log)?;
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
@@ -75,6 +77,7 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         connections: Arc::new(AtomicUsize::new(0)),
         log_sink,
         app,
+        variants,
     };
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
@@ -157,6 +160,16 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             _ = tokio::time::sleep(grace + std::time::Duration::from_secs(1)) => log::warn!("workers did not stop in time"),
         }
     });
+    let c = shared.variants.stats();
+    if c.variants > 0 {
+        log::info!(
+            "compression: {} file variants built once, {:.1} ms CPU, {} -> {} bytes",
+            c.variants,
+            c.cpu.as_secs_f64() * 1e3,
+            c.bytes_in,
+            c.bytes_out
+        );
+    }
     if let Some((_, path)) = &control {
         let _ = std::fs::remove_file(path);
     }

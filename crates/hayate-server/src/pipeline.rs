@@ -8,8 +8,9 @@
 //! 4. Origin: a file under the route's root if one matches, else the
 //!    route's upstream group (try_files); non-GET methods go straight to
 //!    the upstream when there is one.
-//! 5. Response headers common to every response are added by the writer
-//!    (`respond.rs`); compression will slot in here.
+//! 5. Compression of proxied bodies as they stream (files come compressed
+//!    once from the static root); response headers common to every
+//!    response are added by the writer (`respond.rs`).
 //!
 //! Errors become responses here and in the connection's refusal path only.
 
@@ -88,7 +89,12 @@ pub async fn handle<B: ClientBody>(
                 client_ip: peer,
                 host: req.host(),
             };
-            group.forward(&proxied, body).await
+            let response = group.forward(&proxied, body).await;
+            // 5. Compress the proxied body.
+            match &route.compression {
+                Some(policy) => crate::compression::compress_proxied(response, req, policy),
+                None => response,
+            }
         }
         None => Response::error(Status::NOT_FOUND),
     }

@@ -5,6 +5,9 @@
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
+
+use hayate_compress::{Policy, VariantStore};
 
 use hayate_config::values::{BalanceSpec, ProxySpec};
 use hayate_config::{Config, RouteOptions};
@@ -24,6 +27,8 @@ pub struct Route {
     pub files: Option<StaticRoot>,
     /// The upstream group.
     pub upstream: Option<Rc<UpstreamGroup>>,
+    /// What the route compresses; `None`: nothing.
+    pub compression: Option<Rc<Policy>>,
 }
 
 struct Site {
@@ -39,8 +44,13 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the table, opening every static root.
-    pub fn build(config: &Config, app: Option<&AppSlots>) -> io::Result<Router> {
+    /// Builds the table, opening every static root; their compressed
+    /// variants come from `variants`.
+    pub fn build(
+        config: &Config,
+        app: Option<&AppSlots>,
+        variants: &Arc<VariantStore>,
+    ) -> io::Result<Router> {
         let g = &config.global;
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
@@ -78,8 +88,18 @@ impl Router {
         for site in &config.sites {
             let mut routes = Vec::new();
             for r in &site.routes {
+                let compression = crate::compression::policy(&r.options).map(Rc::new);
                 let files = match &r.options.root {
-                    Some(root) => Some(StaticRoot::new(static_options(root, &r.options, &limits))?),
+                    Some(root) => {
+                        let mut opts = static_options(root, &r.options, &limits);
+                        opts.variants = compression.clone().map(|policy| {
+                            Rc::new(crate::compression::FileVariants {
+                                policy,
+                                store: variants.clone(),
+                            }) as Rc<dyn hayate_static::VariantSource>
+                        });
+                        Some(StaticRoot::new(opts)?)
+                    }
                     None => None,
                 };
                 let upstream = match (&r.options.proxy, r.options.app, app) {
@@ -103,6 +123,7 @@ impl Router {
                     strip_prefix: r.options.strip_prefix,
                     files,
                     upstream,
+                    compression,
                 });
             }
             sites.push(Site {
@@ -215,6 +236,8 @@ fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> Static
         immutable: o.immutable,
         precompressed: o.precompressed,
         cache: limits.clone(),
+        encodings: o.compress_encodings.0.clone(),
+        variants: None,
     }
 }
 
