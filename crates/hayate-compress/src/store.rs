@@ -281,20 +281,29 @@ impl Shared {
     /// Stores the outcome of a job, if its slot still waits for it.
     fn finish(&self, job: &Job, outcome: Option<Bytes>) {
         let mut map = self.lock();
+        let key = (job.stamp.dev, job.stamp.ino);
+        let waiting = |map: &Map| {
+            map.files.get(&key).is_some_and(|f| {
+                f.stamp == job.stamp
+                    && f.variants
+                        .iter()
+                        .any(|v| v.coding == job.coding && v.level == job.level)
+            })
+        };
+        // The file changed or was forgotten meanwhile: drop the result.
+        if !waiting(&map) {
+            return;
+        }
         let len = outcome.as_ref().map_or(0, |b| b.len() as u64);
-        let fits = len <= self.limits.budget;
+        let fits = outcome.is_some() && len <= self.limits.budget;
         if fits {
             map.make_room(len, self.limits.budget);
         }
-        let key = (job.stamp.dev, job.stamp.ino);
-        let Some(file) = map.files.get_mut(&key).filter(|f| f.stamp == job.stamp) else {
-            return;
-        };
-        let Some(slot) = file
-            .variants
-            .iter_mut()
-            .find(|v| v.coding == job.coding && v.level == job.level)
-        else {
+        let Some(slot) = map.files.get_mut(&key).and_then(|f| {
+            f.variants
+                .iter_mut()
+                .find(|v| v.coding == job.coding && v.level == job.level)
+        }) else {
             return;
         };
         slot.state = match outcome {
