@@ -135,6 +135,13 @@ fn files_are_served_identity_first_then_compressed_once_per_coding() {
     drop(c);
     let mut h = h;
     h.stop();
+    // Compressed once per process, not once per worker, and the CPU it
+    // took is reported.
+    let log = h.stderr();
+    assert!(
+        log.contains("compression: 3 file variants built once, "),
+        "{log}"
+    );
     h.assert_no_errors();
 }
 
