@@ -463,13 +463,15 @@ impl OpenFileCache {
         }
     }
 
-    /// Removes an entry whose file changed, and its generated variants
-    /// from the source.
+    /// Removes an entry whose file may have changed; if its content did
+    /// (a `stat` on this slow path tells), its generated variants go too.
     fn remove_stale(&self, key: &[u8]) {
         let entry = self.entries.borrow().get(key).cloned();
         if let (Some(entry), Some(source)) = (entry, &self.variants) {
-            if entry.offer.len() > entry.encoded.len() {
-                source.forget(entry.stamps[0].1);
+            let (path, stamp) = &entry.stamps[0];
+            let unchanged = std::fs::metadata(path).is_ok_and(|m| FileStamp::of(&m) == *stamp);
+            if entry.offer.len() > entry.encoded.len() && !unchanged {
+                source.forget(*stamp);
             }
         }
         self.remove(key);
