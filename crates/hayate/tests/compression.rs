@@ -46,6 +46,18 @@ fn until_encoded(c: &mut Client, path: &str, coding: &str) -> Response {
     panic!("{path} never came {coding}-encoded");
 }
 
+/// Asserts two bodies are equal without printing megabytes when not.
+fn same(got: &[u8], want: &[u8], label: &str) {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{label}: body of {} bytes, want {}; first difference at {at:?}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
 /// The body decoded per its Content-Encoding.
 fn decoded(r: &Response) -> Vec<u8> {
     let coding = match r.header("content-encoding") {
@@ -69,12 +81,12 @@ fn files_are_served_identity_first_then_compressed_once_per_coding() {
         let first = c.get(&path, &ae(name));
         assert_eq!(first.status, 200);
         assert_eq!(first.header("content-encoding"), None, "no request waits");
-        assert_eq!(first.body, js);
+        same(&first.body, &js, "first response");
         assert_eq!(first.header("vary"), Some("Accept-Encoding"));
         let id_tag = first.header("etag").expect("etag").to_string();
 
         let r = until_encoded(&mut c, &path, name);
-        assert_eq!(decoded(&r), js, "{name}");
+        same(&decoded(&r), &js, name);
         assert!(r.body.len() < js.len() / 4, "{name}: {}", r.body.len());
         assert_eq!(r.header("content-length"), Some(&*r.body.len().to_string()));
         assert_eq!(r.header("vary"), Some("Accept-Encoding"));
@@ -164,7 +176,7 @@ fn sizes_around_the_minimum() {
     for n in [1024, 1025, 4096] {
         for (_, name, _) in CODINGS {
             let r = until_encoded(&mut c, &format!("/f{n}.txt"), name);
-            assert_eq!(decoded(&r), text_bytes(n), "{n} {name}");
+            same(&decoded(&r), &text_bytes(n), &format!("{n} {name}"));
         }
     }
     h.assert_no_errors();
@@ -178,7 +190,7 @@ fn a_changed_file_never_gets_an_old_variant() {
     let h = serve(dir.path(), &[]);
     let mut c = h.client();
     let old = until_encoded(&mut c, "/page.html", "gzip");
-    assert_eq!(decoded(&old), text_bytes(8000));
+    same(&decoded(&old), &text_bytes(8000), "");
 
     // Rewritten in place with the same length, then with another length,
     // then replaced by rename: each response decodes to the new bytes.
@@ -190,9 +202,9 @@ fn a_changed_file_never_gets_an_old_variant() {
     for (i, v) in versions.iter().enumerate() {
         std::fs::write(&p, v).expect("write");
         let r = c.get("/page.html", &ae("gzip"));
-        assert_eq!(decoded(&r), *v, "version {i}, first response");
+        same(&decoded(&r), v, &format!("version {i}, first response"));
         let r = until_encoded(&mut c, "/page.html", "gzip");
-        assert_eq!(decoded(&r), *v, "version {i}");
+        same(&decoded(&r), v, &format!("version {i}"));
         assert_ne!(r.header("etag"), old.header("etag"));
     }
     let tmp = dir.path().join("tmp.html");
@@ -201,10 +213,10 @@ fn a_changed_file_never_gets_an_old_variant() {
     std::fs::rename(&tmp, &p).expect("rename");
     for _ in 0..5 {
         let r = c.get("/page.html", &ae("gzip"));
-        assert_eq!(decoded(&r), renamed);
+        same(&decoded(&r), &renamed, "");
     }
     let r = until_encoded(&mut c, "/page.html", "gzip");
-    assert_eq!(decoded(&r), renamed);
+    same(&decoded(&r), &renamed, "");
     h.assert_no_errors();
 }
 
@@ -239,7 +251,7 @@ fn negotiation_q_values_identity_refusal_and_preference() {
         let r = c.get("/a.css", &ae(header));
         assert_eq!(r.status, 200, "{header:?}");
         assert_eq!(r.header("content-encoding"), *want, "{header:?}");
-        assert_eq!(decoded(&r), body, "{header:?}");
+        same(&decoded(&r), &body, &format!("{header:?}"));
         assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{header:?}");
     }
     drop(c);
@@ -319,7 +331,7 @@ fn proxied_bodies_stream_compressed_and_decode_for_every_coding_and_size() {
             let r = c.get(&path, &ae(name));
             assert_eq!(r.status, 200);
             let label = format!("{name} n={n} chunked={chunked}");
-            assert_eq!(decoded(&r), text_bytes(n), "{label}");
+            same(&decoded(&r), &text_bytes(n), &label);
             if n < 1024 && !chunked {
                 assert_eq!(r.header("content-encoding"), None, "{label}");
                 assert_eq!(r.header("vary"), None, "{label}");
@@ -335,7 +347,7 @@ fn proxied_bodies_stream_compressed_and_decode_for_every_coding_and_size() {
         // A stalled upstream: the bytes before the pause are flushed, the
         // whole still decodes.
         let r = c.get("/text?n=300000&chunked=1&stall_ms=200", &ae(name));
-        assert_eq!(decoded(&r), text_bytes(300_000));
+        same(&decoded(&r), &text_bytes(300_000), "");
     }
     // Without Accept-Encoding: identity, but it varies.
     let r = c.get("/text?n=5000", &[]);
