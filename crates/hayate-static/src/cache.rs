@@ -71,7 +71,7 @@ pub(crate) struct Entry {
     pub identity: Variant,
     /// Precompressed siblings.
     pub encoded: Vec<Variant>,
-    /// Every coding the file is offered in (siblings, then codings the
+    /// Every coding the file is offered in (siblings and codings the
     /// variant source may generate), in the route's preference order.
     pub offer: Vec<Coding>,
     /// Generated variants obtained so far, or refused by the source.
@@ -248,8 +248,9 @@ impl OpenFileCache {
                 encoded.push(self.variant(coding, f, &m, &spec, last_modified, vary)?);
             }
         }
-        // Siblings first, then generated codings, each group in the route's
-        // order (codings it does not list last).
+        // Siblings and generated codings in the route's order (codings it
+        // does not list last): a preferred coding is generated even next to
+        // a sibling in another one, which is served until it is ready.
         let rank = |c: &Coding| {
             spec.preference
                 .iter()
@@ -257,15 +258,12 @@ impl OpenFileCache {
                 .unwrap_or(usize::MAX)
         };
         let mut offer: Vec<Coding> = encoded.iter().map(|v| v.coding).collect();
+        for c in &spec.generate {
+            if !offer.contains(c) && *c != Coding::Identity {
+                offer.push(*c);
+            }
+        }
         offer.sort_by_key(rank);
-        let mut generate: Vec<Coding> = spec
-            .generate
-            .iter()
-            .copied()
-            .filter(|c| !offer.contains(c) && *c != Coding::Identity)
-            .collect();
-        generate.sort_by_key(rank);
-        offer.extend(generate);
         // Identity varies only when the file is offered in some coding.
         let vary = !offer.is_empty();
         let identity = self.variant(Coding::Identity, file, meta, &spec, last_modified, vary)?;

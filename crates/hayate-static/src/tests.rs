@@ -741,3 +741,32 @@ fn a_sibling_wins_over_generation() {
     assert_eq!(body(&br(&f)), b"hello world\n");
     assert_eq!(body(&br(&f)), b"br:hello world\n");
 }
+
+#[test]
+fn a_preferred_coding_is_generated_next_to_a_sibling_which_serves_meanwhile() {
+    let (f, _source) = with_source();
+    std::fs::write(f.dir.path().join("hello.txt.gz"), "GZ").expect("write");
+    // A client taking br and gzip equally: the route prefers br.
+    let both = |f: &Fixture| {
+        hayate_core::epoch::advance();
+        let choose = |available: &[Coding]| {
+            available
+                .iter()
+                .copied()
+                .find(|c| matches!(c, Coding::Br | Coding::Gzip))
+        };
+        f.root.serve(&StaticRequest {
+            method: b"GET",
+            path: b"/hello.txt",
+            raw_path: b"/hello.txt",
+            query: None,
+            preconditions: Preconditions::default(),
+            range: None,
+            choose_coding: &choose,
+            wants_json: false,
+            now: Instant::now(),
+        })
+    };
+    assert_eq!(body(&both(&f)), b"GZ");
+    assert_eq!(body(&both(&f)), b"br:hello world\n");
+}
