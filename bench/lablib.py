@@ -1053,11 +1053,36 @@ def check_response(status, headers, body, length=None, expect_body=None, encodin
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as e:
             return f"body is not gzip: {e}"
+    elif enc is not None:
+        # br and zstd need modules outside the standard library: decoded when
+        # they are installed, otherwise only the encoding and length are checked
+        body = decode_optional(enc, body)
+        if body is None:
+            return None
+        if isinstance(body, str):
+            return body
     if length is not None and len(body) != length:
         return f"body of {len(body)} bytes (want {length})"
     if expect_body is not None and body != expect_body:
         return "body differs from the expected bytes"
     return None
+
+
+def decode_optional(enc, body):
+    """BODY decoded from ENC with an optional module (brotli, zstandard); None when the
+    module is missing, a string saying why when the body does not decode."""
+    try:
+        if enc == "br":
+            import brotli
+            return brotli.decompress(body)
+        if enc == "zstd":
+            import zstandard
+            return zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30)
+    except ImportError:
+        return None
+    except Exception as e:  # each module has its own error type
+        return f"body is not {enc}: {e}"
+    return f"unknown Content-Encoding {enc}"
 
 
 def preflight(url, length=None, file=None, body=None, encoding=None, headers=(), timeout=20.0):

@@ -191,6 +191,20 @@ def test_check_response():
     assert "Content-Encoding gzip" in lablib.check_response(200, h, gz, expect_body=body)
 
 
+def test_check_response_br_and_zstd_without_or_with_their_modules():
+    # the bytes are not checked when the decoder module is missing, the header and length are
+    h = {"content-encoding": "br", "content-length": "6"}
+    why = lablib.check_response(200, h, b"\x0b\x02\x80hi\x03", expect_body=b"hi", encoding="br")
+    try:
+        import brotli  # noqa: F401
+    except ImportError:
+        assert why is None
+    assert "Content-Encoding br" in lablib.check_response(200, h, b"123456", encoding="gzip")
+    assert "Content-Length 6 but 4" in lablib.check_response(200, h, b"1234", encoding="br")
+    assert "unknown Content-Encoding" in lablib.check_response(
+        200, {"content-encoding": "lz4"}, b"x", encoding="lz4")
+
+
 # ------------------------------------------------------------------ CSV, summaries, report
 
 def _row(**kw):

@@ -1,9 +1,19 @@
-//! Content negotiation of codings (RFC 9110 §12.5.3). Encoders come with the
-//! compression issue; this crate already owns the Accept-Encoding parser so
-//! static files can pick precompressed siblings.
+//! Content codings (RFC 9110 §8.4): negotiation of Accept-Encoding, the
+//! br/zstd/gzip encoders, what a route compresses (policy), the shared
+//! compress-once store of file variants with its background compressor, and
+//! the stage that compresses streamed (proxied) responses.
 //!
-//! Depends only on hayate-core.
+//! Depends only on hayate-core; the server combines it with static files
+//! (through `hayate_static::VariantSource`) and the proxy.
 
+pub mod encode;
 pub mod negotiate;
+pub mod policy;
+pub mod store;
+pub mod stream;
 
+pub use encode::Levels;
 pub use negotiate::AcceptEncoding;
+pub use policy::{Policy, TypeList};
+pub use store::{FileStamp, Lookup, StoreLimits, VariantStore};
+pub use stream::{compress_response, RequestFacts};

@@ -279,6 +279,54 @@ mod tests {
     }
 
     #[test]
+    fn compression_defaults_and_per_route_settings() {
+        use hayate_core::Coding::*;
+        let r = RouteLayer::default().resolve();
+        assert!(r.compress);
+        assert_eq!(r.compress_encodings.0, vec![Br, Zstd, Gzip]);
+        assert_eq!(r.compress_min_size.0, 1024);
+        assert!(r.compress_types.0.contains(&"text/*".to_string()));
+        assert_eq!(
+            r.compress_static_levels.0,
+            vec![(Br, 11), (Zstd, 19), (Gzip, 9)]
+        );
+        assert_eq!(
+            r.compress_dynamic_levels.0,
+            vec![(Br, 4), (Zstd, 3), (Gzip, 5)]
+        );
+        let g = GlobalLayer::default().resolve();
+        assert_eq!(g.compress_cache_size.0, 64 << 20);
+        assert_eq!(g.compress_max_file.0, 8 << 20);
+        assert_eq!(g.compress_queue, 1024);
+        let cfg = load_file(
+            "c.toml".as_ref(),
+            r#"
+compress_encodings = ["gzip", "br"]
+[[site]]
+root = "/srv/a"
+[[site.route]]
+prefix = "/raw/"
+root = "/srv/raw"
+compress = false
+compress_types = ["text/html", "application/json"]
+"#,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let routes = &cfg.sites[0].routes;
+        assert!(!routes[0].options.compress);
+        assert_eq!(routes[0].options.compress_types.0.len(), 2);
+        assert!(routes[1].options.compress);
+        assert_eq!(routes[1].options.compress_encodings.0, vec![Gzip, Br]);
+        let bad = load_file(
+            "c.toml".as_ref(),
+            "compress_static_levels = \"br:12\"\n",
+            &Overrides::default(),
+        );
+        assert!(bad.is_err());
+    }
+
+    #[test]
     fn keys_flags_and_envs_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {

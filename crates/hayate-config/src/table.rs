@@ -253,6 +253,12 @@ options! {
         "Most requests waiting for one fetch; more go to the upstream";
     cache_hit_for_miss: Dur = "5s", "DURATION",
         "How long a URL whose response was not storable skips waiting for other fetches";
+    compress_cache_size: Size = "64MiB", "SIZE",
+        "Memory for compressed variants of files, shared by every worker (least recently used go first)";
+    compress_max_file: Size = "8MiB", "SIZE",
+        "Largest file compressed in the background; larger ones are served as they are (or from a sibling)";
+    compress_queue: u32 = "1024", "N",
+        "Files that may wait for the background compressor; more are served uncompressed and retried later";
 }
 
 options! {
@@ -287,4 +293,16 @@ options! {
         "Serve .br, .zst and .gz siblings to clients that accept them";
     cache: CacheSpec = "off", "off|on|TTL[,OPTS]",
         "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR";
+    compress: bool = "true", "BOOL",
+        "Compress for clients that accept it: files once, in the background; proxied bodies as they stream";
+    compress_encodings: Codings = "br,zstd,gzip", "LIST",
+        "Codings offered (generated and siblings), most preferred first";
+    compress_min_size: Size = "1KiB", "SIZE",
+        "Smaller files and proxied bodies (by Content-Length) are sent as they are";
+    compress_types: MediaTypes = "text/*,application/json,application/*+json,application/javascript,application/x-javascript,application/ecmascript,application/xml,application/*+xml,application/wasm,application/x-ndjson,image/svg+xml,image/x-icon,image/bmp,font/ttf,font/otf,application/vnd.ms-fontobject", "TYPES",
+        "Media types compressed (type/* and type/*+suffix patterns); text/event-stream never is";
+    compress_static_levels: CodingLevels = "br:11,zstd:19,gzip:9", "LEVELS",
+        "Levels of the compress-once variants of files (CPU paid once per file)";
+    compress_dynamic_levels: CodingLevels = "br:4,zstd:3,gzip:5", "LEVELS",
+        "Levels of proxied bodies compressed while they stream (CPU paid per response)";
 }

@@ -576,6 +576,123 @@ impl OptValue for LogLevel {
     }
 }
 
+/// Content codings, most preferred first: `br,zstd,gzip` (also a TOML
+/// array). Identity is implied and cannot be listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Codings(pub Vec<hayate_core::Coding>);
+
+impl OptValue for Codings {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for token in s.split([',', ' ']).filter(|t| !t.is_empty()) {
+            match hayate_core::Coding::from_token(token.as_bytes()) {
+                Some(hayate_core::Coding::Identity) | None => {
+                    return Err(format!("unknown coding {token:?} (use br, zstd or gzip)"))
+                }
+                Some(c) if out.contains(&c) => return Err(format!("{token} is listed twice")),
+                Some(c) => out.push(c),
+            }
+        }
+        Ok(Codings(out))
+    }
+
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Array(items) => {
+                let mut parts = Vec::new();
+                for i in items {
+                    match i.get_ref() {
+                        DeValue::String(s) => parts.push(s.to_string()),
+                        other => {
+                            return Err(format!("expected a string, got {}", other.type_str()))
+                        }
+                    }
+                }
+                Self::parse_str(&parts.join(","))
+            }
+            single => Self::parse_str(&String::parse_toml(single)?),
+        }
+    }
+}
+
+/// A compression level per coding: `br:11,zstd:19,gzip:9`; codings left
+/// out keep their default. Ranges: br 0-11, zstd 1-22, gzip 1-9.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodingLevels(pub Vec<(hayate_core::Coding, i32)>);
+
+impl OptValue for CodingLevels {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for part in s.split([',', ' ']).filter(|t| !t.is_empty()) {
+            let (name, level) = part
+                .split_once(':')
+                .ok_or_else(|| format!("expected CODING:LEVEL like br:11, got {part:?}"))?;
+            let coding = match hayate_core::Coding::from_token(name.as_bytes()) {
+                Some(c) if c != hayate_core::Coding::Identity => c,
+                _ => return Err(format!("unknown coding {name:?} (use br, zstd or gzip)")),
+            };
+            let range = match coding {
+                hayate_core::Coding::Br => 0..=11,
+                hayate_core::Coding::Zstd => 1..=22,
+                _ => 1..=9,
+            };
+            let level: i32 = level
+                .trim()
+                .parse()
+                .ok()
+                .filter(|l| range.contains(l))
+                .ok_or_else(|| {
+                    format!(
+                        "{name} level must be {}-{}, got {level:?}",
+                        range.start(),
+                        range.end()
+                    )
+                })?;
+            out.push((coding, level));
+        }
+        Ok(CodingLevels(out))
+    }
+}
+
+/// Media types, comma-separated: `text/*,application/json`; `type/*` and
+/// `type/*+suffix` are patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaTypes(pub Vec<String>);
+
+impl OptValue for MediaTypes {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let valid = t.split_once('/').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && !b.is_empty()
+                    && t.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b"/*+-.!#$&^_".contains(&c))
+            });
+            if !valid {
+                return Err(format!(
+                    "expected a media type like text/html or text/*, got {t:?}"
+                ));
+            }
+            out.push(t.to_ascii_lowercase());
+        }
+        Ok(MediaTypes(out))
+    }
+
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Array(items) => {
+                let mut all = Vec::new();
+                for i in items {
+                    all.extend(Self::parse_toml(i.get_ref())?.0);
+                }
+                Ok(MediaTypes(all))
+            }
+            single => Self::parse_str(&String::parse_toml(single)?),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -714,5 +831,29 @@ mod tests {
         assert_eq!(bool::parse_str("on"), Ok(true));
         assert!(bool::parse_str("maybe").is_err());
         assert!(String::parse_str("a\r\nb").is_err());
+    }
+
+    #[test]
+    fn codings_levels_and_media_types() {
+        use hayate_core::Coding::*;
+        assert_eq!(Codings::parse_str("zstd, br"), Ok(Codings(vec![Zstd, Br])));
+        assert_eq!(Codings::parse_str(""), Ok(Codings(vec![])));
+        for bad in ["identity", "deflate", "br,br"] {
+            assert!(Codings::parse_str(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            CodingLevels::parse_str("br:5,gzip:1"),
+            Ok(CodingLevels(vec![(Br, 5), (Gzip, 1)]))
+        );
+        for bad in ["br", "br:12", "zstd:0", "gzip:x", "identity:1", "lz4:1"] {
+            assert!(CodingLevels::parse_str(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            MediaTypes::parse_str("Text/*, application/json"),
+            Ok(MediaTypes(vec!["text/*".into(), "application/json".into()]))
+        );
+        for bad in ["text", "/json", "text/ html;x", "a/b c"] {
+            assert!(MediaTypes::parse_str(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -21,6 +21,7 @@ use hayate_cache::{
     CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
     Role, RoutePolicy, Stats, Stored, Use, VaryKey,
 };
+use hayate_compress::{AcceptEncoding, Policy, RequestFacts};
 use hayate_core::client_body::{ClientBody, NoBody};
 use hayate_core::{Body, BodySource, Response, Status, StreamBody};
 use hayate_proxy::{ProxyRequest, UpstreamGroup};
@@ -34,6 +35,35 @@ pub struct RouteCache {
     pub policy: RoutePolicy,
     /// Requests with Authorization use the cache (under §3.5's rules).
     pub with_authorization: bool,
+    /// The route's compression of proxied bodies, applied before storing
+    /// so the compressed variant is what later hits serve.
+    pub compression: Option<Rc<Policy>>,
+}
+
+/// The upstream's answer, compressed for this client when the route
+/// compresses (the one place the cache reaches the origin).
+async fn origin<B: ClientBody>(
+    rc: &RouteCache,
+    group: &UpstreamGroup,
+    req: &ProxyRequest<'_>,
+    body: &mut B,
+) -> Response {
+    let resp = group.forward(req, body).await;
+    match &rc.compression {
+        // A 304 answers the cache's own validators: it updates a stored
+        // response and is never sent on as it is.
+        Some(_) if resp.status == Status::NOT_MODIFIED => resp,
+        Some(policy) => {
+            let accept = AcceptEncoding::parse(fields(req, b"accept-encoding"));
+            let facts = RequestFacts {
+                method: req.method,
+                accept: &accept,
+                range: field(req, b"range").is_some(),
+            };
+            hayate_compress::compress_response(resp, &facts, policy)
+        }
+        None => resp,
+    }
 }
 
 /// Request fields that are the client's own preconditions: never sent on a
@@ -72,7 +102,7 @@ pub async fn respond<B: ClientBody>(
     let stats = rc.shared.stats();
     let method = req.method;
     if method != b"GET" && method != b"HEAD" {
-        let resp = group.forward(req, body).await;
+        let resp = origin(rc, group, req, body).await;
         if !matches!(method, b"OPTIONS" | b"TRACE") {
             invalidate_after_unsafe(rc, req, &resp);
         }
@@ -81,7 +111,7 @@ pub async fn respond<B: ClientBody>(
     }
     if let Some(reason) = bypass_reason(rc, req) {
         Stats::bump(&stats.bypasses);
-        let resp = group.forward(req, body).await;
+        let resp = origin(rc, group, req, body).await;
         return with_status(resp, &CacheStatus::bypass("request", reason));
     }
     let key = store::key(req.host.unwrap_or_default(), req.target);
@@ -133,7 +163,7 @@ pub async fn respond<B: ClientBody>(
         }
         Lookup::Pass => {
             Stats::bump(&stats.bypasses);
-            let resp = group.forward(req, body).await;
+            let resp = origin(rc, group, req, body).await;
             return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
         }
         Lookup::Miss => None,
@@ -150,7 +180,7 @@ pub async fn respond<B: ClientBody>(
     Stats::bump(&stats.misses);
     if method == b"HEAD" {
         // A HEAD is answered from a stored GET, but never fills the cache.
-        let resp = group.forward(req, body).await;
+        let resp = origin(rc, group, req, body).await;
         let status = CacheStatus {
             fwd: Some("uri-miss"),
             fwd_status: Some(resp.status.code()),
@@ -245,7 +275,7 @@ async fn fetch<B: ClientBody>(
     headers.extend(validators.iter().map(|(n, v)| (*n, &v[..])));
     let upstream_req = ProxyRequest { headers, ..*req };
     let request_time = SystemTime::now();
-    let resp = group.forward(&upstream_req, body).await;
+    let resp = origin(rc, group, &upstream_req, body).await;
     let response_time = SystemTime::now();
     let fwd = if stale.is_some() { "stale" } else { "uri-miss" };
     let mut status = CacheStatus {
@@ -265,6 +295,21 @@ async fn fetch<B: ClientBody>(
 
     // The stale copy confirmed: refresh its headers and serve it.
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
+        // A compressed variant keeps its own (weakened) ETag: the 304's
+        // names the identity bytes.
+        let encoded = hayate_cache::policy::header_lines(&old.head)
+            .any(|(n, _)| n.eq_ignore_ascii_case(b"content-encoding"));
+        let head: Vec<u8> = if encoded {
+            let mut kept = Vec::new();
+            for (n, v) in hayate_cache::policy::header_lines(&head) {
+                if !n.eq_ignore_ascii_case(b"etag") {
+                    kept.extend_from_slice(&[n, b": ", v, b"\r\n"].concat());
+                }
+            }
+            kept
+        } else {
+            head.clone()
+        };
         let merged = serve::merged_304_head(old, &head);
         let merged_facts = ResponseFacts::from_head(&merged);
         let lifetime = storable(

@@ -9,6 +9,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod cached;
+pub mod compression;
 mod conn;
 mod conn_body;
 pub mod control;
@@ -67,7 +68,8 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
     let cache = router::response_cache(&config);
-    router::Router::build(&config, app.as_ref(), cache.as_ref())?;
+    let variants = compression::store(&config.global);
+    router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants)?;
     let log_sink = Sink::open(&config.global.access_log)?;
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
@@ -106,6 +108,7 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         app,
         cache,
         request_metrics,
+        variants,
     };
     let open = shared.connections.clone();
     hooks.metrics.register_fn(move |out| {
@@ -210,6 +213,16 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
             _ = tokio::time::sleep(grace + std::time::Duration::from_secs(1)) => log::warn!("workers did not stop in time"),
         }
     });
+    let c = shared.variants.stats();
+    if c.variants > 0 {
+        log::info!(
+            "compression: {} file variants built once, {:.1} ms CPU, {} -> {} bytes",
+            c.variants,
+            c.cpu.as_secs_f64() * 1e3,
+            c.bytes_in,
+            c.bytes_out
+        );
+    }
     if let Some((_, path)) = &control {
         let _ = std::fs::remove_file(path);
     }

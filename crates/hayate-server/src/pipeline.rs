@@ -4,12 +4,15 @@
 //!    (limits, framing: see `request.rs`); here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
-//! 3. Origin: a file under the route's root if one matches, else
+//! 3. Origin: a file under the route's root if one matches (files come
+//!    compressed once from the static root), else
 //! 4. the route's upstream group (try_files), through the response cache
 //!    when the route caches (`cached.rs`: lookup, coalesced fetch, store);
 //!    non-GET methods go straight to the upstream when there is one.
-//! 5. Response headers common to every response are added by the writer
-//!    (`respond.rs`); compression will slot in here.
+//! 5. Compression of proxied bodies as they stream (inside the cache's
+//!    fetch when the route caches, so the compressed variant is what is
+//!    stored); response headers common to every response are added by the
+//!    writer (`respond.rs`).
 //!
 //! Errors become responses here and in the connection's refusal path only.
 
@@ -90,7 +93,14 @@ pub async fn handle<B: ClientBody>(
             };
             match &route.cache {
                 Some(cache) => crate::cached::respond(cache, group, &proxied, body).await,
-                None => group.forward(&proxied, body).await,
+                None => {
+                    let response = group.forward(&proxied, body).await;
+                    // 5. Compress the proxied body.
+                    match &route.compression {
+                        Some(policy) => crate::compression::compress_proxied(response, req, policy),
+                        None => response,
+                    }
+                }
             }
         }
         None => Response::error(Status::NOT_FOUND),

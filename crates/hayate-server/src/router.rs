@@ -7,6 +7,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use hayate_compress::{Policy, VariantStore};
+
 use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::values::{BalanceSpec, ProxySpec};
 use hayate_config::{Config, RouteOptions};
@@ -33,6 +35,8 @@ pub struct Route {
     /// Position in config order (sites, then routes): the same in every
     /// worker; labels its metrics.
     pub index: usize,
+    /// What the route compresses; `None`: nothing.
+    pub compression: Option<Rc<Policy>>,
 }
 
 struct Site {
@@ -48,11 +52,13 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the table, opening every static root.
+    /// Builds the table, opening every static root; their compressed
+    /// variants come from `variants`.
     pub fn build(
         config: &Config,
         app: Option<&AppSlots>,
         cache: Option<&Arc<ResponseCache>>,
+        variants: &Arc<VariantStore>,
     ) -> io::Result<Router> {
         let g = &config.global;
         let limits = CacheLimits {
@@ -91,8 +97,18 @@ impl Router {
         for site in &config.sites {
             let mut routes = Vec::new();
             for r in &site.routes {
+                let compression = crate::compression::policy(&r.options).map(Rc::new);
                 let files = match &r.options.root {
-                    Some(root) => Some(StaticRoot::new(static_options(root, &r.options, &limits))?),
+                    Some(root) => {
+                        let mut opts = static_options(root, &r.options, &limits);
+                        opts.variants = compression.clone().map(|policy| {
+                            Rc::new(crate::compression::FileVariants {
+                                policy,
+                                store: variants.clone(),
+                            }) as Rc<dyn hayate_static::VariantSource>
+                        });
+                        Some(StaticRoot::new(opts)?)
+                    }
                     None => None,
                 };
                 let upstream = match (&r.options.proxy, r.options.app, app) {
@@ -130,7 +146,9 @@ impl Router {
                             stale_if_error: spec.stale_if_error,
                         },
                         with_authorization: spec.with_authorization,
+                        compression: compression.clone(),
                     }),
+                    compression,
                 });
             }
             sites.push(Site {
@@ -262,6 +280,8 @@ fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> Static
         immutable: o.immutable,
         precompressed: o.precompressed,
         cache: limits.clone(),
+        encodings: o.compress_encodings.0.clone(),
+        variants: None,
     }
 }
 

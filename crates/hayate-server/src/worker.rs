@@ -75,13 +75,20 @@ pub struct Shared {
     pub cache: Option<Arc<hayate_cache::ResponseCache>>,
     /// Request counters of every worker, when the admin listener is on.
     pub request_metrics: Option<Arc<RequestMetrics>>,
+    /// Compressed variants of files, built once for every worker.
+    pub variants: Arc<hayate_compress::VariantStore>,
 }
 
 impl Worker {
     fn build(shared: &Shared, shutdown: ShutdownWatch) -> io::Result<Worker> {
         let g = &shared.config.global;
         Ok(Worker {
-            router: Router::build(&shared.config, shared.app.as_ref(), shared.cache.as_ref())?,
+            router: Router::build(
+                &shared.config,
+                shared.app.as_ref(),
+                shared.cache.as_ref(),
+                &shared.variants,
+            )?,
             head_limits: HeadLimits {
                 max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
                 max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),

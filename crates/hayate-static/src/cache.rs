@@ -11,6 +11,13 @@
 //! watched tree, a watch limit reached) are re-checked with `stat` on every
 //! hit, and every entry is re-checked at least every `revalidate` as a
 //! fallback for file systems that send no events (NFS, FUSE).
+//!
+//! Compressed variants of files without a sibling come from the route's
+//! [`VariantSource`] (the process-wide compress-once store): an entry asks
+//! for them until they are ready and then keeps its own reference, with
+//! its preformatted head. They are not counted in this cache's budget (the
+//! store has its own). An entry dropped because its file changed tells the
+//! source, so the old variants go too.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -24,6 +31,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use hayate_core::Coding;
+
+use crate::{VariantSource, VariantState};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 /// Bound on the number of entries, so descriptors of large files stay few.
@@ -36,7 +45,8 @@ pub(crate) enum Source {
     File(Arc<File>),
 }
 
-/// One representation of a file: identity or a precompressed sibling.
+/// One representation of a file: identity, a precompressed sibling or a
+/// generated variant.
 #[derive(Debug)]
 pub(crate) struct Variant {
     pub coding: Coding,
@@ -59,27 +69,40 @@ pub(crate) struct Entry {
     pub content_type: String,
     pub last_modified: SystemTime,
     pub identity: Variant,
+    /// Precompressed siblings.
     pub encoded: Vec<Variant>,
+    /// Every coding the file is offered in (siblings and codings the
+    /// variant source may generate), in the route's preference order.
+    pub offer: Vec<Coding>,
+    /// Generated variants obtained so far, or refused by the source.
+    generated: RefCell<Vec<(Coding, Option<Rc<Variant>>)>>,
+    cache_control: Option<String>,
     /// What `stat` said when the entry was built (identity and siblings).
-    stamps: Vec<(PathBuf, Stamp)>,
+    stamps: Vec<(PathBuf, FileStamp)>,
     checked: Cell<Instant>,
     /// Whether inotify covers every file of the entry.
     watched: bool,
     mem_bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    mtime: i64,
-    mtime_ns: i64,
-    ino: u64,
-    dev: u64,
+/// What `stat` says about a file's content: any change means new content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileStamp {
+    /// Size in bytes.
+    pub len: u64,
+    /// Modification time, seconds.
+    pub mtime: i64,
+    /// Modification time, nanoseconds.
+    pub mtime_ns: i64,
+    /// Inode.
+    pub ino: u64,
+    /// Device.
+    pub dev: u64,
 }
 
-impl Stamp {
-    fn of(m: &Metadata) -> Stamp {
-        Stamp {
+impl FileStamp {
+    fn of(m: &Metadata) -> FileStamp {
+        FileStamp {
             len: m.len(),
             mtime: m.mtime(),
             mtime_ns: m.mtime_nsec(),
@@ -112,6 +135,8 @@ pub(crate) struct OpenFileCache {
     checked_epoch: Cell<u64>,
     limits: CacheLimits,
     watch: Option<Watch>,
+    /// Told when an entry with generated variants goes stale.
+    variants: Option<Rc<dyn VariantSource>>,
 }
 
 struct Watch {
@@ -135,12 +160,20 @@ pub(crate) struct BuildSpec<'a> {
     pub content_type: String,
     pub cache_control: Option<&'a str>,
     pub precompressed: bool,
+    /// Codings the variant source may generate for this file.
+    pub generate: Vec<Coding>,
+    /// The route's coding preference.
+    pub preference: &'a [Coding],
     /// Whether inotify can cover the file (it is reached without symlinks).
     pub watchable: bool,
 }
 
 impl OpenFileCache {
-    pub fn new(root: PathBuf, limits: CacheLimits) -> OpenFileCache {
+    pub fn new(
+        root: PathBuf,
+        limits: CacheLimits,
+        variants: Option<Rc<dyn VariantSource>>,
+    ) -> OpenFileCache {
         let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => Some(Watch {
                 inotify,
@@ -159,6 +192,7 @@ impl OpenFileCache {
             checked_epoch: Cell::new(u64::MAX),
             limits,
             watch,
+            variants,
         }
     }
 
@@ -172,7 +206,7 @@ impl OpenFileCache {
             if entry.still_current() {
                 entry.checked.set(now);
             } else {
-                self.remove(key);
+                self.remove_stale(key);
                 return None;
             }
         }
@@ -190,7 +224,7 @@ impl OpenFileCache {
         spec: BuildSpec<'_>,
         now: Instant,
     ) -> std::io::Result<Rc<Entry>> {
-        let mut stamps = vec![(fs_path.to_path_buf(), Stamp::of(meta))];
+        let mut stamps = vec![(fs_path.to_path_buf(), FileStamp::of(meta))];
         let last_modified = meta.modified()?;
         let vary = spec.precompressed;
         let mut encoded = Vec::new();
@@ -210,12 +244,28 @@ impl OpenFileCache {
                 if !m.is_file() || m.modified()? < last_modified {
                     continue;
                 }
-                stamps.push((sibling, Stamp::of(&m)));
+                stamps.push((sibling, FileStamp::of(&m)));
                 encoded.push(self.variant(coding, f, &m, &spec, last_modified, vary)?);
             }
         }
-        let vary = vary && !encoded.is_empty();
-        // Without siblings no response varies, so identity carries no Vary.
+        // Siblings and generated codings in the route's order (codings it
+        // does not list last): a preferred coding is generated even next to
+        // a sibling in another one, which is served until it is ready.
+        let rank = |c: &Coding| {
+            spec.preference
+                .iter()
+                .position(|p| p == c)
+                .unwrap_or(usize::MAX)
+        };
+        let mut offer: Vec<Coding> = encoded.iter().map(|v| v.coding).collect();
+        for c in &spec.generate {
+            if !offer.contains(c) && *c != Coding::Identity {
+                offer.push(*c);
+            }
+        }
+        offer.sort_by_key(rank);
+        // Identity varies only when the file is offered in some coding.
+        let vary = !offer.is_empty();
         let identity = self.variant(Coding::Identity, file, meta, &spec, last_modified, vary)?;
         let mem_bytes = [&identity]
             .into_iter()
@@ -229,6 +279,9 @@ impl OpenFileCache {
             last_modified,
             identity,
             encoded,
+            offer,
+            generated: RefCell::default(),
+            cache_control: spec.cache_control.map(str::to_string),
             stamps,
             checked: Cell::new(now),
             watched,
@@ -275,31 +328,16 @@ impl OpenFileCache {
                 c.as_str()
             ),
         };
-        let lm = httpdate::fmt_http_date(last_modified);
-        let mut common = String::with_capacity(160);
-        common.push_str(&format!("Last-Modified: {lm}\r\nETag: {etag}\r\n"));
-        if let Some(cc) = spec.cache_control {
-            common.push_str(&format!("Cache-Control: {cc}\r\n"));
-        }
-        if vary {
-            common.push_str("Vary: Accept-Encoding\r\n");
-        }
-        let head_304 = Bytes::from(common.clone());
-        let mut no_type = common.clone();
-        no_type.push_str("Accept-Ranges: bytes\r\n");
-        if coding != Coding::Identity {
-            no_type.push_str(&format!("Content-Encoding: {}\r\n", coding.as_str()));
-        }
-        let head = format!("Content-Type: {}\r\n{no_type}", spec.content_type);
-        Ok(Variant {
+        Ok(Variant::new(
             coding,
             len,
             etag,
-            head: Bytes::from(head),
-            head_no_type: Bytes::from(no_type),
-            head_304,
             source,
-        })
+            &spec.content_type,
+            spec.cache_control,
+            last_modified,
+            vary,
+        ))
     }
 
     /// Adds inotify watches on every directory from `root` down to the
@@ -419,8 +457,22 @@ impl OpenFileCache {
             .map(|(k, _)| k.clone())
             .collect();
         for key in doomed {
-            self.remove(&key);
+            self.remove_stale(&key);
         }
+    }
+
+    /// Removes an entry whose file may have changed; if its content did
+    /// (a `stat` on this slow path tells), its generated variants go too.
+    fn remove_stale(&self, key: &[u8]) {
+        let entry = self.entries.borrow().get(key).cloned();
+        if let (Some(entry), Some(source)) = (entry, &self.variants) {
+            let (path, stamp) = &entry.stamps[0];
+            let unchanged = std::fs::metadata(path).is_ok_and(|m| FileStamp::of(&m) == *stamp);
+            if entry.offer.len() > entry.encoded.len() && !unchanged {
+                source.forget(*stamp);
+            }
+        }
+        self.remove(key);
     }
 
     fn remove(&self, key: &[u8]) {
@@ -459,11 +511,60 @@ impl OpenFileCache {
 }
 
 impl Entry {
+    /// The generated variant in `coding`, asking `source` when this entry
+    /// has none yet (which queues its build); `None` while it is not ready.
+    pub fn generated(&self, coding: Coding, source: &dyn VariantSource) -> Option<Rc<Variant>> {
+        if let Some((_, v)) = self.generated.borrow().iter().find(|(c, _)| *c == coding) {
+            return v.clone();
+        }
+        let (fs_path, stamp) = &self.stamps[0];
+        let bytes = match source.variant(fs_path, *stamp, coding) {
+            VariantState::Ready(b) => b,
+            VariantState::Pending => return None,
+            VariantState::Never => {
+                self.generated.borrow_mut().push((coding, None));
+                return None;
+            }
+        };
+        let suffix = match coding {
+            Coding::Br => "br",
+            Coding::Zstd => "zst",
+            Coding::Gzip => "gz",
+            Coding::Identity => return None,
+        };
+        // The identity tag with the coding inside the quotes.
+        let base = self.identity.etag.trim_end_matches('"');
+        let etag = format!("{base}-{suffix}\"");
+        let variant = Rc::new(Variant::new(
+            coding,
+            bytes.len() as u64,
+            etag,
+            Source::Memory(bytes),
+            &self.content_type,
+            self.cache_control.as_deref(),
+            self.last_modified,
+            true,
+        ));
+        self.generated
+            .borrow_mut()
+            .push((coding, Some(variant.clone())));
+        Some(variant)
+    }
+
+    /// The generated variant in `coding` if this entry already holds it.
+    pub fn generated_ready(&self, coding: Coding) -> Option<Rc<Variant>> {
+        self.generated
+            .borrow()
+            .iter()
+            .find(|(c, _)| *c == coding)
+            .and_then(|(_, v)| v.clone())
+    }
+
     /// Re-checks every file of the entry with `stat`.
     fn still_current(&self) -> bool {
         self.stamps
             .iter()
-            .all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| Stamp::of(&m) == *stamp))
+            .all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| FileStamp::of(&m) == *stamp))
             && self.no_new_siblings()
     }
 
@@ -486,6 +587,45 @@ impl Entry {
 }
 
 impl Variant {
+    /// A variant with its header blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        coding: Coding,
+        len: u64,
+        etag: String,
+        source: Source,
+        content_type: &str,
+        cache_control: Option<&str>,
+        last_modified: SystemTime,
+        vary: bool,
+    ) -> Variant {
+        let lm = httpdate::fmt_http_date(last_modified);
+        let mut common = String::with_capacity(160);
+        common.push_str(&format!("Last-Modified: {lm}\r\nETag: {etag}\r\n"));
+        if let Some(cc) = cache_control {
+            common.push_str(&format!("Cache-Control: {cc}\r\n"));
+        }
+        if vary {
+            common.push_str("Vary: Accept-Encoding\r\n");
+        }
+        let head_304 = Bytes::from(common.clone());
+        let mut no_type = common;
+        no_type.push_str("Accept-Ranges: bytes\r\n");
+        if coding != Coding::Identity {
+            no_type.push_str(&format!("Content-Encoding: {}\r\n", coding.as_str()));
+        }
+        let head = format!("Content-Type: {content_type}\r\n{no_type}");
+        Variant {
+            coding,
+            len,
+            etag,
+            head: Bytes::from(head),
+            head_no_type: Bytes::from(no_type),
+            head_304,
+            source,
+        }
+    }
+
     fn mem_len(&self) -> u64 {
         match &self.source {
             Source::Memory(b) => b.len() as u64,

@@ -5,7 +5,8 @@
 //!
 //! A [`StaticRoot`] is built per worker and is not `Send`: its cache is the
 //! worker's own (shared-nothing). It depends on hayate-core only; the server
-//! normalizes the path (hayate-core::path) and negotiates codings.
+//! normalizes the path (hayate-core::path), negotiates codings and supplies
+//! compressed variants of files without a sibling ([`VariantSource`]).
 
 mod cache;
 pub mod conditional;
@@ -25,8 +26,8 @@ use bytes::Bytes;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Coding, Response, Status};
 
-pub use cache::CacheLimits;
 use cache::{BuildSpec, Entry, OpenFileCache, Source, Variant};
+pub use cache::{CacheLimits, FileStamp};
 pub use conditional::{Preconditions, Verdict};
 use range::RangeDecision;
 
@@ -53,6 +54,37 @@ pub struct StaticOptions {
     pub precompressed: bool,
     /// File cache settings.
     pub cache: CacheLimits,
+    /// Coding preference, most preferred first (siblings and generated).
+    pub encodings: Vec<Coding>,
+    /// Compressed variants of files that have no sibling; `None`: off.
+    pub variants: Option<Rc<dyn VariantSource>>,
+}
+
+/// Where compressed variants of files come from (the server's compress-once
+/// store): built once, in the background, shared by every worker.
+pub trait VariantSource: std::fmt::Debug {
+    /// The codings worth generating for a file of this type and size, most
+    /// preferred first; empty when none.
+    fn codings(&self, content_type: &str, len: u64) -> Vec<Coding>;
+
+    /// The bytes of the file at `fs_path`, whose content is `stamp`, in
+    /// `coding`. When they are not built yet, the build is queued (once)
+    /// and `Pending` returned at once: no request waits for it.
+    fn variant(&self, fs_path: &Path, stamp: FileStamp, coding: Coding) -> VariantState;
+
+    /// The file with this content changed or went away.
+    fn forget(&self, stamp: FileStamp);
+}
+
+/// The state of a generated variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantState {
+    /// Its bytes.
+    Ready(Bytes),
+    /// Queued or being built.
+    Pending,
+    /// Never built (too large, does not shrink, failed).
+    Never,
 }
 
 /// A request as the static handler sees it.
@@ -108,7 +140,8 @@ impl StaticRoot {
             ));
         }
         opts.root = root;
-        let cache = OpenFileCache::new(opts.root.clone(), opts.cache.clone());
+        let cache =
+            OpenFileCache::new(opts.root.clone(), opts.cache.clone(), opts.variants.clone());
         Ok(StaticRoot { opts, cache })
     }
 
@@ -160,7 +193,7 @@ impl StaticRoot {
                 Err(e) => return Some(io_error(&e)),
             },
         };
-        Some(respond(&entry, req, head))
+        Some(respond(&entry, req, head, self.opts.variants.as_deref()))
     }
 
     /// A directory: redirect to the slash form, its index, a listing, or
@@ -259,10 +292,17 @@ impl StaticRoot {
             Err(e) => return Err(e),
         };
         let meta = file.metadata()?;
+        let content_type = mime::content_type(&fs_path);
+        let generate = match &self.opts.variants {
+            Some(v) => v.codings(&content_type, meta.len()),
+            None => Vec::new(),
+        };
         let spec = BuildSpec {
-            content_type: mime::content_type(&fs_path),
+            content_type,
             cache_control: self.cache_control_for(&fs_path),
             precompressed: self.opts.precompressed,
+            generate,
+            preference: &self.opts.encodings,
             watchable: real == fs_path,
         };
         let entry = self.cache.insert(key, &fs_path, file, &meta, spec, now)?;
@@ -281,22 +321,70 @@ impl StaticRoot {
     }
 }
 
-/// Builds the response for a resolved file.
-fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response {
-    let variant = match entry.encoded.is_empty() {
-        true => &entry.identity,
-        false => {
-            let mut available = [Coding::Identity; 3];
-            let n = entry.encoded.len().min(3);
-            for (slot, v) in available.iter_mut().zip(&entry.encoded) {
-                *slot = v.coding;
-            }
-            let chosen = (req.choose_coding)(&available[..n]);
-            chosen
-                .and_then(|c| entry.encoded.iter().find(|v| v.coding == c))
-                .unwrap_or(&entry.identity)
+/// The representation chosen for a request: one the entry owns, or a
+/// generated variant.
+enum Selected<'e> {
+    Owned(&'e Variant),
+    Generated(Rc<Variant>),
+}
+
+impl std::ops::Deref for Selected<'_> {
+    type Target = Variant;
+    fn deref(&self) -> &Variant {
+        match self {
+            Selected::Owned(v) => v,
+            Selected::Generated(v) => v,
         }
+    }
+}
+
+/// Negotiates among the codings the entry offers. A generated variant that
+/// is not ready yet (its build is then queued) is replaced by the client's
+/// best choice among what is ready: another coding, or identity.
+fn select<'e>(
+    entry: &'e Entry,
+    req: &StaticRequest<'_>,
+    source: Option<&dyn VariantSource>,
+) -> Selected<'e> {
+    if entry.offer.is_empty() {
+        return Selected::Owned(&entry.identity);
+    }
+    let stored = |c: Coding| entry.encoded.iter().find(|v| v.coding == c);
+    let Some(coding) = (req.choose_coding)(&entry.offer) else {
+        return Selected::Owned(&entry.identity);
     };
+    if let Some(v) = stored(coding) {
+        return Selected::Owned(v);
+    }
+    if let Some(v) = source.and_then(|s| entry.generated(coding, s)) {
+        return Selected::Generated(v);
+    }
+    let ready: Vec<Coding> = entry
+        .offer
+        .iter()
+        .copied()
+        .filter(|&c| stored(c).is_some() || entry.generated_ready(c).is_some())
+        .collect();
+    match (req.choose_coding)(&ready) {
+        Some(c) => match stored(c) {
+            Some(v) => Selected::Owned(v),
+            None => entry
+                .generated_ready(c)
+                .map_or(Selected::Owned(&entry.identity), Selected::Generated),
+        },
+        None => Selected::Owned(&entry.identity),
+    }
+}
+
+/// Builds the response for a resolved file.
+fn respond(
+    entry: &Entry,
+    req: &StaticRequest<'_>,
+    head_only: bool,
+    source: Option<&dyn VariantSource>,
+) -> Response {
+    let selected = select(entry, req, source);
+    let variant: &Variant = &selected;
     let validators = conditional::Validators {
         etag: &variant.etag,
         last_modified: entry.last_modified,
@@ -364,7 +452,7 @@ fn respond(entry: &Entry, req: &StaticRequest<'_>, head_only: bool) -> Response 
                 "Content-Range",
                 format!("bytes */{}", variant.len).as_bytes(),
             );
-            if !entry.encoded.is_empty() {
+            if !entry.offer.is_empty() {
                 r.header("Vary", b"Accept-Encoding");
             }
             return r;

@@ -431,3 +431,19 @@ pub fn big_bytes(len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// `len` bytes of compressible text (numbered lines of prose), the same
+/// for the same length.
+pub fn text_bytes(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 80);
+    let mut i = 0u32;
+    while out.len() < len {
+        out.extend_from_slice(
+            format!("{i:05} hayate compresses this line once and serves it many times\n")
+                .as_bytes(),
+        );
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}

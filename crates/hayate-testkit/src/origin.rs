@@ -20,6 +20,11 @@
 //!   `n=N` (N bytes of [`big_bytes`] as the body). The default body is
 //!   `count K\n`, K being how many requests this target has received
 //!   ([`Origin::count`]).
+//! - `/text?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`text_bytes`]
+//!   (compressible), framed like `/bytes`; `&type=event|png` changes the
+//!   Content-Type, `&nt=1` adds `Cache-Control: no-transform`, `&ce=1`
+//!   labels the body `Content-Encoding: gzip` (as if already encoded).
+//! - `?etag=1` on any path adds `ETag: "v1"`.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -29,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::big_bytes;
+use crate::{big_bytes, text_bytes};
 
 /// How the origin behaves.
 #[derive(Debug, Clone, Default)]
@@ -327,11 +332,32 @@ fn respond(
     let mut extra = String::new();
     let mut chunked = false;
     let mut stall = None;
+    let mut content_type = "text/plain";
+    if query(&req.target, "etag") == Some(1) {
+        extra.push_str("ETag: \"v1\"\r\n");
+    }
     let body: Vec<u8> = match path {
         "/slow" => {
             let ms = query(&req.target, "ms").unwrap_or(0).min(10_000);
             std::thread::sleep(Duration::from_millis(ms));
             b"slow\n".to_vec()
+        }
+        "/text" => {
+            chunked = query(&req.target, "chunked") == Some(1);
+            stall = query(&req.target, "stall_ms").map(Duration::from_millis);
+            if query(&req.target, "nt") == Some(1) {
+                extra.push_str("Cache-Control: no-transform\r\n");
+            }
+            if query(&req.target, "ce") == Some(1) {
+                extra.push_str("Content-Encoding: gzip\r\n");
+            }
+            let q = req.target.split_once('?').map_or("", |(_, q)| q);
+            if q.split('&').any(|kv| kv == "type=event") {
+                content_type = "text/event-stream";
+            } else if q.split('&').any(|kv| kv == "type=png") {
+                content_type = "image/png";
+            }
+            text_bytes(query(&req.target, "n").unwrap_or(0) as usize)
         }
         "/bytes" => {
             chunked = query(&req.target, "chunked") == Some(1);
@@ -400,7 +426,7 @@ fn respond(
         .map(|t| format!("Keep-Alive: timeout={t}\r\n"));
     let head = format!(
         "HTTP/1.1 {status} X\r\nX-Connection: {id}\r\nX-Request-Count: {count}\r\n\
-         Content-Type: text/plain\r\nServer: origin\r\n{extra}{}{}{framing}\r\n",
+         Content-Type: {content_type}\r\nServer: origin\r\n{extra}{}{}{framing}\r\n",
         if close { "Connection: close\r\n" } else { "" },
         hint.unwrap_or_default(),
     );

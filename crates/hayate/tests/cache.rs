@@ -680,3 +680,47 @@ fn metrics_and_purge_on_the_admin_listener() {
     assert!(answer.ends_with("purged 1\n"), "{answer}");
     assert!(admin(&socket, "POST", "/purge").starts_with("HTTP/1.1 400"));
 }
+
+#[test]
+fn compressed_variants_are_stored_so_hits_cost_no_compression() {
+    use hayate_compress::encode::decompress;
+    use hayate_core::Coding;
+    let o = origin();
+    let h = cached(&o, "5s", &[]);
+    let mut c = h.client();
+    let path = "/text?n=20000";
+    let want = hayate_testkit::text_bytes(20_000);
+    let decode = |r: &Response| {
+        let coding = r.header("content-encoding").map_or(Coding::Identity, |t| {
+            Coding::from_token(t.as_bytes()).expect("coding")
+        });
+        decompress(coding, &r.body).expect("decodes")
+    };
+    // Accept-Encoding is normalized to the set of codings accepted: lists
+    // naming the same set share a stored variant.
+    for (ae, coding, status) in [
+        ("br", Some("br"), "fwd=uri-miss"),
+        ("br;q=0.9", Some("br"), "; hit"),
+        ("gzip, deflate, br", Some("br"), "fwd=uri-miss"),
+        ("br, gzip", Some("br"), "; hit"),
+        ("gzip", Some("gzip"), "fwd=uri-miss"),
+        ("gzip;q=1", Some("gzip"), "; hit"),
+        ("identity", None, "fwd=uri-miss"),
+    ] {
+        let r = c.get(path, &[("Accept-Encoding", ae)]);
+        assert_eq!(
+            r.header("content-encoding"),
+            coding,
+            "{ae}: {:?}",
+            r.headers
+        );
+        assert!(
+            cache_status(&r).contains(status),
+            "{ae}: {}",
+            cache_status(&r)
+        );
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{ae}");
+        assert_eq!(decode(&r), want, "{ae}");
+    }
+    assert_eq!(o.count(path), 4);
+}

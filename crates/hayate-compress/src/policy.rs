@@ -1,0 +1,144 @@
+//! What a route compresses: codings in preference order, levels, the
+//! smallest body worth it and the media types that compress (an allow-list,
+//! so images, video, archives and fonts already compressed are left alone).
+
+use hayate_core::Coding;
+
+use crate::encode::Levels;
+
+/// The media types compressed by default; `text/event-stream` is never
+/// compressed whatever the list says.
+pub const DEFAULT_TYPES: &str = "text/*,application/json,application/*+json,\
+application/javascript,application/x-javascript,application/ecmascript,\
+application/xml,application/*+xml,application/wasm,application/x-ndjson,\
+image/svg+xml,image/x-icon,image/bmp,font/ttf,font/otf,application/vnd.ms-fontobject";
+
+/// A route's compression settings, resolved from the option table.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Codings the route generates, in server preference order.
+    pub codings: Vec<Coding>,
+    /// Levels of compress-once variants of files.
+    pub static_levels: Levels,
+    /// Levels of streamed (proxied) bodies.
+    pub dynamic_levels: Levels,
+    /// Bodies shorter than this are sent as they are.
+    pub min_size: u64,
+    /// Media types that compress.
+    pub types: TypeList,
+}
+
+impl Policy {
+    /// Whether a body of this `Content-Type` is worth compressing.
+    pub fn compressible(&self, content_type: &[u8]) -> bool {
+        self.types.allows(content_type)
+    }
+}
+
+/// A list of media types (`type/subtype`), where `type/*` matches every
+/// subtype and `type/*+suffix` every structured-syntax subtype.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeList {
+    patterns: Vec<String>,
+}
+
+impl TypeList {
+    /// Parses patterns, lower-cased; empty ones are dropped.
+    pub fn new<S: AsRef<str>>(patterns: impl IntoIterator<Item = S>) -> TypeList {
+        TypeList {
+            patterns: patterns
+                .into_iter()
+                .flat_map(|p| {
+                    p.as_ref()
+                        .split(',')
+                        .map(|s| s.trim().to_ascii_lowercase())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|p| !p.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Whether `content_type` (parameters allowed) is on the list.
+    pub fn allows(&self, content_type: &[u8]) -> bool {
+        let essence = content_type
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default();
+        let essence = hayate_core::field::trim_ows(essence);
+        let Ok(essence) = std::str::from_utf8(essence) else {
+            return false;
+        };
+        let essence = essence.to_ascii_lowercase();
+        // Server-sent events are delivered as they come; never buffer them.
+        if essence == "text/event-stream" {
+            return false;
+        }
+        let Some((ty, sub)) = essence.split_once('/') else {
+            return false;
+        };
+        self.patterns.iter().any(|p| {
+            let Some((pty, psub)) = p.split_once('/') else {
+                return false;
+            };
+            if pty != ty && pty != "*" {
+                return false;
+            }
+            match psub.strip_prefix('*') {
+                Some("") => true,
+                Some(suffix) => sub.ends_with(suffix) && sub.len() > suffix.len(),
+                None => psub == sub,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_types() {
+        let list = TypeList::new([DEFAULT_TYPES]);
+        for yes in [
+            "text/html",
+            "text/html; charset=utf-8",
+            "TEXT/CSS",
+            "application/json",
+            "application/problem+json",
+            "application/javascript; charset=utf-8",
+            "application/atom+xml",
+            "image/svg+xml",
+            "application/wasm",
+        ] {
+            assert!(list.allows(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "text/event-stream",
+            "text/event-stream; charset=utf-8",
+            "image/png",
+            "image/jpeg",
+            "video/mp4",
+            "application/zip",
+            "application/gzip",
+            "application/octet-stream",
+            "font/woff2",
+            "application/+json",
+            "",
+            "garbage",
+            "\u{ff}/x",
+        ] {
+            assert!(!list.allows(no.as_bytes()), "{no}");
+        }
+    }
+
+    #[test]
+    fn wildcards() {
+        let list = TypeList::new(["*/*"]);
+        assert!(list.allows(b"image/png"));
+        assert!(!list.allows(b"text/event-stream"));
+        let list = TypeList::new(["application/json", ""]);
+        assert!(list.allows(b"application/json"));
+        assert!(!list.allows(b"text/plain"));
+    }
+}

@@ -1,0 +1,136 @@
+//! Compression wiring: a route's options become a [`Policy`]; static roots
+//! get their compressed variants from the process-wide [`VariantStore`]
+//! (one per process, shared by every worker, so each file is compressed
+//! once); proxied responses go through [`compress_proxied`].
+
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hayate_compress::{
+    AcceptEncoding, FileStamp, Levels, Lookup, Policy, RequestFacts, StoreLimits, TypeList,
+    VariantStore,
+};
+use hayate_config::{GlobalOptions, RouteOptions};
+use hayate_core::{Coding, Response};
+use hayate_static::{VariantSource, VariantState};
+
+use crate::request::Request;
+
+/// The store of compressed file variants for this process.
+pub fn store(g: &GlobalOptions) -> Arc<VariantStore> {
+    Arc::new(VariantStore::new(StoreLimits {
+        budget: g.compress_cache_size.0,
+        max_file: g.compress_max_file.0,
+        queue: g.compress_queue as usize,
+    }))
+}
+
+/// A route's compression policy; `None` when it compresses nothing.
+pub fn policy(o: &RouteOptions) -> Option<Policy> {
+    if !o.compress || o.compress_encodings.0.is_empty() {
+        return None;
+    }
+    let levels = |base: Levels, set: &[(Coding, i32)]| {
+        set.iter().fold(base, |l, &(c, level)| l.with(c, level))
+    };
+    Some(Policy {
+        codings: o.compress_encodings.0.clone(),
+        static_levels: levels(Levels::STATIC, &o.compress_static_levels.0),
+        dynamic_levels: levels(Levels::DYNAMIC, &o.compress_dynamic_levels.0),
+        min_size: o.compress_min_size.0,
+        types: TypeList::new(&o.compress_types.0),
+    })
+}
+
+/// A static root's source of compressed variants.
+#[derive(Debug)]
+pub struct FileVariants {
+    /// The route's policy.
+    pub policy: Rc<Policy>,
+    /// The process-wide store.
+    pub store: Arc<VariantStore>,
+}
+
+impl VariantSource for FileVariants {
+    fn codings(&self, content_type: &str, len: u64) -> Vec<Coding> {
+        let worth = len >= self.policy.min_size
+            && len <= self.store.limits().max_file
+            && self.policy.compressible(content_type.as_bytes());
+        match worth {
+            true => self.policy.codings.clone(),
+            false => Vec::new(),
+        }
+    }
+
+    fn variant(
+        &self,
+        fs_path: &Path,
+        stamp: hayate_static::FileStamp,
+        coding: Coding,
+    ) -> VariantState {
+        let level = self.policy.static_levels.get(coding);
+        match self.store.get(fs_path, convert(stamp), coding, level) {
+            Lookup::Ready(b) => VariantState::Ready(b),
+            Lookup::Pending => VariantState::Pending,
+            Lookup::Never => VariantState::Never,
+        }
+    }
+
+    fn forget(&self, stamp: hayate_static::FileStamp) {
+        self.store.forget(convert(stamp));
+    }
+}
+
+fn convert(s: hayate_static::FileStamp) -> FileStamp {
+    FileStamp {
+        dev: s.dev,
+        ino: s.ino,
+        len: s.len,
+        mtime: s.mtime,
+        mtime_ns: s.mtime_ns,
+    }
+}
+
+/// Compresses a proxied response for this request when the route's policy
+/// allows (hayate-compress::stream says when).
+pub fn compress_proxied(response: Response, req: &Request, policy: &Policy) -> Response {
+    let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
+    let facts = RequestFacts {
+        method: req.method(),
+        accept: &accept,
+        range: req.header(b"range").is_some(),
+    };
+    hayate_compress::compress_response(response, &facts, policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_config::RouteLayer;
+
+    #[test]
+    fn default_types_are_the_crates() {
+        let o = RouteLayer::default().resolve();
+        assert_eq!(
+            TypeList::new(&o.compress_types.0),
+            TypeList::new([hayate_compress::policy::DEFAULT_TYPES])
+        );
+        let p = policy(&o).expect("on by default");
+        assert_eq!(p.static_levels, Levels::STATIC);
+        assert_eq!(p.dynamic_levels, Levels::DYNAMIC);
+    }
+
+    #[test]
+    fn off_and_levels() {
+        let mut layer = RouteLayer::default();
+        layer.set_strs("compress", &["false".into()]).unwrap();
+        assert!(policy(&layer.resolve()).is_none());
+        let mut layer = RouteLayer::default();
+        layer
+            .set_strs("compress_static_levels", &["gzip:4".into()])
+            .unwrap();
+        let p = policy(&layer.resolve()).expect("on");
+        assert_eq!(p.static_levels, Levels::STATIC.with(Coding::Gzip, 4));
+    }
+}
