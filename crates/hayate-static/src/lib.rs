@@ -174,7 +174,13 @@ impl StaticRoot {
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),
+            None if self.cache.known_missing(req.path, req.now) => Lookup::Missing,
             None => match self.lookup(req.path, req.path, req.now) {
+                Ok(Lookup::Missing) => {
+                    self.cache
+                        .remember_missing(req.path, &self.fs_path(req.path), req.now);
+                    Lookup::Missing
+                }
                 Ok(l) => l,
                 Err(e) => return Some(io_error(&e)),
             },
@@ -256,11 +262,16 @@ impl StaticRoot {
     }
 
     /// Resolves `path` under the root on disk and caches a file under `key`.
-    fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
+    /// Where a request path lies under the root.
+    fn fs_path(&self, path: &[u8]) -> PathBuf {
         let rel = Path::new(std::ffi::OsStr::from_bytes(
             path.strip_prefix(b"/").unwrap_or(path),
         ));
-        let fs_path = self.opts.root.join(rel);
+        self.opts.root.join(rel)
+    }
+
+    fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
+        let fs_path = self.fs_path(path);
         let meta = match std::fs::metadata(&fs_path) {
             Ok(m) => m,
             Err(e) if is_missing(&e) => return Ok(Lookup::Missing),

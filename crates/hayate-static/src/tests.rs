@@ -556,6 +556,32 @@ fn changed_replaced_and_deleted_files_are_fresh() {
 }
 
 #[test]
+fn remembered_misses_end_when_the_file_appears() {
+    let f = fixture(|_| {});
+    let now = Instant::now();
+    // A missing file, a missing file in a missing directory, a directory
+    // that appears later, and a rename into place.
+    for path in ["/new.txt", "/a/b/c.txt", "/docs/late.txt"] {
+        assert_eq!(get(&f, path).status, Status::NOT_FOUND);
+        assert!(f.root.cache.known_missing(path.as_bytes(), now), "{path}");
+    }
+    std::fs::write(f.dir.path().join("new.txt"), "new").expect("write");
+    assert_eq!(body(&get(&f, "/new.txt")), b"new");
+    std::fs::create_dir_all(f.dir.path().join("a/b")).expect("mkdir");
+    std::fs::write(f.dir.path().join("a/b/c.txt"), "deep").expect("write");
+    assert_eq!(body(&get(&f, "/a/b/c.txt")), b"deep");
+    let tmp = f.dir.path().join("tmp-late");
+    std::fs::write(&tmp, "late").expect("write");
+    std::fs::rename(&tmp, f.dir.path().join("docs/late.txt")).expect("rename");
+    assert_eq!(body(&get(&f, "/docs/late.txt")), b"late");
+    // Unrelated paths stay remembered.
+    assert_eq!(get(&f, "/still-missing").status, Status::NOT_FOUND);
+    std::fs::write(f.dir.path().join("other.txt"), "x").expect("write");
+    get(&f, "/other.txt");
+    assert!(f.root.cache.known_missing(b"/still-missing", now));
+}
+
+#[test]
 fn cache_control_and_immutable_hashed_assets() {
     let f = fixture(|o| {
         o.cache_control = Some("public, max-age=60".into());
