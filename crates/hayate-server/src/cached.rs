@@ -368,12 +368,16 @@ async fn fetch<B: ClientBody>(
     ) {
         Ok(l) => l,
         Err(why) => {
-            if why.applies_to_everyone() {
+            // A server error is transient: it neither marks the URL
+            // uncacheable nor drops a stored response (still useful for a
+            // later revalidation or stale-if-error).
+            let transient = resp.status.code() >= 500;
+            if why.applies_to_everyone() && !transient {
                 shared
                     .store
                     .mark_pass(key, Instant::now() + shared.limits.hit_for_miss);
             }
-            if stale.is_some() {
+            if stale.is_some() && !transient {
                 shared.store.remove(key);
             }
             drop(leader);
