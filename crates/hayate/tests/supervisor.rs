@@ -256,6 +256,11 @@ fn instances_are_recycled_after_max_requests_and_over_max_memory() {
     let mut c = h.client();
     let first = answer(&mut c).1.expect("answer").pid;
     let second = until_replaced(&mut c, first);
+    // Replaced first, then drained and stopped: give the stop its moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(first) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(!alive(first), "the recycled instance was stopped");
     assert!(h.stderr().contains("requests, its limit"), "{}", h.stderr());
     drop(h);
