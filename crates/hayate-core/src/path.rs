@@ -95,7 +95,9 @@ fn is_plain(raw: &[u8]) -> bool {
     true
 }
 
-fn decode(raw: &[u8]) -> Result<Vec<u8>, PathError> {
+/// Percent-decodes `raw`; a `%` without two hex digits, or a NUL, is an
+/// error. Also used for query values (the admin listener's `/purge?url=`).
+pub fn decode(raw: &[u8]) -> Result<Vec<u8>, PathError> {
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
     while i < raw.len() {
