@@ -143,39 +143,16 @@ fn delta(arg: &[u8]) -> u64 {
 /// Splits a field value into `(name, argument)` pairs; commas inside a
 /// quoted argument do not split, and the quotes are removed.
 fn directives(value: &[u8]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-    let mut rest = value;
-    std::iter::from_fn(move || loop {
-        if rest.is_empty() {
-            return None;
+    hayate_core::field::split_list(value).map(|item| match item.iter().position(|&b| b == b'=') {
+        None => (item, None),
+        Some(eq) => {
+            let arg = trim(&item[eq + 1..]);
+            let arg = arg
+                .strip_prefix(b"\"")
+                .and_then(|a| a.strip_suffix(b"\""))
+                .unwrap_or(arg);
+            (trim(&item[..eq]), Some(arg))
         }
-        let mut in_quotes = false;
-        let mut end = rest.len();
-        for (i, &b) in rest.iter().enumerate() {
-            match b {
-                b'"' => in_quotes = !in_quotes,
-                b',' if !in_quotes => {
-                    end = i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let item = trim(&rest[..end]);
-        rest = rest.get(end + 1..).unwrap_or_default();
-        if item.is_empty() {
-            continue;
-        }
-        return Some(match item.iter().position(|&b| b == b'=') {
-            None => (item, None),
-            Some(eq) => {
-                let arg = trim(&item[eq + 1..]);
-                let arg = arg
-                    .strip_prefix(b"\"")
-                    .and_then(|a| a.strip_suffix(b"\""))
-                    .unwrap_or(arg);
-                (trim(&item[..eq]), Some(arg))
-            }
-        });
     })
 }
 

@@ -13,6 +13,35 @@ pub fn trim_ows(s: &[u8]) -> &[u8] {
     &s[start..end.max(start)]
 }
 
+/// Splits a list-valued field (RFC 9110 §5.6.1) on commas outside quoted
+/// strings, trimming OWS and skipping empty members: entity-tag lists,
+/// Cache-Control directives.
+pub fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = value;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut in_quotes = false;
+        let mut end = rest.len();
+        for (i, &b) in rest.iter().enumerate() {
+            match b {
+                b'"' => in_quotes = !in_quotes,
+                b',' if !in_quotes => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let item = trim_ows(&rest[..end]);
+        rest = rest.get(end + 1..).unwrap_or_default();
+        if !item.is_empty() {
+            return Some(item);
+        }
+    })
+}
+
 /// The value of a hexadecimal digit.
 pub fn hex_digit(b: u8) -> Option<u8> {
     match b {
@@ -25,7 +54,14 @@ pub fn hex_digit(b: u8) -> Option<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::{hex_digit, trim_ows};
+    use super::{hex_digit, split_list, trim_ows};
+
+    #[test]
+    fn lists_split_outside_quotes() {
+        let items: Vec<&[u8]> = split_list(b" a, \"b,c\" ,, W/\"d\",").collect();
+        assert_eq!(items, [&b"a"[..], b"\"b,c\"", b"W/\"d\""]);
+        assert_eq!(split_list(b" , ").count(), 0);
+    }
 
     #[test]
     fn hex_digits() {

@@ -89,38 +89,7 @@ fn matches_list(list: &[u8], etag: &str, cmp: Comparison) -> bool {
     if trim(list) == b"*" {
         return true;
     }
-    split_tags(list).any(|tag| tag_matches(tag, etag, cmp))
-}
-
-/// Splits an entity-tag list on commas outside quotes.
-fn split_tags(list: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = list;
-    std::iter::from_fn(move || loop {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut in_quotes = false;
-        let mut end = rest.len();
-        for (i, &b) in rest.iter().enumerate() {
-            match b {
-                b'"' => in_quotes = !in_quotes,
-                b',' if !in_quotes => {
-                    end = i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let item = trim(&rest[..end]);
-        rest = if end < rest.len() {
-            &rest[end + 1..]
-        } else {
-            &[]
-        };
-        if !item.is_empty() {
-            return Some(item);
-        }
-    })
+    hayate_core::field::split_list(list).any(|tag| tag_matches(tag, etag, cmp))
 }
 
 fn tag_matches(candidate: &[u8], etag: &str, cmp: Comparison) -> bool {
