@@ -128,7 +128,7 @@ impl Conn {
                 w.head_limits.max_body_size,
                 w.timeouts.body,
             );
-            let resp = {
+            let (resp, route) = {
                 let mut view = ConnBody {
                     state: &mut body,
                     stream: &mut self.stream,
@@ -139,7 +139,7 @@ impl Conn {
             };
             self.served += 1;
             if let Some(m) = &w.metrics {
-                m.record(&w.router, &req, resp.status.code(), started.elapsed());
+                m.record(route, resp.status.code(), started.elapsed());
             }
 
             // A body nobody read is drained after the response; one the

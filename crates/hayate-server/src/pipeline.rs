@@ -26,9 +26,10 @@ use hayate_proxy::ProxyRequest;
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::request::Request;
-use crate::router::{handler_path, Router};
+use crate::router::{handler_path, Route, Router};
 
-/// Answers one request. `body` is the request body, read only by handlers
+/// Answers one request, and says which route did (its index, for the
+/// per-route metrics). `body` is the request body, read only by handlers
 /// that need it (the proxy); `peer` is the client address for forwarding.
 pub async fn handle<B: ClientBody>(
     req: &Request,
@@ -36,10 +37,11 @@ pub async fn handle<B: ClientBody>(
     router: &Router,
     now: Instant,
     peer: &str,
-) -> Response {
+) -> (Response, Option<usize>) {
     // 1. Normalize the path.
     if req.target() == b"*" {
-        return Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD");
+        let r = Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD");
+        return (r, None);
     }
     let path = match hayate_core::path::normalize(req.path()) {
         Ok(p) => p,
@@ -49,15 +51,29 @@ pub async fn handle<B: ClientBody>(
                 String::from_utf8_lossy(req.path()),
                 e.as_str()
             );
-            return Response::error(Status::BAD_REQUEST);
+            return (Response::error(Status::BAD_REQUEST), None);
         }
     };
 
     // 2. Route.
     let Some(route) = router.route(req.host(), &path) else {
-        return Response::error(Status::NOT_FOUND);
+        return (Response::error(Status::NOT_FOUND), None);
     };
+    (
+        respond(req, body, route, path, now, peer).await,
+        Some(route.index),
+    )
+}
 
+/// Steps 3-5 for the route chosen.
+async fn respond<B: ClientBody>(
+    req: &Request,
+    body: &mut B,
+    route: &Route,
+    path: Cow<'_, [u8]>,
+    now: Instant,
+    peer: &str,
+) -> Response {
     // 3. A file if one matches (GET and HEAD), else 4. the upstream.
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
     if let Some(files) = route.files.as_ref().filter(|_| reads_files) {

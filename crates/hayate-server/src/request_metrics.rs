@@ -17,9 +17,6 @@ use std::time::Duration;
 use hayate_config::Config;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 
-use crate::request::Request;
-use crate::router::Router;
-
 /// Upper bounds of the latency buckets, in microseconds (0.5 ms to 10 s).
 const BUCKETS_US: [u64; 14] = [
     500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
@@ -53,13 +50,9 @@ pub struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
-    /// Counts an answered request. Routing is redone here (a normalized
-    /// path and a prefix scan, tens of nanoseconds) so the request path
-    /// itself carries nothing for metrics.
-    pub fn record(&self, router: &Router, req: &Request, status: u16, elapsed: Duration) {
-        let route = hayate_core::path::normalize(req.path())
-            .ok()
-            .and_then(|path| router.route(req.host(), &path).map(|r| r.index));
+    /// Counts an answered request of `route` (its index; `None`: no route
+    /// matched), as the pipeline reported it.
+    pub fn record(&self, route: Option<usize>, status: u16, elapsed: Duration) {
         let unrouted = self.routes.len() - 1;
         let Some(c) = self.routes.get(route.unwrap_or(unrouted)) else {
             return;
