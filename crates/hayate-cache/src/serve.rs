@@ -91,10 +91,14 @@ pub fn stored_from(status: Status, head: &[u8], body: Bytes, a: Admission<'_>) -
 
 /// The header lines of a stored response refreshed by an origin's 304
 /// (§4.3.4): the 304's fields replace the stored ones of the same name,
-/// except those that describe the stored body.
+/// except those that describe the stored body — and the ETag of a variant
+/// hayate compressed, whose own (weakened) tag names other bytes than the
+/// origin's.
 pub fn merged_304_head(old: &Stored, head_304: &[u8]) -> Vec<u8> {
+    let encoded = header_lines(&old.head).any(|(n, _)| n.eq_ignore_ascii_case(b"content-encoding"));
     let updated: Vec<(&[u8], &[u8])> = header_lines(head_304)
         .filter(|(n, _)| !never_stored(n) && !kept_on_update(n))
+        .filter(|(n, _)| !(encoded && n.eq_ignore_ascii_case(b"etag")))
         .collect();
     let mut head = Vec::with_capacity(old.head.len() + head_304.len());
     for (name, value) in header_lines(&old.head) {
@@ -229,6 +233,18 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&merged),
             "ETag: \"v1\"\r\nContent-Type: text/plain\r\nX-A: new\r\nCache-Control: max-age=5\r\n"
+        );
+        // A 304 names the identity bytes; a compressed variant keeps its tag
+        // (and a plain one takes the 304's).
+        let h304 = b"ETag: \"v2\"\r\nX-A: newer\r\n";
+        assert!(String::from_utf8_lossy(&merged_304_head(&s, h304)).contains("ETag: \"v2\""));
+        let head = b"ETag: W/\"v1\"\r\nContent-Encoding: br\r\n";
+        let facts = ResponseFacts::from_head(head);
+        let br = stored_from(Status::OK, head, Bytes::new(), admission(&facts));
+        let merged = String::from_utf8_lossy(&merged_304_head(&br, h304)).into_owned();
+        assert_eq!(
+            merged,
+            "ETag: W/\"v1\"\r\nContent-Encoding: br\r\nX-A: newer\r\n"
         );
     }
 

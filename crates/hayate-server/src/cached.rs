@@ -295,21 +295,6 @@ async fn fetch<B: ClientBody>(
 
     // The stale copy confirmed: refresh its headers and serve it.
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
-        // A compressed variant keeps its own (weakened) ETag: the 304's
-        // names the identity bytes.
-        let encoded = hayate_cache::policy::header_lines(&old.head)
-            .any(|(n, _)| n.eq_ignore_ascii_case(b"content-encoding"));
-        let head: Vec<u8> = if encoded {
-            let mut kept = Vec::new();
-            for (n, v) in hayate_cache::policy::header_lines(&head) {
-                if !n.eq_ignore_ascii_case(b"etag") {
-                    kept.extend_from_slice(&[n, b": ", v, b"\r\n"].concat());
-                }
-            }
-            kept
-        } else {
-            head.clone()
-        };
         let merged = serve::merged_304_head(old, &head);
         let merged_facts = ResponseFacts::from_head(&merged);
         let lifetime = storable(
