@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use hayate_core::field::{etag_list_matches, Comparison};
 use hayate_core::{Body, Response, Status};
 
 use crate::policy::{header_lines, initial_age, ResponseFacts};
@@ -152,14 +153,7 @@ impl ClientValidators<'_> {
             let Some(etag) = &stored.etag else {
                 return false;
             };
-            let opaque = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
-            let mine = opaque(etag);
-            let inm = hayate_core::field::trim_ows(inm);
-            return inm == b"*"
-                || inm
-                    .split(|&b| b == b',')
-                    .map(hayate_core::field::trim_ows)
-                    .any(|t| opaque(t) == mine);
+            return etag_list_matches(inm, etag, Comparison::Weak);
         }
         let (Some(ims), Some(lm)) = (self.if_modified_since, &stored.last_modified) else {
             return false;

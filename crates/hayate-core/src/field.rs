@@ -42,6 +42,33 @@ pub fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
+/// How two entity tags are compared (RFC 9110 §8.8.3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    /// Both strong and equal (If-Match, If-Range).
+    Strong,
+    /// Equal once `W/` is ignored on either side (If-None-Match).
+    Weak,
+}
+
+/// Whether entity tag `a` matches `b` (each with quotes, maybe `W/`).
+pub fn etag_matches(a: &[u8], b: &[u8], cmp: Comparison) -> bool {
+    fn split(t: &[u8]) -> (bool, &[u8]) {
+        match t.strip_prefix(b"W/") {
+            Some(rest) => (true, rest),
+            None => (false, t),
+        }
+    }
+    let ((weak_a, a), (weak_b, b)) = (split(trim_ows(a)), split(trim_ows(b)));
+    a == b && (cmp == Comparison::Weak || !(weak_a || weak_b))
+}
+
+/// Whether an If-Match / If-None-Match value (`*` or a list of tags)
+/// matches `etag`.
+pub fn etag_list_matches(list: &[u8], etag: &[u8], cmp: Comparison) -> bool {
+    trim_ows(list) == b"*" || split_list(list).any(|t| etag_matches(t, etag, cmp))
+}
+
 /// The value of a hexadecimal digit.
 pub fn hex_digit(b: u8) -> Option<u8> {
     match b {
@@ -54,7 +81,18 @@ pub fn hex_digit(b: u8) -> Option<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::{hex_digit, split_list, trim_ows};
+    use super::{etag_list_matches, hex_digit, split_list, trim_ows, Comparison};
+
+    #[test]
+    fn entity_tags() {
+        use Comparison::{Strong, Weak};
+        assert!(etag_list_matches(b"\"a\", W/\"b\"", b"\"b\"", Weak));
+        assert!(!etag_list_matches(b"\"a\", W/\"b\"", b"\"b\"", Strong));
+        assert!(etag_list_matches(b"\"b\"", b"W/\"b\"", Weak));
+        assert!(!etag_list_matches(b"\"b\"", b"W/\"b\"", Strong));
+        assert!(etag_list_matches(b" * ", b"\"x\"", Strong));
+        assert!(!etag_list_matches(b"\"c\"", b"\"b\"", Weak));
+    }
 
     #[test]
     fn lists_split_outside_quotes() {

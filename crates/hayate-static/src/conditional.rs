@@ -3,6 +3,7 @@
 //! If-Range (§13.1.5), which decides whether a Range is honoured.
 
 use hayate_core::field::trim_ows as trim;
+use hayate_core::field::{etag_list_matches, etag_matches, Comparison};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The validator headers of a request (raw field values).
@@ -45,7 +46,7 @@ impl Preconditions<'_> {
     pub fn evaluate(&self, v: &Validators<'_>) -> Verdict {
         // 1. If-Match (strong comparison), else 2. If-Unmodified-Since.
         if let Some(im) = self.if_match {
-            if !matches_list(im, v.etag, Comparison::Strong) {
+            if !etag_list_matches(im, v.etag.as_bytes(), Comparison::Strong) {
                 return Verdict::Failed;
             }
         } else if let Some(date) = self.if_unmodified_since.and_then(parse_date) {
@@ -55,7 +56,7 @@ impl Preconditions<'_> {
         }
         // 3. If-None-Match (weak comparison), else 4. If-Modified-Since.
         if let Some(inm) = self.if_none_match {
-            if matches_list(inm, v.etag, Comparison::Weak) {
+            if etag_list_matches(inm, v.etag.as_bytes(), Comparison::Weak) {
                 return Verdict::NotModified;
             }
         } else if let Some(date) = self.if_modified_since.and_then(parse_date) {
@@ -72,36 +73,10 @@ impl Preconditions<'_> {
         let Some(ir) = self.if_range else { return true };
         let ir = trim(ir);
         if ir.first() == Some(&b'"') || ir.starts_with(b"W/") {
-            return tag_matches(ir, v.etag, Comparison::Strong);
+            return etag_matches(ir, v.etag.as_bytes(), Comparison::Strong);
         }
         parse_date(ir).is_some_and(|d| seconds(d) == seconds(v.last_modified))
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Comparison {
-    Strong,
-    Weak,
-}
-
-/// `*` or a comma-separated list of entity tags.
-fn matches_list(list: &[u8], etag: &str, cmp: Comparison) -> bool {
-    if trim(list) == b"*" {
-        return true;
-    }
-    hayate_core::field::split_list(list).any(|tag| tag_matches(tag, etag, cmp))
-}
-
-fn tag_matches(candidate: &[u8], etag: &str, cmp: Comparison) -> bool {
-    let (weak, opaque) = match candidate.strip_prefix(b"W/") {
-        Some(rest) => (true, rest),
-        None => (false, candidate),
-    };
-    if weak && cmp == Comparison::Strong {
-        return false;
-    }
-    // Our tags are always strong; compare opaque-tags including quotes.
-    opaque == etag.as_bytes()
 }
 
 fn parse_date(raw: &[u8]) -> Option<SystemTime> {
