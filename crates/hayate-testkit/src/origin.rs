@@ -17,7 +17,8 @@
 //! - `/script[/ANY]?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
 //!   percent-encoded), `etag=V` (sends `ETag: "V"` and answers 304 to a
 //!   matching If-None-Match), `ms=N` (delay), `body=TEXT`, `chunked=1`,
-//!   `n=N` (N bytes of [`big_bytes`] as the body). The default body is
+//!   `n=N` (N bytes of [`big_bytes`] as the body), `fail_at=K` (the K-th
+//!   request for this target answers a bare 503). The default body is
 //!   `count K\n`, K being how many requests this target has received
 //!   ([`Origin::count`]).
 //! - `/text?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`text_bytes`]
@@ -370,13 +371,22 @@ fn respond(
         }
         "/close" => b"closing\n".to_vec(),
         p if p.starts_with("/script") => {
-            let params = query_all(&req.target);
+            let mut params = query_all(&req.target);
+            let fail_at = params.iter().find(|(n, _)| n == "fail_at");
+            // The K-th request fails, bare: a 503 without the script's headers.
+            let fail = fail_at.and_then(|(_, v)| v.parse::<u64>().ok()) == Some(seen);
+            if fail {
+                params.clear();
+            }
             let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             if let Some(ms) = get("ms").and_then(|v| v.parse::<u64>().ok()) {
                 std::thread::sleep(Duration::from_millis(ms.min(10_000)));
             }
             status = get("status").and_then(|v| v.parse().ok()).unwrap_or(200);
             chunked = get("chunked").as_deref() == Some("1");
+            if fail {
+                status = 503;
+            }
             for (_, v) in params.iter().filter(|(n, _)| n == "h") {
                 if let Some((name, value)) = v.split_once(':') {
                     extra.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));

@@ -361,6 +361,33 @@ fn stale_responses_are_revalidated_and_updated() {
 }
 
 #[test]
+fn a_failed_revalidation_keeps_the_stored_response() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let path = script(&[
+        ("h", "Cache-Control: max-age=1"),
+        ("etag", "e1"),
+        ("fail_at", "2"),
+    ]);
+    assert_eq!(c.get(&path, &[]).text(), "count 1\n");
+    std::thread::sleep(Duration::from_millis(1100));
+    // The revalidation meets a 503: passed on (no stale-if-error here)...
+    let r = c.get(&path, &[]);
+    assert_eq!(r.status, 503);
+    assert!(cache_status(&r).contains("fwd-status=503"), "{r:?}");
+    // ...but the stored response stays: the next request revalidates it
+    // (304) instead of fetching it whole, and is not hit-for-miss.
+    let r = c.get(&path, &[]);
+    assert_eq!((r.status, r.text()), (200, "count 1\n".to_string()));
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=304"),
+        "{r:?}"
+    );
+    assert_eq!(o.count(&path), 3);
+}
+
+#[test]
 fn unsafe_methods_invalidate() {
     let o = origin();
     let h = cached(&o, "on", &[]);
