@@ -54,7 +54,7 @@ async fn origin<B: ClientBody>(
         // response and is never sent on as it is.
         Some(_) if resp.status == Status::NOT_MODIFIED => resp,
         Some(policy) => {
-            let accept = AcceptEncoding::parse(fields(req, b"accept-encoding"));
+            let accept = AcceptEncoding::parse(values(req, b"accept-encoding"));
             let facts = RequestFacts {
                 method: req.method,
                 accept: &accept,
@@ -77,12 +77,20 @@ fn field<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Option<&'h [u8]> {
         .map(|(_, v)| *v)
 }
 
-fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Vec<&'h [u8]> {
+/// Every value of the field `name`.
+fn values<'r, 'h>(
+    req: &'r ProxyRequest<'h>,
+    name: &'r [u8],
+) -> impl Iterator<Item = &'h [u8]> + 'r {
     req.headers
         .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| *v)
-        .collect()
+}
+
+/// [`values`] collected, as the Vary key wants them.
+fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Vec<&'h [u8]> {
+    values(req, name).collect()
 }
 
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
@@ -116,10 +124,8 @@ pub async fn respond<B: ClientBody>(
     }
     let key = store::key(req.host.unwrap_or_default(), req.target);
     let directives = RequestDirectives::parse(
-        fields(req, b"cache-control"),
-        fields(req, b"pragma")
-            .iter()
-            .any(|v| v.eq_ignore_ascii_case(b"no-cache")),
+        values(req, b"cache-control"),
+        values(req, b"pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")),
     );
     let lookup = rc
         .shared
@@ -285,7 +291,7 @@ async fn fetch<B: ClientBody>(
     };
     let head = serve::response_head(&resp);
     let facts = ResponseFacts::from_head(&head);
-    let directives = RequestDirectives::parse(fields(req, b"cache-control"), false);
+    let directives = RequestDirectives::parse(values(req, b"cache-control"), false);
     let authorization = field(req, b"authorization").is_some();
     let vary_key = |facts: &ResponseFacts| {
         VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
