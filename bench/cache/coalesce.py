@@ -2,11 +2,15 @@
 """Coalescing latency of hayate's response cache (issue 6, "Speed").
 
 A Node origin answers every request after 200 ms. hayate (--cache 5s, one
-worker, pinned to SERVER_CPU) is in front of it. Each round, CONC clients
-(threads on CLIENT_CPU) ask at once for a URL nobody asked for before: one
-request goes to the origin, the others wait for it. Reported: the origin's
-request count (should be one per round) and the clients' latency
-percentiles over all rounds; the target is p99 <= 210 ms.
+worker, pinned to SERVER_CPU) is in front of it. The client is burst.c (built
+here with gcc into the run's tmp dir, pinned to CLIENT_CPU): it opens CONC
+keep-alive connections in advance, then each round writes a GET for a URL
+nobody asked for before on all of them in one loop; one request goes to the
+origin, the others wait for it. A request's latency runs from just before its
+own write() to the arrival of its last byte. Reported: the origin's request
+count (should be one per round) and the latency percentiles over all rounds;
+the target is p99 <= 210 ms. Exit status 1 on any client error (non-200,
+short read, timeout) or when the origin saw other than one request per round.
 
 usage: bench/cache/coalesce.py [--hayate-bin PATH] [--rounds N] [--conc N]
 Load goes to 127.0.0.1 only; every process started here is stopped by pid.
@@ -14,12 +18,14 @@ Load goes to 127.0.0.1 only; every process started here is stopped by pid.
 import argparse
 import http.client
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 ORIGIN_JS = r"""
 const http = require('http');
@@ -62,6 +68,31 @@ def get(port, path):
     return r.status, r.getheader("Cache-Status", ""), body
 
 
+def parse_burst(text):
+    """burst's stdout -> list of dicts (round, conn, status, latency_us: int;
+    cache: str) for its "req" lines, and the "done" line as a dict (or None)."""
+    reqs, done = [], None
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        fields = dict(f.split("=", 1) for f in rest.split())
+        if kind == "req":
+            reqs.append({k: (v if k == "cache" else int(v)) for k, v in fields.items()})
+        elif kind == "done":
+            done = {k: int(v) for k, v in fields.items()}
+    return reqs, done
+
+
+def percentile(sorted_values, p):
+    """sorted_values[floor(p/100 * n)], clamped to the last one (no interpolation)"""
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+def build_burst(outdir):
+    exe = os.path.join(outdir, "burst")
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-o", exe, os.path.join(HERE, "burst.c")], check=True)
+    return exe
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hayate-bin", default="target/release/hayate")
@@ -76,6 +107,7 @@ def main():
     with open(js, "w") as f:
         f.write(ORIGIN_JS)
     os.makedirs(os.path.join(tmp, "empty"))
+    burst = build_burst(tmp)
     oport, hport = free_port(), free_port()
     procs = []
     try:
@@ -88,39 +120,35 @@ def main():
              "--control", os.path.join(tmp, "control.sock")],
             stdout=subprocess.DEVNULL))
         wait_http(hport)
-        lat, collapsed, errors = [], 0, 0
-        for r in range(a.rounds):
-            path = f"/r{r}-{time.time_ns()}"
-            start = threading.Barrier(a.conc)
-            out = [None] * a.conc
-
-            def client(i):
-                start.wait()
-                t0 = time.perf_counter()
-                try:
-                    st, cs, _ = get(hport, path)
-                    out[i] = (time.perf_counter() - t0, st, cs)
-                except OSError:
-                    out[i] = (None, 0, "")
-
-            ts = [threading.Thread(target=client, args=(i,)) for i in range(a.conc)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            for d, st, cs in out:
-                if d is None or st != 200:
-                    errors += 1
-                    continue
-                lat.append(d)
-                collapsed += "collapsed" in cs
+        pause_ms, timeout_ms = 50, 5000
+        cmd = ["taskset", "-c", client_cpu, burst, f"127.0.0.1:{hport}", str(a.conc), str(a.rounds),
+               f"/r{time.time_ns()}-", str(pause_ms), str(timeout_ms)]
+        bound = a.rounds * (pause_ms + timeout_ms) / 1000 + 2 * timeout_ms / 1000 + 5
+        try:
+            res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=bound)
+        except subprocess.TimeoutExpired:  # burst bounds each round itself; this is a last resort
+            print(f"burst did not finish in {bound:.0f} s (killed)", file=sys.stderr)
+            return 1
+        reqs, done = parse_burst(res.stdout)
         origin_requests = int(get(oport, "/count")[2])
-        lat.sort()
-        pct = lambda p: lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1000
-        print(f"rounds {a.rounds} x {a.conc} concurrent cold requests, origin 200 ms")
+        lat = sorted(q["latency_us"] / 1000 for q in reqs if q["status"] == 200)
+        waiters = sorted(q["latency_us"] / 1000 for q in reqs if q["status"] == 200 and q["cache"] == "collapsed")
+        errors = (done or {}).get("errors", 0)
+        print(f"rounds {a.rounds} x {a.conc} concurrent cold requests on keep-alive connections, origin 200 ms")
         print(f"origin requests: {origin_requests} (one per round: {a.rounds})")
-        print(f"coalesced: {collapsed}, errors: {errors}")
-        print(f"latency ms: p50 {pct(50):.1f}  p90 {pct(90):.1f}  p99 {pct(99):.1f}  max {lat[-1]*1000:.1f}")
+        print(f"answered: {len(reqs)} of {a.rounds * a.conc}, coalesced: {len(waiters)}, errors: {errors}")
+        for name, v in (("all", lat), ("coalesced", waiters)):
+            if v:
+                print(f"latency ms ({name}): p50 {percentile(v, 50):.1f}  p90 {percentile(v, 90):.1f}  "
+                      f"p99 {percentile(v, 99):.1f}  max {v[-1]:.1f}")
+        if res.returncode != 0 or done is None:
+            sys.stderr.write(res.stderr)
+            print(f"burst failed (exit status {res.returncode})", file=sys.stderr)
+            return 1
+        if origin_requests != a.rounds:
+            print("origin requests are not one per round", file=sys.stderr)
+            return 1
+        return 0
     finally:
         for p in procs:
             p.terminate()
@@ -129,6 +157,8 @@ def main():
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
