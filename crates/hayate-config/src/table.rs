@@ -201,6 +201,8 @@ options! {
         "Time for an upstream's response head, and longest pause in a proxied body (504)";
     proxy_keepalive: Dur = "4s", "DURATION",
         "Idle time of pooled upstream connections when the upstream sends no Keep-Alive hint";
+    proxy_idle: u32 = "1024", "N",
+        "Idle keep-alive connections kept per upstream member and worker; more are closed";
     proxy_replay_buffer: Size = "64KiB", "SIZE",
         "Request bodies up to this size are buffered so a failed reused connection can be retried";
     proxy_max_conns: u32 = "0", "N",

@@ -2,6 +2,7 @@
 //! and health state, and their pools of idle keep-alive connections.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -89,7 +90,10 @@ impl Default for ProxySettings {
             header_timeout: Duration::from_secs(60),
             io_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(4),
-            max_idle: 64,
+            // Enough for the steady state of a busy app: each connection
+            // closed and reopened costs a connect, a TIME_WAIT and the app's
+            // accept (nginx's `keepalive 64` churns at 100 clients).
+            max_idle: 1024,
             replay_buffer: 64 * 1024,
             max_fails: 3,
             fail_timeout: Duration::from_secs(10),
@@ -115,7 +119,7 @@ pub(crate) struct Member {
     pub outstanding: Cell<u32>,
     fails: Cell<u32>,
     down_until: Cell<Option<Instant>>,
-    idle: RefCell<Vec<Idle>>,
+    idle: RefCell<VecDeque<Idle>>,
     /// The group's queue, woken when this member finishes a request.
     pub freed: Rc<Notify>,
     /// The last active health check failed.
@@ -196,7 +200,7 @@ impl UpstreamGroup {
                     outstanding: Cell::new(0),
                     fails: Cell::new(0),
                     down_until: Cell::new(None),
-                    idle: RefCell::new(Vec::new()),
+                    idle: RefCell::new(VecDeque::new()),
                     freed: freed.clone(),
                     probe_down: Cell::new(false),
                     slot: None,
@@ -414,7 +418,7 @@ impl Member {
     pub fn checkout(&self, now: Instant) -> Option<UpConn> {
         let current = self.instance().map_or(0, |i| i.id);
         let mut idle = self.idle.borrow_mut();
-        while let Some(i) = idle.pop() {
+        while let Some(i) = idle.pop_back() {
             // A replaced app instance is draining: its connections go.
             if i.expires > now && i.instance == current && i.conn.looks_alive() {
                 return Some(i.conn);
@@ -449,13 +453,22 @@ impl Member {
     /// Returns a connection to the pool for `keep` (the upstream's hint or
     /// the default idle time).
     pub fn checkin(&self, conn: UpConn, keep: Duration, max_idle: usize, instance: u64) {
+        let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
-        if idle.len() >= max_idle {
-            idle.remove(0);
+        // Oldest first: the expired ones go now rather than at a checkout
+        // that may never reach them (checkout takes the most recent).
+        while idle
+            .front()
+            .is_some_and(|i| i.expires <= now || idle.len() >= max_idle)
+        {
+            idle.pop_front();
         }
-        idle.push(Idle {
+        if max_idle == 0 {
+            return;
+        }
+        idle.push_back(Idle {
             conn,
-            expires: Instant::now() + keep,
+            expires: now + keep,
             instance,
         });
     }
@@ -678,5 +691,52 @@ mod tests {
         assert_eq!(g.pick(now, &[], None), Ok(0));
         g.members[0].succeeded();
         assert_eq!(g.pick(now, &[], None), Ok(0));
+    }
+
+    #[test]
+    fn the_pool_keeps_the_newest_up_to_its_cap_and_drops_expired_ones() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let g = group(1);
+            let m = &g.members[0];
+            // the peers stay open so the connections look alive
+            let peers = RefCell::new(Vec::new());
+            let pair = || {
+                let (a, b) = tokio::net::UnixStream::pair().expect("pair");
+                peers.borrow_mut().push(b);
+                UpConn::Unix(a)
+            };
+            let fd = |c: &UpConn| match c {
+                UpConn::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+                UpConn::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            };
+            let long = Duration::from_secs(60);
+            let conns: Vec<UpConn> = (0..4).map(|_| pair()).collect();
+            let fds: Vec<i32> = conns.iter().map(fd).collect();
+            for c in conns {
+                m.checkin(c, long, 3, 0);
+            }
+            assert_eq!(m.idle.borrow().len(), 3, "the cap holds");
+            let now = Instant::now();
+            let got: Vec<i32> = std::iter::from_fn(|| m.checkout(now).map(|c| fd(&c))).collect();
+            assert_eq!(
+                got,
+                vec![fds[3], fds[2], fds[1]],
+                "newest first, oldest dropped"
+            );
+
+            m.checkin(pair(), Duration::ZERO, 3, 0);
+            m.checkin(pair(), long, 3, 0);
+            assert_eq!(
+                m.idle.borrow().len(),
+                1,
+                "an expired one goes at the next check-in"
+            );
+            m.checkin(pair(), long, 0, 0);
+            assert_eq!(m.idle.borrow().len(), 0, "a cap of 0 keeps none");
+        });
     }
 }

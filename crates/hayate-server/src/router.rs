@@ -71,6 +71,7 @@ impl Router {
             header_timeout: g.proxy_timeout.0,
             io_timeout: g.proxy_timeout.0,
             idle_timeout: g.proxy_keepalive.0,
+            max_idle: g.proxy_idle as usize,
             replay_buffer: g.proxy_replay_buffer.0,
             max_conns: g.proxy_max_conns,
             queue_depth: g.proxy_queue as usize,
