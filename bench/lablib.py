@@ -326,6 +326,7 @@ CASE_TITLES = {
     "B": "B. Waiting handlers (1.5 s wait, \"hello world\")",
     "C": "C. Workers (Node cluster; hayate supervising N instances)",
     "D": "D. In front of an app (Express, 1 KiB JSON)",
+    "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
 }
@@ -445,6 +446,9 @@ CASE_COLUMNS = {
     "D": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("proxy µs CPU/req", _c_cpu),
           ("proxy CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
           ("peak RSS MB (sum)", _c_rss), ("errors", _c_errors)],
+    "P": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("proxy µs CPU/req", _c_cpu),
+          ("proxy CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
+          ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     "L": [("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("mean ms", _c_mean),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
@@ -536,9 +540,13 @@ CASE_TEXT = {
     "D": "Express (NODE_ENV=production) answers a 1 KiB JSON; proxy and app share core 0, wrk on core 1, "
          "100 connections, so the proxy's CPU comes out of the app's budget. nginx: 1 worker; "
          "\"TCP\" = proxy_pass without upstream keep-alive (HTTP/1.0, one connection per request), "
-         "\"TCP keepalive\" = upstream keepalive 64 + HTTP/1.1, \"unix\" = Unix socket with keepalive, "
+         "\"TCP keepalive\" = upstream keepalive 1024 + HTTP/1.1, \"unix\" = Unix socket with keepalive, "
          "\"cache 5s\" = proxy_cache_valid 5s in front of the keepalive upstream. hayate always pools "
          "upstream connections.",
+    "P": "The proxy's own cost: the app is bench/ceiling (C epoll, a fixed 1 KiB answer in a few µs) on "
+         "TCP or a Unix socket, sharing core 0 with the proxy; wrk on core 1, 100 connections. nginx: 1 worker, "
+         "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
+         "hayate: --workers 1 --proxy, its defaults. proxy µs CPU/req counts the proxy's processes only.",
     "L": "nginx (1 worker, worker_connections 25000) and hayate (1 worker) serving the 1 KiB file, h2load "
          "--h1 -t1 with a fixed number of connections, both started fresh for every step; the fd limit is "
          "raised inside the script only.",
@@ -571,7 +579,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "C", "D", "L", "E"):
+    for case in ("A", "B", "C", "D", "P", "L", "E"):
         t = case_table(summaries, case)
         if not t:
             continue
