@@ -5,8 +5,13 @@
 //! hex digits only (no sign, no `0x`, at most 16 digits), every line ends in
 //! CRLF (a bare LF or CR is an error), and extensions and trailers are
 //! bounded in size.
+//!
+//! A proxy passes trailers on through [`passable_trailers`], which drops the
+//! fields that must not appear in a trailer section.
 
-use crate::field::hex_digit;
+use bytes::Bytes;
+
+use crate::field::{hex_digit, trim_ows};
 
 /// Longest chunk extension accepted, in bytes.
 const MAX_EXTENSION: usize = 4096;
@@ -201,6 +206,71 @@ impl ChunkedDecoder {
     }
 }
 
+/// Whether a trailer field is never passed on: framing, routing,
+/// authentication and content fields (RFC 9110 §6.5.1), and hop-by-hop
+/// fields (RFC 9110 §7.6.1). The same list serves requests and responses.
+pub fn forbidden_trailer(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 21] = [
+        // Framing and content.
+        b"content-length",
+        b"transfer-encoding",
+        b"content-encoding",
+        b"content-type",
+        b"content-range",
+        b"trailer",
+        // Routing, request modifiers and control data.
+        b"host",
+        b"cache-control",
+        b"expect",
+        b"te",
+        b"max-forwards",
+        // Authentication and cookies.
+        b"authorization",
+        b"proxy-authorization",
+        b"www-authenticate",
+        b"proxy-authenticate",
+        b"cookie",
+        b"set-cookie",
+        // Hop-by-hop.
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"upgrade",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Whether `b` may appear in a field name (RFC 9110 §5.6.2 `tchar`).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The trailer lines of `raw` (`Name: value\r\n`, as
+/// [`ChunkedDecoder::take_trailers`] gives them) that a proxy may pass on:
+/// well-formed fields whose name is not [`forbidden_trailer`]. `None` when
+/// nothing is left.
+pub fn passable_trailers(raw: &[u8]) -> Option<Bytes> {
+    let mut kept = Vec::with_capacity(raw.len());
+    for line in raw.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+        let well_formed = !name.is_empty()
+            && name.iter().all(|&b| is_tchar(b))
+            && value.iter().all(|&b| b == b'\t' || b >= b' ')
+            && !value.contains(&0x7f);
+        if well_formed && !forbidden_trailer(name) {
+            kept.extend_from_slice(name);
+            kept.extend_from_slice(b": ");
+            kept.extend_from_slice(value);
+            kept.extend_from_slice(b"\r\n");
+        }
+    }
+    (!kept.is_empty()).then(|| Bytes::from(kept))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +344,17 @@ mod tests {
         let mut plain = ChunkedDecoder::default();
         plain.decode(body, |_| {}).expect("valid");
         assert!(plain.take_trailers().is_empty());
+    }
+
+    #[test]
+    fn only_passable_trailers_are_kept() {
+        let raw = b"X-Checksum: 42\r\nContent-Length: 9\r\nhost: evil\r\n\
+                    Authorization: Bearer x\r\nX Bad: 1\r\n: empty\r\nno colon\r\n\
+                    X-Ctl: a\x01b\r\nTransfer-Encoding: chunked\r\nX-Other:   a b  \r\n";
+        let kept = passable_trailers(raw).expect("some kept");
+        assert_eq!(&kept[..], b"X-Checksum: 42\r\nX-Other: a b\r\n");
+        assert_eq!(passable_trailers(b"Set-Cookie: a=b\r\n"), None);
+        assert_eq!(passable_trailers(b""), None);
     }
 
     #[test]

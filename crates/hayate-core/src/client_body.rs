@@ -28,6 +28,15 @@ pub trait ClientBody {
     /// Errors: the client went away, sent bad framing (InvalidData), exceeded
     /// the size limit (InvalidInput) or the body timeout (TimedOut).
     async fn next_chunk(&mut self) -> io::Result<Option<Bytes>>;
+
+    /// The trailer section of a chunked body, as the client sent it
+    /// (`Name: value\r\n` lines, unfiltered: a proxy passes them through
+    /// [`passable_trailers`](crate::chunked::passable_trailers)). Meaningful
+    /// once [`next_chunk`](ClientBody::next_chunk) returned `None`; taken by
+    /// the first call. `None` when there were none.
+    fn trailers(&mut self) -> Option<Bytes> {
+        None
+    }
 }
 
 /// A body that is empty (tests, internal requests).

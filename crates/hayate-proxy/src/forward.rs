@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::app::AppInstance;
+use hayate_core::chunked::passable_trailers;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -100,6 +101,9 @@ struct Outgoing<'a> {
     buffered: Option<&'a Bytes>,
     /// Otherwise, what was read of it before streaming the rest.
     prefix: &'a Bytes,
+    /// The trailer section of a buffered chunked body (kept for a replay);
+    /// a streamed body's trailers are read from the client at its end.
+    trailers: Option<&'a Bytes>,
     /// The framing sent upstream.
     length: BodyLength,
     is_head: bool,
@@ -147,25 +151,30 @@ impl UpstreamGroup {
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
         let length = body.length();
         let key = self.balance_key(&req.headers, req.client_ip);
-        // Small bodies are read first, so the request can be replayed.
-        // Small bodies are read first, so the request can be replayed; a
+        // Small bodies are read first, so the request can be replayed. A
         // chunked body that ends within the buffer goes upstream with a
-        // Content-Length. Larger bodies stream (their first part included).
-        let (buffered, prefix, length) = match length {
-            BodyLength::None => (Some(Bytes::new()), Bytes::new(), length),
+        // Content-Length, unless it has trailers to pass on: then it stays
+        // chunked (a Content-Length body has no trailer section; a client's
+        // Content-Length body has none either, so no trailer is lost).
+        // Larger bodies stream, their first part included.
+        let (buffered, prefix, length, trailers) = match length {
+            BodyLength::None => (Some(Bytes::new()), Bytes::new(), length, None),
             BodyLength::Known(n) if n <= self.settings.replay_buffer => {
                 match read_all(body, n).await {
-                    Ok(b) => (Some(b), Bytes::new(), length),
+                    Ok(b) => (Some(b), Bytes::new(), length, None),
                     Err(e) => return client_error(&e),
                 }
             }
-            BodyLength::Known(_) => (None, Bytes::new(), length),
+            BodyLength::Known(_) => (None, Bytes::new(), length, None),
             BodyLength::Chunked => match read_up_to(body, self.settings.replay_buffer).await {
-                Ok((b, true)) => {
-                    let n = b.len() as u64;
-                    (Some(b), Bytes::new(), BodyLength::Known(n))
-                }
-                Ok((b, false)) => (None, b, length),
+                Ok((b, true)) => match body.trailers().and_then(|t| passable_trailers(&t)) {
+                    Some(t) => (Some(b), Bytes::new(), length, Some(t)),
+                    None => {
+                        let n = b.len() as u64;
+                        (Some(b), Bytes::new(), BodyLength::Known(n), None)
+                    }
+                },
+                Ok((b, false)) => (None, b, length, None),
                 Err(e) => return client_error(&e),
             },
         };
@@ -227,6 +236,7 @@ impl UpstreamGroup {
                         head: &head,
                         buffered: buffered.as_ref(),
                         prefix: &prefix,
+                        trailers: trailers.as_ref(),
                         length,
                         is_head,
                         upgrade,
@@ -324,6 +334,7 @@ impl UpstreamGroup {
             head,
             buffered,
             prefix,
+            trailers,
             length,
             is_head,
             upgrade,
@@ -331,6 +342,22 @@ impl UpstreamGroup {
         let io_timeout = self.settings.io_timeout;
         let up = Failure::BeforeResponse;
         match buffered {
+            Some(b) if length == BodyLength::Chunked => {
+                // A buffered chunked body with trailers: one chunk, then the
+                // last chunk and the trailer section.
+                let trailers = trailers.map_or(&b""[..], |t| &t[..]);
+                let mut req = Vec::with_capacity(head.len() + b.len() + trailers.len() + 32);
+                req.extend_from_slice(head);
+                if !b.is_empty() {
+                    req.extend_from_slice(format!("{:x}\r\n", b.len()).as_bytes());
+                    req.extend_from_slice(b);
+                    req.extend_from_slice(b"\r\n");
+                }
+                req.extend_from_slice(b"0\r\n");
+                req.extend_from_slice(trailers);
+                req.extend_from_slice(b"\r\n");
+                timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
+            }
             Some(b) => {
                 let mut req = Vec::with_capacity(head.len() + b.len());
                 req.extend_from_slice(head);
@@ -365,9 +392,15 @@ impl UpstreamGroup {
                     }
                 }
                 if chunked {
-                    timed(io_timeout, conn.write_all(b"0\r\n\r\n"))
-                        .await
-                        .map_err(up)?;
+                    // The last chunk and the client's trailers, filtered. (A
+                    // body streamed with a Content-Length had one from the
+                    // client too, hence no trailers to lose.)
+                    let mut last = b"0\r\n".to_vec();
+                    if let Some(t) = body.trailers().and_then(|t| passable_trailers(&t)) {
+                        last.extend_from_slice(&t);
+                    }
+                    last.extend_from_slice(b"\r\n");
+                    timed(io_timeout, conn.write_all(&last)).await.map_err(up)?;
                 }
             }
         }
@@ -923,17 +956,7 @@ impl UpstreamBody {
 
 impl BodySource for UpstreamBody {
     fn trailers(&mut self) -> Option<Bytes> {
-        let raw = self.decoder.take_trailers();
-        let mut kept = Vec::with_capacity(raw.len());
-        for line in raw.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            if line.contains(&b':') && !forbidden_trailer(trim(name)) {
-                kept.extend_from_slice(line);
-                kept.extend_from_slice(b"\r\n");
-            }
-        }
-        (!kept.is_empty()).then(|| Bytes::from(kept))
+        passable_trailers(&self.decoder.take_trailers())
     }
 
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
@@ -1011,21 +1034,6 @@ impl UpstreamBody {
 }
 
 type Chunked = hayate_core::chunked::ChunkedDecoder;
-
-/// Trailer fields never passed on (framing, routing, auth: RFC 9110 §6.5.1).
-fn forbidden_trailer(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 8] = [
-        b"content-length",
-        b"transfer-encoding",
-        b"host",
-        b"content-encoding",
-        b"content-type",
-        b"content-range",
-        b"authorization",
-        b"set-cookie",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name)) || is_hop_by_hop(name)
-}
 
 /// An upgraded upstream connection (WebSocket): relayed byte for byte with
 /// the client until either side closes. Reloads never cut it: it belongs to

@@ -48,7 +48,13 @@ impl BodyState {
                 Framing::Length(n) => n,
                 _ => 0,
             },
-            decoder: ChunkedDecoder::default(),
+            // Trailers are kept for the handler (the proxy passes them on);
+            // the decoder bounds them to 16 KiB.
+            decoder: if framing == Framing::Chunked {
+                ChunkedDecoder::keeping_trailers()
+            } else {
+                ChunkedDecoder::default()
+            },
             read: 0,
             max,
             timeout,
@@ -189,5 +195,13 @@ impl ClientBody for ConnBody<'_> {
             self.state.failed = true;
         }
         r
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        if !self.state.done || self.state.framing != Framing::Chunked {
+            return None;
+        }
+        let raw = self.state.decoder.take_trailers();
+        (!raw.is_empty()).then(|| Bytes::from(raw))
     }
 }

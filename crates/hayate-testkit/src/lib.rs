@@ -8,7 +8,7 @@
 
 pub mod origin;
 
-pub use origin::{checksum, Echo, Origin, OriginOptions};
+pub use origin::{checksum, Checksum, Echo, Origin, OriginOptions};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -281,6 +281,26 @@ impl Client {
 
     /// Reads one response, or `None` if the connection closed first.
     pub fn try_read_response(&mut self, head: bool) -> Option<Response> {
+        let mut body = Vec::new();
+        let mut resp =
+            self.try_read_response_with(head, &mut |piece| body.extend_from_slice(piece))?;
+        resp.body = body;
+        Some(resp)
+    }
+
+    /// Reads one response, handing its body to `on_body` piece by piece as
+    /// it arrives (de-chunked) instead of collecting it: the returned
+    /// [`Response::body`] is empty. For bodies too large to hold.
+    pub fn read_response_with(&mut self, head: bool, on_body: &mut dyn FnMut(&[u8])) -> Response {
+        self.try_read_response_with(head, on_body)
+            .expect("a response")
+    }
+
+    fn try_read_response_with(
+        &mut self,
+        head: bool,
+        on_body: &mut dyn FnMut(&[u8]),
+    ) -> Option<Response> {
         loop {
             let end = self.buf.windows(4).position(|w| w == b"\r\n\r\n");
             if let Some(end) = end {
@@ -297,7 +317,7 @@ impl Client {
                     .filter_map(|l| l.split_once(':'))
                     .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
                     .collect();
-                let mut resp = Response {
+                let resp = Response {
                     status,
                     headers,
                     body: Vec::new(),
@@ -312,14 +332,15 @@ impl Client {
                     .header("transfer-encoding")
                     .is_some_and(|t| t.contains("chunked"))
                 {
-                    resp.body = self.read_chunked();
+                    self.stream_chunked(on_body);
                 } else if let Some(len) = resp
                     .header("content-length")
                     .and_then(|l| l.parse::<usize>().ok())
                 {
-                    resp.body = self.read_exact(len);
+                    self.stream_exact(len, on_body);
                 } else {
-                    resp.body = self.read_to_close();
+                    while self.fill() > 0 {}
+                    on_body(&std::mem::take(&mut self.buf));
                 }
                 return Some(resp);
             }
@@ -341,28 +362,38 @@ impl Client {
         self.buf.is_empty() && self.fill() == 0
     }
 
-    fn read_exact(&mut self, len: usize) -> Vec<u8> {
-        while self.buf.len() < len {
+    /// Passes the next `len` body bytes to `on_body`, never holding more
+    /// than one read's worth.
+    fn stream_exact(&mut self, len: usize, on_body: &mut dyn FnMut(&[u8])) {
+        let mut left = len;
+        loop {
+            let take = left.min(self.buf.len());
+            if take > 0 {
+                on_body(&self.buf[..take]);
+                self.buf.drain(..take);
+                left -= take;
+            }
+            if left == 0 {
+                return;
+            }
             assert!(
                 self.fill() > 0,
                 "connection closed mid-body ({} of {len} bytes)",
-                self.buf.len()
+                len - left
             );
         }
-        self.buf.drain(..len).collect()
     }
 
-    fn read_chunked(&mut self) -> Vec<u8> {
-        let mut body = Vec::new();
+    fn stream_chunked(&mut self, on_body: &mut dyn FnMut(&[u8])) {
         loop {
             let line = self.read_line();
             let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
                 .expect("chunk size");
             if size == 0 {
                 while !self.read_line().is_empty() {}
-                return body;
+                return;
             }
-            body.extend(self.read_exact(size));
+            self.stream_exact(size, on_body);
             assert_eq!(self.read_line(), "", "chunk not followed by CRLF");
         }
     }
@@ -419,17 +450,53 @@ pub fn site() -> tempfile::TempDir {
     dir
 }
 
-/// `len` bytes of a fixed, non-repeating-looking pattern.
+/// `len` bytes of a fixed, non-repeating-looking pattern ([`Pattern`]).
 pub fn big_bytes(len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x1234_5678;
-    (0..len)
-        .map(|_| {
+    let mut out = vec![0; len];
+    Pattern::default().fill(&mut out);
+    out
+}
+
+/// The bytes of [`big_bytes`] as a stream: each call continues where the
+/// last one stopped, so a test can send or check any length piece by piece
+/// without holding it.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    x: u32,
+}
+
+impl Default for Pattern {
+    fn default() -> Pattern {
+        Pattern { x: 0x1234_5678 }
+    }
+}
+
+impl Pattern {
+    /// Fills `out` with the next `out.len()` bytes.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        let mut x = self.x;
+        for b in out {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            x as u8
-        })
-        .collect()
+            *b = x as u8;
+        }
+        self.x = x;
+    }
+
+    /// Whether `data` is the next `data.len()` bytes (consumed either way).
+    pub fn matches(&mut self, data: &[u8]) -> bool {
+        let mut x = self.x;
+        let mut same = true;
+        for &b in data {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            same &= b == x as u8;
+        }
+        self.x = x;
+        same
+    }
 }
 
 /// `len` bytes of compressible text (numbered lines of prose), the same

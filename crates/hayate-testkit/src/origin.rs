@@ -7,18 +7,21 @@
 //! connection). Routes:
 //!
 //! - `/echo` (and any unknown path): 200 with a text body describing the
-//!   request as the origin saw it, parsed back by [`Echo::parse`];
-//!   `?hop=1` adds hop-by-hop response fields the proxy must drop.
+//!   request as the origin saw it (head, body length and checksum, the
+//!   trailer fields of a chunked body), parsed back by [`Echo::parse`];
+//!   `?hop=1` adds hop-by-hop response fields the proxy must drop. Request
+//!   bodies are checksummed as they arrive, never held whole.
 //! - `/slow?ms=N`: sleeps N ms (at most 10 s), then answers `slow\n`.
-//! - `/bytes?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`big_bytes`], with
+//! - `/bytes?n=N[&chunked=1][&stall_ms=M]`: N bytes of
+//!   [`big_bytes`](crate::big_bytes), made as they are sent, with
 //!   Content-Length or chunked; with `stall_ms`, pauses after half of them.
 //! - `/close`: answers with `Connection: close`, then closes.
 //! - `/status?code=N`: answers status N (no body for 204 and 304).
 //! - `/script[/ANY]?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
 //!   percent-encoded), `etag=V` (sends `ETag: "V"` and answers 304 to a
 //!   matching If-None-Match), `ms=N` (delay), `body=TEXT`, `chunked=1`,
-//!   `n=N` (N bytes of [`big_bytes`] as the body), `fail_at=K` (the K-th
-//!   request for this target answers a bare 503). The default body is
+//!   `n=N` (N bytes of [`big_bytes`](crate::big_bytes) as the body),
+//!   `fail_at=K` (the K-th request for this target answers a bare 503). The default body is
 //!   `count K\n`, K being how many requests this target has received
 //!   ([`Origin::count`]).
 //! - `/text?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`text_bytes`]
@@ -35,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::{big_bytes, text_bytes};
+use crate::{text_bytes, Pattern};
 
 /// How the origin behaves.
 #[derive(Debug, Clone, Default)]
@@ -243,7 +246,7 @@ fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
             _ => break, // EOF, error, or idle for too long: close silently
         }
         r.get_ref().set_timeout(Some(Duration::from_secs(10)));
-        let Ok((req, body)) = read_request(&mut r) else {
+        let Ok(req) = read_request(&mut r) else {
             break;
         };
         count += 1;
@@ -256,7 +259,7 @@ fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
         };
         let close = req.target.starts_with("/close") || req.header("connection") == Some("close");
         let info = (id, count, close, seen);
-        if respond(&mut out, &req, &body, info, &shared.opts).is_err() || close {
+        if respond(&mut out, &req, info, &shared.opts).is_err() || close {
             break;
         }
     }
@@ -271,8 +274,9 @@ fn read_line(r: &mut impl BufRead) -> io::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
-/// Reads a request head (as an [`Echo`]) and its body.
-fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
+/// Reads a request: its head, its body (counted and checksummed into the
+/// [`Echo`], not kept) and a chunked body's trailer fields.
+fn read_request(r: &mut impl BufRead) -> io::Result<Echo> {
     let bad = || io::Error::from(io::ErrorKind::InvalidData);
     let line = read_line(r)?;
     let mut parts = line.split(' ');
@@ -284,7 +288,6 @@ fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
         target: target.to_string(),
         ..Echo::default()
     };
-    let mut body = Vec::new();
     loop {
         let line = read_line(r)?;
         if line.is_empty() {
@@ -293,6 +296,17 @@ fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
         let (n, v) = line.split_once(':').ok_or_else(bad)?;
         req.headers.push((n.to_string(), v.trim().to_string()));
     }
+    let mut sum = Checksum::default();
+    let mut piece = vec![0u8; 64 * 1024];
+    let mut take = |r: &mut dyn BufRead, mut n: usize, sum: &mut Checksum| -> io::Result<()> {
+        while n > 0 {
+            let k = n.min(piece.len());
+            r.read_exact(&mut piece[..k])?;
+            sum.update(&piece[..k]);
+            n -= k;
+        }
+        Ok(())
+    };
     if req
         .header("transfer-encoding")
         .is_some_and(|t| t.contains("chunked"))
@@ -302,20 +316,48 @@ fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
             let size = size.split(';').next().unwrap_or("").trim();
             let size = usize::from_str_radix(size, 16).map_err(|_| bad())?;
             if size == 0 {
-                while !read_line(r)?.is_empty() {}
+                loop {
+                    let line = read_line(r)?;
+                    if line.is_empty() {
+                        break;
+                    }
+                    let (n, v) = line.split_once(':').ok_or_else(bad)?;
+                    req.trailers.push((n.to_string(), v.trim().to_string()));
+                }
                 break;
             }
-            let start = body.len();
-            body.resize(start + size, 0);
-            r.read_exact(&mut body[start..])?;
+            take(r, size, &mut sum)?;
             read_line(r)?;
         }
     } else if let Some(len) = req.header("content-length") {
         let len: usize = len.parse().map_err(|_| bad())?;
-        body.resize(len, 0);
-        r.read_exact(&mut body)?;
+        take(r, len, &mut sum)?;
     }
-    Ok((req, body))
+    req.body_len = sum.len;
+    req.checksum = sum.hex();
+    Ok(req)
+}
+
+/// A response body: bytes at hand, or `n` bytes of [`Pattern`] made as
+/// they are written (so a 100 MiB download costs no 100 MiB buffer).
+enum Payload {
+    Data(Vec<u8>),
+    Pattern(usize),
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Payload {
+        Payload::Data(v)
+    }
+}
+
+impl Payload {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Data(d) => d.len(),
+            Payload::Pattern(n) => *n,
+        }
+    }
 }
 
 /// Writes the response to `req`; `(id, count, close)`: the connection's
@@ -323,7 +365,6 @@ fn read_request(r: &mut impl BufRead) -> io::Result<(Echo, Vec<u8>)> {
 fn respond(
     out: &mut Box<dyn Stream>,
     req: &Echo,
-    req_body: &[u8],
     (id, count, close, seen): (u64, u64, bool, u64),
     opts: &OriginOptions,
 ) -> io::Result<()> {
@@ -337,11 +378,11 @@ fn respond(
     if query(&req.target, "etag") == Some(1) {
         extra.push_str("ETag: \"v1\"\r\n");
     }
-    let body: Vec<u8> = match path {
+    let body: Payload = match path {
         "/slow" => {
             let ms = query(&req.target, "ms").unwrap_or(0).min(10_000);
             std::thread::sleep(Duration::from_millis(ms));
-            b"slow\n".to_vec()
+            b"slow\n".to_vec().into()
         }
         "/text" => {
             chunked = query(&req.target, "chunked") == Some(1);
@@ -358,18 +399,18 @@ fn respond(
             } else if q.split('&').any(|kv| kv == "type=png") {
                 content_type = "image/png";
             }
-            text_bytes(query(&req.target, "n").unwrap_or(0) as usize)
+            text_bytes(query(&req.target, "n").unwrap_or(0) as usize).into()
         }
         "/bytes" => {
             chunked = query(&req.target, "chunked") == Some(1);
             stall = query(&req.target, "stall_ms").map(Duration::from_millis);
-            big_bytes(query(&req.target, "n").unwrap_or(0) as usize)
+            Payload::Pattern(query(&req.target, "n").unwrap_or(0) as usize)
         }
         "/status" => {
             status = query(&req.target, "code").unwrap_or(200);
-            format!("status {status}\n").into_bytes()
+            format!("status {status}\n").into_bytes().into()
         }
-        "/close" => b"closing\n".to_vec(),
+        "/close" => b"closing\n".to_vec().into(),
         p if p.starts_with("/script") => {
             let mut params = query_all(&req.target);
             let fail_at = params.iter().find(|(n, _)| n == "fail_at");
@@ -403,9 +444,9 @@ fn respond(
                 }
             }
             match (get("body"), get("n").and_then(|n| n.parse().ok())) {
-                (Some(b), _) => b.into_bytes(),
-                (None, Some(n)) => big_bytes(n),
-                (None, None) => format!("count {seen}\n").into_bytes(),
+                (Some(b), _) => b.into_bytes().into(),
+                (None, Some(n)) => Payload::Pattern(n),
+                (None, None) => format!("count {seen}\n").into_bytes().into(),
             }
         }
         _ => {
@@ -419,10 +460,12 @@ fn respond(
             }
             text.push_str(&format!(
                 "body-length {}\nbody-checksum {}\n",
-                req_body.len(),
-                checksum(req_body)
+                req.body_len, req.checksum
             ));
-            text.into_bytes()
+            for (n, v) in &req.trailers {
+                text.push_str(&format!("trailer {n}: {v}\n"));
+            }
+            text.into_bytes().into()
         }
     };
     let no_body = status == 204 || status == 304;
@@ -444,16 +487,31 @@ fn respond(
     if head_only || no_body {
         return Ok(());
     }
-    for (i, piece) in body.chunks(64 * 1024).enumerate() {
-        if let Some(pause) = stall.filter(|_| i == body.len() / (128 * 1024)) {
+    let len = body.len();
+    let mut pattern = Pattern::default();
+    let mut scratch = Vec::new();
+    let (mut sent, mut i) = (0, 0);
+    while sent < len {
+        let n = (len - sent).min(64 * 1024);
+        if let Some(pause) = stall.filter(|_| i == len / (128 * 1024)) {
             std::thread::sleep(pause); // once, about half-way
         }
+        let piece = match &body {
+            Payload::Data(d) => &d[sent..sent + n],
+            Payload::Pattern(_) => {
+                scratch.resize(n, 0);
+                pattern.fill(&mut scratch);
+                &scratch[..]
+            }
+        };
         match chunked {
             true => out.write_all(
                 &[format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat(),
             )?,
             false => out.write_all(piece)?,
         }
+        sent += n;
+        i += 1;
     }
     if chunked {
         out.write_all(b"0\r\n\r\n")?;
@@ -463,11 +521,43 @@ fn respond(
 
 /// FNV-1a (64 bits, hex) of `data`: the `body-checksum` of [`Echo`].
 pub fn checksum(data: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    let mut sum = Checksum::default();
+    sum.update(data);
+    sum.hex()
+}
+
+/// [`checksum`] computed piece by piece, with the length seen.
+#[derive(Debug, Clone)]
+pub struct Checksum {
+    h: u64,
+    /// Bytes seen so far.
+    pub len: usize,
+}
+
+impl Default for Checksum {
+    fn default() -> Checksum {
+        Checksum {
+            h: 0xcbf2_9ce4_8422_2325,
+            len: 0,
+        }
     }
-    format!("{h:016x}")
+}
+
+impl Checksum {
+    /// Adds the next piece.
+    pub fn update(&mut self, data: &[u8]) {
+        let mut h = self.h;
+        for &b in data {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.h = h;
+        self.len += data.len();
+    }
+
+    /// The checksum so far, as [`checksum`] writes it.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.h)
+    }
 }
 
 /// What `/echo` reports the origin saw.
@@ -483,6 +573,8 @@ pub struct Echo {
     pub body_len: usize,
     /// [`checksum`] of the body.
     pub checksum: String,
+    /// Trailer fields of a chunked body, in order, names as sent.
+    pub trailers: Vec<(String, String)>,
 }
 
 impl Echo {
@@ -500,6 +592,10 @@ impl Echo {
                 }
                 "body-length" => e.body_len = rest.parse().expect("body length"),
                 "body-checksum" => e.checksum = rest.to_string(),
+                "trailer" => {
+                    let (n, v) = rest.split_once(':').unwrap_or((rest, ""));
+                    e.trailers.push((n.to_string(), v.trim().to_string()));
+                }
                 _ => {}
             }
         }
@@ -509,6 +605,14 @@ impl Echo {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of trailer field `name` (case-insensitive).
+    pub fn trailer(&self, name: &str) -> Option<&str> {
+        self.trailers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
