@@ -66,28 +66,29 @@ impl TypeList {
             .next()
             .unwrap_or_default();
         let essence = hayate_core::field::trim_ows(essence);
-        let Ok(essence) = std::str::from_utf8(essence) else {
-            return false;
-        };
-        let essence = essence.to_ascii_lowercase();
+        // Patterns are lower case; the type is compared without copying it.
         // Server-sent events are delivered as they come; never buffer them.
-        if essence == "text/event-stream" {
+        if essence.eq_ignore_ascii_case(b"text/event-stream") {
             return false;
         }
-        let Some((ty, sub)) = essence.split_once('/') else {
+        let Some(slash) = essence.iter().position(|&b| b == b'/') else {
             return false;
         };
+        let (ty, sub) = (&essence[..slash], &essence[slash + 1..]);
         self.patterns.iter().any(|p| {
             let Some((pty, psub)) = p.split_once('/') else {
                 return false;
             };
-            if pty != ty && pty != "*" {
+            if pty != "*" && !ty.eq_ignore_ascii_case(pty.as_bytes()) {
                 return false;
             }
             match psub.strip_prefix('*') {
                 Some("") => true,
-                Some(suffix) => sub.ends_with(suffix) && sub.len() > suffix.len(),
-                None => psub == sub,
+                Some(suffix) => {
+                    sub.len() > suffix.len()
+                        && sub[sub.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+                }
+                None => sub.eq_ignore_ascii_case(psub.as_bytes()),
             }
         })
     }
@@ -106,6 +107,7 @@ mod tests {
             "TEXT/CSS",
             "application/json",
             "application/problem+json",
+            "Application/Problem+JSON; Charset=UTF-8",
             "application/javascript; charset=utf-8",
             "application/atom+xml",
             "image/svg+xml",

@@ -206,6 +206,17 @@ impl ChunkedDecoder {
     }
 }
 
+/// `{len:x}\r\n` in `buf`, without allocating.
+pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for i in 0..digits {
+        buf[digits - 1 - i] = b"0123456789abcdef"[(len >> (4 * i)) & 0xf];
+    }
+    buf[digits] = b'\r';
+    buf[digits + 1] = b'\n';
+    &buf[..digits + 2]
+}
+
 /// Whether a trailer field is never passed on: framing, routing,
 /// authentication and content fields (RFC 9110 §6.5.1), and hop-by-hop
 /// fields (RFC 9110 §7.6.1). The same list serves requests and responses.
@@ -274,6 +285,21 @@ pub fn passable_trailers(raw: &[u8]) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_size_lines() {
+        let mut buf = [0u8; 18];
+        for (n, want) in [
+            (0usize, "0\r\n"),
+            (1, "1\r\n"),
+            (15, "f\r\n"),
+            (16, "10\r\n"),
+            (0x2_0000, "20000\r\n"),
+            (usize::MAX, "ffffffffffffffff\r\n"),
+        ] {
+            assert_eq!(chunk_size_line(n, &mut buf), want.as_bytes(), "{n}");
+        }
+    }
 
     fn decode_all(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ChunkError> {
         let mut d = ChunkedDecoder::default();

@@ -5,7 +5,7 @@
 use hayate_core::field::trim_ows as trim;
 use std::cell::Cell;
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::app::AppInstance;
-use hayate_core::chunked::passable_trailers;
+use hayate_core::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
+use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
@@ -70,8 +71,11 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Names listed in Connection fields, which are hop-by-hop too.
-fn connection_listed<'h>(headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) -> Vec<&'h [u8]> {
+/// Names listed in Connection fields, which are hop-by-hop too (inline:
+/// rarely more than `keep-alive` or `close`).
+fn connection_listed<'h>(
+    headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+) -> SmallVec<[&'h [u8]; 4]> {
     headers
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
         .flat_map(|(_, v)| v.split(|&b| b == b','))
@@ -349,7 +353,8 @@ impl UpstreamGroup {
                 let mut req = Vec::with_capacity(head.len() + b.len() + trailers.len() + 32);
                 req.extend_from_slice(head);
                 if !b.is_empty() {
-                    req.extend_from_slice(format!("{:x}\r\n", b.len()).as_bytes());
+                    let mut line = [0u8; 18];
+                    req.extend_from_slice(chunk_size_line(b.len(), &mut line));
                     req.extend_from_slice(b);
                     req.extend_from_slice(b"\r\n");
                 }
@@ -359,10 +364,12 @@ impl UpstreamGroup {
                 timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
             }
             Some(b) => {
-                let mut req = Vec::with_capacity(head.len() + b.len());
-                req.extend_from_slice(head);
-                req.extend_from_slice(b);
-                timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
+                timed(
+                    io_timeout,
+                    write_all_vectored(&mut conn, &mut [IoSlice::new(head), IoSlice::new(b)]),
+                )
+                .await
+                .map_err(up)?;
             }
             None => {
                 timed(io_timeout, conn.write_all(head)).await.map_err(up)?;
@@ -375,14 +382,15 @@ impl UpstreamGroup {
                     };
                     let Some(chunk) = chunk else { break };
                     if chunked {
-                        let line = format!("{:x}\r\n", chunk.len());
-                        timed(io_timeout, conn.write_all(line.as_bytes()))
-                            .await
-                            .map_err(up)?;
-                        timed(io_timeout, conn.write_all(&chunk))
-                            .await
-                            .map_err(up)?;
-                        timed(io_timeout, conn.write_all(b"\r\n"))
+                        // One write per chunk: size line, data, CRLF.
+                        let mut line = [0u8; 18];
+                        let line = chunk_size_line(chunk.len(), &mut line);
+                        let mut parts = [
+                            IoSlice::new(line),
+                            IoSlice::new(&chunk),
+                            IoSlice::new(b"\r\n"),
+                        ];
+                        timed(io_timeout, write_all_vectored(&mut conn, &mut parts))
                             .await
                             .map_err(up)?;
                     } else {
@@ -537,6 +545,20 @@ impl Drop for Outstanding {
     }
 }
 
+/// Writes every byte of `parts` with as few (vectored) writes as the
+/// socket takes.
+async fn write_all_vectored(conn: &mut UpConn, mut parts: &mut [IoSlice<'_>]) -> io::Result<()> {
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        let n = conn.write_vectored(parts).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut parts, n);
+    }
+    Ok(())
+}
+
 async fn timed<T>(
     limit: Duration,
     fut: impl std::future::Future<Output = io::Result<T>>,
@@ -615,10 +637,11 @@ fn build_request_head(
     h.extend_from_slice(b"\r\n");
     // Forwarding fields from a trusted proxy are extended; from anyone else
     // they are replaced, so a client cannot spoof its address.
-    let trusted = req
-        .client_ip
-        .parse()
-        .is_ok_and(|ip| settings.trusted.iter().any(|n| n.contains(ip)));
+    let trusted = !settings.trusted.is_empty()
+        && req
+            .client_ip
+            .parse()
+            .is_ok_and(|ip| settings.trusted.iter().any(|n| n.contains(ip)));
     let incoming = |name: &[u8]| -> Option<&[u8]> {
         trusted
             .then(|| {
@@ -669,17 +692,21 @@ fn build_request_head(
         h.extend_from_slice(host);
         h.extend_from_slice(b"\r\n");
     }
-    let for_value = if ip.contains(':') {
-        format!("\"[{ip}]\"")
-    } else {
-        ip.to_string()
-    };
     h.extend_from_slice(b"Forwarded: ");
     if let Some(chain) = incoming(b"forwarded") {
         h.extend_from_slice(chain);
         h.extend_from_slice(b", ");
     }
-    h.extend_from_slice(format!("for={for_value};proto=http").as_bytes());
+    h.extend_from_slice(b"for=");
+    if ip.contains(':') {
+        // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+        h.extend_from_slice(b"\"[");
+        h.extend_from_slice(ip.as_bytes());
+        h.extend_from_slice(b"]\"");
+    } else {
+        h.extend_from_slice(ip.as_bytes());
+    }
+    h.extend_from_slice(b";proto=http");
     if !client_host.is_empty()
         && client_host
             .iter()
@@ -695,7 +722,7 @@ fn build_request_head(
     h.extend_from_slice(b"\r\nX-Request-Id: ");
     match request_id {
         Some(id) => h.extend_from_slice(id),
-        None => h.extend_from_slice(new_request_id().as_bytes()),
+        None => h.extend_from_slice(&new_request_id()),
     }
     h.extend_from_slice(b"\r\n");
     if let Some(protocol) = requested_upgrade(&req.headers) {
@@ -725,14 +752,19 @@ thread_local! {
     });
 }
 
-/// A request id unique within the process (64 random-seeded bits).
-fn new_request_id() -> String {
+/// A request id unique within the process (64 random-seeded bits), as 16
+/// lower-case hex digits.
+fn new_request_id() -> [u8; 16] {
     let n = REQUEST_IDS.with(|c| {
         let v = c.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
         c.set(v);
         v
     });
-    format!("{n:016x}")
+    let mut out = [0u8; 16];
+    for (i, d) in out.iter_mut().enumerate() {
+        *d = b"0123456789abcdef"[((n >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
 }
 
 /// Parses one response head from `buf`: `Ok(None)` when incomplete,
@@ -960,10 +992,10 @@ impl BodySource for UpstreamBody {
     }
 
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
-        let label = self.guard.as_ref().map(|g| g.0.label.clone());
-        self.poll_body(cx).map_err(|e| match label {
+        let r = self.poll_body(cx);
+        r.map_err(|e| match &self.guard {
             // Name the upstream: the connection writer logs this error.
-            Some(label) => io::Error::new(e.kind(), format!("upstream {label}: {e}")),
+            Some(g) => io::Error::new(e.kind(), format!("upstream {}: {e}", g.0.label)),
             None => e,
         })
     }
@@ -1188,6 +1220,18 @@ mod tests {
             !head.contains("1.1.1.1") && !head.contains("https") && !head.contains("Via"),
             "{head}"
         );
+    }
+
+    #[test]
+    fn request_ids_are_16_hex_digits_and_differ() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        for id in [a, b] {
+            assert!(id
+                .iter()
+                .all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase()));
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! An upstream group as one worker sees it: its members, their balancing
 //! and health state, and their pools of idle keep-alive connections.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -434,9 +435,9 @@ impl Member {
 
     /// Where to connect now: the member's address, or the socket of the
     /// slot's current instance (`None` while it has none).
-    pub fn target(&self) -> Option<(UpstreamAddr, Option<Arc<AppInstance>>)> {
+    pub fn target(&self) -> Option<(Cow<'_, UpstreamAddr>, Option<Arc<AppInstance>>)> {
         match &self.slot {
-            None => Some((self.addr.clone(), None)),
+            None => Some((Cow::Borrowed(&self.addr), None)),
             Some(slot) => slot.current().map(|i| {
                 let addr = match &i.addr {
                     AppAddr::Unix(path) => UpstreamAddr::Unix(path.clone()),
@@ -445,7 +446,7 @@ impl Member {
                         authority: addr.to_string(),
                     },
                 };
-                (addr, Some(i))
+                (Cow::Owned(addr), Some(i))
             }),
         }
     }

@@ -25,6 +25,7 @@ use crate::request::{self, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
 use crate::stream::Stream;
 use crate::worker::Worker;
+use hayate_core::chunked::chunk_size_line;
 use hayate_core::client_body::ClientBody;
 
 /// Bodies up to this size are copied into the write buffer with the head.
@@ -389,8 +390,9 @@ impl Conn {
                 Ok(Some(data)) => {
                     sent += data.len() as u64;
                     if chunked {
+                        let mut line = [0u8; 18];
                         self.wbuf
-                            .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                            .extend_from_slice(chunk_size_line(data.len(), &mut line));
                     }
                     self.write_with_buffer(&data).await?;
                     if chunked {
