@@ -128,6 +128,15 @@ pub struct CacheLimits {
     pub revalidate: Duration,
 }
 
+/// What a request path that is not a cached file resolved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// No file (nor directory) there.
+    Missing,
+    /// A directory (its index, listing or fallback is decided per request).
+    Dir,
+}
+
 /// The per-worker open-file cache of one static root.
 pub(crate) struct OpenFileCache {
     /// The canonical root; watches are added from it downwards.
@@ -141,12 +150,13 @@ pub(crate) struct OpenFileCache {
     limits: CacheLimits,
     watch: Option<Watch>,
     /// Request paths known to match no file (try_files in front of an app
-    /// asks for each proxied path), with the path they resolved to and when
+    /// asks for each proxied path) or to be a directory (`/` without an
+    /// index in front of an app), with the path they resolved to and when
     /// that was checked. Only kept while the nearest existing directory is
-    /// watched, so a file created there drops the entry; bounded by
+    /// watched, so a change there drops the entry; bounded by
     /// [`MAX_MISSING`] (cleared whole when full: request paths are chosen by
     /// clients).
-    missing: RefCell<HashMap<Vec<u8>, (PathBuf, Instant), foldhash::fast::RandomState>>,
+    missing: RefCell<HashMap<Vec<u8>, (PathBuf, Known, Instant), foldhash::fast::RandomState>>,
     /// Told when an entry with generated variants goes stale.
     variants: Option<Rc<dyn VariantSource>>,
 }
@@ -226,25 +236,33 @@ impl OpenFileCache {
         Some(entry)
     }
 
-    /// Whether `key` is known to match no file (checked within
-    /// `revalidate`, and nothing changed in its directory since).
-    pub fn known_missing(&self, key: &[u8], now: Instant) -> bool {
+    /// What `key` is known to be when it is not a cached file: missing or
+    /// a directory (checked within `revalidate`, and nothing changed in its
+    /// directory since).
+    pub fn known(&self, key: &[u8], now: Instant) -> Option<Known> {
         self.drain_events();
         let missing = self.missing.borrow();
         missing
             .get(key)
-            .is_some_and(|(_, checked)| now.duration_since(*checked) < self.limits.revalidate)
+            .filter(|(_, _, checked)| now.duration_since(*checked) < self.limits.revalidate)
+            .map(|(_, known, _)| *known)
     }
 
-    /// Remembers that `key` (resolving to `fs_path`) matched no file, when
-    /// its nearest existing directory can be watched.
-    pub fn remember_missing(&self, key: &[u8], fs_path: &Path, now: Instant) {
+    /// Whether `key` is known to match no file.
+    pub fn known_missing(&self, key: &[u8], now: Instant) -> bool {
+        self.known(key, now) == Some(Known::Missing)
+    }
+
+    /// Remembers what `key` (resolving to `fs_path`) is, when the nearest
+    /// existing directory (for a directory: itself) can be watched.
+    pub fn remember(&self, key: &[u8], fs_path: &Path, known: Known, now: Instant) {
         if self.watch.is_none() {
             return;
         }
+        let skip = usize::from(known == Known::Missing);
         let Some(dir) = fs_path
             .ancestors()
-            .skip(1)
+            .skip(skip)
             .take_while(|d| d.starts_with(&self.root))
             .find(|d| d.is_dir())
         else {
@@ -259,7 +277,7 @@ impl OpenFileCache {
         if missing.len() >= MAX_MISSING {
             missing.clear();
         }
-        missing.insert(key.to_vec(), (fs_path.to_path_buf(), now));
+        missing.insert(key.to_vec(), (fs_path.to_path_buf(), known, now));
     }
 
     /// Builds an entry for the open file `file` at `fs_path` and caches it
@@ -500,7 +518,7 @@ impl OpenFileCache {
     fn invalidate(&self, path: &Path) {
         self.missing
             .borrow_mut()
-            .retain(|_, (p, _)| !p.starts_with(path));
+            .retain(|_, (p, _, _)| !p.starts_with(path));
         let doomed: Vec<Vec<u8>> = self
             .entries
             .borrow()

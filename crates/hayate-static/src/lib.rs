@@ -26,7 +26,7 @@ use bytes::Bytes;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Coding, Response, Status};
 
-use cache::{BuildSpec, Entry, OpenFileCache, Source, Variant};
+use cache::{BuildSpec, Entry, Known, OpenFileCache, Source, Variant};
 pub use cache::{CacheLimits, FileStamp};
 pub use conditional::{Preconditions, Verdict};
 use range::RangeDecision;
@@ -119,7 +119,7 @@ pub struct StaticRoot {
 /// What a path resolved to.
 enum Lookup {
     File(Rc<Entry>),
-    Dir(PathBuf),
+    Dir,
     Missing,
 }
 
@@ -174,20 +174,29 @@ impl StaticRoot {
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),
-            None if self.cache.known_missing(req.path, req.now) => Lookup::Missing,
-            None => match self.lookup(req.path, req.path, req.now) {
-                Ok(Lookup::Missing) => {
-                    self.cache
-                        .remember_missing(req.path, &self.fs_path(req.path), req.now);
-                    Lookup::Missing
-                }
-                Ok(l) => l,
-                Err(e) => return Some(io_error(&e)),
+            None => match self.cache.known(req.path, req.now) {
+                Some(Known::Missing) => Lookup::Missing,
+                Some(Known::Dir) => Lookup::Dir,
+                None => match self.lookup(req.path, req.path, req.now) {
+                    Ok(l) => {
+                        let known = match l {
+                            Lookup::Missing => Some(Known::Missing),
+                            Lookup::Dir => Some(Known::Dir),
+                            Lookup::File(_) => None,
+                        };
+                        if let Some(known) = known {
+                            let fs_path = self.fs_path(req.path);
+                            self.cache.remember(req.path, &fs_path, known, req.now);
+                        }
+                        l
+                    }
+                    Err(e) => return Some(io_error(&e)),
+                },
             },
         };
         let entry = match lookup {
             Lookup::File(entry) => entry,
-            Lookup::Dir(dir) => match self.directory(req, &dir) {
+            Lookup::Dir => match self.directory(req) {
                 Ok(Some(Ok(entry))) => entry,
                 Ok(Some(Err(response))) => return Some(response),
                 Ok(None) => return None,
@@ -207,7 +216,6 @@ impl StaticRoot {
     fn directory(
         &self,
         req: &StaticRequest<'_>,
-        dir: &Path,
     ) -> io::Result<Option<Result<Rc<Entry>, Response>>> {
         if !req.path.ends_with(b"/") {
             let mut location = req.raw_path.to_vec();
@@ -220,13 +228,24 @@ impl StaticRoot {
             r.header("Location", &location);
             return Ok(Some(Err(r)));
         }
+        // A present index is cached under the directory's own key (a hit
+        // before this point); a missing one is remembered under its path.
         let mut index_path = req.path.to_vec();
         index_path.extend_from_slice(self.opts.index.as_bytes());
-        if let Lookup::File(entry) = self.lookup(req.path, &index_path, req.now)? {
-            return Ok(Some(Ok(entry)));
+        if !self.cache.known_missing(&index_path, req.now) {
+            match self.lookup(req.path, &index_path, req.now)? {
+                Lookup::File(entry) => return Ok(Some(Ok(entry))),
+                Lookup::Missing => {
+                    let fs_path = self.fs_path(&index_path);
+                    self.cache
+                        .remember(&index_path, &fs_path, Known::Missing, req.now);
+                }
+                Lookup::Dir => {}
+            }
         }
         if self.opts.listing {
-            let body = listing::render(dir, req.path, req.wants_json, self.opts.dotfiles)?;
+            let dir = self.fs_path(req.path);
+            let body = listing::render(&dir, req.path, req.wants_json, self.opts.dotfiles)?;
             let mut r = Response::new(Status::OK);
             let ct: &[u8] = if req.wants_json {
                 b"application/json"
@@ -292,7 +311,7 @@ impl StaticRoot {
             return Ok(Lookup::Missing);
         }
         if meta.is_dir() {
-            return Ok(Lookup::Dir(fs_path));
+            return Ok(Lookup::Dir);
         }
         if !meta.is_file() {
             return Ok(Lookup::Missing);

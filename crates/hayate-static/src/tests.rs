@@ -582,6 +582,44 @@ fn remembered_misses_end_when_the_file_appears() {
 }
 
 #[test]
+fn directories_without_an_index_are_remembered_until_that_changes() {
+    // try_files in front of an app: `/` and `/docs/` have no index and go
+    // upstream, without a look at the disk per request.
+    let f = fixture(|_| {});
+    std::fs::remove_file(f.dir.path().join("index.html")).expect("rm");
+    let now = Instant::now();
+    for path in ["/", "/docs/"] {
+        hayate_core::epoch::advance();
+        assert!(f.root.try_serve(&plain(path, now)).is_none(), "{path}");
+        assert_eq!(f.root.cache.known(path.as_bytes(), now), Some(Known::Dir), "{path}");
+        let index = format!("{path}index.html");
+        assert!(f.root.cache.known_missing(index.as_bytes(), now), "{index}");
+    }
+    // An index appears: served at once.
+    std::fs::write(f.dir.path().join("docs/index.html"), "docs home").expect("write");
+    assert_eq!(body(&get(&f, "/docs/")), b"docs home");
+    // The directory becomes a file: no longer a directory.
+    std::fs::remove_dir_all(f.dir.path().join("docs")).expect("rm");
+    std::fs::write(f.dir.path().join("docs"), "a file").expect("write");
+    assert_eq!(body(&get(&f, "/docs")), b"a file");
+    assert_eq!(f.root.cache.known(b"/", now), Some(Known::Dir), "unrelated entries stay");
+}
+
+fn plain(path: &str, now: Instant) -> StaticRequest<'_> {
+    StaticRequest {
+        method: b"GET",
+        path: path.as_bytes(),
+        raw_path: path.as_bytes(),
+        query: None,
+        preconditions: Preconditions::default(),
+        range: None,
+        choose_coding: &|_| None,
+        wants_json: false,
+        now,
+    }
+}
+
+#[test]
 fn cache_control_and_immutable_hashed_assets() {
     let f = fixture(|o| {
         o.cache_control = Some("public, max-age=60".into());
