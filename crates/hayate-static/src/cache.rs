@@ -137,6 +137,13 @@ pub(crate) enum Known {
     Dir,
 }
 
+/// A remembered [`Known`]: the path it resolved to and when it was checked.
+struct KnownPath {
+    fs_path: PathBuf,
+    known: Known,
+    checked: Instant,
+}
+
 /// The per-worker open-file cache of one static root.
 pub(crate) struct OpenFileCache {
     /// The canonical root; watches are added from it downwards.
@@ -156,7 +163,7 @@ pub(crate) struct OpenFileCache {
     /// watched, so a change there drops the entry; bounded by
     /// [`MAX_MISSING`] (cleared whole when full: request paths are chosen by
     /// clients).
-    missing: RefCell<HashMap<Vec<u8>, (PathBuf, Known, Instant), foldhash::fast::RandomState>>,
+    missing: RefCell<HashMap<Vec<u8>, KnownPath, foldhash::fast::RandomState>>,
     /// Told when an entry with generated variants goes stale.
     variants: Option<Rc<dyn VariantSource>>,
 }
@@ -244,8 +251,8 @@ impl OpenFileCache {
         let missing = self.missing.borrow();
         missing
             .get(key)
-            .filter(|(_, _, checked)| now.duration_since(*checked) < self.limits.revalidate)
-            .map(|(_, known, _)| *known)
+            .filter(|k| now.duration_since(k.checked) < self.limits.revalidate)
+            .map(|k| k.known)
     }
 
     /// Whether `key` is known to match no file.
@@ -277,7 +284,14 @@ impl OpenFileCache {
         if missing.len() >= MAX_MISSING {
             missing.clear();
         }
-        missing.insert(key.to_vec(), (fs_path.to_path_buf(), known, now));
+        missing.insert(
+            key.to_vec(),
+            KnownPath {
+                fs_path: fs_path.to_path_buf(),
+                known,
+                checked: now,
+            },
+        );
     }
 
     /// Builds an entry for the open file `file` at `fs_path` and caches it
@@ -518,7 +532,7 @@ impl OpenFileCache {
     fn invalidate(&self, path: &Path) {
         self.missing
             .borrow_mut()
-            .retain(|_, (p, _, _)| !p.starts_with(path));
+            .retain(|_, k| !k.fs_path.starts_with(path));
         let doomed: Vec<Vec<u8>> = self
             .entries
             .borrow()

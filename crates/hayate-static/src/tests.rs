@@ -591,7 +591,11 @@ fn directories_without_an_index_are_remembered_until_that_changes() {
     for path in ["/", "/docs/"] {
         hayate_core::epoch::advance();
         assert!(f.root.try_serve(&plain(path, now)).is_none(), "{path}");
-        assert_eq!(f.root.cache.known(path.as_bytes(), now), Some(Known::Dir), "{path}");
+        assert_eq!(
+            f.root.cache.known(path.as_bytes(), now),
+            Some(Known::Dir),
+            "{path}"
+        );
         let index = format!("{path}index.html");
         assert!(f.root.cache.known_missing(index.as_bytes(), now), "{index}");
     }
@@ -602,7 +606,11 @@ fn directories_without_an_index_are_remembered_until_that_changes() {
     std::fs::remove_dir_all(f.dir.path().join("docs")).expect("rm");
     std::fs::write(f.dir.path().join("docs"), "a file").expect("write");
     assert_eq!(body(&get(&f, "/docs")), b"a file");
-    assert_eq!(f.root.cache.known(b"/", now), Some(Known::Dir), "unrelated entries stay");
+    assert_eq!(
+        f.root.cache.known(b"/", now),
+        Some(Known::Dir),
+        "unrelated entries stay"
+    );
 }
 
 fn plain(path: &str, now: Instant) -> StaticRequest<'_> {
