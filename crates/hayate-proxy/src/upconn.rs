@@ -1,6 +1,7 @@
 //! A connection to an upstream member, TCP or Unix.
 
 use std::io;
+use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,7 +28,7 @@ impl UpConn {
                     s.set_nodelay(true)?;
                     UpConn::Tcp(s)
                 }
-                UpstreamAddr::Unix(path) => UpConn::Unix(UnixStream::connect(path).await?),
+                UpstreamAddr::Unix(path) => UpConn::Unix(connect_unix(path).await?),
             })
         };
         match tokio::time::timeout(timeout, connect).await {
@@ -45,6 +46,26 @@ impl UpConn {
             UpConn::Unix(s) => s.try_read(&mut probe),
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Connects to a Unix socket, waiting while its listen queue is full.
+///
+/// A non-blocking connect to a listener whose backlog is full fails at once
+/// with EAGAIN (TCP would drop the SYN and retry a second later). That is a
+/// busy app, not a dead one: a burst of 1,000 requests to a Node app (backlog
+/// 511) must wait for it to accept, not get 502s and eject it. The caller's
+/// connect timeout bounds the wait.
+async fn connect_unix(path: &Path) -> io::Result<UnixStream> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match UnixStream::connect(path).await {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            r => return r,
+        }
     }
 }
 

@@ -798,6 +798,66 @@ fn unix_socket_upstream() {
 }
 
 #[test]
+fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
+    // A busy app: its listen queue holds one connection and it accepts
+    // nothing for 300 ms. A non-blocking connect then fails with EAGAIN at
+    // once; that must mean "wait", not a 502 and an ejected member.
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    use std::io::{Read, Write};
+    const N: usize = 12;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("busy.sock");
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
+    )
+    .expect("bind");
+    listen(&fd, Backlog::new(1).expect("backlog")).expect("listen");
+    let listener = std::os::unix::net::UnixListener::from(fd);
+    let app = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut served = 0;
+        while served < N {
+            let (mut s, _) = listener.accept().expect("accept");
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                // keep the connection until hayate is done with it
+                let _ = s.read(&mut buf);
+            });
+            served += 1;
+        }
+    });
+    let h = proxy(&format!("unix:{}", path.display()), &["--workers", "1"]);
+    let clients: Vec<_> = (0..N)
+        .map(|_| {
+            let mut c = h.client();
+            std::thread::spawn(move || c.get("/", &[]))
+        })
+        .collect();
+    for c in clients {
+        let r = c.join().expect("client");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    }
+    app.join().expect("app");
+    h.assert_no_errors();
+}
+
+#[test]
 fn smuggling_attempts_never_reach_the_origin() {
     let o = origin();
     let h = proxy(&o.url(), &[]);
