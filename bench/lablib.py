@@ -529,7 +529,8 @@ CASE_TEXT = {
          "max_children 5, start_servers 2, min/max spare 1/3, listen.backlog 511): it can answer 5 "
          "requests per 1.5 s, the rest queue; latencies are those of the requests answered within the run "
          "(the queued rest is still waiting when it ends); wrk's latencies include error answers (a fast 502 "
-         "lowers the mean), so read them with the errors column. ok rps / answered ok count 2xx answers. Memory: RSS and PSS summed over every process of the setup, peak of 4 "
+         "lowers the mean), so read them with the errors column. hayate → Koa (unix): Koa on a Unix socket, the way "
+         "`hayate run` reaches its apps. ok rps / answered ok count 2xx answers. Memory: RSS and PSS summed over every process of the setup, peak of 4 "
          "samples/s.",
     "C": "N workers on cores 0..N-1, wrk on core 1 (from 2 workers on it shares a core with the server), "
          "100 connections. `hello`: \"hello world\"; `fib`: fib(20) computed per request (bench/apps/workers.js). "
