@@ -130,7 +130,7 @@ pub fn from_store(stored: &Stored, age: u64, status: &CacheStatus) -> Response {
     let mut r = Response::new(stored.status);
     r.shared_head = stored.head.clone();
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-    r.header("Cache-Status", status.header_value().as_bytes());
+    r.header("Cache-Status", &status.value_bytes());
     r.body = Body::Bytes(stored.body.clone());
     r
 }
@@ -185,7 +185,7 @@ pub fn not_modified(stored: &Stored, age: u64, status: &CacheStatus) -> Response
         }
     }
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-    r.header("Cache-Status", status.header_value().as_bytes());
+    r.header("Cache-Status", &status.value_bytes());
     r
 }
 

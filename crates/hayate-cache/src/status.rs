@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use smallvec::SmallVec;
+
 /// The cache's part in one response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -77,9 +79,30 @@ impl CacheStatus {
 
     /// The header value, `hayate; fwd=miss; fwd-status=200; stored`.
     pub fn header_value(&self) -> String {
-        let mut v = String::from("hayate");
+        let mut v = String::new();
+        self.write_value(&mut v);
+        v
+    }
+
+    /// The value in a buffer on the stack (the header of every response of
+    /// a caching route).
+    pub fn value_bytes(&self) -> SmallVec<[u8; 128]> {
+        struct Out(SmallVec<[u8; 128]>);
+        impl Write for Out {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                self.0.extend_from_slice(s.as_bytes());
+                Ok(())
+            }
+        }
+        let mut out = Out(SmallVec::new());
+        self.write_value(&mut out);
+        out.0
+    }
+
+    fn write_value(&self, v: &mut impl Write) {
+        let _ = v.write_str("hayate");
         if matches!(self.outcome, CacheOutcome::Hit | CacheOutcome::Stale) {
-            v.push_str("; hit");
+            let _ = v.write_str("; hit");
         }
         if let Some(fwd) = self.fwd {
             let _ = write!(v, "; fwd={fwd}");
@@ -91,21 +114,36 @@ impl CacheStatus {
             let _ = write!(v, "; ttl={t}");
         }
         if self.stored {
-            v.push_str("; stored");
+            let _ = v.write_str("; stored");
         }
         if self.collapsed {
-            v.push_str("; collapsed");
+            let _ = v.write_str("; collapsed");
         }
         if let Some(d) = self.detail {
             let _ = write!(v, "; detail={d}");
         }
-        v
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn value_bytes_match_the_string_form() {
+        let longest = CacheStatus {
+            fwd: Some("uri-miss"),
+            fwd_status: Some(200),
+            ttl: Some(31_536_000),
+            stored: true,
+            collapsed: true,
+            detail: Some("stale-while-revalidate"),
+            ..CacheStatus::new(CacheOutcome::Stale)
+        };
+        for s in [longest, CacheStatus::new(CacheOutcome::Miss)] {
+            assert_eq!(&s.value_bytes()[..], s.header_value().as_bytes());
+        }
+    }
 
     #[test]
     fn header_values() {

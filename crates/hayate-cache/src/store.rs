@@ -16,6 +16,7 @@ use bytes::Bytes;
 use hayate_core::Status;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
+use smallvec::SmallVec;
 
 use crate::directives::ResponseDirectives;
 use crate::policy::Freshness;
@@ -31,11 +32,17 @@ pub type Key = Box<[u8]>;
 
 /// Builds the primary key of a request.
 pub fn key(host: &[u8], target: &[u8]) -> Key {
-    let mut k = Vec::with_capacity(host.len() + 1 + target.len());
+    key_inline(host, target).as_slice().into()
+}
+
+/// [`key`] without an allocation for the usual short URL, for lookups
+/// (every hit makes one).
+pub fn key_inline(host: &[u8], target: &[u8]) -> SmallVec<[u8; 128]> {
+    let mut k = SmallVec::with_capacity(host.len() + 1 + target.len());
     k.extend(host.iter().map(u8::to_ascii_lowercase));
     k.push(0);
     k.extend_from_slice(target);
-    k.into_boxed_slice()
+    k
 }
 
 /// One stored response.
@@ -208,10 +215,10 @@ impl Store {
 
     /// The newest variant of `key` whose Vary values match the request, and
     /// whether the URL is marked hit-for-miss.
-    pub fn lookup<'h>(
+    pub fn lookup<'h, V: AsRef<[&'h [u8]]>>(
         &self,
         key: &[u8],
-        request_field: impl Fn(&[u8]) -> Vec<&'h [u8]>,
+        request_field: impl Fn(&[u8]) -> V,
         now: Instant,
     ) -> Lookup {
         let Some(entry) = self.map.get(key) else {
@@ -380,14 +387,17 @@ mod tests {
         let k = key(b"h", b"/x");
         let now = Instant::now();
         store.mark_pass(&k, now + Duration::from_secs(5));
-        assert!(matches!(store.lookup(&k, |_| vec![], now), Lookup::Pass));
         assert!(matches!(
-            store.lookup(&k, |_| vec![], now + Duration::from_secs(6)),
+            store.lookup(&k, |_| Vec::<&[u8]>::new(), now),
+            Lookup::Pass
+        ));
+        assert!(matches!(
+            store.lookup(&k, |_| Vec::<&[u8]>::new(), now + Duration::from_secs(6)),
             Lookup::Miss
         ));
         store.insert(&k, stored("x", VaryKey::default()));
         assert!(matches!(
-            store.lookup(&k, |_| vec![], now),
+            store.lookup(&k, |_| Vec::<&[u8]>::new(), now),
             Lookup::Found(_)
         ));
     }

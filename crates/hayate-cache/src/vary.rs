@@ -8,6 +8,15 @@
 //! `gzip, deflate, br` and `br,gzip` share one variant.
 
 use hayate_core::field::trim_ows as trim;
+use smallvec::SmallVec;
+
+/// A request's values of one field, as the lookup closures give them
+/// (inline: rarely more than one or two).
+pub type FieldValues<'h> = SmallVec<[&'h [u8]; 2]>;
+
+/// A normalized value being built (inline: `br,zstd,gzip` and most
+/// language or encoding lists fit).
+type Scratch = SmallVec<[u8; 32]>;
 
 /// A field's normalized value; `None` when the request lacked it.
 type Value = Option<Box<[u8]>>;
@@ -19,20 +28,31 @@ pub struct VaryKey(Box<[(Box<[u8]>, Value)]>);
 impl VaryKey {
     /// The key of a request for a response that varies on `names`
     /// (lowercase). `field(name)` gives the request's values of a field.
-    pub fn new<'h>(names: &[Vec<u8>], field: impl Fn(&[u8]) -> Vec<&'h [u8]>) -> VaryKey {
+    pub fn new<'h, V: AsRef<[&'h [u8]]>>(names: &[Vec<u8>], field: impl Fn(&[u8]) -> V) -> VaryKey {
         VaryKey(
             names
                 .iter()
-                .map(|n| (n.clone().into_boxed_slice(), normalize(n, &field(n))))
+                .map(|n| {
+                    let mut out = Scratch::new();
+                    let value =
+                        normalize(n, field(n).as_ref(), &mut out).then(|| out.as_slice().into());
+                    (n.clone().into_boxed_slice(), value)
+                })
                 .collect(),
         )
     }
 
-    /// Whether a request with these fields selects this variant.
-    pub fn matches<'h>(&self, field: &impl Fn(&[u8]) -> Vec<&'h [u8]>) -> bool {
-        self.0
-            .iter()
-            .all(|(name, value)| normalize(name, &field(name)) == *value)
+    /// Whether a request with these fields selects this variant (no
+    /// allocation on this path of every cache hit).
+    pub fn matches<'h, V: AsRef<[&'h [u8]]>>(&self, field: &impl Fn(&[u8]) -> V) -> bool {
+        self.0.iter().all(|(name, value)| {
+            let mut out = Scratch::new();
+            let present = normalize(name, field(name).as_ref(), &mut out);
+            match value {
+                Some(v) => present && **v == *out,
+                None => !present,
+            }
+        })
     }
 
     /// Bytes held, for the store's budget.
@@ -44,14 +64,16 @@ impl VaryKey {
     }
 }
 
-fn normalize(name: &[u8], values: &[&[u8]]) -> Value {
+/// Writes the normalized value of a field into `out`; false when the
+/// request lacked the field.
+fn normalize(name: &[u8], values: &[&[u8]], out: &mut Scratch) -> bool {
     if values.is_empty() {
-        return None;
+        return false;
     }
     if name == b"accept-encoding" {
-        return Some(accepted_codings(values).into_boxed_slice());
+        accepted_codings(values, out);
+        return true;
     }
-    let mut out = Vec::new();
     for member in values
         .iter()
         .flat_map(|v| v.split(|&b| b == b','))
@@ -63,12 +85,12 @@ fn normalize(name: &[u8], values: &[&[u8]]) -> Value {
         }
         out.extend(member.iter().map(u8::to_ascii_lowercase));
     }
-    Some(out.into_boxed_slice())
+    true
 }
 
 /// The codings among br, zstd and gzip that the client accepts, in that
 /// order, comma-separated.
-fn accepted_codings(values: &[&[u8]]) -> Vec<u8> {
+fn accepted_codings(values: &[&[u8]], out: &mut Scratch) {
     let mut accepted = [false; 3];
     const CODINGS: [&[u8]; 3] = [b"br", b"zstd", b"gzip"];
     for member in values.iter().flat_map(|v| v.split(|&b| b == b',')) {
@@ -87,14 +109,12 @@ fn accepted_codings(values: &[&[u8]]) -> Vec<u8> {
             }
         }
     }
-    let mut out = Vec::new();
     for (_, c) in CODINGS.iter().enumerate().filter(|(i, _)| accepted[*i]) {
         if !out.is_empty() {
             out.push(b',');
         }
         out.extend_from_slice(c);
     }
-    out
 }
 
 #[cfg(test)]
@@ -108,7 +128,7 @@ mod tests {
                 .iter()
                 .filter(|(f, _)| f.as_bytes().eq_ignore_ascii_case(n))
                 .map(|(_, v)| v.as_bytes())
-                .collect()
+                .collect::<Vec<_>>()
         })
     }
 
@@ -120,12 +140,14 @@ mod tests {
         assert_ne!(ae("gzip"), ae("br"));
         assert_ne!(ae("gzip"), ae("identity"));
         assert_eq!(ae("identity"), ae("deflate"));
-        assert_eq!(
-            accepted_codings(&[b"gzip, zstd;q=0.5, br"]),
-            b"br,zstd,gzip"
-        );
-        assert_eq!(accepted_codings(&[b"zstd, gzip"]), b"zstd,gzip");
-        assert_eq!(accepted_codings(&[b"gzip;q=0.000"]), b"");
+        let codings = |v: &'static [u8]| {
+            let mut out = Scratch::new();
+            accepted_codings(&[v], &mut out);
+            out.to_vec()
+        };
+        assert_eq!(codings(b"gzip, zstd;q=0.5, br"), b"br,zstd,gzip");
+        assert_eq!(codings(b"zstd, gzip"), b"zstd,gzip");
+        assert_eq!(codings(b"gzip;q=0.000"), b"");
     }
 
     #[test]

@@ -199,6 +199,11 @@ impl Response {
             !value.iter().any(|&b| b == b'\r' || b == b'\n'),
             "header injection"
         );
+        if self.head.capacity() == 0 {
+            // One allocation for the usual few fields instead of growing
+            // 8 → 16 → … → 128 bytes.
+            self.head.reserve(256);
+        }
         self.head.extend_from_slice(name.as_bytes());
         self.head.extend_from_slice(b": ");
         self.head.extend_from_slice(value);

@@ -31,6 +31,9 @@ const MAX_RESPONSE_HEADERS: usize = 128;
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
+/// A request's header fields (inline: most requests carry fewer than 16).
+pub type RequestFields<'a> = SmallVec<[(&'a [u8], &'a [u8]); 16]>;
+
 /// The request as the proxy needs it.
 #[derive(Debug)]
 pub struct ProxyRequest<'a> {
@@ -39,7 +42,7 @@ pub struct ProxyRequest<'a> {
     /// Path and query as the client sent them.
     pub target: &'a [u8],
     /// Header fields as received.
-    pub headers: Vec<(&'a [u8], &'a [u8])>,
+    pub headers: RequestFields<'a>,
     /// The client's address, for X-Forwarded-For (`unix` for Unix sockets).
     pub client_ip: &'a str,
     /// The Host the client asked for.
@@ -1110,7 +1113,7 @@ mod tests {
         ProxyRequest {
             method: b"POST",
             target: b"/a?b",
-            headers,
+            headers: headers.into(),
             client_ip: "10.0.0.1",
             host: Some(b"example.com"),
         }

@@ -19,5 +19,5 @@ mod group;
 mod upconn;
 
 pub use addr::UpstreamAddr;
-pub use forward::ProxyRequest;
+pub use forward::{ProxyRequest, RequestFields};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};

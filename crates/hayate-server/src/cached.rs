@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use hayate_cache::policy::storable;
 use hayate_cache::serve::{self, Admission, ClientValidators};
 use hayate_cache::store::{self, Key};
+use hayate_cache::vary::FieldValues;
 use hayate_cache::{
     CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
     Role, RoutePolicy, Stats, Stored, Use, VaryKey,
@@ -24,7 +25,7 @@ use hayate_cache::{
 use hayate_compress::{AcceptEncoding, Policy, RequestFacts};
 use hayate_core::client_body::{ClientBody, NoBody};
 use hayate_core::{Body, BodySource, Response, Status, StreamBody};
-use hayate_proxy::{ProxyRequest, UpstreamGroup};
+use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -89,12 +90,12 @@ fn values<'r, 'h>(
 }
 
 /// [`values`] collected, as the Vary key wants them.
-fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Vec<&'h [u8]> {
+fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> FieldValues<'h> {
     values(req, name).collect()
 }
 
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
-    resp.header("Cache-Status", status.header_value().as_bytes());
+    resp.header("Cache-Status", &status.value_bytes());
     resp.cache_status = Some(status.outcome.as_str());
     resp
 }
@@ -122,7 +123,7 @@ pub async fn respond<B: ClientBody>(
         let resp = origin(rc, group, req, body).await;
         return with_status(resp, &CacheStatus::bypass("request", reason));
     }
-    let key = store::key(req.host.unwrap_or_default(), req.target);
+    let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = RequestDirectives::parse(
         values(req, b"cache-control"),
         values(req, b"pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")),
@@ -130,7 +131,7 @@ pub async fn respond<B: ClientBody>(
     let lookup = rc
         .shared
         .store
-        .lookup(&key, |n| fields(req, n), Instant::now());
+        .lookup(&lookup_key, |n| fields(req, n), Instant::now());
     let stale = match lookup {
         Lookup::Found(stored) => {
             let now = Instant::now();
@@ -156,7 +157,7 @@ pub async fn respond<B: ClientBody>(
                 }
                 Use::StaleWhileRevalidate => {
                     Stats::bump(&stats.stale);
-                    refresh_in_background(rc, group, req, &key, &stored);
+                    refresh_in_background(rc, group, req, &lookup_key[..].into(), &stored);
                     let status = CacheStatus {
                         ttl: Some(fresh.ttl()),
                         detail: Some("stale-while-revalidate"),
@@ -194,6 +195,8 @@ pub async fn respond<B: ClientBody>(
         };
         return with_status(resp, &status);
     }
+    // A miss from here on: the key is owned (fills and the store keep it).
+    let key: Key = lookup_key[..].into();
     match rc.shared.fills.join(&key) {
         Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
         Role::Follower(follower) => {
@@ -272,7 +275,7 @@ async fn fetch<B: ClientBody>(
         .as_ref()
         .map(|(s, _)| serve::validators(s))
         .unwrap_or_default();
-    let mut headers: Vec<(&[u8], &[u8])> = req
+    let mut headers: RequestFields<'_> = req
         .headers
         .iter()
         .filter(|(n, _)| !CLIENT_VALIDATORS.iter().any(|v| n.eq_ignore_ascii_case(v)))
