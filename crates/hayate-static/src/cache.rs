@@ -23,10 +23,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, Metadata};
 use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -34,6 +36,8 @@ use hayate_core::Coding;
 
 use crate::{VariantSource, VariantState};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// Bound on the number of entries, so descriptors of large files stay few.
 const MAX_ENTRIES: usize = 8192;
@@ -168,8 +172,51 @@ pub(crate) struct OpenFileCache {
     variants: Option<Rc<dyn VariantSource>>,
 }
 
+/// An inotify instance for [`AsyncFd`], which then owns it.
+struct LoopInotify(Inotify);
+
+impl AsRawFd for LoopInotify {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// The inotify instance: in the worker's event loop when there is one (its
+/// readiness says whether events wait, so a request costs no `read` when
+/// nothing changed), or plain (tests, validation: one non-blocking read).
+enum Events {
+    Loop(AsyncFd<LoopInotify>),
+    Plain(Inotify),
+}
+
+impl Events {
+    fn new(inotify: Inotify) -> Events {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Events::Plain(inotify);
+        }
+        // The safe constructor is deprecated for types that do not own
+        // their descriptor; LoopInotify owns it, so it stays open and the
+        // same for the AsyncFd's whole life.
+        #[allow(deprecated)]
+        match AsyncFd::try_with_interest(LoopInotify(inotify), Interest::READABLE) {
+            Ok(fd) => Events::Loop(fd),
+            Err(e) => {
+                let (inner, _) = e.into_parts();
+                Events::Plain(inner.0)
+            }
+        }
+    }
+
+    fn inotify(&self) -> &Inotify {
+        match self {
+            Events::Loop(fd) => &fd.get_ref().0,
+            Events::Plain(i) => i,
+        }
+    }
+}
+
 struct Watch {
-    inotify: Inotify,
+    events: Events,
     dirs: RefCell<HashMap<WatchDescriptor, PathBuf>>,
     watched: RefCell<HashSet<PathBuf>>,
 }
@@ -205,7 +252,7 @@ impl OpenFileCache {
     ) -> OpenFileCache {
         let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => Some(Watch {
-                inotify,
+                events: Events::new(inotify),
                 dirs: RefCell::default(),
                 watched: RefCell::default(),
             }),
@@ -435,7 +482,7 @@ impl OpenFileCache {
             if watch.watched.borrow().contains(dir) {
                 continue;
             }
-            match watch.inotify.add_watch(dir, WATCH_MASK) {
+            match watch.events.inotify().add_watch(dir, WATCH_MASK) {
                 Ok(wd) => {
                     watch.dirs.borrow_mut().insert(wd, dir.to_path_buf());
                     watch.watched.borrow_mut().insert(dir.to_path_buf());
@@ -452,19 +499,36 @@ impl OpenFileCache {
         ok
     }
 
-    /// Applies queued file-system events: one non-blocking read when there
-    /// are none, at most once per input epoch (so once per socket read, not
-    /// per pipelined request).
+    /// Applies queued file-system events, at most once per input epoch (so
+    /// once per socket read, not per pipelined request). In a worker the
+    /// event loop's readiness of the inotify descriptor tells whether any
+    /// wait, without a syscall: events queued before a request was sent are
+    /// seen by the same epoll_wait that delivers the request. Elsewhere
+    /// (tests, validation) one non-blocking read tells.
     fn drain_events(&self) {
         let Some(watch) = &self.watch else { return };
         let epoch = hayate_core::epoch::current();
         if self.checked_epoch.replace(epoch) == epoch {
             return;
         }
+        let mut ready = None;
+        if let Events::Loop(fd) = &watch.events {
+            let mut cx = Context::from_waker(Waker::noop());
+            match fd.poll_read_ready(&mut cx) {
+                Poll::Pending => return,
+                Poll::Ready(Ok(guard)) => ready = Some(guard),
+                Poll::Ready(Err(_)) => {}
+            }
+        }
         loop {
-            let events = match watch.inotify.read_events() {
+            let events = match watch.events.inotify().read_events() {
                 Ok(events) => events,
-                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(nix::errno::Errno::EAGAIN) => {
+                    if let Some(mut guard) = ready {
+                        guard.clear_ready();
+                    }
+                    return;
+                }
                 Err(e) => {
                     log::warn!("inotify read failed ({e}); dropping the file cache");
                     self.clear();
@@ -501,7 +565,7 @@ impl OpenFileCache {
                     watch.dirs.borrow_mut().remove(&ev.wd);
                     watch.watched.borrow_mut().remove(&dir);
                     if !ev.mask.contains(AddWatchFlags::IN_IGNORED) {
-                        let _ = watch.inotify.rm_watch(ev.wd);
+                        let _ = watch.events.inotify().rm_watch(ev.wd);
                     }
                     // Watches below a moved directory point elsewhere now.
                     self.forget_watches_under(watch, &dir);
@@ -521,7 +585,7 @@ impl OpenFileCache {
         for wd in stale {
             if let Some(d) = watch.dirs.borrow_mut().remove(&wd) {
                 watch.watched.borrow_mut().remove(&d);
-                let _ = watch.inotify.rm_watch(wd);
+                let _ = watch.events.inotify().rm_watch(wd);
                 self.invalidate(&d);
             }
         }

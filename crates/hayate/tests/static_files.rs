@@ -771,6 +771,17 @@ fn files_changed_on_disk_are_served_fresh_on_the_next_request() {
         (r.text().as_str(), r.header("content-encoding")),
         ("gz", Some("gzip"))
     );
+    // One keep-alive connection sees each change at its next request (its
+    // worker learns of it from the event loop, not from a read per request).
+    let mut c = h.client();
+    for i in 0..5 {
+        let body = format!("version {i}{}\n", "!".repeat(i));
+        write(p.join("ka.txt"), body.as_bytes());
+        assert_eq!(c.get("/ka.txt", &[]).text(), body, "keep-alive, change {i}");
+        assert_eq!(c.get("/ka.txt", &[]).text(), body, "keep-alive, again {i}");
+    }
+    std::fs::remove_file(p.join("ka.txt")).expect("rm");
+    assert_eq!(c.get("/ka.txt", &[]).status, 404, "keep-alive, deleted");
     // A large (sendfile) file rewritten in place with other bytes.
     for _ in 0..2 {
         assert_eq!(h.client().get("/big.bin", &[]).body.len(), 1 << 20);
