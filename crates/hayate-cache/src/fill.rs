@@ -5,6 +5,10 @@
 //! Shared by every worker (tokio's `watch` wakes tasks on any runtime).
 //! A leader that is dropped without finishing (its client left, a panic)
 //! releases the waiters, so none waits longer than its own timeout.
+//!
+//! When the response is storable and its length known, the leader does not
+//! make the waiters wait for the whole body: it publishes a [`Streaming`]
+//! fill and every waiter reads the body as it arrives.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +17,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::store::Key;
+use crate::growing::Growing;
+use crate::store::{Key, Stored};
 
 const SHARDS: usize = 16;
 
@@ -24,6 +29,9 @@ pub enum Outcome {
     Pending,
     /// The response is in the store: look it up again.
     Stored,
+    /// The response is storable and its body arriving: read it from the
+    /// fill ([`Waited::Streaming`]).
+    Streaming,
     /// The response was not stored: go to the origin yourself.
     Released,
 }
@@ -33,6 +41,30 @@ pub enum Outcome {
 pub struct Fill {
     state: watch::Sender<Outcome>,
     waiters: AtomicUsize,
+    streaming: Mutex<Option<Arc<Streaming>>>,
+}
+
+/// A storable response whose body is still arriving.
+#[derive(Debug)]
+pub struct Streaming {
+    /// What will be stored, with an empty body: status, head, validators,
+    /// freshness and the Vary values it was fetched for.
+    pub stored: Arc<Stored>,
+    /// The body so far.
+    pub body: Arc<Growing>,
+    /// Its length (only bodies of known length are streamed to waiters).
+    pub len: u64,
+}
+
+/// What a waiter learned.
+#[derive(Debug)]
+pub enum Waited {
+    /// The response is in the store: look it up again.
+    Stored,
+    /// Its body is arriving: read it from here.
+    Streaming(Arc<Streaming>),
+    /// Not stored (or the wait timed out): go to the origin yourself.
+    Released,
 }
 
 /// The fills in progress, by key.
@@ -100,6 +132,7 @@ impl Fills {
         let fill = Arc::new(Fill {
             state: watch::Sender::new(Outcome::Pending),
             waiters: AtomicUsize::new(0),
+            streaming: Mutex::new(None),
         });
         map.insert(key.into(), fill.clone());
         Role::Leader(Leader {
@@ -125,6 +158,17 @@ impl Fills {
 }
 
 impl Leader {
+    /// Lets the waiters (and those that join until [`Leader::finish`]) read
+    /// the body as it arrives.
+    pub fn stream(&self, streaming: Arc<Streaming>) {
+        *self
+            .fill
+            .streaming
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(streaming);
+        self.fill.state.send_replace(Outcome::Streaming);
+    }
+
     /// Ends the fill, waking every waiter with `outcome`.
     pub fn finish(mut self, outcome: Outcome) {
         self.end(outcome);
@@ -164,7 +208,7 @@ impl Drop for Leader {
 
 impl Follower {
     /// Waits for the leader, at most `limit`; `Released` on timeout.
-    pub async fn wait(self, limit: Duration) -> Outcome {
+    pub async fn wait(self, limit: Duration) -> Waited {
         let mut rx = self.fill.state.subscribe();
         let outcome =
             match tokio::time::timeout(limit, rx.wait_for(|s| *s != Outcome::Pending)).await {
@@ -172,7 +216,17 @@ impl Follower {
                 _ => Outcome::Released,
             };
         self.fill.waiters.fetch_sub(1, Ordering::Relaxed);
-        outcome
+        match outcome {
+            Outcome::Stored => Waited::Stored,
+            Outcome::Streaming => self
+                .fill
+                .streaming
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .map_or(Waited::Released, Waited::Streaming),
+            Outcome::Pending | Outcome::Released => Waited::Released,
+        }
     }
 }
 
@@ -205,7 +259,7 @@ mod tests {
         assert_eq!(l.waiters(), 10);
         l.finish(Outcome::Stored);
         for w in waits {
-            assert_eq!(w.await.expect("join"), Outcome::Stored);
+            assert!(matches!(w.await.expect("join"), Waited::Stored));
         }
         assert!(fills.is_empty());
         // The next miss leads a new fill.
@@ -219,7 +273,7 @@ mod tests {
         let w = tokio::spawn(follower(fills.join(b"k")).wait(Duration::from_secs(30)));
         tokio::task::yield_now().await;
         drop(l);
-        assert_eq!(w.await.expect("join"), Outcome::Released);
+        assert!(matches!(w.await.expect("join"), Waited::Released));
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -228,7 +282,10 @@ mod tests {
         let _l = leader(fills.join(b"k"));
         let f = follower(fills.join(b"k"));
         assert!(matches!(fills.join(b"k"), Role::Overflow));
-        assert_eq!(f.wait(Duration::from_secs(5)).await, Outcome::Released);
+        assert!(matches!(
+            f.wait(Duration::from_secs(5)).await,
+            Waited::Released
+        ));
         // The waiter's slot is free again.
         drop(follower(fills.join(b"k")));
     }

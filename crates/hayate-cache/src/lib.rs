@@ -16,6 +16,7 @@
 
 pub mod directives;
 pub mod fill;
+pub mod growing;
 pub mod policy;
 pub mod serve;
 pub mod status;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use directives::{RequestDirectives, ResponseDirectives};
-pub use fill::{Fills, Outcome, Role};
+pub use fill::{Fills, Outcome, Role, Streaming, Waited};
 pub use policy::{NotStored, ResponseFacts, RoutePolicy, Use};
 pub use status::{CacheOutcome, CacheStatus};
 pub use store::{Lookup, Stats, Store, Stored};

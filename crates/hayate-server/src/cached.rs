@@ -14,13 +14,14 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use hayate_cache::growing::Growing;
 use hayate_cache::policy::storable;
 use hayate_cache::serve::{self, Admission, ClientValidators};
 use hayate_cache::store::{self, Key};
 use hayate_cache::vary::FieldValues;
 use hayate_cache::{
     CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
-    Role, RoutePolicy, Stats, Stored, Use, VaryKey,
+    Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
 };
 use hayate_compress::{AcceptEncoding, Policy, RequestFacts};
 use hayate_core::client_body::{ClientBody, NoBody};
@@ -201,20 +202,25 @@ pub async fn respond<B: ClientBody>(
         Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
         Role::Follower(follower) => {
             Stats::bump(&stats.coalesced);
-            let outcome = follower.wait(rc.shared.limits.lock_timeout).await;
-            if outcome == Outcome::Stored {
-                if let Lookup::Found(stored) =
-                    rc.shared
-                        .store
-                        .lookup(&key, |n| fields(req, n), Instant::now())
-                {
-                    let status = CacheStatus {
-                        fwd: Some("uri-miss"),
-                        collapsed: true,
-                        ..CacheStatus::new(CacheOutcome::Miss)
-                    };
-                    return from_store(req, &stored, stored.age(Instant::now()), status);
+            let status = CacheStatus {
+                fwd: Some("uri-miss"),
+                collapsed: true,
+                ..CacheStatus::new(CacheOutcome::Miss)
+            };
+            match follower.wait(rc.shared.limits.lock_timeout).await {
+                Waited::Stored => {
+                    if let Lookup::Found(stored) =
+                        rc.shared
+                            .store
+                            .lookup(&key, |n| fields(req, n), Instant::now())
+                    {
+                        return from_store(req, &stored, stored.age(Instant::now()), status);
+                    }
                 }
+                Waited::Streaming(fill) if fill.stored.vary.matches(&|n: &[u8]| fields(req, n)) => {
+                    return from_streaming(req, &fill, status);
+                }
+                Waited::Streaming(_) | Waited::Released => {}
             }
             // Released, timed out, or stored for another variant: fetch
             // without waiting again.
@@ -256,6 +262,20 @@ fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheSt
         serve::from_store(stored, age, &status)
     };
     resp.cache_status = Some(status.outcome.as_str());
+    resp
+}
+
+/// A response whose body is still arriving, for a request that waited on
+/// its fill: the stored head now, the body as it comes.
+fn from_streaming(req: &ProxyRequest<'_>, fill: &Streaming, status: CacheStatus) -> Response {
+    let age = fill.stored.age(Instant::now());
+    let mut resp = from_store(req, &fill.stored, age, status);
+    if resp.status != Status::NOT_MODIFIED {
+        resp.body = Body::Stream(StreamBody {
+            len: Some(fill.len),
+            source: Box::new(fill.body.reader()),
+        });
+    }
     resp
 }
 
@@ -385,6 +405,26 @@ async fn fetch<B: ClientBody>(
         close,
         ..
     } = resp;
+    // A body of known length that fits: stream it to this client and every
+    // waiter while it arrives, store it at the end.
+    let (leader, resp_body) = match (leader, resp_body) {
+        (Some(leader), Body::Stream(s)) if s.len.is_some_and(|n| n <= shared.limits.max_object) => {
+            let vary = vary_key(&facts);
+            let fill = StreamingFill {
+                key: key.clone(),
+                code,
+                head,
+                facts,
+                lifetime,
+                request_time,
+                response_time,
+                vary,
+                close,
+            };
+            return stream_fill(rc, req, fill, leader, s, status);
+        }
+        other => other,
+    };
     let body = match read_body(resp_body, shared.limits.max_object).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(partial)) => {
@@ -444,6 +484,112 @@ async fn fetch<B: ClientBody>(
     r.body = Body::Bytes(body);
     r.close = close;
     with_status(r, &status)
+}
+
+/// What a streamed fill stores once its body is whole.
+struct StreamingFill {
+    key: Key,
+    code: Status,
+    head: Vec<u8>,
+    facts: ResponseFacts,
+    lifetime: std::time::Duration,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    vary: VaryKey,
+    close: bool,
+}
+
+impl StreamingFill {
+    fn stored(&self, body: Bytes) -> Stored {
+        serve::stored_from(
+            self.code,
+            &self.head,
+            body,
+            Admission {
+                facts: &self.facts,
+                lifetime: self.lifetime,
+                request_time: self.request_time,
+                response_time: self.response_time,
+                vary: self.vary.clone(),
+            },
+        )
+    }
+}
+
+/// Streams a storable body of known length: a task on this worker reads
+/// the upstream into a [`Growing`] body that this client and every waiter
+/// read at their own pace (so none waits for the whole body, and the fill
+/// goes on if this client leaves); once whole it is stored and the fill
+/// ends. A failed upstream body cuts every reader's response and stores
+/// nothing.
+fn stream_fill(
+    rc: &RouteCache,
+    req: &ProxyRequest<'_>,
+    fill: StreamingFill,
+    leader: hayate_cache::fill::Leader,
+    mut upstream: StreamBody,
+    mut status: CacheStatus,
+) -> Response {
+    let len = upstream.len.unwrap_or_default();
+    let stored = Arc::new(fill.stored(Bytes::new()));
+    let growing = Growing::new();
+    leader.stream(Arc::new(Streaming {
+        stored: stored.clone(),
+        body: growing.clone(),
+        len,
+    }));
+    status.ttl = Some(stored.lifetime.as_secs() as i64 - stored.initial_age as i64);
+    status.stored = true;
+    let age = stored.initial_age;
+    let client_sees_304 = ClientValidators {
+        if_none_match: field(req, b"if-none-match"),
+        if_modified_since: field(req, b"if-modified-since"),
+    }
+    .not_modified(&stored);
+    let r = if client_sees_304 {
+        let mut r = serve::not_modified(&stored, age, &status);
+        r.cache_status = Some(status.outcome.as_str());
+        r
+    } else {
+        // The fetching client gets the head as the origin sent it (its
+        // Set-Cookie included), with an Age when the origin sent none.
+        let mut r = Response::new(fill.code);
+        r.head = fill.head.clone();
+        if fill.facts.age == 0 && age > 0 {
+            r.header("Age", itoa::Buffer::new().format(age).as_bytes());
+        }
+        r.body = Body::Stream(StreamBody {
+            len: Some(len),
+            source: Box::new(growing.reader()),
+        });
+        r.close = fill.close;
+        with_status(r, &status)
+    };
+    let shared = rc.shared.clone();
+    let target = String::from_utf8_lossy(req.target).into_owned();
+    tokio::task::spawn_local(async move {
+        let mut whole = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
+        let complete = loop {
+            match poll_fn(|cx| upstream.source.poll_chunk(cx)).await {
+                Ok(Some(chunk)) => {
+                    whole.extend_from_slice(&chunk);
+                    growing.push(chunk);
+                }
+                Ok(None) => break whole.len() as u64 == len,
+                Err(e) => {
+                    log::warn!("cache fill of {target}: upstream body failed: {e}");
+                    break false;
+                }
+            }
+        };
+        growing.finish(complete);
+        if complete {
+            shared.store.insert(&fill.key, fill.stored(whole.freeze()));
+            leader.finish(Outcome::Stored);
+        }
+        // else: the leader dropped here releases whoever still waits.
+    });
+    r
 }
 
 fn finish(leader: Option<hayate_cache::fill::Leader>, outcome: Outcome) {

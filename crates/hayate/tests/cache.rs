@@ -480,6 +480,92 @@ fn concurrent_misses_make_one_origin_request() {
 }
 
 #[test]
+fn waiters_get_the_body_as_it_arrives() {
+    // The origin sends half of a storable body, pauses, then the rest. Every
+    // request that waits on the fill (and the one that leads it) must see
+    // its first bytes before the pause ends, not the whole body after it.
+    const N: usize = 200_000;
+    const STALL: Duration = Duration::from_millis(800);
+    let o = origin();
+    let h = cached(&o, "5s", &[]);
+    let path = format!("/bytes?n={N}&stall_ms={}", STALL.as_millis());
+    let addr = h.addr;
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+                let mut first: Option<Instant> = None;
+                let mut body = Vec::with_capacity(N);
+                let mut r = c.read_response_with(false, &mut |piece| {
+                    first.get_or_insert_with(Instant::now);
+                    body.extend_from_slice(piece);
+                });
+                let last = Instant::now();
+                r.body = body;
+                (r, first.expect("a body"), last)
+            })
+        })
+        .collect();
+    let expected = big_bytes(N);
+    let mut collapsed = 0;
+    for t in clients {
+        let (r, first, last) = t.join().expect("client");
+        assert_eq!(r.status, 200);
+        assert!(r.body == expected, "body differs");
+        // Streamed: the first half came a pause before the end.
+        assert!(
+            last.duration_since(first) >= STALL / 2,
+            "first bytes only {:?} before the end: not streamed ({})",
+            last.duration_since(first),
+            cache_status(&r)
+        );
+        if cache_status(&r).contains("collapsed") {
+            collapsed += 1;
+        }
+    }
+    assert_eq!(o.count(&path), 1, "one origin request");
+    assert!(collapsed >= 5, "{collapsed} of 10 waited on the fill");
+    // Stored whole once it arrived.
+    let r = Client::connect(addr).get(&path, &[]);
+    assert!(cache_status(&r).contains("hit"), "{r:?}");
+    assert!(r.body == expected);
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_fill_whose_upstream_body_fails_cuts_its_readers_and_stores_nothing() {
+    const N: usize = 200_000;
+    let o = origin();
+    let h = cached(&o, "5s", &["--proxy-timeout", "300ms"]);
+    let path = format!("/bytes?n={N}&stall_ms=2000");
+    let addr = h.addr;
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+                c.read_to_close().len()
+            })
+        })
+        .collect();
+    for t in clients {
+        assert!(
+            t.join().expect("client") < N,
+            "a cut body must not look whole"
+        );
+    }
+    assert_eq!(o.count(&path), 1);
+    // Nothing was stored: the next request goes to the origin again.
+    let mut c = Client::connect(addr);
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+    let _ = c.read_to_close();
+    assert_eq!(o.count(&path), 2);
+}
+
+#[test]
 fn an_uncacheable_answer_releases_the_waiters() {
     let o = origin();
     // A lock timeout far beyond the test: waiters must be woken by the
