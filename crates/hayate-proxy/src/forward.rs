@@ -417,18 +417,22 @@ impl UpstreamGroup {
         }
         // The response head.
         let deadline = Instant::now() + self.settings.header_timeout;
+        // The buffer is allocated once the answer starts to arrive: a request
+        // waiting on a slow app holds no read buffer (thousands of them cost
+        // their sockets and little else). Readiness comes from epoll, no
+        // syscall.
+        match tokio::time::timeout_at(deadline.into(), conn.readable()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Failure::BeforeResponse(e)),
+            Err(_) => return Err(Failure::Upstream(header_timed_out())),
+        }
         let mut buf = BytesMut::with_capacity(8 * 1024);
         loop {
             let n = match tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) if buf.is_empty() => return Err(Failure::BeforeResponse(e)),
                 Ok(Err(e)) => return Err(Failure::Upstream(e)),
-                Err(_) => {
-                    return Err(Failure::Upstream(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "no response head in time",
-                    )))
-                }
+                Err(_) => return Err(Failure::Upstream(header_timed_out())),
             };
             if n == 0 {
                 let e = io::Error::new(
@@ -546,6 +550,10 @@ impl Drop for Outstanding {
         // The first queued request (if any) may go now.
         self.0.freed.notify_one();
     }
+}
+
+fn header_timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "no response head in time")
 }
 
 /// Writes every byte of `parts` with as few (vectored) writes as the

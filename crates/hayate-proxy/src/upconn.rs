@@ -37,6 +37,15 @@ impl UpConn {
         }
     }
 
+    /// Waits until the connection has something to read (or an error or
+    /// EOF to report).
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            UpConn::Tcp(s) => s.readable().await,
+            UpConn::Unix(s) => s.readable().await,
+        }
+    }
+
     /// Whether an idle connection still looks usable: no EOF and no stray
     /// bytes waiting (one non-blocking read, no wait).
     pub fn looks_alive(&self) -> bool {
