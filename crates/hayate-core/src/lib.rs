@@ -18,6 +18,7 @@ pub mod path;
 pub mod response;
 pub mod shutdown;
 pub mod status;
+pub mod stream;
 
 pub use coding::Coding;
 pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};

@@ -17,13 +17,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::app::AppInstance;
 use hayate_core::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::stream::Stream;
 use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
 use crate::group::{Busy, HostPolicy, Member, ProxySettings, UpstreamGroup};
-use crate::upconn::UpConn;
 use crate::UpstreamAddr;
 
 /// Most response header fields accepted from an upstream.
@@ -217,24 +217,26 @@ impl UpstreamGroup {
             let reused = reused_conn.is_some();
             let conn = match reused_conn {
                 Some(c) => c,
-                None => match UpConn::connect(&target, self.settings.connect_timeout).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Nothing was sent: another member may take it. The
-                        // error line is for a request that fails, not a retry.
-                        member.failed(&self.settings);
-                        tried.push(i);
-                        if tried.len() < self.members.len() {
-                            log::warn!(
-                                "upstream {}: connect failed: {e}; trying another member",
-                                member.label
-                            );
-                            continue;
+                None => {
+                    match crate::upconn::connect(&target, self.settings.connect_timeout).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Nothing was sent: another member may take it. The
+                            // error line is for a request that fails, not a retry.
+                            member.failed(&self.settings);
+                            tried.push(i);
+                            if tried.len() < self.members.len() {
+                                log::warn!(
+                                    "upstream {}: connect failed: {e}; trying another member",
+                                    member.label
+                                );
+                                continue;
+                            }
+                            log::error!("upstream {}: connect failed: {e}", member.label);
+                            return upstream_error(&e);
                         }
-                        log::error!("upstream {}: connect failed: {e}", member.label);
-                        return upstream_error(&e);
                     }
-                },
+                }
             };
             match self
                 .exchange(
@@ -333,10 +335,10 @@ impl UpstreamGroup {
     /// Sends the request and reads the response head.
     async fn exchange<B: ClientBody>(
         &self,
-        mut conn: UpConn,
+        mut conn: Stream,
         out: &Outgoing<'_>,
         body: &mut B,
-    ) -> Result<(UpConn, Head, BytesMut), Failure> {
+    ) -> Result<(Stream, Head, BytesMut), Failure> {
         let Outgoing {
             head,
             buffered,
@@ -464,7 +466,7 @@ impl UpstreamGroup {
         }
     }
 
-    fn response(&self, conn: UpConn, head: Head, rest: BytesMut, guard: Outstanding) -> Response {
+    fn response(&self, conn: Stream, head: Head, rest: BytesMut, guard: Outstanding) -> Response {
         let mut r = Response::new(head.status);
         r.head = head.headers;
         if head.framing == Framing::Tunnel {
@@ -558,7 +560,7 @@ fn header_timed_out() -> io::Error {
 
 /// Writes every byte of `parts` with as few (vectored) writes as the
 /// socket takes.
-async fn write_all_vectored(conn: &mut UpConn, mut parts: &mut [IoSlice<'_>]) -> io::Result<()> {
+async fn write_all_vectored(conn: &mut Stream, mut parts: &mut [IoSlice<'_>]) -> io::Result<()> {
     IoSlice::advance_slices(&mut parts, 0);
     while !parts.is_empty() {
         let n = conn.write_vectored(parts).await?;
@@ -940,7 +942,7 @@ fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
 /// The upstream's response body, streamed to the client; the connection
 /// returns to the pool once the body has been read whole.
 struct UpstreamBody {
-    conn: Option<UpConn>,
+    conn: Option<Stream>,
     buf: BytesMut,
     framing: Framing,
     remaining: u64,
@@ -1082,7 +1084,7 @@ type Chunked = hayate_core::chunked::ChunkedDecoder;
 /// the client until either side closes. Reloads never cut it: it belongs to
 /// its connection task, not to a route table generation.
 struct UpstreamTunnel {
-    conn: UpConn,
+    conn: Stream,
     /// Upstream bytes read past the 101 head.
     rest: Bytes,
     _guard: Outstanding,

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use hayate_core::app::{AppAddr, AppInstance, AppSlot, AppSlots};
 use hayate_core::net::IpNet;
+use hayate_core::stream::Stream;
 use tokio::sync::Notify;
 
-use crate::upconn::UpConn;
 use crate::UpstreamAddr;
 
 /// Proxy settings of a group.
@@ -135,7 +135,7 @@ pub(crate) struct Member {
 
 #[derive(Debug)]
 struct Idle {
-    conn: UpConn,
+    conn: Stream,
     expires: Instant,
     /// The app instance it leads to (supervised members), 0 otherwise.
     instance: u64,
@@ -379,7 +379,7 @@ impl UpstreamGroup {
 async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
-        let mut conn = UpConn::connect(addr, limit).await?;
+        let mut conn = crate::upconn::connect(addr, limit).await?;
         let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-health\r\nConnection: close\r\n\r\n");
         conn.write_all(req.as_bytes()).await?;
         let mut head = [0u8; 12];
@@ -416,7 +416,7 @@ fn rendezvous(key: &[u8], member: &str) -> u64 {
 
 impl Member {
     /// An idle connection that is still usable, most recent first.
-    pub fn checkout(&self, now: Instant) -> Option<UpConn> {
+    pub fn checkout(&self, now: Instant) -> Option<Stream> {
         let current = self.instance().map_or(0, |i| i.id);
         let mut idle = self.idle.borrow_mut();
         while let Some(i) = idle.pop_back() {
@@ -453,7 +453,7 @@ impl Member {
 
     /// Returns a connection to the pool for `keep` (the upstream's hint or
     /// the default idle time).
-    pub fn checkin(&self, conn: UpConn, keep: Duration, max_idle: usize, instance: u64) {
+    pub fn checkin(&self, conn: Stream, keep: Duration, max_idle: usize, instance: u64) {
         let now = Instant::now();
         let mut idle = self.idle.borrow_mut();
         // Oldest first: the expired ones go now rather than at a checkout
@@ -708,14 +708,14 @@ mod tests {
             let pair = || {
                 let (a, b) = tokio::net::UnixStream::pair().expect("pair");
                 peers.borrow_mut().push(b);
-                UpConn::Unix(a)
+                Stream::Unix(a)
             };
-            let fd = |c: &UpConn| match c {
-                UpConn::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-                UpConn::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            let fd = |c: &Stream| match c {
+                Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+                Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             };
             let long = Duration::from_secs(60);
-            let conns: Vec<UpConn> = (0..4).map(|_| pair()).collect();
+            let conns: Vec<Stream> = (0..4).map(|_| pair()).collect();
             let fds: Vec<i32> = conns.iter().map(fd).collect();
             for c in conns {
                 m.checkin(c, long, 3, 0);

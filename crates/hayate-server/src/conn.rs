@@ -23,10 +23,10 @@ use crate::deadline::{Deadline, Expired};
 use crate::pipeline;
 use crate::request::{self, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
-use crate::stream::Stream;
 use crate::worker::Worker;
 use hayate_core::chunked::chunk_size_line;
 use hayate_core::client_body::ClientBody;
+use hayate_core::stream::Stream;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use crate::deadline::Deadline;
 use crate::request::Framing;
 use crate::respond;
-use crate::stream::Stream;
+use hayate_core::stream::Stream;
 
 /// How far a request body has been read.
 #[derive(Debug)]

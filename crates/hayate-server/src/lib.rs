@@ -20,7 +20,6 @@ pub mod request;
 pub mod request_metrics;
 pub mod respond;
 pub mod router;
-mod stream;
 mod worker;
 
 use std::io;

@@ -23,7 +23,7 @@ use crate::request::HeadLimits;
 use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::respond::OVER_CAPACITY;
 use crate::router::Router;
-use crate::stream::Stream;
+use hayate_core::stream::Stream;
 
 /// Timeouts of a connection.
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,7 @@
-//! A client connection's socket: TCP or Unix, with the readiness-based
-//! operations the connection loop uses (try first, wait only on WouldBlock)
-//! and zero-copy file sending.
+//! A connection's socket, TCP or Unix: a client's (the connection loop
+//! uses the readiness-based operations: try first, wait only on WouldBlock,
+//! and zero-copy file sending) or an upstream's (the proxy goes through
+//! tokio's poll path).
 
 use std::fs::File;
 use std::io;
@@ -12,7 +13,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-/// An accepted client socket.
+/// A connected socket.
 #[derive(Debug)]
 pub enum Stream {
     /// TCP.
@@ -79,6 +80,15 @@ impl Stream {
         }
     }
 
+    /// Whether an idle socket still looks usable: no EOF and no stray bytes
+    /// waiting (at most one non-blocking read; none while epoll has not
+    /// reported it readable).
+    pub fn looks_alive(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = each!(self, s => s.try_read(&mut probe));
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     /// Waits until the socket is readable.
     pub async fn readable(&self) -> io::Result<()> {
         each!(self, s => s.readable().await)
@@ -129,6 +139,21 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
