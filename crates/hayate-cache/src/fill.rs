@@ -215,7 +215,6 @@ impl Follower {
                 Ok(Ok(s)) => *s,
                 _ => Outcome::Released,
             };
-        self.fill.waiters.fetch_sub(1, Ordering::Relaxed);
         match outcome {
             Outcome::Stored => Waited::Stored,
             Outcome::Streaming => self
@@ -227,6 +226,15 @@ impl Follower {
                 .map_or(Waited::Released, Waited::Streaming),
             Outcome::Pending | Outcome::Released => Waited::Released,
         }
+    }
+}
+
+/// A follower counts as waiting until it is dropped: after its wait, or
+/// unfinished (its client left; a stale-while-revalidate hit that found a
+/// refresh already running never waits at all).
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.fill.waiters.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -274,6 +282,18 @@ mod tests {
         tokio::task::yield_now().await;
         drop(l);
         assert!(matches!(w.await.expect("join"), Waited::Released));
+    }
+
+    #[test]
+    fn followers_dropped_without_waiting_free_their_slots() {
+        let fills = Arc::new(Fills::new(2));
+        let _l = leader(fills.join(b"k"));
+        for _ in 0..10 {
+            drop(follower(fills.join(b"k")));
+        }
+        let _a = follower(fills.join(b"k"));
+        let _b = follower(fills.join(b"k"));
+        assert!(matches!(fills.join(b"k"), Role::Overflow));
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -143,7 +143,10 @@ struct ByWeight;
 
 impl Weighter<Key, Arc<Entry>> for ByWeight {
     fn weight(&self, key: &Key, val: &Arc<Entry>) -> u64 {
-        key.len() as u64 + val.weight.max(1)
+        // The entry itself costs memory too: a hit-for-miss mark has no
+        // variants but must not be free, or a flood of uncacheable URLs
+        // outgrows the budget.
+        key.len() as u64 + ENTRY_OVERHEAD + val.weight
     }
 }
 
@@ -264,7 +267,6 @@ impl Store {
     pub fn mark_pass(&self, key: &[u8], until: Instant) {
         let mut entry = self.map.get(key).map(|e| (*e).clone()).unwrap_or_default();
         entry.pass_until = Some(until);
-        entry.weight = entry.variants.iter().map(|s| s.weight()).sum();
         self.map.insert(key.into(), Arc::new(entry));
     }
 
@@ -419,5 +421,22 @@ mod tests {
             &key(b"h", b"/big"),
             stored(&"y".repeat(70_000), VaryKey::default())
         ));
+    }
+
+    #[test]
+    fn hit_for_miss_marks_count_against_the_budget() {
+        let budget = 256 * 1024;
+        let store = Store::new(budget, 64 * 1024);
+        let until = Instant::now() + Duration::from_secs(60);
+        for i in 0..20_000 {
+            store.mark_pass(&key(b"h", format!("/uncacheable/{i}").as_bytes()), until);
+        }
+        assert!(store.bytes() <= budget, "{} > {budget}", store.bytes());
+        let most = (budget / ENTRY_OVERHEAD) as usize;
+        assert!(
+            store.len() <= most,
+            "{} marks kept, at most {most}",
+            store.len()
+        );
     }
 }

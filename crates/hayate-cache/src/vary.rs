@@ -8,6 +8,8 @@
 //! `gzip, deflate, br` and `br,gzip` share one variant.
 
 use hayate_core::field::trim_ows as trim;
+use hayate_core::negotiate::AcceptEncoding;
+use hayate_core::Coding;
 use smallvec::SmallVec;
 
 /// A request's values of one field, as the lookup closures give them
@@ -88,32 +90,16 @@ fn normalize(name: &[u8], values: &[&[u8]], out: &mut Scratch) -> bool {
     true
 }
 
-/// The codings among br, zstd and gzip that the client accepts, in that
-/// order, comma-separated.
+/// The codings among br, zstd and gzip that the client accepts (q > 0, `*`
+/// included, as compression negotiates them), in that order,
+/// comma-separated.
 fn accepted_codings(values: &[&[u8]], out: &mut Scratch) {
-    let mut accepted = [false; 3];
-    const CODINGS: [&[u8]; 3] = [b"br", b"zstd", b"gzip"];
-    for member in values.iter().flat_map(|v| v.split(|&b| b == b',')) {
-        let mut parts = member.split(|&b| b == b';');
-        let token = trim(parts.next().unwrap_or_default());
-        let refused = parts.any(|p| {
-            let p = trim(p);
-            p.len() >= 2
-                && p[0].eq_ignore_ascii_case(&b'q')
-                && p[1] == b'='
-                && trim(&p[2..]).iter().all(|&c| c == b'0' || c == b'.')
-        });
-        for (i, c) in CODINGS.iter().enumerate() {
-            if token.eq_ignore_ascii_case(c) || (token == b"x-gzip" && i == 2) {
-                accepted[i] = !refused;
-            }
-        }
-    }
-    for (_, c) in CODINGS.iter().enumerate().filter(|(i, _)| accepted[*i]) {
+    let ae = AcceptEncoding::parse(values.iter().copied());
+    for c in Coding::COMPRESSED.into_iter().filter(|c| ae.accepts(*c)) {
         if !out.is_empty() {
             out.push(b',');
         }
-        out.extend_from_slice(c);
+        out.extend_from_slice(c.as_str().as_bytes());
     }
 }
 
@@ -148,6 +134,10 @@ mod tests {
         assert_eq!(codings(b"gzip, zstd;q=0.5, br"), b"br,zstd,gzip");
         assert_eq!(codings(b"zstd, gzip"), b"zstd,gzip");
         assert_eq!(codings(b"gzip;q=0.000"), b"");
+        // `*` and any case: what compression would serve them
+        assert_eq!(codings(b"*"), b"br,zstd,gzip");
+        assert_eq!(codings(b"X-GZIP"), b"gzip");
+        assert_eq!(codings(b"gzip;q=0, gzip"), b"gzip");
     }
 
     #[test]

@@ -1,5 +1,4 @@
-//! Content codings (RFC 9110 §8.4): negotiation of Accept-Encoding, the
-//! br/zstd/gzip encoders, what a route compresses (policy), the shared
+//! Content codings (RFC 9110 §8.4): the br/zstd/gzip encoders, what a route compresses (policy), the shared
 //! compress-once store of file variants with its background compressor, and
 //! the stage that compresses streamed (proxied) responses.
 //!
@@ -7,13 +6,14 @@
 //! (through `hayate_static::VariantSource`) and the proxy.
 
 pub mod encode;
-pub mod negotiate;
 pub mod policy;
 pub mod store;
 pub mod stream;
 
 pub use encode::Levels;
-pub use negotiate::AcceptEncoding;
+/// Accept-Encoding negotiation lives in hayate-core (the cache keys its
+/// variants with it too).
+pub use hayate_core::negotiate::AcceptEncoding;
 pub use policy::{Policy, TypeList};
 pub use store::{FileStamp, Lookup, StoreLimits, VariantStore};
 pub use stream::{compress_response, RequestFacts};

@@ -13,6 +13,7 @@ pub mod epoch;
 pub mod field;
 pub mod log;
 pub mod metrics;
+pub mod negotiate;
 pub mod net;
 pub mod path;
 pub mod response;

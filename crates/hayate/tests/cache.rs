@@ -403,15 +403,18 @@ fn unsafe_methods_invalidate() {
     assert_eq!(r.status, 200);
     assert_eq!(c.get(&a, &[]).text(), "count 3\n");
     assert_eq!(c.get(&b, &[]).text(), "count 3\n");
-    // A failed unsafe request invalidates nothing.
-    let fail = script(&[("h", "Cache-Control: max-age=60"), ("t", "f")]);
+    // A failed unsafe request to the same URL invalidates nothing (the
+    // origin answers its second request, the PUT, with a 503).
+    let fail = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("t", "f"),
+        ("fail_at", "2"),
+    ]);
     c.get(&fail, &[]);
-    c.request(
-        "PUT",
-        &format!("{fail}&status=500"),
-        &[("Content-Length", "0")],
-    );
+    let r = c.request("PUT", &fail, &[("Content-Length", "0")]);
+    assert_eq!(r.status, 503);
     assert!(cache_status(&c.get(&fail, &[])).contains("hit"));
+    assert_eq!(o.count(&fail), 2);
 }
 
 #[test]
@@ -598,7 +601,11 @@ fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     let o = origin();
     let h = cached(&o, "on", &[]);
     let mut c = h.client();
-    let path = script(&[("h", "Cache-Control: max-age=1, stale-while-revalidate=30")]);
+    // The origin takes 300 ms, so stale hits arrive while the refresh runs.
+    let path = script(&[
+        ("h", "Cache-Control: max-age=1, stale-while-revalidate=30"),
+        ("ms", "300"),
+    ]);
     c.get(&path, &[]);
     std::thread::sleep(Duration::from_millis(1100));
     let stale = c.get(&path, &[]);
@@ -607,17 +614,24 @@ fn stale_while_revalidate_serves_stale_and_refreshes_once() {
         cache_status(&stale).contains("detail=stale-while-revalidate"),
         "{stale:?}"
     );
-    // The refresh lands in the background.
+    // The refresh lands in the background; stale hits meanwhile start no
+    // other one.
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut stale_meanwhile = 0;
     loop {
         let r = c.get(&path, &[]);
         if r.text() == "count 2\n" {
             assert!(cache_status(&r).contains("; hit"), "{r:?}");
             break;
         }
+        stale_meanwhile += 1;
         assert!(Instant::now() < deadline, "never refreshed: {r:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        stale_meanwhile >= 3,
+        "{stale_meanwhile} stale hits during the refresh"
+    );
     assert_eq!(o.count(&path), 2);
 }
 

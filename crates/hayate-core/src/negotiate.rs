@@ -4,8 +4,8 @@
 //! decimals. Malformed members are ignored (a client sending garbage gets
 //! identity, never an error).
 
-use hayate_core::field::trim_ows as trim;
-use hayate_core::Coding;
+use crate::field::trim_ows as trim;
+use crate::Coding;
 
 /// A client's acceptance of each coding hayate knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
