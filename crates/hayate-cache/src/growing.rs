@@ -63,6 +63,17 @@ impl Growing {
         self.version.send_modify(|v| *v += 1);
     }
 
+    /// The whole body, once it is complete (one copy; none for a body that
+    /// came in one chunk).
+    pub fn concat(&self) -> Bytes {
+        let state = self.state();
+        match state.chunks.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        }
+    }
+
     /// A reader from the first byte.
     pub fn reader(self: &Arc<Growing>) -> GrowingReader {
         GrowingReader {
@@ -189,6 +200,7 @@ mod tests {
         assert_eq!(read_all(first).await.expect("read"), &want[2..]);
         writer.join().expect("writer");
         assert_eq!(read_all(body.reader()).await.expect("read"), want);
+        assert_eq!(body.concat(), want);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -11,7 +11,6 @@ use hayate_core::field::{etag_list_matches, Comparison};
 use hayate_core::{Body, Response, Status};
 
 use crate::policy::{header_lines, initial_age, ResponseFacts};
-use crate::status::CacheStatus;
 use crate::store::Stored;
 use crate::vary::VaryKey;
 
@@ -125,12 +124,12 @@ pub fn validators(stored: &Stored) -> Vec<(&'static [u8], Bytes)> {
     v
 }
 
-/// A response from the cache: the stored one with Age and Cache-Status.
-pub fn from_store(stored: &Stored, age: u64, status: &CacheStatus) -> Response {
+/// A response from the cache: the stored one with its Age (the caller adds
+/// Cache-Status).
+pub fn from_store(stored: &Stored, age: u64) -> Response {
     let mut r = Response::new(stored.status);
     r.shared_head = stored.head.clone();
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-    r.header("Cache-Status", &status.value_bytes());
     r.body = Body::Bytes(stored.body.clone());
     r
 }
@@ -169,7 +168,7 @@ impl ClientValidators<'_> {
 
 /// A 304 for a client whose validators match `stored` (RFC 9110 §15.4.5:
 /// the fields a 200 would carry that guide caches).
-pub fn not_modified(stored: &Stored, age: u64, status: &CacheStatus) -> Response {
+pub fn not_modified(stored: &Stored, age: u64) -> Response {
     const KEPT: [&[u8]; 6] = [
         b"etag",
         b"cache-control",
@@ -185,14 +184,12 @@ pub fn not_modified(stored: &Stored, age: u64, status: &CacheStatus) -> Response
         }
     }
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-    r.header("Cache-Status", &status.value_bytes());
     r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::CacheOutcome;
 
     fn admission(facts: &ResponseFacts) -> Admission<'_> {
         let now = SystemTime::now();
@@ -266,7 +263,7 @@ mod tests {
         assert!(ims(lm.clone()).not_modified(&s));
         assert!(!ims(httpdate::fmt_http_date(SystemTime::UNIX_EPOCH)).not_modified(&s));
 
-        let r = not_modified(&s, 3, &CacheStatus::new(CacheOutcome::Hit));
+        let r = not_modified(&s, 3);
         let text = String::from_utf8_lossy(&r.head).into_owned();
         assert!(
             text.starts_with("ETag: W/\"v1\"\r\nLast-Modified: "),

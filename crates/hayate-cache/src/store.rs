@@ -78,6 +78,30 @@ impl Stored {
         (self.head.len() + self.body.len() + self.vary.weight()) as u64 + ENTRY_OVERHEAD
     }
 
+    /// Seconds of freshness left at `age` (negative when stale), for
+    /// Cache-Status.
+    pub fn ttl(&self, age: u64) -> i64 {
+        self.lifetime.as_secs() as i64 - age as i64
+    }
+
+    /// The same entry with `body` (a fill streamed to its readers keeps
+    /// its head, freshness and resident time from when its head arrived).
+    pub fn with_body(&self, body: Bytes) -> Stored {
+        Stored {
+            status: self.status,
+            head: self.head.clone(),
+            body,
+            vary: self.vary.clone(),
+            etag: self.etag.clone(),
+            last_modified: self.last_modified.clone(),
+            cc: self.cc,
+            lifetime: self.lifetime,
+            initial_age: self.initial_age,
+            stored_at: self.stored_at,
+            tags: self.tags.clone(),
+        }
+    }
+
     /// Current age in seconds (§4.2.3: corrected_initial_age + resident).
     pub fn age(&self, now: Instant) -> u64 {
         self.initial_age + now.saturating_duration_since(self.stored_at).as_secs()

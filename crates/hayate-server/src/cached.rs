@@ -95,6 +95,14 @@ fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> FieldValues<'h> {
     values(req, name).collect()
 }
 
+/// The request's Cache-Control (and Pragma: no-cache) directives.
+fn request_directives(req: &ProxyRequest<'_>) -> RequestDirectives {
+    RequestDirectives::parse(
+        values(req, b"cache-control"),
+        values(req, b"pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")),
+    )
+}
+
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
     resp.header("Cache-Status", &status.value_bytes());
     resp.cache_status = Some(status.outcome.as_str());
@@ -125,10 +133,7 @@ pub async fn respond<B: ClientBody>(
         return with_status(resp, &CacheStatus::bypass("request", reason));
     }
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
-    let directives = RequestDirectives::parse(
-        values(req, b"cache-control"),
-        values(req, b"pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")),
-    );
+    let directives = request_directives(req);
     let lookup = rc
         .shared
         .store
@@ -250,19 +255,22 @@ fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str
     None
 }
 
-/// A stored response for `req`: 304 when the client's validators match.
-fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheStatus) -> Response {
-    let validators = ClientValidators {
+/// The request's own validators.
+fn client_validators<'r>(req: &ProxyRequest<'r>) -> ClientValidators<'r> {
+    ClientValidators {
         if_none_match: field(req, b"if-none-match"),
         if_modified_since: field(req, b"if-modified-since"),
-    };
-    let mut resp = if validators.not_modified(stored) {
-        serve::not_modified(stored, age, &status)
+    }
+}
+
+/// A stored response for `req`: 304 when the client's validators match.
+fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheStatus) -> Response {
+    let resp = if client_validators(req).not_modified(stored) {
+        serve::not_modified(stored, age)
     } else {
-        serve::from_store(stored, age, &status)
+        serve::from_store(stored, age)
     };
-    resp.cache_status = Some(status.outcome.as_str());
-    resp
+    with_status(resp, &status)
 }
 
 /// A response whose body is still arriving, for a request that waited on
@@ -314,7 +322,7 @@ async fn fetch<B: ClientBody>(
     };
     let head = serve::response_head(&resp);
     let facts = ResponseFacts::from_head(&head);
-    let directives = RequestDirectives::parse(values(req, b"cache-control"), false);
+    let directives = request_directives(req);
     let authorization = field(req, b"authorization").is_some();
     let vary_key = |facts: &ResponseFacts| {
         VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
@@ -349,7 +357,7 @@ async fn fetch<B: ClientBody>(
         Stats::bump(&shared.stats().revalidations);
         status.outcome = CacheOutcome::Revalidated;
         let age = updated.age(Instant::now());
-        status.ttl = Some(updated.lifetime.as_secs() as i64 - age as i64);
+        status.ttl = Some(updated.ttl(age));
         let updated = Arc::new(updated);
         if lifetime.is_ok() {
             status.stored = shared.store.insert_shared(key, updated.clone());
@@ -367,7 +375,7 @@ async fn fetch<B: ClientBody>(
             let now = Instant::now();
             status.outcome = CacheOutcome::Stale;
             status.detail = Some("stale-if-error");
-            status.ttl = Some(old.lifetime.as_secs() as i64 - old.age(now) as i64);
+            status.ttl = Some(old.ttl(old.age(now)));
             return from_store(req, old, old.age(now), status);
         }
     }
@@ -405,23 +413,24 @@ async fn fetch<B: ClientBody>(
         close,
         ..
     } = resp;
+    let admission = |vary| Admission {
+        facts: &facts,
+        lifetime,
+        request_time,
+        response_time,
+        vary,
+    };
     // A body of known length that fits: stream it to this client and every
     // waiter while it arrives, store it at the end.
     let (leader, resp_body) = match (leader, resp_body) {
         (Some(leader), Body::Stream(s)) if s.len.is_some_and(|n| n <= shared.limits.max_object) => {
-            let vary = vary_key(&facts);
-            let fill = StreamingFill {
-                key: key.clone(),
-                code,
+            let stored = serve::stored_from(code, &head, Bytes::new(), admission(vary_key(&facts)));
+            let fetched = Fetched {
                 head,
-                facts,
-                lifetime,
-                request_time,
-                response_time,
-                vary,
+                origin_age: facts.age,
                 close,
             };
-            return stream_fill(rc, req, fill, leader, s, status);
+            return stream_fill(rc, req, key, stored, leader, s, fetched, status);
         }
         other => other,
     };
@@ -448,71 +457,55 @@ async fn fetch<B: ClientBody>(
             return with_status(Response::error(Status::BAD_GATEWAY), &status);
         }
     };
-    let stored = serve::stored_from(
+    let stored = Arc::new(serve::stored_from(
         code,
         &head,
         body.clone(),
-        Admission {
-            facts: &facts,
-            lifetime,
-            request_time,
-            response_time,
-            vary: vary_key(&facts),
-        },
-    );
-    status.ttl = Some(stored.lifetime.as_secs() as i64 - stored.initial_age as i64);
-    let client_sees_304 = ClientValidators {
-        if_none_match: field(req, b"if-none-match"),
-        if_modified_since: field(req, b"if-modified-since"),
-    }
-    .not_modified(&stored);
-    let age = stored.initial_age;
-    let not_modified = client_sees_304.then(|| serve::not_modified(&stored, age, &status));
-    status.stored = shared.store.insert(key, stored);
+        admission(vary_key(&facts)),
+    ));
+    status.ttl = Some(stored.ttl(stored.initial_age));
+    status.stored = shared.store.insert_shared(key, stored.clone());
     finish(leader, Outcome::Stored);
-    if let Some(mut r) = not_modified {
-        r.cache_status = Some(status.outcome.as_str());
-        return r;
-    }
-    // The fetching client gets the response as the origin sent it (its
-    // Set-Cookie included), with an Age when the origin sent none.
-    let mut r = Response::new(code);
-    r.head = head;
-    if facts.age == 0 && age > 0 {
-        r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-    }
-    r.body = Body::Bytes(body);
-    r.close = close;
-    with_status(r, &status)
+    let fetched = Fetched {
+        head,
+        origin_age: facts.age,
+        close,
+    };
+    fetched.answer(req, &stored, Body::Bytes(body), &status)
 }
 
-/// What a streamed fill stores once its body is whole.
-struct StreamingFill {
-    key: Key,
-    code: Status,
+/// The response a fill fetched, as its own client gets it.
+struct Fetched {
     head: Vec<u8>,
-    facts: ResponseFacts,
-    lifetime: std::time::Duration,
-    request_time: SystemTime,
-    response_time: SystemTime,
-    vary: VaryKey,
+    /// The Age the origin sent (0 without one).
+    origin_age: u64,
     close: bool,
 }
 
-impl StreamingFill {
-    fn stored(&self, body: Bytes) -> Stored {
-        serve::stored_from(
-            self.code,
-            &self.head,
-            body,
-            Admission {
-                facts: &self.facts,
-                lifetime: self.lifetime,
-                request_time: self.request_time,
-                response_time: self.response_time,
-                vary: self.vary.clone(),
-            },
-        )
+impl Fetched {
+    /// The answer to the client whose request fetched `stored`: a 304 from
+    /// the store when its validators match, else the response as the
+    /// origin sent it (its Set-Cookie included), with an Age when the origin
+    /// sent none.
+    fn answer(
+        self,
+        req: &ProxyRequest<'_>,
+        stored: &Stored,
+        body: Body,
+        status: &CacheStatus,
+    ) -> Response {
+        let age = stored.initial_age;
+        if client_validators(req).not_modified(stored) {
+            return with_status(serve::not_modified(stored, age), status);
+        }
+        let mut r = Response::new(stored.status);
+        r.head = self.head;
+        if self.origin_age == 0 && age > 0 {
+            r.header("Age", itoa::Buffer::new().format(age).as_bytes());
+        }
+        r.body = body;
+        r.close = self.close;
+        with_status(r, status)
     }
 }
 
@@ -522,60 +515,44 @@ impl StreamingFill {
 /// goes on if this client leaves); once whole it is stored and the fill
 /// ends. A failed upstream body cuts every reader's response and stores
 /// nothing.
+#[allow(clippy::too_many_arguments)] // one call site, every part distinct
 fn stream_fill(
     rc: &RouteCache,
     req: &ProxyRequest<'_>,
-    fill: StreamingFill,
+    key: &Key,
+    stored: Stored,
     leader: hayate_cache::fill::Leader,
     mut upstream: StreamBody,
+    fetched: Fetched,
     mut status: CacheStatus,
 ) -> Response {
     let len = upstream.len.unwrap_or_default();
-    let stored = Arc::new(fill.stored(Bytes::new()));
+    let stored = Arc::new(stored);
     let growing = Growing::new();
     leader.stream(Arc::new(Streaming {
         stored: stored.clone(),
         body: growing.clone(),
         len,
     }));
-    status.ttl = Some(stored.lifetime.as_secs() as i64 - stored.initial_age as i64);
+    status.ttl = Some(stored.ttl(stored.initial_age));
     status.stored = true;
-    let age = stored.initial_age;
-    let client_sees_304 = ClientValidators {
-        if_none_match: field(req, b"if-none-match"),
-        if_modified_since: field(req, b"if-modified-since"),
-    }
-    .not_modified(&stored);
-    let r = if client_sees_304 {
-        let mut r = serve::not_modified(&stored, age, &status);
-        r.cache_status = Some(status.outcome.as_str());
-        r
-    } else {
-        // The fetching client gets the head as the origin sent it (its
-        // Set-Cookie included), with an Age when the origin sent none.
-        let mut r = Response::new(fill.code);
-        r.head = fill.head.clone();
-        if fill.facts.age == 0 && age > 0 {
-            r.header("Age", itoa::Buffer::new().format(age).as_bytes());
-        }
-        r.body = Body::Stream(StreamBody {
-            len: Some(len),
-            source: Box::new(growing.reader()),
-        });
-        r.close = fill.close;
-        with_status(r, &status)
-    };
+    let body = Body::Stream(StreamBody {
+        len: Some(len),
+        source: Box::new(growing.reader()),
+    });
+    let answer = fetched.answer(req, &stored, body, &status);
     let shared = rc.shared.clone();
+    let key = key.clone();
     let target = String::from_utf8_lossy(req.target).into_owned();
     tokio::task::spawn_local(async move {
-        let mut whole = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut received = 0u64;
         let complete = loop {
             match poll_fn(|cx| upstream.source.poll_chunk(cx)).await {
                 Ok(Some(chunk)) => {
-                    whole.extend_from_slice(&chunk);
+                    received += chunk.len() as u64;
                     growing.push(chunk);
                 }
-                Ok(None) => break whole.len() as u64 == len,
+                Ok(None) => break received == len,
                 Err(e) => {
                     log::warn!("cache fill of {target}: upstream body failed: {e}");
                     break false;
@@ -584,12 +561,14 @@ fn stream_fill(
         };
         growing.finish(complete);
         if complete {
-            shared.store.insert(&fill.key, fill.stored(whole.freeze()));
+            shared
+                .store
+                .insert(&key, stored.with_body(growing.concat()));
             leader.finish(Outcome::Stored);
         }
         // else: the leader dropped here releases whoever still waits.
     });
-    r
+    answer
 }
 
 fn finish(leader: Option<hayate_cache::fill::Leader>, outcome: Outcome) {
