@@ -151,7 +151,7 @@ impl ResponseFacts {
 }
 
 /// Status codes that are heuristically cacheable (RFC 9110 §15.1).
-pub fn heuristically_cacheable(status: u16) -> bool {
+fn heuristically_cacheable(status: u16) -> bool {
     matches!(
         status,
         200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501

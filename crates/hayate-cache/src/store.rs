@@ -117,11 +117,6 @@ impl Stored {
             sie_default,
         }
     }
-
-    /// Whether it has a validator for a conditional request.
-    pub fn has_validator(&self) -> bool {
-        self.etag.is_some() || self.last_modified.is_some()
-    }
 }
 
 /// What a key holds: its variants (newest first), or a hit-for-miss mark.

@@ -70,7 +70,8 @@ pub async fn serve_one(
 ) -> io::Result<ControlCommand> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    let mut reader = BufReader::new(read).take_limit();
+    // Bounded: a client cannot make hayate buffer without end.
+    let mut reader = tokio::io::AsyncReadExt::take(BufReader::new(read), 1024);
     reader.read_line(&mut line).await?;
     let command = match ControlCommand::parse(&line) {
         Some(c) => c,
@@ -91,17 +92,6 @@ pub async fn serve_one(
     write.write_all(answer(&command).as_bytes()).await?;
     write.shutdown().await?;
     Ok(command)
-}
-
-/// Bounds a control line (a client cannot make hayate buffer without end).
-trait TakeLimit: Sized {
-    fn take_limit(self) -> tokio::io::Take<Self>;
-}
-
-impl<R: tokio::io::AsyncRead> TakeLimit for BufReader<R> {
-    fn take_limit(self) -> tokio::io::Take<Self> {
-        tokio::io::AsyncReadExt::take(self, 1024)
-    }
 }
 
 #[cfg(test)]
