@@ -302,11 +302,6 @@ impl OpenFileCache {
             .map(|k| k.known)
     }
 
-    /// Whether `key` is known to match no file.
-    pub fn known_missing(&self, key: &[u8], now: Instant) -> bool {
-        self.known(key, now) == Some(Known::Missing)
-    }
-
     /// Remembers what `key` (resolving to `fs_path`) is, when the nearest
     /// existing directory (for a directory: itself) can be watched.
     pub fn remember(&self, key: &[u8], fs_path: &Path, known: Known, now: Instant) {
@@ -483,6 +478,12 @@ impl OpenFileCache {
                 continue;
             }
             match watch.events.inotify().add_watch(dir, WATCH_MASK) {
+                // The same directory by another name (a symlink): its events
+                // keep the name it was first watched under, or entries under
+                // that name would be served stale; this name is not watched.
+                Ok(wd) if watch.dirs.borrow().get(&wd).is_some_and(|d| d != dir) => {
+                    ok = false;
+                }
                 Ok(wd) => {
                     watch.dirs.borrow_mut().insert(wd, dir.to_path_buf());
                     watch.watched.borrow_mut().insert(dir.to_path_buf());

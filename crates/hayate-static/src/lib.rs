@@ -174,24 +174,9 @@ impl StaticRoot {
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),
-            None => match self.cache.known(req.path, req.now) {
-                Some(Known::Missing) => Lookup::Missing,
-                Some(Known::Dir) => Lookup::Dir,
-                None => match self.lookup(req.path, req.path, req.now) {
-                    Ok(l) => {
-                        let known = match l {
-                            Lookup::Missing => Some(Known::Missing),
-                            Lookup::Dir => Some(Known::Dir),
-                            Lookup::File(_) => None,
-                        };
-                        if let Some(known) = known {
-                            let fs_path = self.fs_path(req.path);
-                            self.cache.remember(req.path, &fs_path, known, req.now);
-                        }
-                        l
-                    }
-                    Err(e) => return Some(io_error(&e)),
-                },
+            None => match self.resolve(req.path, req.path, req.now) {
+                Ok(l) => l,
+                Err(e) => return Some(io_error(&e)),
             },
         };
         let entry = match lookup {
@@ -232,16 +217,8 @@ impl StaticRoot {
         // before this point); a missing one is remembered under its path.
         let mut index_path = req.path.to_vec();
         index_path.extend_from_slice(self.opts.index.as_bytes());
-        if !self.cache.known_missing(&index_path, req.now) {
-            match self.lookup(req.path, &index_path, req.now)? {
-                Lookup::File(entry) => return Ok(Some(Ok(entry))),
-                Lookup::Missing => {
-                    let fs_path = self.fs_path(&index_path);
-                    self.cache
-                        .remember(&index_path, &fs_path, Known::Missing, req.now);
-                }
-                Lookup::Dir => {}
-            }
+        if let Lookup::File(entry) = self.resolve(req.path, &index_path, req.now)? {
+            return Ok(Some(Ok(entry)));
         }
         if self.opts.listing {
             let dir = self.fs_path(req.path);
@@ -287,6 +264,25 @@ impl StaticRoot {
             path.strip_prefix(b"/").unwrap_or(path),
         ));
         self.opts.root.join(rel)
+    }
+
+    /// What `path` resolves to (a file is cached under `key`): from memory
+    /// when it is known to be missing or a directory, else from the disk,
+    /// remembering those two answers under `path`.
+    fn resolve(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
+        match self.cache.known(path, now) {
+            Some(Known::Missing) => return Ok(Lookup::Missing),
+            Some(Known::Dir) => return Ok(Lookup::Dir),
+            None => {}
+        }
+        let found = self.lookup(key, path, now)?;
+        let known = match found {
+            Lookup::Missing => Known::Missing,
+            Lookup::Dir => Known::Dir,
+            Lookup::File(_) => return Ok(found),
+        };
+        self.cache.remember(path, &self.fs_path(path), known, now);
+        Ok(found)
     }
 
     fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {

@@ -563,7 +563,10 @@ fn remembered_misses_end_when_the_file_appears() {
     // that appears later, and a rename into place.
     for path in ["/new.txt", "/a/b/c.txt", "/docs/late.txt"] {
         assert_eq!(get(&f, path).status, Status::NOT_FOUND);
-        assert!(f.root.cache.known_missing(path.as_bytes(), now), "{path}");
+        assert!(
+            f.root.cache.known(path.as_bytes(), now) == Some(Known::Missing),
+            "{path}"
+        );
     }
     std::fs::write(f.dir.path().join("new.txt"), "new").expect("write");
     assert_eq!(body(&get(&f, "/new.txt")), b"new");
@@ -578,7 +581,7 @@ fn remembered_misses_end_when_the_file_appears() {
     assert_eq!(get(&f, "/still-missing").status, Status::NOT_FOUND);
     std::fs::write(f.dir.path().join("other.txt"), "x").expect("write");
     get(&f, "/other.txt");
-    assert!(f.root.cache.known_missing(b"/still-missing", now));
+    assert!(f.root.cache.known(b"/still-missing", now) == Some(Known::Missing));
 }
 
 #[test]
@@ -597,7 +600,10 @@ fn directories_without_an_index_are_remembered_until_that_changes() {
             "{path}"
         );
         let index = format!("{path}index.html");
-        assert!(f.root.cache.known_missing(index.as_bytes(), now), "{index}");
+        assert!(
+            f.root.cache.known(index.as_bytes(), now) == Some(Known::Missing),
+            "{index}"
+        );
     }
     // An index appears: served at once.
     std::fs::write(f.dir.path().join("docs/index.html"), "docs home").expect("write");
@@ -606,6 +612,12 @@ fn directories_without_an_index_are_remembered_until_that_changes() {
     std::fs::remove_dir_all(f.dir.path().join("docs")).expect("rm");
     std::fs::write(f.dir.path().join("docs"), "a file").expect("write");
     assert_eq!(body(&get(&f, "/docs")), b"a file");
+    hayate_core::epoch::advance();
+    assert_eq!(
+        f.root.cache.known(b"/docs/", now),
+        None,
+        "the directory's entry went with it"
+    );
     assert_eq!(
         f.root.cache.known(b"/", now),
         Some(Known::Dir),
@@ -625,6 +637,18 @@ fn plain(path: &str, now: Instant) -> StaticRequest<'_> {
         wants_json: false,
         now,
     }
+}
+
+#[test]
+fn a_directory_reached_through_a_symlink_keeps_its_own_events() {
+    let f = fixture(|_| {});
+    std::os::unix::fs::symlink(f.dir.path().join("docs"), f.dir.path().join("alias"))
+        .expect("symlink");
+    assert_eq!(body(&get(&f, "/docs/guide.html")), b"guide");
+    // A miss through the alias watches the same directory by another name.
+    assert_eq!(get(&f, "/alias/missing.txt").status, Status::NOT_FOUND);
+    std::fs::write(f.dir.path().join("docs/guide.html"), "guide v2").expect("write");
+    assert_eq!(body(&get(&f, "/docs/guide.html")), b"guide v2");
 }
 
 #[test]
