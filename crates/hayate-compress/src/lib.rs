@@ -14,6 +14,7 @@ pub use encode::Levels;
 /// Accept-Encoding negotiation lives in hayate-core (the cache keys its
 /// variants with it too).
 pub use hayate_core::negotiate::AcceptEncoding;
+pub use hayate_core::variant::{FileStamp, VariantState};
 pub use policy::{Policy, TypeList};
-pub use store::{FileStamp, Lookup, StoreLimits, VariantStore};
+pub use store::{StoreLimits, VariantStore};
 pub use stream::{compress_response, RequestFacts};

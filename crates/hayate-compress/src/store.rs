@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -23,48 +22,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hayate_core::variant::{FileStamp, VariantState};
 use hayate_core::Coding;
 
 use crate::encode;
-
-/// What `stat` says about a file's content: any change means new content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileStamp {
-    /// Device.
-    pub dev: u64,
-    /// Inode.
-    pub ino: u64,
-    /// Size in bytes.
-    pub len: u64,
-    /// Modification time, seconds.
-    pub mtime: i64,
-    /// Modification time, nanoseconds.
-    pub mtime_ns: i64,
-}
-
-impl FileStamp {
-    /// The stamp of `meta`.
-    pub fn of(meta: &std::fs::Metadata) -> FileStamp {
-        FileStamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime: meta.mtime(),
-            mtime_ns: meta.mtime_nsec(),
-        }
-    }
-}
-
-/// The answer to a lookup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
-    /// The compressed bytes.
-    Ready(Bytes),
-    /// Being built (or queued); serve something else meanwhile.
-    Pending,
-    /// Will not be built: too large, not smaller than the file, or failed.
-    Never,
-}
 
 /// Settings of the store.
 #[derive(Debug, Clone, Copy)]
@@ -111,7 +72,7 @@ struct Map {
     files: HashMap<(u64, u64), FileSlot>,
     /// Bytes of ready variants.
     bytes: u64,
-    /// Lookup counter, for recency.
+    /// VariantState counter, for recency.
     clock: u64,
 }
 
@@ -164,9 +125,9 @@ impl VariantStore {
     /// The variant of the file at `path` whose content is `stamp`, in
     /// `coding` at `level`. When it does not exist yet it is queued for the
     /// background thread (once: later lookups see `Pending`).
-    pub fn get(&self, path: &Path, stamp: FileStamp, coding: Coding, level: i32) -> Lookup {
+    pub fn get(&self, path: &Path, stamp: FileStamp, coding: Coding, level: i32) -> VariantState {
         if stamp.len > self.shared.limits.max_file {
-            return Lookup::Never;
+            return VariantState::Never;
         }
         let mut map = self.shared.lock();
         map.clock += 1;
@@ -187,9 +148,9 @@ impl VariantStore {
         {
             v.used = clock;
             return match &v.state {
-                State::Ready(b) => Lookup::Ready(b.clone()),
-                State::Pending => Lookup::Pending,
-                State::Never => Lookup::Never,
+                State::Ready(b) => VariantState::Ready(b.clone()),
+                State::Pending => VariantState::Pending,
+                State::Never => VariantState::Never,
             };
         }
         let job = Job {
@@ -215,10 +176,10 @@ impl VariantStore {
                     state: State::Never,
                     used: clock,
                 });
-                return Lookup::Never;
+                return VariantState::Never;
             }
         }
-        Lookup::Pending
+        VariantState::Pending
     }
 
     /// Drops every variant of the file with this content (it changed).
@@ -447,14 +408,14 @@ mod tests {
     }
 
     /// Polls until the variant is no longer pending (bounded).
-    fn wait(store: &VariantStore, path: &Path, coding: Coding, level: i32) -> Lookup {
+    fn wait(store: &VariantStore, path: &Path, coding: Coding, level: i32) -> VariantState {
         for _ in 0..300 {
             match store.get(path, stamp(path), coding, level) {
-                Lookup::Pending => std::thread::sleep(Duration::from_millis(10)),
+                VariantState::Pending => std::thread::sleep(Duration::from_millis(10)),
                 other => return other,
             }
         }
-        Lookup::Pending
+        VariantState::Pending
     }
 
     #[test]
@@ -466,9 +427,9 @@ mod tests {
         let store = VariantStore::new(limits());
         assert_eq!(
             store.get(&path, stamp(&path), Coding::Gzip, 9),
-            Lookup::Pending
+            VariantState::Pending
         );
-        let Lookup::Ready(b) = wait(&store, &path, Coding::Gzip, 9) else {
+        let VariantState::Ready(b) = wait(&store, &path, Coding::Gzip, 9) else {
             panic!("not built")
         };
         assert_eq!(
@@ -476,7 +437,7 @@ mod tests {
             data.as_bytes()
         );
         let again = wait(&store, &path, Coding::Gzip, 9);
-        assert_eq!(again, Lookup::Ready(b.clone()));
+        assert_eq!(again, VariantState::Ready(b.clone()));
         assert_eq!(store.stats().variants, 1, "compressed once");
         assert_eq!(store.bytes(), b.len() as u64);
     }
@@ -490,7 +451,7 @@ mod tests {
         store.get(&path, stamp(&path), Coding::Br, 5);
         assert!(matches!(
             wait(&store, &path, Coding::Br, 5),
-            Lookup::Ready(_)
+            VariantState::Ready(_)
         ));
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -499,7 +460,7 @@ mod tests {
         f.write_all(b"b { color: blue }\n").unwrap();
         drop(f);
         let new_data = std::fs::read(&path).unwrap();
-        let Lookup::Ready(b) = wait(&store, &path, Coding::Br, 5) else {
+        let VariantState::Ready(b) = wait(&store, &path, Coding::Br, 5) else {
             panic!("not rebuilt")
         };
         assert_eq!(encode::decompress(Coding::Br, &b).unwrap(), new_data);
@@ -515,17 +476,17 @@ mod tests {
         let mut old = stamp(&path);
         old.mtime -= 10;
         store.get(&path, old, Coding::Gzip, 1);
-        assert_eq!(wait_stamp(&store, &path, old), Lookup::Never);
+        assert_eq!(wait_stamp(&store, &path, old), VariantState::Never);
     }
 
-    fn wait_stamp(store: &VariantStore, path: &Path, s: FileStamp) -> Lookup {
+    fn wait_stamp(store: &VariantStore, path: &Path, s: FileStamp) -> VariantState {
         for _ in 0..300 {
             match store.get(path, s, Coding::Gzip, 1) {
-                Lookup::Pending => std::thread::sleep(Duration::from_millis(10)),
+                VariantState::Pending => std::thread::sleep(Duration::from_millis(10)),
                 other => return other,
             }
         }
-        Lookup::Pending
+        VariantState::Pending
     }
 
     #[test]
@@ -544,14 +505,14 @@ mod tests {
         std::fs::write(&path, &noise).unwrap();
         let store = VariantStore::new(limits());
         store.get(&path, stamp(&path), Coding::Gzip, 9);
-        assert_eq!(wait(&store, &path, Coding::Gzip, 9), Lookup::Never);
+        assert_eq!(wait(&store, &path, Coding::Gzip, 9), VariantState::Never);
         let small = VariantStore::new(StoreLimits {
             max_file: 100,
             ..limits()
         });
         assert_eq!(
             small.get(&path, stamp(&path), Coding::Gzip, 9),
-            Lookup::Never
+            VariantState::Never
         );
     }
 
@@ -580,7 +541,7 @@ mod tests {
             let p = dir.path().join(format!("{i}.txt"));
             std::fs::write(&p, text()).unwrap();
             store.get(&p, stamp(&p), Coding::Gzip, 9);
-            let Lookup::Ready(b) = wait(&store, &p, Coding::Gzip, 9) else {
+            let VariantState::Ready(b) = wait(&store, &p, Coding::Gzip, 9) else {
                 panic!("not built")
             };
             assert!((400..800).contains(&b.len()), "{}", b.len());
@@ -590,11 +551,11 @@ mod tests {
         // The first file was evicted: asking again queues it anew.
         assert_eq!(
             store.get(&paths[0], stamp(&paths[0]), Coding::Gzip, 9),
-            Lookup::Pending
+            VariantState::Pending
         );
         assert!(matches!(
             store.get(&paths[1], stamp(&paths[1]), Coding::Gzip, 9),
-            Lookup::Ready(_)
+            VariantState::Ready(_)
         ));
         store.forget(stamp(&paths[2]));
         assert!(store.bytes() <= 800);

@@ -20,6 +20,7 @@ pub mod response;
 pub mod shutdown;
 pub mod status;
 pub mod stream;
+pub mod variant;
 
 pub use coding::Coding;
 pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};

@@ -8,8 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use hayate_compress::{
-    AcceptEncoding, FileStamp, Levels, Lookup, Policy, RequestFacts, StoreLimits, TypeList,
-    VariantStore,
+    AcceptEncoding, FileStamp, Levels, Policy, RequestFacts, StoreLimits, TypeList, VariantStore,
 };
 use hayate_config::{GlobalOptions, RouteOptions};
 use hayate_core::{Coding, Response};
@@ -63,32 +62,13 @@ impl VariantSource for FileVariants {
         }
     }
 
-    fn variant(
-        &self,
-        fs_path: &Path,
-        stamp: hayate_static::FileStamp,
-        coding: Coding,
-    ) -> VariantState {
+    fn variant(&self, fs_path: &Path, stamp: FileStamp, coding: Coding) -> VariantState {
         let level = self.policy.static_levels.get(coding);
-        match self.store.get(fs_path, convert(stamp), coding, level) {
-            Lookup::Ready(b) => VariantState::Ready(b),
-            Lookup::Pending => VariantState::Pending,
-            Lookup::Never => VariantState::Never,
-        }
+        self.store.get(fs_path, stamp, coding, level)
     }
 
-    fn forget(&self, stamp: hayate_static::FileStamp) {
-        self.store.forget(convert(stamp));
-    }
-}
-
-fn convert(s: hayate_static::FileStamp) -> FileStamp {
-    FileStamp {
-        dev: s.dev,
-        ino: s.ino,
-        len: s.len,
-        mtime: s.mtime,
-        mtime_ns: s.mtime_ns,
+    fn forget(&self, stamp: FileStamp) {
+        self.store.forget(stamp);
     }
 }
 

@@ -32,6 +32,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use hayate_core::variant::FileStamp;
 use hayate_core::Coding;
 
 use crate::{VariantSource, VariantState};
@@ -92,33 +93,6 @@ pub(crate) struct Entry {
     /// Whether inotify covers every file of the entry.
     watched: bool,
     mem_bytes: u64,
-}
-
-/// What `stat` says about a file's content: any change means new content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileStamp {
-    /// Size in bytes.
-    pub len: u64,
-    /// Modification time, seconds.
-    pub mtime: i64,
-    /// Modification time, nanoseconds.
-    pub mtime_ns: i64,
-    /// Inode.
-    pub ino: u64,
-    /// Device.
-    pub dev: u64,
-}
-
-impl FileStamp {
-    fn of(m: &Metadata) -> FileStamp {
-        FileStamp {
-            len: m.len(),
-            mtime: m.mtime(),
-            mtime_ns: m.mtime_nsec(),
-            ino: m.ino(),
-            dev: m.dev(),
-        }
-    }
 }
 
 /// Settings of a cache.
@@ -676,12 +650,8 @@ impl Entry {
                 return None;
             }
         };
-        let suffix = match coding {
-            Coding::Br => "br",
-            Coding::Zstd => "zst",
-            Coding::Gzip => "gz",
-            Coding::Identity => return None,
-        };
+        // The file suffix names the coding in the tag: -br, -zst, -gz.
+        let suffix = coding.file_suffix()?.trim_start_matches('.');
         // The identity tag with the coding inside the quotes.
         let base = self.identity.etag.trim_end_matches('"');
         let etag = format!("{base}-{suffix}\"");

@@ -26,9 +26,10 @@ use bytes::Bytes;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Coding, Response, Status};
 
+pub use cache::CacheLimits;
 use cache::{BuildSpec, Entry, Known, OpenFileCache, Source, Variant};
-pub use cache::{CacheLimits, FileStamp};
 pub use conditional::{Preconditions, Verdict};
+pub use hayate_core::variant::{FileStamp, VariantState};
 use range::RangeDecision;
 
 /// How a static route serves its files.
@@ -74,17 +75,6 @@ pub trait VariantSource: std::fmt::Debug {
 
     /// The file with this content changed or went away.
     fn forget(&self, stamp: FileStamp);
-}
-
-/// The state of a generated variant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VariantState {
-    /// Its bytes.
-    Ready(Bytes),
-    /// Queued or being built.
-    Pending,
-    /// Never built (too large, does not shrink, failed).
-    Never,
 }
 
 /// A request as the static handler sees it.
