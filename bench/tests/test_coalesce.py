@@ -6,7 +6,6 @@ percentiles). Standard library only.
 """
 
 import importlib.util
-import sys
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
@@ -43,14 +42,5 @@ def test_percentile_nearest_rank():
 
 
 if __name__ == "__main__":
-    passed = failed = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                passed += 1
-            except Exception as e:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}: {type(e).__name__}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    from runner import run_tests
+    run_tests(globals())
