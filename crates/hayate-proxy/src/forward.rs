@@ -49,6 +49,21 @@ pub struct ProxyRequest<'a> {
     pub host: Option<&'a [u8]>,
 }
 
+impl<'a> ProxyRequest<'a> {
+    /// The first value of the field `name`.
+    pub fn field(&self, name: &[u8]) -> Option<&'a [u8]> {
+        self.values(name).next()
+    }
+
+    /// Every value of the field `name`.
+    pub fn values<'r>(&'r self, name: &'r [u8]) -> impl Iterator<Item = &'a [u8]> + 'r {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
 /// Methods a proxy may repeat (RFC 9110 §9.2.2).
 fn idempotent(method: &[u8]) -> bool {
     matches!(

@@ -23,7 +23,7 @@ use hayate_cache::{
     CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
     Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
 };
-use hayate_compress::{AcceptEncoding, Policy, RequestFacts};
+use hayate_compress::Policy;
 use hayate_core::client_body::{ClientBody, NoBody};
 use hayate_core::{Body, BodySource, Response, Status, StreamBody};
 use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
@@ -55,15 +55,7 @@ async fn origin<B: ClientBody>(
         // A 304 answers the cache's own validators: it updates a stored
         // response and is never sent on as it is.
         Some(_) if resp.status == Status::NOT_MODIFIED => resp,
-        Some(policy) => {
-            let accept = AcceptEncoding::parse(values(req, b"accept-encoding"));
-            let facts = RequestFacts {
-                method: req.method,
-                accept: &accept,
-                range: field(req, b"range").is_some(),
-            };
-            hayate_compress::compress_response(resp, &facts, policy)
-        }
+        Some(policy) => crate::compression::compress_proxied(resp, req, policy),
         None => resp,
     }
 }
@@ -72,34 +64,17 @@ async fn origin<B: ClientBody>(
 /// fetch meant for the cache (the cache answers them itself).
 const CLIENT_VALIDATORS: [&[u8]; 2] = [b"if-none-match", b"if-modified-since"];
 
-fn field<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> Option<&'h [u8]> {
-    req.headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| *v)
-}
-
-/// Every value of the field `name`.
-fn values<'r, 'h>(
-    req: &'r ProxyRequest<'h>,
-    name: &'r [u8],
-) -> impl Iterator<Item = &'h [u8]> + 'r {
-    req.headers
-        .iter()
-        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| *v)
-}
-
-/// [`values`] collected, as the Vary key wants them.
+/// [`ProxyRequest::values`] collected, as the Vary key wants them.
 fn fields<'h>(req: &ProxyRequest<'h>, name: &[u8]) -> FieldValues<'h> {
-    values(req, name).collect()
+    req.values(name).collect()
 }
 
 /// The request's Cache-Control (and Pragma: no-cache) directives.
 fn request_directives(req: &ProxyRequest<'_>) -> RequestDirectives {
     RequestDirectives::parse(
-        values(req, b"cache-control"),
-        values(req, b"pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")),
+        req.values(b"cache-control"),
+        req.values(b"pragma")
+            .any(|v| v.eq_ignore_ascii_case(b"no-cache")),
     )
 }
 
@@ -237,18 +212,18 @@ pub async fn respond<B: ClientBody>(
 
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
-    if field(req, b"range").is_some() {
+    if req.field(b"range").is_some() {
         return Some("range");
     }
-    if !rc.policy.with_cookie && field(req, b"cookie").is_some() {
+    if !rc.policy.with_cookie && req.field(b"cookie").is_some() {
         return Some("cookie");
     }
-    if !rc.with_authorization && field(req, b"authorization").is_some() {
+    if !rc.with_authorization && req.field(b"authorization").is_some() {
         return Some("authorization");
     }
     if [&b"if-match"[..], b"if-unmodified-since", b"if-range"]
         .iter()
-        .any(|n| field(req, n).is_some())
+        .any(|n| req.field(n).is_some())
     {
         return Some("precondition");
     }
@@ -258,8 +233,8 @@ fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str
 /// The request's own validators.
 fn client_validators<'r>(req: &ProxyRequest<'r>) -> ClientValidators<'r> {
     ClientValidators {
-        if_none_match: field(req, b"if-none-match"),
-        if_modified_since: field(req, b"if-modified-since"),
+        if_none_match: req.field(b"if-none-match"),
+        if_modified_since: req.field(b"if-modified-since"),
     }
 }
 
@@ -323,7 +298,7 @@ async fn fetch<B: ClientBody>(
     let head = serve::response_head(&resp);
     let facts = ResponseFacts::from_head(&head);
     let directives = request_directives(req);
-    let authorization = field(req, b"authorization").is_some();
+    let authorization = req.field(b"authorization").is_some();
     let vary_key = |facts: &ResponseFacts| {
         VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
             fields(req, n)

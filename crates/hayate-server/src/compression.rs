@@ -14,7 +14,7 @@ use hayate_config::{GlobalOptions, RouteOptions};
 use hayate_core::{Coding, Response};
 use hayate_static::{VariantSource, VariantState};
 
-use crate::request::Request;
+use hayate_proxy::ProxyRequest;
 
 /// The store of compressed file variants for this process.
 pub fn store(g: &GlobalOptions) -> Arc<VariantStore> {
@@ -74,12 +74,12 @@ impl VariantSource for FileVariants {
 
 /// Compresses a proxied response for this request when the route's policy
 /// allows (hayate-compress::stream says when).
-pub fn compress_proxied(response: Response, req: &Request, policy: &Policy) -> Response {
-    let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
+pub fn compress_proxied(response: Response, req: &ProxyRequest<'_>, policy: &Policy) -> Response {
+    let accept = AcceptEncoding::parse(req.values(b"accept-encoding"));
     let facts = RequestFacts {
-        method: req.method(),
+        method: req.method,
         accept: &accept,
-        range: req.header(b"range").is_some(),
+        range: req.field(b"range").is_some(),
     };
     hayate_compress::compress_response(response, &facts, policy)
 }

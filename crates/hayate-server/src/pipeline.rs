@@ -113,7 +113,9 @@ async fn respond<B: ClientBody>(
                     let response = group.forward(&proxied, body).await;
                     // 5. Compress the proxied body.
                     match &route.compression {
-                        Some(policy) => crate::compression::compress_proxied(response, req, policy),
+                        Some(policy) => {
+                            crate::compression::compress_proxied(response, &proxied, policy)
+                        }
                         None => response,
                     }
                 }
