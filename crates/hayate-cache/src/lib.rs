@@ -88,7 +88,7 @@ impl ResponseCache {
 
     /// Prometheus text for the cache's counters and size.
     pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write;
+        use hayate_core::metrics::{family, sample, Kind};
         use std::sync::atomic::Ordering::Relaxed;
         let s = self.stats();
         let counters = [
@@ -118,21 +118,25 @@ impl ResponseCache {
             ),
         ];
         for (name, help, c) in counters {
-            let _ = writeln!(out, "# HELP hayate_cache_{name}_total {help}.");
-            let _ = writeln!(out, "# TYPE hayate_cache_{name}_total counter");
-            let _ = writeln!(out, "hayate_cache_{name}_total {}", c.load(Relaxed));
+            let name = format!("hayate_cache_{name}_total");
+            family(out, &name, &format!("{help}."), Kind::Counter);
+            sample(out, &name, &[], c.load(Relaxed));
         }
-        let _ = writeln!(
-            out,
-            "# HELP hayate_cache_bytes Bytes held by the response cache."
-        );
-        let _ = writeln!(out, "# TYPE hayate_cache_bytes gauge");
-        let _ = writeln!(out, "hayate_cache_bytes {}", self.store.bytes());
-        let _ = writeln!(
-            out,
-            "# HELP hayate_cache_entries URLs held by the response cache."
-        );
-        let _ = writeln!(out, "# TYPE hayate_cache_entries gauge");
-        let _ = writeln!(out, "hayate_cache_entries {}", self.store.len());
+        let gauges = [
+            (
+                "hayate_cache_bytes",
+                "Bytes held by the response cache.",
+                self.store.bytes(),
+            ),
+            (
+                "hayate_cache_entries",
+                "URLs held by the response cache.",
+                self.store.len() as u64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            family(out, name, help, Kind::Gauge);
+            sample(out, name, &[], value);
+        }
     }
 }
