@@ -68,12 +68,6 @@ pub fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     lines(block)
 }
 
-fn http_date(v: &[u8]) -> Option<SystemTime> {
-    std::str::from_utf8(v)
-        .ok()
-        .and_then(|s| httpdate::parse_http_date(s.trim()).ok())
-}
-
 impl ResponseFacts {
     /// Reads the facts from a response's header lines.
     pub fn from_head(head: &[u8]) -> ResponseFacts {
@@ -85,12 +79,17 @@ impl ResponseFacts {
             match lower.as_slice() {
                 b"cache-control" => cc.push(value),
                 b"expires" => {
-                    f.expires.get_or_insert_with(|| http_date(value));
+                    f.expires
+                        .get_or_insert_with(|| hayate_core::date::parse(value));
                 }
-                b"date" => f.date = f.date.or(http_date(value)),
+                b"date" => f.date = f.date.or(hayate_core::date::parse(value)),
                 b"last-modified" => {
-                    f.last_modified
-                        .get_or_insert_with(|| (Bytes::copy_from_slice(value), http_date(value)));
+                    f.last_modified.get_or_insert_with(|| {
+                        (
+                            Bytes::copy_from_slice(value),
+                            hayate_core::date::parse(value),
+                        )
+                    });
                 }
                 b"age" => {
                     f.age = std::str::from_utf8(value)

@@ -157,11 +157,7 @@ impl ClientValidators<'_> {
         let (Some(ims), Some(lm)) = (self.if_modified_since, &stored.last_modified) else {
             return false;
         };
-        let parse = |v: &[u8]| {
-            std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| httpdate::parse_http_date(s.trim()).ok())
-        };
+        let parse = hayate_core::date::parse;
         matches!((parse(ims), parse(lm)), (Some(ims), Some(lm)) if lm <= ims)
     }
 }

@@ -8,6 +8,14 @@
 use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// An HTTP-date field value (any of the three formats RFC 9110 §5.6.7
+/// accepts, surrounding whitespace ignored); `None` when it is not one.
+pub fn parse(raw: &[u8]) -> Option<SystemTime> {
+    std::str::from_utf8(crate::field::trim_ows(raw))
+        .ok()
+        .and_then(|s| httpdate::parse_http_date(s).ok())
+}
+
 /// Length of `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`.
 const DATE_LINE_LEN: usize = 37;
 
@@ -114,6 +122,20 @@ impl Civil {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_the_three_http_date_forms() {
+        let want = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").ok();
+        for raw in [
+            &b" Sun, 06 Nov 1994 08:49:37 GMT\t"[..],
+            b"Sunday, 06-Nov-94 08:49:37 GMT",
+            b"Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(parse(raw), want, "{}", String::from_utf8_lossy(raw));
+        }
+        assert_eq!(parse(b"yesterday"), None);
+        assert_eq!(parse(b"\xff"), None);
+    }
 
     #[test]
     fn civil_dates() {

@@ -49,7 +49,7 @@ impl Preconditions<'_> {
             if !etag_list_matches(im, v.etag.as_bytes(), Comparison::Strong) {
                 return Verdict::Failed;
             }
-        } else if let Some(date) = self.if_unmodified_since.and_then(parse_date) {
+        } else if let Some(date) = self.if_unmodified_since.and_then(hayate_core::date::parse) {
             if seconds(v.last_modified) > seconds(date) {
                 return Verdict::Failed;
             }
@@ -59,7 +59,7 @@ impl Preconditions<'_> {
             if etag_list_matches(inm, v.etag.as_bytes(), Comparison::Weak) {
                 return Verdict::NotModified;
             }
-        } else if let Some(date) = self.if_modified_since.and_then(parse_date) {
+        } else if let Some(date) = self.if_modified_since.and_then(hayate_core::date::parse) {
             if seconds(v.last_modified) <= seconds(date) {
                 return Verdict::NotModified;
             }
@@ -75,14 +75,8 @@ impl Preconditions<'_> {
         if ir.first() == Some(&b'"') || ir.starts_with(b"W/") {
             return etag_matches(ir, v.etag.as_bytes(), Comparison::Strong);
         }
-        parse_date(ir).is_some_and(|d| seconds(d) == seconds(v.last_modified))
+        hayate_core::date::parse(ir).is_some_and(|d| seconds(d) == seconds(v.last_modified))
     }
-}
-
-fn parse_date(raw: &[u8]) -> Option<SystemTime> {
-    std::str::from_utf8(trim(raw))
-        .ok()
-        .and_then(|s| httpdate::parse_http_date(s).ok())
 }
 
 fn seconds(t: SystemTime) -> u64 {
