@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use hayate_core::field::header_lines;
 use hayate_core::field::trim_ows as trim;
 
 use crate::directives::{RequestDirectives, ResponseDirectives};
@@ -54,27 +55,13 @@ pub struct ResponseFacts {
     pub event_stream: bool,
 }
 
-/// Whether `name: value\r\n` lines name the field `name` (lowercase).
-fn lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    block.split(|&b| b == b'\n').filter_map(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let colon = line.iter().position(|&b| b == b':')?;
-        Some((&line[..colon], trim(&line[colon + 1..])))
-    })
-}
-
-/// Header lines (`Name: value\r\n`) of a preformatted block.
-pub fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    lines(block)
-}
-
 impl ResponseFacts {
     /// Reads the facts from a response's header lines.
     pub fn from_head(head: &[u8]) -> ResponseFacts {
         let mut f = ResponseFacts::default();
         let mut cc = Vec::new();
         let mut vary: Option<Vec<Vec<u8>>> = Some(Vec::new());
-        for (name, value) in lines(head) {
+        for (name, value) in header_lines(head) {
             let lower = name.to_ascii_lowercase();
             match lower.as_slice() {
                 b"cache-control" => cc.push(value),

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use hayate_core::field::{etag_list_matches, Comparison};
 use hayate_core::{Body, Response, Status};
 
-use crate::policy::{header_lines, initial_age, ResponseFacts};
+use hayate_core::field::header_lines;
+
+use crate::policy::{initial_age, ResponseFacts};
 use crate::store::Stored;
 use crate::vary::VaryKey;
 

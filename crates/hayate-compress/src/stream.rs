@@ -18,6 +18,7 @@ use std::io;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use hayate_core::field::{header_lines, split_list};
 use hayate_core::{Body, BodySource, Coding, Response, Status, StreamBody};
 
 use crate::encode::Encoder;
@@ -116,10 +117,7 @@ struct Fields<'a>(&'a [u8], &'a [u8]);
 
 impl<'a> Fields<'a> {
     fn lines(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let (a, b) = (self.0, self.1);
-        a.split(|&c| c == b'\n')
-            .chain(b.split(|&c| c == b'\n'))
-            .filter_map(split_line)
+        header_lines(self.0).chain(header_lines(self.1))
     }
 
     fn get(&self, name: &[u8]) -> Option<&'a [u8]> {
@@ -132,35 +130,19 @@ impl<'a> Fields<'a> {
     fn has_token(&self, name: &[u8], token: &[u8]) -> bool {
         self.lines()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .flat_map(|(_, v)| v.split(|&c| c == b','))
+            .flat_map(|(_, v)| split_list(v))
             .any(|t| {
-                let t = hayate_core::field::trim_ows(t);
                 let t = t.split(|&c| c == b'=').next().unwrap_or_default();
                 t.eq_ignore_ascii_case(token)
             })
     }
 }
 
-fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let colon = line.iter().position(|&c| c == b':')?;
-    Some((
-        hayate_core::field::trim_ows(&line[..colon]),
-        hayate_core::field::trim_ows(&line[colon + 1..]),
-    ))
-}
-
 /// The header lines with the ETag made weak and, for a compressed body,
 /// `Accept-Ranges` dropped and `Content-Encoding` (and `Vary`) added.
 fn rewrite(shared: &[u8], own: &[u8], coding: Option<Coding>, vary: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(shared.len() + own.len() + 64);
-    for raw in shared
-        .split(|&c| c == b'\n')
-        .chain(own.split(|&c| c == b'\n'))
-    {
-        let Some((name, value)) = split_line(raw) else {
-            continue;
-        };
+    for (name, value) in header_lines(shared).chain(header_lines(own)) {
         if coding.is_some() && name.eq_ignore_ascii_case(b"accept-ranges") {
             continue;
         }

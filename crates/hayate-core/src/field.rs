@@ -13,6 +13,16 @@ pub fn trim_ows(s: &[u8]) -> &[u8] {
     &s[start..end.max(start)]
 }
 
+/// The `(name, value)` pairs of a preformatted block of header lines
+/// (`Name: value\r\n`, as responses carry them), values trimmed.
+pub fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    block.split(|&b| b == b'\n').filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        Some((&line[..colon], trim_ows(&line[colon + 1..])))
+    })
+}
+
 /// Splits a list-valued field (RFC 9110 §5.6.1) on commas outside quoted
 /// strings, trimming OWS and skipping empty members: entity-tag lists,
 /// Cache-Control directives.

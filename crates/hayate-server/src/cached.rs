@@ -691,7 +691,7 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
     let store = &rc.shared.store;
     store.remove(&store::key(host, req.target));
     let head = serve::response_head(resp);
-    for (name, value) in hayate_cache::policy::header_lines(&head) {
+    for (name, value) in hayate_core::field::header_lines(&head) {
         if !(name.eq_ignore_ascii_case(b"location")
             || name.eq_ignore_ascii_case(b"content-location"))
         {
