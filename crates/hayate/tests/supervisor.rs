@@ -12,8 +12,9 @@ use hayate_testkit::{Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// A Node app: answers `instance I pid P version V`; `/crash` exits; a
-/// version file saying `broken` makes it exit before listening.
+/// A Node app: answers `instance I pid P version V`; `/crash` exits; `/slow`
+/// sends `x` at once and ends 150 ms later (`xslow`); a version file saying
+/// `broken` makes it exit before listening.
 const APP: &str = r#"
 const http = require('http');
 const fs = require('fs');
@@ -25,7 +26,9 @@ http.createServer((req, res) => {
   if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
   if (req.url === '/env') { res.end(`${process.env.GREETING} ${process.env.PORT}`); return; }
-  if (req.url === '/slow') { setTimeout(() => res.end('slow'), 150); return; }
+  // The head and a first byte go at once: an instance killed before the
+  // end cuts a response already under way, which no retry can hide.
+  if (req.url === '/slow') { res.write('x'); setTimeout(() => res.end('slow'), 150); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
 }).listen(process.env.PORT, () => console.log('up', version));
@@ -136,7 +139,9 @@ fn instances_serve_static_files_come_first_and_a_killed_instance_costs_no_reques
 #[test]
 fn rolling_reload_switches_generations_without_failed_requests() {
     let dir = app_dir("v1");
-    let h = run(dir.path(), "2", &[]);
+    // A request finding no instance waits at most 20 ms, then fails (503):
+    // a moment without an instance would show, not be waited out.
+    let h = run(dir.path(), "2", &["--proxy-queue-timeout", "20ms"]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
     let addr = h.addr;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -591,7 +596,12 @@ fn instances_can_listen_on_tcp_ports() {
 #[test]
 fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
     let dir = app_dir("v1");
-    let h = run(dir.path(), "2", &["--app-reload-parallel", "2"]);
+    // No waiting out a moment without an instance (see above).
+    let h = run(
+        dir.path(),
+        "2",
+        &["--app-reload-parallel", "2", "--proxy-queue-timeout", "20ms"],
+    );
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
     let addr = h.addr;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -604,13 +614,16 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
                 let deadline = Instant::now() + Duration::from_secs(8);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
                 {
-                    // One loader keeps slow requests in flight, so draining matters.
-                    let status = if n == 0 {
-                        c.get("/slow", &[]).status
+                    // One loader keeps slow requests in flight, so draining
+                    // matters: their answer is under way, so an instance
+                    // stopped before its end cuts it (the read panics).
+                    let good = if n == 0 {
+                        let r = c.get("/slow", &[]);
+                        r.status == 200 && r.text() == "xslow"
                     } else {
-                        answer(&mut c).0
+                        answer(&mut c).0 == 200
                     };
-                    if status == 200 {
+                    if good {
                         ok += 1;
                     } else {
                         failures += 1;
@@ -628,7 +641,7 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let results: Vec<(u32, u32)> = loaders
         .into_iter()
-        .map(|t| t.join().expect("join"))
+        .map(|t| t.join().expect("a loader's response was cut (see its panic)"))
         .collect();
     assert_eq!(
         results.iter().map(|r| r.1).sum::<u32>(),
