@@ -12,7 +12,8 @@ use hayate_testkit::{Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// A Node app: answers `instance I pid P version V`; `/crash` exits; `/slow`
+/// A Node app: answers `instance I pid P version V up MS` (MS since it
+/// booted); `/ready` answers 503 for its first 300 ms; `/crash` exits; `/slow`
 /// sends `x` at once and ends 150 ms later (`xslow`); a version file saying
 /// `broken` makes it exit before listening.
 const APP: &str = r#"
@@ -30,7 +31,7 @@ http.createServer((req, res) => {
   // end cuts a response already under way, which no retry can hide.
   if (req.url === '/slow') { res.write('x'); setTimeout(() => res.end('slow'), 150); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
-  res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version}`);
+  res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version} up ${Date.now() - bootedAt}`);
 }).listen(process.env.PORT, () => console.log('up', version));
 "#;
 
@@ -62,6 +63,8 @@ struct Answer {
     instance: String,
     pid: i32,
     version: String,
+    /// Milliseconds between the app's boot and this answer.
+    uptime_ms: u64,
 }
 
 fn answer(c: &mut Client) -> (u16, Option<Answer>) {
@@ -69,10 +72,11 @@ fn answer(c: &mut Client) -> (u16, Option<Answer>) {
     let text = r.text();
     let words: Vec<&str> = text.split(' ').collect();
     let parsed = match words.as_slice() {
-        ["instance", i, "pid", p, "version", v] => Some(Answer {
+        ["instance", i, "pid", p, "version", v, "up", u] => Some(Answer {
             instance: i.to_string(),
             pid: p.parse().unwrap_or(0),
             version: v.to_string(),
+            uptime_ms: u.parse().expect("uptime"),
         }),
         _ => None,
     };
@@ -356,10 +360,18 @@ fn an_http_readiness_probe_gates_traffic() {
     let started = Instant::now();
     let (status, a) = answer(&mut h.client());
     assert_eq!(status, 200);
-    assert_eq!(a.expect("answer").version, "v1");
+    let a = a.expect("answer");
+    assert_eq!(a.version, "v1");
     assert!(
         started.elapsed() >= Duration::from_millis(250),
         "served before the probe passed"
+    );
+    // Measured by the app itself, so Node's own start-up time cannot pass
+    // for the probe's wait.
+    assert!(
+        a.uptime_ms >= 300,
+        "served {} ms after the app booted, before /ready answered 200",
+        a.uptime_ms
     );
     h.assert_no_errors();
 }
