@@ -21,6 +21,7 @@ pub use logfile::RotatingLog;
 
 use std::collections::VecDeque;
 use std::io;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,8 +45,8 @@ pub struct AppSpec {
     pub instances: usize,
     /// How instances listen.
     pub listen: Listen,
-    /// Instances replaced at once in a rolling reload (at least 1).
-    pub reload_parallel: usize,
+    /// Instances replaced at once in a rolling reload.
+    pub reload_parallel: NonZeroU32,
     /// Time for a new instance to accept on its socket (and pass the probe).
     pub start_timeout: Duration,
     /// An HTTP path that must answer 2xx before an instance gets traffic.
@@ -180,7 +181,7 @@ impl Supervisor {
             .spawn(move || {
                 rt.block_on(async move {
                     let spec = Arc::new(spec);
-                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.max(1)));
+                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.get() as usize));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
                         .slots

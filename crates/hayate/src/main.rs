@@ -301,9 +301,6 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         .instances
         .unwrap_or(hayate_config::app::Instances::Auto)
         .get(g.workers.get());
-    if g.app_reload_parallel == 0 {
-        anyhow::bail!("app_reload_parallel: expected at least 1");
-    }
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
     let listen = match g.app_listen {
         AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
@@ -327,7 +324,7 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
         instances,
         listen,
-        reload_parallel: g.app_reload_parallel as usize,
+        reload_parallel: g.app_reload_parallel,
         start_timeout: config.global.app_start_timeout.0,
         ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,

@@ -126,6 +126,14 @@ fn check_names_file_line_and_key_of_every_error() {
             format!("root = \"{root}\"\n[[site]]\nroot = \"{root}\"\n[[site.route]]\nroot = \"{root}\"\n"),
             "4: prefix:",
         ),
+        (
+            format!("root = \"{root}\"\napp_reload_parallel = 0\n"),
+            "2: app_reload_parallel: expected a whole number from 1",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\nreload_parallel = 0\n".to_string(),
+            "3: reload_parallel: expected a whole number from 1",
+        ),
         (format!("root = \"{root}\"\nworkers = \n"), "2:"),
         (format!("root = \"{root}\"\n[site\n"), "2:"),
     ];
