@@ -329,7 +329,6 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,
         env: app.env,
-        crash_limit: 5,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
         log: app_log,
@@ -349,7 +348,7 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
     );
     let result =
         hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
-    supervisor.stop();
+    drop(supervisor); // stops every instance and waits
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
 }
