@@ -128,12 +128,6 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
         .get_one::<String>("control")
         .map(PathBuf::from)
         .unwrap_or_else(|| default_control_path(Path::new(".")));
-    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            path.display()
-        )
-    })?;
     let line = match (
         m.try_get_one::<String>("url"),
         m.try_get_one::<String>("tag"),
@@ -142,10 +136,17 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
         (_, Ok(Some(tag))) => format!("{name} tag {tag}\n"),
         _ => format!("{name}\n"),
     };
+    // The line the server will parse: refuse here what it would refuse.
     anyhow::ensure!(
-        !line.trim_end().contains(['\n', '\r']) && line.split_whitespace().count() <= 3,
-        "a URL or tag must not contain spaces"
+        hayate_server::control::ControlCommand::parse(&line).is_some(),
+        "a URL or tag must be one word, without spaces"
     );
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no hayate run answers on {} (start it here, or pass --control)",
+            path.display()
+        )
+    })?;
     s.write_all(line.as_bytes())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;

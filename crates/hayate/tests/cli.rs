@@ -168,6 +168,17 @@ fn check_names_the_line_of_a_root_that_does_not_exist() {
     assert!(r.stderr.contains(&want), "want {want:?} in {:?}", r.stderr);
 }
 
+#[test]
+fn purge_refuses_a_url_or_tag_that_is_not_one_word_before_connecting() {
+    for what in [&["/a b"][..], &["/a\nstop"], &["--tag", "a b"], &[""]] {
+        let mut args = vec!["purge", "--control", "/nonexistent/hayate.sock"];
+        args.extend_from_slice(what);
+        let r = run(&args, &[]);
+        assert_eq!(r.code, Some(1), "{what:?}: {r:?}");
+        assert!(r.stderr.contains("without spaces"), "{what:?}: {r:?}");
+    }
+}
+
 /// The option rows of `help-config`: (flag, env var).
 fn documented_options() -> Vec<(String, String)> {
     let r = run(&["help-config"], &[]);
