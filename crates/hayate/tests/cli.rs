@@ -3,13 +3,11 @@
 //! environment and flags, bad values, listeners (in use, Unix sockets,
 //! several addresses).
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hayate_testkit::{site, Client, Hayate, WAIT};
+use hayate_testkit::{site, unix_get, Client, Hayate, WAIT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -377,17 +375,6 @@ fn a_port_in_use_is_a_clear_error() {
     // The first one is unaffected.
     assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
     h.assert_no_errors();
-}
-
-/// One request over a Unix socket; the raw response.
-fn unix_get(sock: &Path, path: &str) -> String {
-    let mut s = UnixStream::connect(sock).expect("connect unix socket");
-    s.set_read_timeout(Some(WAIT)).expect("timeout");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .expect("write");
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).expect("read to close");
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[test]

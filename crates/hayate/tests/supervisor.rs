@@ -375,41 +375,24 @@ fn an_http_readiness_probe_gates_traffic() {
     h.assert_no_errors();
 }
 
-/// Runs `hayate NAME` in `dir` (the control client) and returns its output.
-fn control(dir: &Path, name: &str) -> (bool, String) {
-    let out = std::process::Command::new(BIN)
-        .arg(name)
-        .current_dir(dir)
-        .output()
-        .expect("run control client");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 #[test]
 fn status_reload_and_stop_over_the_control_socket() {
     let dir = app_dir("v1");
     let mut h = run(dir.path(), "2", &[]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
-    let (ok, status) = control(dir.path(), "status");
+    let (ok, status) = hayate_in(dir.path(), &["status"]);
     assert!(ok, "{status}");
     let rows: Vec<&str> = status.lines().filter(|l| l.contains(" ready ")).collect();
     assert_eq!(rows.len(), 2, "{status}");
     std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
-    let (ok, answer) = control(dir.path(), "reload");
+    let (ok, answer) = hayate_in(dir.path(), &["reload"]);
     assert!(ok && answer.contains("reloading"), "{answer}");
     wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
     assert_eq!(answer_of(&h).version, "v2");
-    let (ok, answer) = control(dir.path(), "stop");
+    let (ok, answer) = hayate_in(dir.path(), &["stop"]);
     assert!(ok && answer.contains("stopping"), "{answer}");
     assert!(h.wait().success());
-    let (ok, answer) = control(dir.path(), "status");
+    let (ok, answer) = hayate_in(dir.path(), &["status"]);
     assert!(!ok && answer.contains("no hayate run answers"), "{answer}");
 }
 
@@ -425,7 +408,8 @@ fn nix_kill(pid: i32) {
     assert!(status.success());
 }
 
-/// Runs `hayate ARGS` in `dir` (`check`), returning success and output.
+/// Runs `hayate ARGS` in `dir` (`check`, and the control client: `status`,
+/// `reload`, `stop`), returning success and output.
 fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(BIN)
         .args(args)
@@ -468,7 +452,7 @@ fn an_app_section_in_the_config_file_runs_the_app_and_flags_override_it() {
     let env = c.get("/env", &[]).text();
     assert!(env.starts_with("hello /"), "env and a socket path: {env}");
     assert_eq!(answer(&mut c).1.expect("answer").version, "v1");
-    let (_, status) = control(dir.path(), "status");
+    let (_, status) = hayate_in(dir.path(), &["status"]);
     assert_eq!(
         status.lines().filter(|l| l.contains(" ready ")).count(),
         2,
@@ -485,7 +469,7 @@ fn an_app_section_in_the_config_file_runs_the_app_and_flags_override_it() {
         Some(dir.path()),
     );
     wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
-    let (_, status) = control(dir.path(), "status");
+    let (_, status) = hayate_in(dir.path(), &["status"]);
     let rows = status
         .lines()
         .filter(|l| l.starts_with(char::is_numeric))
@@ -611,7 +595,12 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
     let h = run(
         dir.path(),
         "2",
-        &["--app-reload-parallel", "2", "--proxy-queue-timeout", "20ms"],
+        &[
+            "--app-reload-parallel",
+            "2",
+            "--proxy-queue-timeout",
+            "20ms",
+        ],
     );
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
     let addr = h.addr;
@@ -652,7 +641,10 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let results: Vec<(u32, u32)> = loaders
         .into_iter()
-        .map(|t| t.join().expect("a loader's response was cut (see its panic)"))
+        .map(|t| {
+            t.join()
+                .expect("a loader's response was cut (see its panic)")
+        })
         .collect();
     assert_eq!(
         results.iter().map(|r| r.1).sum::<u32>(),
@@ -676,7 +668,7 @@ fn status_shows_requests_waiting_in_the_queue() {
     let waiter = std::thread::spawn(move || Client::connect(addr).get("/", &[]).status);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (ok, status) = control(dir.path(), "status");
+        let (ok, status) = hayate_in(dir.path(), &["status"]);
         if ok && status.contains("queued: 1") {
             break;
         }
@@ -687,7 +679,7 @@ fn status_shows_requests_waiting_in_the_queue() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(waiter.join().expect("join"), 503, "the queue timed out");
-    let (_, status) = control(dir.path(), "status");
+    let (_, status) = hayate_in(dir.path(), &["status"]);
     assert!(status.contains("queued: 0"), "{status}");
 }
 
