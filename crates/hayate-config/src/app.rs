@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::values::OptValue;
+use crate::values::{ListenAddr, OptValue};
 
 /// The `[app]` section: what to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,24 +101,18 @@ pub enum AdminAddr {
 }
 
 impl OptValue for AdminAddr {
+    /// As a listen address, but a bare port is on 127.0.0.1.
     fn parse_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        if let Some(path) = t.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err("unix: needs a socket path".into());
-            }
-            return Ok(AdminAddr::Unix(PathBuf::from(path)));
-        }
-        if let Ok(port) = t.parse::<u16>() {
+        if let Ok(port) = s.trim().parse::<u16>() {
             return Ok(AdminAddr::Tcp(SocketAddr::new(
                 IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port,
             )));
         }
-        let t = t.replace("localhost:", "127.0.0.1:");
-        t.parse::<SocketAddr>()
-            .map(AdminAddr::Tcp)
-            .map_err(|_| format!("expected HOST:PORT, PORT or unix:PATH, got {s:?}"))
+        Ok(match ListenAddr::parse_str(s)? {
+            ListenAddr::Tcp(a) => AdminAddr::Tcp(a),
+            ListenAddr::Unix(p) => AdminAddr::Unix(p),
+        })
     }
 }
 

@@ -689,7 +689,7 @@ mod tests {
         );
         assert_eq!(cfg.global.app_max_memory.map(|s| s.0), Some(200 << 20));
         assert_eq!(cfg.global.app_listen, crate::app::AppListen::Tcp);
-        assert_eq!(cfg.global.app_reload_parallel, 2);
+        assert_eq!(cfg.global.app_reload_parallel.get(), 2);
         let slash = &cfg.sites[0].routes[0];
         assert!(slash.options.app, "files first, the app for the rest");
         assert_eq!(

@@ -180,16 +180,7 @@ pub fn markdown_reference() -> String {
     ] {
         out.push_str(&format!("## {title}\n\n{intro}\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n"));
         for o in table {
-            let default = o.default.map(|d| format!("`{d}`")).unwrap_or_else(|| "unset".into());
-            out.push_str(&format!(
-                "| `{}` | `--{} {}` / `{}` | {} | {} |\n",
-                o.key,
-                o.flag_name(),
-                o.value_name,
-                o.env_name(),
-                default,
-                o.help
-            ));
+            option_row(&mut out, o.key, o);
         }
         out.push('\n');
     }
@@ -209,22 +200,26 @@ pub fn markdown_reference() -> String {
     }
     for o in GLOBAL_OPTIONS {
         if let Some(short) = o.key.strip_prefix("app_") {
-            let default = o
-                .default
-                .map(|d| format!("`{d}`"))
-                .unwrap_or_else(|| "unset".into());
-            out.push_str(&format!(
-                "| `{short}` | `--{} {}` / `{}` | {} | {} |\n",
-                o.flag_name(),
-                o.value_name,
-                o.env_name(),
-                default,
-                o.help
-            ));
+            option_row(&mut out, short, o);
         }
     }
     out.push('\n');
     out
+}
+
+/// One option's row of a reference table, under the file key `key`.
+fn option_row(out: &mut String, key: &str, o: &OptDef) {
+    let default = o
+        .default
+        .map(|d| format!("`{d}`"))
+        .unwrap_or_else(|| "unset".into());
+    out.push_str(&format!(
+        "| `{key}` | `--{} {}` / `{}` | {default} | {} |\n",
+        o.flag_name(),
+        o.value_name,
+        o.env_name(),
+        o.help
+    ));
 }
 
 /// An example `[app]` config, shown in docs and checked by a test.

@@ -8,6 +8,7 @@
 //! the file, on the CLI or in the environment are defaults for every route;
 //! a site's and a route's own values override them, merged once at load.
 
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 
 use crate::app::{AdminAddr, AppListen};
@@ -227,7 +228,7 @@ options! {
         "Admin listener (GET /metrics for Prometheus, GET /status): HOST:PORT, PORT (on 127.0.0.1) or unix:PATH; off unless set";
     app_listen: AppListen = "unix", "unix|tcp|tcp:BASE",
         "hayate run: instances listen on a Unix socket, a free 127.0.0.1 port, or BASE+i (BASE+N+i for a replacement), given in PORT";
-    app_reload_parallel: u32 = "1", "N",
+    app_reload_parallel: NonZeroU32 = "1", "N",
         "hayate run: instances replaced at once in a rolling reload (each new one is ready before its old one stops)";
     app_max_memory: Size = unset, "SIZE",
         "hayate run: replace an instance whose RSS passes this (new one first, then drain)";

@@ -2,6 +2,7 @@
 //! (CLI, env) and from a TOML value (config file) with the same rules.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,6 +53,14 @@ impl OptValue for u32 {
         s.trim()
             .parse()
             .map_err(|_| format!("expected a whole number, got {s:?}"))
+    }
+}
+
+impl OptValue for NonZeroU32 {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        s.trim()
+            .parse()
+            .map_err(|_| format!("expected a whole number from 1, got {s:?}"))
     }
 }
 
@@ -831,6 +840,12 @@ mod tests {
         assert_eq!(bool::parse_str("on"), Ok(true));
         assert!(bool::parse_str("maybe").is_err());
         assert!(String::parse_str("a\r\nb").is_err());
+        assert_eq!(
+            NonZeroU32::parse_str(" 2"),
+            Ok(NonZeroU32::new(2).expect("2"))
+        );
+        assert!(NonZeroU32::parse_str("0").is_err());
+        assert!(NonZeroU32::parse_str("-1").is_err());
     }
 
     #[test]

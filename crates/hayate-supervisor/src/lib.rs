@@ -21,6 +21,7 @@ pub use logfile::RotatingLog;
 
 use std::collections::VecDeque;
 use std::io;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,8 +45,8 @@ pub struct AppSpec {
     pub instances: usize,
     /// How instances listen.
     pub listen: Listen,
-    /// Instances replaced at once in a rolling reload (at least 1).
-    pub reload_parallel: usize,
+    /// Instances replaced at once in a rolling reload.
+    pub reload_parallel: NonZeroU32,
     /// Time for a new instance to accept on its socket (and pass the probe).
     pub start_timeout: Duration,
     /// An HTTP path that must answer 2xx before an instance gets traffic.
@@ -54,8 +55,6 @@ pub struct AppSpec {
     pub stop_timeout: Duration,
     /// Extra environment.
     pub env: Vec<(String, String)>,
-    /// Exits within [`CRASH_WINDOW`] that stop restarts.
-    pub crash_limit: usize,
     /// Replace an instance whose RSS passes this many bytes.
     pub max_memory: Option<u64>,
     /// Replace an instance after this many requests.
@@ -79,8 +78,11 @@ pub enum Listen {
 /// How often instances are checked against their limits.
 const LIMIT_CHECK: Duration = Duration::from_millis(500);
 
-/// The window in which `crash_limit` exits mean a crash loop.
+/// The window in which [`CRASH_LIMIT`] exits mean a crash loop.
 pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
+
+/// Exits within [`CRASH_WINDOW`] that stop restarts.
+pub const CRASH_LIMIT: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Control {
@@ -126,10 +128,10 @@ struct SlotStatus {
 
 type StatusBoard = Arc<std::sync::Mutex<Vec<SlotStatus>>>;
 
-/// A running supervisor.
+/// A running supervisor. Dropping it stops every instance (SIGTERM, then
+/// SIGKILL after the stop timeout) and waits.
 pub struct Supervisor {
     status: AppStatus,
-    app: AppSlots,
     control: watch::Sender<Control>,
     thread: Option<JoinHandle<()>>,
 }
@@ -180,7 +182,7 @@ impl Supervisor {
             .spawn(move || {
                 rt.block_on(async move {
                     let spec = Arc::new(spec);
-                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.max(1)));
+                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.get() as usize));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
                         .slots
@@ -207,11 +209,7 @@ impl Supervisor {
                 })
             })?;
         Ok(Supervisor {
-            status: AppStatus {
-                board,
-                app: app.clone(),
-            },
-            app,
+            status: AppStatus { board, app },
             control,
             thread: Some(thread),
         })
@@ -219,7 +217,7 @@ impl Supervisor {
 
     /// The slots, for the proxy.
     pub fn slots(&self) -> AppSlots {
-        self.app.clone()
+        self.status.app.clone()
     }
 
     /// A handle on the status board (for `hayate status`, `/status` and
@@ -228,22 +226,9 @@ impl Supervisor {
         self.status.clone()
     }
 
-    /// See [`AppStatus::text`].
-    pub fn status_text(&self) -> String {
-        self.status.text()
-    }
-
     /// Starts a rolling reload (SIGHUP, `hayate reload`).
     pub fn reload(&self) {
         self.control.send_modify(|c| c.reload += 1);
-    }
-
-    /// Stops every instance (SIGTERM, then SIGKILL) and waits.
-    pub fn stop(mut self) {
-        self.control.send_modify(|c| c.stop = true);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -608,7 +593,7 @@ impl SlotTask {
         {
             exits.pop_front();
         }
-        if exits.len() >= self.spec.crash_limit {
+        if exits.len() >= CRASH_LIMIT {
             self.set_state(ChildState::Halted, None, false);
             log::error!(
                 "app[{}] crash loop: {} exits within {:?}; not restarting it until a reload",

@@ -433,6 +433,26 @@ impl Client {
     }
 }
 
+/// Sends `METHOD path` with `Connection: close` over the Unix socket
+/// `sock` (a listener or the admin socket); the raw response, read until
+/// the server closes.
+pub fn unix_request(sock: &Path, method: &str, path: &str) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).expect("connect unix socket");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    s.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read to close");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET path` over a Unix socket: see [`unix_request`].
+pub fn unix_get(sock: &Path, path: &str) -> String {
+    unix_request(sock, "GET", path)
+}
+
 /// A temporary site: `hello.txt`, `index.html`, `docs/guide.html`,
 /// `.secret`, `.well-known/security.txt`, and a 1 MiB `big.bin` with
 /// varying bytes.

@@ -128,12 +128,6 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
         .get_one::<String>("control")
         .map(PathBuf::from)
         .unwrap_or_else(|| default_control_path(Path::new(".")));
-    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            path.display()
-        )
-    })?;
     let line = match (
         m.try_get_one::<String>("url"),
         m.try_get_one::<String>("tag"),
@@ -142,10 +136,17 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
         (_, Ok(Some(tag))) => format!("{name} tag {tag}\n"),
         _ => format!("{name}\n"),
     };
+    // The line the server will parse: refuse here what it would refuse.
     anyhow::ensure!(
-        !line.trim_end().contains(['\n', '\r']) && line.split_whitespace().count() <= 3,
-        "a URL or tag must not contain spaces"
+        hayate_server::control::ControlCommand::parse(&line).is_some(),
+        "a URL or tag must be one word, without spaces"
     );
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no hayate run answers on {} (start it here, or pass --control)",
+            path.display()
+        )
+    })?;
     s.write_all(line.as_bytes())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
@@ -301,9 +302,6 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         .instances
         .unwrap_or(hayate_config::app::Instances::Auto)
         .get(g.workers.get());
-    if g.app_reload_parallel == 0 {
-        anyhow::bail!("app_reload_parallel: expected at least 1");
-    }
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
     let listen = match g.app_listen {
         AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
@@ -327,12 +325,11 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
         cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
         instances,
         listen,
-        reload_parallel: g.app_reload_parallel as usize,
+        reload_parallel: g.app_reload_parallel,
         start_timeout: config.global.app_start_timeout.0,
         ready_path: config.global.app_ready_path.clone(),
         stop_timeout: config.global.grace_period.0,
         env: app.env,
-        crash_limit: 5,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
         log: app_log,
@@ -352,7 +349,7 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
     );
     let result =
         hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
-    supervisor.stop();
+    drop(supervisor); // stops every instance and waits
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
 }

@@ -2,24 +2,12 @@
 //! only), answering /metrics and /status; requests to a prefix route are
 //! counted under that route.
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{site, Hayate};
+use hayate_testkit::{site, unix_get, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
-
-/// GET `path` on the admin Unix socket; the whole answer.
-fn admin_get(socket: &std::path::Path, path: &str) -> String {
-    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect admin socket");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
-}
 
 #[test]
 fn admin_on_a_unix_socket_counts_requests_per_route() {
@@ -56,7 +44,7 @@ fn admin_on_a_unix_socket_counts_requests_per_route() {
         502,
         "nothing listens on port 9"
     );
-    let metrics = admin_get(&socket, "/metrics");
+    let metrics = unix_get(&socket, "/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
     for line in [
         "hayate_http_requests_total{site=\"*\",route=\"/\",code=\"2xx\"} 1\n",
@@ -68,6 +56,6 @@ fn admin_on_a_unix_socket_counts_requests_per_route() {
         assert!(metrics.contains(line), "{line:?} missing:\n{metrics}");
     }
     assert!(!metrics.contains("hayate_app_"), "no app, no app figures");
-    let status = admin_get(&socket, "/status");
+    let status = unix_get(&socket, "/status");
     assert!(status.ends_with("\r\n\r\nno app runs\n"), "{status}");
 }

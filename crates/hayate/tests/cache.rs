@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{big_bytes, Client, Hayate, Origin, OriginOptions, Response};
+use hayate_testkit::{big_bytes, unix_request, Client, Hayate, Origin, OriginOptions, Response};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -755,18 +755,6 @@ fn purge_by_url_and_by_tag() {
     h.assert_no_errors();
 }
 
-/// `METHOD path` on the admin Unix socket; the whole answer.
-fn admin(socket: &std::path::Path, method: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect admin socket");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
-}
-
 #[test]
 fn metrics_and_purge_on_the_admin_listener() {
     let o = origin();
@@ -790,7 +778,7 @@ fn metrics_and_purge_on_the_admin_listener() {
     c.get(&path, &[]);
     c.get(&path, &[]);
     c.get(&path, &[]);
-    let metrics = admin(&socket, "GET", "/metrics");
+    let metrics = unix_request(&socket, "GET", "/metrics");
     for line in [
         "hayate_cache_hits_total 2",
         "hayate_cache_misses_total 1",
@@ -800,12 +788,12 @@ fn metrics_and_purge_on_the_admin_listener() {
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }
-    let answer = admin(&socket, "POST", "/purge?tag=k1");
+    let answer = unix_request(&socket, "POST", "/purge?tag=k1");
     assert!(answer.ends_with("purged 1\n"), "{answer}");
     assert_eq!(c.get(&path, &[]).text(), "count 2\n");
-    let answer = admin(&socket, "POST", "/purge?url=%2Fscript");
+    let answer = unix_request(&socket, "POST", "/purge?url=%2Fscript");
     assert!(answer.ends_with("purged 1\n"), "{answer}");
-    assert!(admin(&socket, "POST", "/purge").starts_with("HTTP/1.1 400"));
+    assert!(unix_request(&socket, "POST", "/purge").starts_with("HTTP/1.1 400"));
 }
 
 #[test]

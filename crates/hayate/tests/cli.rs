@@ -3,13 +3,11 @@
 //! environment and flags, bad values, listeners (in use, Unix sockets,
 //! several addresses).
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hayate_testkit::{site, Client, Hayate, WAIT};
+use hayate_testkit::{site, unix_get, Client, Hayate, WAIT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -126,6 +124,14 @@ fn check_names_file_line_and_key_of_every_error() {
             format!("root = \"{root}\"\n[[site]]\nroot = \"{root}\"\n[[site.route]]\nroot = \"{root}\"\n"),
             "4: prefix:",
         ),
+        (
+            format!("root = \"{root}\"\napp_reload_parallel = 0\n"),
+            "2: app_reload_parallel: expected a whole number from 1",
+        ),
+        (
+            "[app]\ncommand = \"node app.js\"\nreload_parallel = 0\n".to_string(),
+            "3: reload_parallel: expected a whole number from 1",
+        ),
         (format!("root = \"{root}\"\nworkers = \n"), "2:"),
         (format!("root = \"{root}\"\n[site\n"), "2:"),
     ];
@@ -158,6 +164,17 @@ fn check_names_the_line_of_a_root_that_does_not_exist() {
     assert_eq!(r.code, Some(1), "{r:?}");
     let want = format!("{}:2: root:", file.display());
     assert!(r.stderr.contains(&want), "want {want:?} in {:?}", r.stderr);
+}
+
+#[test]
+fn purge_refuses_a_url_or_tag_that_is_not_one_word_before_connecting() {
+    for what in [&["/a b"][..], &["/a\nstop"], &["--tag", "a b"], &[""]] {
+        let mut args = vec!["purge", "--control", "/nonexistent/hayate.sock"];
+        args.extend_from_slice(what);
+        let r = run(&args, &[]);
+        assert_eq!(r.code, Some(1), "{what:?}: {r:?}");
+        assert!(r.stderr.contains("without spaces"), "{what:?}: {r:?}");
+    }
 }
 
 /// The option rows of `help-config`: (flag, env var).
@@ -358,17 +375,6 @@ fn a_port_in_use_is_a_clear_error() {
     // The first one is unaffected.
     assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
     h.assert_no_errors();
-}
-
-/// One request over a Unix socket; the raw response.
-fn unix_get(sock: &Path, path: &str) -> String {
-    let mut s = UnixStream::connect(sock).expect("connect unix socket");
-    s.set_read_timeout(Some(WAIT)).expect("timeout");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .expect("write");
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).expect("read to close");
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[test]
