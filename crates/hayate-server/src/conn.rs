@@ -149,7 +149,12 @@ impl Conn {
             let http10 = req.minor_version == 0;
             let close_delimited = http10 && resp.body.known_len().is_none();
             let body_ok = body.done || (!body.touched && !body.awaiting_continue());
-            let keep_alive = req.keep_alive
+            // A connection that switched protocols never reads HTTP again:
+            // whatever the client sends after the tunnel ends belongs to
+            // the other protocol.
+            let upgraded = matches!(resp.body, Body::Upgrade(_));
+            let keep_alive = !upgraded
+                && req.keep_alive
                 && !resp.close
                 && body_ok
                 && !body.failed
@@ -162,6 +167,9 @@ impl Conn {
             };
             self.write_response(resp, cx, &req, started).await?;
             self.spare.reclaim(req);
+            if upgraded {
+                return Ok(End::Done);
+            }
             if !keep_alive {
                 self.flush().await?;
                 return Ok(if body.done { End::Done } else { End::Linger });
