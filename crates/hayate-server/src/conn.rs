@@ -7,17 +7,19 @@
 //! the rest of its head (header timeout → 408), each read of a body (body
 //! timeout), each write (send timeout).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
+use std::pin::pin;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status, StreamBody};
-use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use crate::access_log;
+use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
 use crate::pipeline;
@@ -41,6 +43,12 @@ const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 const FIRST_READ: usize = 2 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 8 * 1024;
+/// How reads between requests make room.
+const HEAD_ROOM: Room = Room {
+    first: FIRST_READ,
+    min_spare: 512,
+    grow: READ_CHUNK,
+};
 /// How long an idle keep-alive connection keeps its buffers.
 const IDLE_KEEP_BUFFERS: Duration = Duration::from_secs(1);
 /// How long, and how much, a closing connection drains before it is
@@ -67,10 +75,12 @@ pub struct Conn {
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     spare: Spare,
-    /// When the last read returned: the time of every request it carried
-    /// (two clock reads per socket read instead of per request).
-    now: Instant,
-    wall: SystemTime,
+    /// When the last read returned: the time of every request it carried.
+    clock: Clock,
+    /// The connection waited for something other than a client read since
+    /// `clock` was read (a handler, a write, a streamed body): the clock
+    /// catches up before it is used again.
+    clock_stale: bool,
     served: u64,
 }
 
@@ -93,8 +103,8 @@ impl Conn {
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
             spare: Spare::default(),
-            now: Instant::now(),
-            wall: SystemTime::now(),
+            clock: Clock::current(),
+            clock_stale: false,
             served: 0,
         }
     }
@@ -121,7 +131,7 @@ impl Conn {
                     return Ok(End::Linger);
                 }
             };
-            let started = self.now;
+            let started = self.clock.now;
             let w = self.worker.clone();
             let mut body = BodyState::new(
                 req.framing,
@@ -129,15 +139,23 @@ impl Conn {
                 w.head_limits.max_body_size,
                 w.timeouts.body,
             );
+            let mut waited = false;
             let (resp, route) = {
                 let mut view = ConnBody {
                     state: &mut body,
                     stream: &mut self.stream,
                     rbuf: &mut self.rbuf,
                     deadline: &self.deadline,
+                    clock: &mut self.clock,
                 };
-                pipeline::handle(&req, &mut view, &w.router, started, &self.peer).await
+                let handled = pipeline::handle(&req, &mut view, &w.router, started, &self.peer);
+                noting_waits(handled, &mut waited).await
             };
+            // A handler that waited (an upstream, the request body) may
+            // have taken longer than any timeout: the response's Date and
+            // the keep-alive deadline count from now.
+            self.clock_stale |= waited;
+            self.catch_up_clock();
             self.served += 1;
             if let Some(m) = &w.metrics {
                 m.record(route, resp.status.code(), started.elapsed());
@@ -196,19 +214,21 @@ impl Conn {
             }
             // Nothing complete is waiting: send what the pipeline produced.
             self.flush().await?;
+            // Deadlines count from the end of the last response.
+            self.catch_up_clock();
             let idle = self.rbuf.is_empty();
             if !idle && head_deadline.is_none() {
-                head_deadline = Some(self.now + w.timeouts.header);
+                head_deadline = Some(self.clock.now + w.timeouts.header);
             }
             let deadline = match head_deadline {
                 Some(d) => d,
-                None if self.served == 0 => self.now + w.timeouts.header,
-                None => self.now + w.timeouts.keepalive,
+                None if self.served == 0 => self.clock.now + w.timeouts.header,
+                None => self.clock.now + w.timeouts.keepalive,
             };
             match self.read_more(deadline, idle).await? {
                 Read::Data => {
                     if head_deadline.is_none() && !self.rbuf.is_empty() {
-                        head_deadline = Some(self.now + w.timeouts.header);
+                        head_deadline = Some(self.clock.now + w.timeouts.header);
                     }
                 }
                 Read::Eof | Read::Shutdown => return Ok(Ok(None)),
@@ -233,7 +253,7 @@ impl Conn {
             // request of a busy client comes soon), then gives them back and
             // waits for readability without memory: 10,000 idle keep-alive
             // connections must fit in a few tens of MiB.
-            let soon = deadline.min(self.now + IDLE_KEEP_BUFFERS);
+            let soon = deadline.min(self.clock.now + IDLE_KEEP_BUFFERS);
             match self.read_into_buffer(soon, true).await? {
                 Read::Timeout if soon < deadline => {
                     self.release_buffers();
@@ -253,22 +273,31 @@ impl Conn {
     }
 
     async fn read_into_buffer(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
-        if self.rbuf.capacity() == 0 {
-            self.rbuf.reserve(FIRST_READ);
-        } else if self.rbuf.capacity() - self.rbuf.len() < 512 {
-            self.rbuf.reserve(READ_CHUNK);
-        }
-        let read = self.stream.read_buf(&mut self.rbuf);
-        match self.deadline.run(deadline, idle, read).await {
+        let read = client_io::read(
+            &mut self.stream,
+            &mut self.rbuf,
+            &self.deadline,
+            deadline,
+            idle,
+            HEAD_ROOM,
+            &mut self.clock,
+        );
+        match read.await {
             Err(Expired) => Ok(self.expired(idle)),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
-                hayate_core::epoch::advance();
-                self.now = Instant::now();
-                self.wall = SystemTime::now();
+                self.clock_stale = false;
                 Ok(Read::Data)
             }
             Ok(Err(e)) => Err(e),
+        }
+    }
+
+    /// Reads the clock again if the connection waited since it last did.
+    fn catch_up_clock(&mut self) {
+        if self.clock_stale {
+            self.clock.refresh();
+            self.clock_stale = false;
         }
     }
 
@@ -307,7 +336,7 @@ impl Conn {
             http10: false,
             keep_alive: false,
         };
-        respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
+        respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         if let Body::Bytes(b) = &resp.body {
             self.wbuf.extend_from_slice(b);
         }
@@ -322,7 +351,7 @@ impl Conn {
         req: &Request,
         started: Instant,
     ) -> io::Result<()> {
-        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
+        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         let status = resp.status;
         let cache = resp.cache_status;
         if let Body::Upgrade(tunnel) = resp.body {
@@ -392,7 +421,13 @@ impl Conn {
         let chunked = body.len.is_none() && !http10;
         let mut sent = 0u64;
         loop {
-            let next = std::future::poll_fn(|cx| body.source.poll_chunk(cx)).await;
+            let mut waited = false;
+            let next = noting_waits(
+                std::future::poll_fn(|cx| body.source.poll_chunk(cx)),
+                &mut waited,
+            )
+            .await;
+            self.clock_stale |= waited;
             match next {
                 Ok(Some(data)) if data.is_empty() => {}
                 Ok(Some(data)) => {
@@ -501,7 +536,9 @@ impl Conn {
         Ok(())
     }
 
-    async fn wait_writable(&self) -> io::Result<()> {
+    /// Waits until the client can take more bytes, within the send timeout.
+    async fn wait_writable(&mut self) -> io::Result<()> {
+        self.clock_stale = true;
         let deadline = Instant::now() + self.worker.timeouts.send;
         match timeout_at(deadline.into(), self.stream.writable()).await {
             Ok(r) => r,
@@ -522,6 +559,7 @@ impl Conn {
             stream: &mut self.stream,
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
+            clock: &mut self.clock,
         };
         loop {
             match view.next_chunk().await {
@@ -556,4 +594,15 @@ impl Conn {
             }
         }
     }
+}
+
+/// Runs `fut`, noting in `waited` whether it ever had to wait.
+async fn noting_waits<F: Future>(fut: F, waited: &mut bool) -> F::Output {
+    let mut fut = pin!(fut);
+    std::future::poll_fn(|cx| {
+        let poll = fut.as_mut().poll(cx);
+        *waited |= poll.is_pending();
+        poll
+    })
+    .await
 }

@@ -11,12 +11,19 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hayate_core::chunked::ChunkedDecoder;
 use hayate_core::client_body::{BodyLength, ClientBody};
-use tokio::io::AsyncReadExt;
 
+use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
 use crate::request::Framing;
 use crate::respond;
 use hayate_core::stream::Stream;
+
+/// Body reads make room for 16 KiB at a time.
+const BODY_ROOM: Room = Room {
+    first: 16 * 1024,
+    min_spare: 4096,
+    grow: 16 * 1024,
+};
 
 /// How far a request body has been read.
 #[derive(Debug)]
@@ -81,19 +88,25 @@ pub struct ConnBody<'c> {
     pub rbuf: &'c mut BytesMut,
     /// The connection's deadline slot.
     pub deadline: &'c Deadline,
+    /// The connection's clock, refreshed by every read.
+    pub clock: &'c mut Clock,
 }
 
 impl ConnBody<'_> {
+    /// Reads more of the body into the read buffer, within the body
+    /// timeout.
     async fn fill(&mut self) -> io::Result<()> {
-        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
-            self.rbuf.reserve(16 * 1024);
-        }
         let until = Instant::now() + self.state.timeout;
-        match self
-            .deadline
-            .run(until, false, self.stream.read_buf(self.rbuf))
-            .await
-        {
+        let read = client_io::read(
+            self.stream,
+            self.rbuf,
+            self.deadline,
+            until,
+            false,
+            BODY_ROOM,
+            self.clock,
+        );
+        match read.await {
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "request body timed out",
@@ -102,10 +115,7 @@ impl ConnBody<'_> {
                 io::ErrorKind::UnexpectedEof,
                 "client closed mid-body",
             )),
-            Ok(Ok(_)) => {
-                hayate_core::epoch::advance();
-                Ok(())
-            }
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e),
         }
     }
