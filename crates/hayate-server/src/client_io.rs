@@ -1,14 +1,16 @@
 //! Client socket operations shared by the connection loop (`conn.rs`) and
-//! the request body it lends to handlers (`conn_body.rs`), so both read the
-//! same way: one bounded read into the connection's read buffer, which
-//! advances the input epoch and the connection's clock.
+//! the request body it lends to handlers (`conn_body.rs`), so both read and
+//! write the same way: one bounded read into the connection's read buffer,
+//! which advances the input epoch and the connection's clock, and whole
+//! writes bounded by the send timeout.
 
 use std::io;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use hayate_core::stream::Stream;
 use tokio::io::AsyncReadExt;
+use tokio::time::timeout_at;
 
 use crate::deadline::{Deadline, Expired};
 
@@ -73,4 +75,36 @@ pub async fn read(
         clock.refresh();
     }
     Ok(n)
+}
+
+/// Writes all of `data` with non-blocking writes, waiting for the client to
+/// take more at most `send` each time (the send timeout). Returns whether
+/// it had to wait.
+pub async fn write_all(stream: &Stream, data: &[u8], send: Duration) -> io::Result<bool> {
+    let mut done = 0;
+    let mut waited = false;
+    while done < data.len() {
+        match stream.try_write(&data[done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                waited = true;
+                writable(stream, send).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(waited)
+}
+
+/// Waits until the client can take more bytes, at most `send`.
+pub async fn writable(stream: &Stream, send: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + send;
+    match timeout_at(deadline.into(), stream.writable()).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "client did not read its response in time",
+        )),
+    }
 }

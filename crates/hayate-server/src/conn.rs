@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status, StreamBody};
-use tokio::time::timeout_at;
 
 use crate::access_log;
 use crate::client_io::{self, Clock, Room};
@@ -147,6 +146,7 @@ impl Conn {
                     rbuf: &mut self.rbuf,
                     deadline: &self.deadline,
                     clock: &mut self.clock,
+                    send_timeout: w.timeouts.send,
                 };
                 let handled = pipeline::handle(&req, &mut view, &w.router, started, &self.peer);
                 noting_waits(handled, &mut waited).await
@@ -523,30 +523,18 @@ impl Conn {
 
     /// Writes the whole write buffer.
     async fn flush(&mut self) -> io::Result<()> {
-        let mut done = 0;
-        while done < self.wbuf.len() {
-            match self.stream.try_write(&self.wbuf[done..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) => return Err(e),
-            }
+        if !self.wbuf.is_empty() {
+            let send = self.worker.timeouts.send;
+            self.clock_stale |= client_io::write_all(&self.stream, &self.wbuf, send).await?;
+            self.wbuf.clear();
         }
-        self.wbuf.clear();
         Ok(())
     }
 
     /// Waits until the client can take more bytes, within the send timeout.
     async fn wait_writable(&mut self) -> io::Result<()> {
         self.clock_stale = true;
-        let deadline = Instant::now() + self.worker.timeouts.send;
-        match timeout_at(deadline.into(), self.stream.writable()).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client did not read its response in time",
-            )),
-        }
+        client_io::writable(&self.stream, self.worker.timeouts.send).await
     }
 
     /// Reads and discards a request body nobody consumed. False when the
@@ -560,6 +548,7 @@ impl Conn {
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
+            send_timeout: self.worker.timeouts.send,
         };
         loop {
             match view.next_chunk().await {

@@ -90,6 +90,8 @@ pub struct ConnBody<'c> {
     pub deadline: &'c Deadline,
     /// The connection's clock, refreshed by every read.
     pub clock: &'c mut Clock,
+    /// How long a write may wait for the client (`100 Continue`).
+    pub send_timeout: Duration,
 }
 
 impl ConnBody<'_> {
@@ -120,15 +122,10 @@ impl ConnBody<'_> {
         }
     }
 
+    /// Sends the `100 Continue` the client waits for, within the send
+    /// timeout.
     async fn send_continue(&mut self) -> io::Result<()> {
-        let mut done = 0;
-        while done < respond::CONTINUE.len() {
-            match self.stream.try_write(&respond::CONTINUE[done..]) {
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
+        client_io::write_all(self.stream, respond::CONTINUE, self.send_timeout).await?;
         Ok(())
     }
 
