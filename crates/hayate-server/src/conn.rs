@@ -355,17 +355,9 @@ impl Conn {
         let status = resp.status;
         let cache = resp.cache_status;
         if let Body::Upgrade(tunnel) = resp.body {
-            self.flush().await?;
-            if let Some(log) = &self.worker.access_log {
-                let entry = access_log::Entry {
-                    peer: &self.peer,
-                    status: status.code(),
-                    bytes: 0,
-                    duration: started.elapsed(),
-                    cache,
-                };
-                log.record(req, &entry);
-            }
+            let flushed = self.flush().await;
+            self.log_access(req, status, cache, 0, started);
+            flushed?;
             // Bytes the client sent after its head belong to the new protocol.
             let early = self.rbuf.split().freeze();
             if let Err(e) = tunnel.run(&mut self.stream, early).await {
@@ -374,52 +366,92 @@ impl Conn {
             return Ok(());
         }
         let mut sent = 0;
-        if with_body {
-            sent = resp.body.len();
-            match resp.body {
-                Body::Empty => {}
-                Body::Bytes(b) if b.len() <= COPY_BODY_MAX => self.wbuf.extend_from_slice(&b),
-                Body::Bytes(b) => self.write_with_buffer(&b).await?,
-                Body::File(f) => self.send_file(&f).await?,
-                Body::Parts(parts) => {
-                    for part in parts {
-                        match part {
-                            Chunk::Bytes(b) if b.len() <= COPY_BODY_MAX => {
-                                self.wbuf.extend_from_slice(&b)
-                            }
-                            Chunk::Bytes(b) => self.write_with_buffer(&b).await?,
-                            Chunk::File(f) => self.send_file(&f).await?,
+        let mut written = if with_body {
+            self.write_body(resp.body, cx.http10, &mut sent).await
+        } else {
+            Ok(())
+        };
+        if written.is_ok() && self.wbuf.len() >= WRITE_BUFFER_FLUSH {
+            written = self.flush().await;
+        }
+        // A body that failed midway is logged too, with what was sent.
+        self.log_access(req, status, cache, sent, started);
+        written
+    }
+
+    /// Writes (or buffers) a response body, adding to `sent` the bytes of
+    /// each piece written whole (of each chunk, for a stream).
+    async fn write_body(&mut self, body: Body, http10: bool, sent: &mut u64) -> io::Result<()> {
+        match body {
+            Body::Empty => {}
+            Body::Bytes(b) => self.write_bytes(&b, sent).await?,
+            Body::File(f) => {
+                self.send_file(&f).await?;
+                *sent += f.len;
+            }
+            Body::Parts(parts) => {
+                for part in parts {
+                    match part {
+                        Chunk::Bytes(b) => self.write_bytes(&b, sent).await?,
+                        Chunk::File(f) => {
+                            self.send_file(&f).await?;
+                            *sent += f.len;
                         }
                     }
                 }
-                Body::Stream(stream) => sent = self.send_stream(stream, cx.http10).await?,
-                Body::Upgrade(_) => unreachable!("1xx responses carry no body"),
             }
+            Body::Stream(stream) => self.send_stream(stream, http10, sent).await?,
+            Body::Upgrade(_) => unreachable!("upgrades are answered before any body"),
         }
-        if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
-            self.flush().await?;
+        Ok(())
+    }
+
+    /// Writes body bytes: small ones join the write buffer, larger ones go
+    /// out with it.
+    async fn write_bytes(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
+        if b.len() <= COPY_BODY_MAX {
+            self.wbuf.extend_from_slice(b);
+        } else {
+            self.write_with_buffer(b).await?;
         }
+        *sent += b.len() as u64;
+        Ok(())
+    }
+
+    /// Records one exchange in the access log, if there is one.
+    fn log_access(
+        &self,
+        req: &Request,
+        status: Status,
+        cache: Option<&'static str>,
+        bytes: u64,
+        started: Instant,
+    ) {
         if let Some(log) = &self.worker.access_log {
             let entry = access_log::Entry {
                 peer: &self.peer,
                 status: status.code(),
-                bytes: sent,
+                bytes,
                 duration: started.elapsed(),
                 cache,
             };
             log.record(req, &entry);
         }
-        Ok(())
     }
 
     /// Relays a streamed body chunk by chunk, in chunked coding when its
     /// length is unknown (close-delimited for HTTP/1.0). Each chunk is
     /// written before the next is asked for: back-pressure reaches the
     /// producer. An error mid-body ends the connection, so the client sees
-    /// an incomplete response rather than a wrong one.
-    async fn send_stream(&mut self, mut body: StreamBody, http10: bool) -> io::Result<u64> {
+    /// an incomplete response rather than a wrong one. `sent` counts the
+    /// body bytes written, also when it fails.
+    async fn send_stream(
+        &mut self,
+        mut body: StreamBody,
+        http10: bool,
+        sent: &mut u64,
+    ) -> io::Result<()> {
         let chunked = body.len.is_none() && !http10;
-        let mut sent = 0u64;
         loop {
             let mut waited = false;
             let next = noting_waits(
@@ -431,13 +463,13 @@ impl Conn {
             match next {
                 Ok(Some(data)) if data.is_empty() => {}
                 Ok(Some(data)) => {
-                    sent += data.len() as u64;
                     if chunked {
                         let mut line = [0u8; 18];
                         self.wbuf
                             .extend_from_slice(chunk_size_line(data.len(), &mut line));
                     }
                     self.write_with_buffer(&data).await?;
+                    *sent += data.len() as u64;
                     if chunked {
                         self.wbuf.extend_from_slice(b"\r\n");
                     }
@@ -450,7 +482,7 @@ impl Conn {
                         }
                         self.wbuf.extend_from_slice(b"\r\n");
                     }
-                    return Ok(sent);
+                    return Ok(());
                 }
                 Err(e) => {
                     log::error!("response body from upstream failed after {sent} bytes: {e}");
