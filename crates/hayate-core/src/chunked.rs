@@ -220,7 +220,7 @@ pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
 /// Whether a trailer field is never passed on: framing, routing,
 /// authentication and content fields (RFC 9110 §6.5.1), and hop-by-hop
 /// fields (RFC 9110 §7.6.1). The same list serves requests and responses.
-pub fn forbidden_trailer(name: &[u8]) -> bool {
+fn forbidden_trailer(name: &[u8]) -> bool {
     const NAMES: [&[u8]; 21] = [
         // Framing and content.
         b"content-length",
@@ -258,8 +258,8 @@ fn is_tchar(b: u8) -> bool {
 
 /// The trailer lines of `raw` (`Name: value\r\n`, as
 /// [`ChunkedDecoder::take_trailers`] gives them) that a proxy may pass on:
-/// well-formed fields whose name is not [`forbidden_trailer`]. `None` when
-/// nothing is left.
+/// well-formed fields other than framing, routing, authentication, content
+/// and hop-by-hop ones. `None` when nothing is left.
 pub fn passable_trailers(raw: &[u8]) -> Option<Bytes> {
     let mut kept = Vec::with_capacity(raw.len());
     for line in raw.split(|&b| b == b'\n') {
@@ -351,6 +351,39 @@ mod tests {
         let long_ext = format!("1;{}\r\n", "a".repeat(MAX_EXTENSION + 1));
         assert_eq!(
             decode_all(long_ext.as_bytes(), 100).map(|_| ()),
+            Err(ChunkError::TooLong)
+        );
+    }
+
+    #[test]
+    fn trailer_sections_are_bounded() {
+        // The bound counts every byte of the section but the LFs: here
+        // `X-Pad: ` (7), the value, the line's CR and the last line's CR.
+        let section =
+            |value_len: usize| format!("1\r\na\r\n0\r\nX-Pad: {}\r\n\r\n", "v".repeat(value_len));
+        let at_limit = section(MAX_TRAILERS - 9);
+        let mut d = ChunkedDecoder::keeping_trailers();
+        let used = d.decode(at_limit.as_bytes(), |_| {}).expect("at the limit");
+        assert_eq!(used, at_limit.len());
+        assert!(d.is_done());
+        // Kept as `X-Pad: v…v\r\n`: as many bytes as were counted.
+        assert_eq!(d.take_trailers().len(), MAX_TRAILERS);
+        for step in [1, 100, usize::MAX] {
+            assert_eq!(
+                decode_all(section(MAX_TRAILERS - 8).as_bytes(), step).map(|_| ()),
+                Err(ChunkError::TooLong),
+                "step {step}"
+            );
+        }
+        let mut kept = ChunkedDecoder::keeping_trailers();
+        assert_eq!(
+            kept.decode(section(MAX_TRAILERS - 8).as_bytes(), |_| {}),
+            Err(ChunkError::TooLong)
+        );
+        // Many short lines add up the same way (5 counted bytes each).
+        let many = format!("0\r\n{}\r\n", "X: 1\r\n".repeat(MAX_TRAILERS / 5 + 1));
+        assert_eq!(
+            decode_all(many.as_bytes(), 100).map(|_| ()),
             Err(ChunkError::TooLong)
         );
     }

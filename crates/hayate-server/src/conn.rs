@@ -7,17 +7,18 @@
 //! the rest of its head (header timeout → 408), each read of a body (body
 //! timeout), each write (send timeout).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
+use std::pin::pin;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status, StreamBody};
-use tokio::io::AsyncReadExt;
-use tokio::time::timeout_at;
 
 use crate::access_log;
+use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
 use crate::pipeline;
@@ -41,6 +42,12 @@ const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 const FIRST_READ: usize = 2 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 8 * 1024;
+/// How reads between requests make room.
+const HEAD_ROOM: Room = Room {
+    first: FIRST_READ,
+    min_spare: 512,
+    grow: READ_CHUNK,
+};
 /// How long an idle keep-alive connection keeps its buffers.
 const IDLE_KEEP_BUFFERS: Duration = Duration::from_secs(1);
 /// How long, and how much, a closing connection drains before it is
@@ -67,10 +74,12 @@ pub struct Conn {
     rbuf: BytesMut,
     wbuf: Vec<u8>,
     spare: Spare,
-    /// When the last read returned: the time of every request it carried
-    /// (two clock reads per socket read instead of per request).
-    now: Instant,
-    wall: SystemTime,
+    /// When the last read returned: the time of every request it carried.
+    clock: Clock,
+    /// The connection waited for something other than a client read since
+    /// `clock` was read (a handler, a write, a streamed body): the clock
+    /// catches up before it is used again.
+    clock_stale: bool,
     served: u64,
 }
 
@@ -93,8 +102,8 @@ impl Conn {
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
             spare: Spare::default(),
-            now: Instant::now(),
-            wall: SystemTime::now(),
+            clock: Clock::current(),
+            clock_stale: false,
             served: 0,
         }
     }
@@ -121,7 +130,7 @@ impl Conn {
                     return Ok(End::Linger);
                 }
             };
-            let started = self.now;
+            let started = self.clock.now;
             let w = self.worker.clone();
             let mut body = BodyState::new(
                 req.framing,
@@ -129,15 +138,24 @@ impl Conn {
                 w.head_limits.max_body_size,
                 w.timeouts.body,
             );
+            let mut waited = false;
             let (resp, route) = {
                 let mut view = ConnBody {
                     state: &mut body,
                     stream: &mut self.stream,
                     rbuf: &mut self.rbuf,
                     deadline: &self.deadline,
+                    clock: &mut self.clock,
+                    send_timeout: w.timeouts.send,
                 };
-                pipeline::handle(&req, &mut view, &w.router, started, &self.peer).await
+                let handled = pipeline::handle(&req, &mut view, &w.router, started, &self.peer);
+                noting_waits(handled, &mut waited).await
             };
+            // A handler that waited (an upstream, the request body) may
+            // have taken longer than any timeout: the response's Date and
+            // the keep-alive deadline count from now.
+            self.clock_stale |= waited;
+            self.catch_up_clock();
             self.served += 1;
             if let Some(m) = &w.metrics {
                 m.record(route, resp.status.code(), started.elapsed());
@@ -149,7 +167,12 @@ impl Conn {
             let http10 = req.minor_version == 0;
             let close_delimited = http10 && resp.body.known_len().is_none();
             let body_ok = body.done || (!body.touched && !body.awaiting_continue());
-            let keep_alive = req.keep_alive
+            // A connection that switched protocols never reads HTTP again:
+            // whatever the client sends after the tunnel ends belongs to
+            // the other protocol.
+            let upgraded = matches!(resp.body, Body::Upgrade(_));
+            let keep_alive = !upgraded
+                && req.keep_alive
                 && !resp.close
                 && body_ok
                 && !body.failed
@@ -162,6 +185,9 @@ impl Conn {
             };
             self.write_response(resp, cx, &req, started).await?;
             self.spare.reclaim(req);
+            if upgraded {
+                return Ok(End::Done);
+            }
             if !keep_alive {
                 self.flush().await?;
                 return Ok(if body.done { End::Done } else { End::Linger });
@@ -188,19 +214,21 @@ impl Conn {
             }
             // Nothing complete is waiting: send what the pipeline produced.
             self.flush().await?;
+            // Deadlines count from the end of the last response.
+            self.catch_up_clock();
             let idle = self.rbuf.is_empty();
             if !idle && head_deadline.is_none() {
-                head_deadline = Some(self.now + w.timeouts.header);
+                head_deadline = Some(self.clock.now + w.timeouts.header);
             }
             let deadline = match head_deadline {
                 Some(d) => d,
-                None if self.served == 0 => self.now + w.timeouts.header,
-                None => self.now + w.timeouts.keepalive,
+                None if self.served == 0 => self.clock.now + w.timeouts.header,
+                None => self.clock.now + w.timeouts.keepalive,
             };
             match self.read_more(deadline, idle).await? {
                 Read::Data => {
                     if head_deadline.is_none() && !self.rbuf.is_empty() {
-                        head_deadline = Some(self.now + w.timeouts.header);
+                        head_deadline = Some(self.clock.now + w.timeouts.header);
                     }
                 }
                 Read::Eof | Read::Shutdown => return Ok(Ok(None)),
@@ -225,7 +253,7 @@ impl Conn {
             // request of a busy client comes soon), then gives them back and
             // waits for readability without memory: 10,000 idle keep-alive
             // connections must fit in a few tens of MiB.
-            let soon = deadline.min(self.now + IDLE_KEEP_BUFFERS);
+            let soon = deadline.min(self.clock.now + IDLE_KEEP_BUFFERS);
             match self.read_into_buffer(soon, true).await? {
                 Read::Timeout if soon < deadline => {
                     self.release_buffers();
@@ -245,22 +273,31 @@ impl Conn {
     }
 
     async fn read_into_buffer(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
-        if self.rbuf.capacity() == 0 {
-            self.rbuf.reserve(FIRST_READ);
-        } else if self.rbuf.capacity() - self.rbuf.len() < 512 {
-            self.rbuf.reserve(READ_CHUNK);
-        }
-        let read = self.stream.read_buf(&mut self.rbuf);
-        match self.deadline.run(deadline, idle, read).await {
+        let read = client_io::read(
+            &mut self.stream,
+            &mut self.rbuf,
+            &self.deadline,
+            deadline,
+            idle,
+            HEAD_ROOM,
+            &mut self.clock,
+        );
+        match read.await {
             Err(Expired) => Ok(self.expired(idle)),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
-                hayate_core::epoch::advance();
-                self.now = Instant::now();
-                self.wall = SystemTime::now();
+                self.clock_stale = false;
                 Ok(Read::Data)
             }
             Ok(Err(e)) => Err(e),
+        }
+    }
+
+    /// Reads the clock again if the connection waited since it last did.
+    fn catch_up_clock(&mut self) {
+        if self.clock_stale {
+            self.clock.refresh();
+            self.clock_stale = false;
         }
     }
 
@@ -299,7 +336,7 @@ impl Conn {
             http10: false,
             keep_alive: false,
         };
-        respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
+        respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         if let Body::Bytes(b) = &resp.body {
             self.wbuf.extend_from_slice(b);
         }
@@ -314,21 +351,13 @@ impl Conn {
         req: &Request,
         started: Instant,
     ) -> io::Result<()> {
-        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.wall);
+        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         let status = resp.status;
         let cache = resp.cache_status;
         if let Body::Upgrade(tunnel) = resp.body {
-            self.flush().await?;
-            if let Some(log) = &self.worker.access_log {
-                let entry = access_log::Entry {
-                    peer: &self.peer,
-                    status: status.code(),
-                    bytes: 0,
-                    duration: started.elapsed(),
-                    cache,
-                };
-                log.record(req, &entry);
-            }
+            let flushed = self.flush().await;
+            self.log_access(req, status, cache, 0, started);
+            flushed?;
             // Bytes the client sent after its head belong to the new protocol.
             let early = self.rbuf.split().freeze();
             if let Err(e) = tunnel.run(&mut self.stream, early).await {
@@ -337,64 +366,110 @@ impl Conn {
             return Ok(());
         }
         let mut sent = 0;
-        if with_body {
-            sent = resp.body.len();
-            match resp.body {
-                Body::Empty => {}
-                Body::Bytes(b) if b.len() <= COPY_BODY_MAX => self.wbuf.extend_from_slice(&b),
-                Body::Bytes(b) => self.write_with_buffer(&b).await?,
-                Body::File(f) => self.send_file(&f).await?,
-                Body::Parts(parts) => {
-                    for part in parts {
-                        match part {
-                            Chunk::Bytes(b) if b.len() <= COPY_BODY_MAX => {
-                                self.wbuf.extend_from_slice(&b)
-                            }
-                            Chunk::Bytes(b) => self.write_with_buffer(&b).await?,
-                            Chunk::File(f) => self.send_file(&f).await?,
+        let mut written = if with_body {
+            self.write_body(resp.body, cx.http10, &mut sent).await
+        } else {
+            Ok(())
+        };
+        if written.is_ok() && self.wbuf.len() >= WRITE_BUFFER_FLUSH {
+            written = self.flush().await;
+        }
+        // A body that failed midway is logged too, with what was sent.
+        self.log_access(req, status, cache, sent, started);
+        written
+    }
+
+    /// Writes (or buffers) a response body, adding to `sent` the bytes of
+    /// each piece written whole (of each chunk, for a stream).
+    async fn write_body(&mut self, body: Body, http10: bool, sent: &mut u64) -> io::Result<()> {
+        match body {
+            Body::Empty => {}
+            Body::Bytes(b) => self.write_bytes(&b, sent).await?,
+            Body::File(f) => {
+                self.send_file(&f).await?;
+                *sent += f.len;
+            }
+            Body::Parts(parts) => {
+                for part in parts {
+                    match part {
+                        Chunk::Bytes(b) => self.write_bytes(&b, sent).await?,
+                        Chunk::File(f) => {
+                            self.send_file(&f).await?;
+                            *sent += f.len;
                         }
                     }
                 }
-                Body::Stream(stream) => sent = self.send_stream(stream, cx.http10).await?,
-                Body::Upgrade(_) => unreachable!("1xx responses carry no body"),
             }
+            Body::Stream(stream) => self.send_stream(stream, http10, sent).await?,
+            Body::Upgrade(_) => unreachable!("upgrades are answered before any body"),
         }
-        if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
-            self.flush().await?;
+        Ok(())
+    }
+
+    /// Writes body bytes: small ones join the write buffer, larger ones go
+    /// out with it.
+    async fn write_bytes(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
+        if b.len() <= COPY_BODY_MAX {
+            self.wbuf.extend_from_slice(b);
+        } else {
+            self.write_with_buffer(b).await?;
         }
+        *sent += b.len() as u64;
+        Ok(())
+    }
+
+    /// Records one exchange in the access log, if there is one.
+    fn log_access(
+        &self,
+        req: &Request,
+        status: Status,
+        cache: Option<&'static str>,
+        bytes: u64,
+        started: Instant,
+    ) {
         if let Some(log) = &self.worker.access_log {
             let entry = access_log::Entry {
                 peer: &self.peer,
                 status: status.code(),
-                bytes: sent,
+                bytes,
                 duration: started.elapsed(),
                 cache,
             };
             log.record(req, &entry);
         }
-        Ok(())
     }
 
     /// Relays a streamed body chunk by chunk, in chunked coding when its
     /// length is unknown (close-delimited for HTTP/1.0). Each chunk is
     /// written before the next is asked for: back-pressure reaches the
     /// producer. An error mid-body ends the connection, so the client sees
-    /// an incomplete response rather than a wrong one.
-    async fn send_stream(&mut self, mut body: StreamBody, http10: bool) -> io::Result<u64> {
+    /// an incomplete response rather than a wrong one. `sent` counts the
+    /// body bytes written, also when it fails.
+    async fn send_stream(
+        &mut self,
+        mut body: StreamBody,
+        http10: bool,
+        sent: &mut u64,
+    ) -> io::Result<()> {
         let chunked = body.len.is_none() && !http10;
-        let mut sent = 0u64;
         loop {
-            let next = std::future::poll_fn(|cx| body.source.poll_chunk(cx)).await;
+            let mut waited = false;
+            let next = noting_waits(
+                std::future::poll_fn(|cx| body.source.poll_chunk(cx)),
+                &mut waited,
+            )
+            .await;
+            self.clock_stale |= waited;
             match next {
                 Ok(Some(data)) if data.is_empty() => {}
                 Ok(Some(data)) => {
-                    sent += data.len() as u64;
                     if chunked {
                         let mut line = [0u8; 18];
                         self.wbuf
                             .extend_from_slice(chunk_size_line(data.len(), &mut line));
                     }
                     self.write_with_buffer(&data).await?;
+                    *sent += data.len() as u64;
                     if chunked {
                         self.wbuf.extend_from_slice(b"\r\n");
                     }
@@ -407,7 +482,7 @@ impl Conn {
                         }
                         self.wbuf.extend_from_slice(b"\r\n");
                     }
-                    return Ok(sent);
+                    return Ok(());
                 }
                 Err(e) => {
                     log::error!("response body from upstream failed after {sent} bytes: {e}");
@@ -480,28 +555,18 @@ impl Conn {
 
     /// Writes the whole write buffer.
     async fn flush(&mut self) -> io::Result<()> {
-        let mut done = 0;
-        while done < self.wbuf.len() {
-            match self.stream.try_write(&self.wbuf[done..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) => return Err(e),
-            }
+        if !self.wbuf.is_empty() {
+            let send = self.worker.timeouts.send;
+            self.clock_stale |= client_io::write_all(&self.stream, &self.wbuf, send).await?;
+            self.wbuf.clear();
         }
-        self.wbuf.clear();
         Ok(())
     }
 
-    async fn wait_writable(&self) -> io::Result<()> {
-        let deadline = Instant::now() + self.worker.timeouts.send;
-        match timeout_at(deadline.into(), self.stream.writable()).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client did not read its response in time",
-            )),
-        }
+    /// Waits until the client can take more bytes, within the send timeout.
+    async fn wait_writable(&mut self) -> io::Result<()> {
+        self.clock_stale = true;
+        client_io::writable(&self.stream, self.worker.timeouts.send).await
     }
 
     /// Reads and discards a request body nobody consumed. False when the
@@ -514,6 +579,8 @@ impl Conn {
             stream: &mut self.stream,
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
+            clock: &mut self.clock,
+            send_timeout: self.worker.timeouts.send,
         };
         loop {
             match view.next_chunk().await {
@@ -548,4 +615,15 @@ impl Conn {
             }
         }
     }
+}
+
+/// Runs `fut`, noting in `waited` whether it ever had to wait.
+async fn noting_waits<F: Future>(fut: F, waited: &mut bool) -> F::Output {
+    let mut fut = pin!(fut);
+    std::future::poll_fn(|cx| {
+        let poll = fut.as_mut().poll(cx);
+        *waited |= poll.is_pending();
+        poll
+    })
+    .await
 }

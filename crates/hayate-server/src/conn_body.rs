@@ -11,12 +11,19 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hayate_core::chunked::ChunkedDecoder;
 use hayate_core::client_body::{BodyLength, ClientBody};
-use tokio::io::AsyncReadExt;
 
+use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
 use crate::request::Framing;
 use crate::respond;
 use hayate_core::stream::Stream;
+
+/// Body reads make room for 16 KiB at a time.
+const BODY_ROOM: Room = Room {
+    first: 16 * 1024,
+    min_spare: 4096,
+    grow: 16 * 1024,
+};
 
 /// How far a request body has been read.
 #[derive(Debug)]
@@ -81,19 +88,27 @@ pub struct ConnBody<'c> {
     pub rbuf: &'c mut BytesMut,
     /// The connection's deadline slot.
     pub deadline: &'c Deadline,
+    /// The connection's clock, refreshed by every read.
+    pub clock: &'c mut Clock,
+    /// How long a write may wait for the client (`100 Continue`).
+    pub send_timeout: Duration,
 }
 
 impl ConnBody<'_> {
+    /// Reads more of the body into the read buffer, within the body
+    /// timeout.
     async fn fill(&mut self) -> io::Result<()> {
-        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
-            self.rbuf.reserve(16 * 1024);
-        }
         let until = Instant::now() + self.state.timeout;
-        match self
-            .deadline
-            .run(until, false, self.stream.read_buf(self.rbuf))
-            .await
-        {
+        let read = client_io::read(
+            self.stream,
+            self.rbuf,
+            self.deadline,
+            until,
+            false,
+            BODY_ROOM,
+            self.clock,
+        );
+        match read.await {
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "request body timed out",
@@ -102,23 +117,15 @@ impl ConnBody<'_> {
                 io::ErrorKind::UnexpectedEof,
                 "client closed mid-body",
             )),
-            Ok(Ok(_)) => {
-                hayate_core::epoch::advance();
-                Ok(())
-            }
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e),
         }
     }
 
+    /// Sends the `100 Continue` the client waits for, within the send
+    /// timeout.
     async fn send_continue(&mut self) -> io::Result<()> {
-        let mut done = 0;
-        while done < respond::CONTINUE.len() {
-            match self.stream.try_write(&respond::CONTINUE[done..]) {
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
+        client_io::write_all(self.stream, respond::CONTINUE, self.send_timeout).await?;
         Ok(())
     }
 

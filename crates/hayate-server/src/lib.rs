@@ -9,6 +9,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod cached;
+mod client_io;
 pub mod compression;
 mod conn;
 mod conn_body;

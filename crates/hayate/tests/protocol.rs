@@ -6,8 +6,9 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use hayate_testkit::origin::{Origin, OriginOptions};
 use hayate_testkit::{site, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -231,6 +232,34 @@ fn slow_header_gets_408_and_idle_connection_is_closed() {
     assert!(
         idle.is_closed(),
         "idle keep-alive connection closed after the timeout"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_slow_exchange_keeps_the_clock_current() {
+    // The origin answers after 1.5 s, longer than the keep-alive timeout:
+    // the response's Date and the idle wait that follows are counted from
+    // when the response went out, not from when the request came in.
+    let o = Origin::start(OriginOptions::default());
+    let h = Hayate::start(BIN, &["--proxy", &o.url(), "--keepalive-timeout", "1s"]);
+    let mut c = h.client();
+    let before = SystemTime::now();
+    let r = c.get("/script?ms=1500", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let date = httpdate::parse_http_date(r.header("date").expect("Date")).expect("HTTP date");
+    assert!(
+        date >= before + Duration::from_millis(400),
+        "Date {:?} is from before the origin answered (request sent at {before:?})",
+        r.header("date")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    c.send(b"GET /echo HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c.try_read_response(false);
+    assert_eq!(
+        r.map(|r| r.status),
+        Some(200),
+        "the connection was closed before its keep-alive timeout"
     );
     h.assert_no_errors();
 }

@@ -477,6 +477,40 @@ fn mid_body_failures_name_the_upstream() {
     assert_errors_name(&h, &o.url());
 }
 
+#[test]
+fn a_response_cut_midway_is_logged_with_the_bytes_sent() {
+    let o = origin();
+    let h = proxy(&o.url(), &["--proxy-timeout", "300ms"]);
+    let mut c = h.client();
+    c.send(b"GET /bytes?n=400000&stall_ms=2000 HTTP/1.1\r\nHost: test\r\n\r\n");
+    let raw = c.read_to_close();
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let received = raw.len() - head_end;
+    assert!(received < 400_000, "the body is cut short");
+    let lines = h.stdout_lines(Duration::from_secs(2));
+    let line = lines
+        .iter()
+        .find(|l| l.contains("GET /bytes?n=400000"))
+        .unwrap_or_else(|| panic!("no access log line for the cut response: {lines:?}"));
+    // `peer - - [time] "request line" status bytes "referer" "agent"`
+    let fields: Vec<&str> = line
+        .split('"')
+        .nth(2)
+        .expect("status and bytes")
+        .split_whitespace()
+        .collect();
+    let bytes: usize = fields[1].parse().expect("a byte count");
+    assert_eq!(fields[0], "200", "{line}");
+    assert!(
+        bytes > 0 && bytes <= received,
+        "{bytes} bytes logged, {received} received: {line}"
+    );
+}
+
 /// Sends `n` requests on one client connection, the i-th after sleeping
 /// `spacing(i)`, alternately GETs and small POSTs (Content-Length), and
 /// asserts that each got a 200 from the origin.

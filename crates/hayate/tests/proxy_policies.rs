@@ -314,6 +314,89 @@ fn websocket_upgrade_becomes_a_tunnel() {
     h.assert_no_errors();
 }
 
+/// Reads from `s` until it closes (EOF or a reset) or its read timeout
+/// passes; returns what arrived, and whether it closed.
+fn read_until_closed(s: &mut std::net::TcpStream) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (got, false)
+            }
+            Err(e) => panic!("read: {e}; got {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+#[test]
+fn a_connection_whose_tunnel_ended_never_reads_http_again() {
+    // An upgrade server that answers 101 and then resets the connection
+    // (SO_LINGER 0): the tunnel ends with an error, not a clean close.
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).expect("head");
+            head.push(byte[0]);
+        }
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .expect("101");
+        let reset = nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Linger, &reset)
+            .expect("SO_LINGER");
+        // Long enough for hayate to relay the 101 before the reset.
+        std::thread::sleep(Duration::from_millis(100));
+    });
+    let h = Hayate::start(BIN, &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 101 "),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // Let the reset reach hayate and end the tunnel, then send what would be
+    // an HTTP request were the connection read as HTTP again (on the wire
+    // it would be WebSocket frames).
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (after, closed) = read_until_closed(&mut s);
+    let after = String::from_utf8_lossy(&after);
+    assert!(
+        !after.contains("HTTP/1.1 "),
+        "the client got an HTTP response after the tunnel: {after:?}"
+    );
+    assert!(closed, "the connection stays open after its tunnel ended");
+    h.assert_no_errors();
+}
+
 #[test]
 fn unique_request_ids() {
     let o = Origin::start(OriginOptions::default());
