@@ -2,7 +2,7 @@
 //! when small enough to replay, streamed otherwise), the response head, and
 //! the response body streamed back through [`UpstreamBody`].
 
-use hayate_core::field::trim_ows as trim;
+use hayate_core::field::{parse_length, trim_ows as trim};
 use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -851,10 +851,7 @@ fn parse_response(
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            let v = std::str::from_utf8(h.value)
-                .ok()
-                .map(str::trim)
-                .and_then(|v| v.parse::<u64>().ok());
+            let v = parse_length(trim(h.value));
             match (v, content_length) {
                 (Some(v), None) => content_length = Some(v),
                 (Some(v), Some(old)) if v == old => {}
@@ -930,12 +927,7 @@ fn parse_response(
 fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
     v.split(|&b| b == b',').map(trim).find_map(|p| {
         let rest = p.strip_prefix(b"timeout=")?;
-        std::str::from_utf8(rest)
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .map(Duration::from_secs)
+        parse_length(trim(rest)).map(Duration::from_secs)
     })
 }
 
@@ -1286,6 +1278,10 @@ mod tests {
         )
         .is_err());
         assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        assert!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", false).is_err(),
+            "a signed length is refused"
+        );
         assert!(matches!(parse("HTTP/1.1 200 OK\r\n", false), Ok(None)));
         let Ok(Some((Some(h), _))) =
             parse("HTTP/1.1 299 Whatever\r\nContent-Length: 0\r\n\r\n", false)
