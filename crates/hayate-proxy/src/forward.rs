@@ -2,7 +2,7 @@
 //! when small enough to replay, streamed otherwise), the response head, and
 //! the response body streamed back through [`UpstreamBody`].
 
-use hayate_core::field::{parse_length, trim_ows as trim};
+use hayate_core::field::{parse_length, split_list, trim_ows as trim};
 use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -81,9 +81,7 @@ fn connection_listed<'h>(
 ) -> SmallVec<[&'h [u8]; 4]> {
     headers
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-        .flat_map(|(_, v)| v.split(|&b| b == b','))
-        .map(trim)
-        .filter(|t| !t.is_empty())
+        .flat_map(|(_, v)| split_list(v))
         .collect()
 }
 
@@ -858,20 +856,11 @@ fn parse_response(
                 _ => return Err(bad("Content-Length")),
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            let last = h
-                .value
-                .split(|&b| b == b',')
-                .map(trim)
-                .next_back()
-                .unwrap_or_default();
+            let last = split_list(h.value).last().unwrap_or_default();
             chunked = last.eq_ignore_ascii_case(b"chunked");
             other_coding = !chunked;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= h
-                .value
-                .split(|&b| b == b',')
-                .map(trim)
-                .any(|t| t.eq_ignore_ascii_case(b"close"));
+            close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
         } else if name.eq_ignore_ascii_case(b"keep-alive") {
             if let Some(t) = keep_alive_timeout(h.value) {
                 // Leave well before the upstream closes its end.
@@ -925,7 +914,7 @@ fn parse_response(
 
 /// `timeout=N` from a Keep-Alive field.
 fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
-    v.split(|&b| b == b',').map(trim).find_map(|p| {
+    split_list(v).find_map(|p| {
         let rest = p.strip_prefix(b"timeout=")?;
         parse_length(trim(rest)).map(Duration::from_secs)
     })
@@ -1237,6 +1226,20 @@ mod tests {
                 .iter()
                 .all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase()));
         }
+    }
+
+    #[test]
+    fn keep_alive_timeouts() {
+        assert_eq!(
+            keep_alive_timeout(b"max=100, timeout=5"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            keep_alive_timeout(b" timeout=7 ,"),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(keep_alive_timeout(b"timeout=+5"), None);
+        assert_eq!(keep_alive_timeout(b"max=5"), None);
     }
 
     #[test]
