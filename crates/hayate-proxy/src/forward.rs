@@ -198,7 +198,9 @@ impl UpstreamGroup {
                 },
             };
             let member = self.members[i].clone();
-            let Some((target, instance)) = member.target() else {
+            // Read once: its id picks a pooled connection, its address is
+            // built only to connect.
+            let Some(instance) = member.current() else {
                 // The slot lost its instance since the pick: try again.
                 tried.push(i);
                 continue;
@@ -210,12 +212,13 @@ impl UpstreamGroup {
             let reused_conn = if fresh_only {
                 None
             } else {
-                member.checkout(now)
+                member.checkout(now, guard.instance_id())
             };
             let reused = reused_conn.is_some();
             let conn = match reused_conn {
                 Some(c) => c,
                 None => {
+                    let target = member.target(guard.instance());
                     match crate::upconn::connect(&target, self.settings.connect_timeout).await {
                         Ok(c) => c,
                         Err(e) => {
@@ -536,6 +539,10 @@ impl Outstanding {
 
     fn instance_id(&self) -> u64 {
         self.1.as_ref().map_or(0, |i| i.id)
+    }
+
+    fn instance(&self) -> Option<&AppInstance> {
+        self.1.as_deref()
     }
 }
 
