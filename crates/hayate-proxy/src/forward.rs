@@ -6,6 +6,7 @@ use hayate_core::field::{parse_length, split_list, trim_ows as trim};
 use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::ops::Range;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -86,9 +87,8 @@ fn connection_listed<'h>(
 }
 
 /// The protocol a client asks to switch to (`Upgrade` with `Connection:
-/// upgrade`), e.g. `websocket`.
-fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])]) -> Option<&'h [u8]> {
-    let listed = connection_listed(headers.iter().copied());
+/// upgrade`), e.g. `websocket`; `listed` is what its Connection fields name.
+fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])], listed: &[&[u8]]) -> Option<&'h [u8]> {
     if !listed.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade")) {
         return None;
     }
@@ -184,7 +184,12 @@ impl UpstreamGroup {
             },
         };
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
-        let upgrade = requested_upgrade(&req.headers).is_some();
+        // Once per request: a replay or a retry on another member sends the
+        // same head (the same X-Request-Id).
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade_to = requested_upgrade(&req.headers, &listed);
+        let upgrade = upgrade_to.is_some();
+        let mut head = RequestHead::new(req, length, &self.settings, &listed, upgrade_to);
         let mut tried: Vec<usize> = Vec::new();
         let mut fresh_only = false;
         loop {
@@ -208,7 +213,6 @@ impl UpstreamGroup {
             // Counted before connecting: a replaced app instance is not
             // stopped while a request is on its way to it.
             let guard = Outstanding::new(member.clone(), instance);
-            let head = build_request_head(req, length, &self.settings, &member.addr);
             let reused_conn = if fresh_only {
                 None
             } else {
@@ -243,7 +247,7 @@ impl UpstreamGroup {
                 .exchange(
                     conn,
                     &Outgoing {
-                        head: &head,
+                        head: head.for_member(&self.settings, &member.addr),
                         buffered: buffered.as_ref(),
                         prefix: &prefix,
                         trailers: trailers.as_ref(),
@@ -629,14 +633,55 @@ fn upstream_error(e: &io::Error) -> Response {
     }
 }
 
-/// Builds the upstream request head.
+/// The upstream request head, built once per request so that every attempt
+/// sends the same one; only the Host that [`HostPolicy::Upstream`] takes
+/// from the member may differ between attempts.
+struct RequestHead {
+    bytes: Vec<u8>,
+    /// Where the Host value sits in `bytes`.
+    host: Range<usize>,
+}
+
+impl RequestHead {
+    /// Builds the head; `listed` is what the request's Connection fields
+    /// name, `upgrade` the protocol it asks to switch to.
+    fn new(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        listed: &[&[u8]],
+        upgrade: Option<&[u8]>,
+    ) -> RequestHead {
+        let (bytes, host) = build_request_head(req, length, settings, listed, upgrade);
+        RequestHead { bytes, host }
+    }
+
+    /// The head to send to `member`.
+    fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
+        if settings.host == HostPolicy::Upstream {
+            let host: &[u8] = match member {
+                UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
+                UpstreamAddr::Unix(_) => b"localhost",
+            };
+            if self.bytes.get(self.host.clone()) != Some(host) {
+                self.bytes.splice(self.host.clone(), host.iter().copied());
+                self.host.end = self.host.start + host.len();
+            }
+        }
+        &self.bytes
+    }
+}
+
+/// Builds the upstream request head, and where its Host value sits (left
+/// empty under [`HostPolicy::Upstream`], which [`RequestHead::for_member`]
+/// fills in).
 fn build_request_head(
     req: &ProxyRequest<'_>,
     length: BodyLength,
     settings: &ProxySettings,
-    member: &UpstreamAddr,
-) -> Vec<u8> {
-    let listed = connection_listed(req.headers.iter().copied());
+    listed: &[&[u8]],
+    upgrade: Option<&[u8]>,
+) -> (Vec<u8>, Range<usize>) {
     let mut h = Vec::with_capacity(512);
     h.extend_from_slice(req.method);
     h.push(b' ');
@@ -644,14 +689,13 @@ fn build_request_head(
     h.extend_from_slice(b" HTTP/1.1\r\n");
     let client_host = req.host.unwrap_or_default();
     h.extend_from_slice(b"Host: ");
-    match (&settings.host, member) {
-        (HostPolicy::Pass, _) => h.extend_from_slice(client_host),
-        (HostPolicy::Upstream, UpstreamAddr::Tcp { authority, .. }) => {
-            h.extend_from_slice(authority.as_bytes())
-        }
-        (HostPolicy::Upstream, UpstreamAddr::Unix(_)) => h.extend_from_slice(b"localhost"),
-        (HostPolicy::Fixed(name), _) => h.extend_from_slice(name.as_bytes()),
+    let host_start = h.len();
+    match &settings.host {
+        HostPolicy::Pass => h.extend_from_slice(client_host),
+        HostPolicy::Upstream => {}
+        HostPolicy::Fixed(name) => h.extend_from_slice(name.as_bytes()),
     }
+    let host_range = host_start..h.len();
     h.extend_from_slice(b"\r\n");
     // Forwarding fields from a trusted proxy are extended; from anyone else
     // they are replaced, so a client cannot spoof its address.
@@ -743,7 +787,7 @@ fn build_request_head(
         None => h.extend_from_slice(&new_request_id()),
     }
     h.extend_from_slice(b"\r\n");
-    if let Some(protocol) = requested_upgrade(&req.headers) {
+    if let Some(protocol) = upgrade {
         h.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
         h.extend_from_slice(protocol);
         h.extend_from_slice(b"\r\n");
@@ -758,7 +802,7 @@ fn build_request_head(
         BodyLength::Chunked => h.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
     }
     h.extend_from_slice(b"\r\n");
-    h
+    (h, host_range)
 }
 
 thread_local! {
@@ -1107,6 +1151,20 @@ impl Tunnel for UpstreamTunnel {
 mod tests {
     use super::*;
 
+    /// The head sent to `member`.
+    fn build_request_head(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        member: &UpstreamAddr,
+    ) -> Vec<u8> {
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade = requested_upgrade(&req.headers, &listed);
+        RequestHead::new(req, length, settings, &listed, upgrade)
+            .for_member(settings, member)
+            .to_vec()
+    }
+
     fn req<'a>(headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
         ProxyRequest {
             method: b"POST",
@@ -1221,6 +1279,26 @@ mod tests {
             !head.contains("1.1.1.1") && !head.contains("https") && !head.contains("Via"),
             "{head}"
         );
+    }
+
+    #[test]
+    fn every_attempt_sends_the_same_head_but_for_the_upstream_host() {
+        let r = req(vec![(b"Accept", b"*/*")]);
+        let s = ProxySettings {
+            host: HostPolicy::Upstream,
+            ..Default::default()
+        };
+        let listed = connection_listed(r.headers.iter().copied());
+        let mut head = RequestHead::new(&r, BodyLength::None, &s, &listed, None);
+        let a = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let b = UpstreamAddr::parse("unix:/run/app.sock").expect("addr");
+        let first = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        let second = String::from_utf8(head.for_member(&s, &b).to_vec()).expect("ascii");
+        let third = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        assert!(first.contains("\r\nHost: 127.0.0.1:9\r\n"), "{first}");
+        assert!(second.contains("\r\nHost: localhost\r\n"), "{second}");
+        assert_eq!(first.replace("127.0.0.1:9", "localhost"), second);
+        assert_eq!(first, third);
     }
 
     #[test]

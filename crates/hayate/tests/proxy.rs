@@ -680,6 +680,7 @@ fn a_replayed_chunked_request_keeps_its_trailers() {
     assert_eq!(c.get("/first", &[]).text(), "ok");
     let r = post_chunked_with_trailers(&mut c, "/echo", b"hello", 5, TRAILERS);
     assert_eq!((r.status, r.text().as_str()), (200, "replayed"));
+    let mut request_ids = Vec::new();
     for attempt in ["first", "replay"] {
         let raw = String::from_utf8(rx.recv_timeout(Duration::from_secs(5)).expect(attempt))
             .expect("ascii");
@@ -691,7 +692,16 @@ fn a_replayed_chunked_request_keeps_its_trailers() {
             raw.ends_with("\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: 42\r\nx-other: a b\r\n\r\n"),
             "{attempt}: {raw}"
         );
+        let id = raw
+            .lines()
+            .find_map(|l| l.strip_prefix("X-Request-Id: "))
+            .unwrap_or_else(|| panic!("{attempt} has no X-Request-Id: {raw}"));
+        request_ids.push(id.to_string());
     }
+    assert_eq!(
+        request_ids[0], request_ids[1],
+        "the replay is the same request"
+    );
     h.assert_no_errors();
 }
 
