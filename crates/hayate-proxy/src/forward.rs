@@ -359,19 +359,26 @@ impl UpstreamGroup {
             Some(b) if length == BodyLength::Chunked => {
                 // A buffered chunked body with trailers: one chunk, then the
                 // last chunk and the trailer section.
+                // An empty body has no data chunk (empty slices are skipped).
                 let trailers = trailers.map_or(&b""[..], |t| &t[..]);
-                let mut req = Vec::with_capacity(head.len() + b.len() + trailers.len() + 32);
-                req.extend_from_slice(head);
-                if !b.is_empty() {
-                    let mut line = [0u8; 18];
-                    req.extend_from_slice(chunk_size_line(b.len(), &mut line));
-                    req.extend_from_slice(b);
-                    req.extend_from_slice(b"\r\n");
-                }
-                req.extend_from_slice(b"0\r\n");
-                req.extend_from_slice(trailers);
-                req.extend_from_slice(b"\r\n");
-                timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
+                let mut line = [0u8; 18];
+                let (line, end): (&[u8], &[u8]) = if b.is_empty() {
+                    (b"", b"")
+                } else {
+                    (chunk_size_line(b.len(), &mut line), b"\r\n")
+                };
+                let mut parts = [
+                    IoSlice::new(head),
+                    IoSlice::new(line),
+                    IoSlice::new(b),
+                    IoSlice::new(end),
+                    IoSlice::new(b"0\r\n"),
+                    IoSlice::new(trailers),
+                    IoSlice::new(b"\r\n"),
+                ];
+                timed(io_timeout, write_all_vectored(&mut conn, &mut parts))
+                    .await
+                    .map_err(up)?;
             }
             Some(b) => {
                 timed(
@@ -865,18 +872,7 @@ fn parse_response(
         let mut headers = b"Connection: upgrade\r\nUpgrade: ".to_vec();
         headers.extend_from_slice(protocol.unwrap_or(b"websocket"));
         headers.extend_from_slice(b"\r\n");
-        for h in resp.headers.iter() {
-            let name = h.name.as_bytes();
-            if !is_hop_by_hop(name)
-                && !name.eq_ignore_ascii_case(b"date")
-                && !name.eq_ignore_ascii_case(b"server")
-            {
-                headers.extend_from_slice(name);
-                headers.extend_from_slice(b": ");
-                headers.extend_from_slice(h.value);
-                headers.extend_from_slice(b"\r\n");
-            }
-        }
+        copy_end_to_end(&mut headers, resp.headers);
         let head = Head {
             status,
             headers,
@@ -890,7 +886,6 @@ fn parse_response(
     if (100..200).contains(&code) {
         return Ok(Some((None, len)));
     }
-    let listed = connection_listed(resp.headers.iter().map(|h| (h.name.as_bytes(), h.value)));
     let mut headers = Vec::with_capacity(len);
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
@@ -918,18 +913,8 @@ fn parse_response(
                 keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
             }
         }
-        if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"date")
-            || name.eq_ignore_ascii_case(b"server")
-            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
-        {
-            continue;
-        }
-        headers.extend_from_slice(name);
-        headers.extend_from_slice(b": ");
-        headers.extend_from_slice(h.value);
-        headers.extend_from_slice(b"\r\n");
     }
+    copy_end_to_end(&mut headers, resp.headers);
     let framing = if is_head || code == 204 || code == 304 {
         Framing::Empty
     } else if chunked {
@@ -961,6 +946,27 @@ fn parse_response(
         }),
         len,
     )))
+}
+
+/// Copies the end-to-end fields of an upstream response head onto `out`:
+/// neither hop-by-hop nor named by its Connection fields, and not Date or
+/// Server (hayate sets its own).
+fn copy_end_to_end(out: &mut Vec<u8>, fields: &[httparse::Header<'_>]) {
+    let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    for h in fields {
+        let name = h.name.as_bytes();
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// `timeout=N` from a Keep-Alive field.
@@ -1377,5 +1383,20 @@ mod tests {
             panic!("parse")
         };
         assert_eq!((h.status.code(), h.framing), (299, Framing::Empty));
+    }
+
+    #[test]
+    fn a_101_keeps_only_end_to_end_fields() {
+        let s = ProxySettings::default();
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: abc\r\nDate: x\r\nServer: node\r\n\r\n";
+        let Ok(Some((Some(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Tunnel);
+        assert_eq!(
+            String::from_utf8(h.headers).expect("ascii"),
+            "Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n"
+        );
+        assert!(parse_response(raw.as_bytes(), false, false, &s).is_err());
     }
 }
