@@ -502,6 +502,7 @@ impl UpstreamGroup {
             max_idle: self.settings.max_idle,
             io_timeout: self.settings.io_timeout,
             timer: None,
+            timer_armed: false,
             guard: Some(guard),
         };
         r.body = match head.framing {
@@ -988,7 +989,10 @@ struct UpstreamBody {
     keep: Option<Duration>,
     max_idle: usize,
     io_timeout: Duration,
+    /// The stall timer: allocated at the first read that waits, then reset.
     timer: Option<Pin<Box<Sleep>>>,
+    /// Whether `timer` runs for the current wait.
+    timer_armed: bool,
     guard: Option<Outstanding>,
 }
 
@@ -1017,14 +1021,20 @@ impl UpstreamBody {
         }
         match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut self.buf) {
             Poll::Ready(r) => {
-                self.timer = None;
+                self.timer_armed = false;
                 Poll::Ready(r)
             }
             Poll::Pending => {
                 let limit = self.io_timeout;
-                let timer = self
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                let timer = match &mut self.timer {
+                    Some(t) if self.timer_armed => t,
+                    Some(t) => {
+                        t.as_mut().reset(tokio::time::Instant::now() + limit);
+                        t
+                    }
+                    None => self.timer.insert(Box::pin(tokio::time::sleep(limit))),
+                };
+                self.timer_armed = true;
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
