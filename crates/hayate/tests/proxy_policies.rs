@@ -11,7 +11,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use hayate_testkit::origin::{Echo, Origin, OriginOptions};
-use hayate_testkit::Hayate;
+use hayate_testkit::{read_through_blank_line, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -94,10 +94,8 @@ fn sick_member() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
             let Ok(mut s) = s else { break };
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
             let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && s.read_exact(&mut byte).is_ok() {
-                head.push(byte[0]);
-            }
+            // A partial head is logged too.
+            let _ = read_through_blank_line(&mut s, &mut head);
             let line = String::from_utf8_lossy(&head)
                 .lines()
                 .next()
@@ -261,11 +259,7 @@ fn websocket_upgrade_becomes_a_tunnel() {
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("head");
-            head.push(byte[0]);
-        }
+        read_through_blank_line(&mut s, &mut head).expect("head");
         let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
         assert!(
             head.contains("upgrade: websocket") && head.contains("connection: upgrade"),
@@ -336,12 +330,7 @@ fn trailers_of_a_chunked_response_are_passed_on() {
     let port = upstream.local_addr().expect("addr").port();
     std::thread::spawn(move || {
         let (mut s, _) = upstream.accept().expect("accept");
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("head");
-            head.push(byte[0]);
-        }
+        read_through_blank_line(&mut s, &mut Vec::new()).expect("head");
         s.write_all(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\nConnection: close\r\n\r\n\
               5\r\nhello\r\n0\r\nX-Checksum: 42\r\nContent-Length: 99\r\n\r\n",
