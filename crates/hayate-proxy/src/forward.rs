@@ -192,15 +192,31 @@ impl UpstreamGroup {
         let mut head = RequestHead::new(req, length, &self.settings, &listed, upgrade_to);
         let mut tried: Vec<usize> = Vec::new();
         let mut fresh_only = false;
+        // Set at the request's first wait in the queue: all its waits end by
+        // then, however often it is woken.
+        let mut queue_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let i = match self.pick(now, &tried, key) {
+            // FIFO: a new request does not pass those already waiting.
+            let picked = if queue_deadline.is_none() && self.waiting_any.get() > 0 {
+                Err(Busy::Full)
+            } else {
+                self.pick(now, &tried, key)
+            };
+            let i = match picked {
                 Ok(i) => i,
                 Err(Busy::Exhausted) => return Response::error(Status::BAD_GATEWAY),
-                Err(Busy::Full) => match self.wait_in_queue().await {
-                    Ok(()) => continue,
-                    Err(r) => return r,
-                },
+                Err(Busy::Full) => {
+                    let newcomer = queue_deadline.is_none();
+                    let deadline = *queue_deadline.get_or_insert(now + self.settings.queue_timeout);
+                    match self
+                        .wait_in_queue(deadline, newcomer, tried.is_empty())
+                        .await
+                    {
+                        Ok(()) => continue,
+                        Err(r) => return r,
+                    }
+                }
             };
             let member = self.members[i].clone();
             // Read once: its id picks a pooled connection, its address is
@@ -294,37 +310,50 @@ impl UpstreamGroup {
         }
     }
 
-    /// Waits for a member to finish a request: FIFO, bounded in depth and
-    /// time; overflow and timeout answer 503 with Retry-After (distinct from
-    /// the 502 of a failing upstream).
-    async fn wait_in_queue(&self) -> Result<(), Response> {
+    /// Waits for a member to finish a request (or an app instance to
+    /// become ready): FIFO, bounded in depth, and in time by `deadline`, set
+    /// once per request. Overflow and timeout answer 503 with Retry-After
+    /// (distinct from the 502 of a failing upstream). `newcomer`: the
+    /// request's first wait; `any_member`: it has tried no member yet.
+    async fn wait_in_queue(
+        &self,
+        deadline: Instant,
+        newcomer: bool,
+        any_member: bool,
+    ) -> Result<(), Response> {
         let busy = || {
             let mut r = Response::error(Status::SERVICE_UNAVAILABLE);
             r.header("Retry-After", b"1");
             r
         };
-        if self.waiting.get() >= self.settings.queue_depth {
+        // A request already in line is not refused for the queue's depth.
+        if newcomer && self.waiting.get() >= self.settings.queue_depth {
             log::warn!(
                 "upstream group full and its queue too ({} waiting): 503",
                 self.waiting.get()
             );
             return Err(busy());
         }
-        self.waiting.set(self.waiting.get() + 1);
+        if !newcomer && !any_member && self.waiting_any.get() > 0 && self.has_room() {
+            // Woken for room only on members this request already failed
+            // on: the wakeup goes on to a request that can take any member
+            // (those never pass one on, so this ends).
+            self.freed.notify_one();
+        }
+        let _queued = Queued::new(self, any_member);
         let ready = async {
             match &self.app_ready {
                 Some(n) => n.notified().await,
                 None => std::future::pending().await,
             }
         };
-        let woken = tokio::time::timeout(self.settings.queue_timeout, async {
+        let woken = tokio::time::timeout_at(deadline.into(), async {
             tokio::select! {
                 _ = self.freed.notified() => {}
                 _ = ready => {}
             }
         })
         .await;
-        self.waiting.set(self.waiting.get() - 1);
         match woken {
             Ok(()) => Ok(()),
             Err(_) => {
@@ -531,6 +560,33 @@ impl UpstreamGroup {
             }),
         };
         r
+    }
+}
+
+/// Counts a request as waiting in its group's queue until dropped (also
+/// when the request is abandoned mid-wait).
+struct Queued<'g> {
+    group: &'g UpstreamGroup,
+    any_member: bool,
+}
+
+impl<'g> Queued<'g> {
+    fn new(group: &'g UpstreamGroup, any_member: bool) -> Queued<'g> {
+        group.waiting.set(group.waiting.get() + 1);
+        if any_member {
+            group.waiting_any.set(group.waiting_any.get() + 1);
+        }
+        Queued { group, any_member }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let g = self.group;
+        g.waiting.set(g.waiting.get().saturating_sub(1));
+        if self.any_member {
+            g.waiting_any.set(g.waiting_any.get().saturating_sub(1));
+        }
     }
 }
 

@@ -42,7 +42,7 @@ pub struct ProxySettings {
     pub max_conns: u32,
     /// Requests that may wait for a member at its limit (per worker).
     pub queue_depth: usize,
-    /// Longest wait in that queue.
+    /// Longest wait in that queue, counted from a request's first wait.
     pub queue_timeout: Duration,
     /// How requests are spread over members.
     pub balance: Balance,
@@ -149,6 +149,9 @@ pub struct UpstreamGroup {
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: QueueGauge,
+    /// Of those, the ones that have tried no member yet (any member will
+    /// do for them): a new request queues behind them rather than pass.
+    pub(crate) waiting_any: Cell<usize>,
     pub(crate) freed: Rc<Notify>,
     /// For a supervised app: raised when an instance becomes ready.
     pub(crate) app_ready: Option<Arc<Notify>>,
@@ -215,6 +218,7 @@ impl UpstreamGroup {
             settings,
             next: Cell::new(0),
             waiting: QueueGauge::default(),
+            waiting_any: Cell::new(0),
             freed,
             app_ready: None,
         }
@@ -291,6 +295,15 @@ impl UpstreamGroup {
         chosen
             .or_else(|| open.min_by_key(|&i| self.members[i].down_until.get()))
             .ok_or(Busy::Full)
+    }
+
+    /// Whether some member could take a request now: present and under its
+    /// limit (health aside, as in [`UpstreamGroup::pick`]).
+    pub(crate) fn has_room(&self) -> bool {
+        let limit = self.settings.max_conns;
+        self.members
+            .iter()
+            .any(|m| m.is_present() && (limit == 0 || m.outstanding.get() < limit))
     }
 
     /// nginx's smooth weighted round robin over `candidates`: each gains its
