@@ -52,6 +52,18 @@ pub fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
+/// A Content-Length value (or one member of its list): ASCII digits only,
+/// at most 19 of them and no overflow. `str::parse` would also take a
+/// leading `+`, which another parser on the path may read differently.
+pub fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
 /// How two entity tags are compared (RFC 9110 §8.8.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Comparison {
@@ -91,7 +103,7 @@ pub fn hex_digit(b: u8) -> Option<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::{etag_list_matches, hex_digit, split_list, trim_ows, Comparison};
+    use super::{etag_list_matches, hex_digit, parse_length, split_list, trim_ows, Comparison};
 
     #[test]
     fn entity_tags() {
@@ -109,6 +121,33 @@ mod tests {
         let items: Vec<&[u8]> = split_list(b" a, \"b,c\" ,, W/\"d\",").collect();
         assert_eq!(items, [&b"a"[..], b"\"b,c\"", b"W/\"d\""]);
         assert_eq!(split_list(b" , ").count(), 0);
+    }
+
+    #[test]
+    fn lengths_are_plain_digits() {
+        assert_eq!(parse_length(b"0"), Some(0));
+        assert_eq!(parse_length(b"0042"), Some(42));
+        assert_eq!(
+            parse_length(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"+5",
+            b"-5",
+            b" 5",
+            b"5 ",
+            b"0x5",
+            b"5,5",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(
+                parse_length(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

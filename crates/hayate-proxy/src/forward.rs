@@ -2,10 +2,11 @@
 //! when small enough to replay, streamed otherwise), the response head, and
 //! the response body streamed back through [`UpstreamBody`].
 
-use hayate_core::field::trim_ows as trim;
+use hayate_core::field::{parse_length, split_list, trim_ows as trim};
 use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::ops::Range;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -96,16 +97,13 @@ fn connection_listed<'h>(
 ) -> SmallVec<[&'h [u8]; 4]> {
     headers
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-        .flat_map(|(_, v)| v.split(|&b| b == b','))
-        .map(trim)
-        .filter(|t| !t.is_empty())
+        .flat_map(|(_, v)| split_list(v))
         .collect()
 }
 
 /// The protocol a client asks to switch to (`Upgrade` with `Connection:
-/// upgrade`), e.g. `websocket`.
-fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])]) -> Option<&'h [u8]> {
-    let listed = connection_listed(headers.iter().copied());
+/// upgrade`), e.g. `websocket`; `listed` is what its Connection fields name.
+fn requested_upgrade<'h>(headers: &[(&'h [u8], &'h [u8])], listed: &[&[u8]]) -> Option<&'h [u8]> {
     if !listed.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade")) {
         return None;
     }
@@ -201,21 +199,44 @@ impl UpstreamGroup {
             },
         };
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
-        let upgrade = requested_upgrade(&req.headers).is_some();
+        // Once per request: a replay or a retry on another member sends the
+        // same head (the same X-Request-Id).
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade_to = requested_upgrade(&req.headers, &listed);
+        let upgrade = upgrade_to.is_some();
+        let mut head = RequestHead::new(req, length, &self.settings, &listed, upgrade_to);
         let mut tried: Vec<usize> = Vec::new();
         let mut fresh_only = false;
+        // Set at the request's first wait in the queue: all its waits end by
+        // then, however often it is woken.
+        let mut queue_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let i = match self.pick(now, &tried, key) {
+            // FIFO: a new request does not pass those already waiting.
+            let picked = if queue_deadline.is_none() && self.waiting_any.get() > 0 {
+                Err(Busy::Full)
+            } else {
+                self.pick(now, &tried, key)
+            };
+            let i = match picked {
                 Ok(i) => i,
                 Err(Busy::Exhausted) => return Response::error(Status::BAD_GATEWAY),
-                Err(Busy::Full) => match self.wait_in_queue().await {
-                    Ok(()) => continue,
-                    Err(r) => return r,
-                },
+                Err(Busy::Full) => {
+                    let newcomer = queue_deadline.is_none();
+                    let deadline = *queue_deadline.get_or_insert(now + self.settings.queue_timeout);
+                    match self
+                        .wait_in_queue(deadline, newcomer, tried.is_empty())
+                        .await
+                    {
+                        Ok(()) => continue,
+                        Err(r) => return r,
+                    }
+                }
             };
             let member = self.members[i].clone();
-            let Some((target, instance)) = member.target() else {
+            // Read once: its id picks a pooled connection, its address is
+            // built only to connect.
+            let Some(instance) = member.current() else {
                 // The slot lost its instance since the pick: try again.
                 tried.push(i);
                 continue;
@@ -223,16 +244,16 @@ impl UpstreamGroup {
             // Counted before connecting: a replaced app instance is not
             // stopped while a request is on its way to it.
             let guard = Outstanding::new(member.clone(), instance);
-            let head = build_request_head(req, length, &self.settings, &member.addr);
             let reused_conn = if fresh_only {
                 None
             } else {
-                member.checkout(now)
+                member.checkout(now, guard.instance_id())
             };
             let reused = reused_conn.is_some();
             let conn = match reused_conn {
                 Some(c) => c,
                 None => {
+                    let target = member.target(guard.instance());
                     match crate::upconn::connect(&target, self.settings.connect_timeout).await {
                         Ok(c) => c,
                         Err(e) => {
@@ -257,7 +278,7 @@ impl UpstreamGroup {
                 .exchange(
                     conn,
                     &Outgoing {
-                        head: &head,
+                        head: head.for_member(&self.settings, &member.addr),
                         buffered: buffered.as_ref(),
                         prefix: &prefix,
                         trailers: trailers.as_ref(),
@@ -304,37 +325,50 @@ impl UpstreamGroup {
         }
     }
 
-    /// Waits for a member to finish a request: FIFO, bounded in depth and
-    /// time; overflow and timeout answer 503 with Retry-After (distinct from
-    /// the 502 of a failing upstream).
-    async fn wait_in_queue(&self) -> Result<(), Response> {
+    /// Waits for a member to finish a request (or an app instance to
+    /// become ready): FIFO, bounded in depth, and in time by `deadline`, set
+    /// once per request. Overflow and timeout answer 503 with Retry-After
+    /// (distinct from the 502 of a failing upstream). `newcomer`: the
+    /// request's first wait; `any_member`: it has tried no member yet.
+    async fn wait_in_queue(
+        &self,
+        deadline: Instant,
+        newcomer: bool,
+        any_member: bool,
+    ) -> Result<(), Response> {
         let busy = || {
             let mut r = Response::error(Status::SERVICE_UNAVAILABLE);
             r.header("Retry-After", b"1");
             r
         };
-        if self.waiting.get() >= self.settings.queue_depth {
+        // A request already in line is not refused for the queue's depth.
+        if newcomer && self.waiting.get() >= self.settings.queue_depth {
             log::warn!(
                 "upstream group full and its queue too ({} waiting): 503",
                 self.waiting.get()
             );
             return Err(busy());
         }
-        self.waiting.set(self.waiting.get() + 1);
+        if !newcomer && !any_member && self.waiting_any.get() > 0 && self.has_room() {
+            // Woken for room only on members this request already failed
+            // on: the wakeup goes on to a request that can take any member
+            // (those never pass one on, so this ends).
+            self.freed.notify_one();
+        }
+        let _queued = Queued::new(self, any_member);
         let ready = async {
             match &self.app_ready {
                 Some(n) => n.notified().await,
                 None => std::future::pending().await,
             }
         };
-        let woken = tokio::time::timeout(self.settings.queue_timeout, async {
+        let woken = tokio::time::timeout_at(deadline.into(), async {
             tokio::select! {
                 _ = self.freed.notified() => {}
                 _ = ready => {}
             }
         })
         .await;
-        self.waiting.set(self.waiting.get() - 1);
         match woken {
             Ok(()) => Ok(()),
             Err(_) => {
@@ -369,19 +403,26 @@ impl UpstreamGroup {
             Some(b) if length == BodyLength::Chunked => {
                 // A buffered chunked body with trailers: one chunk, then the
                 // last chunk and the trailer section.
+                // An empty body has no data chunk (empty slices are skipped).
                 let trailers = trailers.map_or(&b""[..], |t| &t[..]);
-                let mut req = Vec::with_capacity(head.len() + b.len() + trailers.len() + 32);
-                req.extend_from_slice(head);
-                if !b.is_empty() {
-                    let mut line = [0u8; 18];
-                    req.extend_from_slice(chunk_size_line(b.len(), &mut line));
-                    req.extend_from_slice(b);
-                    req.extend_from_slice(b"\r\n");
-                }
-                req.extend_from_slice(b"0\r\n");
-                req.extend_from_slice(trailers);
-                req.extend_from_slice(b"\r\n");
-                timed(io_timeout, conn.write_all(&req)).await.map_err(up)?;
+                let mut line = [0u8; 18];
+                let (line, end): (&[u8], &[u8]) = if b.is_empty() {
+                    (b"", b"")
+                } else {
+                    (chunk_size_line(b.len(), &mut line), b"\r\n")
+                };
+                let mut parts = [
+                    IoSlice::new(head),
+                    IoSlice::new(line),
+                    IoSlice::new(b),
+                    IoSlice::new(end),
+                    IoSlice::new(b"0\r\n"),
+                    IoSlice::new(trailers),
+                    IoSlice::new(b"\r\n"),
+                ];
+                timed(io_timeout, write_all_vectored(&mut conn, &mut parts))
+                    .await
+                    .map_err(up)?;
             }
             Some(b) => {
                 timed(
@@ -505,6 +546,7 @@ impl UpstreamGroup {
             max_idle: self.settings.max_idle,
             io_timeout: self.settings.io_timeout,
             timer: None,
+            timer_armed: false,
             guard: Some(guard),
         };
         r.body = match head.framing {
@@ -536,6 +578,33 @@ impl UpstreamGroup {
     }
 }
 
+/// Counts a request as waiting in its group's queue until dropped (also
+/// when the request is abandoned mid-wait).
+struct Queued<'g> {
+    group: &'g UpstreamGroup,
+    any_member: bool,
+}
+
+impl<'g> Queued<'g> {
+    fn new(group: &'g UpstreamGroup, any_member: bool) -> Queued<'g> {
+        group.waiting.set(group.waiting.get() + 1);
+        if any_member {
+            group.waiting_any.set(group.waiting_any.get() + 1);
+        }
+        Queued { group, any_member }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let g = self.group;
+        g.waiting.set(g.waiting.get().saturating_sub(1));
+        if self.any_member {
+            g.waiting_any.set(g.waiting_any.get().saturating_sub(1));
+        }
+    }
+}
+
 /// Counts a request as outstanding on its member (and on its app instance,
 /// so a replaced instance is drained before it is stopped) until dropped.
 #[derive(Debug)]
@@ -553,6 +622,10 @@ impl Outstanding {
 
     fn instance_id(&self) -> u64 {
         self.1.as_ref().map_or(0, |i| i.id)
+    }
+
+    fn instance(&self) -> Option<&AppInstance> {
+        self.1.as_deref()
     }
 }
 
@@ -639,14 +712,55 @@ fn upstream_error(e: &io::Error) -> Response {
     }
 }
 
-/// Builds the upstream request head.
+/// The upstream request head, built once per request so that every attempt
+/// sends the same one; only the Host that [`HostPolicy::Upstream`] takes
+/// from the member may differ between attempts.
+struct RequestHead {
+    bytes: Vec<u8>,
+    /// Where the Host value sits in `bytes`.
+    host: Range<usize>,
+}
+
+impl RequestHead {
+    /// Builds the head; `listed` is what the request's Connection fields
+    /// name, `upgrade` the protocol it asks to switch to.
+    fn new(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        listed: &[&[u8]],
+        upgrade: Option<&[u8]>,
+    ) -> RequestHead {
+        let (bytes, host) = build_request_head(req, length, settings, listed, upgrade);
+        RequestHead { bytes, host }
+    }
+
+    /// The head to send to `member`.
+    fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
+        if settings.host == HostPolicy::Upstream {
+            let host: &[u8] = match member {
+                UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
+                UpstreamAddr::Unix(_) => b"localhost",
+            };
+            if self.bytes.get(self.host.clone()) != Some(host) {
+                self.bytes.splice(self.host.clone(), host.iter().copied());
+                self.host.end = self.host.start + host.len();
+            }
+        }
+        &self.bytes
+    }
+}
+
+/// Builds the upstream request head, and where its Host value sits (left
+/// empty under [`HostPolicy::Upstream`], which [`RequestHead::for_member`]
+/// fills in).
 fn build_request_head(
     req: &ProxyRequest<'_>,
     length: BodyLength,
     settings: &ProxySettings,
-    member: &UpstreamAddr,
-) -> Vec<u8> {
-    let listed = connection_listed(req.headers.iter().copied());
+    listed: &[&[u8]],
+    upgrade: Option<&[u8]>,
+) -> (Vec<u8>, Range<usize>) {
     let mut h = Vec::with_capacity(512);
     h.extend_from_slice(req.method);
     h.push(b' ');
@@ -654,14 +768,13 @@ fn build_request_head(
     h.extend_from_slice(b" HTTP/1.1\r\n");
     let client_host = req.host.unwrap_or_default();
     h.extend_from_slice(b"Host: ");
-    match (&settings.host, member) {
-        (HostPolicy::Pass, _) => h.extend_from_slice(client_host),
-        (HostPolicy::Upstream, UpstreamAddr::Tcp { authority, .. }) => {
-            h.extend_from_slice(authority.as_bytes())
-        }
-        (HostPolicy::Upstream, UpstreamAddr::Unix(_)) => h.extend_from_slice(b"localhost"),
-        (HostPolicy::Fixed(name), _) => h.extend_from_slice(name.as_bytes()),
+    let host_start = h.len();
+    match &settings.host {
+        HostPolicy::Pass => h.extend_from_slice(client_host),
+        HostPolicy::Upstream => {}
+        HostPolicy::Fixed(name) => h.extend_from_slice(name.as_bytes()),
     }
+    let host_range = host_start..h.len();
     h.extend_from_slice(b"\r\n");
     // Forwarding fields from a trusted proxy are extended; from anyone else
     // they are replaced, so a client cannot spoof its address.
@@ -753,7 +866,7 @@ fn build_request_head(
         None => h.extend_from_slice(&new_request_id()),
     }
     h.extend_from_slice(b"\r\n");
-    if let Some(protocol) = requested_upgrade(&req.headers) {
+    if let Some(protocol) = upgrade {
         h.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
         h.extend_from_slice(protocol);
         h.extend_from_slice(b"\r\n");
@@ -768,7 +881,7 @@ fn build_request_head(
         BodyLength::Chunked => h.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
     }
     h.extend_from_slice(b"\r\n");
-    h
+    (h, host_range)
 }
 
 thread_local! {
@@ -831,18 +944,7 @@ fn parse_response(
         let mut headers = b"Connection: upgrade\r\nUpgrade: ".to_vec();
         headers.extend_from_slice(protocol.unwrap_or(b"websocket"));
         headers.extend_from_slice(b"\r\n");
-        for h in resp.headers.iter() {
-            let name = h.name.as_bytes();
-            if !is_hop_by_hop(name)
-                && !name.eq_ignore_ascii_case(b"date")
-                && !name.eq_ignore_ascii_case(b"server")
-            {
-                headers.extend_from_slice(name);
-                headers.extend_from_slice(b": ");
-                headers.extend_from_slice(h.value);
-                headers.extend_from_slice(b"\r\n");
-            }
-        }
+        copy_end_to_end(&mut headers, resp.headers);
         let head = Head {
             status,
             headers,
@@ -856,7 +958,6 @@ fn parse_response(
     if (100..200).contains(&code) {
         return Ok(Some((None, len)));
     }
-    let listed = connection_listed(resp.headers.iter().map(|h| (h.name.as_bytes(), h.value)));
     let mut headers = Vec::with_capacity(len);
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
@@ -866,48 +967,26 @@ fn parse_response(
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            let v = std::str::from_utf8(h.value)
-                .ok()
-                .map(str::trim)
-                .and_then(|v| v.parse::<u64>().ok());
+            let v = parse_length(trim(h.value));
             match (v, content_length) {
                 (Some(v), None) => content_length = Some(v),
                 (Some(v), Some(old)) if v == old => {}
                 _ => return Err(bad("Content-Length")),
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            let last = h
-                .value
-                .split(|&b| b == b',')
-                .map(trim)
-                .next_back()
-                .unwrap_or_default();
+            let last = split_list(h.value).last().unwrap_or_default();
             chunked = last.eq_ignore_ascii_case(b"chunked");
             other_coding = !chunked;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= h
-                .value
-                .split(|&b| b == b',')
-                .map(trim)
-                .any(|t| t.eq_ignore_ascii_case(b"close"));
+            close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
         } else if name.eq_ignore_ascii_case(b"keep-alive") {
             if let Some(t) = keep_alive_timeout(h.value) {
                 // Leave well before the upstream closes its end.
                 keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
             }
         }
-        if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"date")
-            || name.eq_ignore_ascii_case(b"server")
-            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
-        {
-            continue;
-        }
-        headers.extend_from_slice(name);
-        headers.extend_from_slice(b": ");
-        headers.extend_from_slice(h.value);
-        headers.extend_from_slice(b"\r\n");
     }
+    copy_end_to_end(&mut headers, resp.headers);
     let framing = if is_head || code == 204 || code == 304 {
         Framing::Empty
     } else if chunked {
@@ -941,16 +1020,32 @@ fn parse_response(
     )))
 }
 
+/// Copies the end-to-end fields of an upstream response head onto `out`:
+/// neither hop-by-hop nor named by its Connection fields, and not Date or
+/// Server (hayate sets its own).
+fn copy_end_to_end(out: &mut Vec<u8>, fields: &[httparse::Header<'_>]) {
+    let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    for h in fields {
+        let name = h.name.as_bytes();
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// `timeout=N` from a Keep-Alive field.
 fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
-    v.split(|&b| b == b',').map(trim).find_map(|p| {
+    split_list(v).find_map(|p| {
         let rest = p.strip_prefix(b"timeout=")?;
-        std::str::from_utf8(rest)
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .map(Duration::from_secs)
+        parse_length(trim(rest)).map(Duration::from_secs)
     })
 }
 
@@ -965,7 +1060,10 @@ struct UpstreamBody {
     keep: Option<Duration>,
     max_idle: usize,
     io_timeout: Duration,
+    /// The stall timer: allocated at the first read that waits, then reset.
     timer: Option<Pin<Box<Sleep>>>,
+    /// Whether `timer` runs for the current wait.
+    timer_armed: bool,
     guard: Option<Outstanding>,
 }
 
@@ -994,14 +1092,20 @@ impl UpstreamBody {
         }
         match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut self.buf) {
             Poll::Ready(r) => {
-                self.timer = None;
+                self.timer_armed = false;
                 Poll::Ready(r)
             }
             Poll::Pending => {
                 let limit = self.io_timeout;
-                let timer = self
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                let timer = match &mut self.timer {
+                    Some(t) if self.timer_armed => t,
+                    Some(t) => {
+                        t.as_mut().reset(tokio::time::Instant::now() + limit);
+                        t
+                    }
+                    None => self.timer.insert(Box::pin(tokio::time::sleep(limit))),
+                };
+                self.timer_armed = true;
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
@@ -1134,6 +1238,20 @@ impl Tunnel for UpstreamTunnel {
 mod tests {
     use super::*;
 
+    /// The head sent to `member`.
+    fn build_request_head(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        member: &UpstreamAddr,
+    ) -> Vec<u8> {
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade = requested_upgrade(&req.headers, &listed);
+        RequestHead::new(req, length, settings, &listed, upgrade)
+            .for_member(settings, member)
+            .to_vec()
+    }
+
     fn req<'a>(headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
         ProxyRequest {
             method: b"POST",
@@ -1251,6 +1369,26 @@ mod tests {
     }
 
     #[test]
+    fn every_attempt_sends_the_same_head_but_for_the_upstream_host() {
+        let r = req(vec![(b"Accept", b"*/*")]);
+        let s = ProxySettings {
+            host: HostPolicy::Upstream,
+            ..Default::default()
+        };
+        let listed = connection_listed(r.headers.iter().copied());
+        let mut head = RequestHead::new(&r, BodyLength::None, &s, &listed, None);
+        let a = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let b = UpstreamAddr::parse("unix:/run/app.sock").expect("addr");
+        let first = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        let second = String::from_utf8(head.for_member(&s, &b).to_vec()).expect("ascii");
+        let third = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        assert!(first.contains("\r\nHost: 127.0.0.1:9\r\n"), "{first}");
+        assert!(second.contains("\r\nHost: localhost\r\n"), "{second}");
+        assert_eq!(first.replace("127.0.0.1:9", "localhost"), second);
+        assert_eq!(first, third);
+    }
+
+    #[test]
     fn request_ids_are_16_hex_digits_and_differ() {
         let a = new_request_id();
         let b = new_request_id();
@@ -1260,6 +1398,20 @@ mod tests {
                 .iter()
                 .all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase()));
         }
+    }
+
+    #[test]
+    fn keep_alive_timeouts() {
+        assert_eq!(
+            keep_alive_timeout(b"max=100, timeout=5"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            keep_alive_timeout(b" timeout=7 ,"),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(keep_alive_timeout(b"timeout=+5"), None);
+        assert_eq!(keep_alive_timeout(b"max=5"), None);
     }
 
     #[test]
@@ -1301,6 +1453,10 @@ mod tests {
         )
         .is_err());
         assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        assert!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", false).is_err(),
+            "a signed length is refused"
+        );
         assert!(matches!(parse("HTTP/1.1 200 OK\r\n", false), Ok(None)));
         let Ok(Some((Some(h), _))) =
             parse("HTTP/1.1 299 Whatever\r\nContent-Length: 0\r\n\r\n", false)
@@ -1308,5 +1464,20 @@ mod tests {
             panic!("parse")
         };
         assert_eq!((h.status.code(), h.framing), (299, Framing::Empty));
+    }
+
+    #[test]
+    fn a_101_keeps_only_end_to_end_fields() {
+        let s = ProxySettings::default();
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: abc\r\nDate: x\r\nServer: node\r\n\r\n";
+        let Ok(Some((Some(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Tunnel);
+        assert_eq!(
+            String::from_utf8(h.headers).expect("ascii"),
+            "Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n"
+        );
+        assert!(parse_response(raw.as_bytes(), false, false, &s).is_err());
     }
 }

@@ -42,7 +42,7 @@ pub struct ProxySettings {
     pub max_conns: u32,
     /// Requests that may wait for a member at its limit (per worker).
     pub queue_depth: usize,
-    /// Longest wait in that queue.
+    /// Longest wait in that queue, counted from a request's first wait.
     pub queue_timeout: Duration,
     /// How requests are spread over members.
     pub balance: Balance,
@@ -149,6 +149,9 @@ pub struct UpstreamGroup {
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: QueueGauge,
+    /// Of those, the ones that have tried no member yet (any member will
+    /// do for them): a new request queues behind them rather than pass.
+    pub(crate) waiting_any: Cell<usize>,
     pub(crate) freed: Rc<Notify>,
     /// For a supervised app: raised when an instance becomes ready.
     pub(crate) app_ready: Option<Arc<Notify>>,
@@ -215,6 +218,7 @@ impl UpstreamGroup {
             settings,
             next: Cell::new(0),
             waiting: QueueGauge::default(),
+            waiting_any: Cell::new(0),
             freed,
             app_ready: None,
         }
@@ -293,6 +297,15 @@ impl UpstreamGroup {
             .ok_or(Busy::Full)
     }
 
+    /// Whether some member could take a request now: present and under its
+    /// limit (health aside, as in [`UpstreamGroup::pick`]).
+    pub(crate) fn has_room(&self) -> bool {
+        let limit = self.settings.max_conns;
+        self.members
+            .iter()
+            .any(|m| m.is_present() && (limit == 0 || m.outstanding.get() < limit))
+    }
+
     /// nginx's smooth weighted round robin over `candidates`: each gains its
     /// weight, the richest is chosen and pays the total. With equal weights
     /// it is plain rotation.
@@ -349,8 +362,15 @@ impl UpstreamGroup {
         loop {
             tick.tick().await;
             for m in &self.members {
+                // A supervised slot is probed at its current instance (its
+                // `addr` only names it); without one there is nothing to probe.
+                let Some(instance) = m.current() else {
+                    continue;
+                };
+                let target = m.target(instance.as_deref());
+                drop(instance);
                 let ok = probe(
-                    &m.addr,
+                    &target,
                     &path,
                     self.settings
                         .connect_timeout
@@ -415,38 +435,42 @@ fn rendezvous(key: &[u8], member: &str) -> u64 {
 }
 
 impl Member {
-    /// An idle connection that is still usable, most recent first.
-    pub fn checkout(&self, now: Instant) -> Option<Stream> {
-        let current = self.instance().map_or(0, |i| i.id);
+    /// An idle connection that is still usable, most recent first, to app
+    /// instance `instance` (the id of what [`Member::current`] read; 0 for a
+    /// plain member).
+    pub fn checkout(&self, now: Instant, instance: u64) -> Option<Stream> {
         let mut idle = self.idle.borrow_mut();
         while let Some(i) = idle.pop_back() {
             // A replaced app instance is draining: its connections go.
-            if i.expires > now && i.instance == current && i.conn.looks_alive() {
+            if i.expires > now && i.instance == instance && i.conn.looks_alive() {
                 return Some(i.conn);
             }
         }
         None
     }
 
-    /// The app instance taking this member's requests (supervised members).
-    pub fn instance(&self) -> Option<Arc<AppInstance>> {
-        self.slot.as_ref().and_then(|s| s.current())
+    /// What takes this member's requests now, read once per attempt:
+    /// `Some(None)` for a plain member, `Some(Some(i))` for a supervised
+    /// slot holding instance `i`, `None` for a slot without a ready one.
+    pub fn current(&self) -> Option<Option<Arc<AppInstance>>> {
+        match &self.slot {
+            None => Some(None),
+            Some(slot) => slot.current().map(Some),
+        }
     }
 
-    /// Where to connect now: the member's address, or the socket of the
-    /// slot's current instance (`None` while it has none).
-    pub fn target(&self) -> Option<(Cow<'_, UpstreamAddr>, Option<Arc<AppInstance>>)> {
-        match &self.slot {
-            None => Some((Cow::Borrowed(&self.addr), None)),
-            Some(slot) => slot.current().map(|i| {
-                let addr = match &i.addr {
-                    AppAddr::Unix(path) => UpstreamAddr::Unix(path.clone()),
-                    AppAddr::Tcp(addr) => UpstreamAddr::Tcp {
-                        addr: *addr,
-                        authority: addr.to_string(),
-                    },
-                };
-                (Cow::Owned(addr), Some(i))
+    /// Where to connect for `instance` (as read by [`Member::current`]):
+    /// the instance's socket, or the member's own address. Built only when
+    /// a connection is opened; a pooled one needs no address.
+    pub fn target(&self, instance: Option<&AppInstance>) -> Cow<'_, UpstreamAddr> {
+        match instance {
+            None => Cow::Borrowed(&self.addr),
+            Some(i) => Cow::Owned(match &i.addr {
+                AppAddr::Unix(path) => UpstreamAddr::Unix(path.clone()),
+                AppAddr::Tcp(addr) => UpstreamAddr::Tcp {
+                    addr: *addr,
+                    authority: addr.to_string(),
+                },
             }),
         }
     }
@@ -722,7 +746,7 @@ mod tests {
             }
             assert_eq!(m.idle.borrow().len(), 3, "the cap holds");
             let now = Instant::now();
-            let got: Vec<i32> = std::iter::from_fn(|| m.checkout(now).map(|c| fd(&c))).collect();
+            let got: Vec<i32> = std::iter::from_fn(|| m.checkout(now, 0).map(|c| fd(&c))).collect();
             assert_eq!(
                 got,
                 vec![fds[3], fds[2], fds[1]],

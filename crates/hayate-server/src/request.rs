@@ -6,7 +6,7 @@
 //! from request smuggling: a request is refused, and the connection closed,
 //! when its body length is ambiguous.
 
-use hayate_core::field::trim_ows as trim;
+use hayate_core::field::{parse_length, trim_ows as trim};
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -502,15 +502,6 @@ fn valid_host(v: &[u8]) -> bool {
     let host_ok = host.first() == Some(&b'[')
         || (!host.is_empty() && host.iter().all(|&b| REG_NAME[b as usize]));
     port_ok && host_ok
-}
-
-fn parse_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
 }
 
 #[cfg(test)]

@@ -453,6 +453,21 @@ pub fn unix_get(sock: &Path, path: &str) -> String {
     unix_request(sock, "GET", path)
 }
 
+/// Reads from `r` onto `buf` through the first empty line (`\r\n\r\n`)
+/// among the bytes it reads: a request or response head, or a chunked
+/// body through its trailer section. Reads a byte at a time, so nothing
+/// past that line is consumed. Fails at EOF or on a read error, leaving
+/// what was read in `buf`.
+pub fn read_through_blank_line(r: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let start = buf.len();
+    let mut byte = [0u8; 1];
+    while !buf[start..].ends_with(b"\r\n\r\n") {
+        r.read_exact(&mut byte)?;
+        buf.push(byte[0]);
+    }
+    Ok(())
+}
+
 /// A temporary site: `hello.txt`, `index.html`, `docs/guide.html`,
 /// `.secret`, `.well-known/security.txt`, and a 1 MiB `big.bin` with
 /// varying bytes.

@@ -11,8 +11,8 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use hayate_testkit::{
-    big_bytes, checksum, site, Checksum, Client, Echo, Hayate, Origin, OriginOptions, Pattern,
-    Response,
+    big_bytes, checksum, read_through_blank_line, site, Checksum, Client, Echo, Hayate, Origin,
+    OriginOptions, Pattern, Response,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -253,8 +253,8 @@ fn forwarding_fields_and_request_ids() {
         assert!(is_generated(&id), "generated id expected, got {id:?}");
         ids.push(id);
     }
-    ids.dedup();
-    assert_eq!(ids.len(), 3, "ids are unique: {ids:?}");
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 3, "ids are unique: {ids:?}");
     h.assert_no_errors();
 }
 
@@ -669,16 +669,6 @@ fn trailers_of_a_chunked_request_reach_the_origin() {
     h.assert_no_errors();
 }
 
-/// Reads from `s` onto `buf` until what it read ends with an empty line.
-fn read_through_blank_line(s: &mut std::net::TcpStream, buf: &mut Vec<u8>) {
-    let mut byte = [0u8; 1];
-    let start = buf.len();
-    while !buf[start..].ends_with(b"\r\n\r\n") {
-        std::io::Read::read_exact(s, &mut byte).expect("read");
-        buf.push(byte[0]);
-    }
-}
-
 #[test]
 fn a_replayed_chunked_request_keeps_its_trailers() {
     // A scripted upstream: the first connection answers a GET, then takes
@@ -690,18 +680,18 @@ fn a_replayed_chunked_request_keeps_its_trailers() {
     std::thread::spawn(move || {
         let (mut s, _) = upstream.accept().expect("accept");
         let mut get = Vec::new();
-        read_through_blank_line(&mut s, &mut get);
+        read_through_blank_line(&mut s, &mut get).expect("read");
         std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .expect("write");
         let mut post = Vec::new();
-        read_through_blank_line(&mut s, &mut post); // the head
-        read_through_blank_line(&mut s, &mut post); // the body, to the trailers' end
+        read_through_blank_line(&mut s, &mut post).expect("read"); // the head
+        read_through_blank_line(&mut s, &mut post).expect("read"); // the body, to the trailers' end
         drop(s);
         tx.send(post).expect("send");
         let (mut s, _) = upstream.accept().expect("accept the replay");
         let mut post = Vec::new();
-        read_through_blank_line(&mut s, &mut post);
-        read_through_blank_line(&mut s, &mut post);
+        read_through_blank_line(&mut s, &mut post).expect("read");
+        read_through_blank_line(&mut s, &mut post).expect("read");
         std::io::Write::write_all(
             &mut s,
             b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nreplayed",
@@ -714,6 +704,7 @@ fn a_replayed_chunked_request_keeps_its_trailers() {
     assert_eq!(c.get("/first", &[]).text(), "ok");
     let r = post_chunked_with_trailers(&mut c, "/echo", b"hello", 5, TRAILERS);
     assert_eq!((r.status, r.text().as_str()), (200, "replayed"));
+    let mut request_ids = Vec::new();
     for attempt in ["first", "replay"] {
         let raw = String::from_utf8(rx.recv_timeout(Duration::from_secs(5)).expect(attempt))
             .expect("ascii");
@@ -725,7 +716,16 @@ fn a_replayed_chunked_request_keeps_its_trailers() {
             raw.ends_with("\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: 42\r\nx-other: a b\r\n\r\n"),
             "{attempt}: {raw}"
         );
+        let id = raw
+            .lines()
+            .find_map(|l| l.strip_prefix("X-Request-Id: "))
+            .unwrap_or_else(|| panic!("{attempt} has no X-Request-Id: {raw}"));
+        request_ids.push(id.to_string());
     }
+    assert_eq!(
+        request_ids[0], request_ids[1],
+        "the replay is the same request"
+    );
     h.assert_no_errors();
 }
 
@@ -861,14 +861,10 @@ fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
         while served < N {
             let (mut s, _) = listener.accept().expect("accept");
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+                if read_through_blank_line(&mut s, &mut Vec::new()).is_err() {
+                    return;
                 }
+                let mut buf = [0u8; 1024];
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
                 // keep the connection until hayate is done with it
                 let _ = s.read(&mut buf);

@@ -8,10 +8,10 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hayate_testkit::origin::{Echo, Origin, OriginOptions};
-use hayate_testkit::Hayate;
+use hayate_testkit::{read_through_blank_line, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -94,10 +94,8 @@ fn sick_member() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
             let Ok(mut s) = s else { break };
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
             let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && s.read_exact(&mut byte).is_ok() {
-                head.push(byte[0]);
-            }
+            // A partial head is logged too.
+            let _ = read_through_blank_line(&mut s, &mut head);
             let line = String::from_utf8_lossy(&head)
                 .lines()
                 .next()
@@ -196,6 +194,87 @@ fn a_full_group_queues_then_answers_503_with_retry_after() {
     assert_eq!(h.client().get("/echo", &[]).status, 200);
 }
 
+/// A member that drops the connection on `GET /fail` without answering and
+/// answers anything else `ok`, keeping its connections alive.
+fn flaky_member() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { break };
+            std::thread::spawn(move || loop {
+                let mut head = Vec::new();
+                if read_through_blank_line(&mut s, &mut head).is_err()
+                    || head.starts_with(b"GET /fail ")
+                {
+                    break;
+                }
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .is_err()
+                {
+                    break;
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
+    let o = Origin::start(OriginOptions::default());
+    let members = format!("{},{}", o.url(), flaky_member());
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &members,
+            "--proxy-balance",
+            "round_robin",
+            "--workers",
+            "1",
+            "--proxy-max-conns",
+            "1",
+            "--proxy-queue-timeout",
+            "400ms",
+        ],
+    );
+    let addr = h.addr;
+    // The origin (first in turn) is held by a slow request.
+    let slow = std::thread::spawn(move || {
+        hayate_testkit::Client::connect(addr)
+            .get("/slow?ms=2000", &[])
+            .status
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    // This one fails on the flaky member, may then only go to the busy
+    // origin, and waits in the queue.
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        let r = hayate_testkit::Client::connect(addr).get("/fail", &[]);
+        let retry_after = r.header("retry-after").map(str::to_string);
+        (r.status, retry_after, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // Meanwhile requests come and go on the flaky member, each one waking
+    // the queue when it ends.
+    let mut c = h.client();
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert_eq!(c.get("/quick", &[]).text(), "ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, retry_after, waited) = waiting.join().expect("join");
+    assert_eq!(status, 503, "queue timeout");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(
+        waited < Duration::from_millis(1200),
+        "waited {waited:?}: each wakeup must not restart the queue timeout"
+    );
+    assert_eq!(slow.join().expect("join"), 200);
+    h.assert_no_errors();
+}
+
 #[test]
 fn host_via_and_normalized_paths() {
     let o = Origin::start(OriginOptions::default());
@@ -261,11 +340,7 @@ fn websocket_upgrade_becomes_a_tunnel() {
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("head");
-            head.push(byte[0]);
-        }
+        read_through_blank_line(&mut s, &mut head).expect("head");
         let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
         assert!(
             head.contains("upgrade: websocket") && head.contains("connection: upgrade"),
@@ -419,12 +494,7 @@ fn trailers_of_a_chunked_response_are_passed_on() {
     let port = upstream.local_addr().expect("addr").port();
     std::thread::spawn(move || {
         let (mut s, _) = upstream.accept().expect("accept");
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("head");
-            head.push(byte[0]);
-        }
+        read_through_blank_line(&mut s, &mut Vec::new()).expect("head");
         s.write_all(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\nConnection: close\r\n\r\n\
               5\r\nhello\r\n0\r\nX-Checksum: 42\r\nContent-Length: 99\r\n\r\n",

@@ -14,15 +14,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
 /// A Node app: answers `instance I pid P version V up MS` (MS since it
 /// booted); `/ready` answers 503 for its first 300 ms; `/crash` exits; `/slow`
-/// sends `x` at once and ends 150 ms later (`xslow`); a version file saying
-/// `broken` makes it exit before listening.
+/// sends `x` at once and ends 150 ms later (`xslow`); `/health` counts the
+/// probes `/health-checks` reports; a version file saying `broken` makes it
+/// exit before listening.
 const APP: &str = r#"
 const http = require('http');
 const fs = require('fs');
 const version = fs.readFileSync('version.txt', 'utf8').trim();
 if (version === 'broken') { console.error('refusing to start'); process.exit(1); }
 const bootedAt = Date.now();
+let healthChecks = 0;
 http.createServer((req, res) => {
+  if (req.url === '/health') { healthChecks++; res.end('ok'); return; }
+  if (req.url === '/health-checks') { res.end(String(healthChecks)); return; }
   if (req.url === '/crash') { res.end('bye'); setTimeout(() => process.exit(3), 5); return; }
   if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
@@ -372,6 +376,50 @@ fn an_http_readiness_probe_gates_traffic() {
         "served {} ms after the app booted, before /ready answered 200",
         a.uptime_ms
     );
+    h.assert_no_errors();
+}
+
+#[test]
+fn active_health_checks_probe_the_instances() {
+    let dir = app_dir("v1");
+    let h = run(
+        dir.path(),
+        "2",
+        &[
+            "--proxy-health-check",
+            "/health",
+            "--proxy-health-interval",
+            "100ms",
+        ],
+    );
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    // Probes reach the instances themselves (a slot's member address only
+    // names it), so none fails and the app counts them.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut c = h.client();
+    loop {
+        let r = c.get("/health-checks", &[]);
+        assert_eq!(r.status, 200);
+        if r.text().parse::<u32>().unwrap_or(0) >= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the instances were not probed; log:\n{}",
+            h.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !h.stderr().contains("failed its health check"),
+        "{}",
+        h.stderr()
+    );
+    for _ in 0..4 {
+        let (status, a) = answer(&mut c);
+        assert_eq!(status, 200);
+        assert_eq!(a.expect("app answer").version, "v1");
+    }
     h.assert_no_errors();
 }
 
