@@ -375,13 +375,17 @@ fn select<'e>(
     if let Some(v) = source.and_then(|s| entry.generated(coding, s)) {
         return Selected::Generated(v);
     }
-    let ready: Vec<Coding> = entry
-        .offer
-        .iter()
-        .copied()
-        .filter(|&c| stored(c).is_some() || entry.generated_ready(c).is_some())
-        .collect();
-    match (req.choose_coding)(&ready) {
+    // The offer holds at most the three compressed codings: no allocation
+    // on this path, which a refused coding takes on every request.
+    let mut ready = [Coding::Identity; Coding::COMPRESSED.len()];
+    let mut n = 0;
+    for c in entry.offer.iter().copied() {
+        if n < ready.len() && (stored(c).is_some() || entry.generated_ready(c).is_some()) {
+            ready[n] = c;
+            n += 1;
+        }
+    }
+    match (req.choose_coding)(&ready[..n]) {
         Some(c) => match stored(c) {
             Some(v) => Selected::Owned(v),
             None => entry
