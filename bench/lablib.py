@@ -332,44 +332,26 @@ CASE_TITLES = {
 }
 
 # (header, function(summary, ref_summary) -> cell) per case
-def _c_rps(s, r):
-    return fmt_cell(s.get("rps"))
+def _cell(key, digits=0, scale=1):
+    """A column showing the median [min-max] of KEY."""
+    return lambda s, r: fmt_cell(s.get(key), digits, scale)
 
 
-def _c_rps_ratio(s, r):
-    return fmt_ratio(ratio(med(s, "rps"), med(r, "rps"))) if r else ""
+def _ratio(key):
+    """A column showing this row's median of KEY over its reference row's."""
+    return lambda s, r: fmt_ratio(ratio(med(s, key), med(r, key))) if r else ""
 
 
-def _c_cpu(s, r):
-    return fmt_cell(s.get("us_cpu_per_req"), 2)
-
-
-def _c_cpu_ratio(s, r):
-    return fmt_ratio(ratio(med(s, "us_cpu_per_req"), med(r, "us_cpu_per_req"))) if r else ""
-
-
-def _c_setup_cpu(s, r):
-    return fmt_cell(s.get("setup_us_per_req"), 2)
-
-
-def _c_p99(s, r):
-    return fmt_cell(s.get("lat_p99_ms"), 1)
-
-
-def _c_mean(s, r):
-    return fmt_cell(s.get("lat_mean_ms"), 1)
-
-
-def _c_rss(s, r):
-    return fmt_cell(s.get("peak_rss_kb"), 1, 1 / 1024)
-
-
-def _c_pss(s, r):
-    return fmt_cell(s.get("peak_pss_kb"), 1, 1 / 1024)
-
-
-def _c_bpr(s, r):
-    return fmt_cell(s.get("bytes_per_req"))
+_c_rps, _c_rps_ratio = _cell("rps"), _ratio("rps")
+_c_cpu, _c_cpu_ratio = _cell("us_cpu_per_req", 2), _ratio("us_cpu_per_req")
+_c_setup_cpu = _cell("setup_us_per_req", 2)
+_c_p99, _c_mean = _cell("lat_p99_ms", 1), _cell("lat_mean_ms", 1)
+_c_rss, _c_pss = _cell("peak_rss_kb", 1, 1 / 1024), _cell("peak_pss_kb", 1, 1 / 1024)
+_c_bpr, _c_answered = _cell("bytes_per_req"), _cell("ok_requests")
+_c_ok_rps, _c_ok_rps_ratio = _cell("ok_rps"), _ratio("ok_rps")
+_c_mbs, _c_mbs_ratio = _cell("mb_per_s"), _ratio("mb_per_s")
+_c_cpu_mb, _c_cpu_mb_ratio = _cell("us_cpu_per_mb", 1), _ratio("us_cpu_per_mb")
+_c_server_pct, _c_client_pct = _cell("server_cpu_pct"), _cell("client_cpu_pct")
 
 
 def _c_errors(s, r):
@@ -377,23 +359,6 @@ def _c_errors(s, r):
     if e is None:
         return "-"
     return "0" if e[0] == 0 else f"**{e[0]:,.0f}**"
-
-
-def _c_answered(s, r):
-    return fmt_cell(s.get("ok_requests"))
-
-
-def _c_ok_rps(s, r):
-    return fmt_cell(s.get("ok_rps"))
-
-
-def _c_ok_rps_ratio(s, r):
-    return fmt_ratio(ratio(med(s, "ok_rps"), med(r, "ok_rps"))) if r else ""
-
-
-def _c_unfinished(s, r):
-    u = s.get("unfinished")
-    return "-" if u is None else f"{u[0]:,.0f}"
 
 
 def ideal_wait_rps(conc, duration_s, wait_s=1.5):
@@ -406,30 +371,6 @@ def ideal_wait_rps(conc, duration_s, wait_s=1.5):
 
 def _c_ideal(s, r):
     return fmt_num(ideal_wait_rps(to_float(s.get("conc")), med(s, "duration_s")))
-
-
-def _c_mbs(s, r):
-    return fmt_cell(s.get("mb_per_s"))
-
-
-def _c_mbs_ratio(s, r):
-    return fmt_ratio(ratio(med(s, "mb_per_s"), med(r, "mb_per_s"))) if r else ""
-
-
-def _c_cpu_mb(s, r):
-    return fmt_cell(s.get("us_cpu_per_mb"), 1)
-
-
-def _c_cpu_mb_ratio(s, r):
-    return fmt_ratio(ratio(med(s, "us_cpu_per_mb"), med(r, "us_cpu_per_mb"))) if r else ""
-
-
-def _c_server_pct(s, r):
-    return fmt_cell(s.get("server_cpu_pct"))
-
-
-def _c_client_pct(s, r):
-    return fmt_cell(s.get("client_cpu_pct"))
 
 
 CASE_COLUMNS = {
