@@ -205,9 +205,21 @@ impl StaticRoot {
         }
         // A present index is cached under the directory's own key (a hit
         // before this point); a missing one is remembered under its path.
-        let mut index_path = req.path.to_vec();
-        index_path.extend_from_slice(self.opts.index.as_bytes());
-        if let Lookup::File(entry) = self.resolve(req.path, &index_path, req.now)? {
+        // Built on the stack when it fits: `/` in front of an app comes here
+        // on every request.
+        let index = self.opts.index.as_bytes();
+        let len = req.path.len() + index.len();
+        let mut stack = [0u8; 256];
+        let heap: Vec<u8>;
+        let index_path: &[u8] = if len <= stack.len() {
+            stack[..req.path.len()].copy_from_slice(req.path);
+            stack[req.path.len()..len].copy_from_slice(index);
+            &stack[..len]
+        } else {
+            heap = [req.path, index].concat();
+            &heap
+        };
+        if let Lookup::File(entry) = self.resolve(req.path, index_path, req.now)? {
             return Ok(Some(Ok(entry)));
         }
         if self.opts.listing {

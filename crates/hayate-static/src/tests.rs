@@ -605,6 +605,18 @@ fn directories_without_an_index_are_remembered_until_that_changes() {
             "{index}"
         );
     }
+    // A path longer than the stack buffer for the index's name, too.
+    let long = format!("/{}/{}/", "a".repeat(200), "b".repeat(100));
+    std::fs::create_dir_all(f.dir.path().join(&long[1..])).expect("mkdir");
+    hayate_core::epoch::advance();
+    assert!(f.root.try_serve(&plain(&long, now)).is_none());
+    let index = format!("{long}index.html");
+    assert_eq!(
+        f.root.cache.known(index.as_bytes(), now),
+        Some(Known::Missing)
+    );
+    std::fs::write(f.dir.path().join(&index[1..]), "deep home").expect("write");
+    assert_eq!(body(&get(&f, &long)), b"deep home");
     // An index appears: served at once.
     std::fs::write(f.dir.path().join("docs/index.html"), "docs home").expect("write");
     assert_eq!(body(&get(&f, "/docs/")), b"docs home");
