@@ -197,7 +197,7 @@ options! {
     file_cache_revalidate: Dur = "5s", "DURATION",
         "Fallback re-check of cached files for file systems without change events";
     proxy_connect_timeout: Dur = "5s", "DURATION",
-        "Time to connect to an upstream member (502 after, trying the next member)";
+        "Time to connect to an upstream member; then the next member is tried (504 when none is left)";
     proxy_timeout: Dur = "60s", "DURATION",
         "Time for an upstream's response head, and longest pause in a proxied body (504)";
     proxy_keepalive: Dur = "4s", "DURATION",
@@ -212,6 +212,10 @@ options! {
         "Requests that may wait (per group and worker) when every member is at its limit; more get 503";
     proxy_queue_timeout: Dur = "10s", "DURATION",
         "Longest wait in that queue before 503 with Retry-After";
+    proxy_max_fails: u32 = "3", "N",
+        "Failures in a row (connect refused or timed out, connection lost before the answer) that take a member out; 0: never";
+    proxy_fail_timeout: Dur = "10s", "DURATION",
+        "How long a member taken out gets no requests; then requests try it again (one more failure takes it out again)";
     proxy_balance: BalanceSpec = "least_conn", "POLICY",
         "least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME (consistent)";
     proxy_health_check: String = unset, "PATH",

@@ -34,7 +34,7 @@ pub struct ProxySettings {
     /// Request bodies up to this size are buffered so a request can be
     /// replayed on a fresh connection.
     pub replay_buffer: u64,
-    /// Consecutive failures that eject a member.
+    /// Consecutive failures that eject a member; 0 never ejects.
     pub max_fails: u32,
     /// How long an ejected member is skipped before it is tried again.
     pub fail_timeout: Duration,
@@ -520,7 +520,7 @@ impl Member {
     pub fn failed(&self, settings: &ProxySettings) {
         let fails = self.fails.get() + 1;
         self.fails.set(fails);
-        if fails >= settings.max_fails {
+        if settings.max_fails > 0 && fails >= settings.max_fails {
             if self.down_until.get().is_none() {
                 log::warn!(
                     "upstream {} ejected for {:?} after {fails} failures",
@@ -716,6 +716,35 @@ mod tests {
         assert_eq!(g.pick(now, &[], None), Ok(0));
         g.members[0].succeeded();
         assert_eq!(g.pick(now, &[], None), Ok(0));
+    }
+
+    #[test]
+    fn max_fails_zero_never_ejects_and_a_failure_after_the_timeout_ejects_again() {
+        let never = UpstreamGroup::new(
+            &[UpstreamAddr::parse("127.0.0.1:1000").expect("addr")],
+            ProxySettings {
+                max_fails: 0,
+                ..Default::default()
+            },
+        );
+        for _ in 0..10 {
+            never.members[0].failed(&never.settings);
+        }
+        assert!(never.members[0].is_up(Instant::now()));
+
+        let g = group(2);
+        g.members[0].failed(&g.settings);
+        g.members[0].failed(&g.settings);
+        let back = g.members[0].down_until.get().expect("ejected");
+        assert!(!g.members[0].is_up(Instant::now()));
+        assert!(
+            g.members[0].is_up(back),
+            "tried again once the timeout ends"
+        );
+        // Still failing when tried again: one failure is enough.
+        g.members[0].down_until.set(None);
+        g.members[0].failed(&g.settings);
+        assert!(!g.members[0].is_up(Instant::now()));
     }
 
     #[test]

@@ -76,6 +76,8 @@ impl Router {
             max_conns: g.proxy_max_conns,
             queue_depth: g.proxy_queue as usize,
             queue_timeout: g.proxy_queue_timeout.0,
+            max_fails: g.proxy_max_fails,
+            fail_timeout: g.proxy_fail_timeout.0,
             balance: match &g.proxy_balance {
                 BalanceSpec::LeastConn => Balance::LeastOutstanding,
                 BalanceSpec::RoundRobin => Balance::RoundRobin,

@@ -520,3 +520,291 @@ fn trailers_of_a_chunked_response_are_passed_on() {
     );
     h.assert_no_errors();
 }
+
+/// What a [`Member`] does with a request.
+const DIES: u8 = 0; // reads the head, closes without an answer
+const ANSWERS: u8 = 1; // 200 "member", keep-alive
+const ANSWERS_ONCE: u8 = 2; // answers a connection's first request, dies at its second
+
+/// A hand-written upstream member whose behaviour the test switches, and
+/// which counts the connections it accepts and the request lines it saw.
+struct Member {
+    url: String,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Member {
+    fn start(mode: u8) -> Member {
+        use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let m = Member {
+            url: format!("http://{}", l.local_addr().expect("addr")),
+            mode: Arc::new(AtomicU8::new(mode)),
+            accepted: Arc::new(AtomicUsize::new(0)),
+            lines: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (mode, accepted, lines) = (m.mode.clone(), m.accepted.clone(), m.lines.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { break };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (mode, lines) = (mode.clone(), lines.clone());
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    for n in 0.. {
+                        let mut head = Vec::new();
+                        if read_through_blank_line(&mut s, &mut head).is_err() {
+                            return;
+                        }
+                        let text = String::from_utf8_lossy(&head).to_string();
+                        let line = text.lines().next().unwrap_or_default().to_string();
+                        lines.lock().expect("lock").push(line);
+                        let dies = match mode.load(Ordering::SeqCst) {
+                            DIES => true,
+                            ANSWERS_ONCE => n > 0,
+                            _ => false,
+                        };
+                        if dies {
+                            return; // dropped: closed before any answer byte
+                        }
+                        // The body, if any, is read before answering.
+                        let length = text
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        let mut body = vec![0u8; length];
+                        if s.read_exact(&mut body).is_err()
+                            || s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nmember")
+                                .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        m
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lock").clone()
+    }
+}
+
+#[test]
+fn an_ejected_member_gets_no_requests_until_its_fail_timeout_then_is_tried_again() {
+    let good = Origin::start(OriginOptions::default());
+    let flaky = Member::start(DIES);
+    let members = format!("{},{}", good.url(), flaky.url);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &members,
+            "--proxy-balance",
+            "round_robin",
+            "--workers",
+            "1",
+            "--proxy-max-fails",
+            "2",
+            "--proxy-fail-timeout",
+            "1500ms",
+        ],
+    );
+    let mut c = h.client();
+    // GETs are idempotent: a member dying before its answer costs a retry
+    // on the other one, never an error. Two failures take it out.
+    let t0 = Instant::now();
+    for i in 0..12 {
+        let r = c.get(&format!("/echo/{i}"), &[]);
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "the test needs the requests inside the fail timeout"
+    );
+    assert_eq!(flaky.accepted(), 2, "taken out after 2 failures in a row");
+    assert_eq!(good.requests(), 12);
+    assert!(h.stderr().contains("ejected"), "{}", h.stderr());
+
+    // Healthy again: once the fail timeout has passed it gets its turns.
+    flaky.set(ANSWERS);
+    std::thread::sleep(Duration::from_millis(1600));
+    let mut answered_by_flaky = 0;
+    for i in 0..10 {
+        let r = c.get(&format!("/again/{i}"), &[]);
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        if r.body == b"member" {
+            answered_by_flaky += 1;
+        }
+    }
+    assert_eq!(answered_by_flaky, 5, "round robin again over both members");
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_member_failing_on_a_fresh_connection_does_not_get_a_post_replayed_elsewhere() {
+    let good = Origin::start(OriginOptions::default());
+    let flaky = Member::start(DIES);
+    let members = format!("{},{}", good.url(), flaky.url);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &members,
+            "--proxy-balance",
+            "round_robin",
+            "--workers",
+            "1",
+            "--proxy-max-fails",
+            "0",
+        ],
+    );
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        // A new client each time: a 502 may close the connection.
+        let mut c = h.client();
+        let body = format!("order {i}");
+        c.send(
+            format!(
+                "POST /echo/order HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        statuses.push(c.read_response(false).status);
+    }
+    // The POSTs the dying member saw were not sent again to the good one:
+    // it may have acted on them.
+    let failed = statuses.iter().filter(|&&s| s == 502).count();
+    assert_eq!(failed, 3, "{statuses:?}");
+    assert_eq!(flaky.lines().len(), 3, "{:?}", flaky.lines());
+    assert_eq!(good.requests(), 3, "each POST reached one member once");
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 502),
+        "{statuses:?}"
+    );
+    // The 502s are logged naming the member (identical lines back to back
+    // are folded into a count).
+    let log = h.stderr();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(!errors.is_empty(), "{log}");
+    assert!(errors.iter().all(|l| l.contains(&flaky.url)), "{log}");
+}
+
+#[test]
+fn a_streamed_body_is_not_replayed_when_a_reused_connection_fails() {
+    let m = Member::start(ANSWERS_ONCE);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &m.url,
+            "--workers",
+            "1",
+            "--proxy-replay-buffer",
+            "1KiB",
+        ],
+    );
+    let post = |len: usize| {
+        let mut c = h.client();
+        assert_eq!(c.get("/warm", &[]).status, 200, "pools a connection");
+        let mut raw =
+            format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+        raw.extend(std::iter::repeat_n(b'x', len));
+        c.send(&raw);
+        c.read_response(false).status
+    };
+    // Small enough for the replay buffer: the pool race is repaired on a
+    // fresh connection.
+    assert_eq!(post(100), 200);
+    assert_eq!(m.accepted(), 2, "one replay on a fresh connection");
+    // Larger: streamed upstream as it arrives, so it cannot be sent again.
+    assert_eq!(post(8 * 1024), 502);
+    assert_eq!(m.accepted(), 3, "no replay of a streamed body");
+    let lines = m.lines();
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("POST /up ")).count(),
+        3,
+        "small POST twice (lost, replayed), large once: {lines:?}"
+    );
+}
+
+#[test]
+fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
+    // A Unix listener whose one-slot queue is full and which never accepts:
+    // connecting waits, and the connect timeout ends the wait.
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stuck.sock");
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
+    )
+    .expect("bind");
+    listen(&fd, Backlog::new(0).expect("backlog")).expect("listen");
+    let _listener = std::os::unix::net::UnixListener::from(fd);
+    // Fill the queue (a backlog of 0 still holds one) until a connect would block.
+    let mut fillers = Vec::new();
+    loop {
+        let s = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .expect("socket");
+        let r = nix::sys::socket::connect(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
+        );
+        fillers.push(s);
+        match r {
+            Ok(()) => assert!(fillers.len() < 16, "the queue never filled"),
+            Err(nix::errno::Errno::EAGAIN) => break,
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &format!("unix:{}", path.display()),
+            "--workers",
+            "1",
+            "--proxy-connect-timeout",
+            "300ms",
+        ],
+    );
+    let mut c = h.client();
+    let t0 = Instant::now();
+    let r = c.get("/", &[]);
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    let log = h.stderr();
+    assert!(log.contains("connect timed out"), "{log}");
+    // The client connection is still usable.
+    assert_eq!(c.get("/", &[]).status, 504);
+}
