@@ -94,7 +94,6 @@ impl Router {
             },
             trusted: g.proxy_trusted.clone().unwrap_or_default(),
             via: g.proxy_via,
-            ..ProxySettings::default()
         };
         let mut sites = Vec::new();
         for site in &config.sites {
