@@ -222,8 +222,6 @@ options! {
         "Probe every member with GET PATH; a member is used only while it answers 2xx";
     proxy_health_interval: Dur = "5s", "DURATION",
         "Time between health probes";
-    proxy_host: String = "pass", "pass|upstream|HOST",
-        "Host sent upstream: the client's, the member's host:port, or a fixed name";
     proxy_trusted: Vec<IpNet> = unset, "CIDR",
         "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
     proxy_via: bool = "false", "BOOL",
@@ -280,6 +278,8 @@ options! {
         "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
     app: bool = "false", "BOOL",
         "Send what matches no file to the supervised app (set by hayate run)";
+    proxy_host: String = "pass", "pass|upstream|HOST",
+        "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",

@@ -87,11 +87,8 @@ impl Router {
             },
             health_check: g.proxy_health_check.clone(),
             health_interval: g.proxy_health_interval.0,
-            host: match g.proxy_host.as_str() {
-                "pass" => HostPolicy::Pass,
-                "upstream" => HostPolicy::Upstream,
-                name => HostPolicy::Fixed(name.to_string()),
-            },
+            // per route, below
+            host: HostPolicy::Pass,
             trusted: g.proxy_trusted.clone().unwrap_or_default(),
             via: g.proxy_via,
         };
@@ -113,11 +110,17 @@ impl Router {
                     }
                     None => None,
                 };
+                let proxy = ProxySettings {
+                    host: match r.options.proxy_host.as_str() {
+                        "pass" => HostPolicy::Pass,
+                        "upstream" => HostPolicy::Upstream,
+                        name => HostPolicy::Fixed(name.to_string()),
+                    },
+                    ..proxy.clone()
+                };
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
-                    (None, true, Some(app)) => {
-                        Some(Rc::new(UpstreamGroup::for_app(app, proxy.clone())))
-                    }
+                    (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
                     (None, true, None) => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,

@@ -307,6 +307,39 @@ fn host_via_and_normalized_paths() {
 }
 
 #[test]
+fn the_host_sent_upstream_is_set_per_route() {
+    let o = Origin::start(OriginOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("hayate.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[site]]\nproxy = [\"{0}\"]\n\
+             [[site.route]]\nprefix = \"/api/\"\nproxy = [\"{0}\"]\nproxy_host = \"api.internal\"\n\
+             [[site.route]]\nprefix = \"/raw/\"\nproxy = [\"{0}\"]\nproxy_host = \"upstream\"\n",
+            o.url()
+        ),
+    )
+    .expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")]);
+    let mut c = h.client();
+    let host = |c: &mut hayate_testkit::Client, path: &str| {
+        let r = c.get(path, &[]); // Host: test
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        Echo::parse(&r.text()).header("host").map(str::to_string)
+    };
+    assert_eq!(host(&mut c, "/api/echo").as_deref(), Some("api.internal"));
+    let member = o.url().trim_start_matches("http://").to_string();
+    assert_eq!(host(&mut c, "/raw/echo"), Some(member));
+    assert_eq!(
+        host(&mut c, "/echo").as_deref(),
+        Some("test"),
+        "passed by default"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
 fn trusted_peers_extend_forwarded_for() {
     let o = Origin::start(OriginOptions::default());
     let spoof = [("X-Forwarded-For", "6.6.6.6")];
