@@ -558,6 +558,7 @@ fn trailers_of_a_chunked_response_are_passed_on() {
 const DIES: u8 = 0; // reads the head, closes without an answer
 const ANSWERS: u8 = 1; // 200 "member", keep-alive
 const ANSWERS_ONCE: u8 = 2; // answers a connection's first request, dies at its second
+const INTERIM_FIRST: u8 = 3; // 100 Continue and 103 Early Hints, then the answer
 
 /// A hand-written upstream member whose behaviour the test switches, and
 /// which counts the connections it accepts and the request lines it saw.
@@ -613,7 +614,14 @@ impl Member {
                             })
                             .unwrap_or(0);
                         let mut body = vec![0u8; length];
+                        let interim: &[u8] = if mode.load(Ordering::SeqCst) == INTERIM_FIRST {
+                            b"HTTP/1.1 100 Continue\r\n\r\n\
+                              HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                        } else {
+                            b""
+                        };
                         if s.read_exact(&mut body).is_err()
+                            || s.write_all(interim).is_err()
                             || s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nmember")
                                 .is_err()
                         {
@@ -840,4 +848,27 @@ fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
     assert!(log.contains("connect timed out"), "{log}");
     // The client connection is still usable.
     assert_eq!(c.get("/", &[]).status, 504);
+}
+
+#[test]
+fn interim_responses_from_the_upstream_are_consumed() {
+    let m = Member::start(INTERIM_FIRST);
+    let h = Hayate::start(BIN, &["--proxy", &m.url, "--workers", "1"]);
+    let mut c = h.client();
+    for _ in 0..2 {
+        let r = c.get("/", &[]);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"member"[..]));
+        assert_eq!(r.header("link"), None, "the 103's fields stay in the 103");
+    }
+    assert_eq!(
+        m.accepted(),
+        1,
+        "the connection is reused after interim answers"
+    );
+    // Nothing else is waiting on the client connection: the next answer is ours.
+    c.send(b"GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let rest = String::from_utf8_lossy(&c.read_to_close()).to_string();
+    assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
+    assert_eq!(rest.matches("HTTP/1.1").count(), 1, "{rest}");
+    h.assert_no_errors();
 }
