@@ -4,9 +4,14 @@
 //! Built on `quick_cache` (sharded, S3-FIFO eviction weighted by bytes),
 //! so readers on different workers rarely meet on a lock and one-hit
 //! wonders are evicted before popular responses. A key's variants are an
-//! immutable list swapped whole on change: a reader holding an `Arc` keeps
-//! a consistent copy, and two workers storing different variants of one
-//! key at once lose at most one of them (a later miss).
+//! immutable list swapped whole on change, under the key's shard lock: a
+//! reader holding an `Arc` keeps a consistent copy, and two workers storing
+//! variants of one key at once both keep theirs.
+//!
+//! A purge or an invalidation must not be undone by a fill that was already
+//! on its way: every store names when its request went upstream, and a
+//! response requested before the last purge, or before its URL was
+//! invalidated, is not kept (it is still served to the clients that asked).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hayate_core::Status;
-use quick_cache::sync::Cache;
+use quick_cache::sync::{Cache, EntryAction, EntryResult};
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 use smallvec::SmallVec;
 
@@ -126,7 +131,32 @@ pub struct Entry {
     /// Responses for this URL were found uncacheable: until then, requests
     /// go straight to the origin without waiting on each other.
     pass_until: Option<Instant>,
+    /// When an unsafe request invalidated the URL: responses requested
+    /// before then are not stored.
+    invalidated_at: Option<Instant>,
     weight: u64,
+}
+
+impl Entry {
+    /// This entry with `stored` in place of the variant with its Vary
+    /// values.
+    fn with(&self, stored: Arc<Stored>) -> Entry {
+        let mut variants = Vec::with_capacity((self.variants.len() + 1).min(MAX_VARIANTS));
+        variants.extend(
+            self.variants
+                .iter()
+                .filter(|s| s.vary != stored.vary)
+                .take(MAX_VARIANTS - 1)
+                .cloned(),
+        );
+        variants.insert(0, stored);
+        Entry {
+            weight: variants.iter().map(|s| s.weight()).sum(),
+            variants,
+            pass_until: None,
+            invalidated_at: self.invalidated_at,
+        }
+    }
 }
 
 /// Counters of the cache, for /metrics and tests.
@@ -187,6 +217,11 @@ pub struct Store {
     pub stats: Arc<Stats>,
     /// The largest response body stored.
     pub max_object: u64,
+    /// The origin of `purged_at`.
+    born: Instant,
+    /// Nanoseconds from `born` to the start of the last purge, plus one
+    /// (0: never purged), so a request at the purge's nanosecond is purged.
+    purged_at: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -217,7 +252,23 @@ impl Store {
             map,
             stats,
             max_object,
+            born: Instant::now(),
+            purged_at: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a purge started at or after `requested_at`.
+    fn purged_since(&self, requested_at: Instant) -> bool {
+        let purged = self.purged_at.load(Ordering::SeqCst);
+        purged > requested_at.saturating_duration_since(self.born).as_nanos() as u64
+    }
+
+    /// Records a purge starting now; called before its entries are removed.
+    fn start_purge(&self) {
+        let now = Instant::now()
+            .saturating_duration_since(self.born)
+            .as_nanos() as u64;
+        self.purged_at.fetch_max(now + 1, Ordering::SeqCst);
     }
 
     /// Bytes held.
@@ -260,45 +311,106 @@ impl Store {
     }
 
     /// Stores a response under `key`, replacing the variant with the same
-    /// Vary values. Refused (false) above the object size cap.
-    pub fn insert(&self, key: &[u8], stored: Stored) -> bool {
-        self.insert_shared(key, Arc::new(stored))
+    /// Vary values. `requested_at`: when its request went upstream. Refused
+    /// (false) above the object size cap, and when the URL was purged or
+    /// invalidated since `requested_at`.
+    pub fn insert(&self, key: &[u8], stored: Stored, requested_at: Instant) -> bool {
+        self.insert_shared(key, Arc::new(stored), requested_at)
     }
 
     /// [`Store::insert`] of a response the caller keeps a handle on.
-    pub fn insert_shared(&self, key: &[u8], stored: Arc<Stored>) -> bool {
-        if stored.body.len() as u64 > self.max_object {
+    pub fn insert_shared(&self, key: &[u8], stored: Arc<Stored>, requested_at: Instant) -> bool {
+        if stored.body.len() as u64 > self.max_object || self.purged_since(requested_at) {
             return false;
         }
-        let mut entry = self.map.get(key).map(|e| (*e).clone()).unwrap_or_default();
-        entry.variants.retain(|s| s.vary != stored.vary);
-        entry.variants.insert(0, stored);
-        entry.variants.truncate(MAX_VARIANTS);
-        entry.pass_until = None;
-        entry.weight = entry.variants.iter().map(|s| s.weight()).sum();
-        self.map.insert(key.into(), Arc::new(entry));
-        Stats::bump(&self.stats.stores);
-        true
+        // Read, change and write under the shard's lock: a purge or an
+        // invalidation in between cannot be undone by this write.
+        let owned: Key = key.into();
+        let kept = match self.map.entry(&owned, None, |_, entry| {
+            if entry.invalidated_at.is_some_and(|t| t >= requested_at) {
+                return EntryAction::Retain(false);
+            }
+            *entry = Arc::new(entry.with(stored.clone()));
+            EntryAction::Retain(true)
+        }) {
+            EntryResult::Retained(kept) => kept,
+            EntryResult::Vacant(guard) => guard
+                .insert(Arc::new(Entry::default().with(stored)))
+                .is_ok(),
+            EntryResult::Removed(..) | EntryResult::Replaced(..) | EntryResult::Timeout => false,
+        };
+        // A purge that began before the write but had passed this key's
+        // shard already: take the write back (its removal comes after
+        // `start_purge`, so a purge not seen here still removes it).
+        if kept && self.purged_since(requested_at) {
+            self.map.remove(key);
+            return false;
+        }
+        if kept {
+            Stats::bump(&self.stats.stores);
+        }
+        kept
     }
 
     /// Marks `key` hit-for-miss for `ttl`: its responses are uncacheable,
     /// so requests skip waiting on each other.
     pub fn mark_pass(&self, key: &[u8], until: Instant) {
-        let mut entry = self.map.get(key).map(|e| (*e).clone()).unwrap_or_default();
-        entry.pass_until = Some(until);
-        self.map.insert(key.into(), Arc::new(entry));
+        self.update(key, |entry| entry.pass_until = Some(until));
     }
 
-    /// Removes every variant of `key`; whether there was one.
+    /// Changes `key`'s entry (a new one when there is none) under its
+    /// shard's lock.
+    fn update(&self, key: &[u8], change: impl FnOnce(&mut Entry)) {
+        let mut change = Some(change);
+        let owned: Key = key.into();
+        match self.map.entry(&owned, None, |_, entry| {
+            if let Some(f) = change.take() {
+                f(Arc::make_mut(entry));
+            }
+            EntryAction::Retain(())
+        }) {
+            EntryResult::Vacant(guard) => {
+                let mut entry = Entry::default();
+                if let Some(f) = change.take() {
+                    f(&mut entry);
+                }
+                let _ = guard.insert(Arc::new(entry));
+            }
+            EntryResult::Retained(())
+            | EntryResult::Removed(..)
+            | EntryResult::Replaced(..)
+            | EntryResult::Timeout => {}
+        }
+    }
+
+    /// Removes every variant of `key`; whether there was one. Used when the
+    /// stored response is wrong for everyone (a 304 made it unstorable).
     pub fn remove(&self, key: &[u8]) -> bool {
         self.map
             .remove(key)
             .is_some_and(|(_, e)| !e.variants.is_empty())
     }
 
+    /// Invalidates `key` after an unsafe request (RFC 9111 §4.4): every
+    /// variant goes, and responses requested before now are not stored
+    /// (a fill already on its way holds the old state). Whether a variant
+    /// was there.
+    pub fn invalidate(&self, key: &[u8]) -> bool {
+        let now = Instant::now();
+        let had = std::cell::Cell::new(false);
+        self.update(key, |entry| {
+            had.set(!entry.variants.is_empty());
+            entry.variants.clear();
+            entry.weight = 0;
+            entry.invalidated_at = Some(now);
+        });
+        had.get()
+    }
+
     /// Removes every URL whose host and path (query ignored) match, for
     /// purge by URL: all variants and all query strings. Returns how many.
     pub fn purge_url(&self, host: &[u8], path: &[u8]) -> usize {
+        self.start_purge();
         let removed = std::cell::Cell::new(0);
         let host = host.to_ascii_lowercase();
         self.map.retain(|k, e| {
@@ -318,6 +430,7 @@ impl Store {
 
     /// Removes every stored response tagged `tag`; returns how many.
     pub fn purge_tag(&self, tag: &[u8]) -> usize {
+        self.start_purge();
         let removed = std::cell::Cell::new(0);
         self.map.retain(|_, e| {
             let hit = e
@@ -377,8 +490,8 @@ mod tests {
         let names = vec![b"accept-language".to_vec()];
         let en = VaryKey::new(&names, |_: &[u8]| vec![&b"en"[..]]);
         let fr = VaryKey::new(&names, |_: &[u8]| vec![&b"fr"[..]]);
-        assert!(store.insert(&k, stored("en", en)));
-        assert!(store.insert(&k, stored("fr", fr)));
+        assert!(store.insert(&k, stored("en", en), Instant::now()));
+        assert!(store.insert(&k, stored("fr", fr), Instant::now()));
         let now = Instant::now();
         let ask = |lang: &'static [u8]| body(store.lookup(&k, move |_| vec![lang], now));
         assert_eq!(ask(b"en").as_deref(), Some("en"));
@@ -395,7 +508,11 @@ mod tests {
     fn purge_url_takes_every_query_and_variant() {
         let store = Store::new(1 << 20, 1 << 16);
         for t in [&b"/p"[..], b"/p?a=1", b"/p/q", b"/other"] {
-            store.insert(&key(b"h", t), stored("x", VaryKey::default()));
+            store.insert(
+                &key(b"h", t),
+                stored("x", VaryKey::default()),
+                Instant::now(),
+            );
         }
         assert_eq!(store.purge_url(b"h", b"/p"), 2);
         assert_eq!(store.len(), 2);
@@ -416,7 +533,7 @@ mod tests {
             store.lookup(&k, |_| Vec::<&[u8]>::new(), now + Duration::from_secs(6)),
             Lookup::Miss
         ));
-        store.insert(&k, stored("x", VaryKey::default()));
+        store.insert(&k, stored("x", VaryKey::default()), Instant::now());
         assert!(matches!(
             store.lookup(&k, |_| Vec::<&[u8]>::new(), now),
             Lookup::Found(_)
@@ -432,13 +549,15 @@ mod tests {
             store.insert(
                 &key(b"h", format!("/k{i}").as_bytes()),
                 stored(&body, VaryKey::default()),
+                Instant::now(),
             );
         }
         assert!(store.bytes() <= budget, "{} > {budget}", store.bytes());
         assert!(store.stats.evictions.load(Ordering::Relaxed) > 4_000);
         assert!(!store.insert(
             &key(b"h", b"/big"),
-            stored(&"y".repeat(70_000), VaryKey::default())
+            stored(&"y".repeat(70_000), VaryKey::default()),
+            Instant::now()
         ));
     }
 
@@ -457,5 +576,71 @@ mod tests {
             "{} marks kept, at most {most}",
             store.len()
         );
+    }
+
+    #[test]
+    fn a_fill_requested_before_a_purge_is_not_stored() {
+        let store = Store::new(1 << 20, 1 << 16);
+        let k = key(b"h", b"/p");
+        let before = Instant::now();
+        store.insert(&k, stored("old", VaryKey::default()), before);
+        assert_eq!(store.purge_url(b"h", b"/p"), 1);
+        assert!(
+            !store.insert(&k, stored("old too", VaryKey::default()), before),
+            "requested before the purge"
+        );
+        assert!(body(store.lookup(&k, |_| Vec::<&[u8]>::new(), Instant::now())).is_none());
+        assert!(store.purge_tag(b"none") == 0);
+        assert!(!store.insert(&k, stored("x", VaryKey::default()), before));
+        assert!(store.insert(&k, stored("new", VaryKey::default()), Instant::now()));
+        assert_eq!(
+            body(store.lookup(&k, |_| Vec::<&[u8]>::new(), Instant::now())).as_deref(),
+            Some("new")
+        );
+    }
+
+    #[test]
+    fn a_fill_requested_before_an_invalidation_is_not_stored() {
+        let store = Store::new(1 << 20, 1 << 16);
+        let (k, other) = (key(b"h", b"/p"), key(b"h", b"/q"));
+        let before = Instant::now();
+        assert!(store.insert(&k, stored("old", VaryKey::default()), before));
+        assert!(store.invalidate(&k));
+        assert!(!store.invalidate(&k), "nothing left");
+        let none = |k: &Key| store.lookup(k, |_| Vec::<&[u8]>::new(), Instant::now());
+        assert!(matches!(none(&k), Lookup::Miss));
+        assert!(!store.insert(&k, stored("stale", VaryKey::default()), before));
+        assert!(matches!(none(&k), Lookup::Miss));
+        // Other URLs are not affected, later fills are stored.
+        assert!(store.insert(&other, stored("q", VaryKey::default()), before));
+        assert!(store.insert(&k, stored("fresh", VaryKey::default()), Instant::now()));
+        assert_eq!(body(none(&k)).as_deref(), Some("fresh"));
+    }
+
+    #[test]
+    fn concurrent_variants_of_one_key_are_all_kept() {
+        let store = Arc::new(Store::new(1 << 24, 1 << 16));
+        let k = key(b"h", b"/v");
+        let names = vec![b"accept-language".to_vec()];
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (store, k, names) = (store.clone(), k.clone(), names.clone());
+                std::thread::spawn(move || {
+                    for round in 0..200 {
+                        let lang = format!("l{t}");
+                        let vary = VaryKey::new(&names, |_: &[u8]| vec![lang.as_bytes()]);
+                        store.insert(&k, stored(&format!("{round}"), vary), Instant::now());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        for t in 0..4 {
+            let lang = format!("l{t}");
+            let found = body(store.lookup(&k, |_| vec![lang.as_bytes()], Instant::now()));
+            assert_eq!(found.as_deref(), Some("199"), "variant {lang}");
+        }
     }
 }

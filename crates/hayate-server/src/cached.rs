@@ -287,6 +287,8 @@ async fn fetch<B: ClientBody>(
     headers.extend(validators.iter().map(|(n, v)| (*n, &v[..])));
     let upstream_req = ProxyRequest { headers, ..*req };
     let request_time = SystemTime::now();
+    // What a purge or an invalidation since then is compared with.
+    let requested_at = Instant::now();
     let resp = origin(rc, group, &upstream_req, body).await;
     let response_time = SystemTime::now();
     let fwd = if stale.is_some() { "stale" } else { "uri-miss" };
@@ -335,7 +337,9 @@ async fn fetch<B: ClientBody>(
         status.ttl = Some(updated.ttl(age));
         let updated = Arc::new(updated);
         if lifetime.is_ok() {
-            status.stored = shared.store.insert_shared(key, updated.clone());
+            status.stored = shared
+                .store
+                .insert_shared(key, updated.clone(), requested_at);
             finish(leader, Outcome::Stored);
         } else {
             shared.store.remove(key);
@@ -405,7 +409,16 @@ async fn fetch<B: ClientBody>(
                 origin_age: facts.age,
                 close,
             };
-            return stream_fill(rc, req, key, stored, leader, s, fetched, status);
+            return stream_fill(
+                rc,
+                req,
+                key,
+                (stored, requested_at),
+                leader,
+                s,
+                fetched,
+                status,
+            );
         }
         other => other,
     };
@@ -439,7 +452,9 @@ async fn fetch<B: ClientBody>(
         admission(vary_key(&facts)),
     ));
     status.ttl = Some(stored.ttl(stored.initial_age));
-    status.stored = shared.store.insert_shared(key, stored.clone());
+    status.stored = shared
+        .store
+        .insert_shared(key, stored.clone(), requested_at);
     finish(leader, Outcome::Stored);
     let fetched = Fetched {
         head,
@@ -495,7 +510,7 @@ fn stream_fill(
     rc: &RouteCache,
     req: &ProxyRequest<'_>,
     key: &Key,
-    stored: Stored,
+    (stored, requested_at): (Stored, Instant),
     leader: hayate_cache::fill::Leader,
     mut upstream: StreamBody,
     fetched: Fetched,
@@ -538,7 +553,7 @@ fn stream_fill(
         if complete {
             shared
                 .store
-                .insert(&key, stored.with_body(growing.concat()));
+                .insert(&key, stored.with_body(growing.concat()), requested_at);
             leader.finish(Outcome::Stored);
         }
         // else: the leader dropped here releases whoever still waits.
@@ -689,7 +704,7 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
     }
     let host = req.host.unwrap_or_default();
     let store = &rc.shared.store;
-    store.remove(&store::key(host, req.target));
+    store.invalidate(&store::key(host, req.target));
     let head = serve::response_head(resp);
     for (name, value) in hayate_core::field::header_lines(&head) {
         if !(name.eq_ignore_ascii_case(b"location")
@@ -698,7 +713,7 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
             continue;
         }
         if let Some(target) = same_host_target(value, host) {
-            store.remove(&store::key(host, target));
+            store.invalidate(&store::key(host, target));
         }
     }
 }

@@ -418,6 +418,55 @@ fn unsafe_methods_invalidate() {
 }
 
 #[test]
+fn a_fill_on_its_way_during_an_invalidation_or_a_purge_is_not_stored() {
+    let o = origin();
+    let sock = control_path();
+    let h = cached(&o, "on", &["--control", &sock]);
+    // The origin takes 400 ms for these; meanwhile the URL is invalidated
+    // (by a POST elsewhere whose Location names it) or purged. The answer
+    // on its way predates that, so it reaches its client but is not kept.
+    let slow = |tag: &str| {
+        script(&[("h", "Cache-Control: max-age=60"), ("ms", "400")])
+            .replace("/script", &format!("/script/{tag}"))
+    };
+    let fill = |path: String| {
+        let addr = h.addr;
+        std::thread::spawn(move || {
+            let r = Client::connect(addr).get(&path, &[]);
+            assert_eq!(r.status, 200);
+        })
+    };
+    let invalidated = slow("posted");
+    let filling = fill(invalidated.clone());
+    std::thread::sleep(Duration::from_millis(100));
+    let post = script(&[("h", &format!("Location: {invalidated}"))]);
+    let r = h
+        .client()
+        .request("POST", &post, &[("Content-Length", "0")]);
+    assert_eq!(r.status, 200);
+    filling.join().expect("fill");
+
+    let purged = slow("purged");
+    let filling = fill(purged.clone());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(purge(&sock, &["/script/purged"]), "purged 0\n");
+    filling.join().expect("fill");
+
+    let mut c = h.client();
+    for path in [&invalidated, &purged] {
+        let r = c.get(path, &[]);
+        assert!(
+            cache_status(&r).contains("; fwd=uri-miss"),
+            "{path}: {}",
+            cache_status(&r)
+        );
+        assert_eq!(o.count(path), 2, "{path}");
+        // This one was requested after: stored.
+        assert!(cache_status(&c.get(path, &[])).contains("; hit"));
+    }
+}
+
+#[test]
 fn location_targets_are_invalidated_too() {
     let o = origin();
     let h = cached(&o, "on", &[]);
