@@ -29,11 +29,14 @@ impl Running {
     /// Starts instance `index` and waits until its socket accepts.
     /// `alternate` picks the second port of a slot under `tcp:BASE` (a
     /// replacement must not take the port its predecessor still holds).
+    /// While it waits, `stopping()` turning true (hayate stops) stops the
+    /// new process and ends the wait with `ErrorKind::Interrupted`.
     pub async fn start(
         index: usize,
         spec: &AppSpec,
         ids: &AtomicU64,
         alternate: bool,
+        stopping: impl Fn() -> bool,
     ) -> io::Result<Running> {
         let id = ids.fetch_add(1, Ordering::Relaxed);
         let addr = match &spec.listen {
@@ -107,6 +110,13 @@ impl Running {
                 return Err(io::Error::other(format!(
                     "exited before it was ready ({status})"
                 )));
+            }
+            if stopping() {
+                run.stop(spec.stop_timeout).await;
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "stopped while starting",
+                ));
             }
             if Instant::now() >= deadline {
                 let message = format!(

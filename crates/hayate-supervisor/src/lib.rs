@@ -434,7 +434,9 @@ struct SlotTask {
 impl SlotTask {
     async fn start(&self) -> io::Result<Running> {
         let alternate = self.alternate.load(Ordering::Relaxed);
-        let r = Running::start(self.index, &self.spec, &self.ids, alternate).await;
+        let control = self.control.clone();
+        let stopping = move || control.borrow().stop;
+        let r = Running::start(self.index, &self.spec, &self.ids, alternate, stopping).await;
         if r.is_ok() {
             self.alternate.store(!alternate, Ordering::Relaxed);
         }
@@ -457,6 +459,7 @@ impl SlotTask {
                         self.publish(&r);
                         current = Some(r);
                     }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                     Err(e) => {
                         self.set_state(ChildState::Backoff, None, true);
                         log::error!("app[{}] failed to start: {e}", self.index);
@@ -572,6 +575,8 @@ impl SlotTask {
                 old.stop(self.spec.stop_timeout).await;
                 new
             }
+            // hayate stops: the old instance is stopped with the others.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => old,
             Err(e) => {
                 log::error!(
                     "app[{}] reload failed: {e}; the running instance keeps serving",

@@ -239,6 +239,55 @@ fn exit_leaves_no_child_process() {
     }
 }
 
+#[test]
+fn stopping_while_an_instance_starts_stops_it_at_once() {
+    // An app that never listens: its start would wait the whole start
+    // timeout (60 s here). Stopping hayate must not.
+    let dir = app_dir("v1");
+    let mut h = Hayate::start_in(
+        BIN,
+        &[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--app-start-timeout",
+            "60s",
+            "--",
+            "node",
+            "-e",
+            "console.log('starting'); setInterval(() => {}, 1000)",
+        ],
+        &[],
+        Some(dir.path()),
+    );
+    wait_log(&h, "the app's first line", |l| {
+        l.contains("stdout: starting")
+    });
+    let log = h.stderr();
+    let pid: i32 = log
+        .split(" pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the app's pid in the log");
+    assert!(alive(pid));
+    let t0 = Instant::now();
+    assert!(h.stop().success());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "stop waited {:?} for the start timeout",
+        t0.elapsed()
+    );
+    assert!(!alive(pid), "app pid {pid} outlived hayate");
+    assert!(
+        !h.stderr().contains("failed to start"),
+        "a stop is not a failed start:\n{}",
+        h.stderr()
+    );
+}
+
 /// Sends requests until the answering pid differs from `pid` (bounded);
 /// every request must succeed.
 fn until_replaced(c: &mut Client, pid: i32) {
