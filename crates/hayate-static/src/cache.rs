@@ -15,9 +15,11 @@
 //! Compressed variants of files without a sibling come from the route's
 //! [`VariantSource`] (the process-wide compress-once store): an entry asks
 //! for them until they are ready and then keeps its own reference, with
-//! its preformatted head. They are not counted in this cache's budget (the
-//! store has its own). An entry dropped because its file changed tells the
-//! source, so the old variants go too.
+//! its preformatted head. Those references count against this cache's
+//! budget too: the store may evict a variant that an entry still holds, and
+//! that memory must be inside some budget. An entry whose variant does not
+//! fit serves it without keeping it. An entry dropped because its file
+//! changed tells the source, so the old variants go too.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -92,7 +94,21 @@ pub(crate) struct Entry {
     checked: Cell<Instant>,
     /// Whether inotify covers every file of the entry.
     watched: bool,
-    mem_bytes: u64,
+    /// Bytes this entry holds (bodies read at build, generated variants
+    /// kept since), counted in `held`.
+    mem_bytes: Cell<u64>,
+    held: Rc<Held>,
+    /// In its cache's map (a request may still hold an entry that left it;
+    /// such an entry keeps nothing more).
+    resident: Cell<bool>,
+}
+
+/// Bytes held by a cache's entries, and its budget (shared with the
+/// entries, which add the variants they keep).
+#[derive(Debug)]
+struct Held {
+    bytes: Cell<u64>,
+    budget: u64,
 }
 
 /// Settings of a cache.
@@ -129,7 +145,7 @@ pub(crate) struct OpenFileCache {
     /// Keyed by request path. Only paths of existing files become keys, so a
     /// fast non-DoS-resistant hash is fine (foldhash, still seeded).
     entries: RefCell<HashMap<Vec<u8>, Rc<Entry>, foldhash::fast::RandomState>>,
-    mem_bytes: Cell<u64>,
+    held: Rc<Held>,
     /// The input epoch (hayate-core::epoch) of the last inotify check.
     checked_epoch: Cell<u64>,
     limits: CacheLimits,
@@ -238,7 +254,10 @@ impl OpenFileCache {
         OpenFileCache {
             root,
             entries: RefCell::default(),
-            mem_bytes: Cell::new(0),
+            held: Rc::new(Held {
+                bytes: Cell::new(0),
+                budget: limits.budget,
+            }),
             checked_epoch: Cell::new(u64::MAX),
             limits,
             watch,
@@ -382,11 +401,13 @@ impl OpenFileCache {
             stamps,
             checked: Cell::new(now),
             watched,
-            mem_bytes,
+            mem_bytes: Cell::new(mem_bytes),
+            held: self.held.clone(),
+            resident: Cell::new(true),
         });
         self.remove(key);
         self.make_room(mem_bytes);
-        self.mem_bytes.set(self.mem_bytes.get() + mem_bytes);
+        self.held.bytes.set(self.held.bytes.get() + mem_bytes);
         self.entries
             .borrow_mut()
             .insert(key.to_vec(), entry.clone());
@@ -600,22 +621,25 @@ impl OpenFileCache {
 
     fn remove(&self, key: &[u8]) {
         if let Some(old) = self.entries.borrow_mut().remove(key) {
-            self.mem_bytes
-                .set(self.mem_bytes.get().saturating_sub(old.mem_bytes));
+            old.resident.set(false);
+            let bytes = &self.held.bytes;
+            bytes.set(bytes.get().saturating_sub(old.mem_bytes.get()));
         }
     }
 
     fn clear(&self) {
         self.missing.borrow_mut().clear();
-        self.entries.borrow_mut().clear();
-        self.mem_bytes.set(0);
+        for e in self.entries.borrow_mut().drain() {
+            e.1.resident.set(false);
+        }
+        self.held.bytes.set(0);
     }
 
     /// Evicts arbitrary entries (HashMap order is randomized) until `incoming`
     /// bytes fit in the budget and the entry count is under its bound.
     fn make_room(&self, incoming: u64) {
         loop {
-            let over_budget = self.mem_bytes.get() + incoming > self.limits.budget;
+            let over_budget = self.held.bytes.get() + incoming > self.limits.budget;
             let over_count = self.entries.borrow().len() >= MAX_ENTRIES;
             if !(over_budget || over_count) {
                 return;
@@ -631,6 +655,12 @@ impl OpenFileCache {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.borrow().len()
+    }
+
+    /// Bytes counted against the budget.
+    #[cfg(test)]
+    pub fn held_bytes(&self) -> u64 {
+        self.held.bytes.get()
     }
 }
 
@@ -655,9 +685,10 @@ impl Entry {
         // The identity tag with the coding inside the quotes.
         let base = self.identity.etag.trim_end_matches('"');
         let etag = format!("{base}-{suffix}\"");
+        let len = bytes.len() as u64;
         let variant = Rc::new(Variant::new(
             coding,
-            bytes.len() as u64,
+            len,
             etag,
             Source::Memory(bytes),
             &self.content_type,
@@ -665,9 +696,16 @@ impl Entry {
             self.last_modified,
             true,
         ));
-        self.generated
-            .borrow_mut()
-            .push((coding, Some(variant.clone())));
+        // Kept only within the budget; otherwise served this once, and
+        // asked for again next time.
+        let held = &self.held.bytes;
+        if self.resident.get() && held.get() + len <= self.held.budget {
+            held.set(held.get() + len);
+            self.mem_bytes.set(self.mem_bytes.get() + len);
+            self.generated
+                .borrow_mut()
+                .push((coding, Some(variant.clone())));
+        }
         Some(variant)
     }
 

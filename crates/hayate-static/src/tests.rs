@@ -745,6 +745,33 @@ fn gz<'a>(path: &'a str) -> Req<'a> {
 }
 
 #[test]
+fn generated_variants_kept_by_entries_count_against_the_budget() {
+    // "hello world\n" is 12 bytes, its fake gzip variant 17.
+    for (budget, kept) in [(1 << 20, true), (12 + 16, false)] {
+        let source = Rc::new(FakeSource::default());
+        let s = source.clone();
+        let f = fixture(move |o| {
+            o.variants = Some(s);
+            o.cache.budget = budget;
+        });
+        serve(&f, gz("/hello.txt")); // identity; the variant is queued
+        assert_eq!(f.root.cache.held_bytes(), 12);
+        let r = serve(&f, gz("/hello.txt"));
+        assert_eq!(body(&r), b"gzip:hello world\n", "budget {budget}");
+        let asked = source.asked.borrow().len();
+        let r = serve(&f, gz("/hello.txt"));
+        assert_eq!(body(&r), b"gzip:hello world\n", "budget {budget}");
+        if kept {
+            assert_eq!(f.root.cache.held_bytes(), 12 + 17);
+            assert_eq!(source.asked.borrow().len(), asked, "held by the entry");
+        } else {
+            assert_eq!(f.root.cache.held_bytes(), 12, "over budget: not kept");
+            assert_eq!(source.asked.borrow().len(), asked + 1, "asked again");
+        }
+    }
+}
+
+#[test]
 fn generated_variant_identity_first_then_compressed_with_own_etag() {
     let (f, source) = with_source();
     let first = serve(&f, gz("/hello.txt"));
