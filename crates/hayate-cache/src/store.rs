@@ -325,20 +325,13 @@ impl Store {
         }
         // Read, change and write under the shard's lock: a purge or an
         // invalidation in between cannot be undone by this write.
-        let owned: Key = key.into();
-        let kept = match self.map.entry(&owned, None, |_, entry| {
+        let kept = self.update(key, |entry| {
             if entry.invalidated_at.is_some_and(|t| t >= requested_at) {
-                return EntryAction::Retain(false);
+                return false;
             }
-            *entry = Arc::new(entry.with(stored.clone()));
-            EntryAction::Retain(true)
-        }) {
-            EntryResult::Retained(kept) => kept,
-            EntryResult::Vacant(guard) => guard
-                .insert(Arc::new(Entry::default().with(stored)))
-                .is_ok(),
-            EntryResult::Removed(..) | EntryResult::Replaced(..) | EntryResult::Timeout => false,
-        };
+            *entry = Arc::new(entry.with(stored));
+            true
+        });
         // A purge that began before the write but had passed this key's
         // shard already: take the write back (its removal comes after
         // `start_purge`, so a purge not seen here still removes it).
@@ -355,31 +348,29 @@ impl Store {
     /// Marks `key` hit-for-miss for `ttl`: its responses are uncacheable,
     /// so requests skip waiting on each other.
     pub fn mark_pass(&self, key: &[u8], until: Instant) {
-        self.update(key, |entry| entry.pass_until = Some(until));
+        self.update(key, |entry| Arc::make_mut(entry).pass_until = Some(until));
     }
 
-    /// Changes `key`'s entry (a new one when there is none) under its
-    /// shard's lock.
-    fn update(&self, key: &[u8], change: impl FnOnce(&mut Entry)) {
+    /// Changes `key`'s entry (an empty one when there is none) under its
+    /// shard's lock, and returns what `change` returns.
+    fn update<T: Default>(&self, key: &[u8], change: impl FnOnce(&mut Arc<Entry>) -> T) -> T {
+        // `change` runs once: on the entry found, or on the new one.
         let mut change = Some(change);
         let owned: Key = key.into();
         match self.map.entry(&owned, None, |_, entry| {
-            if let Some(f) = change.take() {
-                f(Arc::make_mut(entry));
-            }
-            EntryAction::Retain(())
+            EntryAction::Retain(change.take().map(|f| f(entry)))
         }) {
+            EntryResult::Retained(t) => t.unwrap_or_default(),
             EntryResult::Vacant(guard) => {
-                let mut entry = Entry::default();
-                if let Some(f) = change.take() {
-                    f(&mut entry);
-                }
-                let _ = guard.insert(Arc::new(entry));
+                let mut entry = Arc::new(Entry::default());
+                let t = change.take().map(|f| f(&mut entry)).unwrap_or_default();
+                let _ = guard.insert(entry);
+                t
             }
-            EntryResult::Retained(())
-            | EntryResult::Removed(..)
-            | EntryResult::Replaced(..)
-            | EntryResult::Timeout => {}
+            // Never asked for (no Remove, no ReplaceWithGuard, no timeout).
+            EntryResult::Removed(..) | EntryResult::Replaced(..) | EntryResult::Timeout => {
+                T::default()
+            }
         }
     }
 
@@ -397,14 +388,14 @@ impl Store {
     /// was there.
     pub fn invalidate(&self, key: &[u8]) -> bool {
         let now = Instant::now();
-        let had = std::cell::Cell::new(false);
         self.update(key, |entry| {
-            had.set(!entry.variants.is_empty());
-            entry.variants.clear();
-            entry.weight = 0;
-            entry.invalidated_at = Some(now);
-        });
-        had.get()
+            let had = !entry.variants.is_empty();
+            *entry = Arc::new(Entry {
+                invalidated_at: Some(now),
+                ..Entry::default()
+            });
+            had
+        })
     }
 
     /// Removes every URL whose host and path (query ignored) match, for
