@@ -408,17 +408,9 @@ async fn fetch<B: ClientBody>(
                 head,
                 origin_age: facts.age,
                 close,
+                requested_at,
             };
-            return stream_fill(
-                rc,
-                req,
-                key,
-                (stored, requested_at),
-                leader,
-                s,
-                fetched,
-                status,
-            );
+            return stream_fill(rc, req, key, stored, leader, s, fetched, status);
         }
         other => other,
     };
@@ -460,6 +452,7 @@ async fn fetch<B: ClientBody>(
         head,
         origin_age: facts.age,
         close,
+        requested_at,
     };
     fetched.answer(req, &stored, Body::Bytes(body), &status)
 }
@@ -470,6 +463,9 @@ struct Fetched {
     /// The Age the origin sent (0 without one).
     origin_age: u64,
     close: bool,
+    /// When its request went upstream (a purge or an invalidation since
+    /// then keeps it out of the store).
+    requested_at: Instant,
 }
 
 impl Fetched {
@@ -510,13 +506,14 @@ fn stream_fill(
     rc: &RouteCache,
     req: &ProxyRequest<'_>,
     key: &Key,
-    (stored, requested_at): (Stored, Instant),
+    stored: Stored,
     leader: hayate_cache::fill::Leader,
     mut upstream: StreamBody,
     fetched: Fetched,
     mut status: CacheStatus,
 ) -> Response {
     let len = upstream.len.unwrap_or_default();
+    let requested_at = fetched.requested_at;
     let stored = Arc::new(stored);
     let growing = Growing::new();
     leader.stream(Arc::new(Streaming {
