@@ -453,6 +453,24 @@ pub fn unix_get(sock: &Path, path: &str) -> String {
     unix_request(sock, "GET", path)
 }
 
+/// A Unix stream listener on `path` whose listen queue holds `backlog`
+/// connections (std's `bind` always asks for 128): the socket of a busy or
+/// stuck app.
+pub fn unix_listener(path: &Path, backlog: i32) -> std::os::unix::net::UnixListener {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    let addr = nix::sys::socket::UnixAddr::new(path).expect("unix socket path");
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr).expect("bind");
+    listen(&fd, Backlog::new(backlog).expect("backlog")).expect("listen");
+    std::os::unix::net::UnixListener::from(fd)
+}
+
 /// Reads from `r` onto `buf` through the first empty line (`\r\n\r\n`)
 /// among the bytes it reads: a request or response head, or a chunked
 /// body through its trailer section. Reads a byte at a time, so nothing

@@ -836,25 +836,11 @@ fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
     // A busy app: its listen queue holds one connection and it accepts
     // nothing for 300 ms. A non-blocking connect then fails with EAGAIN at
     // once; that must mean "wait", not a 502 and an ejected member.
-    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
     use std::io::{Read, Write};
     const N: usize = 12;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("busy.sock");
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .expect("socket");
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
-    )
-    .expect("bind");
-    listen(&fd, Backlog::new(1).expect("backlog")).expect("listen");
-    let listener = std::os::unix::net::UnixListener::from(fd);
+    let listener = hayate_testkit::unix_listener(&path, 1);
     let app = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         let mut served = 0;

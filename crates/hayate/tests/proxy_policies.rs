@@ -8,6 +8,8 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hayate_testkit::origin::{Echo, Origin, OriginOptions};
@@ -29,20 +31,126 @@ fn group(origins: &[Origin]) -> String {
         .join(",")
 }
 
+/// hayate with one worker, spreading over `members` in turn.
+fn round_robin(members: &str, extra: &[&str]) -> Hayate {
+    let mut args = vec![
+        "--proxy",
+        members,
+        "--proxy-balance",
+        "round_robin",
+        "--workers",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    Hayate::start(BIN, &args)
+}
+
+/// What a [`Member`] does with a request (besides `GET /fail`, which it
+/// always drops without an answer).
+const DIES: u8 = 0; // reads the head, closes without an answer
+const ANSWERS: u8 = 1; // 200 "member", keep-alive
+const ANSWERS_ONCE: u8 = 2; // answers a connection's first request, dies at its second
+const INTERIM_FIRST: u8 = 3; // 100 Continue and 103 Early Hints, then the answer
+const SICK: u8 = 4; // 500, and closes
+
+/// A hand-written upstream member whose behaviour the test switches, and
+/// which counts the connections it accepts and the request lines it saw
+/// (a partial head's too).
+struct Member {
+    url: String,
+    mode: Arc<AtomicU8>,
+    accepted: Arc<AtomicUsize>,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Member {
+    fn start(mode: u8) -> Member {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let m = Member {
+            url: format!("http://{}", l.local_addr().expect("addr")),
+            mode: Arc::new(AtomicU8::new(mode)),
+            accepted: Arc::new(AtomicUsize::new(0)),
+            lines: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (mode, accepted, lines) = (m.mode.clone(), m.accepted.clone(), m.lines.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { break };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (mode, lines) = (mode.clone(), lines.clone());
+                std::thread::spawn(move || Member::serve(s, &mode, &lines));
+            }
+        });
+        m
+    }
+
+    /// One connection, until it closes or the mode says to drop it.
+    fn serve(mut s: std::net::TcpStream, mode: &AtomicU8, lines: &Mutex<Vec<String>>) {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        for n in 0.. {
+            let mut head = Vec::new();
+            let complete = read_through_blank_line(&mut s, &mut head).is_ok();
+            let text = String::from_utf8_lossy(&head).to_string();
+            if !text.is_empty() {
+                let line = text.lines().next().unwrap_or_default().to_string();
+                lines.lock().expect("lock").push(line);
+            }
+            let mode = mode.load(Ordering::SeqCst);
+            let dies = match mode {
+                DIES => true,
+                ANSWERS_ONCE => n > 0,
+                _ => text.starts_with("GET /fail "),
+            };
+            if !complete || dies {
+                return; // dropped: closed before any answer byte
+            }
+            if mode == SICK {
+                let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                return;
+            }
+            // The body, if any, is read before answering.
+            let length = text
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            let interim: &[u8] = if mode == INTERIM_FIRST {
+                b"HTTP/1.1 100 Continue\r\n\r\n\
+                  HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+            } else {
+                b""
+            };
+            if s.read_exact(&mut body).is_err()
+                || s.write_all(interim).is_err()
+                || s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nmember")
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lock").clone()
+    }
+}
+
 #[test]
 fn round_robin_alternates_and_hashing_sticks() {
     let o = origins(2);
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &group(&o),
-            "--proxy-balance",
-            "round_robin",
-            "--workers",
-            "1",
-        ],
-    );
+    let h = round_robin(&group(&o), &[]);
     let mut c = h.client();
     for _ in 0..6 {
         assert_eq!(c.get("/echo", &[]).status, 200);
@@ -83,36 +191,11 @@ fn round_robin_alternates_and_hashing_sticks() {
     h.assert_no_errors();
 }
 
-/// A member that answers 500 to everything and records the paths it saw.
-fn sick_member() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", l.local_addr().expect("addr"));
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { break };
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut head = Vec::new();
-            // A partial head is logged too.
-            let _ = read_through_blank_line(&mut s, &mut head);
-            let line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            log.lock().expect("lock").push(line);
-            let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        }
-    });
-    (url, seen)
-}
-
 #[test]
 fn failing_health_checks_take_a_member_out() {
     let good = Origin::start(OriginOptions::default());
-    let (sick, seen) = sick_member();
-    let members = format!("{},{sick}", good.url());
+    let sick = Member::start(SICK);
+    let members = format!("{},{}", good.url(), sick.url);
     let h = Hayate::start(
         BIN,
         &[
@@ -133,7 +216,7 @@ fn failing_health_checks_take_a_member_out() {
     }
     assert!(
         h.stderr()
-            .contains(&format!("upstream {sick} failed its health check")),
+            .contains(&format!("upstream {} failed its health check", sick.url)),
         "{}",
         h.stderr()
     );
@@ -145,7 +228,7 @@ fn failing_health_checks_take_a_member_out() {
             "only the healthy member serves"
         );
     }
-    let requests: Vec<String> = seen.lock().expect("lock").clone();
+    let requests: Vec<String> = sick.lines();
     assert!(
         requests.iter().all(|l| l.starts_with("GET /echo/health ")),
         "only probes reached the sick member: {requests:?}"
@@ -194,50 +277,13 @@ fn a_full_group_queues_then_answers_503_with_retry_after() {
     assert_eq!(h.client().get("/echo", &[]).status, 200);
 }
 
-/// A member that drops the connection on `GET /fail` without answering and
-/// answers anything else `ok`, keeping its connections alive.
-fn flaky_member() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", l.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { break };
-            std::thread::spawn(move || loop {
-                let mut head = Vec::new();
-                if read_through_blank_line(&mut s, &mut head).is_err()
-                    || head.starts_with(b"GET /fail ")
-                {
-                    break;
-                }
-                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .is_err()
-                {
-                    break;
-                }
-            });
-        }
-    });
-    url
-}
-
 #[test]
 fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
     let o = Origin::start(OriginOptions::default());
-    let members = format!("{},{}", o.url(), flaky_member());
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &members,
-            "--proxy-balance",
-            "round_robin",
-            "--workers",
-            "1",
-            "--proxy-max-conns",
-            "1",
-            "--proxy-queue-timeout",
-            "400ms",
-        ],
+    let members = format!("{},{}", o.url(), Member::start(ANSWERS).url);
+    let h = round_robin(
+        &members,
+        &["--proxy-max-conns", "1", "--proxy-queue-timeout", "400ms"],
     );
     let addr = h.addr;
     // The origin (first in turn) is held by a slow request.
@@ -261,7 +307,7 @@ fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
     let mut c = h.client();
     let until = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < until {
-        assert_eq!(c.get("/quick", &[]).text(), "ok");
+        assert_eq!(c.get("/quick", &[]).text(), "member");
         std::thread::sleep(Duration::from_millis(50));
     }
     let (status, retry_after, waited) = waiting.join().expect("join");
@@ -554,118 +600,14 @@ fn trailers_of_a_chunked_response_are_passed_on() {
     h.assert_no_errors();
 }
 
-/// What a [`Member`] does with a request.
-const DIES: u8 = 0; // reads the head, closes without an answer
-const ANSWERS: u8 = 1; // 200 "member", keep-alive
-const ANSWERS_ONCE: u8 = 2; // answers a connection's first request, dies at its second
-const INTERIM_FIRST: u8 = 3; // 100 Continue and 103 Early Hints, then the answer
-
-/// A hand-written upstream member whose behaviour the test switches, and
-/// which counts the connections it accepts and the request lines it saw.
-struct Member {
-    url: String,
-    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
-    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Member {
-    fn start(mode: u8) -> Member {
-        use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-        use std::sync::{Arc, Mutex};
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let m = Member {
-            url: format!("http://{}", l.local_addr().expect("addr")),
-            mode: Arc::new(AtomicU8::new(mode)),
-            accepted: Arc::new(AtomicUsize::new(0)),
-            lines: Arc::new(Mutex::new(Vec::new())),
-        };
-        let (mode, accepted, lines) = (m.mode.clone(), m.accepted.clone(), m.lines.clone());
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { break };
-                accepted.fetch_add(1, Ordering::SeqCst);
-                let (mode, lines) = (mode.clone(), lines.clone());
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                    for n in 0.. {
-                        let mut head = Vec::new();
-                        if read_through_blank_line(&mut s, &mut head).is_err() {
-                            return;
-                        }
-                        let text = String::from_utf8_lossy(&head).to_string();
-                        let line = text.lines().next().unwrap_or_default().to_string();
-                        lines.lock().expect("lock").push(line);
-                        let dies = match mode.load(Ordering::SeqCst) {
-                            DIES => true,
-                            ANSWERS_ONCE => n > 0,
-                            _ => false,
-                        };
-                        if dies {
-                            return; // dropped: closed before any answer byte
-                        }
-                        // The body, if any, is read before answering.
-                        let length = text
-                            .lines()
-                            .find_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        let mut body = vec![0u8; length];
-                        let interim: &[u8] = if mode.load(Ordering::SeqCst) == INTERIM_FIRST {
-                            b"HTTP/1.1 100 Continue\r\n\r\n\
-                              HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-                        } else {
-                            b""
-                        };
-                        if s.read_exact(&mut body).is_err()
-                            || s.write_all(interim).is_err()
-                            || s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nmember")
-                                .is_err()
-                        {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        m
-    }
-
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().expect("lock").clone()
-    }
-}
-
 #[test]
 fn an_ejected_member_gets_no_requests_until_its_fail_timeout_then_is_tried_again() {
     let good = Origin::start(OriginOptions::default());
     let flaky = Member::start(DIES);
     let members = format!("{},{}", good.url(), flaky.url);
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &members,
-            "--proxy-balance",
-            "round_robin",
-            "--workers",
-            "1",
-            "--proxy-max-fails",
-            "2",
-            "--proxy-fail-timeout",
-            "1500ms",
-        ],
+    let h = round_robin(
+        &members,
+        &["--proxy-max-fails", "2", "--proxy-fail-timeout", "1500ms"],
     );
     let mut c = h.client();
     // GETs are idempotent: a member dying before its answer costs a retry
@@ -703,19 +645,7 @@ fn a_member_failing_on_a_fresh_connection_does_not_get_a_post_replayed_elsewhere
     let good = Origin::start(OriginOptions::default());
     let flaky = Member::start(DIES);
     let members = format!("{},{}", good.url(), flaky.url);
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &members,
-            "--proxy-balance",
-            "round_robin",
-            "--workers",
-            "1",
-            "--proxy-max-fails",
-            "0",
-        ],
-    );
+    let h = round_robin(&members, &["--proxy-max-fails", "0"]);
     let mut statuses = Vec::new();
     for i in 0..6 {
         // A new client each time: a 502 may close the connection.
@@ -790,23 +720,10 @@ fn a_streamed_body_is_not_replayed_when_a_reused_connection_fails() {
 fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
     // A Unix listener whose one-slot queue is full and which never accepts:
     // connecting waits, and the connect timeout ends the wait.
-    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stuck.sock");
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .expect("socket");
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
-    )
-    .expect("bind");
-    listen(&fd, Backlog::new(0).expect("backlog")).expect("listen");
-    let _listener = std::os::unix::net::UnixListener::from(fd);
+    let _listener = hayate_testkit::unix_listener(&path, 0);
     // Fill the queue (a backlog of 0 still holds one) until a connect would block.
     let mut fillers = Vec::new();
     loop {

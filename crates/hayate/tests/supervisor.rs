@@ -49,6 +49,11 @@ fn app_dir(version: &str) -> tempfile::TempDir {
 }
 
 fn run(dir: &Path, instances: &str, extra: &[&str]) -> Hayate {
+    run_command(dir, instances, extra, &["node", "app.js"])
+}
+
+/// `hayate run` of `command` in `dir` (one worker, an ephemeral port).
+fn run_command(dir: &Path, instances: &str, extra: &[&str], command: &[&str]) -> Hayate {
     let mut args = vec![
         "run",
         "--listen",
@@ -59,7 +64,8 @@ fn run(dir: &Path, instances: &str, extra: &[&str]) -> Hayate {
         instances,
     ];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "node", "app.js"]);
+    args.push("--");
+    args.extend_from_slice(command);
     Hayate::start_in(BIN, &args, &[], Some(dir))
 }
 
@@ -244,23 +250,15 @@ fn stopping_while_an_instance_starts_stops_it_at_once() {
     // An app that never listens: its start would wait the whole start
     // timeout (60 s here). Stopping hayate must not.
     let dir = app_dir("v1");
-    let mut h = Hayate::start_in(
-        BIN,
+    let mut h = run_command(
+        dir.path(),
+        "1",
+        &["--app-start-timeout", "60s"],
         &[
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "1",
-            "--app-start-timeout",
-            "60s",
-            "--",
             "node",
             "-e",
             "console.log('starting'); setInterval(() => {}, 1000)",
         ],
-        &[],
-        Some(dir.path()),
     );
     wait_log(&h, "the app's first line", |l| {
         l.contains("stdout: starting")
