@@ -86,16 +86,21 @@ fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
 
 /// Answers `req` (a request for the route's upstream group) through the
 /// cache.
+///
+/// Every way to the origin is boxed: a hit then never awaits, and its
+/// future (moved whole on every request, by this function's callers) is
+/// only as large as the lookup's state, not the fetch's (kilobytes).
 pub async fn respond<B: ClientBody>(
     rc: &RouteCache,
     group: &Rc<UpstreamGroup>,
     req: &ProxyRequest<'_>,
     body: &mut B,
+    now: Instant,
 ) -> Response {
     let stats = rc.shared.stats();
     let method = req.method;
     if method != b"GET" && method != b"HEAD" {
-        let resp = origin(rc, group, req, body).await;
+        let resp = Box::pin(origin(rc, group, req, body)).await;
         if !matches!(method, b"OPTIONS" | b"TRACE") {
             invalidate_after_unsafe(rc, req, &resp);
         }
@@ -104,18 +109,14 @@ pub async fn respond<B: ClientBody>(
     }
     if let Some(reason) = bypass_reason(rc, req) {
         Stats::bump(&stats.bypasses);
-        let resp = origin(rc, group, req, body).await;
+        let resp = Box::pin(origin(rc, group, req, body)).await;
         return with_status(resp, &CacheStatus::bypass("request", reason));
     }
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = request_directives(req);
-    let lookup = rc
-        .shared
-        .store
-        .lookup(&lookup_key, |n| fields(req, n), Instant::now());
+    let lookup = rc.shared.store.lookup(&lookup_key, |n| fields(req, n), now);
     let stale = match lookup {
         Lookup::Found(stored) => {
-            let now = Instant::now();
             let fresh = stored.freshness(
                 now,
                 rc.policy.stale_while_revalidate.as_secs(),
@@ -151,7 +152,7 @@ pub async fn respond<B: ClientBody>(
         }
         Lookup::Pass => {
             Stats::bump(&stats.bypasses);
-            let resp = origin(rc, group, req, body).await;
+            let resp = Box::pin(origin(rc, group, req, body)).await;
             return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
         }
         Lookup::Miss => None,
@@ -168,7 +169,7 @@ pub async fn respond<B: ClientBody>(
     Stats::bump(&stats.misses);
     if method == b"HEAD" {
         // A HEAD is answered from a stored GET, but never fills the cache.
-        let resp = origin(rc, group, req, body).await;
+        let resp = Box::pin(origin(rc, group, req, body)).await;
         let status = CacheStatus {
             fwd: Some("uri-miss"),
             fwd_status: Some(resp.status.code()),
@@ -179,7 +180,9 @@ pub async fn respond<B: ClientBody>(
     // A miss from here on: the key is owned (fills and the store keep it).
     let key: Key = lookup_key[..].into();
     match rc.shared.fills.join(&key) {
-        Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
+        Role::Leader(leader) => {
+            Box::pin(fetch(rc, group, req, body, &key, stale, Some(leader))).await
+        }
         Role::Follower(follower) => {
             Stats::bump(&stats.coalesced);
             let status = CacheStatus {
@@ -204,9 +207,9 @@ pub async fn respond<B: ClientBody>(
             }
             // Released, timed out, or stored for another variant: fetch
             // without waiting again.
-            fetch(rc, group, req, body, &key, stale, None).await
+            Box::pin(fetch(rc, group, req, body, &key, stale, None)).await
         }
-        Role::Overflow => fetch(rc, group, req, body, &key, stale, None).await,
+        Role::Overflow => Box::pin(fetch(rc, group, req, body, &key, stale, None)).await,
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::io::{self, IoSlice};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -148,7 +148,9 @@ impl Conn {
                     clock: &mut self.clock,
                     send_timeout: w.timeouts.send,
                 };
-                let handled = pipeline::handle(&req, &mut view, &w.router, started, &self.peer);
+                let handled = pin!(pipeline::handle(
+                    &req, &mut view, &w.router, started, &self.peer
+                ));
                 noting_waits(handled, &mut waited).await
             };
             // A handler that waited (an upstream, the request body) may
@@ -183,7 +185,9 @@ impl Conn {
                 http10,
                 keep_alive,
             };
-            self.write_response(resp, cx, &req, started).await?;
+            if let Some(resp) = self.buffer_response(resp, cx, &req, started) {
+                self.write_response(resp, cx, &req, started).await?;
+            }
             self.spare.reclaim(req);
             if upgraded {
                 return Ok(End::Done);
@@ -213,7 +217,9 @@ impl Conn {
                 }
             }
             // Nothing complete is waiting: send what the pipeline produced.
-            self.flush().await?;
+            if !self.flush_now()? {
+                self.flush().await?;
+            }
             // Deadlines count from the end of the last response.
             self.catch_up_clock();
             let idle = self.rbuf.is_empty();
@@ -343,6 +349,37 @@ impl Conn {
         self.flush().await
     }
 
+    /// The common case of [`Conn::write_response`] without its future (most
+    /// of a kilobyte, moved whole on every await): a response with no body
+    /// or a small one goes into the write buffer, and is logged. Hands back
+    /// any other response.
+    fn buffer_response(
+        &mut self,
+        resp: Response,
+        cx: HeadContext,
+        req: &Request,
+        started: Instant,
+    ) -> Option<Response> {
+        let small = match &resp.body {
+            Body::Empty => Some(0),
+            Body::Bytes(b) if b.len() <= COPY_BODY_MAX => Some(b.len()),
+            _ => None,
+        };
+        let Some(len) = small.filter(|_| self.wbuf.len() < WRITE_BUFFER_FLUSH) else {
+            return Some(resp);
+        };
+        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
+        let mut sent = 0;
+        if with_body {
+            if let Body::Bytes(b) = &resp.body {
+                self.wbuf.extend_from_slice(b);
+            }
+            sent = len as u64;
+        }
+        self.log_access(req, resp.status, resp.cache_status, sent, started);
+        None
+    }
+
     /// Writes head and body. Small bodies join the head in the write buffer.
     async fn write_response(
         &mut self,
@@ -455,7 +492,7 @@ impl Conn {
         loop {
             let mut waited = false;
             let next = noting_waits(
-                std::future::poll_fn(|cx| body.source.poll_chunk(cx)),
+                pin!(std::future::poll_fn(|cx| body.source.poll_chunk(cx))),
                 &mut waited,
             )
             .await;
@@ -553,13 +590,30 @@ impl Conn {
         Ok(())
     }
 
+    /// Writes what the client takes of the write buffer without waiting.
+    /// True when all of it is written (the common case, with no future to
+    /// build and move as [`Conn::flush`] has).
+    fn flush_now(&mut self) -> io::Result<bool> {
+        while !self.wbuf.is_empty() {
+            match self.stream.try_write(&self.wbuf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) if n == self.wbuf.len() => self.wbuf.clear(),
+                Ok(n) => drop(self.wbuf.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
     /// Writes the whole write buffer.
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.wbuf.is_empty() {
-            let send = self.worker.timeouts.send;
-            self.clock_stale |= client_io::write_all(&self.stream, &self.wbuf, send).await?;
-            self.wbuf.clear();
+        if self.flush_now()? {
+            return Ok(());
         }
+        let send = self.worker.timeouts.send;
+        self.clock_stale |= client_io::write_all(&self.stream, &self.wbuf, send).await?;
+        self.wbuf.clear();
         Ok(())
     }
 
@@ -617,9 +671,10 @@ impl Conn {
     }
 }
 
-/// Runs `fut`, noting in `waited` whether it ever had to wait.
-async fn noting_waits<F: Future>(fut: F, waited: &mut bool) -> F::Output {
-    let mut fut = pin!(fut);
+/// Runs `fut`, noting in `waited` whether it ever had to wait. It takes the
+/// future pinned where the caller made it: a request's handler future is
+/// kilobytes, and every move of it is a copy of all of them.
+async fn noting_waits<F: Future>(mut fut: Pin<&mut F>, waited: &mut bool) -> F::Output {
     std::future::poll_fn(|cx| {
         let poll = fut.as_mut().poll(cx);
         *waited |= poll.is_pending();

@@ -108,9 +108,12 @@ async fn respond<B: ClientBody>(
                 host: req.host(),
             };
             match &route.cache {
-                Some(cache) => crate::cached::respond(cache, group, &proxied, body).await,
+                Some(cache) => crate::cached::respond(cache, group, &proxied, body, now).await,
                 None => {
-                    let response = group.forward(&proxied, body).await;
+                    // Boxed, as the cache's ways to the origin are: the
+                    // forward's state (over a kilobyte) stays out of the
+                    // future every file and cache hit moves.
+                    let response = Box::pin(group.forward(&proxied, body)).await;
                     // 5. Compress the proxied body.
                     match &route.compression {
                         Some(policy) => {
