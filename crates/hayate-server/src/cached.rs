@@ -84,33 +84,41 @@ fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
     resp
 }
 
-/// Answers `req` (a request for the route's upstream group) through the
-/// cache.
-///
-/// Every way to the origin is boxed: a hit then never awaits, and its
-/// future (moved whole on every request, by this function's callers) is
-/// only as large as the lookup's state, not the fetch's (kilobytes).
-pub async fn respond<B: ClientBody>(
+/// Why the store could not answer a request: what [`from_origin`] does.
+#[derive(Debug)]
+pub enum Miss {
+    /// An unsafe method: forwarded, then invalidates what it changed.
+    Unsafe,
+    /// The request does not use the cache (the reason, for Cache-Status).
+    Bypass(&'static str),
+    /// The URL answered uncacheably a moment ago (hit-for-miss).
+    Pass,
+    /// Not stored, or stored (`stale`) but in need of revalidation.
+    Fetch {
+        /// The stored response to revalidate, and whether stale-if-error
+        /// lets it answer when the origin fails.
+        stale: Option<(Arc<Stored>, bool)>,
+    },
+}
+
+/// Answers `req` (a request for the route's upstream group) from the store
+/// when RFC 9111 allows, without waiting: a hit, a stale answer while one
+/// refresh runs in the background, or only-if-cached's 504. Otherwise says
+/// why not, for [`from_origin`]. A hit thus never builds the fetch's state
+/// (kilobytes, which every await would move).
+pub fn lookup(
     rc: &RouteCache,
     group: &Rc<UpstreamGroup>,
     req: &ProxyRequest<'_>,
-    body: &mut B,
     now: Instant,
-) -> Response {
+) -> Result<Response, Miss> {
     let stats = rc.shared.stats();
     let method = req.method;
     if method != b"GET" && method != b"HEAD" {
-        let resp = Box::pin(origin(rc, group, req, body)).await;
-        if !matches!(method, b"OPTIONS" | b"TRACE") {
-            invalidate_after_unsafe(rc, req, &resp);
-        }
-        Stats::bump(&stats.bypasses);
-        return with_status(resp, &CacheStatus::bypass("method", "unsafe-method"));
+        return Err(Miss::Unsafe);
     }
     if let Some(reason) = bypass_reason(rc, req) {
-        Stats::bump(&stats.bypasses);
-        let resp = Box::pin(origin(rc, group, req, body)).await;
-        return with_status(resp, &CacheStatus::bypass("request", reason));
+        return Err(Miss::Bypass(reason));
     }
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = request_directives(req);
@@ -135,7 +143,7 @@ pub async fn respond<B: ClientBody>(
                         ttl: Some(fresh.ttl()),
                         ..CacheStatus::new(outcome)
                     };
-                    return from_store(req, &stored, stored.age(now), status);
+                    return Ok(from_store(req, &stored, stored.age(now), status));
                 }
                 Use::StaleWhileRevalidate => {
                     Stats::bump(&stats.stale);
@@ -145,16 +153,12 @@ pub async fn respond<B: ClientBody>(
                         detail: Some("stale-while-revalidate"),
                         ..CacheStatus::new(CacheOutcome::Stale)
                     };
-                    return from_store(req, &stored, stored.age(now), status);
+                    return Ok(from_store(req, &stored, stored.age(now), status));
                 }
                 Use::Revalidate { stale_if_error } => Some((stored, stale_if_error)),
             }
         }
-        Lookup::Pass => {
-            Stats::bump(&stats.bypasses);
-            let resp = Box::pin(origin(rc, group, req, body)).await;
-            return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
-        }
+        Lookup::Pass => return Err(Miss::Pass),
         Lookup::Miss => None,
     };
     if directives.only_if_cached {
@@ -164,12 +168,49 @@ pub async fn respond<B: ClientBody>(
             detail: Some("only-if-cached"),
             ..CacheStatus::new(CacheOutcome::Miss)
         };
-        return with_status(Response::error(Status::GATEWAY_TIMEOUT), &status);
+        return Ok(with_status(
+            Response::error(Status::GATEWAY_TIMEOUT),
+            &status,
+        ));
     }
+    Err(Miss::Fetch { stale })
+}
+
+/// Answers from the origin what [`lookup`] could not: one fetch per key
+/// however many requests miss at once, stored when it may be.
+pub async fn from_origin<B: ClientBody>(
+    rc: &RouteCache,
+    group: &UpstreamGroup,
+    req: &ProxyRequest<'_>,
+    body: &mut B,
+    miss: Miss,
+) -> Response {
+    let stats = rc.shared.stats();
+    let stale = match miss {
+        Miss::Unsafe => {
+            let resp = origin(rc, group, req, body).await;
+            if !matches!(req.method, b"OPTIONS" | b"TRACE") {
+                invalidate_after_unsafe(rc, req, &resp);
+            }
+            Stats::bump(&stats.bypasses);
+            return with_status(resp, &CacheStatus::bypass("method", "unsafe-method"));
+        }
+        Miss::Bypass(reason) => {
+            Stats::bump(&stats.bypasses);
+            let resp = origin(rc, group, req, body).await;
+            return with_status(resp, &CacheStatus::bypass("request", reason));
+        }
+        Miss::Pass => {
+            Stats::bump(&stats.bypasses);
+            let resp = origin(rc, group, req, body).await;
+            return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
+        }
+        Miss::Fetch { stale } => stale,
+    };
     Stats::bump(&stats.misses);
-    if method == b"HEAD" {
+    if req.method == b"HEAD" {
         // A HEAD is answered from a stored GET, but never fills the cache.
-        let resp = Box::pin(origin(rc, group, req, body)).await;
+        let resp = origin(rc, group, req, body).await;
         let status = CacheStatus {
             fwd: Some("uri-miss"),
             fwd_status: Some(resp.status.code()),
@@ -177,12 +218,10 @@ pub async fn respond<B: ClientBody>(
         };
         return with_status(resp, &status);
     }
-    // A miss from here on: the key is owned (fills and the store keep it).
-    let key: Key = lookup_key[..].into();
+    // The key is owned from here on (fills and the store keep it).
+    let key = store::key(req.host.unwrap_or_default(), req.target);
     match rc.shared.fills.join(&key) {
-        Role::Leader(leader) => {
-            Box::pin(fetch(rc, group, req, body, &key, stale, Some(leader))).await
-        }
+        Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
         Role::Follower(follower) => {
             Stats::bump(&stats.coalesced);
             let status = CacheStatus {
@@ -207,9 +246,9 @@ pub async fn respond<B: ClientBody>(
             }
             // Released, timed out, or stored for another variant: fetch
             // without waiting again.
-            Box::pin(fetch(rc, group, req, body, &key, stale, None)).await
+            fetch(rc, group, req, body, &key, stale, None).await
         }
-        Role::Overflow => Box::pin(fetch(rc, group, req, body, &key, stale, None)).await,
+        Role::Overflow => fetch(rc, group, req, body, &key, stale, None).await,
     }
 }
 

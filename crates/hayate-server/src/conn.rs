@@ -21,7 +21,7 @@ use crate::access_log;
 use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
-use crate::pipeline;
+use crate::pipeline::{self, Answer};
 use crate::request::{self, Parsed, Refusal, Request, Spare};
 use crate::respond::{self, HeadContext};
 use crate::worker::Worker;
@@ -139,19 +139,21 @@ impl Conn {
                 w.timeouts.body,
             );
             let mut waited = false;
-            let (resp, route) = {
-                let mut view = ConnBody {
-                    state: &mut body,
-                    stream: &mut self.stream,
-                    rbuf: &mut self.rbuf,
-                    deadline: &self.deadline,
-                    clock: &mut self.clock,
-                    send_timeout: w.timeouts.send,
-                };
-                let handled = pin!(pipeline::handle(
-                    &req, &mut view, &w.router, started, &self.peer
-                ));
-                noting_waits(handled, &mut waited).await
+            let (resp, route) = match pipeline::answer(&req, &w.router, started, &self.peer) {
+                Answer::Now(resp, route) => (resp, route),
+                Answer::Upstream(to) => {
+                    let route = Some(to.route_index());
+                    let mut view = ConnBody {
+                        state: &mut body,
+                        stream: &mut self.stream,
+                        rbuf: &mut self.rbuf,
+                        deadline: &self.deadline,
+                        clock: &mut self.clock,
+                        send_timeout: w.timeouts.send,
+                    };
+                    let handled = pin!(pipeline::upstream(&req, to, &mut view, &self.peer));
+                    (noting_waits(handled, &mut waited).await, route)
+                }
             };
             // A handler that waited (an upstream, the request body) may
             // have taken longer than any timeout: the response's Date and

@@ -15,33 +15,60 @@
 //!    writer (`respond.rs`).
 //!
 //! Errors become responses here and in the connection's refusal path only.
+//!
+//! Steps 1-3 and the cache's lookup need no waiting and run as plain
+//! functions ([`answer`]); only a request that reaches an upstream builds a
+//! future ([`upstream`]). Files and cache hits, most requests, thus never
+//! pay for the proxy's and the cache fill's state.
 
 use std::borrow::Cow;
+use std::rc::Rc;
 use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
 use hayate_core::{Coding, Response, Status};
-use hayate_proxy::ProxyRequest;
+use hayate_proxy::{ProxyRequest, UpstreamGroup};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
+use crate::cached::Miss;
 use crate::request::Request;
 use crate::router::{handler_path, Route, Router};
 
-/// Answers one request, and says which route did (its index, for the
-/// per-route metrics). `body` is the request body, read only by handlers
-/// that need it (the proxy); `peer` is the client address for forwarding.
-pub async fn handle<B: ClientBody>(
-    req: &Request,
-    body: &mut B,
-    router: &Router,
-    now: Instant,
-    peer: &str,
-) -> (Response, Option<usize>) {
+/// What the request path decided without waiting.
+pub enum Answer<'r> {
+    /// The answer (a file, a cache hit, an error), and which route gave
+    /// it (its index, for the per-route metrics).
+    Now(Response, Option<usize>),
+    /// The route's upstream must answer: [`upstream`] does, in a future
+    /// that only requests reaching an upstream build.
+    Upstream(ToUpstream<'r>),
+}
+
+/// A request on its way to its route's upstream group.
+pub struct ToUpstream<'r> {
+    route: &'r Route,
+    group: &'r Rc<UpstreamGroup>,
+    path: Cow<'r, [u8]>,
+    /// Why the route's cache could not answer, when it has one.
+    miss: Option<Miss>,
+}
+
+impl ToUpstream<'_> {
+    /// The route's index, for the per-route metrics.
+    pub fn route_index(&self) -> usize {
+        self.route.index
+    }
+}
+
+/// Steps 1-3 and the cache's lookup: everything that answers a request
+/// without waiting. `now` is the request's time; `peer` the client
+/// address.
+pub fn answer<'r>(req: &'r Request, router: &'r Router, now: Instant, peer: &str) -> Answer<'r> {
     // 1. Normalize the path.
     if req.target() == b"*" {
         let r = Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD");
-        return (r, None);
+        return Answer::Now(r, None);
     }
     let path = match hayate_core::path::normalize(req.path()) {
         Ok(p) => p,
@@ -51,80 +78,104 @@ pub async fn handle<B: ClientBody>(
                 String::from_utf8_lossy(req.path()),
                 e.as_str()
             );
-            return (Response::error(Status::BAD_REQUEST), None);
+            return Answer::Now(Response::error(Status::BAD_REQUEST), None);
         }
     };
 
     // 2. Route.
     let Some(route) = router.route(req.host(), &path) else {
-        return (Response::error(Status::NOT_FOUND), None);
+        return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
-    (
-        respond(req, body, route, path, now, peer).await,
-        Some(route.index),
-    )
-}
 
-/// Steps 3-5 for the route chosen.
-async fn respond<B: ClientBody>(
-    req: &Request,
-    body: &mut B,
-    route: &Route,
-    path: Cow<'_, [u8]>,
-    now: Instant,
-    peer: &str,
-) -> Response {
     // 3. A file if one matches (GET and HEAD), else 4. the upstream.
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
     if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
         let handler_path = handler_path(route, &path);
         if let Some(response) = serve_file(files, req, &handler_path, now) {
-            return response;
+            return Answer::Now(response, Some(route.index));
         }
     }
-    match &route.upstream {
-        Some(group) => {
-            // A path that needed normalizing is sent normalized, so the
-            // upstream sees the path the route was chosen for (no
-            // `/api/../admin` past a prefix route).
-            let normalized_target;
-            let target = match &path {
-                Cow::Borrowed(_) => req.target(),
-                Cow::Owned(p) => {
-                    let mut t = hayate_core::path::encode(p).into_bytes();
-                    if let Some(q) = req.query() {
-                        t.push(b'?');
-                        t.extend_from_slice(q);
-                    }
-                    normalized_target = t;
-                    &normalized_target
-                }
-            };
-            let proxied = ProxyRequest {
-                method: req.method(),
-                target,
-                headers: req.fields().collect(),
-                client_ip: peer,
-                host: req.host(),
-            };
-            match &route.cache {
-                Some(cache) => crate::cached::respond(cache, group, &proxied, body, now).await,
-                None => {
-                    // Boxed, as the cache's ways to the origin are: the
-                    // forward's state (over a kilobyte) stays out of the
-                    // future every file and cache hit moves.
-                    let response = Box::pin(group.forward(&proxied, body)).await;
-                    // 5. Compress the proxied body.
-                    match &route.compression {
-                        Some(policy) => {
-                            crate::compression::compress_proxied(response, &proxied, policy)
-                        }
-                        None => response,
-                    }
-                }
+    let Some(group) = &route.upstream else {
+        return Answer::Now(Response::error(Status::NOT_FOUND), Some(route.index));
+    };
+    // 4a. The cache answers what it can.
+    let miss = match &route.cache {
+        Some(cache) => {
+            let target = upstream_target(req, &path);
+            let proxied = proxied(req, &target, peer);
+            match crate::cached::lookup(cache, group, &proxied, now) {
+                Ok(response) => return Answer::Now(response, Some(route.index)),
+                Err(miss) => Some(miss),
             }
         }
-        None => Response::error(Status::NOT_FOUND),
+        None => None,
+    };
+    Answer::Upstream(ToUpstream {
+        route,
+        group,
+        path,
+        miss,
+    })
+}
+
+/// Step 4 for what [`answer`] could not answer: the route's upstream group,
+/// through the cache when the route caches. `body` is the request body;
+/// `peer` the client address, for forwarding.
+pub async fn upstream<B: ClientBody>(
+    req: &Request,
+    to: ToUpstream<'_>,
+    body: &mut B,
+    peer: &str,
+) -> Response {
+    let target = upstream_target(req, &to.path);
+    let proxied = proxied(req, &target, peer);
+    // Both ways are boxed: their state (kilobytes) then never enlarges the
+    // future a connection builds for every request it serves.
+    match (&to.route.cache, to.miss) {
+        (Some(cache), Some(miss)) => {
+            Box::pin(crate::cached::from_origin(
+                cache, to.group, &proxied, body, miss,
+            ))
+            .await
+        }
+        _ => {
+            let response = Box::pin(to.group.forward(&proxied, body)).await;
+            // 5. Compress the proxied body.
+            match &to.route.compression {
+                Some(policy) => crate::compression::compress_proxied(response, &proxied, policy),
+                None => response,
+            }
+        }
+    }
+}
+
+/// The target sent upstream. A path that needed normalizing is sent
+/// normalized, so the upstream sees the path the route was chosen for (no
+/// `/api/../admin` past a prefix route). Whether normalizing rewrote the
+/// path is what the `Cow` says, hence a reference to it.
+#[allow(clippy::ptr_arg)]
+fn upstream_target<'r>(req: &'r Request, path: &Cow<'_, [u8]>) -> Cow<'r, [u8]> {
+    match path {
+        Cow::Borrowed(_) => Cow::Borrowed(req.target()),
+        Cow::Owned(p) => {
+            let mut t = hayate_core::path::encode(p).into_bytes();
+            if let Some(q) = req.query() {
+                t.push(b'?');
+                t.extend_from_slice(q);
+            }
+            Cow::Owned(t)
+        }
+    }
+}
+
+/// The request as the proxy and the cache see it.
+fn proxied<'r>(req: &'r Request, target: &'r [u8], peer: &'r str) -> ProxyRequest<'r> {
+    ProxyRequest {
+        method: req.method(),
+        target,
+        headers: req.fields().collect(),
+        client_ip: peer,
+        host: req.host(),
     }
 }
 
