@@ -484,7 +484,8 @@ CASE_TEXT = {
          "\"TCP\" = proxy_pass without upstream keep-alive (HTTP/1.0, one connection per request), "
          "\"TCP keepalive\" = upstream keepalive 1024 + HTTP/1.1, \"unix\" = Unix socket with keepalive, "
          "\"cache 5s\" = proxy_cache_valid 5s in front of the keepalive upstream. hayate always pools "
-         "upstream connections.",
+         "upstream connections. \"C ceiling\" = bench/ceiling answering 1 KiB itself (epoll, read, write, "
+         "no parsing): the floor of CPU per answer on this kernel, against which a cache hit's cost is read.",
     "P": "The proxy's own cost: the app is bench/ceiling (C epoll, a fixed 1 KiB answer in a few µs) on "
          "TCP or a Unix socket, sharing core 0 with the proxy; wrk on core 1, 100 connections. nginx: 1 worker, "
          "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
