@@ -188,6 +188,40 @@ fn keep_alive_pipelining_and_http10() {
     h.assert_no_errors();
 }
 
+/// Pipelined responses that the client does not read for a while: the
+/// server's writes stop part-way (the socket buffers fill) and resume, and
+/// every byte still arrives once, in order.
+#[test]
+fn pipelined_responses_to_a_client_that_reads_late_arrive_whole_and_in_order() {
+    let dir = site();
+    // Bodies small enough to be buffered with their heads, odd-sized so that
+    // a write ends mid-response.
+    let bodies: Vec<Vec<u8>> = [7001usize, 11003]
+        .iter()
+        .enumerate()
+        .map(|(k, &len)| (0..len).map(|i| ((i * (k + 3)) % 251) as u8).collect())
+        .collect();
+    for (k, b) in bodies.iter().enumerate() {
+        std::fs::write(dir.path().join(format!("{k}.bin")), b).expect("write");
+    }
+    let h = Hayate::start(BIN, &[dir.path().to_str().expect("utf8 path")]);
+    let mut c = h.client();
+    // About 13.5 MB of answers: more than the loopback socket buffers hold.
+    let n = 1500;
+    let mut batch = String::new();
+    for i in 0..n {
+        batch.push_str(&format!("GET /{}.bin HTTP/1.1\r\nHost: a\r\n\r\n", i % 2));
+    }
+    c.send(batch.as_bytes());
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..n {
+        let r = c.read_response(false);
+        assert_eq!(r.status, 200, "response {i}");
+        assert!(r.body == bodies[i % 2], "response {i}: wrong body");
+    }
+    h.assert_no_errors();
+}
+
 #[test]
 fn request_bodies_are_drained_and_expect_continue_is_answered() {
     let (h, _dir) = start(&[]);
