@@ -87,12 +87,10 @@ fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
 /// Why the store could not answer a request: what [`from_origin`] does.
 #[derive(Debug)]
 pub enum Miss {
-    /// An unsafe method: forwarded, then invalidates what it changed.
-    Unsafe,
-    /// The request does not use the cache (the reason, for Cache-Status).
-    Bypass(&'static str),
-    /// The URL answered uncacheably a moment ago (hit-for-miss).
-    Pass,
+    /// Forwarded without the cache (an unsafe method, a request the cache
+    /// does not serve, a URL that answered uncacheably a moment ago): the
+    /// Cache-Status `fwd` and `detail` that say why.
+    Bypass(&'static str, &'static str),
     /// Not stored, or stored (`stale`) but in need of revalidation.
     Fetch {
         /// The stored response to revalidate, and whether stale-if-error
@@ -115,10 +113,10 @@ pub fn lookup(
     let stats = rc.shared.stats();
     let method = req.method;
     if method != b"GET" && method != b"HEAD" {
-        return Err(Miss::Unsafe);
+        return Err(Miss::Bypass("method", "unsafe-method"));
     }
     if let Some(reason) = bypass_reason(rc, req) {
-        return Err(Miss::Bypass(reason));
+        return Err(Miss::Bypass("request", reason));
     }
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = request_directives(req);
@@ -158,7 +156,7 @@ pub fn lookup(
                 Use::Revalidate { stale_if_error } => Some((stored, stale_if_error)),
             }
         }
-        Lookup::Pass => return Err(Miss::Pass),
+        Lookup::Pass => return Err(Miss::Bypass("uri-miss", "hit-for-miss")),
         Lookup::Miss => None,
     };
     if directives.only_if_cached {
@@ -187,23 +185,13 @@ pub async fn from_origin<B: ClientBody>(
 ) -> Response {
     let stats = rc.shared.stats();
     let stale = match miss {
-        Miss::Unsafe => {
+        Miss::Bypass(fwd, detail) => {
+            Stats::bump(&stats.bypasses);
             let resp = origin(rc, group, req, body).await;
-            if !matches!(req.method, b"OPTIONS" | b"TRACE") {
+            if !matches!(req.method, b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE") {
                 invalidate_after_unsafe(rc, req, &resp);
             }
-            Stats::bump(&stats.bypasses);
-            return with_status(resp, &CacheStatus::bypass("method", "unsafe-method"));
-        }
-        Miss::Bypass(reason) => {
-            Stats::bump(&stats.bypasses);
-            let resp = origin(rc, group, req, body).await;
-            return with_status(resp, &CacheStatus::bypass("request", reason));
-        }
-        Miss::Pass => {
-            Stats::bump(&stats.bypasses);
-            let resp = origin(rc, group, req, body).await;
-            return with_status(resp, &CacheStatus::bypass("uri-miss", "hit-for-miss"));
+            return with_status(resp, &CacheStatus::bypass(fwd, detail));
         }
         Miss::Fetch { stale } => stale,
     };

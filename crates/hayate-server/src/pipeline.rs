@@ -31,7 +31,7 @@ use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{ProxyRequest, UpstreamGroup};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
-use crate::cached::Miss;
+use crate::cached::{Miss, RouteCache};
 use crate::request::Request;
 use crate::router::{handler_path, Route, Router};
 
@@ -49,9 +49,10 @@ pub enum Answer<'r> {
 pub struct ToUpstream<'r> {
     route: &'r Route,
     group: &'r Rc<UpstreamGroup>,
-    path: Cow<'r, [u8]>,
-    /// Why the route's cache could not answer, when it has one.
-    miss: Option<Miss>,
+    /// The target to send (see [`upstream_target`]).
+    target: Cow<'r, [u8]>,
+    /// The route's cache, and why it could not answer.
+    cache: Option<(&'r RouteCache, Miss)>,
 }
 
 impl ToUpstream<'_> {
@@ -99,22 +100,20 @@ pub fn answer<'r>(req: &'r Request, router: &'r Router, now: Instant, peer: &str
         return Answer::Now(Response::error(Status::NOT_FOUND), Some(route.index));
     };
     // 4a. The cache answers what it can.
-    let miss = match &route.cache {
-        Some(cache) => {
-            let target = upstream_target(req, &path);
-            let proxied = proxied(req, &target, peer);
-            match crate::cached::lookup(cache, group, &proxied, now) {
-                Ok(response) => return Answer::Now(response, Some(route.index)),
-                Err(miss) => Some(miss),
-            }
-        }
+    let target = upstream_target(req, path);
+    let cache = match &route.cache {
+        Some(cache) => match crate::cached::lookup(cache, group, &proxied(req, &target, peer), now)
+        {
+            Ok(response) => return Answer::Now(response, Some(route.index)),
+            Err(miss) => Some((cache, miss)),
+        },
         None => None,
     };
     Answer::Upstream(ToUpstream {
         route,
         group,
-        path,
-        miss,
+        target,
+        cache,
     })
 }
 
@@ -127,18 +126,17 @@ pub async fn upstream<B: ClientBody>(
     body: &mut B,
     peer: &str,
 ) -> Response {
-    let target = upstream_target(req, &to.path);
-    let proxied = proxied(req, &target, peer);
+    let proxied = proxied(req, &to.target, peer);
     // Both ways are boxed: their state (kilobytes) then never enlarges the
     // future a connection builds for every request it serves.
-    match (&to.route.cache, to.miss) {
-        (Some(cache), Some(miss)) => {
+    match to.cache {
+        Some((cache, miss)) => {
             Box::pin(crate::cached::from_origin(
                 cache, to.group, &proxied, body, miss,
             ))
             .await
         }
-        _ => {
+        None => {
             let response = Box::pin(to.group.forward(&proxied, body)).await;
             // 5. Compress the proxied body.
             match &to.route.compression {
@@ -151,14 +149,12 @@ pub async fn upstream<B: ClientBody>(
 
 /// The target sent upstream. A path that needed normalizing is sent
 /// normalized, so the upstream sees the path the route was chosen for (no
-/// `/api/../admin` past a prefix route). Whether normalizing rewrote the
-/// path is what the `Cow` says, hence a reference to it.
-#[allow(clippy::ptr_arg)]
-fn upstream_target<'r>(req: &'r Request, path: &Cow<'_, [u8]>) -> Cow<'r, [u8]> {
+/// `/api/../admin` past a prefix route).
+fn upstream_target<'r>(req: &'r Request, path: Cow<'_, [u8]>) -> Cow<'r, [u8]> {
     match path {
         Cow::Borrowed(_) => Cow::Borrowed(req.target()),
         Cow::Owned(p) => {
-            let mut t = hayate_core::path::encode(p).into_bytes();
+            let mut t = hayate_core::path::encode(&p).into_bytes();
             if let Some(q) = req.query() {
                 t.push(b'?');
                 t.extend_from_slice(q);
