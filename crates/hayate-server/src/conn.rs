@@ -187,8 +187,8 @@ impl Conn {
                 http10,
                 keep_alive,
             };
-            if let Some(resp) = self.buffer_response(resp, cx, &req, started) {
-                self.write_response(resp, cx, &req, started).await?;
+            if let Some(rest) = self.start_response(resp, cx, &req, started) {
+                self.finish_response(rest, cx, &req, started).await?;
             }
             self.spare.reclaim(req);
             if upgraded {
@@ -211,6 +211,10 @@ impl Conn {
         let w = self.worker.clone();
         let mut head_deadline: Option<Instant> = None;
         loop {
+            // Pipelined responses leave together, up to a bound.
+            if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
+                self.flush().await?;
+            }
             if !self.rbuf.is_empty() {
                 match request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare) {
                     Parsed::Request(r) => return Ok(Ok(Some(r))),
@@ -351,46 +355,42 @@ impl Conn {
         self.flush().await
     }
 
-    /// The common case of [`Conn::write_response`] without its future (most
-    /// of a kilobyte, moved whole on every await): a response with no body
-    /// or a small one goes into the write buffer, and is logged. Hands back
-    /// any other response.
-    fn buffer_response(
+    /// Puts the response's head into the write buffer, with its body when
+    /// there is none or it is small (copied, the common case), and logs such
+    /// a response. A plain function: the async rest ([`Conn::finish_response`],
+    /// most of a kilobyte of future) is built only for the response it hands
+    /// back, whose head is already buffered.
+    fn start_response(
         &mut self,
         resp: Response,
         cx: HeadContext,
         req: &Request,
         started: Instant,
     ) -> Option<Response> {
-        let small = match &resp.body {
-            Body::Empty => Some(0),
-            Body::Bytes(b) if b.len() <= COPY_BODY_MAX => Some(b.len()),
-            _ => None,
-        };
-        let Some(len) = small.filter(|_| self.wbuf.len() < WRITE_BUFFER_FLUSH) else {
-            return Some(resp);
-        };
         let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
-        let mut sent = 0;
-        if with_body {
-            if let Body::Bytes(b) = &resp.body {
+        let sent = match &resp.body {
+            Body::Upgrade(_) => return Some(resp),
+            _ if !with_body => 0,
+            Body::Empty => 0,
+            Body::Bytes(b) if b.len() <= COPY_BODY_MAX => {
                 self.wbuf.extend_from_slice(b);
+                b.len() as u64
             }
-            sent = len as u64;
-        }
+            _ => return Some(resp),
+        };
         self.log_access(req, resp.status, resp.cache_status, sent, started);
         None
     }
 
-    /// Writes head and body. Small bodies join the head in the write buffer.
-    async fn write_response(
+    /// Sends what [`Conn::start_response`] handed back: a large, file or
+    /// streamed body, or a protocol switch.
+    async fn finish_response(
         &mut self,
         resp: Response,
         cx: HeadContext,
         req: &Request,
         started: Instant,
     ) -> io::Result<()> {
-        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         let status = resp.status;
         let cache = resp.cache_status;
         if let Body::Upgrade(tunnel) = resp.body {
@@ -405,14 +405,7 @@ impl Conn {
             return Ok(());
         }
         let mut sent = 0;
-        let mut written = if with_body {
-            self.write_body(resp.body, cx.http10, &mut sent).await
-        } else {
-            Ok(())
-        };
-        if written.is_ok() && self.wbuf.len() >= WRITE_BUFFER_FLUSH {
-            written = self.flush().await;
-        }
+        let written = self.write_body(resp.body, cx.http10, &mut sent).await;
         // A body that failed midway is logged too, with what was sent.
         self.log_access(req, status, cache, sent, started);
         written
