@@ -352,25 +352,46 @@ impl Store {
     }
 
     /// Changes `key`'s entry (an empty one when there is none) under its
-    /// shard's lock, and returns what `change` returns.
+    /// shard's lock, and returns what `change` returns. A change that makes
+    /// the entry heavier (another variant, a larger body) goes back in
+    /// through a placeholder guard, whose insert evicts to keep the budget:
+    /// quick_cache recounts the weight of an entry changed in place but
+    /// evicts nothing for it.
     fn update<T: Default>(&self, key: &[u8], change: impl FnOnce(&mut Arc<Entry>) -> T) -> T {
         // `change` runs once: on the entry found, or on the new one.
         let mut change = Some(change);
+        let mut grown = None;
         let owned: Key = key.into();
         match self.map.entry(&owned, None, |_, entry| {
-            EntryAction::Retain(change.take().map(|f| f(entry)))
+            let Some(change) = change.take() else {
+                return EntryAction::Retain(T::default());
+            };
+            let mut next = entry.clone();
+            let t = change(&mut next);
+            if next.weight > entry.weight {
+                grown = Some((next, t));
+                EntryAction::ReplaceWithGuard
+            } else {
+                *entry = next;
+                EntryAction::Retain(t)
+            }
         }) {
-            EntryResult::Retained(t) => t.unwrap_or_default(),
+            EntryResult::Retained(t) => t,
+            EntryResult::Replaced(guard, _old) => match grown.take() {
+                Some((next, t)) => {
+                    let _ = guard.insert(next);
+                    t
+                }
+                None => T::default(),
+            },
             EntryResult::Vacant(guard) => {
                 let mut entry = Arc::new(Entry::default());
                 let t = change.take().map(|f| f(&mut entry)).unwrap_or_default();
                 let _ = guard.insert(entry);
                 t
             }
-            // Never asked for (no Remove, no ReplaceWithGuard, no timeout).
-            EntryResult::Removed(..) | EntryResult::Replaced(..) | EntryResult::Timeout => {
-                T::default()
-            }
+            // Never asked for (no Remove, no timeout).
+            EntryResult::Removed(..) | EntryResult::Timeout => T::default(),
         }
     }
 
@@ -550,6 +571,29 @@ mod tests {
             stored(&"y".repeat(70_000), VaryKey::default()),
             Instant::now()
         ));
+    }
+
+    #[test]
+    fn a_new_variant_of_a_stored_key_keeps_the_budget() {
+        // Every key stored once fits (100 × ~1.6 KB with the overhead); a second variant of
+        // each grows keys already there, which must evict like a new key.
+        let budget = 256 * 1024;
+        let store = Store::new(budget, 64 * 1024);
+        let body = "x".repeat(1000);
+        let names = vec![b"accept-language".to_vec()];
+        for lang in ["en", "fr"] {
+            for i in 0..100 {
+                let vary = VaryKey::new(&names, |_: &[u8]| vec![lang.as_bytes()]);
+                let k = key(b"h", format!("/k{i}").as_bytes());
+                store.insert(&k, stored(&body, vary), Instant::now());
+            }
+            assert!(
+                store.bytes() <= budget,
+                "{lang}: {} > {budget}",
+                store.bytes()
+            );
+        }
+        assert!(store.stats.evictions.load(Ordering::Relaxed) > 0);
     }
 
     #[test]
