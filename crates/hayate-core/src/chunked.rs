@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use crate::field::{hex_digit, trim_ows};
+use crate::field::{header_lines, hex_digit};
 
 /// Longest chunk extension accepted, in bytes.
 const MAX_EXTENSION: usize = 4096;
@@ -262,12 +262,7 @@ fn is_tchar(b: u8) -> bool {
 /// and hop-by-hop ones. `None` when nothing is left.
 pub fn passable_trailers(raw: &[u8]) -> Option<Bytes> {
     let mut kept = Vec::with_capacity(raw.len());
-    for line in raw.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+    for (name, value) in header_lines(raw) {
         let well_formed = !name.is_empty()
             && name.iter().all(|&b| is_tchar(b))
             && value.iter().all(|&b| b == b'\t' || b >= b' ')

@@ -5,7 +5,7 @@
 //! defence against the "many overlapping ranges" denial of service
 //! (CVE-2011-3192 against Apache).
 
-use hayate_core::field::trim_ows as trim;
+use hayate_core::field::{parse_length, trim_ows as trim};
 use std::ops::Range;
 
 /// Most ranges honoured in one request; more gets the whole file.
@@ -93,13 +93,13 @@ fn parse(header: &[u8]) -> Option<Vec<Spec>> {
         let dash = part.iter().position(|&b| b == b'-')?;
         let (first, last) = (trim(&part[..dash]), trim(&part[dash + 1..]));
         let spec = if first.is_empty() {
-            Spec::Suffix(number(last)?)
+            Spec::Suffix(parse_length(last)?)
         } else {
-            let start = number(first)?;
+            let start = parse_length(first)?;
             let end = if last.is_empty() {
                 None
             } else {
-                Some(number(last)?)
+                Some(parse_length(last)?)
             };
             if end.is_some_and(|e| e < start) {
                 return None;
@@ -116,15 +116,6 @@ fn parse(header: &[u8]) -> Option<Vec<Spec>> {
     } else {
         Some(specs)
     }
-}
-
-fn number(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
 }
 
 #[cfg(test)]
