@@ -78,23 +78,18 @@ pub async fn read(
 }
 
 /// Writes all of `data` with non-blocking writes, waiting for the client to
-/// take more at most `send` each time (the send timeout). Returns whether
-/// it had to wait.
-pub async fn write_all(stream: &Stream, data: &[u8], send: Duration) -> io::Result<bool> {
+/// take more at most `send` each time (the send timeout).
+pub async fn write_all(stream: &Stream, data: &[u8], send: Duration) -> io::Result<()> {
     let mut done = 0;
-    let mut waited = false;
     while done < data.len() {
         match stream.try_write(&data[done..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                waited = true;
-                writable(stream, send).await?;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writable(stream, send).await?,
             Err(e) => return Err(e),
         }
     }
-    Ok(waited)
+    Ok(())
 }
 
 /// Waits until the client can take more bytes, at most `send`.

@@ -603,12 +603,9 @@ impl Conn {
 
     /// Writes the whole write buffer.
     async fn flush(&mut self) -> io::Result<()> {
-        if self.flush_now()? {
-            return Ok(());
+        while !self.flush_now()? {
+            self.wait_writable().await?;
         }
-        let send = self.worker.timeouts.send;
-        self.clock_stale |= client_io::write_all(&self.stream, &self.wbuf, send).await?;
-        self.wbuf.clear();
         Ok(())
     }
 

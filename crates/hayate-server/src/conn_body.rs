@@ -125,8 +125,7 @@ impl ConnBody<'_> {
     /// Sends the `100 Continue` the client waits for, within the send
     /// timeout.
     async fn send_continue(&mut self) -> io::Result<()> {
-        client_io::write_all(self.stream, respond::CONTINUE, self.send_timeout).await?;
-        Ok(())
+        client_io::write_all(self.stream, respond::CONTINUE, self.send_timeout).await
     }
 
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
