@@ -19,7 +19,7 @@ pub mod path;
 pub mod response;
 pub mod shutdown;
 pub mod status;
-pub mod stream;
+pub mod transport;
 pub mod variant;
 
 pub use coding::Coding;

@@ -7,14 +7,15 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hayate_core::app::{AppAddr, AppInstance, AppSlot, AppSlots};
 use hayate_core::net::IpNet;
-use hayate_core::stream::Stream;
 use tokio::sync::Notify;
 
+use crate::pool::Idle;
+use crate::queue::{Busy, QueueGauge};
 use crate::UpstreamAddr;
 
 /// Proxy settings of a group.
@@ -120,25 +121,18 @@ pub(crate) struct Member {
     pub outstanding: Cell<u32>,
     fails: Cell<u32>,
     down_until: Cell<Option<Instant>>,
-    idle: RefCell<VecDeque<Idle>>,
+    /// Idle keep-alive connections, oldest first (`pool.rs`).
+    pub(crate) idle: RefCell<VecDeque<Idle>>,
     /// The group's queue, woken when this member finishes a request.
     pub freed: Rc<Notify>,
     /// The last active health check failed.
-    probe_down: Cell<bool>,
+    pub(crate) probe_down: Cell<bool>,
     /// For a supervised app: the slot whose current instance serves.
     slot: Option<Arc<AppSlot>>,
     /// Relative share of requests (1 by default).
     weight: u32,
     /// Smooth weighted round robin state (nginx's algorithm).
     rr_current: Cell<i64>,
-}
-
-#[derive(Debug)]
-struct Idle {
-    conn: Stream,
-    expires: Instant,
-    /// The app instance it leads to (supervised members), 0 otherwise.
-    instance: u64,
 }
 
 /// A group of upstream members (per worker).
@@ -155,40 +149,6 @@ pub struct UpstreamGroup {
     pub(crate) freed: Rc<Notify>,
     /// For a supervised app: raised when an instance becomes ready.
     pub(crate) app_ready: Option<Arc<Notify>>,
-}
-
-/// Requests waiting in a group's queue on this worker; for a supervised
-/// app also counted in a total shared by every worker (`hayate status`).
-#[derive(Debug, Default)]
-pub(crate) struct QueueGauge {
-    local: Cell<usize>,
-    shared: Option<Arc<AtomicUsize>>,
-}
-
-impl QueueGauge {
-    pub(crate) fn get(&self) -> usize {
-        self.local.get()
-    }
-
-    pub(crate) fn set(&self, n: usize) {
-        let old = self.local.replace(n);
-        if let Some(total) = &self.shared {
-            if n > old {
-                total.fetch_add(n - old, Ordering::Relaxed);
-            } else {
-                total.fetch_sub(old - n, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// Why no member could take a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Busy {
-    /// Every member was tried for this request.
-    Exhausted,
-    /// Every eligible member is at its limit: wait in the queue.
-    Full,
 }
 
 impl UpstreamGroup {
@@ -351,74 +311,6 @@ impl UpstreamGroup {
             _ => None,
         }
     }
-
-    /// Runs active health checks until the worker ends (spawned per worker
-    /// when `health_check` is set).
-    pub async fn run_health_checks(self: Rc<Self>) {
-        let Some(path) = self.settings.health_check.clone() else {
-            return;
-        };
-        let mut tick = tokio::time::interval(self.settings.health_interval);
-        loop {
-            tick.tick().await;
-            for m in &self.members {
-                // A supervised slot is probed at its current instance (its
-                // `addr` only names it); without one there is nothing to probe.
-                let Some(instance) = m.current() else {
-                    continue;
-                };
-                let target = m.target(instance.as_deref());
-                drop(instance);
-                let ok = probe(
-                    &target,
-                    &path,
-                    self.settings
-                        .connect_timeout
-                        .min(self.settings.health_interval),
-                )
-                .await;
-                match (ok, m.probe_down.get()) {
-                    (Ok(()), true) => {
-                        log::info!("upstream {} is healthy again", m.label);
-                        m.probe_down.set(false);
-                        m.succeeded();
-                    }
-                    (Err(e), false) => {
-                        log::warn!("upstream {} failed its health check: {e}", m.label);
-                        m.probe_down.set(true);
-                        m.idle.borrow_mut().clear();
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-}
-
-/// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
-async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut conn = crate::upconn::connect(addr, limit).await?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-health\r\nConnection: close\r\n\r\n");
-        conn.write_all(req.as_bytes()).await?;
-        let mut head = [0u8; 12];
-        conn.read_exact(&mut head).await?;
-        match &head[..10] {
-            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'2'] => Ok(()),
-            _ => Err(std::io::Error::other(format!(
-                "answered {:?}",
-                String::from_utf8_lossy(&head)
-            ))),
-        }
-    };
-    match tokio::time::timeout(limit, attempt).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "no answer in time",
-        )),
-    }
 }
 
 /// FNV-1a of key and member, finished with a 64-bit mix: stable across
@@ -435,20 +327,6 @@ fn rendezvous(key: &[u8], member: &str) -> u64 {
 }
 
 impl Member {
-    /// An idle connection that is still usable, most recent first, to app
-    /// instance `instance` (the id of what [`Member::current`] read; 0 for a
-    /// plain member).
-    pub fn checkout(&self, now: Instant, instance: u64) -> Option<Stream> {
-        let mut idle = self.idle.borrow_mut();
-        while let Some(i) = idle.pop_back() {
-            // A replaced app instance is draining: its connections go.
-            if i.expires > now && i.instance == instance && i.conn.looks_alive() {
-                return Some(i.conn);
-            }
-        }
-        None
-    }
-
     /// What takes this member's requests now, read once per attempt:
     /// `Some(None)` for a plain member, `Some(Some(i))` for a supervised
     /// slot holding instance `i`, `None` for a slot without a ready one.
@@ -473,29 +351,6 @@ impl Member {
                 },
             }),
         }
-    }
-
-    /// Returns a connection to the pool for `keep` (the upstream's hint or
-    /// the default idle time).
-    pub fn checkin(&self, conn: Stream, keep: Duration, max_idle: usize, instance: u64) {
-        let now = Instant::now();
-        let mut idle = self.idle.borrow_mut();
-        // Oldest first: the expired ones go now rather than at a checkout
-        // that may never reach them (checkout takes the most recent).
-        while idle
-            .front()
-            .is_some_and(|i| i.expires <= now || idle.len() >= max_idle)
-        {
-            idle.pop_front();
-        }
-        if max_idle == 0 {
-            return;
-        }
-        idle.push_back(Idle {
-            conn,
-            expires: now + keep,
-            instance,
-        });
     }
 
     /// Whether the member may take requests: not ejected by failures, not
@@ -535,11 +390,55 @@ impl Member {
     }
 }
 
+/// Counts a request as outstanding on its member (and on its app instance,
+/// so a replaced instance is drained before it is stopped) until dropped.
+#[derive(Debug)]
+pub(crate) struct Outstanding(Rc<Member>, Option<Arc<AppInstance>>);
+
+impl Outstanding {
+    pub(crate) fn new(member: Rc<Member>, instance: Option<Arc<AppInstance>>) -> Outstanding {
+        member.outstanding.set(member.outstanding.get() + 1);
+        if let Some(i) = &instance {
+            i.inflight.fetch_add(1, Ordering::AcqRel);
+            i.served.fetch_add(1, Ordering::Relaxed);
+        }
+        Outstanding(member, instance)
+    }
+
+    /// The member the request went to.
+    pub(crate) fn member(&self) -> &Member {
+        &self.0
+    }
+
+    /// The app instance's id (0 for a plain member).
+    pub(crate) fn instance_id(&self) -> u64 {
+        self.1.as_ref().map_or(0, |i| i.id)
+    }
+
+    /// The app instance the request went to, if the member is supervised.
+    pub(crate) fn instance(&self) -> Option<&AppInstance> {
+        self.1.as_deref()
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0
+            .outstanding
+            .set(self.0.outstanding.get().saturating_sub(1));
+        if let Some(i) = &self.1 {
+            i.inflight.fetch_sub(1, Ordering::AcqRel);
+        }
+        // The first queued request (if any) may go now.
+        self.0.freed.notify_one();
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn group(n: usize) -> UpstreamGroup {
+    pub(crate) fn group(n: usize) -> UpstreamGroup {
         let addrs: Vec<UpstreamAddr> = (0..n)
             .map(|i| UpstreamAddr::parse(&format!("127.0.0.1:{}", 1000 + i)).expect("addr"))
             .collect();
@@ -662,24 +561,6 @@ mod tests {
     }
 
     #[test]
-    fn queue_counts_are_mirrored_into_the_shared_total() {
-        let total = Arc::new(AtomicUsize::new(5));
-        let q = QueueGauge {
-            local: Cell::new(0),
-            shared: Some(total.clone()),
-        };
-        q.set(2);
-        q.set(3);
-        assert_eq!((q.get(), total.load(Ordering::Relaxed)), (3, 8));
-        q.set(0);
-        assert_eq!(
-            total.load(Ordering::Relaxed),
-            5,
-            "other workers' count stays"
-        );
-    }
-
-    #[test]
     fn members_at_their_limit_are_full() {
         let addrs = [UpstreamAddr::parse("127.0.0.1:1000").expect("addr")];
         let g = UpstreamGroup::new(
@@ -745,52 +626,5 @@ mod tests {
         g.members[0].down_until.set(None);
         g.members[0].failed(&g.settings);
         assert!(!g.members[0].is_up(Instant::now()));
-    }
-
-    #[test]
-    fn the_pool_keeps_the_newest_up_to_its_cap_and_drops_expired_ones() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let g = group(1);
-            let m = &g.members[0];
-            // the peers stay open so the connections look alive
-            let peers = RefCell::new(Vec::new());
-            let pair = || {
-                let (a, b) = tokio::net::UnixStream::pair().expect("pair");
-                peers.borrow_mut().push(b);
-                Stream::Unix(a)
-            };
-            let fd = |c: &Stream| match c {
-                Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-                Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-            };
-            let long = Duration::from_secs(60);
-            let conns: Vec<Stream> = (0..4).map(|_| pair()).collect();
-            let fds: Vec<i32> = conns.iter().map(fd).collect();
-            for c in conns {
-                m.checkin(c, long, 3, 0);
-            }
-            assert_eq!(m.idle.borrow().len(), 3, "the cap holds");
-            let now = Instant::now();
-            let got: Vec<i32> = std::iter::from_fn(|| m.checkout(now, 0).map(|c| fd(&c))).collect();
-            assert_eq!(
-                got,
-                vec![fds[3], fds[2], fds[1]],
-                "newest first, oldest dropped"
-            );
-
-            m.checkin(pair(), Duration::ZERO, 3, 0);
-            m.checkin(pair(), long, 3, 0);
-            assert_eq!(
-                m.idle.borrow().len(),
-                1,
-                "an expired one goes at the next check-in"
-            );
-            m.checkin(pair(), long, 0, 0);
-            assert_eq!(m.idle.borrow().len(), 0, "a cap of 0 keeps none");
-        });
     }
 }

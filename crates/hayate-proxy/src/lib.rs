@@ -16,8 +16,17 @@
 mod addr;
 mod forward;
 mod group;
+mod h1_client;
+mod health;
+mod hop_by_hop;
+mod pool;
+mod protocol;
+mod queue;
+mod request;
+mod request_head;
+mod retry;
 mod upconn;
 
 pub use addr::UpstreamAddr;
-pub use forward::{ProxyRequest, RequestFields};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
+pub use request::{ProxyRequest, RequestFields};

@@ -1,25 +1,21 @@
 //! Connecting to an upstream member, TCP or Unix. The connection is a
-//! [`Stream`], the same socket type as a client's.
+//! [`Transport`], the same socket type as a client's.
 
 use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use hayate_core::stream::Stream;
+use hayate_core::transport::Transport;
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::UpstreamAddr;
 
 /// Connects within `timeout`.
-pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Stream> {
+pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Transport> {
     let connect = async {
         Ok::<_, io::Error>(match addr {
-            UpstreamAddr::Tcp { addr, .. } => {
-                let s = TcpStream::connect(addr).await?;
-                s.set_nodelay(true)?;
-                Stream::Tcp(s)
-            }
-            UpstreamAddr::Unix(path) => Stream::Unix(connect_unix(path).await?),
+            UpstreamAddr::Tcp { addr, .. } => Transport::tcp(TcpStream::connect(addr).await?)?,
+            UpstreamAddr::Unix(path) => Transport::Unix(connect_unix(path).await?),
         })
     };
     match tokio::time::timeout(timeout, connect).await {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use hayate_config::app::AdminAddr;
 use hayate_core::metrics::Metrics;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use hayate_core::transport::{Listener, Scheme, Transport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
 use hayate_cache::ResponseCache;
@@ -26,47 +26,36 @@ const MAX_CONNECTIONS: usize = 16;
 const MAX_HEAD: usize = 8 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A bound admin listener.
-pub enum AdminListener {
-    /// TCP.
-    Tcp(TcpListener),
-    /// Unix socket.
-    Unix(UnixListener),
-}
-
 /// Binds the admin address (inside a runtime); returns the listener and
 /// where it answers, for the log.
-pub fn bind(addr: &AdminAddr) -> io::Result<(AdminListener, String)> {
+pub fn bind(addr: &AdminAddr) -> io::Result<(Listener, String)> {
     match addr {
         AdminAddr::Tcp(a) => {
             let std = std::net::TcpListener::bind(a)
                 .map_err(|e| io::Error::new(e.kind(), format!("admin listener {a}: {e}")))?;
             std.set_nonblocking(true)?;
             let url = format!("http://{}/", std.local_addr()?);
-            Ok((AdminListener::Tcp(TcpListener::from_std(std)?), url))
+            Ok((Listener::new(std.into(), Scheme::Http)?, url))
         }
         AdminAddr::Unix(path) => {
-            let l = crate::control::bind(path)?;
-            Ok((AdminListener::Unix(l), format!("unix:{}", path.display())))
+            let l = crate::control::bind(path)?.into_std()?;
+            let url = format!("unix:{}", path.display());
+            Ok((Listener::new(l.into(), Scheme::Http)?, url))
         }
     }
 }
 
 /// Answers admin requests until the runtime stops.
 pub async fn serve(
-    listener: AdminListener,
+    listener: Listener,
     metrics: Metrics,
     status: Option<StatusFn>,
     cache: Option<Arc<ResponseCache>>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let accepted = match &listener {
-            AdminListener::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
-            AdminListener::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
-        };
-        let conn = match accepted {
-            Ok(c) => c,
+        let conn = match listener.accept().await {
+            Ok((conn, _peer)) => conn,
             Err(e) => {
                 log::warn!("admin accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -83,21 +72,12 @@ pub async fn serve(
                 status: status.as_deref(),
                 cache: cache.as_deref(),
             };
-            let result = match conn {
-                Conn::Tcp(s) => answer(s, &ctx).await,
-                Conn::Unix(s) => answer(s, &ctx).await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = answer(conn, &ctx).await {
                 log::debug!("admin connection: {e}");
             }
             drop(permit);
         });
     }
-}
-
-enum Conn {
-    Tcp(tokio::net::TcpStream),
-    Unix(tokio::net::UnixStream),
 }
 
 /// What the admin endpoints read and act on.
@@ -108,7 +88,7 @@ struct Context<'a> {
     cache: Option<&'a ResponseCache>,
 }
 
-async fn answer(mut s: impl AsyncRead + AsyncWrite + Unpin, ctx: &Context<'_>) -> io::Result<()> {
+async fn answer(mut s: Transport, ctx: &Context<'_>) -> io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let read = tokio::time::timeout(HEAD_TIMEOUT, async {
         let mut buf = [0u8; 1024];

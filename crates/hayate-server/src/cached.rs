@@ -666,6 +666,7 @@ fn refresh_in_background(
     let target = req.target.to_vec();
     let host = req.host.map(<[u8]>::to_vec);
     let client_ip = req.client_ip.to_string();
+    let scheme = req.scheme;
     let headers: Vec<(Vec<u8>, Vec<u8>)> = req
         .headers
         .iter()
@@ -678,6 +679,7 @@ fn refresh_in_background(
             headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
             client_ip: &client_ip,
             host: host.as_deref(),
+            scheme,
         };
         let stale_if_error = false;
         let _ = fetch(

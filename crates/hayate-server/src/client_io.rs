@@ -8,7 +8,7 @@ use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
-use hayate_core::stream::Stream;
+use hayate_core::transport::Transport;
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
@@ -56,7 +56,7 @@ pub struct Room {
 /// bytes advance the input epoch and refresh `clock`. The count read is 0
 /// at EOF.
 pub async fn read(
-    stream: &mut Stream,
+    transport: &mut Transport,
     rbuf: &mut BytesMut,
     deadline: &Deadline,
     until: Instant,
@@ -69,7 +69,7 @@ pub async fn read(
     } else if rbuf.capacity() - rbuf.len() < room.min_spare {
         rbuf.reserve(room.grow);
     }
-    let n = deadline.run(until, idle, stream.read_buf(rbuf)).await?;
+    let n = deadline.run(until, idle, transport.read_buf(rbuf)).await?;
     if let Ok(1..) = n {
         hayate_core::epoch::advance();
         clock.refresh();
@@ -79,13 +79,13 @@ pub async fn read(
 
 /// Writes all of `data` with non-blocking writes, waiting for the client to
 /// take more at most `send` each time (the send timeout).
-pub async fn write_all(stream: &Stream, data: &[u8], send: Duration) -> io::Result<()> {
+pub async fn write_all(transport: &mut Transport, data: &[u8], send: Duration) -> io::Result<()> {
     let mut done = 0;
     while done < data.len() {
-        match stream.try_write(&data[done..]) {
+        match transport.try_write(&data[done..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writable(stream, send).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writable(transport, send).await?,
             Err(e) => return Err(e),
         }
     }
@@ -93,9 +93,9 @@ pub async fn write_all(stream: &Stream, data: &[u8], send: Duration) -> io::Resu
 }
 
 /// Waits until the client can take more bytes, at most `send`.
-pub async fn writable(stream: &Stream, send: Duration) -> io::Result<()> {
+pub async fn writable(transport: &Transport, send: Duration) -> io::Result<()> {
     let deadline = Instant::now() + send;
-    match timeout_at(deadline.into(), stream.writable()).await {
+    match timeout_at(deadline.into(), transport.writable()).await {
         Ok(r) => r,
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,

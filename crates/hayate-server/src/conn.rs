@@ -27,7 +27,7 @@ use crate::respond::{self, HeadContext};
 use crate::worker::Worker;
 use hayate_core::chunked::chunk_size_line;
 use hayate_core::client_body::ClientBody;
-use hayate_core::stream::Stream;
+use hayate_core::transport::{Peer, Scheme, Transport};
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
@@ -35,6 +35,9 @@ const COPY_BODY_MAX: usize = 16 * 1024;
 /// how long one large response holds the worker, and measured faster on
 /// loopback than one call per file.
 const SENDFILE_CHUNK: usize = 2 << 20;
+/// Bytes per read of a file copied to a transport without zero-copy: 64 KiB
+/// is what sendfile's page-cache path moves per call on loopback too.
+const COPY_FILE_CHUNK: usize = 64 * 1024;
 /// Buffered pipelined responses that force a write.
 const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 /// First read buffer of a connection: most request heads fit (wrk's are 40
@@ -66,8 +69,10 @@ enum End {
 
 /// A client connection and its buffers (reused across requests).
 pub struct Conn {
-    stream: Stream,
-    peer: String,
+    transport: Transport,
+    peer: Peer,
+    /// What the listener's clients speak.
+    scheme: Scheme,
     worker: Rc<Worker>,
     /// This connection's slot in the worker's deadlines.
     deadline: Deadline,
@@ -92,11 +97,12 @@ enum Read {
 
 impl Conn {
     /// Wraps an accepted socket.
-    pub fn new(stream: Stream, peer: String, worker: Rc<Worker>) -> Conn {
+    pub fn new(transport: Transport, peer: Peer, scheme: Scheme, worker: Rc<Worker>) -> Conn {
         let deadline = worker.deadlines.slot();
         Conn {
-            stream,
+            transport,
             peer,
+            scheme,
             worker,
             deadline,
             rbuf: BytesMut::new(),
@@ -139,19 +145,23 @@ impl Conn {
                 w.timeouts.body,
             );
             let mut waited = false;
-            let (resp, route) = match pipeline::answer(&req, &w.router, started, &self.peer) {
+            let client = pipeline::Client {
+                peer: &self.peer,
+                scheme: self.scheme,
+            };
+            let (resp, route) = match pipeline::answer(&req, &w.router, started, client) {
                 Answer::Now(resp, route) => (resp, route),
                 Answer::Upstream(to) => {
                     let route = Some(to.route_index());
                     let mut view = ConnBody {
                         state: &mut body,
-                        stream: &mut self.stream,
+                        transport: &mut self.transport,
                         rbuf: &mut self.rbuf,
                         deadline: &self.deadline,
                         clock: &mut self.clock,
                         send_timeout: w.timeouts.send,
                     };
-                    let handled = pin!(pipeline::upstream(&req, to, &mut view, &self.peer));
+                    let handled = pin!(pipeline::upstream(&req, to, &mut view, client));
                     (noting_waits(handled, &mut waited).await, route)
                 }
             };
@@ -271,7 +281,7 @@ impl Conn {
                     self.release_buffers();
                     match self
                         .deadline
-                        .run(deadline, true, self.stream.readable())
+                        .run(deadline, true, self.transport.readable())
                         .await
                     {
                         Ok(r) => r?,
@@ -286,7 +296,7 @@ impl Conn {
 
     async fn read_into_buffer(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
         let read = client_io::read(
-            &mut self.stream,
+            &mut self.transport,
             &mut self.rbuf,
             &self.deadline,
             deadline,
@@ -399,7 +409,7 @@ impl Conn {
             flushed?;
             // Bytes the client sent after its head belong to the new protocol.
             let early = self.rbuf.split().freeze();
-            if let Err(e) = tunnel.run(&mut self.stream, early).await {
+            if let Err(e) = tunnel.run(&mut self.transport, early).await {
                 log::debug!("tunnel from {} ended: {e}", self.peer);
             }
             return Ok(());
@@ -533,7 +543,7 @@ impl Conn {
                 IoSlice::new(&self.wbuf[head_done..]),
                 IoSlice::new(&data[data_done..]),
             ];
-            match self.stream.try_write_vectored(&bufs) {
+            match self.transport.try_write_vectored(&bufs) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     let h = n.min(self.wbuf.len() - head_done);
@@ -553,9 +563,9 @@ impl Conn {
     async fn send_file(&mut self, f: &FileRange) -> io::Result<()> {
         // Corked, the head joins the first segment of file data and every
         // segment leaves full-sized (nginx's tcp_nopush).
-        self.stream.set_cork(true);
+        self.transport.set_cork(true);
         let sent = self.send_file_corked(f).await;
-        self.stream.set_cork(false);
+        self.transport.set_cork(false);
         sent
     }
 
@@ -569,7 +579,7 @@ impl Conn {
             let count = usize::try_from(end - offset)
                 .unwrap_or(usize::MAX)
                 .min(SENDFILE_CHUNK);
-            match self.stream.try_sendfile(&f.file, &mut offset, count) {
+            match self.transport.try_sendfile(&f.file, &mut offset, count) {
                 // The file shrank under us: the promised length cannot be met.
                 Ok(0) => {
                     return Err(io::Error::new(
@@ -579,8 +589,33 @@ impl Conn {
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    return self.copy_file(f, offset, end).await
+                }
                 Err(e) => return Err(e),
             }
+        }
+        Ok(())
+    }
+
+    /// Sends bytes `offset..end` of a file through the write buffer, for a
+    /// transport that cannot take them with zero-copy.
+    async fn copy_file(&mut self, f: &FileRange, mut offset: i64, end: i64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; COPY_FILE_CHUNK];
+        while offset < end {
+            let want = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let n = f.file.read_at(&mut buf[..want], offset as u64)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file truncated while sending",
+                ));
+            }
+            self.write_with_buffer(&buf[..n]).await?;
+            offset += n as i64;
         }
         Ok(())
     }
@@ -590,7 +625,7 @@ impl Conn {
     /// build and move as [`Conn::flush`] has).
     fn flush_now(&mut self) -> io::Result<bool> {
         while !self.wbuf.is_empty() {
-            match self.stream.try_write(&self.wbuf) {
+            match self.transport.try_write(&self.wbuf) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) if n == self.wbuf.len() => self.wbuf.clear(),
                 Ok(n) => drop(self.wbuf.drain(..n)),
@@ -612,7 +647,7 @@ impl Conn {
     /// Waits until the client can take more bytes, within the send timeout.
     async fn wait_writable(&mut self) -> io::Result<()> {
         self.clock_stale = true;
-        client_io::writable(&self.stream, self.worker.timeouts.send).await
+        client_io::writable(&self.transport, self.worker.timeouts.send).await
     }
 
     /// Reads and discards a request body nobody consumed. False when the
@@ -622,7 +657,7 @@ impl Conn {
         self.flush().await?;
         let mut view = ConnBody {
             state,
-            stream: &mut self.stream,
+            transport: &mut self.transport,
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
@@ -644,11 +679,7 @@ impl Conn {
     /// destroyed by a reset when unread request bytes remain.
     async fn linger(mut self) {
         let _ = self.flush().await;
-        let fd_shutdown = match &self.stream {
-            Stream::Tcp(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
-            Stream::Unix(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
-        };
-        if fd_shutdown.is_err() {
+        if self.transport.shutdown_write().await.is_err() {
             return;
         }
         let deadline = Instant::now() + LINGER_TIME;

@@ -16,7 +16,7 @@ use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
 use crate::request::Framing;
 use crate::respond;
-use hayate_core::stream::Stream;
+use hayate_core::transport::Transport;
 
 /// Body reads make room for 16 KiB at a time.
 const BODY_ROOM: Room = Room {
@@ -83,7 +83,7 @@ pub struct ConnBody<'c> {
     /// The decoding state.
     pub state: &'c mut BodyState,
     /// The client socket.
-    pub stream: &'c mut Stream,
+    pub transport: &'c mut Transport,
     /// The connection's read buffer (may hold body bytes already).
     pub rbuf: &'c mut BytesMut,
     /// The connection's deadline slot.
@@ -100,7 +100,7 @@ impl ConnBody<'_> {
     async fn fill(&mut self) -> io::Result<()> {
         let until = Instant::now() + self.state.timeout;
         let read = client_io::read(
-            self.stream,
+            self.transport,
             self.rbuf,
             self.deadline,
             until,
@@ -125,7 +125,7 @@ impl ConnBody<'_> {
     /// Sends the `100 Continue` the client waits for, within the send
     /// timeout.
     async fn send_continue(&mut self) -> io::Result<()> {
-        client_io::write_all(self.stream, respond::CONTINUE, self.send_timeout).await
+        client_io::write_all(self.transport, respond::CONTINUE, self.send_timeout).await
     }
 
     async fn next(&mut self) -> io::Result<Option<Bytes>> {

@@ -1,16 +1,18 @@
-//! Listeners. TCP addresses get one SO_REUSEPORT socket per worker, so the
-//! kernel spreads connections over workers with no shared accept queue;
-//! a probe bind without SO_REUSEPORT first makes "address in use" (another
-//! hayate included) an error instead of a silent share. Unix sockets are
-//! bound once and shared by the workers.
+//! Binding listeners. TCP addresses get one SO_REUSEPORT socket per worker,
+//! so the kernel spreads connections over workers with no shared accept
+//! queue; a probe bind without SO_REUSEPORT first makes "address in use"
+//! (another hayate included) an error instead of a silent share. Unix
+//! sockets are bound once and shared by the workers. Each worker registers
+//! its sockets as [`Listener`](hayate_core::transport::Listener)s.
 
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use hayate_config::values::ListenAddr;
+use hayate_core::transport::Scheme;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Pending connections per listener. nginx's default of 511 shows up as
@@ -18,14 +20,14 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// SEEDS.md); the kernel caps it at net.core.somaxconn.
 const BACKLOG: i32 = 4096;
 
-/// A bound, listening socket (std, non-blocking), to be registered with a
-/// worker's runtime.
+/// A bound, listening, non-blocking socket (TCP or Unix), to be
+/// registered with a worker's runtime, and the scheme its clients speak.
 #[derive(Debug)]
-pub enum BoundListener {
-    /// TCP.
-    Tcp(std::net::TcpListener),
-    /// Unix.
-    Unix(UnixListener),
+pub struct BoundListener {
+    /// The socket.
+    pub socket: Socket,
+    /// What its clients speak.
+    pub scheme: Scheme,
 }
 
 /// The sockets for every worker and what they are bound to.
@@ -51,7 +53,10 @@ pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
                 for slot in per_worker.iter_mut() {
                     let l = reuseport_listener(bound)
                         .map_err(|e| with_context(e, &format!("listen {bound}")))?;
-                    slot.push(BoundListener::Tcp(l));
+                    slot.push(BoundListener {
+                        socket: l,
+                        scheme: Scheme::Http,
+                    });
                 }
                 addresses.push(ListenAddr::Tcp(bound));
             }
@@ -59,7 +64,10 @@ pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
                 let l = unix_listener(path)
                     .map_err(|e| with_context(e, &format!("listen unix:{}", path.display())))?;
                 for slot in per_worker.iter_mut() {
-                    slot.push(BoundListener::Unix(l.try_clone()?));
+                    slot.push(BoundListener {
+                        socket: l.try_clone()?,
+                        scheme: Scheme::Http,
+                    });
                 }
                 unix_paths.push(path.clone());
                 addresses.push(addr.clone());
@@ -96,16 +104,18 @@ fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("not an inet address"))
 }
 
-fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+fn reuseport_listener(addr: SocketAddr) -> io::Result<Socket> {
     let s = socket_for(addr)?;
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     s.listen(BACKLOG)?;
-    Ok(s.into())
+    Ok(s)
 }
 
-fn unix_listener(path: &Path) -> io::Result<UnixListener> {
+/// Binds a Unix socket at `path` (non-blocking, listening), replacing a
+/// socket file left over from a crash but nothing else.
+pub fn unix_listener(path: &Path) -> io::Result<Socket> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(io::Error::new(
@@ -128,5 +138,5 @@ fn unix_listener(path: &Path) -> io::Result<UnixListener> {
     s.bind(&socket2::SockAddr::unix(path)?)?;
     s.listen(BACKLOG)?;
     s.set_nonblocking(true)?;
-    Ok(s.into())
+    Ok(s)
 }

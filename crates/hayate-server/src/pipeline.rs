@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
+use hayate_core::transport::Scheme;
 use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{ProxyRequest, UpstreamGroup};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
@@ -34,6 +35,15 @@ use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 use crate::cached::{Miss, RouteCache};
 use crate::request::Request;
 use crate::router::{handler_path, Route, Router};
+
+/// Who sent the request, as forwarding tells the upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct Client<'a> {
+    /// The client's address (`unix` on a Unix socket).
+    pub peer: &'a str,
+    /// What the client's listener speaks.
+    pub scheme: Scheme,
+}
 
 /// What the request path decided without waiting.
 pub enum Answer<'r> {
@@ -63,9 +73,13 @@ impl ToUpstream<'_> {
 }
 
 /// Steps 1-3 and the cache's lookup: everything that answers a request
-/// without waiting. `now` is the request's time; `peer` the client
-/// address.
-pub fn answer<'r>(req: &'r Request, router: &'r Router, now: Instant, peer: &str) -> Answer<'r> {
+/// without waiting. `now` is the request's time.
+pub fn answer<'r>(
+    req: &'r Request,
+    router: &'r Router,
+    now: Instant,
+    client: Client<'_>,
+) -> Answer<'r> {
     // 1. Normalize the path.
     if req.target() == b"*" {
         let r = Response::error(Status::METHOD_NOT_ALLOWED).with_header("Allow", b"GET, HEAD");
@@ -102,11 +116,12 @@ pub fn answer<'r>(req: &'r Request, router: &'r Router, now: Instant, peer: &str
     // 4a. The cache answers what it can.
     let target = upstream_target(req, path);
     let cache = match &route.cache {
-        Some(cache) => match crate::cached::lookup(cache, group, &proxied(req, &target, peer), now)
-        {
-            Ok(response) => return Answer::Now(response, Some(route.index)),
-            Err(miss) => Some((cache, miss)),
-        },
+        Some(cache) => {
+            match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {
+                Ok(response) => return Answer::Now(response, Some(route.index)),
+                Err(miss) => Some((cache, miss)),
+            }
+        }
         None => None,
     };
     Answer::Upstream(ToUpstream {
@@ -119,14 +134,14 @@ pub fn answer<'r>(req: &'r Request, router: &'r Router, now: Instant, peer: &str
 
 /// Step 4 for what [`answer`] could not answer: the route's upstream group,
 /// through the cache when the route caches. `body` is the request body;
-/// `peer` the client address, for forwarding.
+/// `client` says who sent it, for forwarding.
 pub async fn upstream<B: ClientBody>(
     req: &Request,
     to: ToUpstream<'_>,
     body: &mut B,
-    peer: &str,
+    client: Client<'_>,
 ) -> Response {
-    let proxied = proxied(req, &to.target, peer);
+    let proxied = proxied(req, &to.target, client);
     // Both ways are boxed: their state (kilobytes) then never enlarges the
     // future a connection builds for every request it serves.
     match to.cache {
@@ -165,12 +180,13 @@ fn upstream_target<'r>(req: &'r Request, path: Cow<'_, [u8]>) -> Cow<'r, [u8]> {
 }
 
 /// The request as the proxy and the cache see it.
-fn proxied<'r>(req: &'r Request, target: &'r [u8], peer: &'r str) -> ProxyRequest<'r> {
+fn proxied<'r>(req: &'r Request, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
     ProxyRequest {
         method: req.method(),
         target,
         headers: req.fields().collect(),
-        client_ip: peer,
+        client_ip: client.peer,
+        scheme: client.scheme,
         host: req.host(),
     }
 }

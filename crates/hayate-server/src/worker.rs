@@ -12,7 +12,6 @@ use std::time::Duration;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
 use hayate_core::shutdown::ShutdownWatch;
-use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
 use crate::access_log::{AccessLog, Sink};
@@ -23,7 +22,7 @@ use crate::request::HeadLimits;
 use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::respond::OVER_CAPACITY;
 use crate::router::Router;
-use hayate_core::stream::Stream;
+use hayate_core::transport::Listener;
 
 /// Timeouts of a connection.
 #[derive(Debug, Clone, Copy)]
@@ -129,10 +128,7 @@ pub fn run(
     local.block_on(&rt, async move {
         let worker = Rc::new(Worker::build(&shared, shutdown.clone())?);
         for l in listeners {
-            let l = match l {
-                BoundListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
-                BoundListener::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
-            };
+            let l = Listener::new(l.socket, l.scheme)?;
             tokio::task::spawn_local(accept_loop(l, worker.clone(), shared.clone()));
         }
         let flusher = worker.clone();
@@ -148,6 +144,7 @@ pub fn run(
         tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
         for group in worker.router.upstream_groups() {
             tokio::task::spawn_local(group.clone().run_health_checks());
+            tokio::task::spawn_local(group.clone().run_pool_sweeper());
         }
         let mut stop = shutdown.clone();
         stop.wait().await;
@@ -176,20 +173,16 @@ pub fn run(
     })
 }
 
-enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
 async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
     let mut shutdown = worker.shutdown.clone();
     let max = shared.config.global.max_connections as usize;
+    let scheme = listener.scheme();
     loop {
         let accepted = tokio::select! {
-            a = accept(&listener) => a,
+            a = listener.accept() => a,
             _ = shutdown.wait() => return,
         };
-        let (stream, peer) = match accepted {
+        let (mut transport, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -201,7 +194,7 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
         if shared.connections.fetch_add(1, Ordering::Relaxed) >= max {
             shared.connections.fetch_sub(1, Ordering::Relaxed);
             log::warn!("connection from {peer} refused: max_connections ({max}) reached");
-            let _ = stream.try_write(OVER_CAPACITY);
+            let _ = transport.try_write(OVER_CAPACITY);
             continue;
         }
         let guard = ConnGuard {
@@ -210,23 +203,11 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
         };
         worker.active.set(worker.active.get() + 1);
         tokio::task::spawn_local(async move {
-            Conn::new(stream, peer, guard.worker.clone()).run().await;
+            Conn::new(transport, peer, scheme, guard.worker.clone())
+                .run()
+                .await;
             drop(guard);
         });
-    }
-}
-
-async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
-    match listener {
-        Listener::Tcp(l) => {
-            let (s, addr) = l.accept().await?;
-            s.set_nodelay(true)?;
-            Ok((Stream::Tcp(s), addr.ip().to_string()))
-        }
-        Listener::Unix(l) => {
-            let (s, _) = l.accept().await?;
-            Ok((Stream::Unix(s), "unix".to_string()))
-        }
     }
 }
 

@@ -692,27 +692,27 @@ fn a_streamed_body_is_not_replayed_when_a_reused_connection_fails() {
             "1KiB",
         ],
     );
-    let post = |len: usize| {
+    let put = |len: usize| {
         let mut c = h.client();
         assert_eq!(c.get("/warm", &[]).status, 200, "pools a connection");
         let mut raw =
-            format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+            format!("PUT /up HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").into_bytes();
         raw.extend(std::iter::repeat_n(b'x', len));
         c.send(&raw);
         c.read_response(false).status
     };
     // Small enough for the replay buffer: the pool race is repaired on a
-    // fresh connection.
-    assert_eq!(post(100), 200);
+    // fresh connection (PUT is idempotent).
+    assert_eq!(put(100), 200);
     assert_eq!(m.accepted(), 2, "one replay on a fresh connection");
     // Larger: streamed upstream as it arrives, so it cannot be sent again.
-    assert_eq!(post(8 * 1024), 502);
+    assert_eq!(put(8 * 1024), 502);
     assert_eq!(m.accepted(), 3, "no replay of a streamed body");
     let lines = m.lines();
     assert_eq!(
-        lines.iter().filter(|l| l.starts_with("POST /up ")).count(),
+        lines.iter().filter(|l| l.starts_with("PUT /up ")).count(),
         3,
-        "small POST twice (lost, replayed), large once: {lines:?}"
+        "small PUT twice (lost, replayed), large once: {lines:?}"
     );
 }
 
@@ -787,5 +787,112 @@ fn interim_responses_from_the_upstream_are_consumed() {
     let rest = String::from_utf8_lossy(&c.read_to_close()).to_string();
     assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
     assert_eq!(rest.matches("HTTP/1.1").count(), 1, "{rest}");
+    h.assert_no_errors();
+}
+
+/// Sends `method /up` with a 2-byte body on a client whose first request
+/// pooled an upstream connection; the status.
+fn after_a_warm_up(h: &Hayate, method: &str, extra: &str) -> u16 {
+    let mut c = h.client();
+    assert_eq!(c.get("/warm", &[]).status, 200, "pools a connection");
+    c.send(
+        format!("{method} /up HTTP/1.1\r\nHost: t\r\n{extra}Content-Length: 2\r\n\r\nhi")
+            .as_bytes(),
+    );
+    c.read_response(false).status
+}
+
+#[test]
+fn after_the_pool_race_only_a_request_that_may_repeat_is_replayed() {
+    // The member answers a connection's first request and dies at the
+    // second after reading it: the request was written whole, and the app
+    // may have acted on it.
+    let m = Member::start(ANSWERS_ONCE);
+    let h = Hayate::start(BIN, &["--proxy", &m.url, "--workers", "1"]);
+    assert_eq!(after_a_warm_up(&h, "PUT", ""), 200, "idempotent: replayed");
+    assert_eq!(after_a_warm_up(&h, "POST", ""), 502, "not replayed");
+    assert_eq!(
+        after_a_warm_up(&h, "POST", "Idempotency-Key: order-7\r\n"),
+        200,
+        "a keyed POST is replayed: the app can tell a repeat"
+    );
+    let sent = |line: &str| m.lines().iter().filter(|l| l.starts_with(line)).count();
+    assert_eq!(sent("PUT /up "), 2, "{:?}", m.lines());
+    assert_eq!(
+        sent("POST /up "),
+        3,
+        "the plain POST once, the keyed one twice"
+    );
+}
+
+#[test]
+fn a_post_takes_a_fresh_connection_rather_than_one_idle_for_over_a_second() {
+    let m = Member::start(ANSWERS_ONCE);
+    let h = Hayate::start(BIN, &["--proxy", &m.url, "--workers", "1"]);
+    let mut c = h.client();
+    assert_eq!(c.get("/warm", &[]).status, 200, "pools a connection");
+    // The rule under test is a duration: a connection idle this long may be
+    // one its upstream is closing, which a POST must not meet.
+    std::thread::sleep(Duration::from_millis(1100));
+    c.send(b"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(c.read_response(false).status, 200);
+    assert_eq!(m.accepted(), 2, "the POST went on a new connection");
+    let posts = m
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("POST /up "))
+        .count();
+    assert_eq!(posts, 1);
+}
+
+#[test]
+fn idle_pooled_connections_are_closed_when_they_expire_without_another_request() {
+    // Three requests at once open three upstream connections; each then
+    // waits for hayate to close it, and says so.
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", upstream.local_addr().expect("addr"));
+    let all_in = Arc::new(std::sync::Barrier::new(3));
+    let (closed_tx, closed) = std::sync::mpsc::channel::<bool>();
+    std::thread::spawn(move || {
+        for s in upstream.incoming().take(3) {
+            let Ok(mut s) = s else { return };
+            let (all_in, closed_tx) = (all_in.clone(), closed_tx.clone());
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                read_through_blank_line(&mut s, &mut head).expect("a request");
+                all_in.wait();
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .expect("answer");
+                s.set_read_timeout(Some(Duration::from_secs(5)))
+                    .expect("timeout");
+                let mut byte = [0u8; 1];
+                let _ = closed_tx.send(matches!(s.read(&mut byte), Ok(0)));
+            });
+        }
+    });
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &url,
+            "--workers",
+            "1",
+            "--proxy-keepalive",
+            "200ms",
+        ],
+    );
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let mut c = h.client();
+            std::thread::spawn(move || c.get("/burst", &[]).status)
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().expect("client"), 200);
+    }
+    for i in 0..3 {
+        let eof = closed.recv_timeout(Duration::from_secs(6)).expect("closed");
+        assert!(eof, "connection {i} was closed by hayate, not left open");
+    }
     h.assert_no_errors();
 }

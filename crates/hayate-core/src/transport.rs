@@ -1,0 +1,283 @@
+//! Every connected socket, a client's or an upstream's: [`Transport`], and
+//! the [`Listener`] that accepts clients, with the [`Scheme`] it serves.
+//!
+//! Protocol code (the HTTP/1 connection loop, the proxy's upstream client)
+//! talks to a `Transport` and never to a socket type, so a layer such as
+//! TLS is one more variant here, not a change in every caller. What such a
+//! layer changes is spelled out by the operations themselves:
+//! - [`Transport::has_buffered_input`]: input already read from the socket
+//!   and held by the layer (decrypted TLS records) — the kernel's readiness
+//!   does not show it, so waiting for readability alone could wait forever;
+//! - [`Transport::try_sendfile`]: zero-copy only where the bytes go to the
+//!   socket unchanged; elsewhere it reports `Unsupported` and the caller
+//!   copies the file through its buffers;
+//! - [`Transport::shutdown_write`]: the end of output (a TLS close_notify
+//!   before the socket's FIN).
+//!
+//! The connection loop uses the readiness-based operations (try first, wait
+//! only on WouldBlock); tunnels and the proxy go through tokio's poll path
+//! ([`AsyncRead`], [`AsyncWrite`]).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// A connected socket.
+#[derive(Debug)]
+pub enum Transport {
+    /// TCP (Nagle off).
+    Tcp(TcpStream),
+    /// Unix domain socket.
+    Unix(UnixStream),
+}
+
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Transport::Tcp($s) => $e,
+            Transport::Unix($s) => $e,
+        }
+    };
+}
+
+impl Transport {
+    /// Wraps a connected TCP socket, with Nagle's algorithm off: hayate
+    /// writes whole responses and request heads, never byte by byte.
+    pub fn tcp(s: TcpStream) -> io::Result<Transport> {
+        s.set_nodelay(true)?;
+        Ok(Transport::Tcp(s))
+    }
+
+    /// Writes what the socket takes now. A short write clears readiness
+    /// (see [`Transport::try_sendfile`]).
+    pub fn try_write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.try_io_short(data.len(), |fd| nix::unistd::write(fd, data))
+    }
+
+    /// Writes what the socket takes now, from several buffers.
+    pub fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let total = bufs.iter().map(|b| b.len()).sum();
+        self.try_io_short(total, |fd| nix::sys::uio::writev(fd, bufs))
+    }
+
+    /// Sends up to `count` bytes of `file` from `offset` with sendfile(2),
+    /// without waiting; advances `offset`. `Unsupported` where the transport
+    /// must transform what it sends (the caller copies instead).
+    ///
+    /// A short send clears readiness (see [`Transport::try_io_short`]).
+    pub fn try_sendfile(
+        &mut self,
+        file: &File,
+        offset: &mut i64,
+        count: usize,
+    ) -> io::Result<usize> {
+        self.try_io_short(count, |fd| {
+            nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(&mut *offset), count)
+        })
+    }
+
+    /// Runs a non-blocking write-like operation of `want` bytes. A short
+    /// result means the socket buffer is full: readiness is cleared so the
+    /// next attempt waits for epoll instead of a syscall that would return
+    /// EAGAIN (what nginx does after a short write).
+    fn try_io_short(
+        &self,
+        want: usize,
+        mut op: impl FnMut(BorrowedFd<'_>) -> nix::Result<usize>,
+    ) -> io::Result<usize> {
+        let mut done = 0;
+        let mut attempt = |fd: BorrowedFd<'_>| {
+            let n = op(fd).map_err(io::Error::from)?;
+            done = n;
+            if n > 0 && n < want {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        };
+        let result = each!(self, s => s.try_io(Interest::WRITABLE, || attempt(s.as_fd())));
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => Ok(done),
+            other => other,
+        }
+    }
+
+    /// Sets TCP_CORK (nothing on other transports). Errors are ignored:
+    /// corking only shapes segments.
+    pub fn set_cork(&self, cork: bool) {
+        if let Transport::Tcp(s) = self {
+            let _ = socket2::SockRef::from(s).set_cork(cork);
+        }
+    }
+
+    /// Whether input was read from the socket and is held here, unread
+    /// (never for TCP and Unix sockets, whose unread input the kernel
+    /// holds and epoll reports).
+    pub fn has_buffered_input(&self) -> bool {
+        false
+    }
+
+    /// Whether an idle connection still looks usable: no EOF and no stray
+    /// bytes waiting (at most one non-blocking read; none while epoll has
+    /// not reported it readable).
+    pub fn looks_alive(&mut self) -> bool {
+        if self.has_buffered_input() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        let r = each!(self, s => s.try_read(&mut probe));
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Waits until a read would return something (input held by the
+    /// transport counts).
+    pub async fn readable(&self) -> io::Result<()> {
+        if self.has_buffered_input() {
+            return Ok(());
+        }
+        each!(self, s => s.readable().await)
+    }
+
+    /// Waits until the socket is writable.
+    pub async fn writable(&self) -> io::Result<()> {
+        each!(self, s => s.writable().await)
+    }
+
+    /// Ends the output side (the peer reads EOF after what was sent); input
+    /// can still be read.
+    pub async fn shutdown_write(&mut self) -> io::Result<()> {
+        each!(self, s => socket2::SockRef::from(&*s).shutdown(std::net::Shutdown::Write))
+    }
+}
+
+impl AsRawFd for Transport {
+    /// The socket's descriptor (for socket options and identity in tests).
+    fn as_raw_fd(&self) -> RawFd {
+        each!(self, s => s.as_raw_fd())
+    }
+}
+
+/// Reads go through tokio's poll path, which clears readiness after a short
+/// read: the next read then waits for epoll instead of paying a syscall to
+/// learn that nothing is there (one `read` returning EAGAIN saved per
+/// keep-alive request).
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        each!(this, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+/// Writes through tokio's poll path: tunnels (upgraded connections), where
+/// tokio's copy loops drive the socket, and the proxy's upstream writes.
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        each!(this, s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        each!(this, s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        each!(this, s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        each!(this, s => Pin::new(s).poll_shutdown(cx))
+    }
+}
+
+/// What a listener's clients speak beneath HTTP: the `scheme` of their
+/// requests' URIs, and what `X-Forwarded-Proto` tells an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Cleartext.
+    Http,
+    /// TLS.
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Who is on the other end of an accepted connection, as logs and
+/// `X-Forwarded-For` name it: an IP address, or `unix`.
+pub type Peer = String;
+
+/// A listening socket registered with the current runtime, and the scheme
+/// its clients speak.
+#[derive(Debug)]
+pub struct Listener {
+    socket: ListenSocket,
+    scheme: Scheme,
+}
+
+#[derive(Debug)]
+enum ListenSocket {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Registers a bound, listening, non-blocking socket (TCP or Unix, told
+    /// by its address family) with the current runtime.
+    pub fn new(socket: socket2::Socket, scheme: Scheme) -> io::Result<Listener> {
+        let socket = if socket.local_addr()?.is_unix() {
+            ListenSocket::Unix(UnixListener::from_std(socket.into())?)
+        } else {
+            ListenSocket::Tcp(TcpListener::from_std(socket.into())?)
+        };
+        Ok(Listener { socket, scheme })
+    }
+
+    /// The scheme this listener's clients speak.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// Accepts the next connection.
+    pub async fn accept(&self) -> io::Result<(Transport, Peer)> {
+        match &self.socket {
+            ListenSocket::Tcp(l) => {
+                let (s, addr) = l.accept().await?;
+                Ok((Transport::tcp(s)?, addr.ip().to_string()))
+            }
+            ListenSocket::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                Ok((Transport::Unix(s), "unix".to_string()))
+            }
+        }
+    }
+}

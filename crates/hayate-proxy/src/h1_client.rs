@@ -1,0 +1,743 @@
+//! HTTP/1.1, client role: a request written on an upstream [`Transport`]
+//! (its head, then its body buffered or streamed, sized or chunked, with
+//! trailers), the response head read and checked (framing, Keep-Alive,
+//! hop-by-hop fields dropped), and the response body streamed back through
+//! [`UpstreamBody`], which returns the connection to its member's pool once
+//! the body was read whole.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use hayate_core::chunked::{chunk_size_line, passable_trailers};
+use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::field::{parse_length, split_list, trim_ows as trim};
+use hayate_core::transport::Transport;
+use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Sleep;
+
+use crate::group::{Outstanding, ProxySettings};
+use crate::hop_by_hop::{connection_listed, is_hop_by_hop};
+use crate::protocol::UpstreamProtocol;
+use crate::retry::Failure;
+
+/// Most response header fields accepted from an upstream.
+const MAX_RESPONSE_HEADERS: usize = 128;
+/// Largest response head accepted from an upstream.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// HTTP/1.1 to the upstream.
+pub(crate) struct Http1;
+
+/// What an exchange read: the response head, the connection it came on,
+/// and the bytes read past the head.
+pub(crate) struct Answer {
+    conn: Transport,
+    head: Head,
+    rest: BytesMut,
+}
+
+/// What one attempt sends upstream.
+#[derive(Clone, Copy)]
+pub(crate) struct Outgoing<'a> {
+    /// The request head ([`crate::request_head::RequestHead`]).
+    pub head: &'a [u8],
+    /// The whole body, when it was small enough to buffer (replayable).
+    pub buffered: Option<&'a Bytes>,
+    /// Otherwise, what was read of it before streaming the rest.
+    pub prefix: &'a Bytes,
+    /// The trailer section of a buffered chunked body (kept for a replay);
+    /// a streamed body's trailers are read from the client at its end.
+    pub trailers: Option<&'a Bytes>,
+    /// The framing sent upstream.
+    pub length: BodyLength,
+    /// The request is HEAD (its answer has no body).
+    pub is_head: bool,
+    /// The request asks for a protocol switch.
+    pub upgrade: bool,
+}
+
+/// How the upstream delimits its response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// 101: the connection becomes a tunnel.
+    Tunnel,
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// A response head as read from the upstream: its end-to-end fields, and
+/// what the connection does next.
+pub(crate) struct Head {
+    status: Status,
+    headers: Vec<u8>,
+    framing: Framing,
+    /// How long the connection may idle in the pool; `None`: do not reuse.
+    keep: Option<Duration>,
+    /// The request was HEAD.
+    is_head: bool,
+    /// Content-Length announced on a HEAD response.
+    head_len: Option<u64>,
+}
+
+impl UpstreamProtocol for Http1 {
+    type Answer = Answer;
+
+    async fn exchange<B: ClientBody>(
+        &self,
+        mut conn: Transport,
+        out: &Outgoing<'_>,
+        body: &mut B,
+        settings: &ProxySettings,
+    ) -> Result<Answer, Failure> {
+        let Outgoing {
+            head,
+            buffered,
+            prefix,
+            trailers,
+            length,
+            is_head,
+            upgrade,
+        } = *out;
+        let mut sending = Sending {
+            conn: &mut conn,
+            wrote: false,
+            limit: settings.io_timeout,
+        };
+        match buffered {
+            Some(b) if length == BodyLength::Chunked => {
+                // A buffered chunked body with trailers: one chunk, then the
+                // last chunk and the trailer section.
+                // An empty body has no data chunk (empty slices are skipped).
+                let trailers = trailers.map_or(&b""[..], |t| &t[..]);
+                let mut line = [0u8; 18];
+                let (line, end): (&[u8], &[u8]) = if b.is_empty() {
+                    (b"", b"")
+                } else {
+                    (chunk_size_line(b.len(), &mut line), b"\r\n")
+                };
+                sending
+                    .send(&mut [
+                        IoSlice::new(head),
+                        IoSlice::new(line),
+                        IoSlice::new(b),
+                        IoSlice::new(end),
+                        IoSlice::new(b"0\r\n"),
+                        IoSlice::new(trailers),
+                        IoSlice::new(b"\r\n"),
+                    ])
+                    .await?;
+            }
+            Some(b) => {
+                sending
+                    .send(&mut [IoSlice::new(head), IoSlice::new(b)])
+                    .await?
+            }
+            None => {
+                sending.send(&mut [IoSlice::new(head)]).await?;
+                let chunked = length == BodyLength::Chunked;
+                let mut first = (!prefix.is_empty()).then(|| prefix.clone());
+                loop {
+                    let chunk = match first.take() {
+                        Some(p) => Some(p),
+                        None => body.next_chunk().await.map_err(Failure::Client)?,
+                    };
+                    let Some(chunk) = chunk else { break };
+                    if chunked {
+                        // One write per chunk: size line, data, CRLF.
+                        let mut line = [0u8; 18];
+                        let line = chunk_size_line(chunk.len(), &mut line);
+                        sending
+                            .send(&mut [
+                                IoSlice::new(line),
+                                IoSlice::new(&chunk),
+                                IoSlice::new(b"\r\n"),
+                            ])
+                            .await?;
+                    } else {
+                        sending.send(&mut [IoSlice::new(&chunk)]).await?;
+                    }
+                }
+                if chunked {
+                    // The last chunk and the client's trailers, filtered. (A
+                    // body streamed with a Content-Length had one from the
+                    // client too, hence no trailers to lose.)
+                    let mut last = b"0\r\n".to_vec();
+                    if let Some(t) = body.trailers().and_then(|t| passable_trailers(&t)) {
+                        last.extend_from_slice(&t);
+                    }
+                    last.extend_from_slice(b"\r\n");
+                    sending.send(&mut [IoSlice::new(&last)]).await?;
+                }
+            }
+        }
+        // The response head.
+        let deadline = Instant::now() + settings.header_timeout;
+        // The buffer is allocated once the answer starts to arrive: a request
+        // waiting on a slow app holds no read buffer (thousands of them cost
+        // their sockets and little else). Readiness comes from epoll, no
+        // syscall.
+        match tokio::time::timeout_at(deadline.into(), conn.readable()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Failure::NoAnswer(e)),
+            Err(_) => return Err(Failure::Upstream(header_timed_out())),
+        }
+        let mut buf = BytesMut::with_capacity(8 * 1024);
+        loop {
+            let n = match tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if buf.is_empty() => return Err(Failure::NoAnswer(e)),
+                Ok(Err(e)) => return Err(Failure::Upstream(e)),
+                Err(_) => return Err(Failure::Upstream(header_timed_out())),
+            };
+            if n == 0 {
+                let e = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "upstream closed the connection",
+                );
+                return Err(if buf.is_empty() {
+                    Failure::NoAnswer(e)
+                } else {
+                    Failure::Upstream(e)
+                });
+            }
+            while let Some((head, len)) =
+                parse_response(&buf, is_head, upgrade, settings).map_err(Failure::Upstream)?
+            {
+                buf.advance(len);
+                match head {
+                    // Interim responses (100 Continue, 103) are consumed.
+                    None => continue,
+                    Some(head) => {
+                        return Ok(Answer {
+                            conn,
+                            head,
+                            rest: buf,
+                        })
+                    }
+                }
+            }
+            if buf.len() > MAX_RESPONSE_HEAD {
+                return Err(Failure::Upstream(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head too large",
+                )));
+            }
+        }
+    }
+
+    fn response(&self, answer: Answer, guard: Outstanding, settings: &ProxySettings) -> Response {
+        let Answer { conn, head, rest } = answer;
+        let mut r = Response::new(head.status);
+        r.head = head.headers;
+        if head.framing == Framing::Tunnel {
+            r.body = Body::Upgrade(Box::new(UpstreamTunnel {
+                conn,
+                rest: rest.freeze(),
+                _guard: guard,
+            }));
+            return r;
+        }
+        let source = UpstreamBody {
+            conn: Some(conn),
+            buf: rest,
+            framing: head.framing,
+            remaining: match head.framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            decoder: Chunked::keeping_trailers(),
+            keep: head.keep,
+            max_idle: settings.max_idle,
+            io_timeout: settings.io_timeout,
+            timer: None,
+            timer_armed: false,
+            guard: Some(guard),
+        };
+        r.body = match head.framing {
+            Framing::Tunnel => unreachable!("handled above"),
+            Framing::Empty => {
+                let mut source = source;
+                source.finish();
+                if head.is_head {
+                    // A HEAD response announces the GET body's framing:
+                    // its length, or chunked when the upstream gave none.
+                    Body::Stream(StreamBody {
+                        len: head.head_len,
+                        source: Box::new(source),
+                    })
+                } else {
+                    Body::Empty
+                }
+            }
+            Framing::Length(n) => Body::Stream(StreamBody {
+                len: Some(n),
+                source: Box::new(source),
+            }),
+            Framing::Chunked | Framing::UntilClose => Body::Stream(StreamBody {
+                len: None,
+                source: Box::new(source),
+            }),
+        };
+        r
+    }
+}
+
+/// Writes a request on an upstream connection, noting whether any byte of
+/// it left (see [`Failure`]).
+struct Sending<'c> {
+    conn: &'c mut Transport,
+    /// Some byte of the request reached the connection.
+    wrote: bool,
+    /// Longest wait for the upstream to take more.
+    limit: Duration,
+}
+
+impl Sending<'_> {
+    /// Writes every byte of `parts`, with as few (vectored) writes as the
+    /// socket takes.
+    async fn send(&mut self, mut parts: &mut [IoSlice<'_>]) -> Result<(), Failure> {
+        IoSlice::advance_slices(&mut parts, 0);
+        while !parts.is_empty() {
+            let written = tokio::time::timeout(self.limit, self.conn.write_vectored(parts)).await;
+            let error = match written {
+                Ok(Ok(0)) => io::ErrorKind::WriteZero.into(),
+                Ok(Ok(n)) => {
+                    self.wrote = true;
+                    IoSlice::advance_slices(&mut parts, n);
+                    continue;
+                }
+                Ok(Err(e)) => e,
+                Err(_) => io::Error::new(io::ErrorKind::TimedOut, "upstream I/O timed out"),
+            };
+            return Err(if self.wrote {
+                Failure::NoAnswer(error)
+            } else {
+                Failure::NotSent(error)
+            });
+        }
+        Ok(())
+    }
+}
+
+fn header_timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "no response head in time")
+}
+
+/// Parses one response head from `buf`: `Ok(None)` when incomplete,
+/// `Ok(Some((None, len)))` for an interim 1xx to skip.
+#[allow(clippy::type_complexity)]
+fn parse_response(
+    buf: &[u8],
+    is_head: bool,
+    upgrade: bool,
+    settings: &ProxySettings,
+) -> io::Result<Option<(Option<Head>, usize)>> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut resp = httparse::Response::new(&mut fields);
+    let bad = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad response from upstream: {what}"),
+        )
+    };
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(bad(&e.to_string())),
+    };
+    let code = resp.code.unwrap_or(0);
+    let status = Status::any(code).ok_or_else(|| bad("status code"))?;
+    if code == 101 {
+        if !upgrade {
+            return Err(bad("101 to a request that asked for no upgrade"));
+        }
+        let protocol = resp
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
+            .map(|h| h.value);
+        let mut headers = b"Connection: upgrade\r\nUpgrade: ".to_vec();
+        headers.extend_from_slice(protocol.unwrap_or(b"websocket"));
+        headers.extend_from_slice(b"\r\n");
+        copy_end_to_end(&mut headers, resp.headers);
+        let head = Head {
+            status,
+            headers,
+            framing: Framing::Tunnel,
+            keep: None,
+            is_head: false,
+            head_len: None,
+        };
+        return Ok(Some((Some(head), len)));
+    }
+    if (100..200).contains(&code) {
+        return Ok(Some((None, len)));
+    }
+    let mut headers = Vec::with_capacity(len);
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut other_coding = false;
+    let mut close = resp.version != Some(1);
+    let mut keep = settings.idle_timeout;
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let v = parse_length(trim(h.value));
+            match (v, content_length) {
+                (Some(v), None) => content_length = Some(v),
+                (Some(v), Some(old)) if v == old => {}
+                _ => return Err(bad("Content-Length")),
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            let last = split_list(h.value).last().unwrap_or_default();
+            chunked = last.eq_ignore_ascii_case(b"chunked");
+            other_coding = !chunked;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
+        } else if name.eq_ignore_ascii_case(b"keep-alive") {
+            if let Some(t) = keep_alive_timeout(h.value) {
+                // Leave well before the upstream closes its end.
+                keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
+            }
+        }
+    }
+    copy_end_to_end(&mut headers, resp.headers);
+    let framing = if is_head || code == 204 || code == 304 {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked
+    } else if other_coding {
+        Framing::UntilClose
+    } else if let Some(n) = content_length {
+        if n == 0 {
+            Framing::Empty
+        } else {
+            Framing::Length(n)
+        }
+    } else {
+        Framing::UntilClose
+    };
+    if settings.via {
+        headers.extend_from_slice(b"Via: 1.1 hayate\r\n");
+    }
+    let keep = (!close && framing != Framing::UntilClose).then_some(keep);
+    let head_len = if is_head { content_length } else { None };
+    Ok(Some((
+        Some(Head {
+            status,
+            headers,
+            framing,
+            keep,
+            is_head,
+            head_len,
+        }),
+        len,
+    )))
+}
+
+/// Copies the end-to-end fields of an upstream response head onto `out`:
+/// neither hop-by-hop nor named by its Connection fields, and not Date or
+/// Server (hayate sets its own).
+fn copy_end_to_end(out: &mut Vec<u8>, fields: &[httparse::Header<'_>]) {
+    let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    for h in fields {
+        let name = h.name.as_bytes();
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"date")
+            || name.eq_ignore_ascii_case(b"server")
+            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `timeout=N` from a Keep-Alive field.
+fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
+    split_list(v).find_map(|p| {
+        let rest = p.strip_prefix(b"timeout=")?;
+        parse_length(trim(rest)).map(Duration::from_secs)
+    })
+}
+
+/// The upstream's response body, streamed to the client; the connection
+/// returns to the pool once the body has been read whole.
+struct UpstreamBody {
+    conn: Option<Transport>,
+    buf: BytesMut,
+    framing: Framing,
+    remaining: u64,
+    decoder: Chunked,
+    keep: Option<Duration>,
+    max_idle: usize,
+    io_timeout: Duration,
+    /// The stall timer: allocated at the first read that waits, then reset.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Whether `timer` runs for the current wait.
+    timer_armed: bool,
+    guard: Option<Outstanding>,
+}
+
+impl UpstreamBody {
+    /// The body is complete: pool the connection if it may be reused.
+    fn finish(&mut self) {
+        if let (Some(conn), Some(keep), Some(guard)) =
+            (self.conn.take(), self.keep, self.guard.as_ref())
+        {
+            if self.buf.is_empty() {
+                guard
+                    .member()
+                    .checkin(conn, keep, self.max_idle, guard.instance_id());
+            }
+        }
+        self.guard = None;
+    }
+
+    /// Reads more from the upstream; `Ok(0)` at EOF.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(16 * 1024);
+        }
+        match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut self.buf) {
+            Poll::Ready(r) => {
+                self.timer_armed = false;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let limit = self.io_timeout;
+                let timer = match &mut self.timer {
+                    Some(t) if self.timer_armed => t,
+                    Some(t) => {
+                        t.as_mut().reset(tokio::time::Instant::now() + limit);
+                        t
+                    }
+                    None => self.timer.insert(Box::pin(tokio::time::sleep(limit))),
+                };
+                self.timer_armed = true;
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "upstream body stalled",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl BodySource for UpstreamBody {
+    fn trailers(&mut self) -> Option<Bytes> {
+        passable_trailers(&self.decoder.take_trailers())
+    }
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        let r = self.poll_body(cx);
+        r.map_err(|e| match &self.guard {
+            // Name the upstream: the connection writer logs this error.
+            Some(g) => io::Error::new(e.kind(), format!("upstream {}: {e}", g.member().label)),
+            None => e,
+        })
+    }
+}
+
+impl UpstreamBody {
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        loop {
+            match self.framing {
+                Framing::Empty | Framing::Tunnel => return Poll::Ready(Ok(None)),
+                Framing::Length(_) => {
+                    if self.remaining == 0 {
+                        self.finish();
+                        return Poll::Ready(Ok(None));
+                    }
+                    if !self.buf.is_empty() {
+                        let take = (self.buf.len() as u64).min(self.remaining) as usize;
+                        self.remaining -= take as u64;
+                        return Poll::Ready(Ok(Some(self.buf.split_to(take).freeze())));
+                    }
+                }
+                Framing::Chunked => {
+                    if !self.buf.is_empty() {
+                        let mut data = BytesMut::new();
+                        let consumed = self
+                            .decoder
+                            .decode(&self.buf, |d| data.extend_from_slice(d))
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                        self.buf.advance(consumed);
+                        if self.decoder.is_done() {
+                            if !data.is_empty() {
+                                // Deliver the data; the next poll ends the body.
+                                self.framing = Framing::Length(0);
+                                self.remaining = 0;
+                                return Poll::Ready(Ok(Some(data.freeze())));
+                            }
+                            self.finish();
+                            return Poll::Ready(Ok(None));
+                        }
+                        if !data.is_empty() {
+                            return Poll::Ready(Ok(Some(data.freeze())));
+                        }
+                    }
+                }
+                Framing::UntilClose => {
+                    if !self.buf.is_empty() {
+                        return Poll::Ready(Ok(Some(self.buf.split().freeze())));
+                    }
+                }
+            }
+            match self.poll_fill(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(0)) => {
+                    self.conn = None;
+                    return Poll::Ready(match self.framing {
+                        Framing::UntilClose => Ok(None),
+                        _ => Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "upstream closed mid-body",
+                        )),
+                    });
+                }
+                Poll::Ready(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+type Chunked = hayate_core::chunked::ChunkedDecoder;
+
+/// An upgraded upstream connection (WebSocket): relayed byte for byte with
+/// the client until either side closes. Reloads never cut it: it belongs to
+/// its connection task, not to a route table generation.
+struct UpstreamTunnel {
+    conn: Transport,
+    /// Upstream bytes read past the 101 head.
+    rest: Bytes,
+    _guard: Outstanding,
+}
+
+impl Tunnel for UpstreamTunnel {
+    fn run<'a>(
+        self: Box<Self>,
+        client: &'a mut dyn Duplex,
+        early: Bytes,
+    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
+        Box::pin(async move {
+            let UpstreamTunnel {
+                mut conn,
+                rest,
+                _guard,
+            } = *self;
+            if !rest.is_empty() {
+                client.write_all(&rest).await?;
+            }
+            if !early.is_empty() {
+                conn.write_all(&early).await?;
+            }
+            tokio::io::copy_bidirectional(client, &mut conn)
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_timeouts() {
+        assert_eq!(
+            keep_alive_timeout(b"max=100, timeout=5"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            keep_alive_timeout(b" timeout=7 ,"),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(keep_alive_timeout(b"timeout=+5"), None);
+        assert_eq!(keep_alive_timeout(b"max=5"), None);
+    }
+
+    #[test]
+    fn response_heads() {
+        let s = ProxySettings::default();
+        let parse = |raw: &str, head: bool| parse_response(raw.as_bytes(), head, false, &s);
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nDate: x\r\nServer: node\r\nX-App: y\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Length(5));
+        assert_eq!(h.keep, Some(Duration::from_secs(4)));
+        assert_eq!(String::from_utf8(h.headers).expect("ascii"), "X-App: y\r\n");
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Chunked);
+        let Ok(Some((Some(h), _))) = parse("HTTP/1.0 200 OK\r\n\r\n", false) else {
+            panic!("parse")
+        };
+        assert_eq!((h.framing, h.keep), (Framing::UntilClose, None));
+        let Ok(Some((Some(h), _))) = parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
+        else {
+            panic!("parse")
+        };
+        assert_eq!((h.framing, h.head_len), (Framing::Empty, Some(9)));
+        assert!(matches!(
+            parse("HTTP/1.1 100 Continue\r\n\r\n", false),
+            Ok(Some((None, 25)))
+        ));
+        assert!(parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            false
+        )
+        .is_err());
+        assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        assert!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", false).is_err(),
+            "a signed length is refused"
+        );
+        assert!(matches!(parse("HTTP/1.1 200 OK\r\n", false), Ok(None)));
+        let Ok(Some((Some(h), _))) =
+            parse("HTTP/1.1 299 Whatever\r\nContent-Length: 0\r\n\r\n", false)
+        else {
+            panic!("parse")
+        };
+        assert_eq!((h.status.code(), h.framing), (299, Framing::Empty));
+    }
+
+    #[test]
+    fn a_101_keeps_only_end_to_end_fields() {
+        let s = ProxySettings::default();
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: abc\r\nDate: x\r\nServer: node\r\n\r\n";
+        let Ok(Some((Some(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
+            panic!("parse")
+        };
+        assert_eq!(h.framing, Framing::Tunnel);
+        assert_eq!(
+            String::from_utf8(h.headers).expect("ascii"),
+            "Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n"
+        );
+        assert!(parse_response(raw.as_bytes(), false, false, &s).is_err());
+    }
+}

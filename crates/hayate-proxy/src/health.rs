@@ -1,0 +1,78 @@
+//! Active health checks: each worker probes its group's members with `GET
+//! path` every `health_interval`; a member that fails is taken out of
+//! balancing (and its idle connections closed) until a probe passes.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::{UpstreamAddr, UpstreamGroup};
+
+impl UpstreamGroup {
+    /// Runs active health checks until the worker ends (spawned per worker
+    /// when `health_check` is set).
+    pub async fn run_health_checks(self: Rc<Self>) {
+        let Some(path) = self.settings.health_check.clone() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(self.settings.health_interval);
+        loop {
+            tick.tick().await;
+            for m in &self.members {
+                // A supervised slot is probed at its current instance (its
+                // `addr` only names it); without one there is nothing to probe.
+                let Some(instance) = m.current() else {
+                    continue;
+                };
+                let target = m.target(instance.as_deref());
+                drop(instance);
+                let ok = probe(
+                    &target,
+                    &path,
+                    self.settings
+                        .connect_timeout
+                        .min(self.settings.health_interval),
+                )
+                .await;
+                match (ok, m.probe_down.get()) {
+                    (Ok(()), true) => {
+                        log::info!("upstream {} is healthy again", m.label);
+                        m.probe_down.set(false);
+                        m.succeeded();
+                    }
+                    (Err(e), false) => {
+                        log::warn!("upstream {} failed its health check: {e}", m.label);
+                        m.probe_down.set(true);
+                        m.idle.borrow_mut().clear();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
+async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut conn = crate::upconn::connect(addr, limit).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-health\r\nConnection: close\r\n\r\n");
+        conn.write_all(req.as_bytes()).await?;
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await?;
+        match &head[..10] {
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'2'] => Ok(()),
+            _ => Err(std::io::Error::other(format!(
+                "answered {:?}",
+                String::from_utf8_lossy(&head)
+            ))),
+        }
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer in time",
+        )),
+    }
+}

@@ -1,0 +1,156 @@
+//! The group's queue: a request that finds every member at its
+//! `max_conns` (or a supervised app with no ready instance) waits here, in
+//! FIFO order, bounded in depth and time; overflow and timeout answer 503
+//! with Retry-After, distinct from the 502 of a failing upstream.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hayate_core::{Response, Status};
+
+use crate::UpstreamGroup;
+
+/// Requests waiting in a group's queue on this worker; for a supervised
+/// app also counted in a total shared by every worker (`hayate status`).
+#[derive(Debug, Default)]
+pub(crate) struct QueueGauge {
+    local: Cell<usize>,
+    /// The total over every worker, for a supervised app.
+    pub(crate) shared: Option<Arc<AtomicUsize>>,
+}
+
+impl QueueGauge {
+    pub(crate) fn get(&self) -> usize {
+        self.local.get()
+    }
+
+    pub(crate) fn set(&self, n: usize) {
+        let old = self.local.replace(n);
+        if let Some(total) = &self.shared {
+            if n > old {
+                total.fetch_add(n - old, Ordering::Relaxed);
+            } else {
+                total.fetch_sub(old - n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Why no member could take a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// Every member was tried for this request.
+    Exhausted,
+    /// Every eligible member is at its limit: wait in the queue.
+    Full,
+}
+
+impl UpstreamGroup {
+    /// Waits for a member to finish a request (or an app instance to
+    /// become ready): FIFO, bounded in depth, and in time by `deadline`, set
+    /// once per request. Overflow and timeout answer 503 with Retry-After
+    /// (distinct from the 502 of a failing upstream). `newcomer`: the
+    /// request's first wait; `any_member`: it has tried no member yet.
+    pub(crate) async fn wait_in_queue(
+        &self,
+        deadline: Instant,
+        newcomer: bool,
+        any_member: bool,
+    ) -> Result<(), Response> {
+        let busy = || {
+            let mut r = Response::error(Status::SERVICE_UNAVAILABLE);
+            r.header("Retry-After", b"1");
+            r
+        };
+        // A request already in line is not refused for the queue's depth.
+        if newcomer && self.waiting.get() >= self.settings.queue_depth {
+            log::warn!(
+                "upstream group full and its queue too ({} waiting): 503",
+                self.waiting.get()
+            );
+            return Err(busy());
+        }
+        if !newcomer && !any_member && self.waiting_any.get() > 0 && self.has_room() {
+            // Woken for room only on members this request already failed
+            // on: the wakeup goes on to a request that can take any member
+            // (those never pass one on, so this ends).
+            self.freed.notify_one();
+        }
+        let _queued = Queued::new(self, any_member);
+        let ready = async {
+            match &self.app_ready {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let woken = tokio::time::timeout_at(deadline.into(), async {
+            tokio::select! {
+                _ = self.freed.notified() => {}
+                _ = ready => {}
+            }
+        })
+        .await;
+        match woken {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                log::warn!(
+                    "request waited {:?} for an upstream: 503",
+                    self.settings.queue_timeout
+                );
+                Err(busy())
+            }
+        }
+    }
+}
+
+/// Counts a request as waiting in its group's queue until dropped (also
+/// when the request is abandoned mid-wait).
+struct Queued<'g> {
+    group: &'g UpstreamGroup,
+    any_member: bool,
+}
+
+impl<'g> Queued<'g> {
+    fn new(group: &'g UpstreamGroup, any_member: bool) -> Queued<'g> {
+        group.waiting.set(group.waiting.get() + 1);
+        if any_member {
+            group.waiting_any.set(group.waiting_any.get() + 1);
+        }
+        Queued { group, any_member }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let g = self.group;
+        g.waiting.set(g.waiting.get().saturating_sub(1));
+        if self.any_member {
+            g.waiting_any.set(g.waiting_any.get().saturating_sub(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_counts_are_mirrored_into_the_shared_total() {
+        let total = Arc::new(AtomicUsize::new(5));
+        let q = QueueGauge {
+            local: Cell::new(0),
+            shared: Some(total.clone()),
+        };
+        q.set(2);
+        q.set(3);
+        assert_eq!((q.get(), total.load(Ordering::Relaxed)), (3, 8));
+        q.set(0);
+        assert_eq!(
+            total.load(Ordering::Relaxed),
+            5,
+            "other workers' count stays"
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! The request as the proxy sees it: what the server hands over, and what
+//! makes it safe to send twice.
+
+use hayate_core::transport::Scheme;
+use smallvec::SmallVec;
+
+/// A request's header fields (inline: most requests carry fewer than 16).
+pub type RequestFields<'a> = SmallVec<[(&'a [u8], &'a [u8]); 16]>;
+
+/// The request as the proxy needs it.
+#[derive(Debug)]
+pub struct ProxyRequest<'a> {
+    /// Method.
+    pub method: &'a [u8],
+    /// Path and query as the client sent them.
+    pub target: &'a [u8],
+    /// Header fields as received.
+    pub headers: RequestFields<'a>,
+    /// The client's address, for X-Forwarded-For (`unix` for Unix sockets).
+    pub client_ip: &'a str,
+    /// The Host the client asked for.
+    pub host: Option<&'a [u8]>,
+    /// What the client's listener speaks (X-Forwarded-Proto, Forwarded).
+    pub scheme: Scheme,
+}
+
+impl<'a> ProxyRequest<'a> {
+    /// The first value of the field `name`.
+    pub fn field(&self, name: &[u8]) -> Option<&'a [u8]> {
+        self.values(name).next()
+    }
+
+    /// Every value of the field `name`.
+    pub fn values<'r>(&'r self, name: &'r [u8]) -> impl Iterator<Item = &'a [u8]> + 'r {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// Whether the request may be sent again after the upstream may have
+    /// acted on it: an idempotent method, or a client that named the
+    /// operation with an `Idempotency-Key` (so the app can tell a repeat).
+    pub fn repeatable(&self) -> bool {
+        idempotent(self.method) || self.field(b"idempotency-key").is_some()
+    }
+}
+
+/// Methods a proxy may repeat (RFC 9110 §9.2.2).
+pub(crate) fn idempotent(method: &[u8]) -> bool {
+    matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(method: &'a [u8], headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
+        ProxyRequest {
+            method,
+            target: b"/",
+            headers: headers.into(),
+            client_ip: "127.0.0.1",
+            host: None,
+            scheme: Scheme::Http,
+        }
+    }
+
+    #[test]
+    fn idempotent_methods_and_idempotency_keys_are_repeatable() {
+        for m in [&b"GET"[..], b"HEAD", b"PUT", b"DELETE", b"OPTIONS"] {
+            assert!(req(m, vec![]).repeatable(), "{m:?}");
+        }
+        assert!(!req(b"POST", vec![]).repeatable());
+        assert!(!req(b"PATCH", vec![(b"X-Key", b"1")]).repeatable());
+        assert!(req(b"POST", vec![(b"Idempotency-Key", b"\"8e03\"")]).repeatable());
+    }
+}

@@ -1,0 +1,389 @@
+//! The request head sent upstream over HTTP/1.1: the client's end-to-end
+//! fields, hop-by-hop ones removed ([`crate::hop_by_hop`]), Host by the
+//! route's policy, X-Forwarded-For/-Proto/-Host and Forwarded (the scheme
+//! from the client's listener), Via, X-Request-Id, and the body's framing.
+
+use std::cell::Cell;
+use std::ops::Range;
+
+use hayate_core::client_body::BodyLength;
+
+use crate::group::{HostPolicy, ProxySettings};
+use crate::hop_by_hop::is_hop_by_hop;
+use crate::{ProxyRequest, UpstreamAddr};
+
+/// The upstream request head, built once per request so that every attempt
+/// sends the same one; only the Host that [`HostPolicy::Upstream`] takes
+/// from the member may differ between attempts.
+pub(crate) struct RequestHead {
+    bytes: Vec<u8>,
+    /// Where the Host value sits in `bytes`.
+    host: Range<usize>,
+}
+
+impl RequestHead {
+    /// The head to send to `member`.
+    pub(crate) fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
+        if settings.host == HostPolicy::Upstream {
+            let host: &[u8] = match member {
+                UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
+                UpstreamAddr::Unix(_) => b"localhost",
+            };
+            if self.bytes.get(self.host.clone()) != Some(host) {
+                self.bytes.splice(self.host.clone(), host.iter().copied());
+                self.host.end = self.host.start + host.len();
+            }
+        }
+        &self.bytes
+    }
+}
+
+impl RequestHead {
+    /// Builds the head; `listed` is what the request's Connection fields
+    /// name, `upgrade` the protocol it asks to switch to. The Host value is
+    /// left empty under [`HostPolicy::Upstream`], which
+    /// [`RequestHead::for_member`] fills in.
+    pub(crate) fn new(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        listed: &[&[u8]],
+        upgrade: Option<&[u8]>,
+    ) -> RequestHead {
+        let mut h = Vec::with_capacity(512);
+        h.extend_from_slice(req.method);
+        h.push(b' ');
+        h.extend_from_slice(req.target);
+        h.extend_from_slice(b" HTTP/1.1\r\n");
+        let client_host = req.host.unwrap_or_default();
+        h.extend_from_slice(b"Host: ");
+        let host_start = h.len();
+        match &settings.host {
+            HostPolicy::Pass => h.extend_from_slice(client_host),
+            HostPolicy::Upstream => {}
+            HostPolicy::Fixed(name) => h.extend_from_slice(name.as_bytes()),
+        }
+        let host_range = host_start..h.len();
+        h.extend_from_slice(b"\r\n");
+        // Forwarding fields from a trusted proxy are extended; from anyone else
+        // they are replaced, so a client cannot spoof its address.
+        let trusted = !settings.trusted.is_empty()
+            && req
+                .client_ip
+                .parse()
+                .is_ok_and(|ip| settings.trusted.iter().any(|n| n.contains(ip)));
+        let incoming = |name: &[u8]| -> Option<&[u8]> {
+            trusted
+                .then(|| {
+                    req.headers
+                        .iter()
+                        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .map(|(_, v)| *v)
+                })
+                .flatten()
+        };
+        let mut request_id = None;
+        for &(name, value) in &req.headers {
+            if is_hop_by_hop(name)
+                || name.eq_ignore_ascii_case(b"host")
+                || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+                || name.eq_ignore_ascii_case(b"x-forwarded-for")
+                || name.eq_ignore_ascii_case(b"x-forwarded-proto")
+                || name.eq_ignore_ascii_case(b"x-forwarded-host")
+                || name.eq_ignore_ascii_case(b"forwarded")
+            {
+                continue;
+            }
+            if name.eq_ignore_ascii_case(b"x-request-id") {
+                if !value.is_empty()
+                    && value.len() <= 128
+                    && value.iter().all(|b| b.is_ascii_graphic())
+                {
+                    request_id = Some(value);
+                }
+                continue;
+            }
+            h.extend_from_slice(name);
+            h.extend_from_slice(b": ");
+            h.extend_from_slice(value);
+            h.extend_from_slice(b"\r\n");
+        }
+        let ip = req.client_ip;
+        h.extend_from_slice(b"X-Forwarded-For: ");
+        if let Some(chain) = incoming(b"x-forwarded-for") {
+            h.extend_from_slice(chain);
+            h.extend_from_slice(b", ");
+        }
+        h.extend_from_slice(ip.as_bytes());
+        h.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+        h.extend_from_slice(
+            incoming(b"x-forwarded-proto").unwrap_or(req.scheme.as_str().as_bytes()),
+        );
+        h.extend_from_slice(b"\r\n");
+        let host = incoming(b"x-forwarded-host").unwrap_or(client_host);
+        if !host.is_empty() {
+            h.extend_from_slice(b"X-Forwarded-Host: ");
+            h.extend_from_slice(host);
+            h.extend_from_slice(b"\r\n");
+        }
+        h.extend_from_slice(b"Forwarded: ");
+        if let Some(chain) = incoming(b"forwarded") {
+            h.extend_from_slice(chain);
+            h.extend_from_slice(b", ");
+        }
+        h.extend_from_slice(b"for=");
+        if ip.contains(':') {
+            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+            h.extend_from_slice(b"\"[");
+            h.extend_from_slice(ip.as_bytes());
+            h.extend_from_slice(b"]\"");
+        } else {
+            h.extend_from_slice(ip.as_bytes());
+        }
+        h.extend_from_slice(b";proto=");
+        h.extend_from_slice(req.scheme.as_str().as_bytes());
+        if !client_host.is_empty()
+            && client_host
+                .iter()
+                .all(|b| b.is_ascii_graphic() && *b != b'"')
+        {
+            h.extend_from_slice(b";host=\"");
+            h.extend_from_slice(client_host);
+            h.push(b'"');
+        }
+        if settings.via {
+            h.extend_from_slice(b"\r\nVia: 1.1 hayate");
+        }
+        h.extend_from_slice(b"\r\nX-Request-Id: ");
+        match request_id {
+            Some(id) => h.extend_from_slice(id),
+            None => h.extend_from_slice(&new_request_id()),
+        }
+        h.extend_from_slice(b"\r\n");
+        if let Some(protocol) = upgrade {
+            h.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
+            h.extend_from_slice(protocol);
+            h.extend_from_slice(b"\r\n");
+        }
+        match length {
+            BodyLength::None => {}
+            BodyLength::Known(n) => {
+                h.extend_from_slice(b"Content-Length: ");
+                h.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                h.extend_from_slice(b"\r\n");
+            }
+            BodyLength::Chunked => h.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        }
+        h.extend_from_slice(b"\r\n");
+        RequestHead {
+            bytes: h,
+            host: host_range,
+        }
+    }
+}
+
+thread_local! {
+    static REQUEST_IDS: Cell<u64> = Cell::new({
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(std::process::id().into());
+        hasher.finish()
+    });
+}
+
+/// A request id unique within the process (64 random-seeded bits), as 16
+/// lower-case hex digits.
+fn new_request_id() -> [u8; 16] {
+    let n = REQUEST_IDS.with(|c| {
+        let v = c.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        c.set(v);
+        v
+    });
+    let mut out = [0u8; 16];
+    for (i, d) in out.iter_mut().enumerate() {
+        *d = b"0123456789abcdef"[((n >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hop_by_hop::{connection_listed, requested_upgrade};
+    use hayate_core::transport::Scheme;
+
+    /// The head sent to `member`.
+    fn build_request_head(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        settings: &ProxySettings,
+        member: &UpstreamAddr,
+    ) -> Vec<u8> {
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade = requested_upgrade(&req.headers, &listed);
+        RequestHead::new(req, length, settings, &listed, upgrade)
+            .for_member(settings, member)
+            .to_vec()
+    }
+
+    fn req<'a>(headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
+        ProxyRequest {
+            method: b"POST",
+            target: b"/a?b",
+            headers: headers.into(),
+            client_ip: "10.0.0.1",
+            host: Some(b"example.com"),
+            scheme: Scheme::Http,
+        }
+    }
+
+    #[test]
+    fn request_head_drops_hop_by_hop_and_sets_forwarding() {
+        let r = req(vec![
+            (b"Host", b"example.com"),
+            (b"Connection", b"keep-alive, X-Secret"),
+            (b"X-Secret", b"1"),
+            (b"Keep-Alive", b"timeout=5"),
+            (b"TE", b"trailers"),
+            (b"X-Forwarded-For", b"6.6.6.6"),
+            (b"Forwarded", b"for=6.6.6.6"),
+            (b"Accept", b"*/*"),
+            (b"X-Request-Id", b"abc-123"),
+        ]);
+        let s = ProxySettings::default();
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let head = String::from_utf8(build_request_head(&r, BodyLength::Known(3), &s, &member))
+            .expect("ascii");
+        assert!(
+            head.starts_with("POST /a?b HTTP/1.1\r\nHost: example.com\r\n"),
+            "{head}"
+        );
+        for gone in ["X-Secret", "Keep-Alive", "TE:", "6.6.6.6", "Connection"] {
+            assert!(
+                !head.contains(gone),
+                "{gone} must not be forwarded:\n{head}"
+            );
+        }
+        for kept in [
+            "Accept: */*\r\n",
+            "X-Forwarded-For: 10.0.0.1\r\n",
+            "X-Forwarded-Proto: http\r\n",
+            "X-Forwarded-Host: example.com\r\n",
+            "Forwarded: for=10.0.0.1;proto=http;host=\"example.com\"\r\n",
+            "X-Request-Id: abc-123\r\n",
+            "Content-Length: 3\r\n\r\n",
+        ] {
+            assert!(head.contains(kept), "missing {kept:?}:\n{head}");
+        }
+        let chunked = String::from_utf8(build_request_head(
+            &req(vec![]),
+            BodyLength::Chunked,
+            &s,
+            &member,
+        ))
+        .expect("ascii");
+        assert!(
+            chunked.ends_with("Transfer-Encoding: chunked\r\n\r\n")
+                && chunked.contains("X-Request-Id: ")
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_host_policy_and_via() {
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let headers: Vec<(&[u8], &[u8])> = vec![
+            (b"X-Forwarded-For", b"1.1.1.1"),
+            (b"X-Forwarded-Proto", b"https"),
+            (b"Forwarded", b"for=1.1.1.1;proto=https"),
+        ];
+        let trusting = ProxySettings {
+            trusted: vec![hayate_core::net::IpNet {
+                addr: "10.0.0.0".parse().expect("ip"),
+                bits: 8,
+            }],
+            host: HostPolicy::Upstream,
+            via: true,
+            ..Default::default()
+        };
+        let head = String::from_utf8(build_request_head(
+            &req(headers.clone()),
+            BodyLength::None,
+            &trusting,
+            &member,
+        ))
+        .expect("ascii");
+        for want in [
+            "Host: 127.0.0.1:9\r\n",
+            "X-Forwarded-For: 1.1.1.1, 10.0.0.1\r\n",
+            "X-Forwarded-Proto: https\r\n",
+            "Forwarded: for=1.1.1.1;proto=https, for=10.0.0.1;proto=http",
+            "Via: 1.1 hayate\r\n",
+        ] {
+            assert!(head.contains(want), "missing {want:?}:\n{head}");
+        }
+        let strict = ProxySettings {
+            host: HostPolicy::Fixed("app.internal".into()),
+            ..Default::default()
+        };
+        let head = String::from_utf8(build_request_head(
+            &req(headers),
+            BodyLength::None,
+            &strict,
+            &member,
+        ))
+        .expect("ascii");
+        assert!(
+            head.contains("Host: app.internal\r\n")
+                && head.contains("X-Forwarded-For: 10.0.0.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            !head.contains("1.1.1.1") && !head.contains("https") && !head.contains("Via"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn every_attempt_sends_the_same_head_but_for_the_upstream_host() {
+        let r = req(vec![(b"Accept", b"*/*")]);
+        let s = ProxySettings {
+            host: HostPolicy::Upstream,
+            ..Default::default()
+        };
+        let listed = connection_listed(r.headers.iter().copied());
+        let mut head = RequestHead::new(&r, BodyLength::None, &s, &listed, None);
+        let a = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let b = UpstreamAddr::parse("unix:/run/app.sock").expect("addr");
+        let first = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        let second = String::from_utf8(head.for_member(&s, &b).to_vec()).expect("ascii");
+        let third = String::from_utf8(head.for_member(&s, &a).to_vec()).expect("ascii");
+        assert!(first.contains("\r\nHost: 127.0.0.1:9\r\n"), "{first}");
+        assert!(second.contains("\r\nHost: localhost\r\n"), "{second}");
+        assert_eq!(first.replace("127.0.0.1:9", "localhost"), second);
+        assert_eq!(first, third);
+    }
+
+    #[test]
+    fn request_ids_are_16_hex_digits_and_differ() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        for id in [a, b] {
+            assert!(id
+                .iter()
+                .all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase()));
+        }
+    }
+
+    #[test]
+    fn the_scheme_sent_on_is_the_listeners() {
+        let mut r = req(vec![(b"X-Forwarded-Proto", b"http")]);
+        r.scheme = Scheme::Https;
+        let s = ProxySettings::default();
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let head = String::from_utf8(build_request_head(&r, BodyLength::None, &s, &member))
+            .expect("ascii");
+        assert!(head.contains("X-Forwarded-Proto: https\r\n"), "{head}");
+        assert!(head.contains(";proto=https;"), "{head}");
+    }
+}
