@@ -10,6 +10,7 @@ pub mod client_body;
 pub mod coding;
 pub mod date;
 pub mod epoch;
+pub mod error;
 pub mod field;
 pub mod log;
 pub mod metrics;

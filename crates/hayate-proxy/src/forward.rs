@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hayate_core::chunked::passable_trailers;
 use hayate_core::client_body::{BodyLength, ClientBody};
-use hayate_core::{Response, Status};
+use hayate_core::error::{Error, ErrorKind};
+use hayate_core::Response;
 
 use crate::group::{Outstanding, UpstreamGroup};
 use crate::h1_client::{Http1, Outgoing};
@@ -45,7 +46,7 @@ impl UpstreamGroup {
             BodyLength::Known(n) if n <= self.settings.replay_buffer => {
                 match read_all(body, n).await {
                     Ok(b) => (Some(b), Bytes::new(), length, None),
-                    Err(e) => return client_error(&e),
+                    Err(e) => return Error::client_body(e).into_response(),
                 }
             }
             BodyLength::Known(_) => (None, Bytes::new(), length, None),
@@ -58,7 +59,7 @@ impl UpstreamGroup {
                     }
                 },
                 Ok((b, false)) => (None, b, length, None),
-                Err(e) => return client_error(&e),
+                Err(e) => return Error::client_body(e).into_response(),
             },
         };
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
@@ -84,7 +85,10 @@ impl UpstreamGroup {
             };
             let i = match picked {
                 Ok(i) => i,
-                Err(Busy::Exhausted) => return Response::error(Status::BAD_GATEWAY),
+                Err(Busy::Exhausted) => {
+                    let e = io::Error::other("every member failed this request");
+                    return Error::new(ErrorKind::UpstreamFailed, e).into_response();
+                }
                 Err(Busy::Full) => {
                     let newcomer = queue_deadline.is_none();
                     let deadline = *queue_deadline.get_or_insert(now + self.settings.queue_timeout);
@@ -93,7 +97,7 @@ impl UpstreamGroup {
                         .await
                     {
                         Ok(()) => continue,
-                        Err(r) => return r,
+                        Err(e) => return e.into_response(),
                     }
                 }
             };
@@ -136,8 +140,9 @@ impl UpstreamGroup {
                                 );
                                 continue;
                             }
-                            log::error!("upstream {}: connect failed: {e}", member.label);
-                            return upstream_error(&e);
+                            return Error::upstream(e)
+                                .context(format!("upstream {}: connect failed", member.label))
+                                .into_response();
                         }
                     }
                 }
@@ -156,7 +161,7 @@ impl UpstreamGroup {
                     member.succeeded();
                     return Http1.response(answer, guard, &self.settings);
                 }
-                Err(Failure::Client(e)) => return client_error(&e),
+                Err(Failure::Client(e)) => return Error::client_body(e).into_response(),
                 Err(failure) => failure,
             };
             let attempt = Attempt {
@@ -191,9 +196,10 @@ impl UpstreamGroup {
                     | Failure::NoAnswer(e)
                     | Failure::Upstream(e)
                     | Failure::Client(e)) = failure;
-                    log::error!("upstream {}: {e}", member.label);
                     member.failed(&self.settings);
-                    return upstream_error(&e);
+                    return Error::upstream(e)
+                        .context(format!("upstream {}", member.label))
+                        .into_response();
                 }
             }
         }
@@ -219,22 +225,4 @@ async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
         out.extend_from_slice(&chunk);
     }
     Ok(out.freeze())
-}
-
-fn client_error(e: &io::Error) -> Response {
-    let status = match e.kind() {
-        io::ErrorKind::TimedOut => Status::REQUEST_TIMEOUT,
-        io::ErrorKind::InvalidInput => Status::CONTENT_TOO_LARGE,
-        _ => Status::BAD_REQUEST,
-    };
-    let mut r = Response::error(status);
-    r.close = true;
-    r
-}
-
-fn upstream_error(e: &io::Error) -> Response {
-    match e.kind() {
-        io::ErrorKind::TimedOut => Response::error(Status::GATEWAY_TIMEOUT),
-        _ => Response::error(Status::BAD_GATEWAY),
-    }
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hayate_core::{Response, Status};
+use std::io;
+
+use hayate_core::error::{Error, ErrorKind};
 
 use crate::UpstreamGroup;
 
@@ -58,19 +60,14 @@ impl UpstreamGroup {
         deadline: Instant,
         newcomer: bool,
         any_member: bool,
-    ) -> Result<(), Response> {
-        let busy = || {
-            let mut r = Response::error(Status::SERVICE_UNAVAILABLE);
-            r.header("Retry-After", b"1");
-            r
-        };
+    ) -> Result<(), Error> {
+        let busy = |why: String| Error::new(ErrorKind::UpstreamBusy, io::Error::other(why));
         // A request already in line is not refused for the queue's depth.
         if newcomer && self.waiting.get() >= self.settings.queue_depth {
-            log::warn!(
-                "upstream group full and its queue too ({} waiting): 503",
+            return Err(busy(format!(
+                "upstream group full and its queue too ({} waiting)",
                 self.waiting.get()
-            );
-            return Err(busy());
+            )));
         }
         if !newcomer && !any_member && self.waiting_any.get() > 0 && self.has_room() {
             // Woken for room only on members this request already failed
@@ -94,13 +91,10 @@ impl UpstreamGroup {
         .await;
         match woken {
             Ok(()) => Ok(()),
-            Err(_) => {
-                log::warn!(
-                    "request waited {:?} for an upstream: 503",
-                    self.settings.queue_timeout
-                );
-                Err(busy())
-            }
+            Err(_) => Err(busy(format!(
+                "request waited {:?} for an upstream",
+                self.settings.queue_timeout
+            ))),
         }
     }
 }
