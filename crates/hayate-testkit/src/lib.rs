@@ -8,7 +8,7 @@
 
 pub mod origin;
 
-pub use origin::{checksum, Checksum, Echo, Origin, OriginOptions};
+pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

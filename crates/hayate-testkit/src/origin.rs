@@ -29,13 +29,18 @@
 //!   Content-Type, `&nt=1` adds `Cache-Control: no-transform`, `&ce=1`
 //!   labels the body `Content-Encoding: gzip` (as if already encoded).
 //! - `?etag=1` on any path adds `ETag: "v1"`.
+//!
+//! For ordering, without sleeping: [`Origin::wait_for`] waits until a
+//! target's K-th request has arrived, and [`Origin::hold`] keeps a target's
+//! answers back until the test lets them go (so something can happen while
+//! a request is known to be at the origin, unanswered).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::{text_bytes, Pattern};
@@ -68,6 +73,12 @@ struct Shared {
     connections: AtomicU64,
     /// Requests per target (path and query).
     per_target: Mutex<std::collections::HashMap<String, u64>>,
+    /// Notified whenever `per_target` grows.
+    arrived: Condvar,
+    /// Targets whose answers are held back, once per [`Held`].
+    held: Mutex<Vec<String>>,
+    /// Notified whenever `held` shrinks.
+    released: Condvar,
     /// Clones of every connection, to shut them down on drop (a shutdown
     /// ends a connection whichever handle does it).
     open: Mutex<Vec<Box<dyn Stream>>>,
@@ -127,6 +138,9 @@ impl Origin {
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             per_target: Mutex::new(Default::default()),
+            arrived: Condvar::new(),
+            held: Mutex::new(Vec::new()),
+            released: Condvar::new(),
             open: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
@@ -169,6 +183,63 @@ impl Origin {
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` requests for `target` have arrived (as
+    /// [`Origin::count`] counts them), at most `timeout`; whether they did.
+    /// Woken by each arrival, so it returns as soon as the request is there.
+    pub fn wait_for(&self, target: &str, n: u64, timeout: Duration) -> bool {
+        let counts = self.shared.per_target.lock().expect("lock");
+        let (counts, _) = self
+            .shared
+            .arrived
+            .wait_timeout_while(counts, timeout, |c| c.get(target).copied().unwrap_or(0) < n)
+            .expect("lock");
+        counts.get(target).copied().unwrap_or(0) >= n
+    }
+
+    /// Holds back the answers to `target` until the returned [`Held`] is
+    /// dropped: its requests are counted on arrival (see
+    /// [`Origin::wait_for`]), then wait, at most 10 s, before the origin
+    /// answers them as usual.
+    pub fn hold(&self, target: &str) -> Held<'_> {
+        let mut held = self.shared.held.lock().expect("lock");
+        held.push(target.to_string());
+        Held {
+            origin: self,
+            target: target.to_string(),
+        }
+    }
+}
+
+/// Answers held back by [`Origin::hold`]; dropping it lets them go.
+#[must_use = "the answers are let go when this is dropped"]
+pub struct Held<'a> {
+    origin: &'a Origin,
+    target: String,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let shared = &self.origin.shared;
+        let mut held = shared.held.lock().expect("lock");
+        if let Some(i) = held.iter().position(|t| *t == self.target) {
+            held.remove(i);
+        }
+        shared.released.notify_all();
+    }
+}
+
+impl Shared {
+    /// Waits while `target` is held (at most 10 s).
+    fn wait_while_held(&self, target: &str) {
+        let held = self.held.lock().expect("lock");
+        let ten_s = Duration::from_secs(10);
+        drop(
+            self.released
+                .wait_timeout_while(held, ten_s, |h| h.iter().any(|t| t == target))
+                .expect("lock"),
+        );
     }
 }
 
@@ -257,6 +328,8 @@ fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
             *c += 1;
             *c
         };
+        shared.arrived.notify_all();
+        shared.wait_while_held(&req.target);
         let close = req.target.starts_with("/close") || req.header("connection") == Some("close");
         let info = (id, count, close, seen);
         if respond(&mut out, &req, info, &shared.opts).is_err() || close {

@@ -10,7 +10,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{big_bytes, unix_request, Client, Hayate, Origin, OriginOptions, Response};
+use hayate_testkit::{
+    big_bytes, unix_request, Client, Hayate, Origin, OriginOptions, Response, WAIT,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -75,6 +77,32 @@ fn cache_status(r: &Response) -> String {
 
 fn age(r: &Response) -> Option<u64> {
     r.header("age").and_then(|a| a.parse().ok())
+}
+
+/// Whether `r` came from the store, fresh: a hit with time to live left.
+fn fresh_hit(r: &Response) -> bool {
+    let cs = cache_status(r);
+    let ttl = cs
+        .split("; ")
+        .find_map(|p| p.strip_prefix("ttl="))
+        .and_then(|t| t.parse::<i64>().ok());
+    cs.contains("; hit") && !cs.contains("fwd=") && ttl.is_some_and(|t| t > 0)
+}
+
+/// Requests `path` until the stored response is no longer fresh (its
+/// `max-age` is the test's clock: ages count in whole seconds), and
+/// returns the first answer that is not a fresh hit. The fresh hits before
+/// it never reach the origin.
+fn until_stale(c: &mut Client, path: &str) -> Response {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = c.get(path, &[]);
+        if !fresh_hit(&r) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "never stale: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -346,8 +374,7 @@ fn stale_responses_are_revalidated_and_updated() {
         ("h", "X-Version: 7"),
     ]);
     assert_eq!(c.get(&path, &[]).text(), "count 1\n");
-    std::thread::sleep(Duration::from_millis(1100));
-    let r = c.get(&path, &[]);
+    let r = until_stale(&mut c, &path);
     // The origin answered 304: the stored body, refreshed headers.
     assert_eq!(r.text(), "count 1\n");
     assert!(
@@ -371,9 +398,8 @@ fn a_failed_revalidation_keeps_the_stored_response() {
         ("fail_at", "2"),
     ]);
     assert_eq!(c.get(&path, &[]).text(), "count 1\n");
-    std::thread::sleep(Duration::from_millis(1100));
     // The revalidation meets a 503: passed on (no stale-if-error here)...
-    let r = c.get(&path, &[]);
+    let r = until_stale(&mut c, &path);
     assert_eq!(r.status, 503);
     assert!(cache_status(&r).contains("fwd-status=503"), "{r:?}");
     // ...but the stored response stays: the next request revalidates it
@@ -422,12 +448,12 @@ fn a_fill_on_its_way_during_an_invalidation_or_a_purge_is_not_stored() {
     let o = origin();
     let sock = control_path();
     let h = cached(&o, "on", &["--control", &sock]);
-    // The origin takes 400 ms for these; meanwhile the URL is invalidated
-    // (by a POST elsewhere whose Location names it) or purged. The answer
-    // on its way predates that, so it reaches its client but is not kept.
-    let slow = |tag: &str| {
-        script(&[("h", "Cache-Control: max-age=60"), ("ms", "400")])
-            .replace("/script", &format!("/script/{tag}"))
+    // The origin holds its answers to these until the URL has been
+    // invalidated (by a POST elsewhere whose Location names it) or purged.
+    // The answer on its way predates that, so it reaches its client but is
+    // not kept.
+    let target = |tag: &str| {
+        script(&[("h", "Cache-Control: max-age=60")]).replace("/script", &format!("/script/{tag}"))
     };
     let fill = |path: String| {
         let addr = h.addr;
@@ -436,20 +462,24 @@ fn a_fill_on_its_way_during_an_invalidation_or_a_purge_is_not_stored() {
             assert_eq!(r.status, 200);
         })
     };
-    let invalidated = slow("posted");
+    let invalidated = target("posted");
+    let held = o.hold(&invalidated);
     let filling = fill(invalidated.clone());
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(o.wait_for(&invalidated, 1, WAIT), "the fill never left");
     let post = script(&[("h", &format!("Location: {invalidated}"))]);
     let r = h
         .client()
         .request("POST", &post, &[("Content-Length", "0")]);
     assert_eq!(r.status, 200);
+    drop(held);
     filling.join().expect("fill");
 
-    let purged = slow("purged");
+    let purged = target("purged");
+    let held = o.hold(&purged);
     let filling = fill(purged.clone());
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(o.wait_for(&purged, 1, WAIT), "the fill never left");
     assert_eq!(purge(&sock, &["/script/purged"]), "purged 0\n");
+    drop(held);
     filling.join().expect("fill");
 
     let mut c = h.client();
@@ -650,37 +680,38 @@ fn stale_while_revalidate_serves_stale_and_refreshes_once() {
     let o = origin();
     let h = cached(&o, "on", &[]);
     let mut c = h.client();
-    // The origin takes 300 ms, so stale hits arrive while the refresh runs.
-    let path = script(&[
-        ("h", "Cache-Control: max-age=1, stale-while-revalidate=30"),
-        ("ms", "300"),
-    ]);
+    let path = script(&[("h", "Cache-Control: max-age=1, stale-while-revalidate=30")]);
     c.get(&path, &[]);
-    std::thread::sleep(Duration::from_millis(1100));
-    let stale = c.get(&path, &[]);
+    // The origin holds the refresh, so stale hits arrive while it runs.
+    let held = o.hold(&path);
+    let stale = until_stale(&mut c, &path);
     assert_eq!(stale.text(), "count 1\n");
     assert!(
         cache_status(&stale).contains("detail=stale-while-revalidate"),
         "{stale:?}"
     );
-    // The refresh lands in the background; stale hits meanwhile start no
-    // other one.
+    assert!(o.wait_for(&path, 2, WAIT), "no refresh");
+    // Stale hits meanwhile start no other one.
+    for _ in 0..3 {
+        let r = c.get(&path, &[]);
+        assert_eq!(r.text(), "count 1\n");
+        assert!(
+            cache_status(&r).contains("detail=stale-while-revalidate"),
+            "{r:?}"
+        );
+    }
+    drop(held);
+    // The refresh lands in the background.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut stale_meanwhile = 0;
     loop {
         let r = c.get(&path, &[]);
         if r.text() == "count 2\n" {
             assert!(cache_status(&r).contains("; hit"), "{r:?}");
             break;
         }
-        stale_meanwhile += 1;
         assert!(Instant::now() < deadline, "never refreshed: {r:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        stale_meanwhile >= 3,
-        "{stale_meanwhile} stale hits during the refresh"
-    );
     assert_eq!(o.count(&path), 2);
 }
 
@@ -697,8 +728,7 @@ fn stale_if_error_serves_stale_when_the_origin_fails() {
     c.get(&path, &[]);
     c.get(&strict, &[]);
     drop(o);
-    std::thread::sleep(Duration::from_millis(1100));
-    let r = c.get(&path, &[]);
+    let r = until_stale(&mut c, &path);
     assert_eq!((r.status, r.text()), (200, "count 1\n".to_string()));
     assert!(
         cache_status(&r).contains("fwd=stale; fwd-status=502"),
@@ -706,7 +736,7 @@ fn stale_if_error_serves_stale_when_the_origin_fails() {
     );
     assert!(cache_status(&r).contains("detail=stale-if-error"), "{r:?}");
     assert_eq!(
-        c.get(&strict, &[]).status,
+        until_stale(&mut c, &strict).status,
         502,
         "must-revalidate forbids stale"
     );

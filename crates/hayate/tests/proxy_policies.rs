@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hayate_testkit::origin::{Echo, Origin, OriginOptions};
-use hayate_testkit::{read_through_blank_line, Hayate};
+use hayate_testkit::{read_through_blank_line, Hayate, WAIT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -255,44 +255,54 @@ fn a_full_group_queues_then_answers_503_with_retry_after() {
         ],
     );
     let addr = h.addr;
-    let slow = |ms: u64| {
-        std::thread::spawn(move || {
-            let mut c = hayate_testkit::Client::connect(addr);
-            c.get(&format!("/slow?ms={ms}"), &[]).status
-        })
+    let get = move |path: &'static str| {
+        let r = hayate_testkit::Client::connect(addr).get(path, &[]);
+        (r.status, r.header("retry-after").map(str::to_string))
     };
-    let first = slow(700);
-    std::thread::sleep(Duration::from_millis(150));
-    let queued = slow(10);
-    std::thread::sleep(Duration::from_millis(150));
-    let r = h.client().get("/echo", &[]);
-    assert_eq!(r.status, 503, "queue full");
-    assert_eq!(r.header("retry-after"), Some("1"));
-    assert_eq!(first.join().expect("join"), 200);
-    assert_eq!(
-        queued.join().expect("join"),
-        200,
-        "the queued request went through"
+    // The group's one connection is taken by a request the origin holds.
+    let held = o.hold("/echo/first");
+    let first = std::thread::spawn(move || get("/echo/first").0);
+    assert!(
+        o.wait_for("/echo/first", 1, WAIT),
+        "never reached the origin"
     );
+    // Two more: whichever comes first waits in the one-place queue, the
+    // other finds it full and is refused at once, while the first request
+    // is still held.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let tx = tx.clone();
+        std::thread::spawn(move || tx.send(get("/echo")));
+    }
+    let refused = rx
+        .recv_timeout(WAIT)
+        .expect("an answer while the queue is full");
+    assert_eq!(refused, (503, Some("1".to_string())), "queue full");
+    drop(held);
+    let queued = rx.recv_timeout(WAIT).expect("the queued request's answer");
+    assert_eq!(queued.0, 200, "the queued request went through");
+    assert_eq!(first.join().expect("join"), 200);
     assert_eq!(h.client().get("/echo", &[]).status, 200);
 }
 
 #[test]
 fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
     let o = Origin::start(OriginOptions::default());
-    let members = format!("{},{}", o.url(), Member::start(ANSWERS).url);
+    let flaky = Member::start(ANSWERS);
+    let members = format!("{},{}", o.url(), flaky.url);
     let h = round_robin(
         &members,
         &["--proxy-max-conns", "1", "--proxy-queue-timeout", "400ms"],
     );
     let addr = h.addr;
-    // The origin (first in turn) is held by a slow request.
+    // The origin (first in turn) is busy with a request it holds.
+    let held = o.hold("/slow");
     let slow = std::thread::spawn(move || {
         hayate_testkit::Client::connect(addr)
-            .get("/slow?ms=2000", &[])
+            .get("/slow", &[])
             .status
     });
-    std::thread::sleep(Duration::from_millis(150));
+    assert!(o.wait_for("/slow", 1, WAIT), "never reached the origin");
     // This one fails on the flaky member, may then only go to the busy
     // origin, and waits in the queue.
     let waiting = std::thread::spawn(move || {
@@ -301,12 +311,17 @@ fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
         let retry_after = r.header("retry-after").map(str::to_string);
         (r.status, retry_after, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(100));
+    let deadline = Instant::now() + WAIT;
+    while !flaky.lines().iter().any(|l| l.starts_with("GET /fail ")) {
+        assert!(Instant::now() < deadline, "/fail never reached the member");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // Meanwhile requests come and go on the flaky member, each one waking
-    // the queue when it ends.
+    // the queue when it ends, until the waiting request is answered (or for
+    // 1.5 s, well past its 400 ms queue timeout).
     let mut c = h.client();
     let until = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < until {
+    while !waiting.is_finished() && Instant::now() < until {
         assert_eq!(c.get("/quick", &[]).text(), "member");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -317,6 +332,7 @@ fn a_queued_request_has_one_deadline_however_often_it_is_woken() {
         waited < Duration::from_millis(1200),
         "waited {waited:?}: each wakeup must not restart the queue timeout"
     );
+    drop(held);
     assert_eq!(slow.join().expect("join"), 200);
     h.assert_no_errors();
 }
@@ -497,6 +513,7 @@ fn a_connection_whose_tunnel_ended_never_reads_http_again() {
     // (SO_LINGER 0): the tunnel ends with an error, not a clean close.
     let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = upstream.local_addr().expect("addr").port();
+    let (relayed_tx, relayed_rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         let (mut s, _) = upstream.accept().expect("accept");
         let mut head = Vec::new();
@@ -513,10 +530,19 @@ fn a_connection_whose_tunnel_ended_never_reads_http_again() {
         };
         nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Linger, &reset)
             .expect("SO_LINGER");
-        // Long enough for hayate to relay the 101 before the reset.
-        std::thread::sleep(Duration::from_millis(100));
+        // Reset (by dropping `s`) once the client has the 101.
+        let _ = relayed_rx.recv_timeout(WAIT);
     });
-    let h = Hayate::start(BIN, &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    // At debug level hayate logs the end of a tunnel, which the test waits for.
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &format!("http://127.0.0.1:{port}"),
+            "--log-level",
+            "debug",
+        ],
+    );
     let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(3)))
         .expect("timeout");
@@ -536,10 +562,23 @@ fn a_connection_whose_tunnel_ended_never_reads_http_again() {
         "{:?}",
         String::from_utf8_lossy(&got)
     );
-    // Let the reset reach hayate and end the tunnel, then send what would be
-    // an HTTP request were the connection read as HTTP again (on the wire
-    // it would be WebSocket frames).
-    std::thread::sleep(Duration::from_millis(300));
+    // Reset the upstream side and wait until hayate has ended the tunnel,
+    // then send what would be an HTTP request were the connection read as
+    // HTTP again (on the wire it would be WebSocket frames).
+    relayed_tx.send(()).expect("the upstream waits");
+    let deadline = Instant::now() + WAIT;
+    let tunnel_ended = |log: &str| {
+        log.lines()
+            .any(|l| l.contains(" tunnel from ") && l.contains(" ended: "))
+    };
+    while !tunnel_ended(&h.stderr()) {
+        assert!(
+            Instant::now() < deadline,
+            "the tunnel never ended: {}",
+            h.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     let (after, closed) = read_until_closed(&mut s);
     let after = String::from_utf8_lossy(&after);
@@ -602,6 +641,7 @@ fn trailers_of_a_chunked_response_are_passed_on() {
 
 #[test]
 fn an_ejected_member_gets_no_requests_until_its_fail_timeout_then_is_tried_again() {
+    const FAIL_TIMEOUT: Duration = Duration::from_millis(1500);
     let good = Origin::start(OriginOptions::default());
     let flaky = Member::start(DIES);
     let members = format!("{},{}", good.url(), flaky.url);
@@ -613,21 +653,43 @@ fn an_ejected_member_gets_no_requests_until_its_fail_timeout_then_is_tried_again
     // GETs are idempotent: a member dying before its answer costs a retry
     // on the other one, never an error. Two failures take it out.
     let t0 = Instant::now();
+    // When the request that failed on it a second time was sent: it was
+    // ejected after that.
+    let mut ejected = None;
     for i in 0..12 {
+        let sent = Instant::now();
         let r = c.get(&format!("/echo/{i}"), &[]);
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        if flaky.accepted() == 2 {
+            ejected.get_or_insert(sent);
+        }
     }
     assert!(
-        t0.elapsed() < Duration::from_millis(1500),
+        t0.elapsed() < FAIL_TIMEOUT,
         "the test needs the requests inside the fail timeout"
     );
     assert_eq!(flaky.accepted(), 2, "taken out after 2 failures in a row");
     assert_eq!(good.requests(), 12);
     assert!(h.stderr().contains("ejected"), "{}", h.stderr());
 
-    // Healthy again: once the fail timeout has passed it gets its turns.
+    // Healthy again: not tried before the fail timeout has passed (every
+    // request meanwhile goes to the good member), then it gets its turns.
     flaky.set(ANSWERS);
-    std::thread::sleep(Duration::from_millis(1600));
+    let ejected = ejected.expect("ejected");
+    loop {
+        let r = c.get("/again", &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        if r.body == b"member" {
+            assert!(
+                ejected.elapsed() >= FAIL_TIMEOUT,
+                "tried again {:?} after its ejection",
+                ejected.elapsed()
+            );
+            break;
+        }
+        assert!(ejected.elapsed() < FAIL_TIMEOUT + WAIT, "never tried again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut answered_by_flaky = 0;
     for i in 0..10 {
         let r = c.get(&format!("/again/{i}"), &[]);

@@ -5,7 +5,10 @@
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hayate_testkit::{Client, Hayate};
@@ -115,6 +118,60 @@ fn alive(pid: i32) -> bool {
         && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
+/// The pids of the `n` running instances, from their answers (bounded).
+fn instance_pids(c: &mut Client, n: usize) -> HashSet<i32> {
+    let mut pids = HashSet::new();
+    for _ in 0..100 {
+        pids.insert(answer(c).1.expect("answer").pid);
+        if pids.len() == n {
+            return pids;
+        }
+    }
+    panic!("only {pids:?} answered");
+}
+
+/// Waits (bounded) until none of `pids` runs: a reload is over once the
+/// instances it replaced were drained and stopped.
+fn wait_gone(pids: &HashSet<i32>) {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(Instant::now() < deadline, "{pids:?} still run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Requests answered so far by each of a test's load threads.
+struct Progress(Vec<AtomicU32>);
+
+impl Progress {
+    fn new(threads: usize) -> Arc<Progress> {
+        Arc::new(Progress((0..threads).map(|_| AtomicU32::new(0)).collect()))
+    }
+
+    fn done(&self, thread: usize) {
+        self.0[thread].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Waits (bounded) until every thread has had `more` requests answered
+    /// since this call.
+    fn wait(&self, more: u32) {
+        let from: Vec<u32> = self.0.iter().map(|n| n.load(Ordering::SeqCst)).collect();
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while self
+            .0
+            .iter()
+            .zip(&from)
+            .any(|(n, f)| n.load(Ordering::SeqCst) < f + more)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "a load thread stalled or panicked (see its message)"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 #[test]
 fn instances_serve_static_files_come_first_and_a_killed_instance_costs_no_request() {
     let dir = app_dir("v1");
@@ -131,7 +188,7 @@ fn instances_serve_static_files_come_first_and_a_killed_instance_costs_no_reques
         200,
         "the app answers what public/ lacks"
     );
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     let mut victim = None;
     for i in 0..150 {
         let (status, a) = answer(&mut c);
@@ -157,31 +214,36 @@ fn rolling_reload_switches_generations_without_failed_requests() {
     // a moment without an instance would show, not be waited out.
     let h = run(dir.path(), "2", &["--proxy-queue-timeout", "20ms"]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let old = instance_pids(&mut h.client(), 2);
     let addr = h.addr;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(3);
     let loaders: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = stop.clone();
+        .map(|n| {
+            let (stop, progress) = (stop.clone(), progress.clone());
             std::thread::spawn(move || {
                 let mut c = Client::connect(addr);
                 let mut failures = 0;
                 let deadline = Instant::now() + Duration::from_secs(8);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
-                {
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                     if answer(&mut c).0 != 200 {
                         failures += 1;
                     }
+                    progress.done(n);
                 }
                 failures
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // The reload starts under load, and the load goes on until the old
+    // instances are stopped, and a little after.
+    progress.wait(5);
     std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
     h.signal(nix::sys::signal::Signal::SIGHUP);
     wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
-    std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    wait_gone(&old);
+    progress.wait(5);
+    stop.store(true, Ordering::Relaxed);
     let failures: u32 = loaders.into_iter().map(|t| t.join().expect("join")).sum();
     assert_eq!(failures, 0, "requests failed during the reload");
     let mut c = h.client();
@@ -234,7 +296,7 @@ fn exit_leaves_no_child_process() {
     let mut h = run(dir.path(), "2", &[]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
     let mut c = h.client();
-    let pids: std::collections::HashSet<i32> = (0..6)
+    let pids: HashSet<i32> = (0..6)
         .map(|_| answer(&mut c).1.expect("answer").pid)
         .collect();
     assert_eq!(pids.len(), 2);
@@ -643,7 +705,7 @@ fn instances_can_listen_on_tcp_ports() {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("PORT is a number: {env}"));
     assert!(port > 0);
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     for _ in 0..20 {
         let (status, a) = answer(&mut c);
         assert_eq!(status, 200);
@@ -659,7 +721,7 @@ fn instances_can_listen_on_tcp_ports() {
     let base = free_port_base();
     let h = run(dir.path(), "2", &["--app-listen", &format!("tcp:{base}")]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
-    let ports = |h: &Hayate| -> std::collections::HashSet<u16> {
+    let ports = |h: &Hayate| -> HashSet<u16> {
         let mut c = h.client();
         (0..20)
             .filter_map(|_| c.get("/env", &[]).text().split(' ').nth(1)?.parse().ok())
@@ -671,9 +733,10 @@ fn instances_can_listen_on_tcp_ports() {
         "{}",
         h.stderr()
     );
+    let old = instance_pids(&mut h.client(), 2);
     h.signal(nix::sys::signal::Signal::SIGHUP);
     wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
-    std::thread::sleep(Duration::from_millis(100));
+    wait_gone(&old);
     assert_eq!(
         ports(&h),
         [base + 2, base + 3].into_iter().collect(),
@@ -698,17 +761,18 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
         ],
     );
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    let old = instance_pids(&mut h.client(), 2);
     let addr = h.addr;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(3);
     let loaders: Vec<_> = (0..3)
         .map(|n| {
-            let stop = stop.clone();
+            let (stop, progress) = (stop.clone(), progress.clone());
             std::thread::spawn(move || {
                 let mut c = Client::connect(addr);
                 let (mut ok, mut failures) = (0, 0);
                 let deadline = Instant::now() + Duration::from_secs(8);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
-                {
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                     // One loader keeps slow requests in flight, so draining
                     // matters: their answer is under way, so an instance
                     // stopped before its end cuts it (the read panics).
@@ -723,17 +787,21 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
                     } else {
                         failures += 1;
                     }
+                    progress.done(n);
                 }
                 (ok, failures)
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // As above: the load runs from before the reload until after the old
+    // instances are stopped.
+    progress.wait(2);
     std::fs::write(dir.path().join("version.txt"), "v2").expect("write");
     h.signal(nix::sys::signal::Signal::SIGHUP);
     wait_log(&h, "both slots reloaded", |l| ready_count(l) >= 4);
-    std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    wait_gone(&old);
+    progress.wait(2);
+    stop.store(true, Ordering::Relaxed);
     let results: Vec<(u32, u32)> = loaders
         .into_iter()
         .map(|t| {
@@ -807,7 +875,7 @@ fn parse_metrics(text: &str) -> Vec<Sample> {
             && n.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     };
-    let mut helped = std::collections::HashSet::new();
+    let mut helped = HashSet::new();
     let mut typed = std::collections::HashMap::new();
     let mut samples = Vec::new();
     for line in text.lines() {
