@@ -10,8 +10,17 @@
 //!
 //! Never a spurious 502 from the pool race: idle connections expire before
 //! the upstream's own keep-alive timeout, are checked for a close at
-//! checkout, and a request that fails on a reused connection before any
-//! response byte is replayed once on a fresh one when its body was buffered.
+//! checkout and swept when nobody takes them, and a request that fails on a
+//! reused connection before any response byte is replayed once on a fresh
+//! one when its body was buffered and sending it twice is safe (`retry.rs`).
+//! A request that may not repeat avoids the race instead: it takes only a
+//! connection that answered within the last second.
+//!
+//! A request's way through the crate: `forward.rs` (the attempt loop) picks
+//! a member (`group.rs`) or waits (`queue.rs`), takes a connection
+//! (`pool.rs`, `upconn.rs`), and runs one exchange in the upstream's
+//! protocol (`protocol.rs`; HTTP/1.1 in `h1_client.rs`, with the head from
+//! `request_head.rs`).
 
 mod addr;
 mod forward;
