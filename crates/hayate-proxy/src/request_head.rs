@@ -22,23 +22,6 @@ pub(crate) struct RequestHead {
 }
 
 impl RequestHead {
-    /// The head to send to `member`.
-    pub(crate) fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
-        if settings.host == HostPolicy::Upstream {
-            let host: &[u8] = match member {
-                UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
-                UpstreamAddr::Unix(_) => b"localhost",
-            };
-            if self.bytes.get(self.host.clone()) != Some(host) {
-                self.bytes.splice(self.host.clone(), host.iter().copied());
-                self.host.end = self.host.start + host.len();
-            }
-        }
-        &self.bytes
-    }
-}
-
-impl RequestHead {
     /// Builds the head; `listed` is what the request's Connection fields
     /// name, `upgrade` the protocol it asks to switch to. The Host value is
     /// left empty under [`HostPolicy::Upstream`], which
@@ -179,6 +162,21 @@ impl RequestHead {
             bytes: h,
             host: host_range,
         }
+    }
+
+    /// The head to send to `member`.
+    pub(crate) fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
+        if settings.host == HostPolicy::Upstream {
+            let host: &[u8] = match member {
+                UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
+                UpstreamAddr::Unix(_) => b"localhost",
+            };
+            if self.bytes.get(self.host.clone()) != Some(host) {
+                self.bytes.splice(self.host.clone(), host.iter().copied());
+                self.host.end = self.host.start + host.len();
+            }
+        }
+        &self.bytes
     }
 }
 
