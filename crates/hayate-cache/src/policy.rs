@@ -8,7 +8,6 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use hayate_core::field::header_lines;
 use hayate_core::field::trim_ows as trim;
 
 use crate::directives::{RequestDirectives, ResponseDirectives};
@@ -56,12 +55,14 @@ pub struct ResponseFacts {
 }
 
 impl ResponseFacts {
-    /// Reads the facts from a response's header lines.
-    pub fn from_head(head: &[u8]) -> ResponseFacts {
+    /// Reads the facts from a response's fields.
+    pub fn from_fields<'h>(
+        fields: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    ) -> ResponseFacts {
         let mut f = ResponseFacts::default();
         let mut cc = Vec::new();
         let mut vary: Option<Vec<Vec<u8>>> = Some(Vec::new());
-        for (name, value) in header_lines(head) {
+        for (name, value) in fields {
             let lower = name.to_ascii_lowercase();
             match lower.as_slice() {
                 b"cache-control" => cc.push(value),
@@ -357,6 +358,7 @@ impl Freshness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hayate_core::Fields;
 
     const T0: u64 = 1_700_000_000;
 
@@ -365,7 +367,7 @@ mod tests {
     }
 
     fn facts(head: &str) -> ResponseFacts {
-        ResponseFacts::from_head(head.as_bytes())
+        ResponseFacts::from_fields(Fields::parse_wire(head.as_bytes()).iter())
     }
 
     fn store(status: u16, head: &str) -> Result<u64, NotStored> {

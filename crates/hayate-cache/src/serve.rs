@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use hayate_core::field::{etag_list_matches, Comparison};
-use hayate_core::{Body, Response, Status};
-
-use hayate_core::field::header_lines;
+use hayate_core::{Body, Fields, Response, Status};
 
 use crate::policy::{initial_age, ResponseFacts};
 use crate::store::Stored;
@@ -34,18 +34,9 @@ fn kept_on_update(name: &[u8]) -> bool {
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
-fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The header lines of a response (shared block then its own).
-pub fn response_head(resp: &Response) -> Vec<u8> {
-    let mut head = resp.shared_head.to_vec();
-    head.extend_from_slice(&resp.head);
-    head
+/// A response's fields, shared ones then its own, as one list.
+pub fn response_fields(resp: &Response) -> Fields {
+    resp.all_fields().collect()
 }
 
 /// Everything [`stored_from`] needs besides the response.
@@ -63,17 +54,13 @@ pub struct Admission<'a> {
     pub vary: VaryKey,
 }
 
-/// The entry to store for a response with header lines `head`.
-pub fn stored_from(status: Status, head: &[u8], body: Bytes, a: Admission<'_>) -> Stored {
-    let mut kept = Vec::with_capacity(head.len());
-    for (name, value) in header_lines(head) {
-        if !never_stored(name) {
-            push_line(&mut kept, name, value);
-        }
-    }
+/// The entry to store for a response with fields `head`.
+pub fn stored_from(status: Status, head: &Fields, body: Bytes, a: Admission<'_>) -> Stored {
+    let mut kept = head.clone();
+    kept.retain(|name, _| !never_stored(name));
     Stored {
         status,
-        head: Bytes::from(kept),
+        head: Arc::new(kept),
         body,
         vary: a.vary,
         etag: a.facts.etag.clone(),
@@ -91,25 +78,26 @@ pub fn stored_from(status: Status, head: &[u8], body: Bytes, a: Admission<'_>) -
     }
 }
 
-/// The header lines of a stored response refreshed by an origin's 304
+/// The fields of a stored response refreshed by an origin's 304
 /// (§4.3.4): the 304's fields replace the stored ones of the same name,
 /// except those that describe the stored body — and the ETag of a variant
 /// hayate compressed, whose own (weakened) tag names other bytes than the
 /// origin's.
-pub fn merged_304_head(old: &Stored, head_304: &[u8]) -> Vec<u8> {
-    let encoded = header_lines(&old.head).any(|(n, _)| n.eq_ignore_ascii_case(b"content-encoding"));
-    let updated: Vec<(&[u8], &[u8])> = header_lines(head_304)
+pub fn merged_304_head(old: &Stored, head_304: &Fields) -> Fields {
+    let encoded = old.head.contains(b"content-encoding");
+    let updated: Vec<(&[u8], &[u8])> = head_304
+        .iter()
         .filter(|(n, _)| !never_stored(n) && !kept_on_update(n))
         .filter(|(n, _)| !(encoded && n.eq_ignore_ascii_case(b"etag")))
         .collect();
-    let mut head = Vec::with_capacity(old.head.len() + head_304.len());
-    for (name, value) in header_lines(&old.head) {
+    let mut head = Fields::with_capacity(old.head.wire().len() + head_304.wire().len());
+    for (name, value) in old.head.iter() {
         if !updated.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            push_line(&mut head, name, value);
+            head.push(name, value);
         }
     }
-    for (name, value) in &updated {
-        push_line(&mut head, name, value);
+    for (name, value) in updated {
+        head.push(name, value);
     }
     head
 }
@@ -130,7 +118,7 @@ pub fn validators(stored: &Stored) -> Vec<(&'static [u8], Bytes)> {
 /// Cache-Status).
 pub fn from_store(stored: &Stored, age: u64) -> Response {
     let mut r = Response::new(stored.status);
-    r.shared_head = stored.head.clone();
+    r.shared = Some(stored.head.clone());
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
     r.body = Body::Bytes(stored.body.clone());
     r
@@ -176,9 +164,9 @@ pub fn not_modified(stored: &Stored, age: u64) -> Response {
         b"last-modified",
     ];
     let mut r = Response::new(Status::NOT_MODIFIED);
-    for (name, value) in header_lines(&stored.head) {
+    for (name, value) in stored.head.iter() {
         if KEPT.iter().any(|k| k.eq_ignore_ascii_case(name)) {
-            push_line(&mut r.head, name, value);
+            r.fields.push(name, value);
         }
     }
     r.header("Age", itoa::Buffer::new().format(age).as_bytes());
@@ -202,35 +190,39 @@ mod tests {
 
     #[test]
     fn storing_drops_age_and_cookies_and_304_updates_fields() {
-        let head = b"ETag: \"v1\"\r\nSet-Cookie: s=1\r\nAge: 9\r\nX-A: old\r\nContent-Type: text/plain\r\n";
-        let facts = ResponseFacts::from_head(head);
+        let head = Fields::parse_wire(
+            b"ETag: \"v1\"\r\nSet-Cookie: s=1\r\nAge: 9\r\nX-A: old\r\nContent-Type: text/plain\r\n",
+        );
+        let facts = ResponseFacts::from_fields(head.iter());
         let s = stored_from(
             Status::OK,
-            head,
+            &head,
             Bytes::from_static(b"body"),
             admission(&facts),
         );
-        let text = String::from_utf8_lossy(&s.head).into_owned();
+        let text = String::from_utf8_lossy(s.head.wire()).into_owned();
         assert_eq!(
             text,
             "ETag: \"v1\"\r\nX-A: old\r\nContent-Type: text/plain\r\n"
         );
         assert_eq!(s.initial_age, 9);
 
-        let h304 = b"X-A: new\r\nContent-Length: 0\r\nAge: 1\r\nCache-Control: max-age=5\r\n";
-        let merged = merged_304_head(&s, h304);
+        let h304 = Fields::parse_wire(
+            b"X-A: new\r\nContent-Length: 0\r\nAge: 1\r\nCache-Control: max-age=5\r\n",
+        );
+        let merged = merged_304_head(&s, &h304);
         assert_eq!(
-            String::from_utf8_lossy(&merged),
+            String::from_utf8_lossy(merged.wire()),
             "ETag: \"v1\"\r\nContent-Type: text/plain\r\nX-A: new\r\nCache-Control: max-age=5\r\n"
         );
         // A 304 names the identity bytes; a compressed variant keeps its tag
         // (and a plain one takes the 304's).
-        let h304 = b"ETag: \"v2\"\r\nX-A: newer\r\n";
-        assert!(String::from_utf8_lossy(&merged_304_head(&s, h304)).contains("ETag: \"v2\""));
-        let head = b"ETag: W/\"v1\"\r\nContent-Encoding: br\r\n";
-        let facts = ResponseFacts::from_head(head);
-        let br = stored_from(Status::OK, head, Bytes::new(), admission(&facts));
-        let merged = String::from_utf8_lossy(&merged_304_head(&br, h304)).into_owned();
+        let h304 = Fields::parse_wire(b"ETag: \"v2\"\r\nX-A: newer\r\n");
+        assert!(String::from_utf8_lossy(merged_304_head(&s, &h304).wire()).contains("ETag: \"v2\""));
+        let head = Fields::parse_wire(b"ETag: W/\"v1\"\r\nContent-Encoding: br\r\n");
+        let facts = ResponseFacts::from_fields(head.iter());
+        let br = stored_from(Status::OK, &head, Bytes::new(), admission(&facts));
+        let merged = String::from_utf8_lossy(merged_304_head(&br, &h304).wire()).into_owned();
         assert_eq!(
             merged,
             "ETag: W/\"v1\"\r\nContent-Encoding: br\r\nX-A: newer\r\n"
@@ -243,8 +235,9 @@ mod tests {
         let later =
             httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000));
         let head = format!("ETag: W/\"v1\"\r\nLast-Modified: {lm}\r\nContent-Type: x\r\n");
-        let facts = ResponseFacts::from_head(head.as_bytes());
-        let s = stored_from(Status::OK, head.as_bytes(), Bytes::new(), admission(&facts));
+        let head = Fields::parse_wire(head.as_bytes());
+        let facts = ResponseFacts::from_fields(head.iter());
+        let s = stored_from(Status::OK, &head, Bytes::new(), admission(&facts));
         let inm = |v: &'static str| ClientValidators {
             if_none_match: Some(v.as_bytes()),
             if_modified_since: None,
@@ -262,7 +255,7 @@ mod tests {
         assert!(!ims(httpdate::fmt_http_date(SystemTime::UNIX_EPOCH)).not_modified(&s));
 
         let r = not_modified(&s, 3);
-        let text = String::from_utf8_lossy(&r.head).into_owned();
+        let text = String::from_utf8_lossy(r.fields.wire()).into_owned();
         assert!(
             text.starts_with("ETag: W/\"v1\"\r\nLast-Modified: "),
             "{text}"

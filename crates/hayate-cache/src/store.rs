@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hayate_core::Status;
+use hayate_core::{Fields, Status};
 use quick_cache::sync::{Cache, EntryAction, EntryResult};
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 use smallvec::SmallVec;
@@ -55,8 +55,8 @@ pub fn key_inline(host: &[u8], target: &[u8]) -> SmallVec<[u8; 128]> {
 pub struct Stored {
     /// The status.
     pub status: Status,
-    /// Header lines served with it (no Age, no Set-Cookie, no framing).
-    pub head: Bytes,
+    /// Fields served with it (no Age, no Set-Cookie, no framing).
+    pub head: Arc<Fields>,
     /// The whole body.
     pub body: Bytes,
     /// The request's values of the Vary fields it was stored for.
@@ -80,7 +80,7 @@ pub struct Stored {
 impl Stored {
     /// Bytes it holds, for the budget.
     pub fn weight(&self) -> u64 {
-        (self.head.len() + self.body.len() + self.vary.weight()) as u64 + ENTRY_OVERHEAD
+        (self.head.wire().len() + self.body.len() + self.vary.weight()) as u64 + ENTRY_OVERHEAD
     }
 
     /// Seconds of freshness left at `age` (negative when stale), for
@@ -474,7 +474,7 @@ mod tests {
     fn stored(body: &str, vary: VaryKey) -> Stored {
         Stored {
             status: Status::OK,
-            head: Bytes::from_static(b"Content-Type: text/plain\r\n"),
+            head: Arc::new(Fields::parse_wire(b"Content-Type: text/plain\r\n")),
             body: Bytes::copy_from_slice(body.as_bytes()),
             vary,
             etag: None,

@@ -18,8 +18,8 @@ use std::io;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hayate_core::field::{header_lines, split_list};
-use hayate_core::{Body, BodySource, Coding, Response, Status, StreamBody};
+use hayate_core::field::split_list;
+use hayate_core::{Body, BodySource, Coding, Fields, Response, Status, StreamBody};
 
 use crate::encode::Encoder;
 use crate::policy::Policy;
@@ -50,14 +50,13 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
     {
         return resp;
     }
-    let fields = Fields(&resp.shared_head, &resp.head);
-    if fields.get(b"content-encoding").is_some()
-        || fields.has_token(b"cache-control", b"no-transform")
+    if resp.field(b"content-encoding").is_some()
+        || has_token(&resp, b"cache-control", b"no-transform")
     {
         return resp;
     }
     let not_modified = resp.status == Status::NOT_MODIFIED;
-    match fields.get(b"content-type") {
+    match resp.field(b"content-type") {
         Some(ct) if policy.compressible(ct) => {}
         // A 304 usually carries no Content-Type; it stands for a 200 that
         // may have been compressed.
@@ -68,7 +67,7 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
         return resp;
     }
     // From here the response varies with Accept-Encoding.
-    let vary = !fields.has_token(b"vary", b"accept-encoding") && !fields.has_token(b"vary", b"*");
+    let vary = !has_token(&resp, b"vary", b"accept-encoding") && !has_token(&resp, b"vary", b"*");
     let coding = if req.method == b"HEAD"
         || req.range
         || not_modified
@@ -84,8 +83,7 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
             resp.header("Vary", b"Accept-Encoding");
         }
         if not_modified {
-            resp.head = rewrite(&resp.shared_head, &resp.head, None, false);
-            resp.shared_head = Bytes::new();
+            rewrite(&mut resp, None, false);
         }
         return resp;
     };
@@ -99,8 +97,7 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
     let Body::Stream(inner) = std::mem::take(&mut resp.body) else {
         unreachable!("checked above")
     };
-    resp.head = rewrite(&resp.shared_head, &resp.head, Some(coding), vary);
-    resp.shared_head = Bytes::new();
+    rewrite(&mut resp, Some(coding), vary);
     resp.body = Body::Stream(StreamBody {
         len: None,
         source: Box::new(CompressingBody {
@@ -112,57 +109,44 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
     resp
 }
 
-/// The header lines of a response: its shared block then its own.
-struct Fields<'a>(&'a [u8], &'a [u8]);
-
-impl<'a> Fields<'a> {
-    fn lines(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        header_lines(self.0).chain(header_lines(self.1))
-    }
-
-    fn get(&self, name: &[u8]) -> Option<&'a [u8]> {
-        self.lines()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    }
-
-    /// Whether a comma-separated list field holds `token`.
-    fn has_token(&self, name: &[u8], token: &[u8]) -> bool {
-        self.lines()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .flat_map(|(_, v)| split_list(v))
-            .any(|t| {
-                let t = t.split(|&c| c == b'=').next().unwrap_or_default();
-                t.eq_ignore_ascii_case(token)
-            })
-    }
+/// Whether a comma-separated list field of `resp` holds `token`.
+fn has_token(resp: &Response, name: &[u8], token: &[u8]) -> bool {
+    resp.all_fields()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .flat_map(|(_, v)| split_list(v))
+        .any(|t| {
+            let t = t.split(|&c| c == b'=').next().unwrap_or_default();
+            t.eq_ignore_ascii_case(token)
+        })
 }
 
-/// The header lines with the ETag made weak and, for a compressed body,
-/// `Accept-Ranges` dropped and `Content-Encoding` (and `Vary`) added.
-fn rewrite(shared: &[u8], own: &[u8], coding: Option<Coding>, vary: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(shared.len() + own.len() + 64);
-    for (name, value) in header_lines(shared).chain(header_lines(own)) {
+/// Makes the response's fields its own, with the ETag made weak and, for a
+/// compressed body, `Accept-Ranges` dropped and `Content-Encoding` (and
+/// `Vary`) added.
+fn rewrite(resp: &mut Response, coding: Option<Coding>, vary: bool) {
+    let mut out = Fields::new();
+    let mut weak = Vec::new();
+    for (name, value) in resp.all_fields() {
         if coding.is_some() && name.eq_ignore_ascii_case(b"accept-ranges") {
             continue;
         }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
         if name.eq_ignore_ascii_case(b"etag") && value.first() == Some(&b'"') {
-            out.extend_from_slice(b"W/");
+            weak.clear();
+            weak.extend_from_slice(b"W/");
+            weak.extend_from_slice(value);
+            out.push(name, &weak);
+        } else {
+            out.push(name, value);
         }
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
     }
     if let Some(c) = coding {
-        out.extend_from_slice(b"Content-Encoding: ");
-        out.extend_from_slice(c.as_str().as_bytes());
-        out.extend_from_slice(b"\r\n");
+        out.push(b"Content-Encoding", c.as_str().as_bytes());
     }
     if vary {
-        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+        out.push(b"Vary", b"Accept-Encoding");
     }
-    out
+    resp.shared = None;
+    resp.fields = out;
 }
 
 /// A body compressed while it streams: input is gathered while the source
@@ -260,7 +244,7 @@ mod tests {
 
     fn response(head: &str, chunks: &[&[u8]], len: Option<u64>) -> Response {
         let mut r = Response::new(Status::OK);
-        r.head = head.as_bytes().to_vec();
+        r.fields = Fields::parse_wire(head.as_bytes());
         r.body = Body::Stream(StreamBody {
             len,
             source: Box::new(Script {
@@ -303,7 +287,7 @@ mod tests {
     }
 
     fn head_of(r: &Response) -> String {
-        String::from_utf8_lossy(&r.head).into_owned()
+        String::from_utf8_lossy(r.fields.wire()).into_owned()
     }
 
     #[test]
@@ -401,7 +385,7 @@ mod tests {
         assert_eq!(r.body.known_len(), Some(999));
 
         let mut nm = Response::new(Status::NOT_MODIFIED);
-        nm.head = b"ETag: \"v1\"\r\n".to_vec();
+        nm.header("ETag", b"\"v1\"");
         let r = compress_response(nm, &get, &policy());
         assert_eq!(head_of(&r), "ETag: W/\"v1\"\r\nVary: Accept-Encoding\r\n");
 
@@ -430,7 +414,7 @@ mod tests {
             }
         }
         let mut r = Response::new(Status::OK);
-        r.head = b"Content-Type: text/plain\r\n".to_vec();
+        r.header("Content-Type", b"text/plain");
         r.body = Body::Stream(StreamBody {
             len: Some(2000),
             source: Box::new(Fails(false)),

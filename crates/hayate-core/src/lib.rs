@@ -12,6 +12,7 @@ pub mod date;
 pub mod epoch;
 pub mod error;
 pub mod field;
+pub mod fields;
 pub mod log;
 pub mod metrics;
 pub mod negotiate;
@@ -24,5 +25,6 @@ pub mod transport;
 pub mod variant;
 
 pub use coding::Coding;
+pub use fields::Fields;
 pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};
 pub use status::Status;

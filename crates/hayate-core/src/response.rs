@@ -1,9 +1,8 @@
-//! The response a handler hands to the connection writer.
-//!
-//! Headers are kept as preformatted `Name: value\r\n` lines: a shared block
-//! (built once, e.g. per cached file) plus lines specific to this response.
-//! The writer adds the status line, `Date`, `Server`, `Content-Length` and
-//! `Connection`, so handlers never set those.
+//! The response a handler hands to the protocol writer: a status, header
+//! [`Fields`] (those shared with other responses, built once per cached
+//! file or stored response, then this response's own) and a body.
+//! The writer adds the status line, `Date`, `Server`, the framing
+//! (`Content-Length`) and `Connection`, so handlers never set those.
 
 use std::fs::File;
 use std::future::Future;
@@ -16,17 +15,18 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use bytes::Bytes;
 
-use crate::Status;
+use crate::{Fields, Status};
 
 /// A response ready to be written.
 #[derive(Debug)]
 pub struct Response {
     /// The status.
     pub status: Status,
-    /// Preformatted header lines shared with other responses.
-    pub shared_head: Bytes,
-    /// Preformatted header lines of this response only.
-    pub head: Vec<u8>,
+    /// Fields shared with other responses (a cached file's, a stored
+    /// response's), sent before [`Response::fields`].
+    pub shared: Option<Arc<Fields>>,
+    /// The fields of this response only.
+    pub fields: Fields,
     /// The body; for HEAD requests its length is announced but it is not sent.
     pub body: Body,
     /// Close the connection after this response.
@@ -172,8 +172,8 @@ impl Response {
     pub fn new(status: Status) -> Response {
         Response {
             status,
-            shared_head: Bytes::new(),
-            head: Vec::new(),
+            shared: None,
+            fields: Fields::new(),
             body: Body::Empty,
             close: false,
             cache_status: None,
@@ -183,7 +183,7 @@ impl Response {
     /// A short plain-text error page, `404 Not Found\n`.
     pub fn error(status: Status) -> Response {
         let mut r = Response::new(status);
-        r.shared_head = Bytes::from_static(b"Content-Type: text/plain; charset=utf-8\r\n");
+        r.header("Content-Type", b"text/plain; charset=utf-8");
         r.body = Body::Bytes(Bytes::from(format!(
             "{} {}\n",
             status.code(),
@@ -192,23 +192,25 @@ impl Response {
         r
     }
 
-    /// Appends a header line. `value` must not contain CR or LF; callers pass
-    /// values they built or validated (this is checked in debug builds).
+    /// Appends a field of this response. `value` must not contain CR or
+    /// LF; callers pass values they built or validated (this is checked in
+    /// debug builds).
     pub fn header(&mut self, name: &str, value: &[u8]) -> &mut Response {
-        debug_assert!(
-            !value.iter().any(|&b| b == b'\r' || b == b'\n'),
-            "header injection"
-        );
-        if self.head.capacity() == 0 {
-            // One allocation for the usual few fields instead of growing
-            // 8 → 16 → … → 128 bytes.
-            self.head.reserve(256);
-        }
-        self.head.extend_from_slice(name.as_bytes());
-        self.head.extend_from_slice(b": ");
-        self.head.extend_from_slice(value);
-        self.head.extend_from_slice(b"\r\n");
+        self.fields.push(name.as_bytes(), value);
         self
+    }
+
+    /// Every field, shared ones first.
+    pub fn all_fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let shared = self.shared.as_deref().into_iter().flat_map(Fields::iter);
+        shared.chain(self.fields.iter())
+    }
+
+    /// The first value of field `name`, shared fields first.
+    pub fn field(&self, name: &[u8]) -> Option<&[u8]> {
+        self.all_fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
     }
 
     /// Builder form of [`Response::header`].

@@ -16,7 +16,7 @@ use hayate_core::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::field::{parse_length, split_list, trim_ows as trim};
 use hayate_core::transport::Transport;
-use hayate_core::{Body, BodySource, Duplex, Response, Status, StreamBody, Tunnel};
+use hayate_core::{Body, BodySource, Duplex, Fields, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
@@ -76,7 +76,7 @@ pub(crate) enum Framing {
 /// what the connection does next.
 pub(crate) struct Head {
     status: Status,
-    headers: Vec<u8>,
+    fields: Fields,
     framing: Framing,
     /// How long the connection may idle in the pool; `None`: do not reuse.
     keep: Option<Duration>,
@@ -235,7 +235,7 @@ impl UpstreamProtocol for Http1 {
     fn response(&self, answer: Answer, guard: Outstanding, settings: &ProxySettings) -> Response {
         let Answer { conn, head, rest } = answer;
         let mut r = Response::new(head.status);
-        r.head = head.headers;
+        r.fields = head.fields;
         if head.framing == Framing::Tunnel {
             r.body = Body::Upgrade(Box::new(UpstreamTunnel {
                 conn,
@@ -363,13 +363,13 @@ fn parse_response(
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
             .map(|h| h.value);
-        let mut headers = b"Connection: upgrade\r\nUpgrade: ".to_vec();
-        headers.extend_from_slice(protocol.unwrap_or(b"websocket"));
-        headers.extend_from_slice(b"\r\n");
-        copy_end_to_end(&mut headers, resp.headers);
+        let mut fields = Fields::new();
+        fields.push(b"Connection", b"upgrade");
+        fields.push(b"Upgrade", protocol.unwrap_or(b"websocket"));
+        copy_end_to_end(&mut fields, resp.headers);
         let head = Head {
             status,
-            headers,
+            fields,
             framing: Framing::Tunnel,
             keep: None,
             is_head: false,
@@ -380,7 +380,7 @@ fn parse_response(
     if (100..200).contains(&code) {
         return Ok(Some((None, len)));
     }
-    let mut headers = Vec::with_capacity(len);
+    let mut fields = Fields::with_capacity(len);
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
     let mut other_coding = false;
@@ -408,7 +408,7 @@ fn parse_response(
             }
         }
     }
-    copy_end_to_end(&mut headers, resp.headers);
+    copy_end_to_end(&mut fields, resp.headers);
     let framing = if is_head || code == 204 || code == 304 {
         Framing::Empty
     } else if chunked {
@@ -425,14 +425,14 @@ fn parse_response(
         Framing::UntilClose
     };
     if settings.via {
-        headers.extend_from_slice(b"Via: 1.1 hayate\r\n");
+        fields.push(b"Via", b"1.1 hayate");
     }
     let keep = (!close && framing != Framing::UntilClose).then_some(keep);
     let head_len = if is_head { content_length } else { None };
     Ok(Some((
         Some(Head {
             status,
-            headers,
+            fields,
             framing,
             keep,
             is_head,
@@ -445,7 +445,7 @@ fn parse_response(
 /// Copies the end-to-end fields of an upstream response head onto `out`:
 /// neither hop-by-hop nor named by its Connection fields, and not Date or
 /// Server (hayate sets its own).
-fn copy_end_to_end(out: &mut Vec<u8>, fields: &[httparse::Header<'_>]) {
+fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) {
     let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
     for h in fields {
         let name = h.name.as_bytes();
@@ -456,10 +456,7 @@ fn copy_end_to_end(out: &mut Vec<u8>, fields: &[httparse::Header<'_>]) {
         {
             continue;
         }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
+        out.push(name, h.value);
     }
 }
 
@@ -686,7 +683,7 @@ mod tests {
         };
         assert_eq!(h.framing, Framing::Length(5));
         assert_eq!(h.keep, Some(Duration::from_secs(4)));
-        assert_eq!(String::from_utf8(h.headers).expect("ascii"), "X-App: y\r\n");
+        assert_eq!(h.fields.wire(), b"X-App: y\r\n");
         let Ok(Some((Some(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,
@@ -735,7 +732,7 @@ mod tests {
         };
         assert_eq!(h.framing, Framing::Tunnel);
         assert_eq!(
-            String::from_utf8(h.headers).expect("ascii"),
+            String::from_utf8_lossy(h.fields.wire()),
             "Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n"
         );
         assert!(parse_response(raw.as_bytes(), false, false, &s).is_err());

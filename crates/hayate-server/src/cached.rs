@@ -25,7 +25,7 @@ use hayate_cache::{
 };
 use hayate_compress::Policy;
 use hayate_core::client_body::{ClientBody, NoBody};
-use hayate_core::{Body, BodySource, Response, Status, StreamBody};
+use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
 use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
 /// A route's cache: the shared store and the route's policy.
@@ -327,8 +327,8 @@ async fn fetch<B: ClientBody>(
         fwd_status: Some(resp.status.code()),
         ..CacheStatus::new(CacheOutcome::Miss)
     };
-    let head = serve::response_head(&resp);
-    let facts = ResponseFacts::from_head(&head);
+    let head = serve::response_fields(&resp);
+    let facts = ResponseFacts::from_fields(head.iter());
     let directives = request_directives(req);
     let authorization = req.field(b"authorization").is_some();
     let vary_key = |facts: &ResponseFacts| {
@@ -340,7 +340,7 @@ async fn fetch<B: ClientBody>(
     // The stale copy confirmed: refresh its headers and serve it.
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
         let merged = serve::merged_304_head(old, &head);
-        let merged_facts = ResponseFacts::from_head(&merged);
+        let merged_facts = ResponseFacts::from_fields(merged.iter());
         let lifetime = storable(
             old.status.code(),
             &merged_facts,
@@ -454,7 +454,7 @@ async fn fetch<B: ClientBody>(
             drop(leader);
             status.detail = Some("too-large");
             let mut r = Response::new(code);
-            r.head = head;
+            r.fields = head;
             r.body = partial;
             r.close = close;
             return with_status(r, &status);
@@ -489,7 +489,7 @@ async fn fetch<B: ClientBody>(
 
 /// The response a fill fetched, as its own client gets it.
 struct Fetched {
-    head: Vec<u8>,
+    head: Fields,
     /// The Age the origin sent (0 without one).
     origin_age: u64,
     close: bool,
@@ -515,7 +515,7 @@ impl Fetched {
             return with_status(serve::not_modified(stored, age), status);
         }
         let mut r = Response::new(stored.status);
-        r.head = self.head;
+        r.fields = self.head;
         if self.origin_age == 0 && age > 0 {
             r.header("Age", itoa::Buffer::new().format(age).as_bytes());
         }
@@ -734,8 +734,7 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
     let host = req.host.unwrap_or_default();
     let store = &rc.shared.store;
     store.invalidate(&store::key(host, req.target));
-    let head = serve::response_head(resp);
-    for (name, value) in hayate_core::field::header_lines(&head) {
+    for (name, value) in resp.all_fields() {
         if !(name.eq_ignore_ascii_case(b"location")
             || name.eq_ignore_ascii_case(b"content-location"))
         {

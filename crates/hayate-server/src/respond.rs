@@ -22,8 +22,10 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: Syst
     resp.status.append_status_line(out);
     hayate_core::date::append_date_line(out, now);
     out.extend_from_slice(b"Server: hayate\r\n");
-    out.extend_from_slice(&resp.shared_head);
-    out.extend_from_slice(&resp.head);
+    if let Some(shared) = &resp.shared {
+        out.extend_from_slice(shared.wire());
+    }
+    out.extend_from_slice(resp.fields.wire());
     let body_allowed = !resp.status.forbids_body();
     if body_allowed {
         match resp.body.known_len() {

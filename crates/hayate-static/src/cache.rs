@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use hayate_core::variant::FileStamp;
-use hayate_core::Coding;
+use hayate_core::{Coding, Fields};
 
 use crate::{VariantSource, VariantState};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
@@ -65,12 +65,13 @@ pub(crate) struct Variant {
     pub len: u64,
     /// Strong entity tag with quotes, distinct per variant.
     pub etag: String,
-    /// Header block of 200 and single-range 206 responses.
-    pub head: Bytes,
-    /// Header block without Content-Type (multipart 206).
-    pub head_no_type: Bytes,
-    /// Header block of 304 responses.
-    pub head_304: Bytes,
+    /// Fields of 200 and single-range 206 responses (built once: a hit
+    /// copies their HTTP/1 form whole).
+    pub head: Arc<Fields>,
+    /// Fields without Content-Type (multipart 206).
+    pub head_no_type: Arc<Fields>,
+    /// Fields of 304 responses.
+    pub head_304: Arc<Fields>,
     pub source: Source,
 }
 
@@ -758,28 +759,30 @@ impl Variant {
         vary: bool,
     ) -> Variant {
         let lm = httpdate::fmt_http_date(last_modified);
-        let mut common = String::with_capacity(160);
-        common.push_str(&format!("Last-Modified: {lm}\r\nETag: {etag}\r\n"));
+        let mut common = Fields::with_capacity(160);
+        common.push(b"Last-Modified", lm.as_bytes());
+        common.push(b"ETag", etag.as_bytes());
         if let Some(cc) = cache_control {
-            common.push_str(&format!("Cache-Control: {cc}\r\n"));
+            common.push(b"Cache-Control", cc.as_bytes());
         }
         if vary {
-            common.push_str("Vary: Accept-Encoding\r\n");
+            common.push(b"Vary", b"Accept-Encoding");
         }
-        let head_304 = Bytes::from(common.clone());
-        let mut no_type = common;
-        no_type.push_str("Accept-Ranges: bytes\r\n");
+        let mut no_type = common.clone();
+        no_type.push(b"Accept-Ranges", b"bytes");
         if coding != Coding::Identity {
-            no_type.push_str(&format!("Content-Encoding: {}\r\n", coding.as_str()));
+            no_type.push(b"Content-Encoding", coding.as_str().as_bytes());
         }
-        let head = format!("Content-Type: {content_type}\r\n{no_type}");
+        let mut head = Fields::with_capacity(no_type.wire().len() + 64);
+        head.push(b"Content-Type", content_type.as_bytes());
+        head.extend(&no_type);
         Variant {
             coding,
             len,
             etag,
-            head: Bytes::from(head),
-            head_no_type: Bytes::from(no_type),
-            head_304,
+            head: Arc::new(head),
+            head_no_type: Arc::new(no_type),
+            head_304: Arc::new(common),
             source,
         }
     }

@@ -425,7 +425,7 @@ fn respond(
         Verdict::Proceed => {}
         Verdict::NotModified => {
             let mut r = Response::new(Status::NOT_MODIFIED);
-            r.shared_head = variant.head_304.clone();
+            r.shared = Some(variant.head_304.clone());
             return r;
         }
         Verdict::Failed => return Response::error(Status::PRECONDITION_FAILED),
@@ -439,19 +439,19 @@ fn respond(
     let mut r = Response::new(Status::OK);
     match decision {
         RangeDecision::Full => {
-            r.shared_head = variant.head.clone();
+            r.shared = Some(variant.head.clone());
             r.body = body_of(variant, 0, variant.len);
         }
         RangeDecision::Single(range) => {
             r.status = Status::PARTIAL_CONTENT;
-            r.shared_head = variant.head.clone();
+            r.shared = Some(variant.head.clone());
             let cr = format!("bytes {}-{}/{}", range.start, range.end - 1, variant.len);
             r.header("Content-Range", cr.as_bytes());
             r.body = body_of(variant, range.start, range.end - range.start);
         }
         RangeDecision::Multi(ranges) => {
             r.status = Status::PARTIAL_CONTENT;
-            r.shared_head = variant.head_no_type.clone();
+            r.shared = Some(variant.head_no_type.clone());
             let boundary = boundary();
             r.header(
                 "Content-Type",

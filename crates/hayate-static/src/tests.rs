@@ -90,18 +90,9 @@ fn get(f: &Fixture, path: &str) -> Response {
     )
 }
 
-fn headers(r: &Response) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&r.shared_head),
-        String::from_utf8_lossy(&r.head)
-    )
-}
-
 fn header(r: &Response, name: &str) -> Option<String> {
-    headers(r)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+    r.field(name.as_bytes())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 fn body(r: &Response) -> Vec<u8> {
