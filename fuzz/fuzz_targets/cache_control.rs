@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     for v in [resp.max_age, resp.s_maxage, resp.stale_if_error, req.max_age, req.min_fresh] {
         assert!(v.unwrap_or(0) <= 1 << 31);
     }
-    let facts = ResponseFacts::from_head(data);
+    let facts = ResponseFacts::from_fields(hayate_core::field::header_lines(data));
     let f = Freshness {
         lifetime: u64::from(data.first().copied().unwrap_or(0)),
         age: u64::from(data.last().copied().unwrap_or(0)),

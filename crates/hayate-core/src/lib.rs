@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod net;
 pub mod path;
+pub mod request;
 pub mod response;
 pub mod shutdown;
 pub mod status;

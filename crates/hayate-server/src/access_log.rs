@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hayate_config::values::{AccessLog as Target, LogFormat};
 
-use crate::request::Request;
+use hayate_core::request::RequestHead;
 
 /// Buffered bytes that trigger a write.
 const FLUSH_AT: usize = 32 * 1024;
@@ -93,7 +93,7 @@ impl AccessLog {
     }
 
     /// Records one exchange.
-    pub fn record(&self, req: &Request, e: &Entry<'_>) {
+    pub fn record(&self, req: &RequestHead, e: &Entry<'_>) {
         let mut buf = self.buf.borrow_mut();
         match self.format {
             LogFormat::Combined => combined(&mut buf, req, e),
@@ -126,14 +126,18 @@ impl AccessLog {
     }
 }
 
-fn combined(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
+fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     let mut time = String::with_capacity(32);
     hayate_core::date::clf_now(&mut time);
     out.extend_from_slice(e.peer.as_bytes());
     out.extend_from_slice(b" - - [");
     out.extend_from_slice(time.as_bytes());
     out.extend_from_slice(b"] \"");
-    escape(out, req.request_line());
+    escape(out, req.method());
+    out.push(b' ');
+    escape(out, req.target());
+    out.push(b' ');
+    out.extend_from_slice(req.version.as_str().as_bytes());
     out.extend_from_slice(b"\" ");
     out.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
     out.push(b' ');
@@ -150,7 +154,7 @@ fn combined(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
     out.push(b'\n');
 }
 
-fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
+fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     let mut time = String::with_capacity(32);
     hayate_core::date::iso_now(&mut time);
     out.extend_from_slice(b"{\"time\":\"");
@@ -161,8 +165,8 @@ fn json(out: &mut Vec<u8>, req: &Request, e: &Entry<'_>) {
     json_escape(out, req.method());
     out.extend_from_slice(b"\",\"uri\":\"");
     json_escape(out, req.target());
-    out.extend_from_slice(b"\",\"protocol\":\"HTTP/1.");
-    out.push(b'0' + req.minor_version);
+    out.extend_from_slice(b"\",\"protocol\":\"");
+    out.extend_from_slice(req.version.as_str().as_bytes());
     out.extend_from_slice(b"\",\"host\":\"");
     json_escape(out, req.host().unwrap_or_default());
     out.extend_from_slice(b"\",\"status\":");
@@ -217,7 +221,7 @@ mod tests {
     use super::*;
     use crate::request::{parse, HeadLimits, Parsed};
 
-    fn request(raw: &str) -> Request {
+    fn request(raw: &str) -> RequestHead {
         let limits = HeadLimits {
             max_request_line: 1000,
             max_header_bytes: 1000,
@@ -228,8 +232,9 @@ mod tests {
             &mut bytes::BytesMut::from(raw.as_bytes()),
             &limits,
             &mut Default::default(),
+            hayate_core::transport::Scheme::Http,
         ) {
-            Parsed::Request(r) => r,
+            Parsed::Request(r) => r.head,
             other => panic!("{other:?}"),
         }
     }

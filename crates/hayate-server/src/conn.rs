@@ -145,11 +145,8 @@ impl Conn {
                 w.timeouts.body,
             );
             let mut waited = false;
-            let client = pipeline::Client {
-                peer: &self.peer,
-                scheme: self.scheme,
-            };
-            let (resp, route) = match pipeline::answer(&req, &w.router, started, client) {
+            let client = pipeline::Client { peer: &self.peer };
+            let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
                 Answer::Now(resp, route) => (resp, route),
                 Answer::Upstream(to) => {
                     let route = Some(to.route_index());
@@ -161,7 +158,7 @@ impl Conn {
                         clock: &mut self.clock,
                         send_timeout: w.timeouts.send,
                     };
-                    let handled = pin!(pipeline::upstream(&req, to, &mut view, client));
+                    let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
                     (noting_waits(handled, &mut waited).await, route)
                 }
             };
@@ -178,7 +175,7 @@ impl Conn {
             // A body nobody read is drained after the response; one the
             // client has not sent yet (it waits for 100-continue) or that
             // failed half-read ends the connection instead.
-            let http10 = req.minor_version == 0;
+            let http10 = req.http10();
             let close_delimited = http10 && resp.body.known_len().is_none();
             let body_ok = body.done || (!body.touched && !body.awaiting_continue());
             // A connection that switched protocols never reads HTTP again:
@@ -193,7 +190,7 @@ impl Conn {
                 && !close_delimited
                 && !self.worker.stopping.get();
             let cx = HeadContext {
-                head_request: req.method() == b"HEAD",
+                head_request: req.head.method() == b"HEAD",
                 http10,
                 keep_alive,
             };
@@ -226,7 +223,7 @@ impl Conn {
                 self.flush().await?;
             }
             if !self.rbuf.is_empty() {
-                match request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare) {
+                match request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare, self.scheme) {
                     Parsed::Request(r) => return Ok(Ok(Some(r))),
                     Parsed::Refused(r) => return Ok(Err(r)),
                     Parsed::Partial => {}
@@ -477,7 +474,7 @@ impl Conn {
                 duration: started.elapsed(),
                 cache,
             };
-            log.record(req, &entry);
+            log.record(&req.head, &entry);
         }
     }
 

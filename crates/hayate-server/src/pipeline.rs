@@ -27,22 +27,19 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
-use hayate_core::transport::Scheme;
 use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{ProxyRequest, UpstreamGroup};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
-use crate::request::Request;
 use crate::router::{handler_path, Route, Router};
+use hayate_core::request::RequestHead;
 
 /// Who sent the request, as forwarding tells the upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Client<'a> {
     /// The client's address (`unix` on a Unix socket).
     pub peer: &'a str,
-    /// What the client's listener speaks.
-    pub scheme: Scheme,
 }
 
 /// What the request path decided without waiting.
@@ -75,7 +72,7 @@ impl ToUpstream<'_> {
 /// Steps 1-3 and the cache's lookup: everything that answers a request
 /// without waiting. `now` is the request's time.
 pub fn answer<'r>(
-    req: &'r Request,
+    req: &'r RequestHead,
     router: &'r Router,
     now: Instant,
     client: Client<'_>,
@@ -136,7 +133,7 @@ pub fn answer<'r>(
 /// through the cache when the route caches. `body` is the request body;
 /// `client` says who sent it, for forwarding.
 pub async fn upstream<B: ClientBody>(
-    req: &Request,
+    req: &RequestHead,
     to: ToUpstream<'_>,
     body: &mut B,
     client: Client<'_>,
@@ -165,7 +162,7 @@ pub async fn upstream<B: ClientBody>(
 /// The target sent upstream. A path that needed normalizing is sent
 /// normalized, so the upstream sees the path the route was chosen for (no
 /// `/api/../admin` past a prefix route).
-fn upstream_target<'r>(req: &'r Request, path: Cow<'_, [u8]>) -> Cow<'r, [u8]> {
+fn upstream_target<'r>(req: &'r RequestHead, path: Cow<'_, [u8]>) -> Cow<'r, [u8]> {
     match path {
         Cow::Borrowed(_) => Cow::Borrowed(req.target()),
         Cow::Owned(p) => {
@@ -180,18 +177,23 @@ fn upstream_target<'r>(req: &'r Request, path: Cow<'_, [u8]>) -> Cow<'r, [u8]> {
 }
 
 /// The request as the proxy and the cache see it.
-fn proxied<'r>(req: &'r Request, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
+fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
     ProxyRequest {
         method: req.method(),
         target,
         headers: req.fields().collect(),
         client_ip: client.peer,
-        scheme: client.scheme,
+        scheme: req.scheme,
         host: req.host(),
     }
 }
 
-fn serve_file(files: &StaticRoot, req: &Request, path: &[u8], now: Instant) -> Option<Response> {
+fn serve_file(
+    files: &StaticRoot,
+    req: &RequestHead,
+    path: &[u8],
+    now: Instant,
+) -> Option<Response> {
     let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
     let choose = |available: &[Coding]| accept.choose(available.iter().copied());
     files.try_serve(&StaticRequest {
@@ -214,7 +216,7 @@ fn serve_file(files: &StaticRoot, req: &Request, path: &[u8], now: Instant) -> O
 }
 
 /// Whether the client prefers JSON (directory listings).
-fn wants_json(req: &Request) -> bool {
+fn wants_json(req: &RequestHead) -> bool {
     req.header(b"accept").is_some_and(|a| {
         let a = String::from_utf8_lossy(a);
         a.contains("application/json") && !a.contains("text/html")

@@ -1,4 +1,6 @@
-//! Parsing and validating a request head.
+//! HTTP/1 server side: parsing and validating a request head into the
+//! protocol-neutral [`RequestHead`], with the HTTP/1 facts beside it (body
+//! framing, keep-alive, `Expect: 100-continue`).
 //!
 //! httparse does the tokenizing (and already refuses obs-fold, whitespace
 //! before the colon, NUL, bare CR and bare LF inside fields); this module
@@ -11,6 +13,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use bytes::{Buf, BytesMut};
+use hayate_core::request::{FieldRanges, Parts, RequestHead, Version};
+use hayate_core::transport::Scheme;
 use hayate_core::Status;
 
 /// Upper bound of the `max_headers` setting.
@@ -45,13 +49,13 @@ pub enum Framing {
 #[derive(Debug, Default)]
 pub struct Spare {
     head: Vec<u8>,
-    fields: Vec<(Range<usize>, Range<usize>)>,
+    fields: FieldRanges,
 }
 
 impl Spare {
     /// Takes a finished request's buffers back.
     pub fn reclaim(&mut self, req: Request) {
-        let (mut head, mut fields) = (req.buf, req.headers);
+        let (mut head, mut fields) = req.head.into_buffers();
         head.clear();
         fields.clear();
         self.head = head;
@@ -59,18 +63,12 @@ impl Spare {
     }
 }
 
-/// A parsed request head. Slices point into `buf`, a copy of the head that
-/// the request owns (copying ~100-500 bytes costs less than sharing the
-/// read buffer through reference counts).
+/// A parsed HTTP/1 request: the neutral head, and what HTTP/1 says about
+/// the connection and the body.
 #[derive(Debug)]
 pub struct Request {
-    buf: Vec<u8>,
-    method: Range<usize>,
-    target: Range<usize>,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub minor_version: u8,
-    headers: Vec<(Range<usize>, Range<usize>)>,
-    host: Option<Range<usize>>,
+    /// The head, as the request path reads it.
+    pub head: RequestHead,
     /// Body framing.
     pub framing: Framing,
     /// Keep the connection open after this request (version and Connection).
@@ -105,8 +103,9 @@ pub enum Parsed {
     Refused(Refusal),
 }
 
-/// Parses one request head from the front of `buf`.
-pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, spare: &mut Spare) -> Parsed {
+/// Parses one request head from the front of `buf`; `scheme` is what the
+/// connection's listener speaks.
+pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, spare: &mut Spare, scheme: Scheme) -> Parsed {
     // Leading empty lines before a request are ignored (RFC 9112 §2.2).
     while buf.first() == Some(&b'\r') || buf.first() == Some(&b'\n') {
         if buf.starts_with(b"\r\n") || buf.starts_with(b"\n") {
@@ -185,7 +184,19 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, spare: &mut Spare) -> Pars
             let mut head = std::mem::take(&mut spare.head);
             head.extend_from_slice(&buf[..len]);
             buf.advance(len);
-            match Request::validate(head, method, target, minor_version, fields, limits) {
+            let version = if minor_version == 0 {
+                Version::Http10
+            } else {
+                Version::Http11
+            };
+            let parts = Parts {
+                method,
+                target,
+                authority: None,
+                version,
+                scheme,
+            };
+            match Request::validate(head, parts, fields, limits) {
                 Ok(r) => Parsed::Request(r),
                 Err(r) => Parsed::Refused(r),
             }
@@ -209,32 +220,22 @@ fn memchr_nl(buf: &[u8]) -> Option<usize> {
 impl Request {
     fn validate(
         buf: Vec<u8>,
-        method: Range<usize>,
-        target: Range<usize>,
-        minor_version: u8,
-        headers: Vec<(Range<usize>, Range<usize>)>,
+        mut parts: Parts,
+        fields: FieldRanges,
         limits: &HeadLimits,
     ) -> Result<Request, Refusal> {
         let bad = |reason| Refusal::new(Status::BAD_REQUEST, reason);
-        let mut req = Request {
-            buf,
-            method,
-            target,
-            minor_version,
-            headers,
-            host: None,
-            framing: Framing::None,
-            keep_alive: minor_version == 1,
-            expect_continue: false,
-        };
+        let http10 = parts.version == Version::Http10;
+        let mut expect_continue = false;
         let mut content_length: Option<u64> = None;
         let mut transfer_encoding = false;
+        let mut host: Option<Range<usize>> = None;
         let mut hosts = 0;
         let mut connection_close = false;
         let mut connection_keep_alive = false;
-        for (name, value) in &req.headers {
-            let name = &req.buf[name.clone()];
-            let v = &req.buf[value.clone()];
+        for (name, value) in &fields {
+            let name = &buf[name.clone()];
+            let v = &buf[value.clone()];
             if name.eq_ignore_ascii_case(b"content-length") {
                 for part in v.split(|&b| b == b',') {
                     let n = parse_length(trim(part)).ok_or(bad("invalid Content-Length"))?;
@@ -268,6 +269,7 @@ impl Request {
                 if !valid_host(v) {
                     return Err(bad("invalid Host"));
                 }
+                host.get_or_insert(value.clone());
             } else if name.eq_ignore_ascii_case(b"connection") {
                 for token in v.split(|&b| b == b',').map(trim) {
                     connection_close |= token.eq_ignore_ascii_case(b"close");
@@ -275,7 +277,7 @@ impl Request {
                 }
             } else if name.eq_ignore_ascii_case(b"expect") {
                 if trim(v).eq_ignore_ascii_case(b"100-continue") {
-                    req.expect_continue = true;
+                    expect_continue = true;
                 } else {
                     return Err(Refusal::new(
                         Status::EXPECTATION_FAILED,
@@ -287,40 +289,40 @@ impl Request {
         if transfer_encoding && content_length.is_some() {
             return Err(bad("both Content-Length and Transfer-Encoding"));
         }
-        if transfer_encoding && minor_version == 0 {
+        if transfer_encoding && http10 {
             return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
         }
         if hosts > 1 {
             return Err(bad("more than one Host"));
         }
-        if hosts == 0 && minor_version == 1 {
+        if hosts == 0 && !http10 {
             return Err(bad("missing Host"));
         }
-        req.host = req.find(b"host");
+        parts.authority = host;
         // The target: origin-form, absolute-form (its authority wins over Host), or `*`.
-        let target = &req.buf[req.target.clone()];
+        let target = &buf[parts.target.clone()];
         if target.first() == Some(&b'/') {
         } else if target == b"*" {
-            if req.method() != b"OPTIONS" {
+            if &buf[parts.method.clone()] != b"OPTIONS" {
                 return Err(bad("asterisk-form outside OPTIONS"));
             }
         } else if let Some((authority, path_start)) = split_absolute(target) {
             if !valid_host(authority) || authority.is_empty() {
                 return Err(bad("invalid authority in request target"));
             }
-            let t = req.target.start;
-            req.host =
-                Some(t + authority_offset(target)..t + authority_offset(target) + authority.len());
-            req.target = t + path_start..req.target.end;
+            let t = parts.target.start;
+            let at = t + authority_offset(target);
+            parts.authority = Some(at..at + authority.len());
+            parts.target = t + path_start..parts.target.end;
         } else {
             return Err(bad("invalid request target"));
         }
-        req.framing = match (transfer_encoding, content_length) {
+        let framing = match (transfer_encoding, content_length) {
             (true, _) => Framing::Chunked,
             (false, Some(0)) | (false, None) => Framing::None,
             (false, Some(n)) => Framing::Length(n),
         };
-        if let Framing::Length(n) = req.framing {
+        if let Framing::Length(n) = framing {
             if n > limits.max_body_size {
                 return Err(Refusal::new(
                     Status::CONTENT_TOO_LARGE,
@@ -328,83 +330,22 @@ impl Request {
                 ));
             }
         }
-        req.keep_alive = if minor_version == 1 {
-            !connection_close
-        } else {
+        let keep_alive = if http10 {
             connection_keep_alive && !connection_close
-        };
-        Ok(req)
-    }
-
-    /// The method.
-    pub fn method(&self) -> &[u8] {
-        &self.buf[self.method.clone()]
-    }
-
-    /// The request target as sent (path and query; the authority of an
-    /// absolute-form target is removed). `/` if the target was absolute
-    /// with an empty path; `*` for asterisk-form.
-    pub fn target(&self) -> &[u8] {
-        let t = &self.buf[self.target.clone()];
-        if t.is_empty() {
-            b"/"
         } else {
-            t
-        }
+            !connection_close
+        };
+        Ok(Request {
+            head: RequestHead::from_buffer(buf, parts, fields),
+            framing,
+            keep_alive,
+            expect_continue,
+        })
     }
 
-    /// The path part of the target.
-    pub fn path(&self) -> &[u8] {
-        let t = self.target();
-        t.iter().position(|&b| b == b'?').map_or(t, |q| &t[..q])
-    }
-
-    /// The query, without `?`.
-    pub fn query(&self) -> Option<&[u8]> {
-        let t = self.target();
-        t.iter().position(|&b| b == b'?').map(|q| &t[q + 1..])
-    }
-
-    /// The host name the request is for, lower-cased by the caller.
-    pub fn host(&self) -> Option<&[u8]> {
-        self.host.clone().map(|r| &self.buf[r])
-    }
-
-    /// The first value of header `name` (case-insensitive).
-    pub fn header(&self, name: &[u8]) -> Option<&[u8]> {
-        self.find(name).map(|r| &self.buf[r])
-    }
-
-    /// Every value of header `name`.
-    pub fn headers_named<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.headers
-            .iter()
-            .filter(move |(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name))
-            .map(|(_, v)| &self.buf[v.clone()])
-    }
-
-    /// Every header field, in order.
-    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.headers
-            .iter()
-            .map(|(n, v)| (&self.buf[n.clone()], &self.buf[v.clone()]))
-    }
-
-    fn find(&self, name: &[u8]) -> Option<Range<usize>> {
-        self.headers
-            .iter()
-            .find(|(n, _)| self.buf[n.clone()].eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    }
-
-    /// The request line for logs, `GET /x HTTP/1.1`.
-    pub fn request_line(&self) -> &[u8] {
-        let end = self
-            .buf
-            .iter()
-            .position(|&b| b == b'\r' || b == b'\n')
-            .unwrap_or(self.buf.len());
-        &self.buf[..end]
+    /// Whether the request came in HTTP/1.0.
+    pub fn http10(&self) -> bool {
+        self.head.version == Version::Http10
     }
 }
 
@@ -517,7 +458,7 @@ mod tests {
 
     fn parse_str(raw: &str) -> Parsed {
         let mut buf = BytesMut::from(raw.as_bytes());
-        parse(&mut buf, &LIMITS, &mut Spare::default())
+        parse(&mut buf, &LIMITS, &mut Spare::default(), Scheme::Http)
     }
 
     fn status(raw: &str) -> Option<u16> {
@@ -594,10 +535,10 @@ mod tests {
         ) else {
             panic!("parse failed")
         };
-        assert_eq!(r.method(), b"POST");
-        assert_eq!(r.path(), b"/a/b");
-        assert_eq!(r.query(), Some(&b"x=1"[..]));
-        assert_eq!(r.host(), Some(&b"Example.com:8080"[..]));
+        assert_eq!(r.head.method(), b"POST");
+        assert_eq!(r.head.path(), b"/a/b");
+        assert_eq!(r.head.query(), Some(&b"x=1"[..]));
+        assert_eq!(r.head.host(), Some(&b"Example.com:8080"[..]));
         assert_eq!(r.framing, Framing::Length(3));
         assert!(!r.keep_alive);
         let Parsed::Request(r) = parse_str("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -617,13 +558,14 @@ mod tests {
             &b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3"[..],
         );
         for want in [&b"/1"[..], b"/2"] {
-            let Parsed::Request(r) = parse(&mut buf, &LIMITS, &mut Spare::default()) else {
+            let Parsed::Request(r) = parse(&mut buf, &LIMITS, &mut Spare::default(), Scheme::Http)
+            else {
                 panic!()
             };
-            assert_eq!(r.path(), want);
+            assert_eq!(r.head.path(), want);
         }
         assert!(matches!(
-            parse(&mut buf, &LIMITS, &mut Spare::default()),
+            parse(&mut buf, &LIMITS, &mut Spare::default(), Scheme::Http),
             Parsed::Partial
         ));
         assert_eq!(&buf[..], b"GET /3");

@@ -1,0 +1,205 @@
+//! A request's head as every protocol module hands it to the request path:
+//! method, scheme, authority, target (path and query), version and fields.
+//! The pipeline, the cache, compression and the access log read these and
+//! never how the request arrived.
+//!
+//! Its storage is one buffer with ranges into it: the HTTP/1 parser lends
+//! it the request's own bytes (a copy of ~100-500 bytes costs less than
+//! sharing the read buffer through reference counts), and other protocols
+//! build it field by field ([`RequestHead::new`], [`RequestHead::push_field`]).
+
+use std::ops::Range;
+
+use crate::transport::Scheme;
+
+/// The protocol version a request came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0.
+    Http10,
+    /// HTTP/1.1.
+    Http11,
+    /// HTTP/2.
+    Http2,
+}
+
+impl Version {
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`, as logs write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+            Version::Http2 => "HTTP/2.0",
+        }
+    }
+}
+
+/// A field's name and value, as ranges into the head's buffer.
+pub type FieldRanges = Vec<(Range<usize>, Range<usize>)>;
+
+/// A parsed, validated request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    buf: Vec<u8>,
+    method: Range<usize>,
+    target: Range<usize>,
+    authority: Option<Range<usize>>,
+    fields: FieldRanges,
+    /// The version it came in.
+    pub version: Version,
+    /// What the client's listener speaks.
+    pub scheme: Scheme,
+}
+
+/// Where each part of a head sits in a buffer a parser filled.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// The method.
+    pub method: Range<usize>,
+    /// The target: path and query (origin form).
+    pub target: Range<usize>,
+    /// The authority (Host, or an absolute-form target's).
+    pub authority: Option<Range<usize>>,
+    /// The version.
+    pub version: Version,
+    /// The scheme of the client's listener.
+    pub scheme: Scheme,
+}
+
+impl RequestHead {
+    /// A head with no fields yet (HTTP/2, FastCGI, tests).
+    pub fn new(method: &[u8], target: &[u8], version: Version, scheme: Scheme) -> RequestHead {
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(method);
+        buf.extend_from_slice(target);
+        RequestHead {
+            method: 0..method.len(),
+            target: method.len()..buf.len(),
+            buf,
+            authority: None,
+            fields: Vec::new(),
+            version,
+            scheme,
+        }
+    }
+
+    /// A head over `buf`, which a parser filled and checked; `fields` and
+    /// `parts` say where everything sits in it.
+    pub fn from_buffer(buf: Vec<u8>, parts: Parts, fields: FieldRanges) -> RequestHead {
+        RequestHead {
+            buf,
+            method: parts.method,
+            target: parts.target,
+            authority: parts.authority,
+            fields,
+            version: parts.version,
+            scheme: parts.scheme,
+        }
+    }
+
+    /// Appends a field. A `host` field sets the authority if none is set.
+    pub fn push_field(&mut self, name: &[u8], value: &[u8]) {
+        let n = self.append(name);
+        let v = self.append(value);
+        if self.authority.is_none() && name.eq_ignore_ascii_case(b"host") {
+            self.authority = Some(v.clone());
+        }
+        self.fields.push((n, v));
+    }
+
+    /// Sets the authority (HTTP/2's `:authority`).
+    pub fn set_authority(&mut self, authority: &[u8]) {
+        self.authority = Some(self.append(authority));
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Range<usize> {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        start..self.buf.len()
+    }
+
+    /// Gives the buffers back for the next head (a connection reuses them).
+    pub fn into_buffers(self) -> (Vec<u8>, FieldRanges) {
+        (self.buf, self.fields)
+    }
+
+    /// The method.
+    pub fn method(&self) -> &[u8] {
+        &self.buf[self.method.clone()]
+    }
+
+    /// The target: path and query (an absolute-form target's authority is
+    /// [`RequestHead::host`]); `/` for an empty path; `*` for asterisk-form.
+    pub fn target(&self) -> &[u8] {
+        let t = &self.buf[self.target.clone()];
+        if t.is_empty() {
+            b"/"
+        } else {
+            t
+        }
+    }
+
+    /// The path part of the target.
+    pub fn path(&self) -> &[u8] {
+        let t = self.target();
+        t.iter().position(|&b| b == b'?').map_or(t, |q| &t[..q])
+    }
+
+    /// The query, without `?`.
+    pub fn query(&self) -> Option<&[u8]> {
+        let t = self.target();
+        t.iter().position(|&b| b == b'?').map(|q| &t[q + 1..])
+    }
+
+    /// The host the request is for (its authority), as sent.
+    pub fn host(&self) -> Option<&[u8]> {
+        self.authority.clone().map(|r| &self.buf[r])
+    }
+
+    /// The first value of field `name` (case-insensitive).
+    pub fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// Every value of field `name`.
+    pub fn headers_named<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// Every field, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields
+            .iter()
+            .map(|(n, v)| (&self.buf[n.clone()], &self.buf[v.clone()]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_built_field_by_field() {
+        let mut h = RequestHead::new(b"GET", b"/a/b?x=1", Version::Http2, Scheme::Https);
+        assert_eq!(h.host(), None);
+        h.push_field(b"Host", b"example.com");
+        h.push_field(b"Accept", b"*/*");
+        h.push_field(b"accept", b"text/html");
+        assert_eq!(
+            (h.method(), h.path(), h.query()),
+            (&b"GET"[..], &b"/a/b"[..], Some(&b"x=1"[..]))
+        );
+        assert_eq!(h.host(), Some(&b"example.com"[..]));
+        assert_eq!(h.headers_named(b"ACCEPT").count(), 2);
+        assert_eq!(h.header(b"accept"), Some(&b"*/*"[..]));
+        h.set_authority(b"other.example");
+        assert_eq!(h.host(), Some(&b"other.example"[..]));
+        assert_eq!(h.fields().count(), 3);
+        let empty = RequestHead::new(b"OPTIONS", b"", Version::Http11, Scheme::Http);
+        assert_eq!(empty.target(), b"/");
+    }
+}
