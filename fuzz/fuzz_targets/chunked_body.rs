@@ -1,7 +1,7 @@
 //! The chunked decoder never panics, never consumes more than it was given,
 //! and decodes the same whatever the split of its input.
 #![no_main]
-use hayate_core::chunked::ChunkedDecoder;
+use hayate_core::h1::chunked::ChunkedDecoder;
 use libfuzzer_sys::fuzz_target;
 
 fn run(data: &[u8], step: usize) -> Option<(Vec<u8>, usize)> {

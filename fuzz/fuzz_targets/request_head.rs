@@ -2,7 +2,7 @@
 #![no_main]
 use bytes::BytesMut;
 use hayate_core::transport::Scheme;
-use hayate_server::request::{parse, Framing, HeadLimits, Parsed, Spare};
+use hayate_core::h1::request::{parse, Framing, HeadLimits, Parsed, Spare};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: HeadLimits =

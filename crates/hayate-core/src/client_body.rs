@@ -31,7 +31,7 @@ pub trait ClientBody {
 
     /// The trailer section of a chunked body, as the client sent it
     /// (`Name: value\r\n` lines, unfiltered: a proxy passes them through
-    /// [`passable_trailers`](crate::chunked::passable_trailers)). Meaningful
+    /// [`passable_trailers`](crate::h1::chunked::passable_trailers)). Meaningful
     /// once [`next_chunk`](ClientBody::next_chunk) returned `None`; taken by
     /// the first call. `None` when there were none.
     fn trailers(&mut self) -> Option<Bytes> {

@@ -5,7 +5,6 @@
 //! This crate owns no I/O policy and must not depend on any other hayate crate.
 
 pub mod app;
-pub mod chunked;
 pub mod client_body;
 pub mod coding;
 pub mod date;
@@ -13,6 +12,7 @@ pub mod epoch;
 pub mod error;
 pub mod field;
 pub mod fields;
+pub mod h1;
 pub mod log;
 pub mod metrics;
 pub mod negotiate;

@@ -91,6 +91,11 @@ impl Status {
         }
     }
 
+    /// Whether it is a 2xx.
+    pub fn is_success(self) -> bool {
+        (200..300).contains(&self.code())
+    }
+
     /// The numeric code.
     pub fn code(self) -> u16 {
         self.0

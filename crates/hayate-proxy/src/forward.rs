@@ -7,9 +7,9 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use hayate_core::chunked::passable_trailers;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::error::{Error, ErrorKind};
+use hayate_core::h1::chunked::passable_trailers;
 use hayate_core::Response;
 
 use crate::group::{Outstanding, UpstreamGroup};

@@ -12,9 +12,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use hayate_core::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::field::{parse_length, split_list, trim_ows as trim};
+use hayate_core::h1::body::{BodyDecoder, Decoded, Framing};
+use hayate_core::h1::chunked::{chunk_size_line, passable_trailers};
+use hayate_core::h1::response;
 use hayate_core::transport::Transport;
 use hayate_core::{Body, BodySource, Duplex, Fields, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,23 +63,14 @@ pub(crate) struct Outgoing<'a> {
     pub upgrade: bool,
 }
 
-/// How the upstream delimits its response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// 101: the connection becomes a tunnel.
-    Tunnel,
-    Empty,
-    Length(u64),
-    Chunked,
-    UntilClose,
-}
-
 /// A response head as read from the upstream: its end-to-end fields, and
 /// what the connection does next.
 pub(crate) struct Head {
     status: Status,
     fields: Fields,
     framing: Framing,
+    /// A 101: the connection becomes a tunnel.
+    tunnel: bool,
     /// How long the connection may idle in the pool; `None`: do not reuse.
     keep: Option<Duration>,
     /// The request was HEAD.
@@ -236,7 +229,7 @@ impl UpstreamProtocol for Http1 {
         let Answer { conn, head, rest } = answer;
         let mut r = Response::new(head.status);
         r.fields = head.fields;
-        if head.framing == Framing::Tunnel {
+        if head.tunnel {
             r.body = Body::Upgrade(Box::new(UpstreamTunnel {
                 conn,
                 rest: rest.freeze(),
@@ -247,12 +240,7 @@ impl UpstreamProtocol for Http1 {
         let source = UpstreamBody {
             conn: Some(conn),
             buf: rest,
-            framing: head.framing,
-            remaining: match head.framing {
-                Framing::Length(n) => n,
-                _ => 0,
-            },
-            decoder: Chunked::keeping_trailers(),
+            decoder: BodyDecoder::new(head.framing),
             keep: head.keep,
             max_idle: settings.max_idle,
             io_timeout: settings.io_timeout,
@@ -261,7 +249,6 @@ impl UpstreamProtocol for Http1 {
             guard: Some(guard),
         };
         r.body = match head.framing {
-            Framing::Tunnel => unreachable!("handled above"),
             Framing::Empty => {
                 let mut source = source;
                 source.finish();
@@ -330,8 +317,11 @@ fn header_timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "no response head in time")
 }
 
-/// Parses one response head from `buf`: `Ok(None)` when incomplete,
-/// `Ok(Some((None, len)))` for an interim 1xx to skip.
+/// Parses one response head from `buf` (the codec checks its framing),
+/// then applies the proxy's rules: a 101 only to a request that asked to
+/// switch, the pool time from the upstream's Keep-Alive hint, end-to-end
+/// fields only, Via. `Ok(None)` when incomplete, `Ok(Some((None, len)))`
+/// for an interim 1xx to skip.
 #[allow(clippy::type_complexity)]
 fn parse_response(
     buf: &[u8],
@@ -339,104 +329,66 @@ fn parse_response(
     upgrade: bool,
     settings: &ProxySettings,
 ) -> io::Result<Option<(Option<Head>, usize)>> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let bad = |what: &str| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("bad response from upstream: {what}"),
-        )
+    let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let Some(parsed) = response::parse_head(buf, &mut slots, is_head)
+        .map_err(|e| io::Error::new(e.kind(), format!("upstream: {e}")))?
+    else {
+        return Ok(None);
     };
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(bad(&e.to_string())),
-    };
-    let code = resp.code.unwrap_or(0);
-    let status = Status::any(code).ok_or_else(|| bad("status code"))?;
-    if code == 101 {
+    let (status, len) = (parsed.status, parsed.len);
+    if status.code() == 101 {
         if !upgrade {
-            return Err(bad("101 to a request that asked for no upgrade"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad response from upstream: 101 to a request that asked for no upgrade",
+            ));
         }
-        let protocol = resp
-            .headers
+        let protocol = parsed
+            .fields
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
             .map(|h| h.value);
         let mut fields = Fields::new();
         fields.push(b"Connection", b"upgrade");
         fields.push(b"Upgrade", protocol.unwrap_or(b"websocket"));
-        copy_end_to_end(&mut fields, resp.headers);
+        copy_end_to_end(&mut fields, parsed.fields);
         let head = Head {
             status,
             fields,
-            framing: Framing::Tunnel,
+            framing: Framing::Empty,
+            tunnel: true,
             keep: None,
             is_head: false,
             head_len: None,
         };
         return Ok(Some((Some(head), len)));
     }
-    if (100..200).contains(&code) {
+    if status.code() < 200 {
         return Ok(Some((None, len)));
     }
-    let mut fields = Fields::with_capacity(len);
-    let mut content_length: Option<u64> = None;
-    let mut chunked = false;
-    let mut other_coding = false;
-    let mut close = resp.version != Some(1);
     let mut keep = settings.idle_timeout;
-    for h in resp.headers.iter() {
-        let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let v = parse_length(trim(h.value));
-            match (v, content_length) {
-                (Some(v), None) => content_length = Some(v),
-                (Some(v), Some(old)) if v == old => {}
-                _ => return Err(bad("Content-Length")),
-            }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            let last = split_list(h.value).last().unwrap_or_default();
-            chunked = last.eq_ignore_ascii_case(b"chunked");
-            other_coding = !chunked;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
-        } else if name.eq_ignore_ascii_case(b"keep-alive") {
+    for h in parsed.fields {
+        if h.name.eq_ignore_ascii_case("keep-alive") {
             if let Some(t) = keep_alive_timeout(h.value) {
                 // Leave well before the upstream closes its end.
                 keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
             }
         }
     }
-    copy_end_to_end(&mut fields, resp.headers);
-    let framing = if is_head || code == 204 || code == 304 {
-        Framing::Empty
-    } else if chunked {
-        Framing::Chunked
-    } else if other_coding {
-        Framing::UntilClose
-    } else if let Some(n) = content_length {
-        if n == 0 {
-            Framing::Empty
-        } else {
-            Framing::Length(n)
-        }
-    } else {
-        Framing::UntilClose
-    };
+    let mut fields = Fields::with_capacity(len);
+    copy_end_to_end(&mut fields, parsed.fields);
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
     }
-    let keep = (!close && framing != Framing::UntilClose).then_some(keep);
-    let head_len = if is_head { content_length } else { None };
     Ok(Some((
         Some(Head {
             status,
             fields,
-            framing,
-            keep,
+            framing: parsed.framing,
+            tunnel: false,
+            keep: (!parsed.close).then_some(keep),
             is_head,
-            head_len,
+            head_len: if is_head { parsed.content_length } else { None },
         }),
         len,
     )))
@@ -473,9 +425,7 @@ fn keep_alive_timeout(v: &[u8]) -> Option<Duration> {
 struct UpstreamBody {
     conn: Option<Transport>,
     buf: BytesMut,
-    framing: Framing,
-    remaining: u64,
-    decoder: Chunked,
+    decoder: BodyDecoder,
     keep: Option<Duration>,
     max_idle: usize,
     io_timeout: Duration,
@@ -555,68 +505,29 @@ impl BodySource for UpstreamBody {
 impl UpstreamBody {
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
         loop {
-            match self.framing {
-                Framing::Empty | Framing::Tunnel => return Poll::Ready(Ok(None)),
-                Framing::Length(_) => {
-                    if self.remaining == 0 {
-                        self.finish();
-                        return Poll::Ready(Ok(None));
-                    }
-                    if !self.buf.is_empty() {
-                        let take = (self.buf.len() as u64).min(self.remaining) as usize;
-                        self.remaining -= take as u64;
-                        return Poll::Ready(Ok(Some(self.buf.split_to(take).freeze())));
-                    }
+            match self.decoder.decode(&mut self.buf)? {
+                Decoded::Data(data) => return Poll::Ready(Ok(Some(data))),
+                Decoded::End => {
+                    self.finish();
+                    return Poll::Ready(Ok(None));
                 }
-                Framing::Chunked => {
-                    if !self.buf.is_empty() {
-                        let mut data = BytesMut::new();
-                        let consumed = self
-                            .decoder
-                            .decode(&self.buf, |d| data.extend_from_slice(d))
-                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                        self.buf.advance(consumed);
-                        if self.decoder.is_done() {
-                            if !data.is_empty() {
-                                // Deliver the data; the next poll ends the body.
-                                self.framing = Framing::Length(0);
-                                self.remaining = 0;
-                                return Poll::Ready(Ok(Some(data.freeze())));
-                            }
-                            self.finish();
-                            return Poll::Ready(Ok(None));
-                        }
-                        if !data.is_empty() {
-                            return Poll::Ready(Ok(Some(data.freeze())));
-                        }
-                    }
-                }
-                Framing::UntilClose => {
-                    if !self.buf.is_empty() {
-                        return Poll::Ready(Ok(Some(self.buf.split().freeze())));
-                    }
-                }
+                Decoded::NeedMore => {}
             }
             match self.poll_fill(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(0)) => {
                     self.conn = None;
-                    return Poll::Ready(match self.framing {
-                        Framing::UntilClose => Ok(None),
-                        _ => Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "upstream closed mid-body",
-                        )),
+                    let closed = self.decoder.closed().map_err(|_| {
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "upstream closed mid-body")
                     });
+                    return Poll::Ready(closed.map(|()| None));
                 }
                 Poll::Ready(Ok(_)) => {}
             }
         }
     }
 }
-
-type Chunked = hayate_core::chunked::ChunkedDecoder;
 
 /// An upgraded upstream connection (WebSocket): relayed byte for byte with
 /// the client until either side closes. Reloads never cut it: it belongs to
@@ -730,7 +641,7 @@ mod tests {
         let Ok(Some((Some(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
             panic!("parse")
         };
-        assert_eq!(h.framing, Framing::Tunnel);
+        assert!(h.tunnel);
         assert_eq!(
             String::from_utf8_lossy(h.fields.wire()),
             "Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n"

@@ -53,19 +53,13 @@ impl UpstreamGroup {
 
 /// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
 async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
         let mut conn = crate::upconn::connect(addr, limit).await?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-health\r\nConnection: close\r\n\r\n");
-        conn.write_all(req.as_bytes()).await?;
-        let mut head = [0u8; 12];
-        conn.read_exact(&mut head).await?;
-        match &head[..10] {
-            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'2'] => Ok(()),
-            _ => Err(std::io::Error::other(format!(
-                "answered {:?}",
-                String::from_utf8_lossy(&head)
-            ))),
+        let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("answered {}", status.code())))
         }
     };
     match tokio::time::timeout(limit, attempt).await {

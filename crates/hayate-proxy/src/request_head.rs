@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::ops::Range;
 
 use hayate_core::client_body::BodyLength;
+use hayate_core::h1::request::{write_field, write_framing, write_request_line};
 
 use crate::group::{HostPolicy, ProxySettings};
 use crate::hop_by_hop::is_hop_by_hop;
@@ -34,10 +35,7 @@ impl RequestHead {
         upgrade: Option<&[u8]>,
     ) -> RequestHead {
         let mut h = Vec::with_capacity(512);
-        h.extend_from_slice(req.method);
-        h.push(b' ');
-        h.extend_from_slice(req.target);
-        h.extend_from_slice(b" HTTP/1.1\r\n");
+        write_request_line(&mut h, req.method, req.target);
         let client_host = req.host.unwrap_or_default();
         h.extend_from_slice(b"Host: ");
         let host_start = h.len();
@@ -86,10 +84,7 @@ impl RequestHead {
                 }
                 continue;
             }
-            h.extend_from_slice(name);
-            h.extend_from_slice(b": ");
-            h.extend_from_slice(value);
-            h.extend_from_slice(b"\r\n");
+            write_field(&mut h, name, value);
         }
         let ip = req.client_ip;
         h.extend_from_slice(b"X-Forwarded-For: ");
@@ -144,20 +139,10 @@ impl RequestHead {
         }
         h.extend_from_slice(b"\r\n");
         if let Some(protocol) = upgrade {
-            h.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
-            h.extend_from_slice(protocol);
-            h.extend_from_slice(b"\r\n");
+            write_field(&mut h, b"Connection", b"upgrade");
+            write_field(&mut h, b"Upgrade", protocol);
         }
-        match length {
-            BodyLength::None => {}
-            BodyLength::Known(n) => {
-                h.extend_from_slice(b"Content-Length: ");
-                h.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                h.extend_from_slice(b"\r\n");
-            }
-            BodyLength::Chunked => h.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        }
-        h.extend_from_slice(b"\r\n");
+        write_framing(&mut h, length);
         RequestHead {
             bytes: h,
             host: host_range,

@@ -219,7 +219,7 @@ fn json_escape(out: &mut Vec<u8>, s: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{parse, HeadLimits, Parsed};
+    use hayate_core::h1::request::{parse, HeadLimits, Parsed};
 
     fn request(raw: &str) -> RequestHead {
         let limits = HeadLimits {

@@ -6,11 +6,16 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use bytes::{Bytes, BytesMut};
 use hayate_config::app::AdminAddr;
+use hayate_core::h1::request::{self, HeadLimits, Parsed, Spare};
+use hayate_core::h1::response::{self, HeadContext};
 use hayate_core::metrics::Metrics;
+use hayate_core::request::RequestHead;
 use hayate_core::transport::{Listener, Scheme, Transport};
+use hayate_core::{Body, Response, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
@@ -22,8 +27,14 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Admin connections served at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 16;
-/// Longest request head, and the time to send it.
-const MAX_HEAD: usize = 8 * 1024;
+/// Limits of an admin request: a small head (8 KiB), no body.
+const LIMITS: HeadLimits = HeadLimits {
+    max_request_line: 4 * 1024,
+    max_header_bytes: 8 * 1024,
+    max_headers: 64,
+    max_body_size: 0,
+};
+/// Time to send the request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds the admin address (inside a runtime); returns the listener and
@@ -88,59 +99,67 @@ struct Context<'a> {
     cache: Option<&'a ResponseCache>,
 }
 
+/// Reads one request with the HTTP/1 codec and answers it.
 async fn answer(mut s: Transport, ctx: &Context<'_>) -> io::Result<()> {
-    let mut head = Vec::with_capacity(512);
+    let mut buf = BytesMut::with_capacity(1024);
     let read = tokio::time::timeout(HEAD_TIMEOUT, async {
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            if head.len() > MAX_HEAD {
-                return Err(io::Error::other("head too large"));
+        loop {
+            match request::parse(&mut buf, &LIMITS, &mut Spare::default(), Scheme::Http) {
+                Parsed::Request(req) => return Ok(Ok(req)),
+                Parsed::Refused(refusal) => return Ok(Err(refusal.status)),
+                Parsed::Partial => {}
             }
-            let n = s.read(&mut buf).await?;
-            if n == 0 {
+            if s.read_buf(&mut buf).await? == 0 {
                 return Err(io::Error::other("closed before a complete head"));
             }
-            head.extend_from_slice(&buf[..n]);
         }
-        Ok(())
     })
     .await;
-    let (code, content_type, body) = match read {
-        Ok(Ok(())) => route(&head, ctx),
-        Ok(Err(_)) | Err(_) => (400, "text/plain; charset=utf-8", "bad request\n".into()),
+    let (resp, head_request) = match read {
+        Ok(Ok(Ok(req))) => (route(&req.head, ctx), req.head.method() == b"HEAD"),
+        Ok(Ok(Err(status))) => (text(status, "bad request\n".into()), false),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => (
+            text(Status::REQUEST_TIMEOUT, "request head timed out\n".into()),
+            false,
+        ),
     };
-    let head_only = head.starts_with(b"HEAD ");
-    let reason = match code {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Bad Request",
-    };
-    let mut out = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n",
-        body.len()
-    );
-    if code == 405 {
-        out.push_str("Allow: GET, HEAD, POST\r\n");
-    }
-    out.push_str("\r\n");
-    if !head_only {
-        out.push_str(&body);
-    }
-    s.write_all(out.as_bytes()).await?;
+    let out = serialize(resp, head_request);
+    s.write_all(&out).await?;
     s.shutdown().await
 }
 
-fn route(head: &[u8], ctx: &Context<'_>) -> (u16, &'static str, String) {
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return (400, "text/plain; charset=utf-8", "bad request\n".into());
+/// The answer in HTTP/1 (the connection closes after it).
+fn serialize(resp: Response, head_request: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    let cx = HeadContext {
+        head_request,
+        http10: false,
+        keep_alive: false,
     };
-    let mut split = target.splitn(2, |&b| b == b'?');
-    let path = split.next().unwrap_or_default();
-    let query = split.next().unwrap_or_default();
+    if response::write_head(&mut out, &resp, cx, SystemTime::now()) {
+        if let Body::Bytes(body) = &resp.body {
+            out.extend_from_slice(body);
+        }
+    }
+    out
+}
+
+/// A plain-text answer that no cache keeps.
+fn text(status: Status, body: String) -> Response {
+    text_as(status, TEXT, body)
+}
+
+fn text_as(status: Status, content_type: &str, body: String) -> Response {
+    let mut r = Response::new(status);
+    r.header("Content-Type", content_type.as_bytes());
+    r.header("Cache-Control", b"no-store");
+    r.body = Body::Bytes(Bytes::from(body));
+    r
+}
+
+fn route(req: &RequestHead, ctx: &Context<'_>) -> Response {
+    let (method, path, query) = (req.method(), req.path(), req.query().unwrap_or_default());
     if method == b"POST" && path == b"/purge" {
         let param = |name: &[u8]| {
             query.split(|&b| b == b'&').find_map(|kv| {
@@ -149,33 +168,41 @@ fn route(head: &[u8], ctx: &Context<'_>) -> (u16, &'static str, String) {
             })
         };
         return match (param(b"url"), param(b"tag")) {
-            (Some(url), _) => (200, TEXT, crate::cached::purge(ctx.cache, Some(&url), None)),
-            (None, Some(tag)) => (200, TEXT, crate::cached::purge(ctx.cache, None, Some(&tag))),
-            (None, None) => (400, TEXT, "POST /purge?url=URL or /purge?tag=TAG\n".into()),
+            (Some(url), _) => text(
+                Status::OK,
+                crate::cached::purge(ctx.cache, Some(&url), None),
+            ),
+            (None, Some(tag)) => text(
+                Status::OK,
+                crate::cached::purge(ctx.cache, None, Some(&tag)),
+            ),
+            (None, None) => text(
+                Status::BAD_REQUEST,
+                "POST /purge?url=URL or /purge?tag=TAG\n".into(),
+            ),
         };
     }
     if method != b"GET" && method != b"HEAD" {
-        return (
-            405,
-            "text/plain; charset=utf-8",
+        let mut r = text(
+            Status::METHOD_NOT_ALLOWED,
             "GET or HEAD (POST /purge)\n".into(),
         );
+        r.header("Allow", b"GET, HEAD, POST");
+        return r;
     }
     match path {
-        b"/metrics" => (
-            200,
+        b"/metrics" => text_as(
+            Status::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             ctx.metrics.render(),
         ),
-        b"/status" => (
-            200,
-            "text/plain; charset=utf-8",
+        b"/status" => text(
+            Status::OK,
             ctx.status
                 .map_or_else(|| "no app runs\n".to_string(), |s| s()),
         ),
-        _ => (
-            404,
-            "text/plain; charset=utf-8",
+        _ => text(
+            Status::NOT_FOUND,
             "not found: GET /metrics or /status, POST /purge\n".into(),
         ),
     }
@@ -184,6 +211,21 @@ fn route(head: &[u8], ctx: &Context<'_>) -> (u16, &'static str, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn route_raw(raw: &[u8], ctx: &Context<'_>) -> (u16, String) {
+        let mut buf = BytesMut::from(raw);
+        let Parsed::Request(req) =
+            request::parse(&mut buf, &LIMITS, &mut Spare::default(), Scheme::Http)
+        else {
+            panic!("parse {raw:?}")
+        };
+        let r = route(&req.head, ctx);
+        let body = match &r.body {
+            Body::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        (r.status.code(), body)
+    }
 
     #[test]
     fn routes_metrics_status_and_refusals() {
@@ -195,23 +237,39 @@ mod tests {
             status: Some(&status),
             cache: None,
         };
-        assert_eq!(route(b"GET /metrics HTTP/1.1\r\n\r\n", &ctx).2, "x 1\n");
-        assert_eq!(route(b"GET /status?x HTTP/1.1\r\n\r\n", &ctx).2, "table\n");
+        assert_eq!(
+            route_raw(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).1,
+            "x 1\n"
+        );
+        assert_eq!(
+            route_raw(b"GET /status?x HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).1,
+            "table\n"
+        );
         let no_app = Context {
             status: None,
             ..ctx
         };
         assert_eq!(
-            route(b"GET /status HTTP/1.1\r\n\r\n", &no_app).2,
+            route_raw(b"GET /status HTTP/1.1\r\nHost: a\r\n\r\n", &no_app).1,
             "no app runs\n"
         );
-        assert_eq!(route(b"POST /metrics HTTP/1.1\r\n\r\n", &ctx).0, 405);
-        assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n", &ctx).0, 404);
-        assert_eq!(route(b"\r\n\r\n", &ctx).0, 400);
-        assert_eq!(route(b"POST /purge HTTP/1.1\r\n\r\n", &ctx).0, 400);
-        assert!(route(b"POST /purge?tag=a HTTP/1.1\r\n\r\n", &ctx)
-            .2
-            .contains("no route caches"));
-        assert_eq!(route(b"POST /purge?url=%zz HTTP/1.1\r\n\r\n", &ctx).0, 400);
+        assert_eq!(
+            route_raw(b"POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
+            405
+        );
+        assert_eq!(route_raw(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0, 404);
+        assert_eq!(
+            route_raw(b"POST /purge HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
+            400
+        );
+        assert!(
+            route_raw(b"POST /purge?tag=a HTTP/1.1\r\nHost: a\r\n\r\n", &ctx)
+                .1
+                .contains("no route caches")
+        );
+        assert_eq!(
+            route_raw(b"POST /purge?url=%zz HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
+            400
+        );
     }
 }

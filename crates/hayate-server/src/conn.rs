@@ -22,11 +22,11 @@ use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
 use crate::pipeline::{self, Answer};
-use crate::request::{self, Parsed, Refusal, Request, Spare};
-use crate::respond::{self, HeadContext};
 use crate::worker::Worker;
-use hayate_core::chunked::chunk_size_line;
 use hayate_core::client_body::ClientBody;
+use hayate_core::h1::chunked::chunk_size_line;
+use hayate_core::h1::request::{self, Parsed, Refusal, Request, Spare};
+use hayate_core::h1::response::{self, HeadContext};
 use hayate_core::transport::{Peer, Scheme, Transport};
 
 /// Bodies up to this size are copied into the write buffer with the head.
@@ -355,7 +355,7 @@ impl Conn {
             http10: false,
             keep_alive: false,
         };
-        respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
+        response::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         if let Body::Bytes(b) = &resp.body {
             self.wbuf.extend_from_slice(b);
         }
@@ -374,7 +374,7 @@ impl Conn {
         req: &Request,
         started: Instant,
     ) -> Option<Response> {
-        let with_body = respond::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
+        let with_body = response::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         let sent = match &resp.body {
             Body::Upgrade(_) => return Some(resp),
             _ if !with_body => 0,

@@ -9,13 +9,13 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use hayate_core::chunked::ChunkedDecoder;
 use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::h1::body::{BodyDecoder, Decoded};
 
 use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
-use crate::request::Framing;
-use crate::respond;
+use hayate_core::h1::request::Framing;
+use hayate_core::h1::response::CONTINUE;
 use hayate_core::transport::Transport;
 
 /// Body reads make room for 16 KiB at a time.
@@ -28,12 +28,9 @@ const BODY_ROOM: Room = Room {
 /// How far a request body has been read.
 #[derive(Debug)]
 pub struct BodyState {
-    framing: Framing,
-    /// Bytes left of a Content-Length body.
-    remaining: u64,
-    decoder: ChunkedDecoder,
-    /// Bytes of a chunked body read so far.
-    read: u64,
+    /// The HTTP/1 body decoder (it keeps a chunked body's trailers for the
+    /// handler; the proxy passes them on).
+    decoder: BodyDecoder,
     max: u64,
     timeout: Duration,
     /// `100 Continue` is owed before the first read.
@@ -50,24 +47,12 @@ impl BodyState {
     /// The state of a new request's body.
     pub fn new(framing: Framing, expect_continue: bool, max: u64, timeout: Duration) -> BodyState {
         BodyState {
-            framing,
-            remaining: match framing {
-                Framing::Length(n) => n,
-                _ => 0,
-            },
-            // Trailers are kept for the handler (the proxy passes them on);
-            // the decoder bounds them to 16 KiB.
-            decoder: if framing == Framing::Chunked {
-                ChunkedDecoder::keeping_trailers()
-            } else {
-                ChunkedDecoder::default()
-            },
-            read: 0,
+            decoder: BodyDecoder::new(framing),
             max,
             timeout,
-            continue_pending: expect_continue && framing != Framing::None,
+            continue_pending: expect_continue && framing != Framing::Empty,
             touched: false,
-            done: framing == Framing::None,
+            done: framing == Framing::Empty,
             failed: false,
         }
     }
@@ -125,7 +110,7 @@ impl ConnBody<'_> {
     /// Sends the `100 Continue` the client waits for, within the send
     /// timeout.
     async fn send_continue(&mut self) -> io::Result<()> {
-        client_io::write_all(self.transport, respond::CONTINUE, self.send_timeout).await
+        client_io::write_all(self.transport, CONTINUE, self.send_timeout).await
     }
 
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
@@ -138,60 +123,36 @@ impl ConnBody<'_> {
         }
         self.state.touched = true;
         loop {
-            match self.state.framing {
-                Framing::None => {
+            match self.state.decoder.decode(self.rbuf)? {
+                Decoded::Data(data) => {
+                    // A Content-Length over the limit was refused with the
+                    // head; a chunked body is counted as it arrives.
+                    if self.state.decoder.decoded() > self.state.max {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "request body over max_body_size",
+                        ));
+                    }
+                    self.state.done = self.state.decoder.is_done();
+                    return Ok(Some(data));
+                }
+                Decoded::End => {
                     self.state.done = true;
                     return Ok(None);
                 }
-                Framing::Length(_) => {
-                    if self.state.remaining == 0 {
-                        self.state.done = true;
-                        return Ok(None);
-                    }
-                    if !self.rbuf.is_empty() {
-                        let take = (self.rbuf.len() as u64).min(self.state.remaining) as usize;
-                        self.state.remaining -= take as u64;
-                        self.state.done = self.state.remaining == 0;
-                        return Ok(Some(self.rbuf.split_to(take).freeze()));
-                    }
-                }
-                Framing::Chunked => {
-                    if !self.rbuf.is_empty() {
-                        let mut data = BytesMut::new();
-                        let consumed = self
-                            .state
-                            .decoder
-                            .decode(self.rbuf, |d| data.extend_from_slice(d))
-                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                        let _ = self.rbuf.split_to(consumed);
-                        self.state.read += data.len() as u64;
-                        if self.state.read > self.state.max {
-                            return Err(io::Error::new(
-                                io::ErrorKind::InvalidInput,
-                                "request body over max_body_size",
-                            ));
-                        }
-                        self.state.done = self.state.decoder.is_done();
-                        if !data.is_empty() {
-                            return Ok(Some(data.freeze()));
-                        }
-                        if self.state.done {
-                            return Ok(None);
-                        }
-                    }
-                }
+                Decoded::NeedMore => self.fill().await?,
             }
-            self.fill().await?;
         }
     }
 }
 
 impl ClientBody for ConnBody<'_> {
     fn length(&self) -> BodyLength {
-        match self.state.framing {
-            Framing::None => BodyLength::None,
+        match self.state.decoder.framing() {
+            Framing::Empty => BodyLength::None,
             Framing::Length(n) => BodyLength::Known(n),
-            Framing::Chunked => BodyLength::Chunked,
+            // A request body is never close-delimited (RFC 9112 §6.3).
+            Framing::Chunked | Framing::UntilClose => BodyLength::Chunked,
         }
     }
 
@@ -204,7 +165,7 @@ impl ClientBody for ConnBody<'_> {
     }
 
     fn trailers(&mut self) -> Option<Bytes> {
-        if !self.state.done || self.state.framing != Framing::Chunked {
+        if !self.state.done || self.state.decoder.framing() != Framing::Chunked {
             return None;
         }
         let raw = self.state.decoder.take_trailers();

@@ -17,9 +17,7 @@ pub mod control;
 mod deadline;
 pub mod listen;
 pub mod pipeline;
-pub mod request;
 pub mod request_metrics;
-pub mod respond;
 pub mod router;
 mod worker;
 

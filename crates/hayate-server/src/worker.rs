@@ -18,10 +18,10 @@ use crate::access_log::{AccessLog, Sink};
 use crate::conn::Conn;
 use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
-use crate::request::HeadLimits;
 use crate::request_metrics::{RequestMetrics, WorkerMetrics};
-use crate::respond::OVER_CAPACITY;
 use crate::router::Router;
+use hayate_core::h1::request::HeadLimits;
+use hayate_core::h1::response::OVER_CAPACITY;
 use hayate_core::transport::Listener;
 
 /// Timeouts of a connection.

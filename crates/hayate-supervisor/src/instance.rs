@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hayate_core::app::{AppAddr, AppInstance};
+use hayate_core::h1;
+use hayate_core::transport::Transport;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
@@ -190,33 +192,21 @@ impl Running {
 }
 
 /// Readiness: the socket accepts, and when a probe path is set, `GET path`
-/// answers 2xx.
+/// answers 2xx within 2 s.
 async fn is_ready(addr: &AppAddr, probe: Option<&str>) -> bool {
-    match addr {
-        AppAddr::Unix(path) => match tokio::net::UnixStream::connect(path).await {
-            Ok(conn) => passes_probe(conn, probe).await,
-            Err(_) => false,
-        },
+    let conn = match addr {
+        AppAddr::Unix(path) => tokio::net::UnixStream::connect(path)
+            .await
+            .map(Transport::Unix),
         AppAddr::Tcp(a) => match tokio::net::TcpStream::connect(a).await {
-            Ok(conn) => passes_probe(conn, probe).await,
-            Err(_) => false,
+            Ok(s) => Transport::tcp(s),
+            Err(e) => Err(e),
         },
-    }
-}
-
-async fn passes_probe(
-    mut conn: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    probe: Option<&str>,
-) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    };
+    let Ok(mut conn) = conn else { return false };
     let Some(probe) = probe else { return true };
-    let request = format!("GET {probe} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: hayate-ready\r\nConnection: close\r\n\r\n");
-    if conn.write_all(request.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    let answered = tokio::time::timeout(Duration::from_secs(2), conn.read_exact(&mut head)).await;
-    matches!(answered, Ok(Ok(_))) && head.starts_with(b"HTTP/1.") && head[9] == b'2'
+    let answered = h1::probe::get(&mut conn, probe, "hayate-ready", Duration::from_secs(2)).await;
+    answered.is_ok_and(|status| status.is_success())
 }
 
 /// Resident memory of a process, from /proc.

@@ -1,6 +1,8 @@
-//! HTTP/1 server side: parsing and validating a request head into the
-//! protocol-neutral [`RequestHead`], with the HTTP/1 facts beside it (body
-//! framing, keep-alive, `Expect: 100-continue`).
+//! A request head. Server role ([`parse`]): parsing and validating a
+//! request head into the protocol-neutral [`RequestHead`], with the HTTP/1
+//! facts beside it (body framing, keep-alive, `Expect: 100-continue`).
+//! Client role ([`write_request_line`], [`write_field`],
+//! [`write_framing`]): writing one.
 //!
 //! httparse does the tokenizing (and already refuses obs-fold, whitespace
 //! before the colon, NUL, bare CR and bare LF inside fields); this module
@@ -8,14 +10,14 @@
 //! from request smuggling: a request is refused, and the connection closed,
 //! when its body length is ambiguous.
 
-use hayate_core::field::{parse_length, trim_ows as trim};
+use crate::field::{parse_length, trim_ows as trim};
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
+use crate::request::{FieldRanges, Parts, RequestHead, Version};
+use crate::transport::Scheme;
+use crate::Status;
 use bytes::{Buf, BytesMut};
-use hayate_core::request::{FieldRanges, Parts, RequestHead, Version};
-use hayate_core::transport::Scheme;
-use hayate_core::Status;
 
 /// Upper bound of the `max_headers` setting.
 pub const MAX_HEADERS: usize = 512;
@@ -33,16 +35,7 @@ pub struct HeadLimits {
     pub max_body_size: u64,
 }
 
-/// How the request body is delimited (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body.
-    None,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-}
+pub use crate::h1::body::Framing;
 
 /// Buffers a connection lends to each request it parses and takes back
 /// after the response, so parsing allocates nothing in the steady state.
@@ -319,7 +312,7 @@ impl Request {
         }
         let framing = match (transfer_encoding, content_length) {
             (true, _) => Framing::Chunked,
-            (false, Some(0)) | (false, None) => Framing::None,
+            (false, Some(0)) | (false, None) => Framing::Empty,
             (false, Some(n)) => Framing::Length(n),
         };
         if let Framing::Length(n) = framing {
@@ -443,6 +436,44 @@ fn valid_host(v: &[u8]) -> bool {
     let host_ok = host.first() == Some(&b'[')
         || (!host.is_empty() && host.iter().all(|&b| REG_NAME[b as usize]));
     port_ok && host_ok
+}
+
+/// Writes `METHOD target HTTP/1.1\r\n` (client role).
+pub fn write_request_line(out: &mut Vec<u8>, method: &[u8], target: &[u8]) {
+    out.extend_from_slice(method);
+    out.push(b' ');
+    out.extend_from_slice(target);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
+/// Writes one field, `Name: value\r\n`. Neither may hold CR or LF:
+/// callers pass what a parser validated or they built (debug builds
+/// check).
+pub fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    debug_assert!(
+        !name.iter().chain(value).any(|&b| b == b'\r' || b == b'\n'),
+        "header injection"
+    );
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the field that frames a request body (none for no body), and
+/// the blank line that ends the head.
+pub fn write_framing(out: &mut Vec<u8>, length: crate::client_body::BodyLength) {
+    use crate::client_body::BodyLength;
+    match length {
+        BodyLength::None => {}
+        BodyLength::Known(n) => write_field(
+            out,
+            b"Content-Length",
+            itoa::Buffer::new().format(n).as_bytes(),
+        ),
+        BodyLength::Chunked => write_field(out, b"Transfer-Encoding", b"chunked"),
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
