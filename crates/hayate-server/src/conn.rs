@@ -217,14 +217,26 @@ impl Conn {
     async fn next_request(&mut self) -> io::Result<Result<Option<Request>, Refusal>> {
         let w = self.worker.clone();
         let mut head_deadline: Option<Instant> = None;
+        // Whether this call read: a request whose head a read completed is
+        // the first of that read's bytes; one that was already buffered
+        // (pipelined, or read while draining a body) may have arrived after
+        // the event loop last reported anything (hayate_core::epoch).
+        let mut read = false;
         loop {
             // Pipelined responses leave together, up to a bound.
             if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
                 self.flush().await?;
             }
             if !self.rbuf.is_empty() {
-                match request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare, self.scheme) {
-                    Parsed::Request(r) => return Ok(Ok(Some(r))),
+                let parsed =
+                    request::parse(&mut self.rbuf, &w.head_limits, &mut self.spare, self.scheme);
+                match parsed {
+                    Parsed::Request(r) => {
+                        if !read {
+                            hayate_core::epoch::pipelined();
+                        }
+                        return Ok(Ok(Some(r)));
+                    }
                     Parsed::Refused(r) => return Ok(Err(r)),
                     Parsed::Partial => {}
                 }
@@ -246,6 +258,7 @@ impl Conn {
             };
             match self.read_more(deadline, idle).await? {
                 Read::Data => {
+                    read = true;
                     if head_deadline.is_none() && !self.rbuf.is_empty() {
                         head_deadline = Some(self.clock.now + w.timeouts.header);
                     }

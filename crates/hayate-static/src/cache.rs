@@ -3,14 +3,22 @@
 //! its precomputed validators and header block, the body of small files and
 //! an open descriptor for large ones, and its precompressed siblings.
 //!
-//! Never stale: every directory an entry lives under is watched with
-//! inotify, and the worker drains its (non-blocking) inotify queue before
-//! every lookup. The kernel queues an event inside the syscall that changes
-//! the file, so a change made before a request's bytes arrived is always seen
-//! by that request. Entries that inotify cannot cover (a symlink out of the
-//! watched tree, a watch limit reached) are re-checked with `stat` on every
-//! hit, and every entry is re-checked at least every `revalidate` as a
-//! fallback for file systems that send no events (NFS, FUSE).
+//! Fresh: every directory an entry (or a remembered miss) lives under is
+//! watched with inotify, and queued events are applied before every lookup
+//! (by a read of the queue, or, in a worker, by the event loop's readiness
+//! of it when that covers the request: [`queue`]). The kernel queues an
+//! event inside the syscall that changes the file, so a change completed
+//! before a request's first byte reached the server's socket is seen by
+//! that request. A directory watched for the first time is looked at again
+//! after the watch, since nothing reports what changed before it. Entries
+//! inotify cannot cover (a symlink, whose target's directory is not
+//! watched; a watch limit reached) are re-checked with `stat` on every hit,
+//! and misses through a dangling symlink are not remembered. Every entry is
+//! re-checked at least every `revalidate`, for changes inotify does not
+//! report: network and FUSE file systems, writes through a shared `mmap`
+//! or through a hard link outside the watched tree. `stat` sees a new
+//! inode, size or mtime: a same-size rewrite within one timestamp tick is
+//! invisible to it where the file system's timestamps are coarse.
 //!
 //! Compressed variants of files without a sibling come from the route's
 //! [`VariantSource`] (the process-wide compress-once store): an entry asks
@@ -21,16 +29,16 @@
 //! fit serves it without keeping it. An entry dropped because its file
 //! changed tells the source, so the old variants go too.
 
+mod queue;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, Metadata};
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -39,8 +47,7 @@ use hayate_core::{Coding, Fields};
 
 use crate::{VariantSource, VariantState};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
+use queue::Queue;
 
 /// Bound on the number of entries, so descriptors of large files stay few.
 const MAX_ENTRIES: usize = 8192;
@@ -163,51 +170,8 @@ pub(crate) struct OpenFileCache {
     variants: Option<Rc<dyn VariantSource>>,
 }
 
-/// An inotify instance for [`AsyncFd`], which then owns it.
-struct LoopInotify(Inotify);
-
-impl AsRawFd for LoopInotify {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
-/// The inotify instance: in the worker's event loop when there is one (its
-/// readiness says whether events wait, so a request costs no `read` when
-/// nothing changed), or plain (tests, validation: one non-blocking read).
-enum Events {
-    Loop(AsyncFd<LoopInotify>),
-    Plain(Inotify),
-}
-
-impl Events {
-    fn new(inotify: Inotify) -> Events {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Events::Plain(inotify);
-        }
-        // The safe constructor is deprecated for types that do not own
-        // their descriptor; LoopInotify owns it, so it stays open and the
-        // same for the AsyncFd's whole life.
-        #[allow(deprecated)]
-        match AsyncFd::try_with_interest(LoopInotify(inotify), Interest::READABLE) {
-            Ok(fd) => Events::Loop(fd),
-            Err(e) => {
-                let (inner, _) = e.into_parts();
-                Events::Plain(inner.0)
-            }
-        }
-    }
-
-    fn inotify(&self) -> &Inotify {
-        match self {
-            Events::Loop(fd) => &fd.get_ref().0,
-            Events::Plain(i) => i,
-        }
-    }
-}
-
 struct Watch {
-    events: Events,
+    events: Queue,
     dirs: RefCell<HashMap<WatchDescriptor, PathBuf>>,
     watched: RefCell<HashSet<PathBuf>>,
 }
@@ -243,7 +207,7 @@ impl OpenFileCache {
     ) -> OpenFileCache {
         let watch = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => Some(Watch {
-                events: Events::new(inotify),
+                events: Queue::new(inotify),
                 dirs: RefCell::default(),
                 watched: RefCell::default(),
             }),
@@ -311,10 +275,30 @@ impl OpenFileCache {
         else {
             return;
         };
+        // A miss ends with an event in `dir` when the next name down is
+        // created; not when that name is a dangling symlink, whose target
+        // may appear anywhere.
+        let below = fs_path.ancestors().take_while(|a| *a != dir).last();
+        if below.is_some_and(|b| b.symlink_metadata().is_ok_and(|m| m.is_symlink())) {
+            return;
+        }
         // watch_dirs watches the ancestors of its argument: give it a child
         // of the directory.
-        if !self.watch_dirs(&dir.join("-")) {
+        let (watched, new_watch) = self.watch_dirs(&dir.join("-"));
+        if !watched {
             return;
+        }
+        // A directory watched only now sent no event for a change made
+        // since `fs_path` was looked at: look once more.
+        if new_watch {
+            let now_dir = std::fs::metadata(fs_path).map(|m| m.is_dir());
+            let same = match known {
+                Known::Missing => now_dir.is_err(),
+                Known::Dir => matches!(now_dir, Ok(true)),
+            };
+            if !same {
+                return;
+            }
         }
         let mut missing = self.missing.borrow_mut();
         if missing.len() >= MAX_MISSING {
@@ -389,7 +373,10 @@ impl OpenFileCache {
             .chain(&encoded)
             .map(|v| v.mem_len())
             .sum();
-        let watched = spec.watchable && self.watch_dirs(fs_path);
+        let (watched, new_watch) = match spec.watchable {
+            true => self.watch_dirs(fs_path),
+            false => (false, false),
+        };
         let entry = Rc::new(Entry {
             fs_path: fs_path.to_path_buf(),
             content_type: spec.content_type,
@@ -407,6 +394,14 @@ impl OpenFileCache {
             resident: Cell::new(true),
         });
         self.remove(key);
+        // A directory watched only now sent no event for a change made
+        // between the file's stat (or its siblings' opening) and the watch:
+        // one more look, and an entry that changed meanwhile answers this
+        // request only.
+        if new_watch && !entry.still_current() {
+            entry.resident.set(false);
+            return Ok(entry);
+        }
         self.make_room(mem_bytes);
         self.held.bytes.set(self.held.bytes.get() + mem_bytes);
         self.entries
@@ -460,12 +455,14 @@ impl OpenFileCache {
     }
 
     /// Adds inotify watches on every directory from `root` down to the
-    /// file's parent. False when a watch could not be added.
-    fn watch_dirs(&self, fs_path: &Path) -> bool {
+    /// file's parent. Whether every one is watched, and whether any watch
+    /// was added now.
+    fn watch_dirs(&self, fs_path: &Path) -> (bool, bool) {
         let Some(watch) = &self.watch else {
-            return false;
+            return (false, false);
         };
         let mut ok = true;
+        let mut added = false;
         for dir in fs_path.ancestors().skip(1) {
             if !dir.starts_with(&self.root) {
                 break;
@@ -483,6 +480,7 @@ impl OpenFileCache {
                 Ok(wd) => {
                     watch.dirs.borrow_mut().insert(wd, dir.to_path_buf());
                     watch.watched.borrow_mut().insert(dir.to_path_buf());
+                    added = true;
                 }
                 Err(e) => {
                     log::warn!(
@@ -493,45 +491,18 @@ impl OpenFileCache {
                 }
             }
         }
-        ok
+        (ok, added)
     }
 
-    /// Applies queued file-system events, at most once per input epoch (so
-    /// once per socket read, not per pipelined request). In a worker the
-    /// event loop's readiness of the inotify descriptor tells whether any
-    /// wait, without a syscall: events queued before a request was sent are
-    /// seen by the same epoll_wait that delivers the request. Elsewhere
-    /// (tests, validation) one non-blocking read tells.
+    /// Applies queued file-system events, at most once per input epoch
+    /// (see [`queue`] for when that costs a read).
     fn drain_events(&self) {
         let Some(watch) = &self.watch else { return };
         let epoch = hayate_core::epoch::current();
         if self.checked_epoch.replace(epoch) == epoch {
             return;
         }
-        let mut ready = None;
-        if let Events::Loop(fd) = &watch.events {
-            let mut cx = Context::from_waker(Waker::noop());
-            match fd.poll_read_ready(&mut cx) {
-                Poll::Pending => return,
-                Poll::Ready(Ok(guard)) => ready = Some(guard),
-                Poll::Ready(Err(_)) => {}
-            }
-        }
-        loop {
-            let events = match watch.events.inotify().read_events() {
-                Ok(events) => events,
-                Err(nix::errno::Errno::EAGAIN) => {
-                    if let Some(mut guard) = ready {
-                        guard.clear_ready();
-                    }
-                    return;
-                }
-                Err(e) => {
-                    log::warn!("inotify read failed ({e}); dropping the file cache");
-                    self.clear();
-                    return;
-                }
-            };
+        let drained = watch.events.drain(epoch, |events| {
             for ev in events {
                 if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                     self.clear();
@@ -568,6 +539,10 @@ impl OpenFileCache {
                     self.forget_watches_under(watch, &dir);
                 }
             }
+        });
+        if let Err(e) = drained {
+            log::warn!("inotify read failed ({e}); dropping the file cache");
+            self.clear();
         }
     }
 
@@ -650,6 +625,22 @@ impl OpenFileCache {
                 Some(k) => self.remove(&k),
                 None => return,
             }
+        }
+    }
+
+    /// Whether the inotify descriptor is registered with an event loop.
+    #[cfg(test)]
+    pub fn in_event_loop(&self) -> bool {
+        self.watch
+            .as_ref()
+            .is_some_and(|w| w.events.in_event_loop())
+    }
+
+    /// Waits until the event loop reports inotify events.
+    #[cfg(test)]
+    pub async fn events_reported(&self) {
+        if let Some(w) = &self.watch {
+            w.events.reported().await;
         }
     }
 

@@ -4,6 +4,8 @@
 use super::*;
 use std::time::Duration;
 
+mod freshness;
+
 struct Fixture {
     dir: tempfile::TempDir,
     root: StaticRoot,

@@ -795,6 +795,148 @@ fn files_changed_on_disk_are_served_fresh_on_the_next_request() {
     h.assert_no_errors();
 }
 
+/// Status and body of `GET path` on `c`.
+fn fetch(c: &mut Client, path: &str) -> (u16, String) {
+    let r = c.get(path, &[]);
+    (r.status, r.text())
+}
+
+#[test]
+fn a_keep_alive_request_sees_every_change_made_before_it_was_sent() {
+    // No wait anywhere: each request goes out on the same connection as
+    // soon as the change returned.
+    let (h, dir) = start(&["--workers", "1"]);
+    let p = dir.path().join("hello.txt");
+    let tmp = dir.path().join("hello.tmp");
+    let mut c = h.client();
+    for _ in 0..2 {
+        assert_eq!(fetch(&mut c, "/hello.txt"), (200, HELLO.to_string()));
+    }
+    for i in 0..20 {
+        let ok = |body: String| (200, body);
+        // Same size, in place (within one timestamp tick of the last one).
+        let same = format!("same size {i:03}\n");
+        write(&p, &same);
+        assert_eq!(
+            fetch(&mut c, "/hello.txt"),
+            ok(same.clone()),
+            "same size {i}"
+        );
+        assert_eq!(fetch(&mut c, "/hello.txt"), ok(same), "same size {i}, hit");
+        // Another size, in place.
+        let resized = format!("resized {}\n", "+".repeat(i + 1));
+        write(&p, &resized);
+        assert_eq!(fetch(&mut c, "/hello.txt"), ok(resized), "resized {i}");
+        // Replaced by rename.
+        let renamed = format!("renamed in {i}\n");
+        write(&tmp, &renamed);
+        std::fs::rename(&tmp, &p).expect("rename");
+        assert_eq!(fetch(&mut c, "/hello.txt"), ok(renamed), "renamed {i}");
+        // Deleted, then created again.
+        std::fs::remove_file(&p).expect("rm");
+        assert_eq!(fetch(&mut c, "/hello.txt").0, 404, "deleted {i}");
+        assert_eq!(
+            fetch(&mut c, "/hello.txt").0,
+            404,
+            "deleted {i}, remembered"
+        );
+        let back = format!("back {i}\n");
+        write(&p, &back);
+        assert_eq!(fetch(&mut c, "/hello.txt"), ok(back), "created {i}");
+    }
+    h.assert_no_errors();
+}
+
+#[test]
+fn pipelined_requests_see_every_change_made_before_they_were_sent() {
+    let (h, dir) = start(&["--workers", "1"]);
+    let p = dir.path();
+    let mut c = h.client();
+    for path in [
+        "/hello.txt",
+        "/docs/guide.html",
+        "/hello.txt",
+        "/docs/guide.html",
+    ] {
+        assert_eq!(fetch(&mut c, path).0, 200);
+    }
+    let batch = b"GET /docs/guide.html HTTP/1.1\r\nHost: test\r\n\r\n\
+        GET /hello.txt HTTP/1.1\r\nHost: test\r\n\r\n\
+        GET /hello.txt HTTP/1.1\r\nHost: test\r\n\r\n";
+    for i in 0..20 {
+        // The second file is the one that changed: its request is the
+        // second of the batch, behind a hit on an unchanged file.
+        let hello = format!("hello {}\n", "!".repeat(i));
+        write(p.join("hello.txt"), &hello);
+        c.send(batch);
+        let guide = c.read_response(false).text();
+        assert_eq!(
+            guide,
+            if i == 0 {
+                "<p>guide</p>\n".to_string()
+            } else {
+                format!("guide {}\n", i - 1)
+            }
+        );
+        for n in 0..2 {
+            let r = c.read_response(false);
+            assert_eq!(
+                (r.status, r.text()),
+                (200, hello.clone()),
+                "batch {i}, request {n}"
+            );
+        }
+        write(p.join("docs/guide.html"), format!("guide {i}\n"));
+    }
+    // Deleted before a batch.
+    std::fs::remove_file(p.join("hello.txt")).expect("rm");
+    c.send(batch);
+    assert_eq!(c.read_response(false).status, 200);
+    assert_eq!(c.read_response(false).status, 404);
+    assert_eq!(c.read_response(false).status, 404);
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_file_reached_through_a_symlink_is_rechecked_on_every_request() {
+    // inotify watches the link's directory, not the target's: such an
+    // entry is re-checked with stat on every hit.
+    let (h, dir) = start(&["--workers", "1"]);
+    let p = dir.path();
+    let target = p.join("docs/guide.html");
+    std::os::unix::fs::symlink("docs/guide.html", p.join("link.html")).expect("symlink");
+    let mut c = h.client();
+    for _ in 0..2 {
+        assert_eq!(fetch(&mut c, "/link.html"), (200, "<p>guide</p>\n".into()));
+    }
+    for i in 0..20 {
+        let ok = |body: String| (200, body);
+        // Another size, in place (a same-size rewrite within one timestamp
+        // tick leaves stat's answer unchanged where timestamps are coarse).
+        let resized = format!("<p>{}</p>\n", "g".repeat(i + 7));
+        write(&target, &resized);
+        assert_eq!(
+            fetch(&mut c, "/link.html"),
+            ok(resized.clone()),
+            "resized {i}"
+        );
+        assert_eq!(fetch(&mut c, "/link.html"), ok(resized), "resized {i}, hit");
+        // Replaced by rename.
+        let renamed = format!("renamed {i}\n");
+        write(p.join("docs/tmp"), &renamed);
+        std::fs::rename(p.join("docs/tmp"), &target).expect("rename");
+        assert_eq!(fetch(&mut c, "/link.html"), ok(renamed), "renamed {i}");
+        // Deleted (the link dangles), then back.
+        std::fs::remove_file(&target).expect("rm");
+        assert_eq!(fetch(&mut c, "/link.html").0, 404, "dangling {i}");
+        assert_eq!(fetch(&mut c, "/link.html").0, 404, "dangling {i}, again");
+        let back = format!("back {i}\n");
+        write(&target, &back);
+        assert_eq!(fetch(&mut c, "/link.html"), ok(back), "back {i}");
+    }
+    h.assert_no_errors();
+}
+
 /// Asks for `path` on four new connections; each must get `body`, with one
 /// entity tag, which is returned.
 fn expect_body(h: &Hayate, path: &str, what: &str, body: &str) -> String {
