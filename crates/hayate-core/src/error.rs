@@ -23,6 +23,10 @@ pub enum Side {
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// The request head broke a limit or a rule of its protocol, with the
+    /// status its codec chose (400, 408, 413, 414, 417, 431, 501, 505):
+    /// connection closed.
+    Refused(Status),
     /// The request or its body is malformed: 400, connection closed.
     BadRequest,
     /// The client did not send its body in time: 408, connection closed.
@@ -42,9 +46,10 @@ impl ErrorKind {
     /// Who is to blame.
     pub fn side(self) -> Side {
         match self {
-            ErrorKind::BadRequest | ErrorKind::ClientTimeout | ErrorKind::BodyTooLarge => {
-                Side::Client
-            }
+            ErrorKind::Refused(_)
+            | ErrorKind::BadRequest
+            | ErrorKind::ClientTimeout
+            | ErrorKind::BodyTooLarge => Side::Client,
             ErrorKind::UpstreamFailed | ErrorKind::UpstreamTimeout | ErrorKind::UpstreamBusy => {
                 Side::Upstream
             }
@@ -54,6 +59,7 @@ impl ErrorKind {
     /// The status answered.
     pub fn status(self) -> Status {
         match self {
+            ErrorKind::Refused(status) => status,
             ErrorKind::BadRequest => Status::BAD_REQUEST,
             ErrorKind::ClientTimeout => Status::REQUEST_TIMEOUT,
             ErrorKind::BodyTooLarge => Status::CONTENT_TOO_LARGE,
@@ -176,6 +182,14 @@ mod tests {
                 Error::new(ErrorKind::UpstreamBusy, io(io::ErrorKind::Other)),
                 503,
                 false,
+            ),
+            (
+                Error::new(
+                    ErrorKind::Refused(Status::REQUEST_HEADER_FIELDS_TOO_LARGE),
+                    io(io::ErrorKind::InvalidData),
+                ),
+                431,
+                true,
             ),
         ];
         for (error, code, close) in cases {

@@ -25,6 +25,7 @@ use hayate_cache::{
 };
 use hayate_compress::Policy;
 use hayate_core::client_body::{ClientBody, NoBody};
+use hayate_core::error::Error;
 use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
 use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
@@ -460,11 +461,11 @@ async fn fetch<B: ClientBody>(
             return with_status(r, &status);
         }
         Err(e) => {
-            log::warn!(
-                "cache fill of {}: upstream body failed: {e}",
+            let e = Error::upstream(e).context(format!(
+                "cache fill of {}: upstream body failed",
                 String::from_utf8_lossy(req.target)
-            );
-            return with_status(Response::error(Status::BAD_GATEWAY), &status);
+            ));
+            return with_status(e.into_response(), &status);
         }
     };
     let stored = Arc::new(serve::stored_from(

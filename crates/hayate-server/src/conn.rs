@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use hayate_core::error::Error;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status, StreamBody};
 
@@ -356,13 +357,9 @@ impl Conn {
 
     /// Answers an invalid request and marks the connection for closing.
     async fn refuse(&mut self, refusal: Refusal) -> io::Result<()> {
-        log::info!(
-            "{} from {}: {}",
-            refusal.status.code(),
-            self.peer,
-            refusal.reason
-        );
-        let resp = Response::error(refusal.status);
+        let resp = Error::from(refusal)
+            .context(format!("request from {}", self.peer))
+            .into_response();
         let cx = HeadContext {
             head_request: false,
             http10: false,

@@ -79,6 +79,13 @@ pub struct Refusal {
     pub reason: &'static str,
 }
 
+impl From<Refusal> for crate::error::Error {
+    fn from(r: Refusal) -> crate::error::Error {
+        let cause = std::io::Error::new(std::io::ErrorKind::InvalidData, r.reason);
+        crate::error::Error::new(crate::error::ErrorKind::Refused(r.status), cause)
+    }
+}
+
 impl Refusal {
     fn new(status: Status, reason: &'static str) -> Refusal {
         Refusal { status, reason }
