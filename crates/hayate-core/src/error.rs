@@ -13,6 +13,9 @@ use crate::{Response, Status};
 /// Who a failure is to blame on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
+    /// hayate itself or its host (a file's permissions, a disk error):
+    /// logged at error, the connection kept.
+    Internal,
     /// The client (bad input, too slow, too large): logged at info.
     Client,
     /// An upstream (down, too slow, broken answer, all busy): logged at
@@ -40,6 +43,10 @@ pub enum ErrorKind {
     /// Every upstream is at its limit and the queue is full or was waited
     /// in too long: 503 with Retry-After (distinct from a failing one).
     UpstreamBusy,
+    /// A file hayate may not read (permissions): 403.
+    Forbidden,
+    /// hayate's own failure (an I/O error on a file it could open): 500.
+    Internal,
 }
 
 impl ErrorKind {
@@ -53,6 +60,7 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed | ErrorKind::UpstreamTimeout | ErrorKind::UpstreamBusy => {
                 Side::Upstream
             }
+            ErrorKind::Forbidden | ErrorKind::Internal => Side::Internal,
         }
     }
 
@@ -66,6 +74,8 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed => Status::BAD_GATEWAY,
             ErrorKind::UpstreamTimeout => Status::GATEWAY_TIMEOUT,
             ErrorKind::UpstreamBusy => Status::SERVICE_UNAVAILABLE,
+            ErrorKind::Forbidden => Status::FORBIDDEN,
+            ErrorKind::Internal => Status::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -108,6 +118,15 @@ impl Error {
         Error::new(kind, cause)
     }
 
+    /// A failure reading a file: permissions are a 403, anything else a 500.
+    pub fn file(cause: io::Error) -> Error {
+        let kind = match cause.kind() {
+            io::ErrorKind::PermissionDenied => ErrorKind::Forbidden,
+            _ => ErrorKind::Internal,
+        };
+        Error::new(kind, cause)
+    }
+
     /// An upstream's failure: a timeout is a 504, anything else a 502.
     pub fn upstream(cause: io::Error) -> Error {
         let kind = match cause.kind() {
@@ -132,14 +151,20 @@ impl Error {
     }
 
     /// The response, logged once: the client's failures at info, a busy
-    /// upstream at warn, a failing one at error. A client failure closes
-    /// the connection (its request's framing can no longer be trusted).
+    /// upstream at warn, a failing one and hayate's own at error (a file
+    /// hayate may not read at info: it is the site's layout). A client
+    /// failure closes the connection (its request's framing can no longer
+    /// be trusted).
     pub fn into_response(self) -> Response {
         let status = self.kind.status();
         match (self.kind.side(), self.kind.retry_later()) {
             (Side::Client, _) => log::info!("{}: {}", status.code(), self.message()),
             (Side::Upstream, true) => log::warn!("{}: {}", status.code(), self.message()),
             (Side::Upstream, false) => log::error!("{}", self.message()),
+            (Side::Internal, _) if self.kind == ErrorKind::Forbidden => {
+                log::info!("{}: {}", status.code(), self.message())
+            }
+            (Side::Internal, _) => log::error!("{}", self.message()),
         }
         let mut r = Response::error(status);
         if self.kind.retry_later() {
@@ -183,6 +208,8 @@ mod tests {
                 503,
                 false,
             ),
+            (Error::file(io(io::ErrorKind::PermissionDenied)), 403, false),
+            (Error::file(io(io::ErrorKind::Other)), 500, false),
             (
                 Error::new(
                     ErrorKind::Refused(Status::REQUEST_HEADER_FIELDS_TOO_LARGE),

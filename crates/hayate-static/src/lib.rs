@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
+use hayate_core::error::Error;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Coding, Response, Status};
 
@@ -544,11 +545,8 @@ fn is_missing(e: &io::Error) -> bool {
 }
 
 fn io_error(e: &io::Error) -> Response {
-    if e.kind() == io::ErrorKind::PermissionDenied {
-        return Response::error(Status::FORBIDDEN);
-    }
-    log::error!("static file error: {e}");
-    Response::error(Status::INTERNAL_SERVER_ERROR)
+    let cause = io::Error::new(e.kind(), e.to_string());
+    Error::file(cause).context("static file").into_response()
 }
 
 #[cfg(test)]
