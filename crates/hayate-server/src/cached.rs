@@ -1,8 +1,8 @@
 //! Step 3 of the request path: the response cache in front of a route's
 //! upstream group (DESIGN.md, "Response cache").
 //!
-//! `respond` answers a proxied request from the shared store when RFC 9111
-//! allows, otherwise fetches it — one fetch per key however many requests
+//! [`lookup`] answers a proxied request from the shared store when RFC 9111
+//! allows; otherwise [`from_origin`] fetches it — one fetch per key however many requests
 //! miss at once (`hayate_cache::fill`) — stores what may be stored and
 //! serves it. Every answer carries Cache-Status and tells the access log
 //! what the cache did. The policy itself (what may be stored, for how

@@ -1,9 +1,11 @@
-//! hayate's HTTP/1.1 server: listeners, workers, connections, routing and
-//! the request pipeline (`pipeline.rs`), combining the feature crates.
+//! hayate's server: listeners, workers, the HTTP/1.1 connection loop,
+//! routing and the request pipeline (`pipeline.rs`), combining the feature
+//! crates.
 //!
-//! The engine is our own codec over httparse rather than hyper: it writes a
-//! head and a small body in one syscall, batches pipelined responses, sends
-//! large files with sendfile(2), and enforces the framing rules itself. The
+//! The engine is our own codec over httparse rather than hyper
+//! (`hayate_core::h1`): the connection writes a head and a small body in
+//! one syscall, batches pipelined responses, sends large files with
+//! sendfile(2), and the codec enforces the framing rules itself. The
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
 pub mod access_log;

@@ -1,7 +1,8 @@
 //! The request path, top-down (DESIGN.md, "The request path"):
 //!
-//! 1. The request head has been read and validated by the connection
-//!    (limits, framing: see `request.rs`); here the path is normalized and
+//! 1. The request head has been read and validated by its protocol module
+//!    (HTTP/1: `hayate_core::h1::request`, limits and framing) into a
+//!    protocol-neutral `RequestHead`; here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
 //! 3. Origin: a file under the route's root if one matches (files come
@@ -12,9 +13,11 @@
 //! 5. Compression of proxied bodies as they stream (inside the cache's
 //!    fetch when the route caches, so the compressed variant is what is
 //!    stored); response headers common to every response are added by the
-//!    writer (`respond.rs`).
+//!    protocol's writer (HTTP/1: `hayate_core::h1::response`).
 //!
-//! Errors become responses here and in the connection's refusal path only.
+//! Answers the request path decides (400 for an unsafe path, 404, 405) are
+//! made here; failures (a client's body, an upstream, a file's I/O, a
+//! malformed head) become responses in one place, `hayate_core::error`.
 //!
 //! Steps 1-3 and the cache's lookup need no waiting and run as plain
 //! functions ([`answer`]); only a request that reaches an upstream builds a
