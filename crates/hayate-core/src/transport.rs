@@ -142,6 +142,17 @@ impl Transport {
         each!(self, s => s.readable().await)
     }
 
+    /// Polls for readability without reading: a connection waits this way
+    /// while it holds no buffer, and takes one only when input is there.
+    /// Ready until a read finds the socket empty (tokio clears readiness
+    /// then, and after a short read), so it costs no syscall.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.has_buffered_input() {
+            return Poll::Ready(Ok(()));
+        }
+        each!(self, s => s.poll_read_ready(cx))
+    }
+
     /// Waits until the socket is writable.
     pub async fn writable(&self) -> io::Result<()> {
         each!(self, s => s.writable().await)

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::pin;
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
@@ -14,7 +15,9 @@ use hayate_core::transport::Transport;
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
+use crate::buffers::BufferPool;
 use crate::deadline::{Deadline, Expired};
+use hayate_core::h1::request::Spare;
 
 /// A connection's idea of the time: when its last read returned, or when
 /// it last caught up after a wait (the time of every request it carried;
@@ -57,35 +60,99 @@ pub struct Room {
 /// (`idle`: a wait between requests, which shutdown may cut short). New
 /// bytes advance the input epoch (reported when the read waited for the
 /// event loop) and refresh `clock`. The count read is 0 at EOF.
-pub async fn read(
-    transport: &mut Transport,
-    rbuf: &mut BytesMut,
-    deadline: &Deadline,
+pub fn read<'a>(
+    transport: &'a mut Transport,
+    rbuf: &'a mut BytesMut,
+    deadline: &'a Deadline,
     until: Instant,
     idle: bool,
     room: Room,
-    clock: &mut Clock,
-) -> Result<io::Result<usize>, Expired> {
+    clock: &'a mut Clock,
+) -> impl Future<Output = Result<io::Result<usize>, Expired>> + 'a {
+    make_room(rbuf, room);
+    let mut reported = false;
+    let read = std::future::poll_fn(move |cx| {
+        let budget = tokio::task::coop::has_budget_remaining();
+        match pin!(transport.read_buf(&mut *rbuf)).poll(cx) {
+            Poll::Ready(n) => Poll::Ready(after_read(n, reported, clock)),
+            Poll::Pending => {
+                reported |= budget;
+                Poll::Pending
+            }
+        }
+    });
+    deadline.run(until, idle, read)
+}
+
+/// Like [`read`], for a connection with nothing buffered (between
+/// requests): while the client sends nothing, its buffers are lent to the
+/// worker's `pool`; once the socket is readable it takes a set and reads.
+/// The syscalls are [`read`]'s: the readiness poll is the one `read_buf`
+/// makes first, and the read is done only when it says ready. Both are
+/// plain functions returning the deadline's future: it is part of every
+/// idle connection's task, and an async fn would add a copy of its
+/// arguments.
+pub fn read_lending<'a>(
+    transport: &'a mut Transport,
+    bufs: (&'a mut BytesMut, &'a mut Vec<u8>, &'a mut Spare),
+    pool: &'a BufferPool,
+    deadline: &'a Deadline,
+    until: Instant,
+    room: Room,
+    clock: &'a mut Clock,
+) -> impl Future<Output = Result<io::Result<usize>, Expired>> + 'a {
+    let (rbuf, wbuf, spare) = bufs;
+    let mut reported = false;
+    let read = std::future::poll_fn(move |cx| {
+        let budget = tokio::task::coop::has_budget_remaining();
+        match transport.poll_read_ready(cx) {
+            Poll::Pending => {
+                reported |= budget;
+                pool.lend(rbuf, wbuf, spare);
+                return Poll::Pending;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => {}
+        }
+        pool.take_into(rbuf, wbuf, spare);
+        make_room(rbuf, room);
+        match pin!(transport.read_buf(&mut *rbuf)).poll(cx) {
+            Poll::Ready(n) => Poll::Ready(after_read(n, reported, clock)),
+            // Readiness was stale (the last read filled the buffer): the
+            // read found nothing, and the wait goes on without buffers.
+            Poll::Pending => {
+                reported |= budget;
+                pool.lend(rbuf, wbuf, spare);
+                Poll::Pending
+            }
+        }
+    });
+    deadline.run(until, true, read)
+}
+
+/// Gives `rbuf` room for a read. Space already consumed at its front is
+/// taken back first (no allocation; a copy only of what is left unparsed,
+/// when that is less than what was consumed), so a buffer used request
+/// after request keeps its first size (2 KiB for heads) instead of growing
+/// by `grow` the first time its front is used up.
+fn make_room(rbuf: &mut BytesMut, room: Room) {
+    if rbuf.capacity() - rbuf.len() >= room.min_spare || rbuf.try_reclaim(room.min_spare) {
+        return;
+    }
     if rbuf.capacity() == 0 {
         rbuf.reserve(room.first);
-    } else if rbuf.capacity() - rbuf.len() < room.min_spare {
+    } else {
         rbuf.reserve(room.grow);
     }
-    // Whether the read waited for the event loop: it returned Pending with
-    // coop budget left, so the socket's readiness was not set (or a read
-    // had just found nothing and cleared it), and the bytes came after an
-    // `epoll_wait` reported them (see hayate_core::epoch). A Pending for
-    // want of budget does not count: the readiness it kept may be older
-    // than the bytes.
-    let mut reported = false;
-    let mut read = pin!(transport.read_buf(rbuf));
-    let noting = std::future::poll_fn(|cx| {
-        let budget = tokio::task::coop::has_budget_remaining();
-        let r = read.as_mut().poll(cx);
-        reported |= r.is_pending() && budget;
-        r
-    });
-    let n = deadline.run(until, idle, noting).await?;
+}
+
+/// New bytes advance the input epoch and refresh the clock. `reported`:
+/// the read waited for the event loop — it returned Pending with coop
+/// budget left, so the socket's readiness was not set (or a read had just
+/// found nothing and cleared it), and the bytes came after an `epoll_wait`
+/// reported them (see hayate_core::epoch). A Pending for want of budget
+/// does not count: the readiness it kept may be older than the bytes.
+fn after_read(n: io::Result<usize>, reported: bool, clock: &mut Clock) -> io::Result<usize> {
     if let Ok(1..) = n {
         if reported {
             hayate_core::epoch::advance_reported();
@@ -94,7 +161,7 @@ pub async fn read(
         }
         clock.refresh();
     }
-    Ok(n)
+    n
 }
 
 /// Writes all of `data` with non-blocking writes, waiting for the client to
@@ -177,5 +244,34 @@ mod tests {
         // New bytes after a short read come through epoll.
         b.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("write");
         assert!(reads_reported(&mut t, &mut rbuf, room).await);
+    }
+
+    const ROOM: Room = Room {
+        first: 2048,
+        min_spare: 512,
+        grow: 8192,
+    };
+
+    #[test]
+    fn room_is_taken_back_before_the_buffer_grows() {
+        let mut rbuf = BytesMut::new();
+        make_room(&mut rbuf, ROOM);
+        let cap = rbuf.capacity();
+        assert!(cap >= 2048);
+        // Requests parsed one after another, up to near the end.
+        rbuf.extend_from_slice(&vec![b'x'; cap - 100]);
+        bytes::Buf::advance(&mut rbuf, cap - 100);
+        assert!(rbuf.capacity() < ROOM.min_spare);
+        make_room(&mut rbuf, ROOM);
+        assert_eq!(rbuf.capacity(), cap, "reclaimed, not grown");
+        // A partial head at the end moves to the front.
+        rbuf.extend_from_slice(&vec![b'y'; cap - 50]);
+        bytes::Buf::advance(&mut rbuf, cap - 100);
+        make_room(&mut rbuf, ROOM);
+        assert_eq!((rbuf.capacity(), &rbuf[..]), (cap, &[b'y'; 50][..]));
+        // A buffer full of unparsed bytes grows.
+        rbuf.extend_from_slice(&vec![b'z'; cap - 50]);
+        make_room(&mut rbuf, ROOM);
+        assert!(rbuf.capacity() >= cap + ROOM.grow);
     }
 }

@@ -42,7 +42,7 @@ const COPY_FILE_CHUNK: usize = 64 * 1024;
 /// Buffered pipelined responses that force a write.
 const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 /// First read buffer of a connection: most request heads fit (wrk's are 40
-/// bytes, browsers' 0.5-1.5 KiB), and 10,000 connections cost 20 MiB.
+/// bytes, browsers' 0.5-1.5 KiB). Idle connections hold none (`buffers.rs`).
 const FIRST_READ: usize = 2 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 8 * 1024;
@@ -52,8 +52,6 @@ const HEAD_ROOM: Room = Room {
     min_spare: 512,
     grow: READ_CHUNK,
 };
-/// How long an idle keep-alive connection keeps its buffers.
-const IDLE_KEEP_BUFFERS: Duration = Duration::from_secs(1);
 /// How long, and how much, a closing connection drains before it is
 /// dropped (so the kernel does not reset it under the last response).
 const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -115,28 +113,48 @@ impl Conn {
         }
     }
 
-    /// Serves the connection until it closes.
-    pub async fn run(mut self) {
+    /// Serves the connection until it closes; its buffers go back to the
+    /// worker's pool.
+    pub async fn run(&mut self) {
         match self.serve().await {
             Ok(End::Done) => {}
-            Ok(End::Linger) => self.linger().await,
+            // Boxed, like every rare wait: the task's future is as large as
+            // its largest state, and idle connections hold all of it.
+            Ok(End::Linger) => Box::pin(self.linger()).await,
             Err(e) => log::debug!("connection from {} ended: {e}", self.peer),
         }
+        // The next connection takes them (one per request when clients
+        // close after each).
+        self.rbuf.clear();
+        self.wbuf.clear();
+        let pool = &self.worker.buffers;
+        pool.lend(&mut self.rbuf, &mut self.wbuf, &mut self.spare);
     }
 
     async fn serve(&mut self) -> io::Result<End> {
         loop {
             let req = match self.next_request().await? {
-                Ok(Some(req)) => req,
-                Ok(None) => {
-                    self.flush().await?;
-                    return Ok(End::Done);
-                }
-                Err(refusal) => {
-                    self.refuse(refusal).await?;
-                    return Ok(End::Linger);
-                }
+                Ok(req) => req,
+                Err(end) => return Ok(end),
             };
+            if let Some(end) = self.exchange(req).await? {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Answers one request. `Some` ends the connection, how it says.
+    ///
+    /// A future of its own, apart from [`Conn::next_request`]'s: the task
+    /// of every connection, idle ones included, is as large as the largest
+    /// state of its future, and the two never coexist. Every rare wait in
+    /// here (an upstream, a large or streamed body, a body to drain) is
+    /// boxed for the same reason; a file or cached answer waits for none.
+    /// An async block rather than an async fn, whose future would hold a
+    /// second copy of the request.
+    #[allow(clippy::manual_async_fn)] // on purpose, see above
+    fn exchange(&mut self, req: Request) -> impl Future<Output = io::Result<Option<End>>> + '_ {
+        async move {
             let started = self.clock.now;
             let w = self.worker.clone();
             let mut body = BodyState::new(
@@ -146,76 +164,107 @@ impl Conn {
                 w.timeouts.body,
             );
             let mut waited = false;
-            let client = pipeline::Client { peer: &self.peer };
-            let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
-                Answer::Now(resp, route) => (resp, route),
-                Answer::Upstream(to) => {
-                    let route = Some(to.route_index());
-                    let mut view = ConnBody {
-                        state: &mut body,
-                        transport: &mut self.transport,
-                        rbuf: &mut self.rbuf,
-                        deadline: &self.deadline,
-                        clock: &mut self.clock,
-                        send_timeout: w.timeouts.send,
-                    };
-                    let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
-                    (noting_waits(handled, &mut waited).await, route)
+            // What holds the response (the answer, the response, what is
+            // left to send) lives in this block and is moved whole into
+            // what waits on it: the future keeps none of it across a wait.
+            let (upgraded, keep_alive, cx, rest) = {
+                let client = pipeline::Client { peer: &self.peer };
+                let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
+                    Answer::Now(resp, route) => (resp, route),
+                    // Boxed: the proxy's state stays out of the connection's.
+                    upstream => {
+                        Box::pin(self.ask_upstream(&req, upstream, &mut body, &mut waited)).await
+                    }
+                };
+                // A handler that waited (an upstream, the request body) may
+                // have taken longer than any timeout: the response's Date and
+                // the keep-alive deadline count from now.
+                self.clock_stale |= waited;
+                self.catch_up_clock();
+                self.served += 1;
+                if let Some(m) = &w.metrics {
+                    m.record(route, resp.status.code(), started.elapsed());
                 }
-            };
-            // A handler that waited (an upstream, the request body) may
-            // have taken longer than any timeout: the response's Date and
-            // the keep-alive deadline count from now.
-            self.clock_stale |= waited;
-            self.catch_up_clock();
-            self.served += 1;
-            if let Some(m) = &w.metrics {
-                m.record(route, resp.status.code(), started.elapsed());
-            }
 
-            // A body nobody read is drained after the response; one the
-            // client has not sent yet (it waits for 100-continue) or that
-            // failed half-read ends the connection instead.
-            let http10 = req.http10();
-            let close_delimited = http10 && resp.body.known_len().is_none();
-            let body_ok = body.done || (!body.touched && !body.awaiting_continue());
-            // A connection that switched protocols never reads HTTP again:
-            // whatever the client sends after the tunnel ends belongs to
-            // the other protocol.
-            let upgraded = matches!(resp.body, Body::Upgrade(_));
-            let keep_alive = !upgraded
-                && req.keep_alive
-                && !resp.close
-                && body_ok
-                && !body.failed
-                && !close_delimited
-                && !self.worker.stopping.get();
-            let cx = HeadContext {
-                head_request: req.head.method() == b"HEAD",
-                http10,
-                keep_alive,
+                // A body nobody read is drained after the response; one the
+                // client has not sent yet (it waits for 100-continue) or that
+                // failed half-read ends the connection instead.
+                let http10 = req.http10();
+                let close_delimited = http10 && resp.body.known_len().is_none();
+                let body_ok = body.done || (!body.touched && !body.awaiting_continue());
+                // A connection that switched protocols never reads HTTP again:
+                // whatever the client sends after the tunnel ends belongs to
+                // the other protocol.
+                let upgraded = matches!(resp.body, Body::Upgrade(_));
+                let keep_alive = !upgraded
+                    && req.keep_alive
+                    && !resp.close
+                    && body_ok
+                    && !body.failed
+                    && !close_delimited
+                    && !self.worker.stopping.get();
+                let cx = HeadContext {
+                    head_request: req.head.method() == b"HEAD",
+                    http10,
+                    keep_alive,
+                };
+                let rest = self.start_response(resp, cx, &req, started);
+                (upgraded, keep_alive, cx, rest)
             };
-            if let Some(rest) = self.start_response(resp, cx, &req, started) {
-                self.finish_response(rest, cx, &req, started).await?;
+            if let Some(finishing) =
+                rest.map(|rest| Box::pin(self.finish_response(rest, cx, &req, started)))
+            {
+                finishing.await?;
             }
             self.spare.reclaim(req);
             if upgraded {
-                return Ok(End::Done);
+                return Ok(Some(End::Done));
             }
             if !keep_alive {
                 self.flush().await?;
-                return Ok(if body.done { End::Done } else { End::Linger });
+                return Ok(Some(if body.done { End::Done } else { End::Linger }));
             }
-            if !body.done && !self.drain_body(&mut body).await? {
+            if !body.done && !Box::pin(self.drain_body(&mut body)).await? {
                 self.flush().await?;
-                return Ok(End::Linger);
+                return Ok(Some(End::Linger));
             }
+            Ok(None)
         }
     }
 
-    /// Reads until a complete head is buffered. `Ok(Ok(None))` means the
-    /// connection should close quietly (EOF, idle timeout, shutdown).
-    async fn next_request(&mut self) -> io::Result<Result<Option<Request>, Refusal>> {
+    /// The answer of the request's route's upstream, when `answer` says
+    /// the upstream must give it (boxed by the caller: the proxy's state
+    /// stays out of the connection's), noting in `waited` whether it had to
+    /// wait.
+    async fn ask_upstream(
+        &mut self,
+        req: &Request,
+        answer: Answer<'_>,
+        body: &mut BodyState,
+        waited: &mut bool,
+    ) -> (Response, Option<usize>) {
+        let to = match answer {
+            Answer::Now(resp, route) => return (resp, route),
+            Answer::Upstream(to) => to,
+        };
+        let route = Some(to.route_index());
+        let client = pipeline::Client { peer: &self.peer };
+        let mut view = ConnBody {
+            state: body,
+            transport: &mut self.transport,
+            rbuf: &mut self.rbuf,
+            deadline: &self.deadline,
+            clock: &mut self.clock,
+            send_timeout: self.worker.timeouts.send,
+        };
+        let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
+        (noting_waits(handled, waited).await, route)
+    }
+
+    /// Reads until a complete head is buffered. `Ok(Err(_))` says how the
+    /// connection ends instead: quietly (EOF, idle timeout, shutdown, with
+    /// nothing left to write), or after a refusal, answered here.
+    async fn next_request(&mut self) -> io::Result<Result<Request, End>> {
         let w = self.worker.clone();
         let mut head_deadline: Option<Instant> = None;
         // Whether this call read: a request whose head a read completed is
@@ -236,9 +285,12 @@ impl Conn {
                         if !read {
                             hayate_core::epoch::pipelined();
                         }
-                        return Ok(Ok(Some(r)));
+                        return Ok(Ok(r));
                     }
-                    Parsed::Refused(r) => return Ok(Err(r)),
+                    Parsed::Refused(r) => {
+                        Box::pin(self.refuse(r)).await?;
+                        return Ok(Err(End::Linger));
+                    }
                     Parsed::Partial => {}
                 }
             }
@@ -264,58 +316,51 @@ impl Conn {
                         head_deadline = Some(self.clock.now + w.timeouts.header);
                     }
                 }
-                Read::Eof | Read::Shutdown => return Ok(Ok(None)),
-                Read::Timeout if idle => return Ok(Ok(None)),
+                Read::Eof | Read::Shutdown => return Ok(Err(End::Done)),
+                Read::Timeout if idle => return Ok(Err(End::Done)),
                 Read::Timeout => {
-                    return Ok(Err(Refusal {
+                    let refusal = Refusal {
                         status: Status::REQUEST_TIMEOUT,
                         reason: "request head timed out",
-                    }))
+                    };
+                    Box::pin(self.refuse(refusal)).await?;
+                    return Ok(Err(End::Linger));
                 }
             }
         }
     }
 
-    /// Reads more bytes into the read buffer.
+    /// Reads more bytes into the read buffer. An idle connection (nothing
+    /// buffered, its last response written) waits without buffers: they go
+    /// to the worker's pool until the client sends (`buffers.rs`).
     async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
         if idle && self.worker.stopping.get() {
             return Ok(Read::Shutdown);
         }
-        if idle {
-            // An idle connection keeps its buffers for a moment (the next
-            // request of a busy client comes soon), then gives them back and
-            // waits for readability without memory: 10,000 idle keep-alive
-            // connections must fit in a few tens of MiB.
-            let soon = deadline.min(self.clock.now + IDLE_KEEP_BUFFERS);
-            match self.read_into_buffer(soon, true).await? {
-                Read::Timeout if soon < deadline => {
-                    self.release_buffers();
-                    match self
-                        .deadline
-                        .run(deadline, true, self.transport.readable())
-                        .await
-                    {
-                        Ok(r) => r?,
-                        Err(Expired) => return Ok(self.expired(true)),
-                    }
-                }
-                other => return Ok(other),
-            }
-        }
-        self.read_into_buffer(deadline, idle).await
-    }
-
-    async fn read_into_buffer(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
-        let read = client_io::read(
-            &mut self.transport,
-            &mut self.rbuf,
-            &self.deadline,
-            deadline,
-            idle,
-            HEAD_ROOM,
-            &mut self.clock,
-        );
-        match read.await {
+        let read = if idle {
+            client_io::read_lending(
+                &mut self.transport,
+                (&mut self.rbuf, &mut self.wbuf, &mut self.spare),
+                &self.worker.buffers,
+                &self.deadline,
+                deadline,
+                HEAD_ROOM,
+                &mut self.clock,
+            )
+            .await
+        } else {
+            client_io::read(
+                &mut self.transport,
+                &mut self.rbuf,
+                &self.deadline,
+                deadline,
+                false,
+                HEAD_ROOM,
+                &mut self.clock,
+            )
+            .await
+        };
+        match read {
             Err(Expired) => Ok(self.expired(idle)),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
@@ -342,17 +387,6 @@ impl Conn {
         } else {
             Read::Timeout
         }
-    }
-
-    /// Frees the read and write buffers of an idle connection (both empty).
-    fn release_buffers(&mut self) {
-        if self.rbuf.is_empty() {
-            self.rbuf = BytesMut::new();
-        }
-        if self.wbuf.is_empty() {
-            self.wbuf = Vec::new();
-        }
-        self.spare = Spare::default();
     }
 
     /// Answers an invalid request and marks the connection for closing.
@@ -645,10 +679,18 @@ impl Conn {
 
     /// Writes the whole write buffer.
     async fn flush(&mut self) -> io::Result<()> {
-        while !self.flush_now()? {
-            self.wait_writable().await?;
+        if self.flush_now()? {
+            return Ok(());
         }
-        Ok(())
+        // The client reads slowly: the wait (a timer, hundreds of bytes of
+        // future) is boxed, so it does not enlarge every connection's task.
+        Box::pin(async {
+            while !self.flush_now()? {
+                self.wait_writable().await?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Waits until the client can take more bytes, within the send timeout.
@@ -684,7 +726,7 @@ impl Conn {
 
     /// Half-closes and drains the socket briefly, so the last response is not
     /// destroyed by a reset when unread request bytes remain.
-    async fn linger(mut self) {
+    async fn linger(&mut self) {
         let _ = self.flush().await;
         if self.transport.shutdown_write().await.is_err() {
             return;

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -101,42 +101,46 @@ impl Deadlines {
 
 impl Deadline {
     /// Waits for `fut` until `deadline`; `idle` marks a wait that shutdown
-    /// may cut short.
-    pub async fn run<F: Future>(
-        &self,
+    /// may cut short. The slot is armed when the wait is first polled and
+    /// disarmed when it ends.
+    ///
+    /// A plain function returning a `poll_fn` (`fut` is `Unpin`, polled in
+    /// place): every connection's task holds this future while it waits
+    /// for the client, and an async fn would hold `fut` twice.
+    pub fn run<'a, F: Future + Unpin + 'a>(
+        &'a self,
         deadline: Instant,
         idle: bool,
-        fut: F,
-    ) -> Result<F::Output, Expired> {
-        {
+        mut fut: F,
+    ) -> impl Future<Output = Result<F::Output, Expired>> + 'a {
+        let mut armed = false;
+        std::future::poll_fn(move |cx| {
+            if !armed {
+                armed = true;
+                let mut slots = self.registry.slots.borrow_mut();
+                let s = &mut slots[self.key];
+                s.deadline = Some(deadline);
+                s.idle = idle;
+                s.expired = false;
+            }
+            let polled = Pin::new(&mut fut).poll(cx);
             let mut slots = self.registry.slots.borrow_mut();
             let s = &mut slots[self.key];
-            s.deadline = Some(deadline);
-            s.idle = idle;
+            let out = match polled {
+                Poll::Ready(v) => Ok(v),
+                Poll::Pending if s.expired => Err(Expired),
+                Poll::Pending => {
+                    match &s.waker {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => s.waker = Some(cx.waker().clone()),
+                    }
+                    return Poll::Pending;
+                }
+            };
+            s.deadline = None;
             s.expired = false;
-        }
-        let mut fut = pin!(fut);
-        let out = std::future::poll_fn(|cx| {
-            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-                return Poll::Ready(Ok(v));
-            }
-            let mut slots = self.registry.slots.borrow_mut();
-            let s = &mut slots[self.key];
-            if s.expired {
-                return Poll::Ready(Err(Expired));
-            }
-            match &s.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => s.waker = Some(cx.waker().clone()),
-            }
-            Poll::Pending
+            Poll::Ready(out)
         })
-        .await;
-        let mut slots = self.registry.slots.borrow_mut();
-        let s = &mut slots[self.key];
-        s.deadline = None;
-        s.expired = false;
-        out
     }
 }
 
@@ -159,7 +163,7 @@ mod tests {
         let a = reg.slot();
         let now = Instant::now();
         // Ready futures win whatever the deadline.
-        assert_eq!(a.run(now, false, async { 7 }).await, Ok(7));
+        assert_eq!(a.run(now, false, std::future::ready(7)).await, Ok(7));
         // A pending future ends when a sweep passes its deadline.
         let local = tokio::task::LocalSet::new();
         let r = reg.clone();

@@ -10,6 +10,7 @@
 
 pub mod access_log;
 pub mod admin;
+mod buffers;
 pub mod cached;
 mod client_io;
 pub mod compression;

@@ -15,6 +15,7 @@ use hayate_core::shutdown::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::access_log::{AccessLog, Sink};
+use crate::buffers::BufferPool;
 use crate::conn::Conn;
 use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
@@ -55,6 +56,8 @@ pub struct Worker {
     pub deadlines: Rc<Deadlines>,
     /// This worker's request counters, when the admin listener is on.
     pub metrics: Option<Arc<WorkerMetrics>>,
+    /// Buffers of the connections between requests.
+    pub buffers: BufferPool,
     active: Cell<usize>,
     idle: Notify,
 }
@@ -108,6 +111,7 @@ impl Worker {
             stopping: Cell::new(false),
             deadlines: Rc::default(),
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
+            buffers: BufferPool::default(),
             active: Cell::new(0),
             idle: Notify::new(),
         })
@@ -202,10 +206,13 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
             connections: shared.connections.clone(),
         };
         worker.active.set(worker.active.get() + 1);
+        // Made here and moved in whole: the task's future holds one
+        // `Conn`, not its parts and then a copy of it (every byte of that
+        // future is a byte of every idle connection).
+        let mut conn = Conn::new(transport, peer, scheme, worker.clone());
         tokio::task::spawn_local(async move {
-            Conn::new(transport, peer, scheme, guard.worker.clone())
-                .run()
-                .await;
+            conn.run().await;
+            drop(conn);
             drop(guard);
         });
     }
