@@ -1,0 +1,168 @@
+//! Table tests of every value parser in `values.rs`.
+
+use super::*;
+
+#[test]
+fn cache_specs() {
+    let off = CacheSpec::parse_str("off").expect("off");
+    assert!(!off.enabled);
+    let on = CacheSpec::parse_str("on").expect("on");
+    assert!(on.enabled && on.ttl.is_none());
+    let s = CacheSpec::parse_str(
+        "5s, set-cookie, cookie, stale-while-revalidate=10s, stale-if-error=1m",
+    )
+    .expect("full");
+    assert_eq!(
+        s,
+        CacheSpec {
+            enabled: true,
+            ttl: Some(Duration::from_secs(5)),
+            set_cookie: true,
+            with_cookie: true,
+            with_authorization: false,
+            stale_while_revalidate: Duration::from_secs(10),
+            stale_if_error: Duration::from_secs(60),
+        }
+    );
+    assert!(
+        CacheSpec::parse_str("on,authorization")
+            .expect("auth")
+            .with_authorization
+    );
+    for bad in ["sometimes", "on,cookies", "on,stale-if-error", "5x"] {
+        assert!(CacheSpec::parse_str(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn durations() {
+    assert_eq!(Dur::parse_str("10s"), Ok(Dur(Duration::from_secs(10))));
+    assert_eq!(Dur::parse_str("250ms"), Ok(Dur(Duration::from_millis(250))));
+    assert_eq!(Dur::parse_str("2m"), Ok(Dur(Duration::from_secs(120))));
+    assert_eq!(Dur::parse_str("3"), Ok(Dur(Duration::from_secs(3))));
+    assert!(Dur::parse_str("10 parsecs").is_err());
+    assert!(Dur::parse_str("s").is_err());
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(Size::parse_str("8KiB"), Ok(Size(8192)));
+    assert_eq!(Size::parse_str("1m"), Ok(Size(1 << 20)));
+    assert_eq!(Size::parse_str("100"), Ok(Size(100)));
+    assert!(Size::parse_str("99999999999999999999G").is_err());
+    assert!(Size::parse_str("5 furlongs").is_err());
+}
+
+#[test]
+fn listen_addresses() {
+    assert_eq!(
+        ListenAddr::parse_str("127.0.0.1:80"),
+        Ok(ListenAddr::Tcp("127.0.0.1:80".parse().expect("addr")))
+    );
+    assert_eq!(
+        ListenAddr::parse_str("[::1]:8080"),
+        Ok(ListenAddr::Tcp("[::1]:8080".parse().expect("addr")))
+    );
+    assert_eq!(
+        ListenAddr::parse_str("unix:/tmp/h.sock"),
+        Ok(ListenAddr::Unix("/tmp/h.sock".into()))
+    );
+    assert_eq!(
+        ListenAddr::parse_str("8080"),
+        Ok(ListenAddr::Tcp("0.0.0.0:8080".parse().expect("addr")))
+    );
+    assert!(ListenAddr::parse_str("unix:").is_err());
+    assert!(ListenAddr::parse_str("example.com:80").is_err());
+}
+
+#[test]
+fn balance_and_nets() {
+    assert_eq!(
+        BalanceSpec::parse_str("hash:header:X-User"),
+        Ok(BalanceSpec::HashHeader("x-user".into()))
+    );
+    assert_eq!(
+        BalanceSpec::parse_str("hash:cookie:sid"),
+        Ok(BalanceSpec::HashCookie("sid".into()))
+    );
+    assert!(BalanceSpec::parse_str("hash:header:").is_err());
+    assert!(BalanceSpec::parse_str("random").is_err());
+    let net = IpNet::parse_str("10.0.0.0/8").expect("valid");
+    assert!(net.contains("10.1.2.3".parse().expect("ip")));
+    assert!(!net.contains("11.0.0.1".parse().expect("ip")));
+    assert!(IpNet::parse_str("::1")
+        .expect("valid")
+        .contains("::1".parse().expect("ip")));
+    assert!(IpNet::parse_str("0.0.0.0/0")
+        .expect("valid")
+        .contains("8.8.8.8".parse().expect("ip")));
+    assert!(IpNet::parse_str("10.0.0.0/33").is_err());
+}
+
+#[test]
+fn proxy_specs() {
+    let spec = ProxySpec::parse_str("/api=http://127.0.0.1:3000,unix:/run/a.sock").expect("valid");
+    assert_eq!(spec.prefix.as_deref(), Some("/api"));
+    assert_eq!(
+        spec.members,
+        vec!["http://127.0.0.1:3000", "unix:/run/a.sock"]
+    );
+    assert_eq!(
+        ProxySpec::parse_str("localhost:3000")
+            .expect("valid")
+            .prefix,
+        None
+    );
+    for bad in [
+        "",
+        "http://",
+        "unix:",
+        "https://a:1",
+        "http://a:1/x",
+        "http://a",
+        "/api=",
+    ] {
+        assert!(ProxySpec::parse_str(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn workers_and_bools() {
+    assert_eq!(Workers::parse_str("auto"), Ok(Workers::Auto));
+    assert_eq!(Workers::parse_str("4"), Ok(Workers::Count(4)));
+    assert!(Workers::parse_str("0").is_err());
+    assert!(Workers::Auto.get() >= 1);
+    assert_eq!(bool::parse_str("on"), Ok(true));
+    assert!(bool::parse_str("maybe").is_err());
+    assert!(String::parse_str("a\r\nb").is_err());
+    assert_eq!(
+        NonZeroU32::parse_str(" 2"),
+        Ok(NonZeroU32::new(2).expect("2"))
+    );
+    assert!(NonZeroU32::parse_str("0").is_err());
+    assert!(NonZeroU32::parse_str("-1").is_err());
+}
+
+#[test]
+fn codings_levels_and_media_types() {
+    use hayate_core::Coding::*;
+    assert_eq!(Codings::parse_str("zstd, br"), Ok(Codings(vec![Zstd, Br])));
+    assert_eq!(Codings::parse_str(""), Ok(Codings(vec![])));
+    for bad in ["identity", "deflate", "br,br"] {
+        assert!(Codings::parse_str(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        CodingLevels::parse_str("br:5,gzip:1"),
+        Ok(CodingLevels(vec![(Br, 5), (Gzip, 1)]))
+    );
+    for bad in ["br", "br:12", "zstd:0", "gzip:x", "identity:1", "lz4:1"] {
+        assert!(CodingLevels::parse_str(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        MediaTypes::parse_str("Text/*, application/json"),
+        Ok(MediaTypes(vec!["text/*".into(), "application/json".into()]))
+    );
+    for bad in ["text", "/json", "text/ html;x", "a/b c"] {
+        assert!(MediaTypes::parse_str(bad).is_err(), "{bad}");
+    }
+}
