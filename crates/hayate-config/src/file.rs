@@ -90,11 +90,14 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         let site_span = Spanned::new(0..0, DeTable::new());
         sites.push(cx.site(&site_span, &top_route, top_root)?);
     }
-    Ok(Config {
-        global: global.resolve(),
-        sites,
-        app,
-    })
+    let global = global.resolve();
+    crate::check_tls(&global).map_err(|(key, message)| ConfigError {
+        file: Some(path.into()),
+        line: None,
+        key: Some(key.into()),
+        message,
+    })?;
+    Ok(Config { global, sites, app })
 }
 
 struct Cx<'a> {

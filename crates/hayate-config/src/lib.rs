@@ -146,14 +146,43 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         });
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+    let global = overrides.global.resolve();
+    check_tls(&global).map_err(|(key, message)| ConfigError {
+        file: None,
+        line: None,
+        key: Some(format!("--{}", key.replace('_', "-"))),
+        message,
+    })?;
     Ok(Config {
-        global: overrides.global.resolve(),
+        global,
         sites: vec![Site {
             hosts: Vec::new(),
             routes,
         }],
         app: None,
     })
+}
+
+/// The HTTPS options together: a key for every certificate, and
+/// certificates for every https listener. `Err((key, why))`.
+fn check_tls(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    let certs = g.tls_cert.as_ref().map_or(0, Vec::len);
+    let keys = g.tls_key.as_ref().map_or(0, Vec::len);
+    if certs != keys {
+        return Err((
+            "tls_key",
+            format!("{certs} tls_cert and {keys} tls_key: give one key per certificate, in the same order"),
+        ));
+    }
+    let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
+    if https && certs == 0 && g.tls.is_none() {
+        return Err((
+            "listen",
+            "an https:// listener needs certificates: tls_cert and tls_key, or tls = \"internal\""
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Renders the option table as Markdown (docs/config.md).

@@ -160,8 +160,20 @@ options! {
     /// Global options with defaults applied.
     resolved GlobalOptions;
     table GLOBAL_OPTIONS;
-    listen: Vec<ListenAddr> = "127.0.0.1:8080", "ADDR",
-        "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH; repeat for more";
+    listen: Vec<Listen> = "127.0.0.1:8080", "ADDR",
+        "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more";
+    tls: TlsMode = unset, "internal",
+        "HTTPS certificates for the site names, localhost and the listeners' addresses from a local CA kept in state_dir (its certificate's path is printed, to trust it)";
+    tls_cert: Vec<PathBuf> = unset, "FILE",
+        "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
+    tls_key: Vec<PathBuf> = unset, "FILE",
+        "Private key (PEM) of the tls_cert in the same position; should be readable by the owner only";
+    tls_handshake_timeout: Dur = "10s", "DURATION",
+        "Time for a client to complete the TLS handshake (and to send its first byte); then it is closed";
+    https_redirect: bool = "true", "BOOL",
+        "With an https:// listener, requests on plain-HTTP TCP listeners get 308 to https (path and query kept; ACME challenges excepted)";
+    state_dir: PathBuf = unset, "DIR",
+        "Where hayate keeps its local CA and certificates (default: $XDG_DATA_HOME/hayate, ~/.local/share/hayate, or /var/lib/hayate for root)";
     workers: Workers = "auto", "N|auto",
         "Worker threads, each with its own event loop and listener (auto = one per core)";
     grace_period: Dur = "10s", "DURATION",
@@ -292,6 +304,8 @@ options! {
         "Serve files and directories whose name starts with a dot (.well-known always is)";
     symlinks_outside_root: bool = "false", "BOOL",
         "Follow symbolic links that lead outside root";
+    hsts: Dur = unset, "DURATION",
+        "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",
         "Cache-Control header for files of this route";
     immutable: bool = "false", "BOOL",

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use hayate_core::net::IpNet;
+pub use hayate_core::transport::Scheme;
 
 use toml::de::DeValue;
 
@@ -100,7 +101,8 @@ impl<T: OptValue> OptValue for Vec<T> {
     }
 }
 
-/// A duration: `10s`, `500ms`, `2m`, `1h`; a bare number means seconds.
+/// A duration: `10s`, `500ms`, `2m`, `1h`, `365d`; a bare number means
+/// seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
@@ -117,9 +119,10 @@ impl OptValue for Dur {
             "ms" => Duration::from_millis(n),
             "m" => Duration::from_secs(n.saturating_mul(60)),
             "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(24 * 3600)),
             _ => {
                 return Err(format!(
-                    "unknown duration unit in {s:?} (use ms, s, m or h)"
+                    "unknown duration unit in {s:?} (use ms, s, m, h or d)"
                 ))
             }
         };
@@ -231,6 +234,61 @@ impl OptValue for ListenAddr {
         t.parse::<SocketAddr>()
             .map(ListenAddr::Tcp)
             .map_err(|_| format!("expected HOST:PORT, [V6]:PORT, PORT or unix:PATH, got {s:?}"))
+    }
+}
+
+/// A listener: its address, and whether its clients speak TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// Where.
+    pub addr: ListenAddr,
+    /// `https://` listeners terminate TLS; a bare address is plain HTTP.
+    pub scheme: Scheme,
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.scheme {
+            Scheme::Https => write!(f, "https://{}", self.addr),
+            Scheme::Http => write!(f, "{}", self.addr),
+        }
+    }
+}
+
+impl OptValue for Listen {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let (scheme, rest) = if let Some(rest) = t.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else if let Some(rest) = t.strip_prefix("http://") {
+            (Scheme::Http, rest)
+        } else {
+            (Scheme::Http, t)
+        };
+        let addr = ListenAddr::parse_str(rest.strip_suffix('/').unwrap_or(rest))?;
+        if scheme == Scheme::Https && matches!(addr, ListenAddr::Unix(_)) {
+            return Err(format!(
+                "{s:?}: TLS on a Unix socket is not supported; use https://HOST:PORT"
+            ));
+        }
+        Ok(Listen { addr, scheme })
+    }
+}
+
+/// Where HTTPS certificates come from besides `tls_cert`/`tls_key` files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Issued by a local CA that hayate creates in its state directory, for
+    /// the site names, localhost and the listeners' addresses.
+    Internal,
+}
+
+impl OptValue for TlsMode {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "internal" => Ok(TlsMode::Internal),
+            _ => Err(format!("expected internal, got {s:?}")),
+        }
     }
 }
 

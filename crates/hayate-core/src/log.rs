@@ -50,6 +50,12 @@ impl Repeats {
 
 impl log::Log for StderrLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        // Libraries' own debug lines (rustls logs every handshake's
+        // choices) would drown hayate's: theirs show from warn up only.
+        let library = !metadata.target().starts_with("hayate");
+        if library && metadata.level() > log::Level::Warn {
+            return false;
+        }
         metadata.level() <= log::max_level()
     }
 

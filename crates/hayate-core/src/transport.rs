@@ -27,6 +27,9 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+mod tls;
+pub use tls::{TlsInfo, TlsStream};
+
 /// A connected socket.
 #[derive(Debug)]
 pub enum Transport {
@@ -34,13 +37,32 @@ pub enum Transport {
     Tcp(TcpStream),
     /// Unix domain socket.
     Unix(UnixStream),
+    /// A TLS session over TCP (boxed: rustls's state is about a kilobyte,
+    /// and every connection's future holds a `Transport`).
+    Tls(Box<TlsStream>),
 }
 
+/// Runs `$e` on the socket itself (for TLS, the TCP socket under it).
+macro_rules! each_socket {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Transport::Tcp($s) => $e,
+            Transport::Unix($s) => $e,
+            Transport::Tls(t) => {
+                let $s = t.get_ref().0;
+                $e
+            }
+        }
+    };
+}
+
+/// Runs `$e` on the byte stream: the socket, or the TLS session.
 macro_rules! each {
     ($self:ident, $s:ident => $e:expr) => {
         match $self {
             Transport::Tcp($s) => $e,
             Transport::Unix($s) => $e,
+            Transport::Tls($s) => $e,
         }
     };
 }
@@ -56,11 +78,27 @@ impl Transport {
     /// Writes what the socket takes now. A short write clears readiness
     /// (see [`Transport::try_sendfile`]).
     pub fn try_write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if let Transport::Tls(s) = self {
+            return tls::try_write(s, data);
+        }
         self.try_io_short(data.len(), |fd| nix::unistd::write(fd, data))
+    }
+
+    /// Writes out what the transport holds of earlier writes (TLS records
+    /// the socket did not take). `WouldBlock` while some remain; what
+    /// `try_write` returned counts as sent only once this is `Ok`.
+    pub fn try_flush(&mut self) -> io::Result<()> {
+        match self {
+            Transport::Tls(s) => tls::try_flush(s),
+            _ => Ok(()),
+        }
     }
 
     /// Writes what the socket takes now, from several buffers.
     pub fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if let Transport::Tls(s) = self {
+            return tls::try_write_vectored(s, bufs);
+        }
         let total = bufs.iter().map(|b| b.len()).sum();
         self.try_io_short(total, |fd| nix::sys::uio::writev(fd, bufs))
     }
@@ -76,6 +114,11 @@ impl Transport {
         offset: &mut i64,
         count: usize,
     ) -> io::Result<usize> {
+        if let Transport::Tls(_) = self {
+            // The bytes must be encrypted on the way (kTLS could take them
+            // zero-copy; not measured worth it yet).
+            return Err(io::ErrorKind::Unsupported.into());
+        }
         self.try_io_short(count, |fd| {
             nix::sys::sendfile::sendfile(fd, file.as_fd(), Some(&mut *offset), count)
         })
@@ -99,7 +142,7 @@ impl Transport {
             }
             Ok(n)
         };
-        let result = each!(self, s => s.try_io(Interest::WRITABLE, || attempt(s.as_fd())));
+        let result = each_socket!(self, s => s.try_io(Interest::WRITABLE, || attempt(s.as_fd())));
         match result {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => Ok(done),
             other => other,
@@ -109,27 +152,42 @@ impl Transport {
     /// Sets TCP_CORK (nothing on other transports). Errors are ignored:
     /// corking only shapes segments.
     pub fn set_cork(&self, cork: bool) {
-        if let Transport::Tcp(s) = self {
-            let _ = socket2::SockRef::from(s).set_cork(cork);
+        let tcp = match self {
+            Transport::Tcp(s) => s,
+            Transport::Tls(t) => t.get_ref().0,
+            Transport::Unix(_) => return,
+        };
+        let _ = socket2::SockRef::from(tcp).set_cork(cork);
+    }
+
+    /// Whether input was read from the socket and is held here, unread:
+    /// decrypted TLS records (never for TCP and Unix sockets, whose unread
+    /// input the kernel holds and epoll reports).
+    pub fn has_buffered_input(&self) -> bool {
+        match self {
+            Transport::Tls(s) => tls::has_buffered_input(s),
+            _ => false,
         }
     }
 
-    /// Whether input was read from the socket and is held here, unread
-    /// (never for TCP and Unix sockets, whose unread input the kernel
-    /// holds and epoll reports).
-    pub fn has_buffered_input(&self) -> bool {
-        false
+    /// The TLS version and cipher suite, on a TLS transport.
+    pub fn tls_info(&self) -> Option<TlsInfo> {
+        match self {
+            Transport::Tls(s) => tls::info(s),
+            _ => None,
+        }
     }
 
     /// Whether an idle connection still looks usable: no EOF and no stray
     /// bytes waiting (at most one non-blocking read; none while epoll has
     /// not reported it readable).
     pub fn looks_alive(&mut self) -> bool {
-        if self.has_buffered_input() {
-            return false;
-        }
         let mut probe = [0u8; 1];
-        let r = each!(self, s => s.try_read(&mut probe));
+        let r = match self {
+            Transport::Tcp(s) => s.try_read(&mut probe),
+            Transport::Unix(s) => s.try_read(&mut probe),
+            Transport::Tls(s) => return tls::looks_alive(s),
+        };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
@@ -139,7 +197,7 @@ impl Transport {
         if self.has_buffered_input() {
             return Ok(());
         }
-        each!(self, s => s.readable().await)
+        each_socket!(self, s => s.readable().await)
     }
 
     /// Polls for readability without reading: a connection waits this way
@@ -150,25 +208,32 @@ impl Transport {
         if self.has_buffered_input() {
             return Poll::Ready(Ok(()));
         }
-        each!(self, s => s.poll_read_ready(cx))
+        each_socket!(self, s => s.poll_read_ready(cx))
     }
 
     /// Waits until the socket is writable.
     pub async fn writable(&self) -> io::Result<()> {
-        each!(self, s => s.writable().await)
+        each_socket!(self, s => s.writable().await)
     }
 
-    /// Ends the output side (the peer reads EOF after what was sent); input
-    /// can still be read.
+    /// Ends the output side (the peer reads EOF after what was sent, and
+    /// over TLS a close_notify first); input can still be read.
     pub async fn shutdown_write(&mut self) -> io::Result<()> {
-        each!(self, s => socket2::SockRef::from(&*s).shutdown(std::net::Shutdown::Write))
+        if let Transport::Tls(s) = self {
+            tls::close_notify(s);
+        }
+        each_socket!(self, s => shutdown_output(s))
     }
+}
+
+fn shutdown_output(socket: &impl AsFd) -> io::Result<()> {
+    socket2::SockRef::from(socket).shutdown(std::net::Shutdown::Write)
 }
 
 impl AsRawFd for Transport {
     /// The socket's descriptor (for socket options and identity in tests).
     fn as_raw_fd(&self) -> RawFd {
-        each!(self, s => s.as_raw_fd())
+        each_socket!(self, s => s.as_raw_fd())
     }
 }
 

@@ -176,7 +176,12 @@ pub async fn write_all(transport: &mut Transport, data: &[u8], send: Duration) -
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    loop {
+        match transport.try_flush() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writable(transport, send).await?,
+            done => return done,
+        }
+    }
 }
 
 /// Waits until the client can take more bytes, at most `send`.

@@ -674,7 +674,12 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
-        Ok(true)
+        // What the transport still holds (TLS records) is not sent yet.
+        match self.transport.try_flush() {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes the whole write buffer.

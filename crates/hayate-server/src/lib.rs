@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use hayate_config::values::ListenAddr;
+use hayate_config::values::Listen;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
 use hayate_core::metrics::{family, sample, Kind, Metrics};
@@ -41,7 +41,7 @@ use crate::control::ControlCommand;
 use crate::worker::Shared;
 
 /// Called with the bound addresses once every worker is accepting.
-pub type OnListening<'a> = Box<dyn FnOnce(&[ListenAddr]) + 'a>;
+pub type OnListening<'a> = Box<dyn FnOnce(&[Listen]) + 'a>;
 
 /// What `status` answers (control socket, admin `/status`); any thread.
 pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
@@ -64,7 +64,7 @@ pub struct Hooks<'a> {
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
 /// `app` is the supervised app's slots, for routes that send to it.
-pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Result<()> {
+pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Result<()> {
     raise_fd_limit();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
@@ -72,8 +72,24 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
     let variants = compression::store(&config.global);
     router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants)?;
     let log_sink = Sink::open(&config.global.access_log)?;
+    // Certificates are loaded before any socket is bound, like roots.
+    let tls = hayate_tls::TlsServer::from_config(&config)
+        .map_err(|e| io::Error::other(format!("HTTPS: {e}")))?
+        .map(Arc::new);
+    if let Some(tls) = &tls {
+        hooks.metrics.register(tls.metrics());
+        if let Some(ca) = tls.ca_path() {
+            log::info!(
+                "HTTPS certificates from the local CA {} (trust it, e.g. curl --cacert {})",
+                ca.display(),
+                ca.display()
+            );
+        }
+    }
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
+    // Ports resolved (port 0), for what names them (the HTTPS redirect).
+    config.global.listen = listeners.addresses.clone();
 
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -110,6 +126,7 @@ pub fn run(config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Resul
         cache,
         request_metrics,
         variants,
+        tls,
     };
     let open = shared.connections.clone();
     hooks.metrics.register_fn(move |out| {

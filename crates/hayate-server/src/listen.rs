@@ -11,7 +11,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use hayate_config::values::ListenAddr;
+use hayate_config::values::{Listen, ListenAddr};
 use hayate_core::transport::Scheme;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -36,29 +36,30 @@ pub struct Listeners {
     /// `per_worker[i]` is worker i's listeners.
     pub per_worker: Vec<Vec<BoundListener>>,
     /// The bound addresses (ports resolved), in config order.
-    pub addresses: Vec<ListenAddr>,
+    pub addresses: Vec<Listen>,
     /// Unix socket files to remove on exit.
     pub unix_paths: Vec<PathBuf>,
 }
 
 /// Binds every address for `workers` workers.
-pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
+pub fn bind_all(addrs: &[Listen], workers: usize) -> io::Result<Listeners> {
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut addresses = Vec::new();
     let mut unix_paths = Vec::new();
-    for addr in addrs {
+    for Listen { addr, scheme } in addrs {
+        let scheme = *scheme;
         match addr {
             ListenAddr::Tcp(a) => {
                 let bound = probe(*a).map_err(|e| with_context(e, &format!("listen {a}")))?;
                 for slot in per_worker.iter_mut() {
                     let l = reuseport_listener(bound)
                         .map_err(|e| with_context(e, &format!("listen {bound}")))?;
-                    slot.push(BoundListener {
-                        socket: l,
-                        scheme: Scheme::Http,
-                    });
+                    slot.push(BoundListener { socket: l, scheme });
                 }
-                addresses.push(ListenAddr::Tcp(bound));
+                addresses.push(Listen {
+                    addr: ListenAddr::Tcp(bound),
+                    scheme,
+                });
             }
             ListenAddr::Unix(path) => {
                 let l = unix_listener(path)
@@ -66,11 +67,14 @@ pub fn bind_all(addrs: &[ListenAddr], workers: usize) -> io::Result<Listeners> {
                 for slot in per_worker.iter_mut() {
                     slot.push(BoundListener {
                         socket: l.try_clone()?,
-                        scheme: Scheme::Http,
+                        scheme,
                     });
                 }
                 unix_paths.push(path.clone());
-                addresses.push(addr.clone());
+                addresses.push(Listen {
+                    addr: addr.clone(),
+                    scheme,
+                });
             }
         }
     }

@@ -30,6 +30,7 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
+use hayate_core::transport::Scheme;
 use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{ProxyRequest, UpstreamGroup};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
@@ -43,6 +44,13 @@ use hayate_core::request::RequestHead;
 pub struct Client<'a> {
     /// The client's address (`unix` on a Unix socket).
     pub peer: &'a str,
+}
+
+impl Client<'_> {
+    /// Whether the client came through a Unix socket.
+    pub fn over_unix_socket(&self) -> bool {
+        self.peer == "unix"
+    }
 }
 
 /// What the request path decided without waiting.
@@ -97,6 +105,18 @@ pub fn answer<'r>(
         }
     };
 
+    // 1b. Plain HTTP where HTTPS is served: to HTTPS, but for ACME's
+    // HTTP-01 challenges, which must stay plain (RFC 8555 §8.3), and on
+    // Unix sockets, which a local front or load balancer uses.
+    if let Some(port) = router.https_port() {
+        if req.scheme == Scheme::Http
+            && !client.over_unix_socket()
+            && !path.starts_with(b"/.well-known/acme-challenge/")
+        {
+            return Answer::Now(https_redirect(req, port), None);
+        }
+    }
+
     // 2. Route.
     let Some(route) = router.route(req.host(), &path) else {
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
@@ -107,18 +127,21 @@ pub fn answer<'r>(
     if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
         let handler_path = handler_path(route, &path);
         if let Some(response) = serve_file(files, req, &handler_path, now) {
-            return Answer::Now(response, Some(route.index));
+            return Answer::Now(with_hsts(response, route, req), Some(route.index));
         }
     }
     let Some(group) = &route.upstream else {
-        return Answer::Now(Response::error(Status::NOT_FOUND), Some(route.index));
+        let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
+        return Answer::Now(response, Some(route.index));
     };
     // 4a. The cache answers what it can.
     let target = upstream_target(req, path);
     let cache = match &route.cache {
         Some(cache) => {
             match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {
-                Ok(response) => return Answer::Now(response, Some(route.index)),
+                Ok(response) => {
+                    return Answer::Now(with_hsts(response, route, req), Some(route.index))
+                }
                 Err(miss) => Some((cache, miss)),
             }
         }
@@ -144,7 +167,7 @@ pub async fn upstream<B: ClientBody>(
     let proxied = proxied(req, &to.target, client);
     // Both ways are boxed: their state (kilobytes) then never enlarges the
     // future a connection builds for every request it serves.
-    match to.cache {
+    let response = match to.cache {
         Some((cache, miss)) => {
             Box::pin(crate::cached::from_origin(
                 cache, to.group, &proxied, body, miss,
@@ -159,7 +182,44 @@ pub async fn upstream<B: ClientBody>(
                 None => response,
             }
         }
+    };
+    with_hsts(response, to.route, req)
+}
+
+/// Adds the route's Strict-Transport-Security to a response sent over
+/// HTTPS (RFC 6797 §7.2: never over plain HTTP), unless the app set its own.
+fn with_hsts(mut response: Response, route: &Route, req: &RequestHead) -> Response {
+    if let (Some(value), Scheme::Https) = (&route.hsts, req.scheme) {
+        if response.field(b"strict-transport-security").is_none() {
+            response.header("Strict-Transport-Security", value);
+        }
     }
+    response
+}
+
+/// 308 to the same URL over HTTPS on `port` (308, unlike 301, keeps the
+/// method and body of a POST). The host is the request's, without its
+/// port; one that is not a plain name or address is refused with 400, as
+/// it would otherwise be written into Location.
+fn https_redirect(req: &RequestHead, port: u16) -> Response {
+    let host = req
+        .host()
+        .map(crate::router::strip_port)
+        .unwrap_or_default();
+    let plain = |b: &u8| b.is_ascii_alphanumeric() || b"-.[]:".contains(b);
+    if host.is_empty() || !host.iter().all(plain) {
+        return Response::error(Status::BAD_REQUEST);
+    }
+    let mut location = b"https://".to_vec();
+    location.extend_from_slice(host);
+    if port != 443 {
+        location.push(b':');
+        location.extend_from_slice(port.to_string().as_bytes());
+    }
+    location.extend_from_slice(req.target());
+    let mut r = Response::new(Status::PERMANENT_REDIRECT);
+    r.header("Location", &location);
+    r
 }
 
 /// The target sent upstream. A path that needed normalizing is sent

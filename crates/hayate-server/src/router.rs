@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
-use hayate_config::values::{BalanceSpec, ProxySpec};
+use hayate_config::values::{BalanceSpec, ListenAddr, ProxySpec, Scheme};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
@@ -37,6 +37,8 @@ pub struct Route {
     pub index: usize,
     /// What the route compresses; `None`: nothing.
     pub compression: Option<Rc<Policy>>,
+    /// The Strict-Transport-Security value its HTTPS responses carry.
+    pub hsts: Option<Vec<u8>>,
 }
 
 struct Site {
@@ -49,6 +51,9 @@ struct Site {
 pub struct Router {
     sites: Vec<Site>,
     default_site: usize,
+    /// The port plain-HTTP requests are redirected to, when hayate serves
+    /// HTTPS and redirects (`https_redirect`).
+    https_port: Option<u16>,
 }
 
 impl Router {
@@ -154,6 +159,10 @@ impl Router {
                         compression: compression.clone(),
                     }),
                     compression,
+                    hsts: r
+                        .options
+                        .hsts
+                        .map(|d| format!("max-age={}", d.0.as_secs()).into_bytes()),
                 });
             }
             sites.push(Site {
@@ -162,10 +171,21 @@ impl Router {
             });
         }
         let default_site = sites.iter().position(|s| s.hosts.is_empty()).unwrap_or(0);
+        let https_port = g.listen.iter().find_map(|l| match (l.scheme, &l.addr) {
+            (Scheme::Https, ListenAddr::Tcp(a)) if g.https_redirect => Some(a.port()),
+            _ => None,
+        });
         Ok(Router {
             sites,
             default_site,
+            https_port,
         })
+    }
+
+    /// Where plain-HTTP requests are redirected: the first https
+    /// listener's port, when there is one and `https_redirect` is on.
+    pub fn https_port(&self) -> Option<u16> {
+        self.https_port
     }
 
     /// Every upstream group (for the worker's health-check tasks).
@@ -246,7 +266,7 @@ pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [
     }
 }
 
-fn strip_port(host: &[u8]) -> &[u8] {
+pub(crate) fn strip_port(host: &[u8]) -> &[u8] {
     if host.first() == Some(&b'[') {
         return host
             .iter()

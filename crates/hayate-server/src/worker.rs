@@ -23,7 +23,7 @@ use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::router::Router;
 use hayate_core::h1::request::HeadLimits;
 use hayate_core::h1::response::OVER_CAPACITY;
-use hayate_core::transport::Listener;
+use hayate_core::transport::{Listener, Scheme, Transport};
 
 /// Timeouts of a connection.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +79,8 @@ pub struct Shared {
     pub request_metrics: Option<Arc<RequestMetrics>>,
     /// Compressed variants of files, built once for every worker.
     pub variants: Arc<hayate_compress::VariantStore>,
+    /// The TLS side of the https listeners, when there are some.
+    pub tls: Option<Arc<hayate_tls::TlsServer>>,
 }
 
 impl Worker {
@@ -198,7 +200,9 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
         if shared.connections.fetch_add(1, Ordering::Relaxed) >= max {
             shared.connections.fetch_sub(1, Ordering::Relaxed);
             log::warn!("connection from {peer} refused: max_connections ({max}) reached");
-            let _ = transport.try_write(OVER_CAPACITY);
+            if scheme == Scheme::Http {
+                let _ = transport.try_write(OVER_CAPACITY);
+            }
             continue;
         }
         let guard = ConnGuard {
@@ -206,15 +210,33 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
             connections: shared.connections.clone(),
         };
         worker.active.set(worker.active.get() + 1);
-        // Made here and moved in whole: the task's future holds one
-        // `Conn`, not its parts and then a copy of it (every byte of that
-        // future is a byte of every idle connection).
-        let mut conn = Conn::new(transport, peer, scheme, worker.clone());
-        tokio::task::spawn_local(async move {
-            conn.run().await;
-            drop(conn);
-            drop(guard);
-        });
+        match (scheme, &shared.tls, transport) {
+            (Scheme::Https, Some(tls), Transport::Tcp(tcp)) => {
+                let tls = tls.clone();
+                let worker = worker.clone();
+                // The handshake counts against the connection limits (the
+                // guard is held from accept). Boxed: its state is gone once
+                // it is done, instead of sizing every connection's task.
+                tokio::task::spawn_local(async move {
+                    if let Ok(transport) = Box::pin(tls.handshake(tcp)).await {
+                        let mut conn = Conn::new(transport, peer, scheme, worker);
+                        conn.run().await;
+                    }
+                    drop(guard);
+                });
+            }
+            (_, _, transport) => {
+                // Made here and moved in whole: the task's future holds one
+                // `Conn`, not its parts and then a copy of it (every byte of
+                // that future is a byte of every idle connection).
+                let mut conn = Conn::new(transport, peer, scheme, worker.clone());
+                tokio::task::spawn_local(async move {
+                    conn.run().await;
+                    drop(conn);
+                    drop(guard);
+                });
+            }
+        }
     }
 }
 

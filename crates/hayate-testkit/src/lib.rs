@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod origin;
+pub mod tls;
 
 pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};
 
@@ -83,15 +84,8 @@ impl Hayate {
             let left = deadline.saturating_duration_since(Instant::now());
             match h.stdout_lines.recv_timeout(left) {
                 Ok(line) => {
-                    if let Some(addr) = line
-                        .split("http://")
-                        .nth(1)
-                        .and_then(|rest| rest.split('/').next())
-                    {
-                        h.addr = addr
-                            .replace("localhost", "127.0.0.1")
-                            .parse()
-                            .expect("listen address");
+                    if let Some((_, addr)) = listen_address(&line) {
+                        h.addr = addr;
                         return h;
                     }
                     if line.contains("unix:") && !line.contains("http://") && has_listen {
@@ -100,6 +94,24 @@ impl Hayate {
                     }
                 }
                 Err(_) => panic!("hayate did not start; stderr:\n{}", h.stderr()),
+            }
+        }
+    }
+
+    /// The next listener hayate announced after the first (`http` or
+    /// `https`, and its address): with several listeners, in the order they
+    /// were given.
+    pub fn next_address(&self) -> (String, SocketAddr) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(found) = listen_address(&line) {
+                        return found;
+                    }
+                }
+                Err(_) => panic!("no further listener announced; stderr:\n{}", self.stderr()),
             }
         }
     }
@@ -235,19 +247,55 @@ impl Response {
 
 /// A raw HTTP/1.1 client over one TCP connection.
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
+}
+
+/// A client's connection: plain TCP, or TLS over it ([`tls::TlsClient`]).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
 }
 
 impl Client {
     /// Connects to `addr`.
     pub fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
-        stream.set_read_timeout(Some(WAIT)).expect("timeout");
-        stream.set_write_timeout(Some(WAIT)).expect("timeout");
         Client {
-            stream,
+            stream: Stream::Plain(tcp_connect(addr)),
             buf: Vec::new(),
+        }
+    }
+
+    /// The TLS session, on a TLS connection.
+    pub fn tls(&self) -> Option<&rustls::ClientConnection> {
+        match &self.stream {
+            Stream::Tls(s) => Some(&s.conn),
+            Stream::Plain(_) => None,
         }
     }
 
@@ -427,10 +475,29 @@ impl Client {
         }
     }
 
-    /// The underlying stream (for shutdown and timeouts).
+    /// The underlying TCP stream (for shutdown and timeouts).
     pub fn stream(&self) -> &TcpStream {
-        &self.stream
+        match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
     }
+}
+
+/// The scheme and address of a "serving ... on http(s)://ADDR/" line.
+fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
+    let (before, rest) = line.split_once("://")?;
+    let scheme = before.rsplit(' ').next()?.to_string();
+    let addr = rest.split('/').next()?.replace("localhost", "127.0.0.1");
+    Some((scheme, addr.parse().ok()?))
+}
+
+/// A TCP connection with every wait bounded by [`WAIT`].
+fn tcp_connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    stream.set_write_timeout(Some(WAIT)).expect("timeout");
+    stream
 }
 
 /// Sends `METHOD path` with `Connection: close` over the Unix socket

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
-use hayate_config::values::{ListenAddr, LogLevel};
+use hayate_config::values::{Listen, ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, Overrides};
 
 /// The arguments of serving: a directory, a config file, every option.
@@ -374,13 +374,14 @@ fn hooks<'a>(
 ) -> hayate_server::Hooks<'a> {
     let workers = config.global.workers.get();
     hayate_server::Hooks {
-        on_listening: Box::new(move |addrs: &[ListenAddr]| {
+        on_listening: Box::new(move |addrs: &[Listen]| {
             for a in addrs {
-                let url = match a {
+                let scheme = a.scheme.as_str();
+                let url = match &a.addr {
                     ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => {
-                        format!("http://localhost:{}/", sa.port())
+                        format!("{scheme}://localhost:{}/", sa.port())
                     }
-                    ListenAddr::Tcp(sa) => format!("http://{sa}/"),
+                    ListenAddr::Tcp(sa) => format!("{scheme}://{sa}/"),
                     ListenAddr::Unix(p) => format!("unix:{}", p.display()),
                 };
                 println!("hayate: serving {what} on {url} ({workers} workers)");

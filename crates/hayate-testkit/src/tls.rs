@@ -1,0 +1,81 @@
+//! A real rustls client for tests of hayate's HTTPS: trusts one CA file,
+//! offers ALPN, keeps sessions for resumption, and connects [`Client`]s.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+use crate::{tcp_connect, Client, Stream};
+
+/// A TLS client configuration: whom it trusts, what it offers.
+#[derive(Clone)]
+pub struct TlsClient {
+    config: Arc<ClientConfig>,
+}
+
+impl TlsClient {
+    /// Trusts the PEM certificates in `ca`, offers `http/1.1`, and resumes
+    /// sessions (the same `TlsClient` keeps them between connections).
+    pub fn trusting(ca: &Path) -> TlsClient {
+        TlsClient::with_alpn(ca, &["http/1.1"])
+    }
+
+    /// Like [`TlsClient::trusting`], offering `alpn` (none if empty).
+    pub fn with_alpn(ca: &Path, alpn: &[&str]) -> TlsClient {
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).expect("CA file") {
+            roots
+                .add(cert.expect("CA certificate"))
+                .expect("trust the CA");
+        }
+        let mut config = ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        TlsClient {
+            config: Arc::new(config),
+        }
+    }
+
+    /// The same trust and ALPN, without resumption: every handshake is a
+    /// full one and shows the server's current certificate.
+    pub fn without_resumption(&self) -> TlsClient {
+        let mut config = (*self.config).clone();
+        config.resumption = rustls::client::Resumption::disabled();
+        TlsClient {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Connects to `addr`, asking for `name` (an IP address sends no SNI),
+    /// and completes the handshake.
+    pub fn connect(&self, addr: SocketAddr, name: &str) -> Client {
+        self.try_connect(addr, name)
+            .unwrap_or_else(|e| panic!("TLS handshake with {addr} as {name}: {e}"))
+    }
+
+    /// [`TlsClient::connect`], returning the handshake's error.
+    pub fn try_connect(&self, addr: SocketAddr, name: &str) -> Result<Client, String> {
+        let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+        let mut conn =
+            ClientConnection::new(self.config.clone(), server_name).map_err(|e| e.to_string())?;
+        let mut sock = tcp_connect(addr);
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+        }
+        Ok(Client {
+            stream: Stream::Tls(Box::new(StreamOwned::new(conn, sock))),
+            buf: Vec::new(),
+        })
+    }
+}
+
+/// The DER of the certificate the server sent for `client`'s session.
+pub fn served_certificate(client: &Client) -> Vec<u8> {
+    let conn: &ClientConnection = client.tls().expect("a TLS connection");
+    conn.peer_certificates().expect("certificates")[0].to_vec()
+}

@@ -1,0 +1,124 @@
+//! What HTTPS counts: handshakes by outcome, and when each certificate
+//! expires (a gauge, so an alert can fire weeks before it does).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+
+use crate::store::CertStore;
+
+/// Why a handshake did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Not finished within `tls_handshake_timeout`.
+    Timeout,
+    /// The client spoke plain HTTP (answered 400).
+    PlainHttp,
+    /// The first bytes were neither TLS nor HTTP.
+    NotTls,
+    /// The client closed or reset the connection.
+    Closed,
+    /// rustls refused the handshake (bad records, no common version,
+    /// cipher or protocol, a client alert...).
+    Protocol,
+}
+
+impl Failure {
+    const ALL: [Failure; 5] = [
+        Failure::Timeout,
+        Failure::PlainHttp,
+        Failure::NotTls,
+        Failure::Closed,
+        Failure::Protocol,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timeout",
+            Failure::PlainHttp => "plain_http",
+            Failure::NotTls => "not_tls",
+            Failure::Closed => "closed",
+            Failure::Protocol => "protocol",
+        }
+    }
+}
+
+/// Handshake counters, shared by every worker.
+#[derive(Debug, Default)]
+pub struct TlsMetrics {
+    full: AtomicU64,
+    resumed: AtomicU64,
+    failed: [AtomicU64; 5],
+    store: Option<Arc<CertStore>>,
+}
+
+impl TlsMetrics {
+    pub(crate) fn new(store: Arc<CertStore>) -> TlsMetrics {
+        TlsMetrics {
+            store: Some(store),
+            ..TlsMetrics::default()
+        }
+    }
+
+    /// Counts a completed handshake.
+    pub fn completed(&self, resumed: bool) {
+        let c = if resumed { &self.resumed } else { &self.full };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed one.
+    pub fn failed(&self, why: Failure) {
+        self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Completed handshakes: (full, resumed).
+    pub fn completed_counts(&self) -> (u64, u64) {
+        (
+            self.full.load(Ordering::Relaxed),
+            self.resumed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl MetricsSource for TlsMetrics {
+    fn render(&self, out: &mut String) {
+        let name = "hayate_tls_handshakes_total";
+        family(out, name, "TLS handshakes by outcome", Kind::Counter);
+        let (full, resumed) = self.completed_counts();
+        sample(out, name, &[("result", "full")], full);
+        sample(out, name, &[("result", "resumed")], resumed);
+        for why in Failure::ALL {
+            let n = self.failed[why as usize].load(Ordering::Relaxed);
+            sample(
+                out,
+                name,
+                &[("result", "failed"), ("reason", why.as_str())],
+                n,
+            );
+        }
+        let Some(store) = &self.store else { return };
+        let name = "hayate_tls_certificate_expiry_seconds";
+        family(
+            out,
+            name,
+            "Seconds until each served certificate expires (negative: expired)",
+            Kind::Gauge,
+        );
+        let now = SystemTime::now();
+        for c in store.certificates() {
+            let left = match c.not_after.duration_since(now) {
+                Ok(d) => d.as_secs() as i64,
+                Err(e) => -(e.duration().as_secs() as i64),
+            };
+            let first = c
+                .names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| c.ips.first().map(|ip| ip.to_string()).unwrap_or_default());
+            sample(out, name, &[("name", &first), ("source", &c.source)], left);
+        }
+    }
+}

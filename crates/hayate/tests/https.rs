@@ -1,0 +1,509 @@
+//! HTTPS end to end: hayate's TLS listeners with a real rustls client (and
+//! curl where it is installed): certificates from files and from the local
+//! CA, SNI, ALPN, resumption, a certificate replaced while serving, plain
+//! HTTP and garbage on the TLS port, the redirect from plain HTTP, HSTS,
+//! large files (no sendfile under TLS), and the proxy telling the app the
+//! request came over HTTPS.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hayate_testkit::tls::{served_certificate, TlsClient};
+use hayate_testkit::{big_bytes, site, Echo, Hayate, Origin, OriginOptions, WAIT};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// A test CA and the certificates it issues, as PEM files in a directory.
+struct Pki {
+    dir: tempfile::TempDir,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).expect("CA");
+        std::fs::write(dir.path().join("ca.crt"), cert.pem()).expect("write CA");
+        Pki {
+            dir,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// Issues a certificate for `names` into `stem.crt` and `stem.key`
+    /// (mode 0600); returns the two paths and the certificate's DER.
+    fn issue(&self, names: &[&str], stem: &str) -> (String, String, Vec<u8>) {
+        let key = KeyPair::generate().expect("key");
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        let cert = params.signed_by(&key, &self.issuer).expect("issue");
+        let cert_path = self.dir.path().join(format!("{stem}.crt"));
+        let key_path = self.dir.path().join(format!("{stem}.key"));
+        write_replacing(&cert_path, cert.pem().as_bytes());
+        write_replacing(&key_path, key.serialize_pem().as_bytes());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        (
+            cert_path.display().to_string(),
+            key_path.display().to_string(),
+            cert.der().to_vec(),
+        )
+    }
+}
+
+/// Writes a file whole, by rename, as deployment tools do.
+fn write_replacing(path: &Path, data: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+fn https(args: &[&str]) -> Hayate {
+    Hayate::start(BIN, args)
+}
+
+#[test]
+fn the_local_ca_serves_https_that_clients_trust() {
+    let root = site();
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().display().to_string();
+    let h = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls",
+        "internal",
+        "--state-dir",
+        &state_dir,
+    ]);
+    let ca = state.path().join("local-ca/ca.crt");
+    assert!(
+        h.stderr().contains(&ca.display().to_string()),
+        "the CA's path is printed: {}",
+        h.stderr()
+    );
+    let client = TlsClient::trusting(&ca);
+    for name in ["localhost", "127.0.0.1"] {
+        let mut c = client.connect(h.addr, name);
+        assert_eq!(
+            c.tls().expect("tls").alpn_protocol(),
+            Some(&b"http/1.1"[..])
+        );
+        let r = c.get("/hello.txt", &[]);
+        assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+        // Kept alive: a second request on the same session.
+        assert_eq!(c.get("/index.html", &[]).status, 200);
+    }
+    // curl, where installed, trusts the printed CA too.
+    let url = format!("https://localhost:{}/hello.txt", h.addr.port());
+    if let Ok(out) = std::process::Command::new("curl")
+        .args(["-sS", "--cacert", ca.to_str().expect("path"), &url])
+        .output()
+    {
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello world\n",
+            "{out:?}"
+        );
+    }
+}
+
+#[test]
+fn sni_chooses_among_certificates_exact_then_wildcard_then_the_first() {
+    let root = site();
+    let pki = Pki::new();
+    let (a_cert, a_key, a_der) = pki.issue(&["a.test"], "a");
+    let (b_cert, b_key, b_der) = pki.issue(&["*.b.test"], "b");
+    let (x_cert, x_key, x_der) = pki.issue(&["x.b.test"], "x");
+    let h = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &a_cert,
+        "--tls-key",
+        &a_key,
+        "--tls-cert",
+        &b_cert,
+        "--tls-key",
+        &b_key,
+        "--tls-cert",
+        &x_cert,
+        "--tls-key",
+        &x_key,
+    ]);
+    let client = TlsClient::trusting(&pki.ca()).without_resumption();
+    let served = |name: &str| served_certificate(&client.connect(h.addr, name));
+    assert_eq!(served("a.test"), a_der);
+    assert_eq!(served("x.b.test"), x_der);
+    assert_eq!(served("y.b.test"), b_der);
+    // A name no certificate has gets the first one, which the client
+    // refuses by itself.
+    let err = client
+        .try_connect(h.addr, "other.test")
+        .err()
+        .expect("refused");
+    assert!(
+        err.contains("NotValidForName") || err.contains("not valid"),
+        "{err}"
+    );
+    let mut c = client.connect(h.addr, "y.b.test");
+    assert_eq!(c.get("/hello.txt", &[]).status, 200);
+}
+
+#[test]
+fn sessions_resume_and_handshakes_are_counted() {
+    let root = site();
+    let pki = Pki::new();
+    let (cert, key, _) = pki.issue(&["localhost"], "site");
+    let admin = tempfile::tempdir().expect("admin dir");
+    let admin_sock = admin.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin_sock.display());
+    let h = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--admin",
+        &admin_arg,
+    ]);
+    let client = TlsClient::trusting(&pki.ca());
+    let mut first = client.connect(h.addr, "localhost");
+    assert_eq!(first.get("/hello.txt", &[]).status, 200);
+    assert_eq!(
+        first.tls().expect("tls").handshake_kind(),
+        Some(rustls::HandshakeKind::Full)
+    );
+    drop(first);
+    let mut second = client.connect(h.addr, "localhost");
+    assert_eq!(second.get("/hello.txt", &[]).status, 200);
+    assert_eq!(
+        second.tls().expect("tls").handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed)
+    );
+    let metrics = hayate_testkit::unix_get(&admin_sock, "/metrics");
+    assert!(
+        metrics.contains("hayate_tls_handshakes_total{result=\"full\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hayate_tls_handshakes_total{result=\"resumed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hayate_tls_certificate_expiry_seconds{name=\"localhost\""),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_replaced_certificate_file_is_served_without_a_restart_and_a_bad_one_is_not() {
+    let root = site();
+    let pki = Pki::new();
+    let (cert, key, old_der) = pki.issue(&["localhost"], "site");
+    let h = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let client = TlsClient::trusting(&pki.ca());
+    let mut kept = client.connect(h.addr, "localhost");
+    assert_eq!(served_certificate(&kept), old_der);
+
+    // A client requesting throughout sees no failure.
+    let addr = h.addr;
+    let busy_client = client.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_busy = stop.clone();
+    let busy = std::thread::spawn(move || {
+        let mut served = 0;
+        while !stop_busy.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut c = match busy_client.try_connect(addr, "localhost") {
+                Ok(c) => c,
+                Err(e) => return Err(format!("handshake {served}: {e}")),
+            };
+            c.send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+            if c.try_read_response(false).is_none() {
+                return Err(format!(
+                    "no response {served} {:?}",
+                    c.tls().unwrap().handshake_kind()
+                ));
+            }
+            served += 1;
+        }
+        Ok::<_, String>(served)
+    });
+
+    let (_, _, new_der) = pki.issue(&["localhost"], "site");
+    assert_ne!(new_der, old_der);
+    let fresh = client.without_resumption();
+    let deadline = Instant::now() + WAIT;
+    while served_certificate(&fresh.connect(h.addr, "localhost")) != new_der {
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was not served: {}",
+            h.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The connection made before the change still works.
+    assert_eq!(kept.get("/hello.txt", &[]).status, 200);
+
+    // A broken file keeps the certificate served until now.
+    write_replacing(Path::new(&cert), b"-----BEGIN CERTIFICATE-----\nbroken\n");
+    let deadline = Instant::now() + WAIT;
+    while !h
+        .stderr()
+        .contains("keeping the certificate served until now")
+    {
+        assert!(Instant::now() < deadline, "no error logged: {}", h.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        served_certificate(&fresh.connect(h.addr, "localhost")),
+        new_der
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let r = busy.join().expect("busy client");
+    assert!(r.is_ok(), "{r:?} {}", h.stderr());
+}
+
+/// hayate with the local CA on an https listener, a handshake timeout of
+/// `timeout`, and more `args`; its CA file.
+fn with_local_ca(timeout: &str, args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir) {
+    let root = site();
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().display().to_string();
+    let mut all = vec![
+        root.path().to_str().expect("path").to_string(),
+        "--listen".into(),
+        "https://127.0.0.1:0".into(),
+        "--tls".into(),
+        "internal".into(),
+        "--state-dir".into(),
+        state_dir,
+        "--tls-handshake-timeout".into(),
+        timeout.into(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    (https(&refs), root, state)
+}
+
+fn raw(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    s
+}
+
+fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
+    let (h, _root, state) = with_local_ca("300ms", &[]);
+    // Plain HTTP: a 400 that says why.
+    let mut s = raw(h.addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    let answer = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer.contains("plain HTTP sent to an HTTPS port"),
+        "{answer}"
+    );
+    // Neither TLS nor HTTP: closed.
+    let mut s = raw(h.addr);
+    s.write_all(&[0u8; 64]).expect("send");
+    assert!(read_to_close(&mut s).is_empty());
+    // A truncated ClientHello, and a client that sends nothing: closed at
+    // the handshake timeout.
+    let mut truncated = raw(h.addr);
+    truncated
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .expect("send");
+    let mut silent: Vec<TcpStream> = (0..50).map(|_| raw(h.addr)).collect();
+    // Meanwhile, a real client is served.
+    let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    assert_eq!(
+        client
+            .connect(h.addr, "localhost")
+            .get("/hello.txt", &[])
+            .status,
+        200
+    );
+    assert!(read_to_close(&mut truncated).is_empty());
+    for s in &mut silent {
+        assert!(read_to_close(s).is_empty());
+    }
+    // An oversized record: an alert, then close.
+    let mut s = raw(h.addr);
+    let mut record = vec![0x16, 0x03, 0x01, 0xff, 0xff];
+    record.extend_from_slice(&[0u8; 1024]);
+    let _ = s.write_all(&record);
+    let reply = read_to_close(&mut s);
+    assert!(
+        reply.is_empty() || reply[0] == 0x15,
+        "an alert or nothing: {reply:?}"
+    );
+    // A client offering only a protocol hayate does not speak.
+    let h2_only = TlsClient::with_alpn(&state.path().join("local-ca/ca.crt"), &["h2"]);
+    let err = h2_only
+        .try_connect(h.addr, "localhost")
+        .err()
+        .expect("refused");
+    assert!(err.contains("NoApplicationProtocol"), "{err}");
+    // Still serving.
+    assert_eq!(
+        client
+            .connect(h.addr, "localhost")
+            .get("/hello.txt", &[])
+            .status,
+        200
+    );
+}
+
+#[test]
+fn plain_http_is_redirected_to_https_but_acme_challenges_and_hsts_are_right() {
+    let (h, _root, state) = with_local_ca("10s", &["--listen", "127.0.0.1:0", "--hsts", "365d"]);
+    let (scheme, plain) = h.next_address();
+    assert_eq!(scheme, "http");
+    let mut c = hayate_testkit::Client::connect(plain);
+    let r = c.request("POST", "/docs/guide.html?x=1", &[("Content-Length", "0")]);
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://test:{}/docs/guide.html?x=1", h.addr.port()).as_str())
+    );
+    assert!(
+        r.header("strict-transport-security").is_none(),
+        "never over HTTP"
+    );
+    // ACME's HTTP-01 path stays plain.
+    let r = c.get("/.well-known/acme-challenge/token", &[]);
+    assert_eq!(r.status, 404);
+    // A Host that is not a name is refused, not echoed into Location.
+    let r = c.get("/", &[]);
+    assert_eq!(r.status, 308);
+    let mut bad = hayate_testkit::Client::connect(plain);
+    bad.send(b"GET / HTTP/1.1\r\nHost: a\"b\r\n\r\n");
+    assert_eq!(bad.read_response(false).status, 400);
+
+    let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    let r = client.connect(h.addr, "localhost").get("/hello.txt", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("strict-transport-security"),
+        Some("max-age=31536000")
+    );
+}
+
+#[test]
+fn large_files_and_ranges_go_out_whole_over_tls() {
+    let root = site();
+    let big = big_bytes(5 << 20); // past the file cache: sendfile over plain TCP
+    std::fs::write(root.path().join("large.bin"), &big).expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().display().to_string();
+    let h = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls",
+        "internal",
+        "--state-dir",
+        &state_dir,
+    ]);
+    let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    let mut c = client.connect(h.addr, "localhost");
+    let r = c.get("/large.bin", &[]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == big,
+        "the body arrived whole ({} bytes)",
+        r.body.len()
+    );
+    let r = c.get(
+        "/large.bin",
+        &[("Range", "bytes=1000000-1999999,3000000-3000009")],
+    );
+    assert_eq!(r.status, 206);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("Content-Range: bytes 3000000-3000009/5242880"));
+    let r = c.get("/large.bin", &[("Range", "bytes=4000000-")]);
+    assert_eq!(r.status, 206);
+    assert!(r.body == big[4_000_000..]);
+}
+
+#[test]
+fn the_app_is_told_the_request_came_over_https() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, _root, state) = with_local_ca("10s", &["--proxy", &url]);
+    let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    let mut c = client.connect(h.addr, "localhost");
+    let r = c.get("/echo", &[("X-Forwarded-Proto", "http")]);
+    assert_eq!(r.status, 200);
+    let echo = Echo::parse(&r.text());
+    assert_eq!(echo.header("x-forwarded-proto"), Some("https"));
+    let forwarded = echo.header("forwarded").expect("Forwarded");
+    assert!(forwarded.contains("proto=https"), "{forwarded}");
+}
+
+#[test]
+fn bad_tls_settings_stop_the_start_with_the_reason() {
+    let root = site();
+    let pki = Pki::new();
+    let (cert, _key, _) = pki.issue(&["localhost"], "one");
+    let (_, other_key, _) = pki.issue(&["localhost"], "two");
+    let root_arg = root.path().to_str().expect("path");
+    let fails = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg(root_arg)
+            .args(args)
+            .output()
+            .expect("run hayate");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = fails(&["--listen", "https://127.0.0.1:0"]);
+    assert!(e.contains("needs certificates"), "{e}");
+    let e = fails(&["--listen", "https://127.0.0.1:0", "--tls-cert", &cert]);
+    assert!(e.contains("1 tls_cert and 0 tls_key"), "{e}");
+    let e = fails(&[
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &other_key,
+    ]);
+    assert!(e.contains("does not belong to the certificate"), "{e}");
+    assert!(!e.contains("PRIVATE KEY"), "no key material in errors: {e}");
+    let e = fails(&["--listen", "https://unix:/tmp/x.sock", "--tls", "internal"]);
+    assert!(e.contains("TLS on a Unix socket"), "{e}");
+}
