@@ -236,6 +236,10 @@ options! {
         "Time between health probes";
     proxy_trusted: Vec<IpNet> = unset, "CIDR",
         "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
+    proxy_tls_ca: PathBuf = unset, "FILE",
+        "CA certificates (PEM) that https:// upstreams are verified against, instead of the system's";
+    proxy_tls_verify: bool = "true", "BOOL",
+        "Verify https:// upstreams' certificates and names; false accepts any (logged at start: for a test setup only)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
     admin: AdminAddr = unset, "ADDR",

@@ -368,18 +368,22 @@ impl OptValue for ProxySpec {
             let valid = match m.strip_prefix("unix:") {
                 Some(path) => !path.is_empty(),
                 None => {
-                    let authority = m.strip_prefix("http://").unwrap_or(m).trim_end_matches('/');
-                    !authority.is_empty()
-                        && !authority.contains('/')
-                        && !m.starts_with("https://")
-                        && authority
-                            .rsplit_once(':')
-                            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+                    let (tls, rest) = match m.strip_prefix("https://") {
+                        Some(rest) => (true, rest),
+                        None => (false, m.strip_prefix("http://").unwrap_or(m)),
+                    };
+                    let authority = rest.trim_end_matches('/');
+                    let with_port = authority
+                        .rsplit_once(':')
+                        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+                    // https:// defaults to port 443.
+                    let default_port = tls && !authority.contains(':');
+                    !authority.is_empty() && !authority.contains('/') && (with_port || default_port)
                 }
             };
             if !valid {
                 return Err(format!(
-                    "upstream {m:?}: expected http://HOST:PORT or unix:PATH"
+                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT] or unix:PATH"
                 ));
             }
         }

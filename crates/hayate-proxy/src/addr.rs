@@ -1,4 +1,5 @@
-//! Upstream addresses: `http://host:port` or `unix:/path`.
+//! Upstream addresses: `http://host:port`, `https://host:port` or
+//! `unix:/path`.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -13,13 +14,17 @@ pub enum UpstreamAddr {
         addr: SocketAddr,
         /// `host:port` as written.
         authority: String,
+        /// `https://`: TLS to the member, verified against its host name
+        /// (or its IP address).
+        tls: bool,
     },
     /// A Unix socket.
     Unix(PathBuf),
 }
 
 impl UpstreamAddr {
-    /// Parses `http://host:port[/]`, `host:port` or `unix:/path`. Host names
+    /// Parses `http://host:port[/]`, `https://host:port[/]`, `host:port` or
+    /// `unix:/path` (the port defaults to 80, or 443 for https). Host names
     /// are resolved once, here.
     pub fn parse(s: &str) -> Result<UpstreamAddr, String> {
         let t = s.trim();
@@ -29,13 +34,15 @@ impl UpstreamAddr {
             }
             return Ok(UpstreamAddr::Unix(PathBuf::from(path)));
         }
-        if t.starts_with("https://") {
-            return Err(format!("{t:?}: https upstreams are not supported yet"));
-        }
-        let rest = t.strip_prefix("http://").unwrap_or(t);
+        let (tls, rest) = match t.strip_prefix("https://") {
+            Some(rest) => (true, rest),
+            None => (false, t.strip_prefix("http://").unwrap_or(t)),
+        };
         let authority = rest.trim_end_matches('/');
         if authority.is_empty() || authority.contains('/') {
-            return Err(format!("expected http://HOST:PORT or unix:PATH, got {s:?}"));
+            return Err(format!(
+                "expected http://HOST:PORT, https://HOST:PORT or unix:PATH, got {s:?}"
+            ));
         }
         let with_port = if authority
             .rsplit_once(':')
@@ -43,7 +50,7 @@ impl UpstreamAddr {
         {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
         };
         let addr = with_port
             .to_socket_addrs()
@@ -53,14 +60,39 @@ impl UpstreamAddr {
         Ok(UpstreamAddr::Tcp {
             addr,
             authority: authority.to_string(),
+            tls,
         })
     }
+
+    /// The name a TLS member's certificate must carry: the host written in
+    /// its URL (SNI is sent for a name, not for an IP address).
+    pub fn tls_name(&self) -> Option<&str> {
+        match self {
+            UpstreamAddr::Tcp {
+                authority,
+                tls: true,
+                ..
+            } => Some(host_of(authority)),
+            _ => None,
+        }
+    }
+}
+
+/// `host` of `host:port` (`[v6]:port` gives `v6`).
+fn host_of(authority: &str) -> &str {
+    let host = match authority.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => h,
+        _ => authority,
+    };
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 impl fmt::Display for UpstreamAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            UpstreamAddr::Tcp { addr, .. } => write!(f, "http://{addr}"),
+            UpstreamAddr::Tcp { addr, tls, .. } => {
+                write!(f, "{}://{addr}", if *tls { "https" } else { "http" })
+            }
             UpstreamAddr::Unix(p) => write!(f, "unix:{}", p.display()),
         }
     }
@@ -76,9 +108,15 @@ mod tests {
             UpstreamAddr::parse("http://127.0.0.1:3000/"),
             Ok(UpstreamAddr::Tcp {
                 addr: "127.0.0.1:3000".parse().expect("addr"),
-                authority: "127.0.0.1:3000".into()
+                authority: "127.0.0.1:3000".into(),
+                tls: false,
             })
         );
+        let secure = UpstreamAddr::parse("https://localhost").expect("https");
+        assert!(matches!(secure, UpstreamAddr::Tcp { addr, tls: true, .. } if addr.port() == 443));
+        assert_eq!(secure.tls_name(), Some("localhost"));
+        let v6 = UpstreamAddr::parse("https://[::1]:8443").expect("v6");
+        assert_eq!(v6.tls_name(), Some("::1"));
         assert!(matches!(
             UpstreamAddr::parse("localhost:3000"),
             Ok(UpstreamAddr::Tcp { .. })
@@ -88,7 +126,6 @@ mod tests {
             Ok(UpstreamAddr::Unix("/run/app.sock".into()))
         );
         assert!(UpstreamAddr::parse("unix:").is_err());
-        assert!(UpstreamAddr::parse("https://a:1").is_err());
         assert!(UpstreamAddr::parse("http://a:1/path").is_err());
         assert_eq!(
             UpstreamAddr::parse("http://127.0.0.1:3000").map(|a| a.to_string()),

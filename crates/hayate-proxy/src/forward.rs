@@ -126,7 +126,13 @@ impl UpstreamGroup {
                 Some(c) => c,
                 None => {
                     let target = member.target(guard.instance());
-                    match crate::upconn::connect(&target, self.settings.connect_timeout).await {
+                    match crate::upconn::connect(
+                        &target,
+                        self.settings.connect_timeout,
+                        self.settings.tls.as_ref(),
+                    )
+                    .await
+                    {
                         Ok(c) => c,
                         Err(e) => {
                             // Nothing was sent: another member may take it. The

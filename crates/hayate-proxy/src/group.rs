@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use crate::pool::Idle;
 use crate::queue::{Busy, QueueGauge};
 use crate::UpstreamAddr;
+use tokio_rustls::rustls::ClientConfig;
 
 /// Proxy settings of a group.
 #[derive(Debug, Clone)]
@@ -57,6 +58,9 @@ pub struct ProxySettings {
     pub trusted: Vec<IpNet>,
     /// Add `Via: 1.1 hayate` both ways.
     pub via: bool,
+    /// TLS to `https://` members (trust, ALPN, session resumption); set
+    /// when the group has such members.
+    pub tls: Option<Arc<ClientConfig>>,
 }
 
 /// How a group spreads requests.
@@ -108,6 +112,7 @@ impl Default for ProxySettings {
             host: HostPolicy::Pass,
             trusted: Vec::new(),
             via: false,
+            tls: None,
         }
     }
 }
@@ -348,6 +353,7 @@ impl Member {
                 AppAddr::Tcp(addr) => UpstreamAddr::Tcp {
                     addr: *addr,
                     authority: addr.to_string(),
+                    tls: false,
                 },
             }),
         }

@@ -27,6 +27,7 @@ impl UpstreamGroup {
                 drop(instance);
                 let ok = probe(
                     &target,
+                    self.settings.tls.as_ref(),
                     &path,
                     self.settings
                         .connect_timeout
@@ -52,9 +53,14 @@ impl UpstreamGroup {
 }
 
 /// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
-async fn probe(addr: &UpstreamAddr, path: &str, limit: Duration) -> std::io::Result<()> {
+async fn probe(
+    addr: &UpstreamAddr,
+    tls: Option<&std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
+    path: &str,
+    limit: Duration,
+) -> std::io::Result<()> {
     let attempt = async {
-        let mut conn = crate::upconn::connect(addr, limit).await?;
+        let mut conn = crate::upconn::connect(addr, limit, tls).await?;
         let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
         if status.is_success() {
             Ok(())

@@ -1,20 +1,36 @@
-//! Connecting to an upstream member, TCP or Unix. The connection is a
-//! [`Transport`], the same socket type as a client's.
+//! Connecting to an upstream member, TCP (with TLS for an `https://`
+//! member) or Unix. The connection is a [`Transport`], the same type as a
+//! client's.
 
 use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use hayate_core::transport::Transport;
+use std::sync::Arc;
+
+use hayate_core::transport::{TlsStream, Transport};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
 
 use crate::UpstreamAddr;
 
-/// Connects within `timeout`.
-pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Transport> {
+/// Connects within `timeout` (the TLS handshake included), with `tls` for
+/// an `https://` member.
+pub(crate) async fn connect(
+    addr: &UpstreamAddr,
+    timeout: Duration,
+    tls: Option<&Arc<ClientConfig>>,
+) -> io::Result<Transport> {
     let connect = async {
         Ok::<_, io::Error>(match addr {
-            UpstreamAddr::Tcp { addr, .. } => Transport::tcp(TcpStream::connect(addr).await?)?,
+            UpstreamAddr::Tcp { addr: a, .. } => {
+                let tcp = TcpStream::connect(a).await?;
+                match addr.tls_name() {
+                    Some(name) => handshake(tcp, name, tls).await?,
+                    None => Transport::tcp(tcp)?,
+                }
+            }
             UpstreamAddr::Unix(path) => Transport::Unix(connect_unix(path).await?),
         })
     };
@@ -22,6 +38,21 @@ pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Resul
         Ok(r) => r,
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
     }
+}
+
+/// The client side of TLS to a member that must prove it is `name`.
+async fn handshake(
+    tcp: TcpStream,
+    name: &str,
+    tls: Option<&Arc<ClientConfig>>,
+) -> io::Result<Transport> {
+    tcp.set_nodelay(true)?;
+    let config = tls.ok_or_else(|| io::Error::other("no TLS settings for an https upstream"))?;
+    let server_name = ServerName::try_from(name.to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
+    let connector = tokio_rustls::TlsConnector::from(config.clone());
+    let stream = connector.connect(server_name, tcp).await?;
+    Ok(Transport::Tls(Box::new(TlsStream::Client(stream))))
 }
 
 /// Connects to a Unix socket, waiting while its listen queue is full.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use hayate_config::values::{AccessLog as Target, LogFormat};
 
 use hayate_core::request::RequestHead;
+use hayate_core::transport::TlsInfo;
 
 /// Buffered bytes that trigger a write.
 const FLUSH_AT: usize = 32 * 1024;
@@ -80,6 +81,8 @@ pub struct Entry<'a> {
     pub duration: Duration,
     /// What the response cache did, on routes that cache.
     pub cache: Option<&'static str>,
+    /// The TLS version and cipher suite, over HTTPS (JSON format).
+    pub tls: Option<TlsInfo>,
 }
 
 impl AccessLog {
@@ -189,6 +192,13 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(c.as_bytes());
         out.push(b'"');
     }
+    if let Some(tls) = e.tls {
+        out.extend_from_slice(b",\"tls\":\"");
+        out.extend_from_slice(tls.version.as_bytes());
+        out.extend_from_slice(b"\",\"cipher\":\"");
+        out.extend_from_slice(tls.cipher.as_bytes());
+        out.push(b'"');
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -250,6 +260,7 @@ mod tests {
             bytes: 12,
             duration: Duration::from_micros(7),
             cache: None,
+            tls: None,
         };
         let mut out = Vec::new();
         combined(&mut out, &req, &e);
@@ -267,6 +278,7 @@ mod tests {
             &req,
             &Entry {
                 cache: Some("HIT"),
+                tls: None,
                 ..e
             },
         );
@@ -277,10 +289,16 @@ mod tests {
             &req,
             &Entry {
                 cache: Some("MISS"),
+                tls: Some(TlsInfo {
+                    version: "TLSv1.3",
+                    cipher: "TLS13_AES_128_GCM_SHA256",
+                }),
                 ..e
             },
         );
-        assert!(out.ends_with(b",\"cache\":\"MISS\"}\n"));
+        assert!(out.ends_with(
+            b",\"cache\":\"MISS\",\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_AES_128_GCM_SHA256\"}\n"
+        ));
         let mut out = Vec::new();
         json(&mut out, &req, &e);
         let line = String::from_utf8(out).expect("ascii");

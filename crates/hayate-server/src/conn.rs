@@ -517,6 +517,7 @@ impl Conn {
                 bytes,
                 duration: started.elapsed(),
                 cache,
+                tls: self.transport.tls_info(),
             };
             log.record(&req.head, &entry);
         }

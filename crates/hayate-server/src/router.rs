@@ -15,6 +15,7 @@ use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
+use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
 
@@ -96,6 +97,7 @@ impl Router {
             host: HostPolicy::Pass,
             trusted: g.proxy_trusted.clone().unwrap_or_default(),
             via: g.proxy_via,
+            tls: upstream_tls(config)?,
         };
         let mut sites = Vec::new();
         for site in &config.sites {
@@ -276,6 +278,25 @@ pub(crate) fn strip_port(host: &[u8]) -> &[u8] {
     host.iter()
         .rposition(|&b| b == b':')
         .map_or(host, |c| &host[..c])
+}
+
+/// The TLS client settings for `https://` upstream members, when some route
+/// has one.
+fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
+    let any_https = config.sites.iter().flat_map(|s| &s.routes).any(|r| {
+        r.options.proxy.iter().flatten().any(|spec| {
+            spec.members
+                .iter()
+                .any(|m| ProxySpec::member_weight(m).0.starts_with("https://"))
+        })
+    });
+    if !any_https {
+        return Ok(None);
+    }
+    let g = &config.global;
+    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("https upstreams: {e}")))
 }
 
 fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<UpstreamGroup> {

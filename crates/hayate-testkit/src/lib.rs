@@ -398,6 +398,18 @@ impl Client {
         }
     }
 
+    /// Reads exactly `n` more bytes (after a protocol switch, say).
+    pub fn read_bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            assert!(
+                self.fill() > 0,
+                "connection closed after {} of {n} bytes",
+                self.buf.len()
+            );
+        }
+        self.buf.drain(..n).collect()
+    }
+
     /// Reads until the server closes; returns what arrived.
     pub fn read_to_close(&mut self) -> Vec<u8> {
         while self.fill() > 0 {}

@@ -1,4 +1,5 @@
-//! HTTPS for hayate's listeners: the certificates ([`Certificate`], from
+//! HTTPS for hayate: the TLS client of `https://` upstreams
+//! ([`upstream_client_config`]), and for its listeners the certificates ([`Certificate`], from
 //! files or a [`local_ca`]), the choice among them by SNI ([`CertStore`]),
 //! the rustls server configuration, and the handshake that turns an
 //! accepted TCP connection into a [`Transport::Tls`] for the HTTP
@@ -22,6 +23,7 @@ pub mod local_ca;
 mod metrics;
 mod sources;
 mod store;
+mod upstream;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,7 @@ use tokio::net::TcpStream;
 pub use certificate::Certificate;
 pub use metrics::{Failure, TlsMetrics};
 pub use store::CertStore;
+pub use upstream::upstream_client_config;
 
 use sources::Sources;
 

@@ -81,7 +81,8 @@ fn the_local_ca_serves_https_that_clients_trust() {
     let root = site();
     let state = tempfile::tempdir().expect("state");
     let state_dir = state.path().display().to_string();
-    let h = https(&[
+    let log = state.path().join("access.json");
+    let mut h = https(&[
         root.path().to_str().expect("path"),
         "--listen",
         "https://127.0.0.1:0",
@@ -89,6 +90,10 @@ fn the_local_ca_serves_https_that_clients_trust() {
         "internal",
         "--state-dir",
         &state_dir,
+        "--access-log",
+        log.to_str().expect("path"),
+        "--access-log-format",
+        "json",
     ]);
     let ca = state.path().join("local-ca/ca.crt");
     assert!(
@@ -118,6 +123,16 @@ fn the_local_ca_serves_https_that_clients_trust() {
             String::from_utf8_lossy(&out.stdout),
             "hello world\n",
             "{out:?}"
+        );
+    }
+    // The access log names the protocol version and cipher.
+    assert!(h.stop().success());
+    let lines = std::fs::read_to_string(&log).expect("access log");
+    assert!(lines.lines().count() >= 4, "{lines}");
+    for line in lines.lines() {
+        assert!(
+            line.contains("\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_"),
+            "{line}"
         );
     }
 }
@@ -506,4 +521,120 @@ fn bad_tls_settings_stop_the_start_with_the_reason() {
     assert!(!e.contains("PRIVATE KEY"), "no key material in errors: {e}");
     let e = fails(&["--listen", "https://unix:/tmp/x.sock", "--tls", "internal"]);
     assert!(e.contains("TLS on a Unix socket"), "{e}");
+}
+
+/// An HTTPS upstream: a second hayate serving `root` with a certificate
+/// for localhost and 127.0.0.1 from `pki`, its metrics on `admin`.
+fn https_upstream(pki: &Pki, root: &Path, admin: &Path) -> Hayate {
+    let (cert, key, _) = pki.issue(&["localhost", "127.0.0.1"], "upstream");
+    let admin_arg = format!("unix:{}", admin.display());
+    https(&[
+        root.to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--admin",
+        &admin_arg,
+    ])
+}
+
+#[test]
+fn https_upstreams_are_verified_and_pooled() {
+    let root = site();
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("dir");
+    let admin = dir.path().join("admin.sock");
+    let upstream = https_upstream(&pki, root.path(), &admin);
+    let ca = pki.ca().display().to_string();
+    for member in [
+        format!("https://127.0.0.1:{}", upstream.addr.port()),
+        format!("https://localhost:{}", upstream.addr.port()),
+    ] {
+        let front = Hayate::start(
+            BIN,
+            &["--proxy", &member, "--proxy-tls-ca", &ca, "--workers", "1"],
+        );
+        let mut c = front.client();
+        for _ in 0..5 {
+            let r = c.get("/hello.txt", &[]);
+            assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+        }
+    }
+    // One connection per front, kept alive for the five requests; the
+    // second front's handshake is a full one too (its own session cache).
+    let metrics = hayate_testkit::unix_get(&admin, "/metrics");
+    assert!(
+        metrics.contains("hayate_tls_handshakes_total{result=\"full\"} 2"),
+        "{metrics}"
+    );
+
+    // Without the CA, the member is not trusted: 502, and the log says why.
+    let front = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &format!("https://localhost:{}", upstream.addr.port()),
+        ],
+    );
+    let r = front.client().get("/hello.txt", &[]);
+    assert_eq!(r.status, 502);
+    assert!(front.stderr().contains("certificate"), "{}", front.stderr());
+
+    // A name the certificate does not have is refused too.
+    let (other_cert, other_key, _) = pki.issue(&["elsewhere.test"], "elsewhere");
+    let elsewhere = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &other_cert,
+        "--tls-key",
+        &other_key,
+    ]);
+    let member = format!("https://127.0.0.1:{}", elsewhere.addr.port());
+    let front = Hayate::start(BIN, &["--proxy", &member, "--proxy-tls-ca", &ca]);
+    assert_eq!(front.client().get("/hello.txt", &[]).status, 502);
+    // ...unless verification is turned off, which is logged.
+    let front = Hayate::start(BIN, &["--proxy", &member, "--proxy-tls-verify=false"]);
+    assert_eq!(front.client().get("/hello.txt", &[]).status, 200);
+    assert!(
+        front.stderr().contains("not verified"),
+        "{}",
+        front.stderr()
+    );
+}
+
+#[test]
+fn a_websocket_upgrade_over_tls_becomes_a_tunnel() {
+    // A minimal upgrade server: answers 101, then echoes bytes.
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        let mut head = Vec::new();
+        hayate_testkit::read_through_blank_line(&mut s, &mut head).expect("head");
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .expect("101");
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let (h, _root, state) = with_local_ca("10s", &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    let mut c = client.connect(h.addr, "localhost");
+    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    let r = c.read_response(true);
+    assert_eq!(r.status, 101);
+    for msg in [&b"frame-1"[..], &[7u8; 40_000][..]] {
+        c.send(msg);
+        assert_eq!(c.read_bytes(msg.len()), msg);
+    }
+    h.assert_no_errors();
 }

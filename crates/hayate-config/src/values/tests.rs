@@ -113,11 +113,15 @@ fn proxy_specs() {
             .prefix,
         None
     );
+    for good in ["https://a:1", "https://api.example.com", "https://[::1]:8443/"] {
+        assert!(ProxySpec::parse_str(good).is_ok(), "{good:?}");
+    }
     for bad in [
         "",
         "http://",
         "unix:",
-        "https://a:1",
+        "https://",
+        "https://a:1/x",
         "http://a:1/x",
         "http://a",
         "/api=",
