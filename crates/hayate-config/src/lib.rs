@@ -269,7 +269,10 @@ NODE_ENV = "production"
 
 /// A commented example config, shown in docs and checked by a test.
 pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
-listen = ["127.0.0.1:8080", "unix:/tmp/hayate.sock"]
+listen = ["https://0.0.0.0:443", "0.0.0.0:80", "unix:/tmp/hayate.sock"]
+tls_cert = ["/etc/ssl/example.com.pem"]   # SNI picks among them by name;
+tls_key = ["/etc/ssl/example.com.key"]    # or tls = "internal" (a local CA)
+hsts = "365d"                     # on HTTPS responses; plain HTTP redirects (308)
 workers = "auto"
 cache_control = "no-cache"
 
