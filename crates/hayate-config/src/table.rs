@@ -162,8 +162,18 @@ options! {
     table GLOBAL_OPTIONS;
     listen: Vec<Listen> = "127.0.0.1:8080", "ADDR",
         "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more";
-    tls: TlsMode = unset, "internal",
-        "HTTPS certificates for the site names, localhost and the listeners' addresses from a local CA kept in state_dir (its certificate's path is printed, to trust it)";
+    tls: TlsMode = unset, "internal|acme",
+        "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
+    tls_names: Vec<String> = unset, "NAME",
+        "Names automatic certificates are for (default: every site's hosts; wildcards need DNS and are skipped by acme)";
+    acme_directory: String = "https://acme-v02.api.letsencrypt.org/directory", "URL",
+        "ACME directory for tls = acme (Let's Encrypt staging: https://acme-staging-v02.api.letsencrypt.org/directory)";
+    acme_email: String = unset, "EMAIL",
+        "Contact address of the ACME account (expiry notices)";
+    acme_ca_root: PathBuf = unset, "FILE",
+        "CA certificate (PEM) that a private ACME server's HTTPS is verified against";
+    acme_challenge: AcmeChallenge = "auto", "auto|http-01|tls-alpn-01",
+        "ACME challenge: http-01 is answered on the plain-HTTP listener (port 80), tls-alpn-01 on the https one (443); auto: http-01 when there is a plain-HTTP TCP listener";
     tls_cert: Vec<PathBuf> = unset, "FILE",
         "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
     tls_key: Vec<PathBuf> = unset, "FILE",

@@ -281,13 +281,39 @@ pub enum TlsMode {
     /// Issued by a local CA that hayate creates in its state directory, for
     /// the site names, localhost and the listeners' addresses.
     Internal,
+    /// Obtained from an ACME directory (Let's Encrypt by default) for the
+    /// site names.
+    Acme,
 }
 
 impl OptValue for TlsMode {
     fn parse_str(s: &str) -> Result<Self, String> {
         match s.trim() {
             "internal" => Ok(TlsMode::Internal),
-            _ => Err(format!("expected internal, got {s:?}")),
+            "acme" => Ok(TlsMode::Acme),
+            _ => Err(format!("expected internal or acme, got {s:?}")),
+        }
+    }
+}
+
+/// The ACME challenge hayate answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// HTTP-01 when there is a plain-HTTP TCP listener, else TLS-ALPN-01.
+    Auto,
+    /// HTTP-01: a file on the plain-HTTP listener (port 80 for a public CA).
+    Http01,
+    /// TLS-ALPN-01: a certificate on the TLS listener (port 443).
+    TlsAlpn01,
+}
+
+impl OptValue for AcmeChallenge {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(AcmeChallenge::Auto),
+            "http-01" => Ok(AcmeChallenge::Http01),
+            "tls-alpn-01" => Ok(AcmeChallenge::TlsAlpn01),
+            _ => Err(format!("expected auto, http-01 or tls-alpn-01, got {s:?}")),
         }
     }
 }

@@ -39,6 +39,9 @@ use crate::cached::{Miss, RouteCache};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
+/// Where ACME's HTTP-01 challenges are fetched (RFC 8555 §8.3).
+const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
+
 /// Who sent the request, as forwarding tells the upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Client<'a> {
@@ -105,14 +108,20 @@ pub fn answer<'r>(
         }
     };
 
-    // 1b. Plain HTTP where HTTPS is served: to HTTPS, but for ACME's
+    // 1b. ACME's HTTP-01 challenges, answered while an order waits.
+    let acme_token = path.strip_prefix(ACME_CHALLENGE_PATH);
+    if let Some(answer) = acme_token.and_then(|t| router.acme_challenge(t)) {
+        let mut r = Response::new(Status::OK);
+        r.header("Content-Type", b"application/octet-stream");
+        r.body = hayate_core::Body::Bytes(answer.into());
+        return Answer::Now(r, None);
+    }
+
+    // 1c. Plain HTTP where HTTPS is served: to HTTPS, but for ACME's
     // HTTP-01 challenges, which must stay plain (RFC 8555 §8.3), and on
     // Unix sockets, which a local front or load balancer uses.
     if let Some(port) = router.https_port() {
-        if req.scheme == Scheme::Http
-            && !client.over_unix_socket()
-            && !path.starts_with(b"/.well-known/acme-challenge/")
-        {
+        if req.scheme == Scheme::Http && !client.over_unix_socket() && acme_token.is_none() {
             return Answer::Now(https_redirect(req, port), None);
         }
     }

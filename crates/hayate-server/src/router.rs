@@ -15,6 +15,7 @@ use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
+use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
@@ -55,6 +56,9 @@ pub struct Router {
     /// The port plain-HTTP requests are redirected to, when hayate serves
     /// HTTPS and redirects (`https_redirect`).
     https_port: Option<u16>,
+    /// Answers to ACME's HTTP-01 challenges, when certificates come from
+    /// ACME.
+    acme: Option<Arc<Challenges>>,
 }
 
 impl Router {
@@ -181,7 +185,20 @@ impl Router {
             sites,
             default_site,
             https_port,
+            acme: None,
         })
+    }
+
+    /// Answers ACME's HTTP-01 challenges from `challenges`.
+    pub fn with_acme_challenges(mut self, challenges: Option<Arc<Challenges>>) -> Router {
+        self.acme = challenges;
+        self
+    }
+
+    /// The key authorization for an HTTP-01 challenge's `token`, while
+    /// an order waits for it.
+    pub fn acme_challenge(&self, token: &[u8]) -> Option<String> {
+        self.acme.as_ref()?.http01(token)
     }
 
     /// Where plain-HTTP requests are redirected: the first https

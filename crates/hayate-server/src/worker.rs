@@ -92,7 +92,8 @@ impl Worker {
                 shared.app.as_ref(),
                 shared.cache.as_ref(),
                 &shared.variants,
-            )?,
+            )?
+            .with_acme_challenges(shared.tls.as_ref().and_then(|t| t.challenges())),
             head_limits: HeadLimits {
                 max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
                 max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),

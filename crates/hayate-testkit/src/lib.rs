@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod origin;
+pub mod pebble;
 pub mod tls;
 
 pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};

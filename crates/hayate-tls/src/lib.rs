@@ -18,6 +18,7 @@
 //!   the handshake finish within it. Plain HTTP sent to the port gets a
 //!   400 that says so, anything else that is not TLS is closed.
 
+pub mod acme;
 mod certificate;
 pub mod local_ca;
 mod metrics;
@@ -30,10 +31,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hayate_config::values::{ListenAddr, Scheme, TlsMode};
+use hayate_config::values::{AcmeChallenge, ListenAddr, Scheme, TlsMode};
 use hayate_config::Config;
 use hayate_core::transport::{TlsStream, Transport};
-use rustls::server::ServerSessionMemoryCache;
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
+use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -43,7 +45,9 @@ pub use metrics::{Failure, TlsMetrics};
 pub use store::CertStore;
 pub use upstream::upstream_client_config;
 
+use acme::{Acme, AcmeSettings, ChallengeKind, Challenges, ACME_TLS_ALPN};
 use sources::Sources;
+use store::Layer;
 
 /// TLS sessions kept for TLS 1.2 resumption by session id: at a few hundred
 /// bytes each, 10,000 are a few MB (nginx's usual `shared:SSL:10m` holds
@@ -61,6 +65,7 @@ pub struct TlsServer {
     metrics: Arc<TlsMetrics>,
     handshake_timeout: Duration,
     ca_path: Option<PathBuf>,
+    challenges: Option<Arc<Challenges>>,
 }
 
 impl TlsServer {
@@ -71,6 +76,9 @@ impl TlsServer {
         if !g.listen.iter().any(|l| l.scheme == Scheme::Https) {
             return Ok(None);
         }
+        // One provider for every rustls user in the process (instant-acme's
+        // HTTP client asks for the process default).
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let pairs: Vec<(PathBuf, PathBuf)> = g
             .tls_cert
             .iter()
@@ -80,21 +88,48 @@ impl TlsServer {
             .collect();
         let state_dir = g.state_dir.clone().unwrap_or_else(default_state_dir);
         let ca_dir = state_dir.join("local-ca");
-        let internal = g
-            .tls
-            .map(|TlsMode::Internal| (ca_dir.as_path(), local_names(config)));
+        let internal = match g.tls {
+            Some(TlsMode::Internal) => Some((ca_dir.as_path(), local_names(config))),
+            _ => None,
+        };
         let sources = Sources::load(&pairs, internal)?;
         let store = Arc::new(CertStore::default());
-        store.replace(sources.certificates());
-        let ca_path = sources.ca_path();
-        sources.watch(store.clone());
-        Ok(Some(TlsServer {
-            config: Arc::new(server_config(store.clone())?),
-            metrics: Arc::new(TlsMetrics::new(store.clone())),
-            store,
+        store.replace(Layer::Configured, sources.certificates());
+        let metrics = Arc::new(TlsMetrics::new(store.clone()));
+        let acme = match g.tls {
+            Some(TlsMode::Acme) => {
+                let challenges = Arc::new(Challenges::default());
+                let settings = acme_settings(config, &state_dir)?;
+                let acme = Acme::new(settings, challenges.clone(), store.clone(), metrics.clone());
+                acme.load_stored();
+                Some((acme, challenges))
+            }
+            _ => None,
+        };
+        let challenges = acme.as_ref().map(|(_, c)| c.clone());
+        let resolver = Resolver {
+            store: store.clone(),
+            challenges: challenges.clone(),
+        };
+        let server = TlsServer {
+            config: Arc::new(server_config(resolver, challenges.is_some())?),
+            metrics,
             handshake_timeout: g.tls_handshake_timeout.0,
-            ca_path,
-        }))
+            ca_path: sources.ca_path(),
+            store: store.clone(),
+            challenges,
+        };
+        sources.watch(store);
+        if let Some((acme, _)) = acme {
+            acme.spawn();
+        }
+        Ok(Some(server))
+    }
+
+    /// The answers to ACME's HTTP-01 challenges, when certificates come
+    /// from ACME.
+    pub fn challenges(&self) -> Option<Arc<Challenges>> {
+        self.challenges.clone()
     }
 
     /// The local CA's certificate, when certificates come from one.
@@ -117,6 +152,13 @@ impl TlsServer {
     pub async fn handshake(&self, tcp: TcpStream) -> Result<Transport, Failure> {
         let result = tokio::time::timeout(self.handshake_timeout, self.handshake_now(tcp)).await;
         let result = result.unwrap_or(Err(Failure::Timeout));
+        if let Ok(Transport::Tls(s)) = &result {
+            if s.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
+                // An ACME server checked its TLS-ALPN-01 challenge; it
+                // speaks no HTTP on this connection (RFC 8737 §3).
+                return Err(Failure::Closed);
+            }
+        }
         match &result {
             Ok(Transport::Tls(s)) => {
                 let resumed =
@@ -157,15 +199,39 @@ impl TlsServer {
     }
 }
 
-/// The rustls configuration of every https listener.
-fn server_config(store: Arc<CertStore>) -> Result<ServerConfig, String> {
+/// Chooses the certificate of a handshake: the store's by SNI, or for an
+/// ACME server validating TLS-ALPN-01, the challenge's.
+#[derive(Debug)]
+struct Resolver {
+    store: Arc<CertStore>,
+    challenges: Option<Arc<Challenges>>,
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(challenges) = &self.challenges {
+            let mut alpn = hello.alpn().into_iter().flatten();
+            if alpn.any(|p| p == ACME_TLS_ALPN) {
+                return challenges.tls_alpn01(hello.server_name()?);
+            }
+        }
+        self.store.select(hello.server_name())
+    }
+}
+
+/// The rustls configuration of every https listener; `acme`: ACME's
+/// TLS-ALPN-01 protocol is offered too.
+fn server_config(resolver: Resolver, acme: bool) -> Result<ServerConfig, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?
         .with_no_client_auth()
-        .with_cert_resolver(store);
+        .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if acme {
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
         .map_err(|e| format!("TLS session tickets: {e}"))?;
     config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
@@ -198,9 +264,61 @@ async fn refuse_plain_http(tcp: &mut TcpStream) {
     }
 }
 
-/// The names a local certificate is for: every site's host names,
-/// `localhost`, and the https listeners' addresses (loopback for a
-/// wildcard address).
+/// The names automatic certificates are for: `tls_names`, or every site's
+/// host names.
+fn site_names(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let given = config.global.tls_names.clone();
+    let hosts = config.sites.iter().flat_map(|s| s.hosts.iter().cloned());
+    for n in given.unwrap_or_else(|| hosts.collect()) {
+        let n = n.to_ascii_lowercase();
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+}
+
+/// ACME's settings: the names (wildcards and addresses skipped: they need
+/// DNS-01 or an IP-capable CA), the challenge, where state is kept.
+fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, String> {
+    let g = &config.global;
+    let mut names = site_names(config);
+    names.retain(|n| {
+        let usable = !n.starts_with("*.") && n.parse::<IpAddr>().is_err() && n != "localhost";
+        if !usable {
+            log::warn!("ACME: no certificate for {n:?}: wildcards need DNS-01, and addresses and localhost cannot be validated");
+        }
+        usable
+    });
+    if names.is_empty() {
+        return Err(
+            "tls = acme needs the names to get certificates for: hosts in [[site]], or tls_names"
+                .into(),
+        );
+    }
+    let plain_tcp = g
+        .listen
+        .iter()
+        .any(|l| l.scheme == Scheme::Http && matches!(l.addr, ListenAddr::Tcp(_)));
+    let challenge = match g.acme_challenge {
+        AcmeChallenge::Http01 => ChallengeKind::Http01,
+        AcmeChallenge::TlsAlpn01 => ChallengeKind::TlsAlpn01,
+        AcmeChallenge::Auto if plain_tcp => ChallengeKind::Http01,
+        AcmeChallenge::Auto => ChallengeKind::TlsAlpn01,
+    };
+    Ok(AcmeSettings {
+        directory: g.acme_directory.clone(),
+        email: g.acme_email.clone(),
+        ca_root: g.acme_ca_root.clone(),
+        dir: acme::state_subdir(state_dir, &g.acme_directory),
+        names,
+        challenge,
+    })
+}
+
+/// The names a local certificate is for: the site names, `localhost`, and
+/// the https listeners' addresses (loopback for a wildcard address).
 fn local_names(config: &Config) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     let mut add = |n: String| {
@@ -208,10 +326,8 @@ fn local_names(config: &Config) -> Vec<String> {
             names.push(n);
         }
     };
-    for site in &config.sites {
-        for host in &site.hosts {
-            add(host.clone());
-        }
+    for name in site_names(config) {
+        add(name);
     }
     add("localhost".into());
     for l in &config.global.listen {

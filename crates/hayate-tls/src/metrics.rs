@@ -52,6 +52,8 @@ pub struct TlsMetrics {
     full: AtomicU64,
     resumed: AtomicU64,
     failed: [AtomicU64; 5],
+    acme_issued: AtomicU64,
+    acme_failed: AtomicU64,
     store: Option<Arc<CertStore>>,
 }
 
@@ -72,6 +74,16 @@ impl TlsMetrics {
     /// Counts a failed one.
     pub fn failed(&self, why: Failure) {
         self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an ACME order that gave a certificate, or failed.
+    pub fn acme_outcome(&self, issued: bool) {
+        let c = if issued {
+            &self.acme_issued
+        } else {
+            &self.acme_failed
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Completed handshakes: (full, resumed).
@@ -99,6 +111,17 @@ impl MetricsSource for TlsMetrics {
                 n,
             );
         }
+        let name = "hayate_acme_orders_total";
+        family(
+            out,
+            name,
+            "ACME orders (issuance and renewal) by outcome",
+            Kind::Counter,
+        );
+        let issued = self.acme_issued.load(Ordering::Relaxed);
+        sample(out, name, &[("result", "issued")], issued);
+        let failed = self.acme_failed.load(Ordering::Relaxed);
+        sample(out, name, &[("result", "failed")], failed);
         let Some(store) = &self.store else { return };
         let name = "hayate_tls_certificate_expiry_seconds";
         family(

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::certificate::Certificate;
 use crate::local_ca::LocalCa;
-use crate::store::CertStore;
+use crate::store::{CertStore, Layer};
 
 /// How often the watcher looks. A second: a renewed certificate is served
 /// within a second of being written, for one stat(2) per file per second.
@@ -142,7 +142,7 @@ impl Sources {
             .spawn(move || loop {
                 std::thread::sleep(WATCH_INTERVAL);
                 if self.refresh(SystemTime::now()) {
-                    store.replace(self.certificates());
+                    store.replace(Layer::Configured, self.certificates());
                 }
             });
         if let Err(e) = spawned {
@@ -152,12 +152,17 @@ impl Sources {
 }
 
 /// Two thirds through its validity (what Let's Encrypt and Caddy advise).
-fn renewal_due(c: &Certificate, now: SystemTime) -> bool {
+pub(crate) fn renewal_due(c: &Certificate, now: SystemTime) -> bool {
+    now >= renewal_time(c)
+}
+
+/// When a certificate is due for renewal.
+pub(crate) fn renewal_time(c: &Certificate) -> SystemTime {
     let life = c
         .not_after
         .duration_since(c.not_before)
         .unwrap_or(Duration::ZERO);
-    now >= c.not_before + life * 2 / 3
+    c.not_before + life * 2 / 3
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! next ones see the new table, and no lock is taken on the handshake path.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -22,6 +22,19 @@ use crate::certificate::Certificate;
 #[derive(Debug, Default)]
 pub struct CertStore {
     table: ArcSwap<Table>,
+    /// What the table is built from: the configured certificates (files,
+    /// the local CA), then those obtained by ACME. Written only when a
+    /// certificate changes, never on the handshake path.
+    layers: Mutex<[Vec<Certificate>; 2]>,
+}
+
+/// Which certificates a change replaces.
+#[derive(Debug, Clone, Copy)]
+pub enum Layer {
+    /// From files or the local CA.
+    Configured = 0,
+    /// Obtained by ACME.
+    Acme = 1,
 }
 
 #[derive(Debug, Default)]
@@ -34,9 +47,19 @@ struct Table {
 }
 
 impl CertStore {
-    /// Serves `certs` from now on. The first is the default; where two have
-    /// the same name, the earlier one is chosen.
-    pub fn replace(&self, certs: Vec<Certificate>) {
+    /// Serves `certs` from now on in place of `layer`'s. The first
+    /// certificate overall is the default; where two have the same name,
+    /// the earlier one is chosen (configured before ACME's).
+    pub fn replace(&self, layer: Layer, certs: Vec<Certificate>) {
+        let all: Vec<Certificate> = {
+            let mut layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+            layers[layer as usize] = certs;
+            layers.iter().flatten().cloned().collect()
+        };
+        self.build(all);
+    }
+
+    fn build(&self, certs: Vec<Certificate>) {
         let mut table = Table {
             default: certs.first().map(|c| c.key.clone()),
             ..Table::default()
@@ -96,7 +119,8 @@ mod tests {
         let wild = ca.issue(&["*.b.example".into()]).expect("issue");
         let exact = ca.issue(&["x.b.example".into()]).expect("issue");
         let store = CertStore::default();
-        store.replace(vec![first.clone(), wild.clone(), exact.clone()]);
+        store.replace(Layer::Configured, vec![first.clone(), wild.clone()]);
+        store.replace(Layer::Acme, vec![exact.clone()]);
         let pick = |sni| store.select(sni).map(|k| k.cert[0].clone());
         assert_eq!(pick(Some("a.example")), Some(first.key.cert[0].clone()));
         assert_eq!(pick(Some("A.EXAMPLE.")), Some(first.key.cert[0].clone()));
@@ -106,7 +130,9 @@ mod tests {
         assert_eq!(pick(Some("z.y.b.example")), Some(first.key.cert[0].clone()));
         assert_eq!(pick(Some("b.example")), Some(first.key.cert[0].clone()));
         assert_eq!(pick(None), Some(first.key.cert[0].clone()));
-        store.replace(Vec::new());
+        store.replace(Layer::Configured, Vec::new());
+        assert_eq!(pick(None), Some(exact.key.cert[0].clone()));
+        store.replace(Layer::Acme, Vec::new());
         assert!(store.select(None).is_none());
     }
 }

@@ -113,7 +113,11 @@ fn proxy_specs() {
             .prefix,
         None
     );
-    for good in ["https://a:1", "https://api.example.com", "https://[::1]:8443/"] {
+    for good in [
+        "https://a:1",
+        "https://api.example.com",
+        "https://[::1]:8443/",
+    ] {
         assert!(ProxySpec::parse_str(good).is_ok(), "{good:?}");
     }
     for bad in [

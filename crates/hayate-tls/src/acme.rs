@@ -1,0 +1,439 @@
+//! Automatic certificates (ACME, RFC 8555), with instant-acme as the
+//! protocol client: one certificate per name, obtained and renewed by one
+//! thread of its own, so a name is never ordered twice at once however many
+//! workers serve it.
+//!
+//! - Stored in the state directory, per ACME directory: the account
+//!   (`account.json`) and each name's chain and key (`certs/NAME.crt`,
+//!   `certs/NAME.key`), keys and account mode 0600. Stored certificates are
+//!   served from the start, so a restart orders nothing.
+//! - Challenges: HTTP-01, answered on the plain-HTTP listener from
+//!   [`Challenges`] (the pipeline asks it for
+//!   `/.well-known/acme-challenge/TOKEN`), or TLS-ALPN-01 (RFC 8737),
+//!   answered by the TLS listener's certificate choice when a client offers
+//!   only `acme-tls/1`. HTTP-01 when hayate has a plain-HTTP TCP listener,
+//!   else TLS-ALPN-01 (`acme_challenge` chooses).
+//! - Renewal at two thirds of a certificate's life. A failure is logged with
+//!   the ACME server's reason, counted on /metrics, and retried with backoff
+//!   (10 s doubling to an hour); serving goes on with the certificate there
+//!   is, and a name without one fails its handshakes only.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+
+use crate::certificate::Certificate;
+use crate::local_ca::write_private;
+use crate::metrics::TlsMetrics;
+use crate::sources::{renewal_due, renewal_time};
+use crate::store::{CertStore, Layer};
+
+/// The ALPN protocol of TLS-ALPN-01 validation (RFC 8737 §6.2).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+/// First wait after a failed order; doubled after each failure.
+const FIRST_RETRY: Duration = Duration::from_secs(10);
+/// Longest wait between attempts (and between renewal checks).
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// How long one order may take, polls included.
+const ORDER_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How the ACME server checks that hayate answers for a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChallengeKind {
+    /// A file on the plain-HTTP listener (port 80 for a public CA).
+    Http01,
+    /// A certificate on the TLS listener (port 443 for a public CA).
+    TlsAlpn01,
+}
+
+/// What ACME needs to know.
+#[derive(Debug, Clone)]
+pub struct AcmeSettings {
+    /// The directory URL.
+    pub directory: String,
+    /// A contact address for the account.
+    pub email: Option<String>,
+    /// The CA that signs the ACME server's own HTTPS certificate, when it
+    /// is not a public one (a private ACME server, pebble in tests).
+    pub ca_root: Option<PathBuf>,
+    /// Where this directory's account and certificates are kept.
+    pub dir: PathBuf,
+    /// The names to get certificates for.
+    pub names: Vec<String>,
+    /// The challenge to answer.
+    pub challenge: ChallengeKind,
+}
+
+/// Answers to the challenges of orders in progress: HTTP-01 tokens and
+/// TLS-ALPN-01 certificates. Shared by the ACME thread (writes) and the
+/// workers (reads, on requests for challenges only).
+#[derive(Debug, Default)]
+pub struct Challenges {
+    http: RwLock<HashMap<String, String>>,
+    tls_alpn: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl Challenges {
+    /// The key authorization for an HTTP-01 `token`.
+    pub fn http01(&self, token: &[u8]) -> Option<String> {
+        let token = std::str::from_utf8(token).ok()?;
+        self.http.read().ok()?.get(token).cloned()
+    }
+
+    /// The validation certificate for `name` (TLS-ALPN-01).
+    pub(crate) fn tls_alpn01(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let name = name.to_ascii_lowercase();
+        self.tls_alpn.read().ok()?.get(&name).cloned()
+    }
+
+    fn clear(&self, token: &str, name: &str) {
+        if let Ok(mut m) = self.http.write() {
+            m.remove(token);
+        }
+        if let Ok(mut m) = self.tls_alpn.write() {
+            m.remove(name);
+        }
+    }
+}
+
+/// The ACME side of the TLS server.
+pub(crate) struct Acme {
+    settings: AcmeSettings,
+    challenges: Arc<Challenges>,
+    store: Arc<CertStore>,
+    metrics: Arc<TlsMetrics>,
+    /// The certificates obtained so far, by name.
+    current: Mutex<HashMap<String, Certificate>>,
+}
+
+impl Acme {
+    pub(crate) fn new(
+        settings: AcmeSettings,
+        challenges: Arc<Challenges>,
+        store: Arc<CertStore>,
+        metrics: Arc<TlsMetrics>,
+    ) -> Acme {
+        Acme {
+            settings,
+            challenges,
+            store,
+            metrics,
+            current: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Serves the stored certificates that are still valid (before any
+    /// network traffic: a restart serves at once).
+    pub(crate) fn load_stored(&self) {
+        let now = SystemTime::now();
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        for name in &self.settings.names {
+            let (cert, key) = self.cert_paths(name);
+            if !cert.exists() {
+                continue;
+            }
+            match Certificate::from_files(&cert, &key) {
+                Ok(c) if c.not_after > now => {
+                    current.insert(name.clone(), c);
+                }
+                Ok(_) => log::info!("ACME: the stored certificate for {name} has expired"),
+                Err(e) => log::warn!("ACME: the stored certificate for {name} is unusable: {e}"),
+            }
+        }
+        let certs: Vec<Certificate> = current.values().cloned().collect();
+        drop(current);
+        self.store.replace(Layer::Acme, certs);
+    }
+
+    /// Obtains and renews on a thread of its own, for the process's life.
+    pub(crate) fn spawn(self) {
+        let spawned = std::thread::Builder::new()
+            .name("hayate-acme".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(rt) => rt.block_on(self.run()),
+                    Err(e) => log::error!("ACME: cannot start: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("ACME: cannot start: {e}");
+        }
+    }
+
+    async fn run(self) {
+        let mut account: Option<Account> = None;
+        let mut retry: HashMap<String, (SystemTime, Duration)> = HashMap::new();
+        loop {
+            let now = SystemTime::now();
+            let mut wake = now + MAX_WAIT;
+            for name in &self.settings.names {
+                let held = self.held(name);
+                if let Some(c) = held.as_ref().filter(|c| !renewal_due(c, now)) {
+                    wake = wake.min(renewal_time(c));
+                    continue;
+                }
+                if let Some((at, _)) = retry.get(name).filter(|(at, _)| *at > now) {
+                    wake = wake.min(*at);
+                    continue;
+                }
+                let what = if held.is_some() {
+                    "renewed"
+                } else {
+                    "obtained"
+                };
+                match self.order(&mut account, name).await {
+                    Ok(c) => {
+                        log::info!(
+                            "ACME: {what} a certificate for {name} (valid until {})",
+                            httpdate::fmt_http_date(c.not_after)
+                        );
+                        self.metrics.acme_outcome(true);
+                        retry.remove(name);
+                        wake = wake.min(renewal_time(&c));
+                        self.hold(name, c);
+                    }
+                    Err(e) => {
+                        let delay = retry.get(name).map_or(FIRST_RETRY, |(_, d)| *d);
+                        log::error!(
+                            "ACME: no certificate for {name}: {e}; next attempt in {}s",
+                            delay.as_secs()
+                        );
+                        self.metrics.acme_outcome(false);
+                        let at = SystemTime::now() + delay;
+                        retry.insert(name.clone(), (at, (delay * 2).min(MAX_WAIT)));
+                        wake = wake.min(at);
+                    }
+                }
+            }
+            let pause = wake
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(pause.min(MAX_WAIT)).await;
+        }
+    }
+
+    fn held(&self, name: &str) -> Option<Certificate> {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.get(name).cloned()
+    }
+
+    fn hold(&self, name: &str, cert: Certificate) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.insert(name.to_string(), cert);
+        let certs: Vec<Certificate> = current.values().cloned().collect();
+        drop(current);
+        self.store.replace(Layer::Acme, certs);
+    }
+
+    /// The account: loaded from the state directory, or registered (and
+    /// stored) on first use.
+    async fn account(&self) -> Result<Account, String> {
+        let builder = || match &self.settings.ca_root {
+            Some(root) => Account::builder_with_root(root),
+            None => Account::builder(),
+        };
+        let path = self.settings.dir.join("account.json");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let credentials: AccountCredentials =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            return builder()
+                .map_err(|e| e.to_string())?
+                .from_credentials(credentials)
+                .await
+                .map_err(|e| format!("loading the ACME account: {e}"));
+        }
+        let contact = self.settings.email.as_ref().map(|e| format!("mailto:{e}"));
+        let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+        let (account, credentials) = builder()
+            .map_err(|e| e.to_string())?
+            .create(
+                &NewAccount {
+                    contact: &contacts,
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                self.settings.directory.clone(),
+                None,
+            )
+            .await
+            .map_err(|e| format!("registering an account at {}: {e}", self.settings.directory))?;
+        let text = serde_json::to_string(&credentials).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&self.settings.dir)
+            .and_then(|()| write_private(&path, text.as_bytes()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        log::info!("ACME: registered an account at {}", self.settings.directory);
+        Ok(account)
+    }
+
+    /// Orders a certificate for `name`, answers its challenge, and stores
+    /// the result.
+    async fn order(
+        &self,
+        account: &mut Option<Account>,
+        name: &str,
+    ) -> Result<Certificate, String> {
+        if account.is_none() {
+            *account = Some(self.account().await?);
+        }
+        let account = account.as_ref().expect("set above");
+        let identifiers = [Identifier::Dns(name.to_string())];
+        let mut order = account
+            .new_order(&NewOrder::new(&identifiers))
+            .await
+            .map_err(|e| format!("new order: {e}"))?;
+        let mut answered = Vec::new();
+        let mut authorizations = order.authorizations();
+        while let Some(authz) = authorizations.next().await {
+            let mut authz = authz.map_err(|e| format!("authorization: {e}"))?;
+            match authz.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                other => return Err(format!("authorization is {other:?}")),
+            }
+            let kind = match self.settings.challenge {
+                ChallengeKind::Http01 => ChallengeType::Http01,
+                ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
+            };
+            let mut challenge = authz
+                .challenge(kind.clone())
+                .ok_or_else(|| format!("the ACME server offers no {kind:?} challenge"))?;
+            let key_authorization = challenge.key_authorization();
+            match self.settings.challenge {
+                ChallengeKind::Http01 => {
+                    let mut http = self.challenges.http.write().map_err(|e| e.to_string())?;
+                    http.insert(
+                        challenge.token.clone(),
+                        key_authorization.as_str().to_string(),
+                    );
+                }
+                ChallengeKind::TlsAlpn01 => {
+                    let cert = validation_certificate(name, key_authorization.digest().as_ref())?;
+                    let mut certs = self
+                        .challenges
+                        .tls_alpn
+                        .write()
+                        .map_err(|e| e.to_string())?;
+                    certs.insert(name.to_ascii_lowercase(), cert);
+                }
+            }
+            answered.push(challenge.token.clone());
+            challenge
+                .set_ready()
+                .await
+                .map_err(|e| format!("challenge: {e}"))?;
+        }
+        let retries = RetryPolicy::new().timeout(ORDER_TIMEOUT);
+        let status = order.poll_ready(&retries).await;
+        for token in &answered {
+            self.challenges.clear(token, &name.to_ascii_lowercase());
+        }
+        match status.map_err(|e| format!("validation: {e}"))? {
+            OrderStatus::Ready => {}
+            other => return Err(format!("the order is {other:?} after validation")),
+        }
+        let key_pem = order
+            .finalize()
+            .await
+            .map_err(|e| format!("finalize: {e}"))?;
+        let chain_pem = order
+            .poll_certificate(&retries)
+            .await
+            .map_err(|e| format!("certificate: {e}"))?;
+        let (cert_path, key_path) = self.cert_paths(name);
+        let stored = cert_path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| write_private(&key_path, key_pem.as_bytes()))
+            .and_then(|()| std::fs::write(&cert_path, chain_pem.as_bytes()));
+        stored.map_err(|e| format!("storing the certificate: {e}"))?;
+        Certificate::from_files(&cert_path, &key_path)
+    }
+
+    fn cert_paths(&self, name: &str) -> (PathBuf, PathBuf) {
+        let dir = self.settings.dir.join("certs");
+        (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        )
+    }
+}
+
+/// The self-signed certificate that proves control of `name` in
+/// TLS-ALPN-01: the name, and the key authorization's digest in the
+/// acmeIdentifier extension (RFC 8737 §3).
+fn validation_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let chain = vec![CertificateDer::from(cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    // Not `CertifiedKey::from_der`: its key check parses the certificate
+    // with webpki, which refuses the critical acmeIdentifier extension.
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(CertifiedKey::new(chain, signing_key)))
+}
+
+/// The directory under the state directory for one ACME directory URL: its
+/// host and path, made a file name (`acme/acme-v02.api.letsencrypt.org-directory`).
+pub(crate) fn state_subdir(state_dir: &Path, directory: &str) -> PathBuf {
+    let rest = directory
+        .split_once("://")
+        .map_or(directory, |(_, rest)| rest);
+    let safe: String = rest
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    state_dir.join("acme").join(safe.trim_matches('-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_directory_has_its_own_state() {
+        let base = Path::new("/s");
+        assert_eq!(
+            state_subdir(base, "https://acme-v02.api.letsencrypt.org/directory"),
+            Path::new("/s/acme/acme-v02.api.letsencrypt.org-directory")
+        );
+        assert_eq!(
+            state_subdir(base, "https://127.0.0.1:14000/dir"),
+            Path::new("/s/acme/127.0.0.1-14000-dir")
+        );
+    }
+
+    #[test]
+    fn a_validation_certificate_carries_the_name() {
+        let key = validation_certificate("a.test", &[7; 32]).expect("certificate");
+        let (_, parsed) = x509_parser::parse_x509_certificate(&key.cert[0]).expect("parse");
+        let oid = x509_parser::oid_registry::Oid::from(&[1, 3, 6, 1, 5, 5, 7, 1, 31]).expect("oid");
+        assert!(parsed
+            .extensions()
+            .iter()
+            .any(|e| e.oid == oid && e.critical));
+    }
+}
