@@ -127,7 +127,7 @@ impl MetricsSource for TlsMetrics {
         family(
             out,
             name,
-            "Seconds until each served certificate expires (negative: expired)",
+            "Seconds until the certificate served for each name expires (negative: expired)",
             Kind::Gauge,
         );
         let now = SystemTime::now();
@@ -136,12 +136,10 @@ impl MetricsSource for TlsMetrics {
                 Ok(d) => d.as_secs() as i64,
                 Err(e) => -(e.duration().as_secs() as i64),
             };
-            let first = c
-                .names
-                .first()
-                .cloned()
-                .unwrap_or_else(|| c.ips.first().map(|ip| ip.to_string()).unwrap_or_default());
-            sample(out, name, &[("name", &first), ("source", &c.source)], left);
+            let ips = c.ips.iter().map(|ip| ip.to_string());
+            for served in c.names.iter().cloned().chain(ips) {
+                sample(out, name, &[("name", &served), ("source", &c.source)], left);
+            }
         }
     }
 }

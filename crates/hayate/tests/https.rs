@@ -518,6 +518,25 @@ fn bad_tls_settings_stop_the_start_with_the_reason() {
         &other_key,
     ]);
     assert!(e.contains("does not belong to the certificate"), "{e}");
+    // A key others can read is warned about.
+    let (cert, key, _) = pki.issue(&["localhost"], "loose");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let h = https(&[
+        root_arg,
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    assert!(
+        h.stderr()
+            .contains("readable by group or others (mode 644)"),
+        "{}",
+        h.stderr()
+    );
     assert!(!e.contains("PRIVATE KEY"), "no key material in errors: {e}");
     let e = fails(&["--listen", "https://unix:/tmp/x.sock", "--tls", "internal"]);
     assert!(e.contains("TLS on a Unix socket"), "{e}");
