@@ -2,7 +2,7 @@
 //! serde) so that every error names its line and key, and any key the
 //! option table does not know is an error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use std::collections::HashMap;
 
@@ -11,8 +11,8 @@ use toml::Spanned;
 
 use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
-use crate::values::{OptValue, ProxySpec};
-use crate::{Config, ConfigError, Overrides, Route, Site};
+use crate::values::{OptValue, ProxySpec, TlsMode};
+use crate::{Config, ConfigError, Overrides, Route, Site, SiteTls};
 
 /// Parses and validates `text`, the contents of the config file at `path`,
 /// then applies `overrides` (environment and CLI).
@@ -91,7 +91,7 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         sites.push(cx.site(&site_span, &top_route, top_root)?);
     }
     let global = global.resolve();
-    crate::check_tls(&global).map_err(|(key, message)| ConfigError {
+    crate::check_tls(&global, &sites).map_err(|(key, message)| ConfigError {
         file: Some(path.into()),
         line: None,
         key: Some(key.into()),
@@ -385,18 +385,46 @@ impl Cx<'_> {
         let mut hosts = Vec::new();
         let mut layer = RouteLayer::default();
         let mut route_tables = Vec::new();
+        let mut tls = SiteTls::default();
+        let (mut certs, mut keys) = (Vec::new(), Vec::new());
         for (key, value) in site.get_ref() {
             let k = key.get_ref().as_ref();
+            let at = value.span().start;
             match k {
                 "hosts" => hosts = self.hosts(value)?,
                 "route" => route_tables = self.tables(key, value)?,
+                "tls" => {
+                    let mode =
+                        TlsMode::parse_toml(value.get_ref()).map_err(|m| self.err(at, k, m))?;
+                    tls.mode = Some(mode);
+                }
+                "tls_cert" => {
+                    certs = Vec::<PathBuf>::parse_toml(value.get_ref())
+                        .map_err(|m| self.err(at, k, m))?;
+                }
+                "tls_key" => {
+                    keys = Vec::<PathBuf>::parse_toml(value.get_ref())
+                        .map_err(|m| self.err(at, k, m))?;
+                }
                 _ => match layer.set_toml(k, value.get_ref()) {
                     Ok(true) => {}
-                    Ok(false) => return Err(self.unknown(key, &["hosts", "route"])),
-                    Err(msg) => return Err(self.err(value.span().start, k, msg)),
+                    Ok(false) => {
+                        let site_keys = ["hosts", "route", "tls", "tls_cert", "tls_key"];
+                        return Err(self.unknown(key, &site_keys));
+                    }
+                    Err(msg) => return Err(self.err(at, k, msg)),
                 },
             }
         }
+        if certs.len() != keys.len() {
+            let message = format!(
+                "{} tls_cert and {} tls_key: give one key per certificate, in the same order",
+                certs.len(),
+                keys.len()
+            );
+            return Err(self.err(site.span().start, "tls_key", message));
+        }
+        tls.certs = certs.into_iter().zip(keys).collect();
         self.anchor(&mut layer);
         layer.inherit(top_route);
 
@@ -484,7 +512,11 @@ impl Cx<'_> {
             });
         }
         out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-        Ok(Site { hosts, routes: out })
+        Ok(Site {
+            hosts,
+            routes: out,
+            tls,
+        })
     }
 
     fn hosts(&self, value: &Spanned<DeValue<'_>>) -> Result<Vec<String>, ConfigError> {

@@ -41,6 +41,19 @@ pub struct Site {
     pub hosts: Vec<String>,
     /// Routes, longest prefix first.
     pub routes: Vec<Route>,
+    /// The site's own HTTPS certificates (`tls`, `tls_cert`, `tls_key` in
+    /// its `[[site]]`).
+    pub tls: SiteTls,
+}
+
+/// A site's HTTPS settings, beside the global ones.
+#[derive(Debug, Clone, Default)]
+pub struct SiteTls {
+    /// Automatic certificates for the site's hosts (`internal` or `acme`),
+    /// whatever the global `tls` says.
+    pub mode: Option<values::TlsMode>,
+    /// Certificate and key file pairs.
+    pub certs: Vec<(PathBuf, PathBuf)>,
 }
 
 /// A path prefix and how it is served.
@@ -147,7 +160,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     let global = overrides.global.resolve();
-    check_tls(&global).map_err(|(key, message)| ConfigError {
+    check_tls(&global, &[]).map_err(|(key, message)| ConfigError {
         file: None,
         line: None,
         key: Some(format!("--{}", key.replace('_', "-"))),
@@ -158,6 +171,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         sites: vec![Site {
             hosts: Vec::new(),
             routes,
+            tls: SiteTls::default(),
         }],
         app: None,
     })
@@ -165,7 +179,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
 
 /// The HTTPS options together: a key for every certificate, and
 /// certificates for every https listener. `Err((key, why))`.
-fn check_tls(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, String)> {
     let certs = g.tls_cert.as_ref().map_or(0, Vec::len);
     let keys = g.tls_key.as_ref().map_or(0, Vec::len);
     if certs != keys {
@@ -175,7 +189,10 @@ fn check_tls(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
         ));
     }
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
-    if https && certs == 0 && g.tls.is_none() {
+    let site_tls = sites
+        .iter()
+        .any(|s| s.tls.mode.is_some() || !s.tls.certs.is_empty());
+    if https && certs == 0 && g.tls.is_none() && !site_tls {
         return Err((
             "listen",
             "an https:// listener needs certificates: tls_cert and tls_key, or tls = \"internal\""
@@ -198,6 +215,13 @@ pub fn markdown_reference() -> String {
     out.push_str("## Config file layout\n\n```toml\n");
     out.push_str(EXAMPLE_CONFIG);
     out.push_str("```\n\n");
+    out.push_str(
+        "A `[[site]]` takes `hosts` (names matched against Host; `*.example.com` for \
+         subdomains), route options (defaults for its routes), `[[site.route]]` tables, and \
+         its own HTTPS certificates: `tls = \"acme\"` or `\"internal\"` for automatic ones \
+         for its hosts, or `tls_cert`/`tls_key` files. The global `tls` covers the sites \
+         that choose nothing.\n\n",
+    );
     for (title, intro, table) in [
         ("Global options", "Top level of the file only.", GLOBAL_OPTIONS),
         (
@@ -279,6 +303,7 @@ cache_control = "no-cache"
 [[site]]
 hosts = ["example.com", "www.example.com"]
 root = "/srv/example/public"      # a route at "/" for this site
+tls = "acme"                      # its certificates from Let's Encrypt
 
 [[site.route]]
 prefix = "/assets/"

@@ -79,32 +79,29 @@ impl TlsServer {
         // One provider for every rustls user in the process (instant-acme's
         // HTTP client asks for the process default).
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let pairs: Vec<(PathBuf, PathBuf)> = g
-            .tls_cert
+        let global_pairs = g.tls_cert.iter().flatten().cloned();
+        let global_pairs = global_pairs.zip(g.tls_key.iter().flatten().cloned());
+        let site_pairs = config
+            .sites
             .iter()
-            .flatten()
-            .cloned()
-            .zip(g.tls_key.iter().flatten().cloned())
-            .collect();
+            .flat_map(|s| s.tls.certs.iter().cloned());
+        let pairs: Vec<(PathBuf, PathBuf)> = global_pairs.chain(site_pairs).collect();
         let state_dir = g.state_dir.clone().unwrap_or_else(default_state_dir);
         let ca_dir = state_dir.join("local-ca");
-        let internal = match g.tls {
-            Some(TlsMode::Internal) => Some((ca_dir.as_path(), local_names(config))),
-            _ => None,
-        };
+        let internal =
+            uses(config, TlsMode::Internal).then(|| (ca_dir.as_path(), local_names(config)));
         let sources = Sources::load(&pairs, internal)?;
         let store = Arc::new(CertStore::default());
         store.replace(Layer::Configured, sources.certificates());
         let metrics = Arc::new(TlsMetrics::new(store.clone()));
-        let acme = match g.tls {
-            Some(TlsMode::Acme) => {
-                let challenges = Arc::new(Challenges::default());
-                let settings = acme_settings(config, &state_dir)?;
-                let acme = Acme::new(settings, challenges.clone(), store.clone(), metrics.clone());
-                acme.load_stored();
-                Some((acme, challenges))
-            }
-            _ => None,
+        let acme = if uses(config, TlsMode::Acme) {
+            let challenges = Arc::new(Challenges::default());
+            let settings = acme_settings(config, &state_dir)?;
+            let acme = Acme::new(settings, challenges.clone(), store.clone(), metrics.clone());
+            acme.load_stored();
+            Some((acme, challenges))
+        } else {
+            None
         };
         let challenges = acme.as_ref().map(|(_, c)| c.clone());
         let resolver = Resolver {
@@ -301,16 +298,34 @@ async fn refuse_plain_http(tcp: &mut TcpStream) {
     }
 }
 
-/// The names automatic certificates are for: `tls_names`, or every site's
-/// host names.
-fn site_names(config: &Config) -> Vec<String> {
+/// Whether some certificates come from `mode` (globally or for a site).
+fn uses(config: &Config, mode: TlsMode) -> bool {
+    config.global.tls == Some(mode) || config.sites.iter().any(|s| s.tls.mode == Some(mode))
+}
+
+/// The names `mode`'s certificates are for: the hosts of the sites that
+/// choose it in their `[[site]]`, and with the global `tls` set to it,
+/// `tls_names` or else the hosts of every site that chooses nothing.
+fn site_names(config: &Config, mode: TlsMode) -> Vec<String> {
+    let g = &config.global;
+    let global = g.tls == Some(mode);
     let mut names: Vec<String> = Vec::new();
-    let given = config.global.tls_names.clone();
-    let hosts = config.sites.iter().flat_map(|s| s.hosts.iter().cloned());
-    for n in given.unwrap_or_else(|| hosts.collect()) {
+    let mut add = |n: &String| {
         let n = n.to_ascii_lowercase();
         if !names.contains(&n) {
             names.push(n);
+        }
+    };
+    if let (true, Some(given)) = (global, &g.tls_names) {
+        given.iter().for_each(&mut add);
+    }
+    for site in &config.sites {
+        let chosen = match site.tls.mode {
+            Some(m) => m == mode,
+            None => global && g.tls_names.is_none() && site.tls.certs.is_empty(),
+        };
+        if chosen {
+            site.hosts.iter().for_each(&mut add);
         }
     }
     names
@@ -320,7 +335,7 @@ fn site_names(config: &Config) -> Vec<String> {
 /// DNS-01 or an IP-capable CA), the challenge, where state is kept.
 fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, String> {
     let g = &config.global;
-    let mut names = site_names(config);
+    let mut names = site_names(config, TlsMode::Acme);
     names.retain(|n| {
         let usable = !n.starts_with("*.") && n.parse::<IpAddr>().is_err() && n != "localhost";
         if !usable {
@@ -363,7 +378,7 @@ fn local_names(config: &Config) -> Vec<String> {
             names.push(n);
         }
     };
-    for name in site_names(config) {
+    for name in site_names(config, TlsMode::Internal) {
         add(name);
     }
     add("localhost".into());

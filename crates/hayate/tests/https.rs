@@ -657,3 +657,48 @@ fn a_websocket_upgrade_over_tls_becomes_a_tunnel() {
     }
     h.assert_no_errors();
 }
+
+#[test]
+fn sites_in_the_config_file_bring_their_own_certificates() {
+    let root = site();
+    let pki = Pki::new();
+    let (a_cert, a_key, a_der) = pki.issue(&["a.test"], "a");
+    let state = tempfile::tempdir().expect("state");
+    let file = state.path().join("hayate.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = [\"https://127.0.0.1:0\"]\nstate_dir = \"{state}\"\nroot = \"{root}\"\n\
+             [[site]]\nhosts = [\"a.test\"]\ntls_cert = \"{a_cert}\"\ntls_key = \"{a_key}\"\n\
+             [[site]]\nhosts = [\"b.test\"]\ntls = \"internal\"\n",
+            state = state.path().display(),
+            root = root.path().display(),
+        ),
+    )
+    .expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("path")]);
+    let a = TlsClient::trusting(&pki.ca()).without_resumption();
+    assert_eq!(served_certificate(&a.connect(h.addr, "a.test")), a_der);
+    let b = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
+    let mut c = b.connect(h.addr, "b.test");
+    assert_eq!(c.get("/hello.txt", &[]).status, 200);
+    // The local CA covers b.test (and localhost), not a.test.
+    assert!(b.try_connect(h.addr, "a.test").is_err());
+
+    // A site's certificate without its key is refused at load, with where.
+    std::fs::write(
+        &file,
+        format!("listen = [\"https://127.0.0.1:0\"]\n[[site]]\nhosts = [\"a.test\"]\ntls_cert = \"{a_cert}\"\n"),
+    )
+    .expect("write");
+    let out = std::process::Command::new(BIN)
+        .args(["check", file.to_str().expect("path")])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("hayate.toml:2:") && err.contains("1 tls_cert and 0 tls_key"),
+        "{err}"
+    );
+}
