@@ -162,6 +162,8 @@ options! {
     table GLOBAL_OPTIONS;
     listen: Vec<Listen> = "127.0.0.1:8080", "ADDR",
         "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more";
+    http2: bool = "true", "BOOL",
+        "Serve HTTP/2: over TLS when the client offers it (ALPN h2), and h2c with prior knowledge on plain listeners";
     tls: TlsMode = unset, "internal|acme",
         "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
     tls_names: Vec<String> = unset, "NAME",

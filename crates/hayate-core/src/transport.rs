@@ -170,6 +170,14 @@ impl Transport {
         }
     }
 
+    /// The application protocol agreed by ALPN, on a TLS transport.
+    pub fn alpn(&self) -> Option<&[u8]> {
+        match self {
+            Transport::Tls(s) => s.get_ref().1.alpn_protocol(),
+            _ => None,
+        }
+    }
+
     /// The TLS version and cipher suite, on a TLS transport.
     pub fn tls_info(&self) -> Option<TlsInfo> {
         match self {

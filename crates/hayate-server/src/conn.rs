@@ -64,6 +64,8 @@ enum End {
     Done,
     /// Closed after an error response; drain before dropping.
     Linger,
+    /// The client opened with HTTP/2's preface (h2c with prior knowledge).
+    Http2,
 }
 
 /// A client connection and its buffers (reused across requests).
@@ -121,6 +123,14 @@ impl Conn {
             // Boxed, like every rare wait: the task's future is as large as
             // its largest state, and idle connections hold all of it.
             Ok(End::Linger) => Box::pin(self.linger()).await,
+            Ok(End::Http2) => {
+                let io = crate::h2_conn::Prefixed {
+                    pre: self.rbuf.split().freeze(),
+                    io: &mut self.transport,
+                };
+                let (peer, worker) = (self.peer.clone(), self.worker.clone());
+                Box::pin(crate::h2_conn::serve(io, peer, self.scheme, worker)).await;
+            }
             Err(e) => log::debug!("connection from {} ended: {e}", self.peer),
         }
         // The next connection takes them (one per request when clients
@@ -276,6 +286,12 @@ impl Conn {
             // Pipelined responses leave together, up to a bound.
             if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
                 self.flush().await?;
+            }
+            if self.served == 0
+                && self.worker.http2
+                && self.rbuf.starts_with(crate::h2_conn::PREFACE)
+            {
+                return Ok(Err(End::Http2));
             }
             if !self.rbuf.is_empty() {
                 let parsed =

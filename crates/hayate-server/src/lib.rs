@@ -18,6 +18,7 @@ mod conn;
 mod conn_body;
 pub mod control;
 mod deadline;
+mod h2_conn;
 pub mod listen;
 pub mod pipeline;
 pub mod request_metrics;

@@ -58,6 +58,8 @@ pub struct Worker {
     pub metrics: Option<Arc<WorkerMetrics>>,
     /// Buffers of the connections between requests.
     pub buffers: BufferPool,
+    /// Whether HTTP/2 is served (h2c on plain listeners).
+    pub http2: bool,
     active: Cell<usize>,
     idle: Notify,
 }
@@ -115,6 +117,7 @@ impl Worker {
             deadlines: Rc::default(),
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             buffers: BufferPool::default(),
+            http2: g.http2,
             active: Cell::new(0),
             idle: Notify::new(),
         })
@@ -219,9 +222,12 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
                 // guard is held from accept). Boxed: its state is gone once
                 // it is done, instead of sizing every connection's task.
                 tokio::task::spawn_local(async move {
-                    if let Ok(transport) = Box::pin(tls.handshake(tcp)).await {
-                        let mut conn = Conn::new(transport, peer, scheme, worker);
-                        conn.run().await;
+                    match Box::pin(tls.handshake(tcp)).await {
+                        Ok(t) if t.alpn() == Some(b"h2") => {
+                            Box::pin(crate::h2_conn::serve(t, peer, scheme, worker)).await;
+                        }
+                        Ok(t) => Conn::new(t, peer, scheme, worker).run().await,
+                        Err(_) => {}
                     }
                     drop(guard);
                 });

@@ -9,8 +9,9 @@
 //! - TLS 1.3 and 1.2 only, rustls's cipher suites (AEAD only: AES-GCM and
 //!   ChaCha20-Poly1305), ECDSA and RSA keys, no renegotiation (rustls has
 //!   none), 0-RTT off (replayable requests);
-//! - ALPN `http/1.1`; a client offering only protocols hayate does not
-//!   speak gets rustls's `no_application_protocol` alert;
+//! - ALPN `h2` (preferred) and `http/1.1`; a client offering only
+//!   protocols hayate does not speak gets rustls's `no_application_protocol`
+//!   alert;
 //! - resumption by tickets (keys rotated every 6 hours by rustls, one
 //!   ticketer for every worker, so a ticket from one worker resumes on any)
 //!   and a session cache for TLS 1.2 clients without ticket support;
@@ -109,7 +110,7 @@ impl TlsServer {
             challenges: challenges.clone(),
         };
         let server = TlsServer {
-            config: Arc::new(server_config(resolver, challenges.is_some())?),
+            config: Arc::new(server_config(resolver, g.http2, challenges.is_some())?),
             metrics,
             handshake_timeout: g.tls_handshake_timeout.0,
             ca_path: sources.ca_path(),
@@ -253,9 +254,9 @@ async fn first_record(tcp: &TcpStream) -> Result<u8, Failure> {
     }
 }
 
-/// The rustls configuration of every https listener; `acme`: ACME's
-/// TLS-ALPN-01 protocol is offered too.
-fn server_config(resolver: Resolver, acme: bool) -> Result<ServerConfig, String> {
+/// The rustls configuration of every https listener: ALPN `h2` first when
+/// `http2`, then `http/1.1`; with `acme`, ACME's TLS-ALPN-01 protocol too.
+fn server_config(resolver: Resolver, http2: bool, acme: bool) -> Result<ServerConfig, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -263,6 +264,9 @@ fn server_config(resolver: Resolver, acme: bool) -> Result<ServerConfig, String>
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if http2 {
+        config.alpn_protocols.insert(0, b"h2".to_vec());
+    }
     if acme {
         config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
     }

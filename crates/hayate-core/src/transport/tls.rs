@@ -9,16 +9,22 @@
 //! it, so at most one buffer limit of records (rustls's 64 KiB) waits per
 //! connection.
 //!
-//! The poll-based paths of tokio-rustls are driven with a no-op waker:
-//! whatever they register is replaced by the real waiter of the caller's
-//! next `writable()`/`readable()` wait, which uses the same socket readiness
-//! (a Pending clears it, so that wait is for the next epoll event).
+//! Records go to the socket with `try_write`, never through tokio-rustls's
+//! poll path: that path spends tokio's cooperative budget (128 operations
+//! per task turn) and answers Pending when it is spent although the socket
+//! is writable, which this caller would take for a full socket and wait
+//! for a readiness that is already there — a large file over TLS stopped
+//! after 125 writes of 64 KiB with its worker spinning. `try_write` spends
+//! no budget and clears readiness only on a real EAGAIN.
+//!
+//! The one poll-path call left, the liveness probe's read, is driven with
+//! a no-op waker and reads Pending as "nothing there".
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
 /// A TLS session over TCP: the server side of a client's connection, or
@@ -42,27 +48,86 @@ fn without_waiting<T>(op: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>) 
     }
 }
 
+/// The socket as `std::io::Write` for rustls: non-blocking writes.
+struct SocketWriter<'a>(&'a TcpStream);
+
+impl io::Write for SocketWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `$e` with the socket and the session of either side.
+macro_rules! with_session {
+    ($s:expr, ($tcp:ident, $conn:ident) => $e:expr) => {
+        match $s {
+            tokio_rustls::TlsStream::Server(s) => {
+                let ($tcp, $conn) = s.get_mut();
+                $e
+            }
+            tokio_rustls::TlsStream::Client(s) => {
+                let ($tcp, $conn) = s.get_mut();
+                $e
+            }
+        }
+    };
+}
+
+/// Writes the session's pending records to the socket until none is left
+/// or the socket is full (`WouldBlock`).
+fn write_records<D>(
+    tcp: &TcpStream,
+    conn: &mut tokio_rustls::rustls::ConnectionCommon<D>,
+) -> io::Result<()> {
+    while conn.wants_write() {
+        if conn.write_tls(&mut SocketWriter(tcp))? == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(())
+}
+
 /// Writes the records rustls holds to the socket. `WouldBlock` while some
 /// remain.
 pub(super) fn try_flush(s: &mut TlsStream) -> io::Result<()> {
-    if !s.get_ref().1.wants_write() {
-        return Ok(());
-    }
-    without_waiting(|cx| Pin::new(s).poll_flush(cx))
+    with_session!(s, (tcp, conn) => write_records(tcp, conn))
 }
 
 /// Encrypts what rustls takes of `data` and writes it out as far as the
 /// socket takes it (the rest of its records leave with the next write or
 /// flush).
 pub(super) fn try_write(s: &mut TlsStream, data: &[u8]) -> io::Result<usize> {
-    try_flush(s)?;
-    without_waiting(|cx| Pin::new(s).poll_write(cx, data))
+    with_session!(s, (tcp, conn) => {
+        write_records(tcp, conn)?;
+        let n = io::Write::write(&mut conn.writer(), data)?;
+        sent(n, write_records(tcp, conn))
+    })
 }
 
 /// [`try_write`] from several buffers.
 pub(super) fn try_write_vectored(s: &mut TlsStream, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-    try_flush(s)?;
-    without_waiting(|cx| Pin::new(s).poll_write_vectored(cx, bufs))
+    with_session!(s, (tcp, conn) => {
+        write_records(tcp, conn)?;
+        let n = io::Write::write_vectored(&mut conn.writer(), bufs)?;
+        sent(n, write_records(tcp, conn))
+    })
+}
+
+/// `n` bytes were taken: they count as written even when the socket did not
+/// take all their records yet (those leave with the next flush).
+fn sent(n: usize, flushed: io::Result<()>) -> io::Result<usize> {
+    match flushed {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+        _ => Ok(n),
+    }
 }
 
 /// Whether a read would return without the socket: decrypted bytes wait
@@ -90,10 +155,7 @@ pub(super) fn looks_alive(s: &mut TlsStream) -> bool {
 /// then shuts the socket's output. A peer that reads nothing does not hold
 /// the close up: the alert is best-effort, as it is for nginx.
 pub(super) fn close_notify(s: &mut TlsStream) {
-    match s {
-        tokio_rustls::TlsStream::Server(s) => s.get_mut().1.send_close_notify(),
-        tokio_rustls::TlsStream::Client(s) => s.get_mut().1.send_close_notify(),
-    }
+    with_session!(&mut *s, (_tcp, conn) => conn.send_close_notify());
     let _ = try_flush(s);
 }
 

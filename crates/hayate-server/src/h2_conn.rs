@@ -1,0 +1,529 @@
+//! One HTTP/2 connection (over TLS by ALPN `h2`, or h2c with prior
+//! knowledge on a plain listener): the `h2` crate does the framing, HPACK,
+//! flow control and stream states; this maps each stream to hayate's
+//! request model and back, through the same pipeline as HTTP/1
+//! (`pipeline.rs`): a stream's head becomes a [`RequestHead`], its DATA
+//! frames the [`ClientBody`] a handler reads, and the [`Response`] goes
+//! out as HEADERS, DATA within the peer's flow-control window, and
+//! trailers.
+//!
+//! Limits, each from `h2_*` settings: concurrent streams per connection
+//! (128, RFC 9113 §6.5.2 advises at least 100), the header list (64 KiB,
+//! not h2's 16 MiB default), windows sized for throughput (1 MiB per stream,
+//! 2 MiB per connection: a 64 KiB window caps a stream at 64 KiB per round
+//! trip), and the rapid-reset defences h2 has (CVE-2023-44487: at most 20
+//! streams reset before hayate accepts them, and 1,024 reset for errors,
+//! then GOAWAY). A reset stream drops its task, so its upstream request is
+//! cancelled with it. An idle connection is closed after the keep-alive
+//! timeout; shutdown sends GOAWAY and lets open streams finish.
+
+use std::cell::Cell;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::request::{RequestHead, Version};
+use hayate_core::response::FileRange;
+use hayate_core::transport::{Peer, Scheme};
+use hayate_core::{Body, Chunk, Response, Status};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::access_log;
+use crate::pipeline::{self, Answer};
+use crate::worker::Worker;
+
+/// Streams a client may have open at once.
+const MAX_STREAMS: u32 = 128;
+/// Largest header list accepted, as HPACK-decoded (nginx: 32 KiB for
+/// HTTP/2's large_client_header_buffers; hayate's HTTP/1 limit is 32 KiB
+/// of head too, the list is counted with 32 bytes per field more).
+const MAX_HEADER_LIST: u32 = 64 * 1024;
+/// Flow-control window of each stream and of the connection.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+/// Streams the client may reset before hayate has accepted them (h2's
+/// default, kept explicit: the rapid-reset bound).
+const MAX_PENDING_RESETS: usize = 20;
+/// Streams hayate may reset for protocol errors before the connection is
+/// closed.
+const MAX_ERROR_RESETS: usize = 1024;
+/// Bytes of a file read per DATA write.
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// The protocol's opening bytes, which a plain-HTTP listener recognises
+/// (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serves an HTTP/2 connection until it closes.
+pub async fn serve<T>(io: T, peer: Peer, scheme: Scheme, worker: Rc<Worker>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS));
+    let timeouts = worker.timeouts;
+    let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return log::debug!("HTTP/2 from {peer}: handshake failed: {e}"),
+        Err(_) => return log::debug!("HTTP/2 from {peer}: no preface in time"),
+    };
+    let peer: Rc<str> = peer.into();
+    let open = Rc::new(Cell::new(0usize));
+    let idle = Rc::new(tokio::sync::Notify::new());
+    let mut shutdown = worker.shutdown.clone();
+    let mut closing = false;
+    loop {
+        let idle_wait = async {
+            if open.get() > 0 {
+                idle.notified().await;
+            }
+            tokio::time::sleep(timeouts.keepalive).await;
+        };
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((request, respond))) => {
+                    let stream = Stream {
+                        peer: peer.clone(),
+                        scheme,
+                        worker: worker.clone(),
+                        open: open.clone(),
+                        idle: idle.clone(),
+                    };
+                    open.set(open.get() + 1);
+                    tokio::task::spawn_local(stream.serve(request, respond));
+                }
+                Some(Err(e)) => {
+                    log::debug!("HTTP/2 from {peer}: {e}");
+                    break;
+                }
+                None => break,
+            },
+            _ = shutdown.wait(), if !closing => {
+                closing = true;
+                conn.graceful_shutdown();
+            }
+            _ = idle_wait, if !closing => {
+                closing = true;
+                conn.graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// A connection whose first bytes were already read (an h2c preface seen by
+/// the HTTP/1 loop): they are read again first.
+pub struct Prefixed<T> {
+    /// Bytes read before.
+    pub pre: Bytes,
+    /// The connection.
+    pub io: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        if !self.pre.is_empty() {
+            let n = self.pre.len().min(buf.remaining());
+            let piece = self.pre.split_to(n);
+            buf.put_slice(&piece);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// What a stream's task needs of its connection.
+struct Stream {
+    peer: Rc<str>,
+    scheme: Scheme,
+    worker: Rc<Worker>,
+    open: Rc<Cell<usize>>,
+    idle: Rc<tokio::sync::Notify>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.open.set(self.open.get() - 1);
+        if self.open.get() == 0 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+impl Stream {
+    async fn serve(self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let started = Instant::now();
+        let (parts, body) = request.into_parts();
+        let head = request_head(&parts, self.scheme);
+        let w = self.worker.clone();
+        let client = pipeline::Client { peer: &self.peer };
+        let mut body = StreamBody::new(body, &parts.headers, &w);
+        let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
+            Answer::Now(response, route) => (response, route),
+            Answer::Upstream(to) => {
+                let route = Some(to.route_index());
+                let response = Box::pin(pipeline::upstream(&head, to, &mut body, client)).await;
+                (response, route)
+            }
+        };
+        let status = response.status;
+        let cache = response.cache_status;
+        if let Some(m) = &w.metrics {
+            m.record(route, status.code(), started.elapsed());
+        }
+        let head_request = head.method() == b"HEAD";
+        let mut sent = 0;
+        if let Err(e) = send(respond, response, head_request, &mut sent).await {
+            log::debug!("HTTP/2 stream from {}: {e}", self.peer);
+        }
+        // What the client still sends of a body nobody read is read (within
+        // the body limits) so that its stream ends as it closes it, not by
+        // a reset racing its last frames (HTTP/1 drains the same way).
+        body.drain().await;
+        if let Some(log) = &w.access_log {
+            let entry = access_log::Entry {
+                peer: &self.peer,
+                status: status.code(),
+                bytes: sent,
+                duration: started.elapsed(),
+                cache,
+                tls: None,
+            };
+            log.record(&head, &entry);
+        }
+    }
+}
+
+/// The neutral head of an HTTP/2 request: pseudo-headers become method,
+/// target and authority; h2 has already refused connection-specific fields
+/// and malformed pseudo-headers (RFC 9113 §8.2.2, §8.3).
+fn request_head(parts: &http::request::Parts, scheme: Scheme) -> RequestHead {
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .as_bytes();
+    let mut head = RequestHead::new(
+        parts.method.as_str().as_bytes(),
+        target,
+        Version::Http2,
+        scheme,
+    );
+    if let Some(authority) = parts.uri.authority() {
+        head.set_authority(authority.as_str().as_bytes());
+    }
+    for (name, value) in &parts.headers {
+        head.push_field(name.as_str().as_bytes(), value.as_bytes());
+    }
+    head
+}
+
+/// A stream's request body as handlers read it: DATA frames, within the
+/// body size limit and timeout, their window given back as they are read
+/// (so a slow upstream slows the client: back-pressure).
+struct StreamBody {
+    recv: RecvStream,
+    length: BodyLength,
+    read: u64,
+    max: u64,
+    timeout: Duration,
+    trailers: Option<Bytes>,
+}
+
+impl StreamBody {
+    fn new(recv: RecvStream, headers: &http::HeaderMap, w: &Worker) -> StreamBody {
+        let declared = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let length = match declared {
+            Some(n) => BodyLength::Known(n),
+            None if recv.is_end_stream() => BodyLength::None,
+            None => BodyLength::Chunked,
+        };
+        StreamBody {
+            recv,
+            length,
+            read: 0,
+            max: w.head_limits.max_body_size,
+            timeout: w.timeouts.body,
+            trailers: None,
+        }
+    }
+}
+
+impl ClientBody for StreamBody {
+    fn length(&self) -> BodyLength {
+        self.length
+    }
+
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        if let BodyLength::Known(n) = self.length {
+            if n > self.max {
+                return Err(too_large());
+            }
+        }
+        let next = tokio::time::timeout(self.timeout, self.recv.data()).await;
+        let Ok(next) = next else {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request body timed out",
+            ));
+        };
+        match next {
+            Some(Ok(data)) => {
+                self.read += data.len() as u64;
+                if self.read > self.max {
+                    return Err(too_large());
+                }
+                let _ = self.recv.flow_control().release_capacity(data.len());
+                Ok(Some(data))
+            }
+            Some(Err(e)) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, e)),
+            None => {
+                if let Ok(Some(trailers)) = self.recv.trailers().await {
+                    self.trailers = Some(field_lines(&trailers));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.trailers.take()
+    }
+}
+
+impl StreamBody {
+    /// Reads and drops the rest of the body, within its limits.
+    async fn drain(&mut self) {
+        if self.recv.is_end_stream() {
+            return;
+        }
+        while let Ok(Some(_)) = self.next_chunk().await {}
+    }
+}
+
+fn too_large() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "request body too large")
+}
+
+/// Fields as HTTP/1 lines (`Name: value\r\n`), the form trailers take in
+/// hayate's model.
+fn field_lines(fields: &http::HeaderMap) -> Bytes {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.into()
+}
+
+/// Fields that only mean something to an HTTP/1 connection, never sent
+/// in HTTP/2 (RFC 9113 §8.2.2; h2 refuses a response carrying them).
+fn connection_specific(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 6] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Sends a response: HEADERS (with Date, Server and the length when known),
+/// then the body within the client's window, then trailers. `sent` counts
+/// the body bytes written.
+async fn send(
+    mut respond: SendResponse<Bytes>,
+    response: Response,
+    head_request: bool,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    let body_allowed = !response.status.forbids_body();
+    let mut head = http::Response::builder().status(response.status.code());
+    let mut date = Vec::with_capacity(40);
+    hayate_core::date::append_date_line(&mut date, SystemTime::now());
+    if let Some(value) = date
+        .strip_prefix(b"Date: ")
+        .and_then(|d| d.strip_suffix(b"\r\n"))
+    {
+        head = head.header(http::header::DATE, value);
+    }
+    head = head.header(http::header::SERVER, "hayate");
+    for (name, value) in response.all_fields() {
+        if !connection_specific(name) {
+            head = head.header(name, value);
+        }
+    }
+    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
+        head = head.header(http::header::CONTENT_LENGTH, len);
+    }
+    let head = match head.body(()) {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("response head not valid for HTTP/2: {e}");
+            let fallback = http::Response::builder()
+                .status(Status::BAD_GATEWAY.code())
+                .body(())
+                .expect("a bare status");
+            respond.send_response(fallback, true)?;
+            return Ok(());
+        }
+    };
+    let no_body = !body_allowed || head_request || matches!(response.body, Body::Empty);
+    let mut out = respond.send_response(head, no_body)?;
+    if no_body {
+        return Ok(());
+    }
+    match response.body {
+        Body::Empty | Body::Upgrade(_) => {}
+        Body::Bytes(b) => send_bytes(&mut out, b, sent).await?,
+        Body::File(f) => send_file(&mut out, &f, sent).await?,
+        Body::Parts(parts) => {
+            for part in parts {
+                match part {
+                    Chunk::Bytes(b) => send_bytes(&mut out, b, sent).await?,
+                    Chunk::File(f) => send_file(&mut out, &f, sent).await?,
+                }
+            }
+        }
+        Body::Stream(mut stream) => loop {
+            match std::future::poll_fn(|cx| stream.source.poll_chunk(cx)).await {
+                Ok(Some(data)) => send_bytes(&mut out, data, sent).await?,
+                Ok(None) => {
+                    if let Some(trailers) = stream.source.trailers() {
+                        return out.send_trailers(trailer_map(&trailers));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    log::error!("response body from upstream failed after {sent} bytes: {e}");
+                    out.send_reset(h2::Reason::INTERNAL_ERROR);
+                    return Ok(());
+                }
+            }
+        },
+    }
+    out.send_data(Bytes::new(), true)
+}
+
+/// Sends `data` as the client's window allows: never more buffered than
+/// the window it granted.
+async fn send_bytes(
+    out: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        out.reserve_capacity(data.len());
+        let granted = match std::future::poll_fn(|cx| out.poll_capacity(cx)).await {
+            Some(granted) => granted?,
+            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+        };
+        let piece = data.split_to(granted.min(data.len()));
+        *sent += piece.len() as u64;
+        out.send_data(piece, false)?;
+    }
+    Ok(())
+}
+
+/// Sends a range of a file, read a chunk at a time as the window opens.
+async fn send_file(
+    out: &mut SendStream<Bytes>,
+    f: &FileRange,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    let mut offset = f.offset;
+    let end = f.offset + f.len;
+    while offset < end {
+        let want = usize::try_from(end - offset)
+            .unwrap_or(usize::MAX)
+            .min(FILE_CHUNK);
+        let mut buf = vec![0; want];
+        let n = match f.file.read_at(&mut buf, offset) {
+            Ok(0) | Err(_) => {
+                log::error!("file read failed while sending it over HTTP/2");
+                out.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Ok(());
+            }
+            Ok(n) => n,
+        };
+        buf.truncate(n);
+        send_bytes(out, buf.into(), sent).await?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Trailer lines as a header map (invalid lines dropped).
+fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = http::HeaderName::from_bytes(&line[..colon]);
+        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
+        if let (Ok(name), Ok(value)) = (name, value) {
+            if !connection_specific(name.as_str().as_bytes()) {
+                map.append(name, value);
+            }
+        }
+    }
+    map
+}
