@@ -130,6 +130,9 @@ def parse_wrk(text):
             r[f"lat_{k}_ms"] = kv[f"lat_{k}_us"] / 1e3
     if "sent" in kv and "received" in kv:
         r["unfinished"] = max(0, int(kv["sent"]) - int(kv["received"]))
+    for k in ("handshakes", "resumed"):  # bench/ceiling/tlsload.c
+        if k in kv:
+            r[k] = int(kv[k])
     return r
 
 
@@ -199,7 +202,24 @@ def parse_ab(text):
     return r
 
 
-PARSERS = {"wrk": parse_wrk, "sink": parse_wrk, "h2load": parse_h2load, "ab": parse_ab}
+PARSERS = {"wrk": parse_wrk, "sink": parse_wrk, "h2load": parse_h2load, "ab": parse_ab,
+           "tls-new": parse_wrk, "tls-resume": parse_wrk, "tls-bulk": parse_wrk}
+
+# bench/ceiling/tlsload.c's modes, by tool name
+TLSLOAD_MODES = {"tls-new": "new", "tls-resume": "resume", "tls-bulk": "bulk"}
+
+
+def resumption_note(tool, res):
+    """A note when a resumed-handshake run (tool tls-resume) made more than 1 % of its
+    handshakes full (the server did not take its tickets); '' otherwise. The first
+    handshake is full (it brings the first ticket), and so are the few that start before
+    a ticket has arrived."""
+    if tool != "tls-resume" or "handshakes" not in res:
+        return ""
+    full = res["handshakes"] - res.get("resumed", 0)
+    if full <= max(1, res["handshakes"] // 100):
+        return ""
+    return f"{full:,} of {res['handshakes']:,} handshakes were full, not resumed"
 
 
 # ------------------------------------------------------------------ statistics
@@ -329,6 +349,7 @@ CASE_TITLES = {
     "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
+    "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
 }
 
 # (header, function(summary, ref_summary) -> cell) per case
@@ -352,6 +373,11 @@ _c_ok_rps, _c_ok_rps_ratio = _cell("ok_rps"), _ratio("ok_rps")
 _c_mbs, _c_mbs_ratio = _cell("mb_per_s"), _ratio("mb_per_s")
 _c_cpu_mb, _c_cpu_mb_ratio = _cell("us_cpu_per_mb", 1), _ratio("us_cpu_per_mb")
 _c_server_pct, _c_client_pct = _cell("server_cpu_pct"), _cell("client_cpu_pct")
+
+
+def _big_only(column):
+    """COLUMN on case T's large-file row only (MB/s of a handshake row says nothing)."""
+    return lambda s, r: column(s, r) if s.get("variant") == "100 MiB" else ""
 
 
 def _c_errors(s, r):
@@ -396,8 +422,14 @@ CASE_COLUMNS = {
     "E": [("setup", None), ("MB/s", _c_mbs), ("MB/s × ref", _c_mbs_ratio), ("µs CPU/MB", _c_cpu_mb),
           ("CPU × ref", _c_cpu_mb_ratio), ("server %", _c_server_pct), ("peak RSS MB", _c_rss),
           ("errors", _c_errors)],
+    # one row per load: handshakes/s (one per request) or requests/s; MB/s for the large file
+    "T": [("load", None), ("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+          ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("MB/s", _big_only(_c_mbs)),
+          ("MB/s × ref", _big_only(_c_mbs_ratio)), ("µs CPU/MB", _big_only(_c_cpu_mb)),
+          ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)), ("server %", _c_server_pct),
+          ("client %", _c_client_pct), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
 }
-_GROUP_CELL = {"file": "variant", "handler": "variant", "concurrency": "conc", "workers": "workers",
+_GROUP_CELL = {"file": "variant", "handler": "variant", "load": "variant", "concurrency": "conc", "workers": "workers",
                "contender": "contender", "setup": "contender"}
 
 
@@ -447,7 +479,7 @@ def load_warnings(summaries):
     for s in summaries:
         busy, own, steal = med(s, "server_core_busy_pct"), med(s, "server_cpu_pct"), med(s, "steal_pct")
         label = f"{s['case']} {s['variant']} c{s['conc']} w{s['workers']} {s['contender']}"
-        if s["case"] in ("A", "E", "L") and busy is not None and own is not None and busy - own > 20 \
+        if s["case"] in ("A", "E", "L", "T") and busy is not None and own is not None and busy - own > 20 \
                 and s["workers"] in ("", "1"):
             out.append(f"{label}: server core {busy:.0f} % busy but the server used {own:.0f} %: other load; not reliable")
         if steal is not None and steal > 5:
@@ -495,6 +527,17 @@ CASE_TEXT = {
          "raised inside the script only.",
     "E": "bench/ceiling/sink (4 keep-alive connections, bodies dropped in the kernel) so the server, not the "
          "client, is the limit. nginx sendfile off uses its default output_buffers.",
+    "T": "nginx (1 worker; ssl_protocols TLSv1.2 TLSv1.3, ssl_session_cache shared:SSL:10m, session tickets on, "
+         "its defaults otherwise: ssl_ecdh_curve auto, ssl_buffer_size 16k; no kTLS) and hayate (--workers 1, "
+         "--listen https://, --tls-cert/--tls-key) with the same ECDSA P-256 certificate made per run, pinned to "
+         "core 0; the client on core 1 negotiates TLS 1.3 (checked by the preflight), X25519, TLS_AES_256_GCM_SHA384. "
+         "`full handshake` / `resumed handshake`: bench/ceiling/tlsload (OpenSSL, epoll, one thread) opens a "
+         "connection, handshakes, GETs /1k.txt with Connection: close, reads the answer, closes, again; resumed "
+         "offers the newest TLS 1.3 session ticket a previous connection received (psk_dhe_ke: an X25519 exchange "
+         "still, no certificate or signature), so rps there is handshakes/s and µs CPU/req the server's CPU per "
+         "handshake + one small request. `keep-alive 1 KiB`: wrk over https, 100 connections (handshakes only at "
+         "the start). `100 MiB`: tlsload bulk, 4 keep-alive connections, the client decrypts and drops the bodies. "
+         "When client % is near 100 the client limits rps: compare CPU per request (per MB) there.",
 }
 
 
@@ -522,7 +565,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "C", "D", "P", "L", "E"):
+    for case in ("A", "B", "C", "D", "P", "L", "E", "T"):
         t = case_table(summaries, case)
         if not t:
             continue
@@ -821,7 +864,8 @@ class MemSampler(threading.Thread):
 
 # ------------------------------------------------------------------ one measurement
 
-def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_args=(), sink_bin=None):
+def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_args=(), sink_bin=None,
+                 tlsload_bin=None):
     secs = max(1, int(round(float(secs))))  # the tools take whole seconds
     if tool == "wrk":
         cmd = ["wrk", "-t1", f"-c{conc}", f"-d{secs}s", "--timeout", f"{timeout_s}s",
@@ -847,6 +891,10 @@ def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_a
         rest = url.split("://", 1)[1]
         hostport, _, path = rest.partition("/")
         return [str(sink_bin or "sink"), hostport, "/" + path, str(secs), str(conc)]
+    if tool in TLSLOAD_MODES:
+        rest = url.split("://", 1)[1]
+        hostport, _, path = rest.partition("/")
+        return [str(tlsload_bin or "tlsload"), TLSLOAD_MODES[tool], hostport, "/" + path, str(secs), str(conc)]
     raise ValueError(f"unknown tool {tool}")
 
 
@@ -885,7 +933,8 @@ def measure(a):
         os.sched_setaffinity(0, set(client_cpus))  # the sampler runs beside the load generator
     except OSError:
         pass
-    mk = lambda secs: tool_command(a.tool, a.url, a.conc, secs, a.timeout, a.header, a.lua, a.lua_arg, a.sink)
+    mk = lambda secs: tool_command(a.tool, a.url, a.conc, secs, a.timeout, a.header, a.lua, a.lua_arg, a.sink,
+                                   a.tlsload)
     if a.warmup > 0:
         _run_tool(mk(a.warmup), a.client_cpus, a.warmup)
     kids = proc_children_map()
@@ -912,6 +961,8 @@ def measure(a):
         res["duration_s"] = float(a.secs)
         res["err_read"] = 1
         note = (note + "; " if note else "") + f"load tool failed (exit {rc}): {tail}"
+    if resumption_note(a.tool, res):
+        note = (note + "; " if note else "") + resumption_note(a.tool, res)
     client_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     row = compute_row(res, cpu_delta_s(f0, f1), cpu_delta_s(s0, s1), client_s)
     steal_total = (k1[1] - k0[1]) + (c1[1] - c0[1])
@@ -1036,10 +1087,14 @@ def decode_optional(enc, body):
     return f"unknown Content-Encoding {enc}"
 
 
-def preflight(url, length=None, file=None, body=None, encoding=None, headers=(), timeout=20.0):
-    m = re.fullmatch(r"http://([^/:]+):(\d+)(/.*)?", url)
+def preflight(url, length=None, file=None, body=None, encoding=None, headers=(), timeout=20.0, tls_version=None):
+    """GET URL once and check the answer (check_response). https: the certificate is not
+    verified (the lab makes its own per run); TLS_VERSION ('TLSv1.3') must be the one
+    negotiated."""
+    m = re.fullmatch(r"(https?)://([^/:]+):(\d+)(/.*)?", url)
     if not m:
         return f"bad url {url}"
+    scheme, host, port, path = m.groups()
     h = {}
     for line in headers:
         k, _, v = line.partition(":")
@@ -1048,13 +1103,23 @@ def preflight(url, length=None, file=None, body=None, encoding=None, headers=(),
         h["Accept-Encoding"] = encoding
     expect = Path(file).read_bytes() if file else (body.encode() if body is not None else None)
     try:
-        c = http.client.HTTPConnection(m.group(1), int(m.group(2)), timeout=timeout)
-        c.request("GET", m.group(3) or "/", headers=h)
+        if scheme == "https":
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            c = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=ctx)
+        else:
+            c = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        c.request("GET", path or "/", headers=h)
         r = c.getresponse()
+        version = c.sock.version() if scheme == "https" else None
         data = r.read()
         c.close()
     except (OSError, http.client.HTTPException) as e:
         return f"request failed: {e}"
+    if tls_version and version != tls_version:
+        return f"negotiated {version} (want {tls_version})"
     return check_response(r.status, {k.lower(): v for k, v in r.getheaders()}, data, length, expect, encoding)
 
 
@@ -1086,6 +1151,7 @@ def main(argv=None):
     m.add_argument("--lua")
     m.add_argument("--lua-arg", action="append", default=[])
     m.add_argument("--sink")
+    m.add_argument("--tlsload", help="bench/ceiling/tlsload binary (tools tls-new, tls-resume, tls-bulk)")
     m.add_argument("--pids", required=True, help="root pids of the setup; the first --front are the front server")
     m.add_argument("--front", type=int, default=1)
     m.add_argument("--server-cpus", default=os.environ.get("SERVER_CPU", "0"))
@@ -1105,6 +1171,7 @@ def main(argv=None):
     p.add_argument("--body")
     p.add_argument("--encoding")
     p.add_argument("--header", action="append", default=[])
+    p.add_argument("--tls-version", help="https: the TLS version that must be negotiated (TLSv1.3)")
 
     r = sub.add_parser("report", help="write RUN_DIR/report.md from raw.csv")
     r.add_argument("run_dir")
@@ -1119,7 +1186,7 @@ def main(argv=None):
         append_row(a.raw, {"case": a.case, "rep": a.rep, "variant": a.variant, "conc": a.conc,
                            "workers": a.workers, "contender": a.contender, "ref": a.ref, "note": note})
     elif a.cmd == "preflight":
-        why = preflight(a.url, a.length, a.file, a.body, a.encoding, a.header)
+        why = preflight(a.url, a.length, a.file, a.body, a.encoding, a.header, tls_version=a.tls_version)
         if why:
             print(why)
             return 1

@@ -86,6 +86,25 @@ def test_parse_wrk_without_latency_fields_and_failure():
     assert lablib.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused\n") is None
 
 
+# bench/ceiling/tlsload.c (case T): the wrk line plus handshake counts
+TLSLOAD = ("WRK_RESULT requests=166 duration_us=1001935 bytes=208994 connect=0 read=0 write=0 status=0 "
+           "timeout=0 handshakes=167 resumed=166\n")
+
+
+def test_parse_tlsload_and_resumption_note():
+    r = lablib.parse_wrk(TLSLOAD)
+    assert r["requests"] == 166 and r["handshakes"] == 167 and r["resumed"] == 166
+    assert lablib.PARSERS["tls-resume"] is lablib.parse_wrk
+    # the first handshake of a resumed run is full (it brings the ticket): no note
+    assert lablib.resumption_note("tls-resume", r) == ""
+    r["resumed"] = 100
+    assert lablib.resumption_note("tls-resume", r) == "67 of 167 handshakes were full, not resumed"
+    # a few full ones among thousands (connections that started before the first ticket): no note
+    assert lablib.resumption_note("tls-resume", {"handshakes": 4549, "resumed": 4545}) == ""
+    assert lablib.resumption_note("tls-new", r) == ""
+    assert lablib.resumption_note("tls-resume", lablib.parse_wrk(SINK)) == ""
+
+
 def test_parse_h2load():
     r = lablib.parse_h2load(H2LOAD)
     assert r["requests"] == 70689
@@ -168,6 +187,18 @@ def test_tool_command():
     assert "--h1" in c and "-c10000" in c and c[c.index("-D") + 1] == "5"
     c = lablib.tool_command("ab", "http://127.0.0.1:1/x", 10, 0.2)
     assert c[c.index("-n") + 1] == "100" and c[c.index("-t") + 1] == "1"
+    c = lablib.tool_command("tls-resume", "https://127.0.0.1:8443/1k.txt", 20, 3, tlsload_bin="/t/tlsload")
+    assert c == ["/t/tlsload", "resume", "127.0.0.1:8443", "/1k.txt", "3", "20"]
+    c = lablib.tool_command("tls-bulk", "https://127.0.0.1:8443/big.bin", 4, 3, tlsload_bin="/t/tlsload")
+    assert c[1] == "bulk" and c[-1] == "4"
+    c = lablib.tool_command("wrk", "https://127.0.0.1:8443/1k.txt", 100, 3)
+    assert c[-1] == "https://127.0.0.1:8443/1k.txt"
+
+
+def test_preflight_rejects_other_schemes():
+    assert lablib.preflight("ftp://127.0.0.1:1/x") == "bad url ftp://127.0.0.1:1/x"
+    # https is parsed (the connection to a closed port fails, not the URL)
+    assert lablib.preflight("https://127.0.0.1:1/x", timeout=2).startswith("request failed")
 
 
 # ------------------------------------------------------------------ preflight checks
@@ -292,6 +323,25 @@ def test_report_has_tables_ceiling_not_yet_errors_and_meta():
         assert "Machine: host vm, 2 cores" in text and "Tools: nginx/1.22.1" in text
         assert "- something to know" in text
         assert "![A_rps.png](A_rps.png)" in text
+
+
+def test_report_has_the_https_case():
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [
+            _row(case="T", variant="full handshake", conc=20, contender="nginx", ref="nginx", rps=1000.0,
+                 us_cpu_per_req=900.0),
+            _row(case="T", variant="full handshake", conc=20, contender="hayate", ref="nginx", rps=1300.0,
+                 us_cpu_per_req=700.0),
+            _row(case="T", variant="100 MiB", conc=4, contender="nginx", ref="nginx", rps=10.0, mb_per_s=1000.0,
+                 us_cpu_per_mb=900.0),
+            _row(case="T", variant="100 MiB", conc=4, contender="hayate", ref="nginx", rps=11.0, mb_per_s=1100.0,
+                 us_cpu_per_mb=850.0),
+        ]
+        _write(tmp, rows)
+        text = lablib.make_report(tmp)
+        assert "## T. HTTPS" in text and "TLS 1.3" in text
+        assert "| full handshake | 20 | **hayate** | 1,300 | 1.30× | 700.00 | 0.78× |  |  |  |  |" in text
+        assert "| 100 MiB | 4 | **hayate** | 11 | 1.10× |" in text and "| 1,100 | 1.10× | 850.0 | 0.94× |" in text
 
 
 def test_legacy_line_matches_the_static_raw_csv():
