@@ -201,7 +201,7 @@ impl Drop for Stream {
 }
 
 impl Stream {
-    async fn serve(self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+    async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
         let head = request_head(&parts, self.scheme);
@@ -212,8 +212,19 @@ impl Stream {
             Answer::Now(response, route) => (response, route),
             Answer::Upstream(to) => {
                 let route = Some(to.route_index());
-                let response = Box::pin(pipeline::upstream(&head, to, &mut body, client)).await;
-                (response, route)
+                let asked = Box::pin(pipeline::upstream(&head, to, &mut body, client));
+                // A client that resets the stream cancels the upstream
+                // request with it: dropping the exchange closes its
+                // connection (which is not pooled half-read).
+                let reset = std::future::poll_fn(|cx| respond.poll_reset(cx));
+                tokio::select! {
+                    response = asked => (response, route),
+                    reason = reset => {
+                        let why = reason.map_or_else(|e| e.to_string(), |r| format!("{r:?}"));
+                        log::debug!("HTTP/2 stream from {} reset ({why}): upstream request cancelled", self.peer);
+                        return;
+                    }
+                }
             }
         };
         let status = response.status;

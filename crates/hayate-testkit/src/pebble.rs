@@ -35,7 +35,9 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-fn binary(name: &str) -> PathBuf {
+/// A tool installed with `go install MODULE` (`.ci/run` does): found on
+/// PATH or in Go's bin directory.
+pub fn go_binary(name: &str, module: &str) -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -48,11 +50,14 @@ fn binary(name: &str) -> PathBuf {
     dirs.into_iter()
         .map(|d| d.join(name))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} not found: go install github.com/letsencrypt/pebble/v2/cmd/{name}@v2.10.1"
-            )
-        })
+        .unwrap_or_else(|| panic!("{name} not found: go install {module}"))
+}
+
+fn binary(name: &str) -> PathBuf {
+    go_binary(
+        name,
+        &format!("github.com/letsencrypt/pebble/v2/cmd/{name}@v2.10.1"),
+    )
 }
 
 impl Pebble {

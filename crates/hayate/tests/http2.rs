@@ -1,0 +1,355 @@
+//! HTTP/2 end to end with the `h2` crate as the client (the HTTP/2 of
+//! hyper and reqwest): over TLS by ALPN and h2c with prior knowledge, files
+//! (ranges, conditional requests, a large file within flow control), many
+//! streams on one connection, the proxy with bodies both ways and the
+//! cache, a reset stream cancelling its upstream request, the rapid-reset
+//! defence, and h2spec's conformance suite.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hayate_testkit::{big_bytes, checksum, site, Echo, Hayate, Origin, OriginOptions, WAIT};
+use tokio::net::TcpStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// hayate on an https listener with the local CA, more `args`; its state
+/// directory (the CA is `local-ca/ca.crt` in it) and site.
+fn start(args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir) {
+    let root = site();
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().display().to_string();
+    let mut all = vec![
+        root.path().to_str().expect("path").to_string(),
+        "--listen".into(),
+        "https://127.0.0.1:0".into(),
+        "--tls".into(),
+        "internal".into(),
+        "--state-dir".into(),
+        state_dir,
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    (Hayate::start(BIN, &refs), state, root)
+}
+
+type Sender = h2::client::SendRequest<Bytes>;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// An HTTP/2 connection over TLS (ALPN h2) trusting `ca`.
+async fn connect_tls(addr: SocketAddr, ca: &Path) -> Sender {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_file_iter(ca).expect("CA") {
+        let cert: rustls::pki_types::CertificateDer<'static> = cert.expect("CA cert");
+        roots.add(cert).expect("trust");
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = connector.connect(name, tcp).await.expect("handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    handshake(tls).await
+}
+
+async fn handshake<T>(io: T) -> Sender
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let (sender, conn) = h2::client::handshake(io).await.expect("h2 handshake");
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    sender
+}
+
+/// A response: status, fields, body (collected, its window released).
+struct Got {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn request(
+    sender: &mut Sender,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Got {
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(()).expect("request");
+    let ready = sender.clone().ready().await.expect("ready");
+    *sender = ready;
+    let (response, mut send) = sender.send_request(req, body.is_none()).expect("send");
+    if let Some(body) = body {
+        // Sent in pieces as the window allows.
+        let mut rest = Bytes::from(body);
+        while !rest.is_empty() {
+            send.reserve_capacity(rest.len());
+            let n = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                .await
+                .expect("capacity")
+                .expect("capacity");
+            send.send_data(rest.split_to(n.min(rest.len())), false)
+                .expect("data");
+        }
+        send.send_data(Bytes::new(), true).expect("end");
+    }
+    let response = tokio::time::timeout(WAIT, response)
+        .await
+        .expect("in time")
+        .expect("response");
+    let (parts, mut recv) = response.into_parts();
+    let mut body = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.expect("body");
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    Got {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+fn on_local<F: std::future::Future>(f: F) -> F::Output {
+    let rt = runtime();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, f)
+}
+
+#[test]
+fn files_over_h2_with_ranges_conditions_and_many_streams() {
+    let (h, state, root) = start(&[]);
+    let big = big_bytes(12 << 20);
+    std::fs::write(root.path().join("large.bin"), &big).expect("write");
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let mut s = connect_tls(h.addr, &ca).await;
+        let r = request(&mut s, "GET", "/hello.txt", &[], None).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+        assert_eq!(r.headers["content-length"], "12");
+        assert_eq!(r.headers["server"], "hayate");
+        let etag = r.headers["etag"].to_str().expect("etag").to_string();
+        let r = request(
+            &mut s,
+            "GET",
+            "/hello.txt",
+            &[("if-none-match", &etag)],
+            None,
+        )
+        .await;
+        assert_eq!((r.status, r.body.len()), (304, 0));
+        let r = request(&mut s, "GET", "/hello.txt", &[("range", "bytes=0-4")], None).await;
+        assert_eq!((r.status, &r.body[..]), (206, &b"hello"[..]));
+        let r = request(&mut s, "HEAD", "/hello.txt", &[], None).await;
+        assert_eq!((r.status, r.body.len()), (200, 0));
+        assert_eq!(r.headers["content-length"], "12");
+        assert_eq!(
+            request(&mut s, "GET", "/missing", &[], None).await.status,
+            404
+        );
+        // Larger than every window: sent as the client reads.
+        let r = request(&mut s, "GET", "/large.bin", &[], None).await;
+        assert_eq!(r.status, 200);
+        assert!(r.body == big, "{} bytes", r.body.len());
+        // 100 streams at once on the one connection.
+        let mut all = Vec::new();
+        for _ in 0..100 {
+            let mut s = s.clone();
+            all.push(tokio::task::spawn_local(async move {
+                request(&mut s, "GET", "/docs/guide.html", &[], None).await
+            }));
+        }
+        for t in all {
+            let r = t.await.expect("stream");
+            assert_eq!((r.status, &r.body[..]), (200, &b"<p>guide</p>\n"[..]));
+        }
+    });
+}
+
+#[test]
+fn h2c_with_prior_knowledge_on_a_plain_listener() {
+    let root = site();
+    let h = Hayate::start(BIN, &[root.path().to_str().expect("path")]);
+    on_local(async {
+        let tcp = TcpStream::connect(h.addr).await.expect("connect");
+        let mut s = handshake(tcp).await;
+        let r = request(&mut s, "GET", "/hello.txt", &[], None).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+    });
+    // HTTP/1.1 on the same listener is untouched.
+    assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
+    h.assert_no_errors();
+}
+
+#[test]
+fn the_proxy_and_the_cache_over_h2() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) = start(&["--proxy", &url, "--cache", "5s", "--max-body-size", "8MiB"]);
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let mut s = connect_tls(h.addr, &ca).await;
+        // A request body larger than the stream window, streamed upstream.
+        let body = big_bytes(3 << 20);
+        let sum = checksum(&body);
+        let r = request(
+            &mut s,
+            "POST",
+            "/echo",
+            &[("content-type", "application/octet-stream")],
+            Some(body),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let echo = Echo::parse(&String::from_utf8_lossy(&r.body));
+        assert_eq!(echo.body_len, 3 << 20);
+        assert_eq!(echo.checksum, sum);
+        assert_eq!(echo.header("x-forwarded-proto"), Some("https"));
+        // A streamed response of unknown length.
+        let r = request(&mut s, "GET", "/bytes?n=3000000&chunked=1", &[], None).await;
+        assert_eq!(r.status, 200);
+        assert!(r.body == big_bytes(3_000_000));
+        // The cache answers the second time.
+        let first = request(&mut s, "GET", "/script/c?body=cached", &[], None).await;
+        let second = request(&mut s, "GET", "/script/c?body=cached", &[], None).await;
+        assert_eq!((first.status, second.status), (200, 200));
+        assert_eq!(second.body, first.body);
+        assert_eq!(origin.count("/script/c?body=cached"), 1);
+    });
+}
+
+/// Waits until `target` has reached `origin`, letting this thread's tasks
+/// (the client connection) run meanwhile.
+async fn arrived(origin: &Origin, target: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !origin.wait_for(target, 1, std::time::Duration::ZERO) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{target} never reached the origin"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn a_reset_stream_cancels_its_upstream_request() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) = start(&["--proxy", &url, "--log-level", "debug"]);
+    let ca = state.path().join("local-ca/ca.crt");
+    let held = origin.hold("/echo?held=1");
+    on_local(async {
+        let mut s = connect_tls(h.addr, &ca).await;
+        let req = http::Request::get("https://localhost/echo?held=1")
+            .body(())
+            .expect("req");
+        let (response, mut send) = s.send_request(req, true).expect("send");
+        arrived(&origin, "/echo?held=1").await;
+        send.send_reset(h2::Reason::CANCEL);
+        drop(response);
+        // hayate says when it has dropped the upstream exchange; only then
+        // may the origin answer (else the answer could race the reset).
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !h.stderr().contains("upstream request cancelled") {
+            assert!(tokio::time::Instant::now() < deadline, "{}", h.stderr());
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The origin's connection for it was closed, not pooled: the next
+        // request opens another.
+        drop(held);
+        let r = request(&mut s, "GET", "/echo", &[], None).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            origin.connections(),
+            2,
+            "the cancelled request's connection was not reused"
+        );
+    });
+}
+
+#[test]
+fn rapid_resets_end_the_connection() {
+    let (h, state, _root) = start(&[]);
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let s = connect_tls(h.addr, &ca).await;
+        let mut closed = false;
+        for _ in 0..5000 {
+            let Ok(mut ready) = s.clone().ready().await else {
+                closed = true;
+                break;
+            };
+            let req = http::Request::get("https://localhost/hello.txt")
+                .body(())
+                .expect("req");
+            match ready.send_request(req, false) {
+                Ok((_, mut send)) => send.send_reset(h2::Reason::CANCEL),
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            closed,
+            "5,000 streams opened and reset without the connection ending"
+        );
+    });
+    // Others are still served.
+    on_local(async {
+        let mut s = connect_tls(h.addr, &ca).await;
+        assert_eq!(
+            request(&mut s, "GET", "/hello.txt", &[], None).await.status,
+            200
+        );
+    });
+}
+
+/// h2spec, the HTTP/2 conformance suite, against the TLS listener.
+#[test]
+fn h2spec_passes() {
+    let (h, _state, _root) = start(&["--access-log", "off"]);
+    let bin = hayate_testkit::pebble::go_binary(
+        "h2spec",
+        "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
+    );
+    let out = std::process::Command::new(bin)
+        .args(["-t", "-k", "-h", "127.0.0.1", "-o", "5"])
+        .args(["-p", &h.addr.port().to_string()])
+        .output()
+        .expect("run h2spec");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tests,"))
+        .unwrap_or_default();
+    assert!(
+        out.status.success() && summary.contains(" 0 failed"),
+        "{text}"
+    );
+}
