@@ -129,7 +129,7 @@ impl Conn {
                     io: &mut self.transport,
                 };
                 let (peer, worker) = (self.peer.clone(), self.worker.clone());
-                Box::pin(crate::h2_conn::serve(io, peer, self.scheme, worker)).await;
+                Box::pin(crate::h2_conn::serve(io, peer, self.scheme, None, worker)).await;
             }
             Err(e) => log::debug!("connection from {} ended: {e}", self.peer),
         }

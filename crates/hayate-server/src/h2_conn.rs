@@ -29,7 +29,7 @@ use h2::{RecvStream, SendStream};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
 use hayate_core::response::FileRange;
-use hayate_core::transport::{Peer, Scheme};
+use hayate_core::transport::{Peer, Scheme, TlsInfo};
 use hayate_core::{Body, Chunk, Response, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -59,8 +59,9 @@ const FILE_CHUNK: usize = 64 * 1024;
 /// (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Serves an HTTP/2 connection until it closes.
-pub async fn serve<T>(io: T, peer: Peer, scheme: Scheme, worker: Rc<Worker>)
+/// Serves an HTTP/2 connection until it closes. `tls`: what its TLS
+/// session negotiated, for the access log.
+pub async fn serve<T>(io: T, peer: Peer, scheme: Scheme, tls: Option<TlsInfo>, worker: Rc<Worker>)
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -96,6 +97,7 @@ where
                     let stream = Stream {
                         peer: peer.clone(),
                         scheme,
+                        tls,
                         worker: worker.clone(),
                         open: open.clone(),
                         idle: idle.clone(),
@@ -186,6 +188,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 struct Stream {
     peer: Rc<str>,
     scheme: Scheme,
+    tls: Option<TlsInfo>,
     worker: Rc<Worker>,
     open: Rc<Cell<usize>>,
     idle: Rc<tokio::sync::Notify>,
@@ -248,7 +251,7 @@ impl Stream {
                 bytes: sent,
                 duration: started.elapsed(),
                 cache,
-                tls: None,
+                tls: self.tls,
             };
             log.record(&head, &entry);
         }

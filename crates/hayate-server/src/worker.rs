@@ -224,7 +224,8 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
                 tokio::task::spawn_local(async move {
                     match Box::pin(tls.handshake(tcp)).await {
                         Ok(t) if t.alpn() == Some(b"h2") => {
-                            Box::pin(crate::h2_conn::serve(t, peer, scheme, worker)).await;
+                            let tls = t.tls_info();
+                            Box::pin(crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
                         }
                         Ok(t) => Conn::new(t, peer, scheme, worker).run().await,
                         Err(_) => {}

@@ -386,8 +386,8 @@ fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
         "an alert or nothing: {reply:?}"
     );
     // A client offering only a protocol hayate does not speak.
-    let h2_only = TlsClient::with_alpn(&state.path().join("local-ca/ca.crt"), &["h2"]);
-    let err = h2_only
+    let h3_only = TlsClient::with_alpn(&state.path().join("local-ca/ca.crt"), &["h3"]);
+    let err = h3_only
         .try_connect(h.addr, "localhost")
         .err()
         .expect("refused");
