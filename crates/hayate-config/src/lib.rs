@@ -384,7 +384,9 @@ compress_types = ["text/html", "application/json"]
         for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
             assert!(seen.insert(o.key), "duplicate key {}", o.key);
             assert!(
-                o.key.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                o.key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
                 "{}",
                 o.key
             );
