@@ -13,7 +13,7 @@ use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use hayate_core::error::Error;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status, StreamBody};
@@ -124,8 +124,14 @@ impl Conn {
             // its largest state, and idle connections hold all of it.
             Ok(End::Linger) => Box::pin(self.linger()).await,
             Ok(End::Http2) => {
+                let pre = Bytes::copy_from_slice(&self.rbuf);
+                // HTTP/1's buffers are not needed for the connection's life.
+                self.rbuf.clear();
+                self.wbuf.clear();
+                let pool = &self.worker.buffers;
+                pool.lend(&mut self.rbuf, &mut self.wbuf, &mut self.spare);
                 let io = crate::h2_conn::Prefixed {
-                    pre: self.rbuf.split().freeze(),
+                    pre,
                     io: &mut self.transport,
                 };
                 let (peer, worker) = (self.peer.clone(), self.worker.clone());

@@ -142,6 +142,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
             let n = self.pre.len().min(buf.remaining());
             let piece = self.pre.split_to(n);
             buf.put_slice(&piece);
+            if self.pre.is_empty() {
+                // An empty view would still keep the HTTP/1 read buffer.
+                self.pre = Bytes::new();
+            }
             return std::task::Poll::Ready(Ok(()));
         }
         std::pin::Pin::new(&mut self.io).poll_read(cx, buf)

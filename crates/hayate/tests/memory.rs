@@ -176,3 +176,54 @@ fn half_open_tls_handshakes_are_bounded_and_other_clients_are_served() {
         let _ = s.read_to_end(&mut rest);
     }
 }
+
+/// Most RSS growth allowed per idle HTTP/2 connection (h2c, one request
+/// each), in bytes (debug build). Measured here: 22,900 B, most of it the
+/// h2 crate's own buffers, kept for a connection's life: its frame writer's
+/// 16 KiB and its frame reader's 8 KiB (24,991 B before the HTTP/1 buffers
+/// of an h2c connection went back to the pool). The target (10,000
+/// idle connections in 128 MiB, 13 KiB each) needs h2 to release them while
+/// idle. 32 KiB catches a regression (another buffer kept per connection).
+const MAX_PER_IDLE_H2: u64 = 32 * 1024;
+
+#[test]
+fn idle_http2_connections_are_bounded() {
+    use std::io::{Read, Write};
+    raise_fd_limit(CONNS as u64 + 256);
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8 path");
+    let h = Hayate::start(BIN, &[root, "--workers", "1", "--access-log", "off"]);
+    // A minimal h2c client: the preface, an empty SETTINGS, then a GET on
+    // stream 1 (HPACK: :method GET, :scheme http, :path /, :authority).
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let block = [0x82, 0x86, 0x84, 0x41, 0x01, b'x'];
+    hello.extend_from_slice(&[0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1]);
+    hello.extend_from_slice(&block);
+    let open = |h: &Hayate| {
+        let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(&hello).expect("send");
+        // Read until the response's DATA with END_STREAM has come.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(12).any(|w| w == b"<h1>home</h1") {
+            let n = s.read(&mut buf).expect("read");
+            assert!(n > 0, "closed: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        s
+    };
+    drop(open(&h));
+    let before = settled_rss_kib(h.pid());
+    let idle: Vec<std::net::TcpStream> = (0..CONNS).map(|_| open(&h)).collect();
+    let after = settled_rss_kib(h.pid());
+    let per_conn = after.saturating_sub(before) * 1024 / CONNS as u64;
+    eprintln!("{CONNS} idle HTTP/2 connections: RSS {before} -> {after} KiB, {per_conn} B each");
+    assert!(
+        per_conn <= MAX_PER_IDLE_H2,
+        "{per_conn} B per idle HTTP/2 connection"
+    );
+    drop(idle);
+}
