@@ -199,7 +199,12 @@ impl Conn {
                 self.catch_up_clock();
                 self.served += 1;
                 if let Some(m) = &w.metrics {
-                    m.record(route, resp.status.code(), started.elapsed());
+                    m.record(
+                        route,
+                        req.head.version,
+                        resp.status.code(),
+                        started.elapsed(),
+                    );
                 }
 
                 // A body nobody read is drained after the response; one the

@@ -237,7 +237,7 @@ impl Stream {
         let status = response.status;
         let cache = response.cache_status;
         if let Some(m) = &w.metrics {
-            m.record(route, status.code(), started.elapsed());
+            m.record(route, Version::Http2, status.code(), started.elapsed());
         }
         let head_request = head.method() == b"HEAD";
         let mut sent = 0;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use hayate_config::Config;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+use hayate_core::request::Version;
 
 /// Upper bounds of the latency buckets, in microseconds (0.5 ms to 10 s).
 const BUCKETS_US: [u64; 14] = [
@@ -25,6 +26,13 @@ const BUCKETS_US: [u64; 14] = [
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 const REQUESTS: &str = "hayate_http_requests_total";
+const BY_PROTOCOL: &str = "hayate_http_requests_by_protocol_total";
+/// The protocols counted apart, in [`Version`] order.
+const PROTOCOLS: [(Version, &str); 3] = [
+    (Version::Http10, "HTTP/1.0"),
+    (Version::Http11, "HTTP/1.1"),
+    (Version::Http2, "HTTP/2"),
+];
 const DURATION: &str = "hayate_http_request_duration_seconds";
 
 #[derive(Default)]
@@ -47,12 +55,16 @@ fn bump(c: &AtomicU64, by: u64) {
 /// matched no route (unsafe paths, unknown prefixes).
 pub struct WorkerMetrics {
     routes: Box<[RouteCounters]>,
+    protocols: [AtomicU64; PROTOCOLS.len()],
 }
 
 impl WorkerMetrics {
     /// Counts an answered request of `route` (its index; `None`: no route
     /// matched), as the pipeline reported it.
-    pub fn record(&self, route: Option<usize>, status: u16, elapsed: Duration) {
+    pub fn record(&self, route: Option<usize>, version: Version, status: u16, elapsed: Duration) {
+        if let Some(i) = PROTOCOLS.iter().position(|(v, _)| *v == version) {
+            bump(&self.protocols[i], 1);
+        }
         let unrouted = self.routes.len() - 1;
         let Some(c) = self.routes.get(route.unwrap_or(unrouted)) else {
             return;
@@ -99,6 +111,7 @@ impl RequestMetrics {
             routes: (0..self.labels.len())
                 .map(|_| RouteCounters::default())
                 .collect(),
+            protocols: Default::default(),
         });
         if let Ok(mut workers) = self.workers.lock() {
             workers.push(w.clone());
@@ -132,6 +145,20 @@ impl RequestMetrics {
 
 impl MetricsSource for RequestMetrics {
     fn render(&self, out: &mut String) {
+        family(
+            out,
+            BY_PROTOCOL,
+            "Requests answered, by protocol",
+            Kind::Counter,
+        );
+        let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
+        for (i, (_, name)) in PROTOCOLS.iter().enumerate() {
+            let n: u64 = workers
+                .iter()
+                .map(|w| w.protocols[i].load(Ordering::Relaxed))
+                .sum();
+            sample(out, BY_PROTOCOL, &[("protocol", name)], n);
+        }
         let totals = self.totals();
         family(
             out,

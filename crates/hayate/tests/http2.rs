@@ -192,7 +192,12 @@ fn files_over_h2_with_ranges_conditions_and_many_streams() {
 #[test]
 fn h2c_with_prior_knowledge_on_a_plain_listener() {
     let root = site();
-    let h = Hayate::start(BIN, &[root.path().to_str().expect("path")]);
+    let admin = root.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let h = Hayate::start(
+        BIN,
+        &[root.path().to_str().expect("path"), "--admin", &admin_arg],
+    );
     on_local(async {
         let tcp = TcpStream::connect(h.addr).await.expect("connect");
         let mut s = handshake(tcp).await;
@@ -201,6 +206,14 @@ fn h2c_with_prior_knowledge_on_a_plain_listener() {
     });
     // HTTP/1.1 on the same listener is untouched.
     assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
+    // Each counted under its protocol.
+    let metrics = hayate_testkit::unix_get(&admin, "/metrics");
+    for line in [
+        "hayate_http_requests_by_protocol_total{protocol=\"HTTP/2\"} 1",
+        "hayate_http_requests_by_protocol_total{protocol=\"HTTP/1.1\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     h.assert_no_errors();
 }
 
