@@ -505,6 +505,33 @@ fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
     Some((scheme, addr.parse().ok()?))
 }
 
+/// Polls `check` until it succeeds, for up to [`WAIT`]: for what a server
+/// does in the background (a certificate reloaded, an ACME order, a log
+/// line), seen from outside. Panics with `what` and the last error.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// [`eventually`] inside an async test: the thread's other tasks (a client
+/// connection that must flush) run between checks.
+pub async fn eventually_async<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
 /// A TCP connection with every wait bounded by [`WAIT`].
 fn tcp_connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");

@@ -12,7 +12,6 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
 
 use crate::tls::TlsClient;
 use crate::WAIT;
@@ -165,19 +164,6 @@ impl Drop for Pebble {
         for child in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
-        }
-    }
-}
-
-/// Retries `attempt` until it succeeds, for up to [`WAIT`]: for what a
-/// server does in the background (an ACME order), seen from outside.
-pub fn eventually<T>(what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match attempt() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() >= deadline => panic!("{what}: {e}"),
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
         }
     }
 }

@@ -8,7 +8,8 @@
 
 use std::path::Path;
 
-use hayate_testkit::pebble::{eventually, free_port, Pebble};
+use hayate_testkit::eventually;
+use hayate_testkit::pebble::{free_port, Pebble};
 use hayate_testkit::tls::{served_certificate, TlsClient};
 use hayate_testkit::{site, Hayate};
 

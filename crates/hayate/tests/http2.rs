@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hayate_testkit::{big_bytes, checksum, site, Echo, Hayate, Origin, OriginOptions, WAIT};
+use hayate_testkit::{
+    big_bytes, checksum, eventually_async, site, Echo, Hayate, Origin, OriginOptions, WAIT,
+};
 use tokio::net::TcpStream;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -257,14 +259,13 @@ fn the_proxy_and_the_cache_over_h2() {
 /// Waits until `target` has reached `origin`, letting this thread's tasks
 /// (the client connection) run meanwhile.
 async fn arrived(origin: &Origin, target: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !origin.wait_for(target, 1, std::time::Duration::ZERO) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{target} never reached the origin"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    eventually_async("the request at the origin", || {
+        match origin.wait_for(target, 1, std::time::Duration::ZERO) {
+            true => Ok(()),
+            false => Err(target.to_string()),
+        }
+    })
+    .await
 }
 
 #[test]
@@ -285,11 +286,14 @@ fn a_reset_stream_cancels_its_upstream_request() {
         drop(response);
         // hayate says when it has dropped the upstream exchange; only then
         // may the origin answer (else the answer could race the reset).
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !h.stderr().contains("upstream request cancelled") {
-            assert!(tokio::time::Instant::now() < deadline, "{}", h.stderr());
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        eventually_async("the cancellation logged", || {
+            let log = h.stderr();
+            match log.contains("upstream request cancelled") {
+                true => Ok(()),
+                false => Err(log),
+            }
+        })
+        .await;
         // The origin's connection for it was closed, not pooled: the next
         // request opens another.
         drop(held);

@@ -11,10 +11,9 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use hayate_testkit::tls::{served_certificate, TlsClient};
-use hayate_testkit::{big_bytes, site, Echo, Hayate, Origin, OriginOptions, WAIT};
+use hayate_testkit::{big_bytes, eventually, site, Echo, Hayate, Origin, OriginOptions, WAIT};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -273,28 +272,24 @@ fn a_replaced_certificate_file_is_served_without_a_restart_and_a_bad_one_is_not(
     let (_, _, new_der) = pki.issue(&["localhost"], "site");
     assert_ne!(new_der, old_der);
     let fresh = client.without_resumption();
-    let deadline = Instant::now() + WAIT;
-    while served_certificate(&fresh.connect(h.addr, "localhost")) != new_der {
-        assert!(
-            Instant::now() < deadline,
-            "the new certificate was not served: {}",
-            h.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually("the new certificate served", || {
+        match served_certificate(&fresh.connect(h.addr, "localhost")) == new_der {
+            true => Ok(()),
+            false => Err(h.stderr()),
+        }
+    });
     // The connection made before the change still works.
     assert_eq!(kept.get("/hello.txt", &[]).status, 200);
 
     // A broken file keeps the certificate served until now.
     write_replacing(Path::new(&cert), b"-----BEGIN CERTIFICATE-----\nbroken\n");
-    let deadline = Instant::now() + WAIT;
-    while !h
-        .stderr()
-        .contains("keeping the certificate served until now")
-    {
-        assert!(Instant::now() < deadline, "no error logged: {}", h.stderr());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually("the broken file's error logged", || {
+        let log = h.stderr();
+        match log.contains("keeping the certificate served until now") {
+            true => Ok(()),
+            false => Err(log),
+        }
+    });
     assert_eq!(
         served_certificate(&fresh.connect(h.addr, "localhost")),
         new_der
