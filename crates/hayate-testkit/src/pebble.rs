@@ -138,6 +138,13 @@ impl Pebble {
             dir,
         };
         rx.recv_timeout(WAIT).expect("pebble did not start");
+        // pebble logs its addresses before it binds them: wait until both
+        // accept.
+        for port in [api, management] {
+            crate::eventually("pebble listening", || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())
+            });
+        }
         p
     }
 
@@ -151,6 +158,33 @@ impl Pebble {
         let path = self.dir.path().join("issuer-root.pem");
         std::fs::write(&path, &r.body).expect("write");
         path
+    }
+
+    /// Makes pebble's renewal information (ARI) for the certificate in
+    /// `cert_pem` (its first PEM block) suggest a window that has begun:
+    /// what a CA says of certificates it is about to revoke.
+    pub fn ask_renewal_now(&self, cert_pem: &str) {
+        let aria =
+            r#"{"suggestedWindow":{"start":"2020-01-01T00:00:00Z","end":"2020-01-02T00:00:00Z"}}"#;
+        let escape = |s: &str| {
+            s.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
+        };
+        let body = format!(
+            r#"{{"Certificate":"{}","ARIResponse":"{}"}}"#,
+            escape(cert_pem),
+            escape(aria)
+        );
+        let client = TlsClient::with_alpn(&self.api_ca, &[]);
+        let mut c = client.connect(self.management, "127.0.0.1");
+        let head = format!(
+            "POST /set-renewal-info/ HTTP/1.1\r\nHost: pebble\r\nUser-Agent: hayate-testkit\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        c.send(head.as_bytes()).send(body.as_bytes());
+        let r = c.read_response(false);
+        assert_eq!(r.status, 200, "pebble's set-renewal-info: {}", r.text());
     }
 
     /// The directory pebble's files are in.

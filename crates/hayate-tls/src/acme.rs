@@ -13,7 +13,9 @@
 //!   answered by the TLS listener's certificate choice when a client offers
 //!   only `acme-tls/1`. HTTP-01 when hayate has a plain-HTTP TCP listener,
 //!   else TLS-ALPN-01 (`acme_challenge` chooses).
-//! - Renewal at two thirds of a certificate's life. A failure is logged with
+//! - Renewal at two thirds of a certificate's life, or earlier when the CA's
+//!   renewal information (ARI, RFC 9773) suggests a window that has begun
+//!   (a CA revoking certificates asks this way). A failure is logged with
 //!   the ACME server's reason, counted on /metrics, and retried with backoff
 //!   (10 s doubling to an hour); serving goes on with the certificate there
 //!   is, and a name without one fails its handshakes only.
@@ -24,8 +26,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
@@ -44,6 +46,14 @@ const FIRST_RETRY: Duration = Duration::from_secs(10);
 const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// How long one order may take, polls included.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What ACME Renewal Information (RFC 9773) advised for a certificate.
+struct Advice {
+    /// The start of the suggested renewal window.
+    renew_from: Option<SystemTime>,
+    /// When to ask again (the CA's Retry-After).
+    ask_again: SystemTime,
+}
 
 /// How the ACME server checks that hayate answers for a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,12 +184,41 @@ impl Acme {
     async fn run(self) {
         let mut account: Option<Account> = None;
         let mut retry: HashMap<String, (SystemTime, Duration)> = HashMap::new();
+        let mut advice: HashMap<String, Advice> = HashMap::new();
+        let mut ari = true;
         loop {
             let now = SystemTime::now();
             let mut wake = now + MAX_WAIT;
             for name in &self.settings.names {
                 let held = self.held(name);
-                if let Some(c) = held.as_ref().filter(|c| !renewal_due(c, now)) {
+                let mut due = held.as_ref().is_none_or(|c| renewal_due(c, now));
+                if let (Some(c), false, true) = (&held, due, ari) {
+                    if advice.get(name).is_none_or(|a| a.ask_again <= now) {
+                        match self.renewal_info(&mut account, c).await {
+                            Ok(a) => drop(advice.insert(name.clone(), a)),
+                            Err(None) => ari = false,
+                            Err(Some(e)) => {
+                                log::warn!("ACME: renewal information for {name}: {e}");
+                                let later = Advice {
+                                    renew_from: None,
+                                    ask_again: now + MAX_WAIT,
+                                };
+                                advice.insert(name.clone(), later);
+                            }
+                        }
+                    }
+                    if let Some(a) = advice.get(name) {
+                        due = a.renew_from.is_some_and(|from| from <= now);
+                        if due {
+                            log::info!(
+                                "ACME: the CA's renewal information says to renew {name} now"
+                            );
+                        }
+                        wake = wake.min(a.ask_again);
+                        wake = a.renew_from.map_or(wake, |from| wake.min(from));
+                    }
+                }
+                if let Some(c) = held.as_ref().filter(|_| !due) {
                     wake = wake.min(renewal_time(c));
                     continue;
                 }
@@ -200,6 +239,7 @@ impl Acme {
                         );
                         self.metrics.acme_outcome(true);
                         retry.remove(name);
+                        advice.remove(name);
                         wake = wake.min(renewal_time(&c));
                         self.hold(name, c);
                     }
@@ -221,6 +261,38 @@ impl Acme {
                 .unwrap_or(Duration::ZERO);
             tokio::time::sleep(pause.min(MAX_WAIT)).await;
         }
+    }
+
+    /// What the CA advises for `cert` (RFC 9773). `Err(None)`: the CA
+    /// offers no renewal information.
+    async fn renewal_info(
+        &self,
+        account: &mut Option<Account>,
+        cert: &Certificate,
+    ) -> Result<Advice, Option<String>> {
+        let account = self.account_ready(account).await.map_err(Some)?;
+        let id = CertificateIdentifier::try_from(&cert.key.cert[0])
+            .map_err(|e| Some(format!("certificate identifier: {e}")))?;
+        match account.renewal_info(&id).await {
+            Ok((info, ask_after)) => Ok(Advice {
+                renew_from: Some(SystemTime::from(info.suggested_window.start)),
+                ask_again: SystemTime::now()
+                    + ask_after.clamp(Duration::from_secs(60), MAX_WAIT * 24),
+            }),
+            Err(instant_acme::Error::Unsupported(_)) => Err(None),
+            Err(e) => Err(Some(e.to_string())),
+        }
+    }
+
+    /// The account, loaded or registered on first use.
+    async fn account_ready<'a>(
+        &self,
+        account: &'a mut Option<Account>,
+    ) -> Result<&'a Account, String> {
+        if account.is_none() {
+            *account = Some(self.account().await?);
+        }
+        Ok(account.as_ref().expect("set above"))
     }
 
     fn held(&self, name: &str) -> Option<Certificate> {
@@ -283,10 +355,7 @@ impl Acme {
         account: &mut Option<Account>,
         name: &str,
     ) -> Result<Certificate, String> {
-        if account.is_none() {
-            *account = Some(self.account().await?);
-        }
-        let account = account.as_ref().expect("set above");
+        let account = self.account_ready(account).await?;
         let identifiers = [Identifier::Dns(name.to_string())];
         let mut order = account
             .new_order(&NewOrder::new(&identifiers))

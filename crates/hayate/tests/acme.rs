@@ -141,6 +141,58 @@ fn a_certificate_is_obtained_over_tls_alpn_01_and_reused_after_a_restart() {
 }
 
 #[test]
+fn a_certificate_is_renewed_early_when_the_ca_says_so() {
+    let root = site();
+    let state = tempfile::tempdir().expect("state");
+    let ports = (free_port(), free_port());
+    let pebble = Pebble::start(ports.0, ports.1, 90 * 24 * 3600);
+    let tls_addr = format!("127.0.0.1:{}", ports.1).parse().expect("addr");
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    let start = || {
+        hayate(
+            root.path(),
+            state.path(),
+            ports,
+            &pebble.directory,
+            &pebble.api_ca,
+            "http-01",
+        )
+    };
+    let mut h = start();
+    let first = eventually("a certificate from pebble", || {
+        client
+            .try_connect(tls_addr, NAME)
+            .map(|c| served_certificate(&c))
+    });
+    assert!(h.stop().success());
+    // The CA's renewal information (RFC 9773) now says: renew.
+    let stored = walk(state.path())
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "crt") && p.to_string_lossy().contains(NAME))
+        .expect("the stored certificate");
+    pebble.ask_renewal_now(&std::fs::read_to_string(stored).expect("read"));
+    let h = start();
+    // Served at once from the state directory, then renewed.
+    let c = client
+        .try_connect(tls_addr, NAME)
+        .unwrap_or_else(|e| panic!("{e}: {}", h.stderr()));
+    assert_eq!(served_certificate(&c), first);
+    eventually("the certificate renewed", || {
+        let now = served_certificate(&client.try_connect(tls_addr, NAME)?);
+        match now != first {
+            true => Ok(()),
+            false => Err(h.stderr()),
+        }
+    });
+    assert!(
+        h.stderr()
+            .contains("renewal information says to renew site.test now"),
+        "{}",
+        h.stderr()
+    );
+}
+
+#[test]
 fn a_short_lived_certificate_is_renewed_while_serving() {
     let root = site();
     let state = tempfile::tempdir().expect("state");
