@@ -72,7 +72,10 @@ where
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS));
+        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        // WebSocket over HTTP/2 (RFC 8441): streams opened by CONNECT with
+        // :protocol, for routes whose upstream switches protocols.
+        .enable_connect_protocol();
     let timeouts = worker.timeouts;
     let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
         Ok(Ok(conn)) => conn,
@@ -211,10 +214,15 @@ impl Stream {
     async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
-        let head = request_head(&parts, self.scheme);
+        let websocket = parts.method == http::Method::CONNECT
+            && parts
+                .extensions
+                .get::<h2::ext::Protocol>()
+                .is_some_and(|p| p.as_str() == crate::h2_tunnel::WEBSOCKET);
+        let head = request_head(&parts, self.scheme, websocket);
         let w = self.worker.clone();
         let client = pipeline::Client { peer: &self.peer };
-        let mut body = StreamBody::new(body, &parts.headers, &w);
+        let mut body = StreamBody::new(body, &parts.headers, websocket, &w);
         let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
             Answer::Now(response, route) => (response, route),
             Answer::Upstream(to) => {
@@ -241,6 +249,28 @@ impl Stream {
         }
         let head_request = head.method() == b"HEAD";
         let mut sent = 0;
+        if let (true, Body::Upgrade(_)) = (websocket, &response.body) {
+            let Body::Upgrade(tunnel) = response.body else {
+                unreachable!("matched above")
+            };
+            // RFC 8441 §5: the switch is a 2xx on the stream, which then
+            // carries the WebSocket's bytes.
+            let accepted = http::Response::builder()
+                .status(200)
+                .body(())
+                .expect("a bare status");
+            match respond.send_response(accepted, false) {
+                Ok(send) => {
+                    let mut pipe = crate::h2_tunnel::StreamPipe::new(send, body.into_recv());
+                    if let Err(e) = tunnel.run(&mut pipe, Bytes::new()).await {
+                        log::debug!("WebSocket over HTTP/2 from {}: {e}", self.peer);
+                    }
+                }
+                Err(e) => log::debug!("HTTP/2 stream from {}: {e}", self.peer),
+            }
+            self.log(&head, status, cache, 0, started);
+            return;
+        }
         if let Err(e) = send(respond, response, head_request, &mut sent).await {
             log::debug!("HTTP/2 stream from {}: {e}", self.peer);
         }
@@ -248,7 +278,19 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
-        if let Some(log) = &w.access_log {
+        self.log(&head, status, cache, sent, started);
+    }
+
+    /// Records the exchange in the access log, if there is one.
+    fn log(
+        &self,
+        head: &RequestHead,
+        status: Status,
+        cache: Option<&'static str>,
+        sent: u64,
+        started: Instant,
+    ) {
+        if let Some(log) = &self.worker.access_log {
             let entry = access_log::Entry {
                 peer: &self.peer,
                 status: status.code(),
@@ -257,26 +299,33 @@ impl Stream {
                 cache,
                 tls: self.tls,
             };
-            log.record(&head, &entry);
+            log.record(head, &entry);
         }
     }
 }
 
 /// The neutral head of an HTTP/2 request: pseudo-headers become method,
 /// target and authority; h2 has already refused connection-specific fields
-/// and malformed pseudo-headers (RFC 9113 §8.2.2, §8.3).
-fn request_head(parts: &http::request::Parts, scheme: Scheme) -> RequestHead {
+/// and malformed pseudo-headers (RFC 9113 §8.2.2, §8.3). A WebSocket's
+/// extended CONNECT becomes the HTTP/1.1 upgrade request an upstream
+/// expects (RFC 8441 §5: GET, `Upgrade: websocket`, and a key).
+fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -> RequestHead {
     let target = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .as_bytes();
-    let mut head = RequestHead::new(
-        parts.method.as_str().as_bytes(),
-        target,
-        Version::Http2,
-        scheme,
-    );
+    let method = match websocket {
+        true => &b"GET"[..],
+        false => parts.method.as_str().as_bytes(),
+    };
+    let mut head = RequestHead::new(method, target, Version::Http2, scheme);
+    if websocket {
+        head.push_field(b"connection", b"upgrade");
+        head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
+        let key = crate::h2_tunnel::websocket_key();
+        head.push_field(b"sec-websocket-key", key.as_bytes());
+    }
     if let Some(authority) = parts.uri.authority() {
         head.set_authority(authority.as_str().as_bytes());
     }
@@ -299,11 +348,14 @@ struct StreamBody {
 }
 
 impl StreamBody {
-    fn new(recv: RecvStream, headers: &http::HeaderMap, w: &Worker) -> StreamBody {
+    /// The body of a stream with `headers`; a `tunnel`'s stream (a
+    /// WebSocket) has none: its DATA is the tunnel's, read once it opens.
+    fn new(recv: RecvStream, headers: &http::HeaderMap, tunnel: bool, w: &Worker) -> StreamBody {
         let declared = headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let length = match declared {
+            _ if tunnel => BodyLength::None,
             Some(n) => BodyLength::Known(n),
             None if recv.is_end_stream() => BodyLength::None,
             None => BodyLength::Chunked,
@@ -325,6 +377,9 @@ impl ClientBody for StreamBody {
     }
 
     async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        if self.length == BodyLength::None {
+            return Ok(None);
+        }
         if let BodyLength::Known(n) = self.length {
             if n > self.max {
                 return Err(too_large());
@@ -362,6 +417,11 @@ impl ClientBody for StreamBody {
 }
 
 impl StreamBody {
+    /// The stream's receiving half, for a tunnel.
+    fn into_recv(self) -> RecvStream {
+        self.recv
+    }
+
     /// Reads and drops the rest of the body, within its limits.
     async fn drain(&mut self) {
         if self.recv.is_end_stream() {

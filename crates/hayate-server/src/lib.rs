@@ -19,6 +19,7 @@ mod conn_body;
 pub mod control;
 mod deadline;
 mod h2_conn;
+mod h2_tunnel;
 pub mod listen;
 pub mod pipeline;
 pub mod request_metrics;

@@ -370,3 +370,75 @@ fn h2spec_passes() {
         "{text}"
     );
 }
+
+#[test]
+fn websocket_over_h2_becomes_an_upgrade_upstream() {
+    use std::io::{Read, Write};
+    // A minimal upgrade server: checks the upgrade request, answers 101,
+    // then echoes bytes.
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    let seen = std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        let mut head = Vec::new();
+        hayate_testkit::read_through_blank_line(&mut s, &mut head).expect("head");
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .expect("101");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&head).to_ascii_lowercase()
+    });
+    let url = format!("http://127.0.0.1:{port}");
+    let (h, state, _root) = start(&["--proxy", &url]);
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let s = connect_tls(h.addr, &ca).await;
+        let mut s = s.ready().await.expect("ready");
+        let req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("https://localhost/ws")
+            .extension(h2::ext::Protocol::from_static("websocket"))
+            .header("sec-websocket-version", "13")
+            .body(())
+            .expect("request");
+        let (response, mut send) = s.send_request(req, false).expect("extended CONNECT");
+        let response = response.await.expect("response");
+        assert_eq!(response.status(), 200);
+        let mut recv = response.into_body();
+        for msg in [&b"frame-1"[..], &[7u8; 100_000][..]] {
+            send.reserve_capacity(msg.len());
+            let mut rest = Bytes::copy_from_slice(msg);
+            while !rest.is_empty() {
+                let n = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                    .await
+                    .expect("capacity")
+                    .expect("capacity");
+                send.send_data(rest.split_to(n.min(rest.len())), false)
+                    .expect("data");
+            }
+            let mut echoed = Vec::new();
+            while echoed.len() < msg.len() {
+                let chunk = recv.data().await.expect("echo").expect("echo");
+                let _ = recv.flow_control().release_capacity(chunk.len());
+                echoed.extend_from_slice(&chunk);
+            }
+            assert_eq!(echoed, msg);
+        }
+        send.send_data(Bytes::new(), true).expect("end");
+    });
+    let head = seen.join().expect("upstream");
+    assert!(head.starts_with("get /ws http/1.1\r\n"), "{head}");
+    for field in [
+        "upgrade: websocket",
+        "connection: upgrade",
+        "sec-websocket-key: ",
+        "sec-websocket-version: 13",
+    ] {
+        assert!(head.contains(field), "{field} in {head}");
+    }
+}
