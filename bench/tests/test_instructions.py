@@ -7,9 +7,11 @@ instruction total and the calls of clock_gettime). Standard library only.
 
 import importlib.machinery
 import importlib.util
+import sys
 import tempfile
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ beside bench/instructions/run
 _path = Path(__file__).resolve().parent.parent / "instructions" / "run"
 _loader = importlib.machinery.SourceFileLoader("instructions_run", str(_path))
 _spec = importlib.util.spec_from_loader("instructions_run", _loader)

@@ -142,8 +142,12 @@ pub async fn upstream<B: ClientBody>(
     client: Client<'_>,
 ) -> Response {
     let proxied = proxied(req, &to.target, client);
-    // Both ways are boxed: their state (kilobytes) then never enlarges the
-    // future a connection builds for every request it serves.
+    // The caller boxes this future (`Conn::ask_upstream`), so no state of
+    // it enlarges the future a connection builds for every request. The
+    // forward lives in that box; the cache fill, far larger and needed by
+    // caching routes only, has a box of its own so an uncached request's
+    // stays small. (The forward was boxed too: one allocation more per
+    // proxied request, 456 of 22,700 instructions, bench/instructions/run.)
     match to.cache {
         Some((cache, miss)) => {
             Box::pin(crate::cached::from_origin(
@@ -152,7 +156,7 @@ pub async fn upstream<B: ClientBody>(
             .await
         }
         None => {
-            let response = Box::pin(to.group.forward(&proxied, body)).await;
+            let response = to.group.forward(&proxied, body).await;
             // 5. Compress the proxied body.
             match &to.route.compression {
                 Some(policy) => crate::compression::compress_proxied(response, &proxied, policy),
