@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -339,7 +340,10 @@ fn parse_response(
     upgrade: bool,
     settings: &ProxySettings,
 ) -> io::Result<Option<(Option<Head>, usize)>> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    // Uninitialized: 128 initialized slots were 4 KiB written per response
+    // head, 349 of a proxied request's 22,226 instructions
+    // (bench/instructions/run).
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_RESPONSE_HEADERS];
     let Some(parsed) = response::parse_head(buf, &mut slots, is_head)
         .map_err(|e| io::Error::new(e.kind(), format!("upstream: {e}")))?
     else {
