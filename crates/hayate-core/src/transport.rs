@@ -59,6 +59,12 @@ impl Transport {
         self.try_io_short(data.len(), |fd| nix::unistd::write(fd, data))
     }
 
+    /// Reads what the socket holds now into `buf`, without waiting
+    /// (`WouldBlock` when it holds nothing).
+    pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        each!(self, s => s.try_read_buf(buf))
+    }
+
     /// Writes what the socket takes now, from several buffers.
     pub fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let total = bufs.iter().map(|b| b.len()).sum();

