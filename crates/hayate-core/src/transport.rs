@@ -94,6 +94,17 @@ impl Transport {
         }
     }
 
+    /// Reads what is there now into `buf`, without waiting (`WouldBlock`
+    /// when nothing is): the socket's bytes, or over TLS what they decrypt
+    /// to.
+    pub fn try_read_buf(&mut self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        match self {
+            Transport::Tcp(s) => s.try_read_buf(buf),
+            Transport::Unix(s) => s.try_read_buf(buf),
+            Transport::Tls(s) => tls::try_read_buf(s, buf),
+        }
+    }
+
     /// Writes what the socket takes now, from several buffers.
     pub fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if let Transport::Tls(s) = self {

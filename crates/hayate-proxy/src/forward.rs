@@ -76,7 +76,7 @@ impl UpstreamGroup {
         // then, however often it is woken.
         let mut queue_deadline: Option<Instant> = None;
         loop {
-            let now = Instant::now();
+            let mut now = Instant::now();
             // FIFO: a new request does not pass those already waiting.
             let picked = if queue_deadline.is_none() && self.waiting_any.get() > 0 {
                 Err(Busy::Full)
@@ -133,7 +133,11 @@ impl UpstreamGroup {
                     )
                     .await
                     {
-                        Ok(c) => c,
+                        Ok(c) => {
+                            // Connecting waited: the attempt starts now.
+                            now = Instant::now();
+                            c
+                        }
                         Err(e) => {
                             // Nothing was sent: another member may take it. The
                             // error line is for a request that fails, not a retry.
@@ -161,6 +165,7 @@ impl UpstreamGroup {
                 length,
                 is_head,
                 upgrade,
+                started: now,
             };
             let failure = match Http1.exchange(conn, &out, body, &self.settings).await {
                 Ok(answer) => {

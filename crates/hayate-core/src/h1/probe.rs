@@ -3,6 +3,7 @@
 //! supervised app instances both ask this way.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -43,7 +44,7 @@ pub async fn get(
                 ));
             }
             loop {
-                let mut slots = [httparse::EMPTY_HEADER; 64];
+                let mut slots = [const { MaybeUninit::uninit() }; 64];
                 match parse_head(&buf, &mut slots, false)? {
                     None => break,
                     Some(head) if head.status.code() < 200 => {

@@ -4,6 +4,7 @@
 //! role ([`parse_head`]): an upstream's head, its framing checked.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::time::SystemTime;
 
 use crate::field::{parse_length, split_list, trim_ows as trim};
@@ -89,7 +90,7 @@ pub struct ParsedHead<'b> {
 /// an error: the connection's next bytes could not be trusted.
 pub fn parse_head<'b>(
     buf: &'b [u8],
-    slots: &'b mut [httparse::Header<'b>],
+    slots: &'b mut [MaybeUninit<httparse::Header<'b>>],
     head_request: bool,
 ) -> io::Result<Option<ParsedHead<'b>>> {
     let bad = |what: &str| {
@@ -98,8 +99,10 @@ pub fn parse_head<'b>(
             format!("bad response head: {what}"),
         )
     };
-    let mut resp = httparse::Response::new(slots);
-    let len = match resp.parse(buf) {
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, slots)
+    {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(bad(&e.to_string())),
@@ -207,7 +210,7 @@ mod tests {
     #[test]
     fn response_heads_and_their_framing() {
         let parse = |raw: &'static str, head: bool| {
-            let mut slots = [httparse::EMPTY_HEADER; 16];
+            let mut slots = [const { MaybeUninit::uninit() }; 16];
             parse_head(raw.as_bytes(), &mut slots, head)
                 .map(|p| p.map(|p| (p.status.code(), p.framing, p.close)))
         };

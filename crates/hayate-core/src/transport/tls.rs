@@ -130,6 +130,15 @@ fn sent(n: usize, flushed: io::Result<()>) -> io::Result<usize> {
     }
 }
 
+/// Reads what the session holds or the socket brings now, decrypted,
+/// without waiting (`WouldBlock` when nothing is there, or when tokio's
+/// cooperative budget is spent: the caller then waits as it would anyway).
+pub(super) fn try_read_buf(s: &mut TlsStream, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+    use std::future::Future;
+    let read = std::pin::pin!(tokio::io::AsyncReadExt::read_buf(s, buf));
+    without_waiting(|cx| read.poll(cx))
+}
+
 /// Whether a read would return without the socket: decrypted bytes wait
 /// in rustls, or the peer's close_notify was read. (rustls wants to read
 /// only when neither holds; during a handshake it holds neither.)
