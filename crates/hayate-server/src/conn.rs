@@ -312,6 +312,11 @@ impl Conn {
                         if !read {
                             hayate_core::epoch::pipelined();
                         }
+                        // A request that was already buffered is answered now:
+                        // if the last response's writing waited, the clock
+                        // catches up first (its time stamps Date, deadlines,
+                        // the cache's freshness).
+                        self.catch_up_clock();
                         return Ok(Ok(r));
                     }
                     Parsed::Refused(r) => {
