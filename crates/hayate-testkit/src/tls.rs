@@ -9,7 +9,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use crate::{tcp_connect, Client, Stream};
+use crate::{site, tcp_connect, Client, Hayate, Stream};
 
 /// A TLS client configuration: whom it trusts, what it offers.
 #[derive(Clone)]
@@ -78,4 +78,32 @@ impl TlsClient {
 pub fn served_certificate(client: &Client) -> Vec<u8> {
     let conn: &ClientConnection = client.tls().expect("a TLS connection");
     conn.peer_certificates().expect("certificates")[0].to_vec()
+}
+
+/// Starts `bin` serving the testkit's [`site`] on an https listener on
+/// 127.0.0.1, with certificates from its local CA (`--tls internal`) kept
+/// in a state directory of its own, and more `args`. Returns hayate, the
+/// state directory (the CA is [`local_ca`] in it) and the site.
+pub fn start_with_local_ca(
+    bin: &str,
+    args: &[&str],
+) -> (Hayate, tempfile::TempDir, tempfile::TempDir) {
+    let root = site();
+    let state = tempfile::tempdir().expect("state");
+    let mut all = vec![
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls",
+        "internal",
+        "--state-dir",
+        state.path().to_str().expect("path"),
+    ];
+    all.extend_from_slice(args);
+    (Hayate::start(bin, &all), state, root)
+}
+
+/// The local CA's certificate in a state directory.
+pub fn local_ca(state: &Path) -> std::path::PathBuf {
+    state.join("local-ca/ca.crt")
 }

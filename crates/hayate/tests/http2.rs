@@ -23,21 +23,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 /// hayate on an https listener with the local CA, more `args`; its state
 /// directory (the CA is `local-ca/ca.crt` in it) and site.
 fn start(args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir) {
-    let root = site();
-    let state = tempfile::tempdir().expect("state");
-    let state_dir = state.path().display().to_string();
-    let mut all = vec![
-        root.path().to_str().expect("path").to_string(),
-        "--listen".into(),
-        "https://127.0.0.1:0".into(),
-        "--tls".into(),
-        "internal".into(),
-        "--state-dir".into(),
-        state_dir,
-    ];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    (Hayate::start(BIN, &refs), state, root)
+    hayate_testkit::tls::start_with_local_ca(BIN, args)
 }
 
 type Sender = h2::client::SendRequest<Bytes>;

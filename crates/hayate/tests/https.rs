@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 
-use hayate_testkit::tls::{served_certificate, TlsClient};
+use hayate_testkit::tls::{served_certificate, start_with_local_ca, TlsClient};
 use hayate_testkit::{big_bytes, eventually, site, Echo, Hayate, Origin, OriginOptions, WAIT};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
@@ -300,25 +300,11 @@ fn a_replaced_certificate_file_is_served_without_a_restart_and_a_bad_one_is_not(
 }
 
 /// hayate with the local CA on an https listener, a handshake timeout of
-/// `timeout`, and more `args`; its CA file.
+/// `timeout`, and more `args`; its state directory and site.
 fn with_local_ca(timeout: &str, args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir) {
-    let root = site();
-    let state = tempfile::tempdir().expect("state");
-    let state_dir = state.path().display().to_string();
-    let mut all = vec![
-        root.path().to_str().expect("path").to_string(),
-        "--listen".into(),
-        "https://127.0.0.1:0".into(),
-        "--tls".into(),
-        "internal".into(),
-        "--state-dir".into(),
-        state_dir,
-        "--tls-handshake-timeout".into(),
-        timeout.into(),
-    ];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    (https(&refs), root, state)
+    let mut all = vec!["--tls-handshake-timeout", timeout];
+    all.extend_from_slice(args);
+    start_with_local_ca(BIN, &all)
 }
 
 fn raw(addr: SocketAddr) -> TcpStream {
@@ -335,7 +321,7 @@ fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
 
 #[test]
 fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
-    let (h, _root, state) = with_local_ca("300ms", &[]);
+    let (h, state, _root) = with_local_ca("300ms", &[]);
     // Plain HTTP: a 400 that says why.
     let mut s = raw(h.addr);
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -399,7 +385,7 @@ fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
 
 #[test]
 fn plain_http_is_redirected_to_https_but_acme_challenges_and_hsts_are_right() {
-    let (h, _root, state) = with_local_ca("10s", &["--listen", "127.0.0.1:0", "--hsts", "365d"]);
+    let (h, state, _root) = with_local_ca("10s", &["--listen", "127.0.0.1:0", "--hsts", "365d"]);
     let (scheme, plain) = h.next_address();
     assert_eq!(scheme, "http");
     let mut c = hayate_testkit::Client::connect(plain);
@@ -489,7 +475,7 @@ fn large_files_and_ranges_go_out_whole_over_tls() {
 fn the_app_is_told_the_request_came_over_https() {
     let origin = Origin::start(OriginOptions::default());
     let url = origin.url();
-    let (h, _root, state) = with_local_ca("10s", &["--proxy", &url]);
+    let (h, state, _root) = with_local_ca("10s", &["--proxy", &url]);
     let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
     let mut c = client.connect(h.addr, "localhost");
     let r = c.get("/echo", &[("X-Forwarded-Proto", "http")]);
@@ -656,7 +642,7 @@ fn a_websocket_upgrade_over_tls_becomes_a_tunnel() {
             }
         }
     });
-    let (h, _root, state) = with_local_ca("10s", &["--proxy", &format!("http://127.0.0.1:{port}")]);
+    let (h, state, _root) = with_local_ca("10s", &["--proxy", &format!("http://127.0.0.1:{port}")]);
     let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
     let mut c = client.connect(h.addr, "localhost");
     c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
