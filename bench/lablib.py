@@ -13,6 +13,7 @@ Command line (used by bench/run):
       --tool wrk --secs 5 --url URL --pids "PID [PID...]" [--front N] ...
   lablib.py not-yet --raw CSV --case C --contender ... --note "not yet: why"
   lablib.py preflight --url URL [--length N] [--file F] [--body TEXT] [--encoding gzip]
+                      [--tls-version TLSv1.3] [--http2]   (--http2: curl over h2)
   lablib.py report RUN_DIR        (reads raw.csv, meta.tsv, notes.txt; writes report.md)
   lablib.py plots RUN_DIR         (PNG files beside report.md)
 Only the standard library is needed except for `plots`.
@@ -166,6 +167,13 @@ def parse_h2load(text):
     if m:
         r["lat_max_ms"] = _dur_ms(m.group(2))
         r["lat_mean_ms"] = _dur_ms(m.group(3))
+    # printed once per run for the first connection (not in the raw.csv; see protocol_note)
+    m = re.search(r"^Application protocol: (\S+)", text, re.M)
+    if m:
+        r["alpn"] = m.group(1)
+    m = re.search(r"^TLS Protocol: (\S+)", text, re.M)
+    if m:
+        r["tls_protocol"] = m.group(1)
     return r
 
 
@@ -203,7 +211,7 @@ def parse_ab(text):
 
 
 PARSERS = {"wrk": parse_wrk, "sink": parse_wrk, "h2load": parse_h2load, "ab": parse_ab,
-           "tls-new": parse_wrk, "tls-resume": parse_wrk, "tls-bulk": parse_wrk}
+           "tls-new": parse_wrk, "tls-resume": parse_wrk, "tls-bulk": parse_wrk, "h2load-h2": parse_h2load}
 
 # bench/ceiling/tlsload.c's modes, by tool name
 TLSLOAD_MODES = {"tls-new": "new", "tls-resume": "resume", "tls-bulk": "bulk"}
@@ -220,6 +228,20 @@ def resumption_note(tool, res):
     if full <= max(1, res["handshakes"] // 100):
         return ""
     return f"{full:,} of {res['handshakes']:,} handshakes were full, not resumed"
+
+
+def protocol_note(tool, res):
+    """A note when an HTTP/2 run (tool h2load-h2) did not speak HTTP/2 (h2, or h2c with
+    prior knowledge), or spoke it over TLS other than 1.3 (h2load prints the protocols
+    of its first connection; a TLS line only over https); '' otherwise."""
+    if tool != "h2load-h2":
+        return ""
+    bad = []
+    if res.get("alpn") not in ("h2", "h2c"):
+        bad.append(f"protocol {res.get('alpn', 'unknown')} (want h2)")
+    if res.get("tls_protocol", "TLSv1.3") != "TLSv1.3":
+        bad.append(f"TLS {res['tls_protocol']} (want TLSv1.3)")
+    return "; ".join(bad)
 
 
 # ------------------------------------------------------------------ statistics
@@ -350,6 +372,7 @@ CASE_TITLES = {
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
+    "H2": "H2. HTTP/2 over TLS 1.3 (h2load, the same certificate for both)",
 }
 
 # (header, function(summary, ref_summary) -> cell) per case
@@ -378,6 +401,37 @@ _c_server_pct, _c_client_pct = _cell("server_cpu_pct"), _cell("client_cpu_pct")
 def _big_only(column):
     """COLUMN on case T's large-file row only (MB/s of a handshake row says nothing)."""
     return lambda s, r: column(s, r) if s.get("variant") == "100 MiB" else ""
+
+
+# The issue's targets for HTTP/2, hayate / nginx: variant -> (field, "<=" or ">=", ratio)
+H2_TARGETS = {
+    "static 1 KiB": ("us_cpu_per_req", "<=", 0.70),
+    "proxied 1 KiB": ("us_cpu_per_req", "<=", 0.85),
+    "100 MiB": ("mb_per_s", ">=", 1.00),
+}
+
+
+def target_met(variant, s, r):
+    """(text, met) for S against its reference R under H2_TARGETS, or None when VARIANT
+    has no target or a number is missing. Text: 'CPU ≤ 0.70×' or 'MB/s ≥ 1.00×'."""
+    if variant not in H2_TARGETS or r is None:
+        return None
+    field, op, want = H2_TARGETS[variant]
+    x = ratio(med(s, field), med(r, field))
+    if x is None:
+        return None
+    what = "CPU" if field == "us_cpu_per_req" else "MB/s"
+    sign = "≤" if op == "<=" else "≥"
+    # compared as printed (two decimals), so a cell reading 0.70× meets "≤ 0.70×"
+    x = round(x, 2)
+    return f"{what} {sign} {want:.2f}×", (x <= want if op == "<=" else x >= want)
+
+
+def _c_target(s, r):
+    t = target_met(s.get("variant"), s, r)
+    if t is None:
+        return ""
+    return f"{t[0]}: {'met' if t[1] else '**missed**'}"
 
 
 def _c_errors(s, r):
@@ -428,9 +482,16 @@ CASE_COLUMNS = {
           ("MB/s × ref", _big_only(_c_mbs_ratio)), ("µs CPU/MB", _big_only(_c_cpu_mb)),
           ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)), ("server %", _c_server_pct),
           ("client %", _c_client_pct), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    # HTTP/2: requests/s and CPU per request; MB/s for the large file; the issue's target per load
+    "H2": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu),
+           ("MB/s", _big_only(_c_mbs)), ("MB/s × ref", _big_only(_c_mbs_ratio)),
+           ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
+           ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
+           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
 }
 _GROUP_CELL = {"file": "variant", "handler": "variant", "load": "variant", "concurrency": "conc", "workers": "workers",
-               "contender": "contender", "setup": "contender"}
+               "contender": "contender", "setup": "contender", "streams": "conc"}
 
 
 def case_table(summaries, case):
@@ -478,8 +539,11 @@ def load_warnings(summaries):
     out = []
     for s in summaries:
         busy, own, steal = med(s, "server_core_busy_pct"), med(s, "server_cpu_pct"), med(s, "steal_pct")
+        setup_s, dur = med(s, "setup_cpu_s"), med(s, "duration_s")
+        if s["case"] == "H2" and own is not None and setup_s is not None and dur:
+            own = max(own, 100 * setup_s / dur)  # the proxied row's app shares the server's core
         label = f"{s['case']} {s['variant']} c{s['conc']} w{s['workers']} {s['contender']}"
-        if s["case"] in ("A", "E", "L", "T") and busy is not None and own is not None and busy - own > 20 \
+        if s["case"] in ("A", "E", "L", "T", "H2") and busy is not None and own is not None and busy - own > 20 \
                 and s["workers"] in ("", "1"):
             out.append(f"{label}: server core {busy:.0f} % busy but the server used {own:.0f} %: other load; not reliable")
         if steal is not None and steal > 5:
@@ -538,6 +602,20 @@ CASE_TEXT = {
          "handshake + one small request. `keep-alive 1 KiB`: wrk over https, 100 connections (handshakes only at "
          "the start). `100 MiB`: tlsload bulk, 4 keep-alive connections, the client decrypts and drops the bodies. "
          "When client % is near 100 the client limits rps: compare CPU per request (per MB) there.",
+    "H2": "nginx (1 worker, `listen ... ssl http2`, its HTTP/2 defaults: 128 streams, 8k chunks; no sendfile "
+          "under TLS) and hayate (--workers 1, --listen https://, HTTP/2 on by default: 128 streams, windows "
+          "1 MiB per stream and 2 MiB per connection, files read 64 KiB at a time) with the same ECDSA P-256 "
+          "certificate made per run, pinned to core 0; h2load -t1 on core 1 negotiates h2 by ALPN over TLS 1.3, "
+          "X25519, TLS_AES_256_GCM_SHA384 as in case T (the preflight checks h2 and TLS 1.3 with curl --http2; "
+          "h2load's own report is checked too: a note says when it was not h2 over TLS 1.3). `streams` = "
+          "streams in flight: `static 1 KiB` and `proxied 1 KiB` are h2load -c10 -m10 (10 connections × 10 "
+          "streams); `proxied` goes to bench/ceiling (C epoll, fixed 1 KiB answer) over HTTP/1.1 on TCP, "
+          "which shares core 0 (nginx: upstream keepalive 1024, proxy_http_version 1.1; hayate --proxy, its "
+          "pool); µs CPU/req counts the front server only, the next column adds the app. `100 MiB`: h2load "
+          "-c4 -m1 (4 connections, one 100 MiB stream each; h2load's windows are 1 GiB, so flow control does "
+          "not limit it), MB/s counts the bytes received, partial bodies at the end included. The target "
+          "column is the issue's: CPU per request ≤ 0.7× nginx static, ≤ 0.85× proxied, MB/s ≥ 1.0× on 100 MiB. "
+          "When client % is near 100 h2load limits rps: compare CPU per request there.",
 }
 
 
@@ -565,7 +643,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "C", "D", "P", "L", "E", "T"):
+    for case in ("A", "B", "C", "D", "P", "L", "E", "T", "H2"):
         t = case_table(summaries, case)
         if not t:
             continue
@@ -865,7 +943,9 @@ class MemSampler(threading.Thread):
 # ------------------------------------------------------------------ one measurement
 
 def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_args=(), sink_bin=None,
-                 tlsload_bin=None):
+                 tlsload_bin=None, streams=1):
+    """The load tool's command line. CONC: connections, except for h2load-h2 where it is the
+    streams in flight, STREAMS per connection (conc 100, streams 10: 10 connections)."""
     secs = max(1, int(round(float(secs))))  # the tools take whole seconds
     if tool == "wrk":
         cmd = ["wrk", "-t1", f"-c{conc}", f"-d{secs}s", "--timeout", f"{timeout_s}s",
@@ -878,6 +958,14 @@ def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_a
         return cmd
     if tool == "h2load":
         cmd = ["h2load", "--h1", "-t1", f"-c{conc}", "-D", str(secs)]
+        for h in headers:
+            cmd += ["-H", h]
+        return cmd + [url]
+    if tool == "h2load-h2":  # HTTP/2: ALPN h2 over https, prior knowledge (h2c) over http
+        streams = max(1, int(streams))
+        cmd = ["h2load", "-t1", f"-c{max(1, conc // streams)}", f"-m{streams}", "-D", str(secs)]
+        if url.startswith("https:"):  # case T's cipher (tlsload's choice); h2load would prefer AES-128-GCM
+            cmd.append("--tls13-ciphers=TLS_AES_256_GCM_SHA384")
         for h in headers:
             cmd += ["-H", h]
         return cmd + [url]
@@ -934,7 +1022,7 @@ def measure(a):
     except OSError:
         pass
     mk = lambda secs: tool_command(a.tool, a.url, a.conc, secs, a.timeout, a.header, a.lua, a.lua_arg, a.sink,
-                                   a.tlsload)
+                                   a.tlsload, a.streams)
     if a.warmup > 0:
         _run_tool(mk(a.warmup), a.client_cpus, a.warmup)
     kids = proc_children_map()
@@ -961,8 +1049,9 @@ def measure(a):
         res["duration_s"] = float(a.secs)
         res["err_read"] = 1
         note = (note + "; " if note else "") + f"load tool failed (exit {rc}): {tail}"
-    if resumption_note(a.tool, res):
-        note = (note + "; " if note else "") + resumption_note(a.tool, res)
+    for extra in (resumption_note(a.tool, res), protocol_note(a.tool, res)):
+        if extra:
+            note = (note + "; " if note else "") + extra
     client_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     row = compute_row(res, cpu_delta_s(f0, f1), cpu_delta_s(s0, s1), client_s)
     steal_total = (k1[1] - k0[1]) + (c1[1] - c0[1])
@@ -1123,6 +1212,41 @@ def preflight(url, length=None, file=None, body=None, encoding=None, headers=(),
     return check_response(r.status, {k.lower(): v for k, v in r.getheaders()}, data, length, expect, encoding)
 
 
+def parse_curl_head(text):
+    """The last header block curl wrote with -D (after any 1xx): {lower-case name: value}."""
+    blocks = [b for b in re.split(r"\r?\n\r?\n", text) if b.strip()]
+    out = {}
+    for line in (blocks[-1].splitlines()[1:] if blocks else []):
+        k, sep, v = line.partition(":")
+        if sep:
+            out[k.strip().lower()] = v.strip()
+    return out
+
+
+def preflight_h2(url, length=None, file=None, body=None, timeout=20.0, tls13=True):
+    """GET URL once with curl over HTTP/2 (ALPN h2 for https, prior knowledge for http; the
+    certificate is not verified) and check that the answer came over HTTP/2 (and TLS 1.3
+    when TLS13), then check_response. Python's http.client speaks HTTP/1.1 only."""
+    import tempfile
+    if not re.fullmatch(r"https?://[^/:]+:\d+(/.*)?", url):
+        return f"bad url {url}"
+    https = url.startswith("https:")
+    expect = Path(file).read_bytes() if file else (body.encode() if body is not None else None)
+    with tempfile.TemporaryDirectory(prefix="h2pre") as d:
+        cmd = ["curl", "-sS", "-k", "--max-time", str(int(timeout)), "-o", f"{d}/body", "-D", f"{d}/head",
+               "-w", "%{http_version} %{http_code}"]
+        cmd += (["--http2", "--tlsv1.3"] if tls13 else ["--http2"]) if https else ["--http2-prior-knowledge"]
+        p = subprocess.run(cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            return f"curl failed (exit {p.returncode}): {p.stderr.strip()[:200]}"
+        version, _, status = p.stdout.strip().partition(" ")
+        if version != "2":
+            return f"answered over HTTP/{version} (want 2)"
+        head = parse_curl_head(Path(f"{d}/head").read_text(errors="replace"))
+        data = Path(f"{d}/body").read_bytes()
+    return check_response(int(status or 0), head, data, length, expect)
+
+
 # ------------------------------------------------------------------ command line
 
 def main(argv=None):
@@ -1152,6 +1276,8 @@ def main(argv=None):
     m.add_argument("--lua-arg", action="append", default=[])
     m.add_argument("--sink")
     m.add_argument("--tlsload", help="bench/ceiling/tlsload binary (tools tls-new, tls-resume, tls-bulk)")
+    m.add_argument("--streams", type=int, default=1,
+                   help="h2load-h2: streams per connection (--conc counts the streams in flight)")
     m.add_argument("--pids", required=True, help="root pids of the setup; the first --front are the front server")
     m.add_argument("--front", type=int, default=1)
     m.add_argument("--server-cpus", default=os.environ.get("SERVER_CPU", "0"))
@@ -1172,6 +1298,8 @@ def main(argv=None):
     p.add_argument("--encoding")
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--tls-version", help="https: the TLS version that must be negotiated (TLSv1.3)")
+    p.add_argument("--http2", action="store_true",
+                   help="over HTTP/2 with curl (https: ALPN h2 and TLS 1.3; http: prior knowledge)")
 
     r = sub.add_parser("report", help="write RUN_DIR/report.md from raw.csv")
     r.add_argument("run_dir")
@@ -1186,7 +1314,10 @@ def main(argv=None):
         append_row(a.raw, {"case": a.case, "rep": a.rep, "variant": a.variant, "conc": a.conc,
                            "workers": a.workers, "contender": a.contender, "ref": a.ref, "note": note})
     elif a.cmd == "preflight":
-        why = preflight(a.url, a.length, a.file, a.body, a.encoding, a.header, tls_version=a.tls_version)
+        if a.http2:
+            why = preflight_h2(a.url, a.length, a.file, a.body)
+        else:
+            why = preflight(a.url, a.length, a.file, a.body, a.encoding, a.header, tls_version=a.tls_version)
         if why:
             print(why)
             return 1

@@ -41,6 +41,27 @@ time to 1st byte:        0us         0us         0us         0us     0.00%
 req/s           :    6969.31     7168.81     7067.44       60.89    70.00%
 """
 
+# h2load 1.52 over https (h2 by ALPN): the TLS lines come before the progress lines
+H2LOAD_H2 = """starting benchmark...
+spawning thread #0: 10 total client(s). Timing-based test with 0s of warm-up time and 3s of main duration for measurements.
+TLS Protocol: TLSv1.3
+Cipher: TLS_AES_256_GCM_SHA384
+Server Temp Key: X25519 253 bits
+Application protocol: h2
+Main benchmark duration is over for thread #0. Stopping all clients.
+Stopped all clients for thread #0
+
+finished in 3.00s, 14032.33 req/s, 15.64MB/s
+requests: 42097 total, 42197 started, 42097 done, 42097 succeeded, 0 failed, 0 errored, 0 timeout
+status codes: 42097 2xx, 0 3xx, 0 4xx, 0 5xx
+traffic: 46.93MB (49208912) total, 1.02MB (1070290) headers (space savings 39.11%), 41.11MB (43107328) data
+                     min         max         mean         sd        +/- sd
+time for request:      322us     21.50ms      6.36ms      1.71ms    83.12%
+time for connect:        0us         0us         0us         0us     0.00%
+time to 1st byte:        0us         0us         0us         0us     0.00%
+req/s           :    1398.21     1409.59     1403.23        3.34    60.00%
+"""
+
 AB = """This is ApacheBench, Version 2.3 <$Revision$>
 Benchmarking 127.0.0.1 (be patient).....done
 
@@ -119,6 +140,26 @@ def test_parse_h2load():
     assert lablib.parse_h2load("connect error\n") is None
 
 
+def test_parse_h2load_over_h2_and_protocol_note():
+    r = lablib.parse_h2load(H2LOAD_H2)
+    assert r["requests"] == 42097 and r["unfinished"] == 100 and r["bytes"] == 49208912
+    assert abs(r["duration_s"] - 42097 / 14032.33) < 1e-9
+    assert r["alpn"] == "h2" and r["tls_protocol"] == "TLSv1.3"
+    assert lablib.protocol_note("h2load-h2", r) == ""
+    assert lablib.protocol_note("h2load", lablib.parse_h2load(H2LOAD)) == ""  # --h1 rows: no check
+    r12 = lablib.parse_h2load(H2LOAD_H2.replace("TLSv1.3", "TLSv1.2").replace("protocol: h2", "protocol: http/1.1"))
+    assert lablib.protocol_note("h2load-h2", r12) == "protocol http/1.1 (want h2); TLS TLSv1.2 (want TLSv1.3)"
+    assert lablib.protocol_note("h2load-h2", lablib.parse_h2load(H2LOAD)) == "protocol http/1.1 (want h2)"
+    h2c = lablib.parse_h2load(H2LOAD.replace("protocol: http/1.1", "protocol: h2c"))
+    assert lablib.protocol_note("h2load-h2", h2c) == ""  # prior knowledge on a plain port: no TLS line
+
+
+def test_parse_curl_head():
+    text = "HTTP/2 100\r\n\r\nHTTP/2 200\r\nserver: nginx\r\ncontent-length: 1024\r\nContent-Type: text/plain\r\n\r\n"
+    assert lablib.parse_curl_head(text) == {"server": "nginx", "content-length": "1024", "content-type": "text/plain"}
+    assert lablib.parse_curl_head("") == {}
+
+
 def test_parse_ab():
     r = lablib.parse_ab(AB)
     assert r["requests"] == 100
@@ -193,6 +234,12 @@ def test_tool_command():
     assert c[1] == "bulk" and c[-1] == "4"
     c = lablib.tool_command("wrk", "https://127.0.0.1:8443/1k.txt", 100, 3)
     assert c[-1] == "https://127.0.0.1:8443/1k.txt"
+    # HTTP/2: conc counts the streams in flight, STREAMS per connection
+    c = lablib.tool_command("h2load-h2", "https://127.0.0.1:8443/1k.txt", 100, 3, streams=10)
+    assert c[:6] == ["h2load", "-t1", "-c10", "-m10", "-D", "3"] and "--h1" not in c
+    assert "--tls13-ciphers=TLS_AES_256_GCM_SHA384" in c and c[-1] == "https://127.0.0.1:8443/1k.txt"
+    c = lablib.tool_command("h2load-h2", "http://127.0.0.1:8080/big.bin", 4, 3)
+    assert c[2:4] == ["-c4", "-m1"] and not any(x.startswith("--tls13") for x in c)
 
 
 def test_preflight_rejects_other_schemes():
@@ -344,6 +391,44 @@ def test_report_has_the_https_case():
         assert "| 100 MiB | 4 | **hayate** | 11 | 1.10× |" in text and "| 1,100 | 1.10× | 850.0 | 0.94× |" in text
 
 
+def test_report_has_the_http2_case_with_its_targets():
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [
+            _row(case="H2", variant="static 1 KiB", conc=100, contender="nginx", ref="nginx", rps=14000.0,
+                 us_cpu_per_req=16.0, setup_us_per_req=16.0),
+            _row(case="H2", variant="static 1 KiB", conc=100, contender="hayate", ref="nginx", rps=20000.0,
+                 us_cpu_per_req=11.2, setup_us_per_req=11.2),
+            _row(case="H2", variant="proxied 1 KiB", conc=100, contender="nginx", ref="nginx", rps=13000.0,
+                 us_cpu_per_req=26.0, setup_us_per_req=34.0),
+            _row(case="H2", variant="proxied 1 KiB", conc=100, contender="hayate", ref="nginx", rps=12000.0,
+                 us_cpu_per_req=24.0, setup_us_per_req=32.0),
+            _row(case="H2", variant="100 MiB", conc=4, contender="nginx", ref="nginx", rps=6.0, mb_per_s=675.0,
+                 us_cpu_per_mb=900.0),
+            _row(case="H2", variant="100 MiB", conc=4, contender="hayate", ref="nginx", rps=7.0, mb_per_s=700.0,
+                 us_cpu_per_mb=800.0),
+        ]
+        _write(tmp, rows)
+        text = lablib.make_report(tmp)
+        assert "## H2. HTTP/2" in text and "h2load -c10 -m10" in text
+        # 11.2 / 16 = 0.70: met as printed; 24 / 26 = 0.92 > 0.85: missed; 700 / 675 = 1.04 ≥ 1
+        assert "| static 1 KiB | 100 | **hayate** | 20,000 | 1.43× | 11.20 | 0.70× | 11.20 |" in text
+        assert "| CPU ≤ 0.70×: met |" in text
+        assert "| CPU ≤ 0.85×: **missed** |" in text
+        assert "| 700 | 1.04× | 800.0 | 0.89× | MB/s ≥ 1.00×: met |" in text
+        # nginx rows (the reference) have no target cell
+        assert "| static 1 KiB | 100 | nginx | 14,000 |  | 16.00 |  | 16.00 |  |  |  |  |  |" in text
+
+
+def test_target_met():
+    s = {"us_cpu_per_req": (7.0, 7.0, 7.0)}
+    r = {"us_cpu_per_req": (10.0, 10.0, 10.0)}
+    assert lablib.target_met("static 1 KiB", s, r) == ("CPU ≤ 0.70×", True)
+    assert lablib.target_met("proxied 1 KiB", {"us_cpu_per_req": (9.0, 9.0, 9.0)}, r) == ("CPU ≤ 0.85×", False)
+    assert lablib.target_met("static 1 KiB", s, None) is None
+    assert lablib.target_met("keep-alive 1 KiB", s, r) is None
+    assert lablib.target_met("100 MiB", {"mb_per_s": None}, {"mb_per_s": (5.0, 5.0, 5.0)}) is None
+
+
 def test_legacy_line_matches_the_static_raw_csv():
     row = lablib.compute_row(lablib.parse_wrk(WRK), 0.5, 0.5, 1.0)
     row.update({"server_core_busy_pct": 97.04, "client_core_busy_pct": 90.0, "steal_pct": 0.123})
@@ -362,6 +447,12 @@ def test_load_warnings():
                                                         steal_pct=9.0).items()}])
     w = lablib.load_warnings(s)
     assert any("other load" in x for x in w) and any("stolen" in x for x in w)
+    # H2's proxied row: the app on the same core is the setup's, not other load
+    proxied = dict(case="H2", variant="proxied 1 KiB", server_cpu_pct=60.0, server_core_busy_pct=98.0,
+                   setup_cpu_s=0.85, duration_s=1.0)
+    assert lablib.load_warnings(lablib.summarize([{k: str(v) for k, v in _row(**proxied).items()}])) == []
+    proxied["setup_cpu_s"] = 0.65
+    assert lablib.load_warnings(lablib.summarize([{k: str(v) for k, v in _row(**proxied).items()}]))
 
 
 if __name__ == "__main__":
