@@ -28,7 +28,7 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
-use hayate_core::response::FileRange;
+use hayate_core::response::{FileRange, Tunnel};
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
 use hayate_core::{Body, Chunk, Response, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -249,27 +249,15 @@ impl Stream {
         }
         let head_request = head.method() == b"HEAD";
         let mut sent = 0;
-        if let (true, Body::Upgrade(_)) = (websocket, &response.body) {
-            let Body::Upgrade(tunnel) = response.body else {
-                unreachable!("matched above")
-            };
-            // RFC 8441 §5: the switch is a 2xx on the stream, which then
-            // carries the WebSocket's bytes.
-            let accepted = http::Response::builder()
-                .status(200)
-                .body(())
-                .expect("a bare status");
-            match respond.send_response(accepted, false) {
-                Ok(send) => {
-                    let mut pipe = crate::h2_tunnel::StreamPipe::new(send, body.into_recv());
-                    if let Err(e) = tunnel.run(&mut pipe, Bytes::new()).await {
-                        log::debug!("WebSocket over HTTP/2 from {}: {e}", self.peer);
-                    }
+        let mut response = response;
+        if websocket {
+            match std::mem::take(&mut response.body) {
+                Body::Upgrade(tunnel) => {
+                    self.tunnel(respond, tunnel, body.into_recv()).await;
+                    return self.log(&head, status, cache, 0, started);
                 }
-                Err(e) => log::debug!("HTTP/2 stream from {}: {e}", self.peer),
+                other => response.body = other,
             }
-            self.log(&head, status, cache, 0, started);
-            return;
         }
         if let Err(e) = send(respond, response, head_request, &mut sent).await {
             log::debug!("HTTP/2 stream from {}: {e}", self.peer);
@@ -279,6 +267,29 @@ impl Stream {
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
         self.log(&head, status, cache, sent, started);
+    }
+
+    /// A WebSocket the upstream accepted: RFC 8441 §5 makes the switch a
+    /// 2xx on the stream, which then carries the WebSocket's bytes.
+    async fn tunnel(
+        &self,
+        mut respond: SendResponse<Bytes>,
+        tunnel: Box<dyn Tunnel>,
+        recv: RecvStream,
+    ) {
+        let accepted = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("a bare status");
+        match respond.send_response(accepted, false) {
+            Ok(send) => {
+                let mut pipe = crate::h2_tunnel::StreamPipe::new(send, recv);
+                if let Err(e) = tunnel.run(&mut pipe, Bytes::new()).await {
+                    log::debug!("WebSocket over HTTP/2 from {}: {e}", self.peer);
+                }
+            }
+            Err(e) => log::debug!("HTTP/2 stream from {}: {e}", self.peer),
+        }
     }
 
     /// Records the exchange in the access log, if there is one.
