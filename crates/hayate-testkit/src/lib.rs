@@ -497,6 +497,30 @@ impl Client {
     }
 }
 
+/// A minimal upgrade server on 127.0.0.1 for one connection: it reads the
+/// request head, answers 101, then echoes bytes until the client closes.
+/// Returns its port, and the head it read (lower case) once it is done.
+pub fn upgrade_echo_server() -> (u16, std::thread::JoinHandle<String>) {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    let done = std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        let mut head = Vec::new();
+        read_through_blank_line(&mut s, &mut head).expect("head");
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .expect("101");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&head).to_ascii_lowercase()
+    });
+    (port, done)
+}
+
 /// The scheme and address of a "serving ... on http(s)://ADDR/" line.
 fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
     let (before, rest) = line.split_once("://")?;

@@ -359,26 +359,7 @@ fn h2spec_passes() {
 
 #[test]
 fn websocket_over_h2_becomes_an_upgrade_upstream() {
-    use std::io::{Read, Write};
-    // A minimal upgrade server: checks the upgrade request, answers 101,
-    // then echoes bytes.
-    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = upstream.local_addr().expect("addr").port();
-    let seen = std::thread::spawn(move || {
-        let (mut s, _) = upstream.accept().expect("accept");
-        s.set_read_timeout(Some(WAIT)).expect("timeout");
-        let mut head = Vec::new();
-        hayate_testkit::read_through_blank_line(&mut s, &mut head).expect("head");
-        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-            .expect("101");
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = s.read(&mut buf) {
-            if n == 0 || s.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        String::from_utf8_lossy(&head).to_ascii_lowercase()
-    });
+    let (port, seen) = hayate_testkit::upgrade_echo_server();
     let url = format!("http://127.0.0.1:{port}");
     let (h, state, _root) = start(&["--proxy", &url]);
     let ca = state.path().join("local-ca/ca.crt");

@@ -625,23 +625,7 @@ fn https_upstreams_are_verified_and_pooled() {
 
 #[test]
 fn a_websocket_upgrade_over_tls_becomes_a_tunnel() {
-    // A minimal upgrade server: answers 101, then echoes bytes.
-    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = upstream.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        let (mut s, _) = upstream.accept().expect("accept");
-        s.set_read_timeout(Some(WAIT)).expect("timeout");
-        let mut head = Vec::new();
-        hayate_testkit::read_through_blank_line(&mut s, &mut head).expect("head");
-        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-            .expect("101");
-        let mut buf = [0u8; 1024];
-        while let Ok(n) = s.read(&mut buf) {
-            if n == 0 || s.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-    });
+    let (port, _seen) = hayate_testkit::upgrade_echo_server();
     let (h, state, _root) = with_local_ca("10s", &["--proxy", &format!("http://127.0.0.1:{port}")]);
     let client = TlsClient::trusting(&state.path().join("local-ca/ca.crt"));
     let mut c = client.connect(h.addr, "localhost");
