@@ -108,6 +108,59 @@ pub struct Overrides {
     pub route: RouteLayer,
 }
 
+/// What differs from `old` to `new`, one line each, for a reload's report:
+/// global options by key, then routes by site and prefix (added, removed,
+/// or the keys that changed).
+pub fn changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut lines: Vec<String> = old
+        .global
+        .changed_keys(&new.global)
+        .into_iter()
+        .map(|k| format!("{k}: changed"))
+        .collect();
+    let routes = |c: &Config| -> Vec<(String, String, RouteOptions)> {
+        c.sites
+            .iter()
+            .flat_map(|s| {
+                let site = if s.hosts.is_empty() {
+                    "*".to_string()
+                } else {
+                    s.hosts.join(" ")
+                };
+                s.routes
+                    .iter()
+                    .map(move |r| (site.clone(), r.prefix.clone(), r.options.clone()))
+            })
+            .collect()
+    };
+    let (before, after) = (routes(old), routes(new));
+    let find = |list: &[(String, String, RouteOptions)], site: &str, prefix: &str| {
+        list.iter()
+            .find(|(s, p, _)| s == site && p == prefix)
+            .map(|(_, _, o)| o.clone())
+    };
+    for (site, prefix, options) in &after {
+        match find(&before, site, prefix) {
+            None => lines.push(format!("route {prefix} of site {site}: added")),
+            Some(was) => {
+                let keys = was.changed_keys(options);
+                if !keys.is_empty() {
+                    lines.push(format!(
+                        "route {prefix} of site {site}: {} changed",
+                        keys.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    for (site, prefix, _) in &before {
+        if find(&after, site, prefix).is_none() {
+            lines.push(format!("route {prefix} of site {site}: removed"));
+        }
+    }
+    lines
+}
+
 /// Builds the configuration without a file: one site with a route at `/`
 /// (files under the root or the current directory, then the proxy if one is
 /// given) and one route per `--proxy PREFIX=...`.
@@ -318,6 +371,36 @@ fallback = "index.html"           # single-page app
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn changes_name_options_and_routes() {
+        use std::path::Path;
+        let o = super::Overrides::default();
+        let old = super::load_file(
+            Path::new("a.toml"),
+            "proxy_timeout = \"5s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"1s\"\n[[site.route]]\nprefix = \"/old/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            &o,
+        )
+        .unwrap();
+        let new = super::load_file(
+            Path::new("a.toml"),
+            "proxy_timeout = \"9s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"60s\"\n[[site.route]]\nprefix = \"/new/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            &o,
+        )
+        .unwrap();
+        let lines = super::changes(&old, &new);
+        assert_eq!(
+            lines,
+            [
+                "proxy_timeout: changed",
+                "route /api/ of site *: cache changed",
+                "route /new/ of site *: added",
+                "route /old/ of site *: removed",
+            ],
+            "{lines:#?}"
+        );
+        assert!(super::changes(&old, &old).is_empty());
+    }
+
     use super::*;
 
     #[test]

@@ -62,6 +62,20 @@ macro_rules! options {
             $( #[doc = $help] pub $field: resolved_type!($ty, $default), )*
         }
 
+        impl $resolved {
+            /// The keys whose values differ from `other`'s, in table order
+            /// (what a reload reports as changed). Compared by their debug
+            /// form: every option's value prints all of itself, and a reload
+            /// is rare enough for the formatting not to matter.
+            pub fn changed_keys(&self, other: &$resolved) -> Vec<&'static str> {
+                let mut changed = Vec::new();
+                $( if format!("{:?}", self.$field) != format!("{:?}", other.$field) {
+                    changed.push(stringify!($field));
+                } )*
+                changed
+            }
+        }
+
         /// The table of these options, in declaration order.
         pub const $table: &[OptDef] = &[
             $( OptDef {

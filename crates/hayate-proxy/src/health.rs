@@ -2,22 +2,27 @@
 //! path` every `health_interval`; a member that fails is taken out of
 //! balancing (and its idle connections closed) until a probe passes.
 
-use std::rc::Rc;
+use std::rc::Weak;
 use std::time::Duration;
 
 use crate::{UpstreamAddr, UpstreamGroup};
 
 impl UpstreamGroup {
-    /// Runs active health checks until the worker ends (spawned per worker
-    /// when `health_check` is set).
-    pub async fn run_health_checks(self: Rc<Self>) {
-        let Some(path) = self.settings.health_check.clone() else {
+    /// Runs active health checks while the group is in use (spawned per
+    /// worker and group when `health_check` is set; it holds the group
+    /// weakly, so a group a reload dropped stops being probed).
+    pub async fn run_health_checks(group: Weak<Self>) {
+        let Some((path, interval)) = group
+            .upgrade()
+            .and_then(|g| Some((g.settings.health_check.clone()?, g.settings.health_interval)))
+        else {
             return;
         };
-        let mut tick = tokio::time::interval(self.settings.health_interval);
+        let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
-            for m in &self.members {
+            let Some(this) = group.upgrade() else { return };
+            for m in &this.members {
                 // A supervised slot is probed at its current instance (its
                 // `addr` only names it); without one there is nothing to probe.
                 let Some(instance) = m.current() else {
@@ -27,11 +32,11 @@ impl UpstreamGroup {
                 drop(instance);
                 let ok = probe(
                     &target,
-                    self.settings.tls.as_ref(),
+                    this.settings.tls.as_ref(),
                     &path,
-                    self.settings
+                    this.settings
                         .connect_timeout
-                        .min(self.settings.health_interval),
+                        .min(this.settings.health_interval),
                 )
                 .await;
                 match (ok, m.probe_down.get()) {

@@ -4,7 +4,7 @@
 //! the ones nobody took once they expire or their upstream closed them (no
 //! socket lingers in CLOSE_WAIT after a burst).
 
-use std::rc::Rc;
+use std::rc::Weak;
 use std::time::{Duration, Instant};
 
 use hayate_core::transport::Transport;
@@ -87,15 +87,17 @@ impl Member {
 }
 
 impl UpstreamGroup {
-    /// Sweeps the group's pools every [`SWEEP_EVERY`] until the worker ends
-    /// (spawned per worker and group).
-    pub async fn run_pool_sweeper(self: Rc<Self>) {
+    /// Sweeps the group's pools every [`SWEEP_EVERY`] while the group is in
+    /// use (spawned per worker and group; held weakly, like the health
+    /// checks).
+    pub async fn run_pool_sweeper(group: Weak<Self>) {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let Some(this) = group.upgrade() else { return };
             let now = Instant::now();
-            for m in &self.members {
+            for m in &this.members {
                 m.sweep(now);
             }
         }

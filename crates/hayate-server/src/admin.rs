@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 
 use hayate_cache::ResponseCache;
 
+use crate::cached::CacheSlot;
 use crate::StatusFn;
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -61,7 +62,7 @@ pub async fn serve(
     listener: Listener,
     metrics: Metrics,
     status: Option<StatusFn>,
-    cache: Option<Arc<ResponseCache>>,
+    cache: CacheSlot,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -76,7 +77,7 @@ pub async fn serve(
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             continue; // dropped: closed
         };
-        let (metrics, status, cache) = (metrics.clone(), status.clone(), cache.clone());
+        let (metrics, status, cache) = (metrics.clone(), status.clone(), cache.load_full());
         tokio::spawn(async move {
             let ctx = Context {
                 metrics: &metrics,

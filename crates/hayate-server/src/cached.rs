@@ -696,6 +696,11 @@ fn refresh_in_background(
     });
 }
 
+/// The response cache as every part of the server finds it: made at
+/// start when a route caches, or by the reload that adds the first such
+/// route.
+pub type CacheSlot = Arc<arc_swap::ArcSwapOption<ResponseCache>>;
+
 /// Purges the cache by URL (`http://host/path`, or a path for every host;
 /// all variants and query strings) or by tag; the answer for the control
 /// socket and the admin listener.

@@ -172,7 +172,8 @@ impl Conn {
     fn exchange(&mut self, req: Request) -> impl Future<Output = io::Result<Option<End>>> + '_ {
         async move {
             let started = self.clock.now;
-            let w = self.worker.clone();
+            // This request's generation to its end, even across a reload.
+            let w = self.worker.generation();
             let mut body = BodyState::new(
                 req.framing,
                 req.expect_continue,
@@ -276,7 +277,7 @@ impl Conn {
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
-            send_timeout: self.worker.timeouts.send,
+            send_timeout: self.worker.generation().timeouts.send,
         };
         let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
         (noting_waits(handled, waited).await, route)
@@ -286,7 +287,8 @@ impl Conn {
     /// connection ends instead: quietly (EOF, idle timeout, shutdown, with
     /// nothing left to write), or after a refusal, answered here.
     async fn next_request(&mut self) -> io::Result<Result<Request, End>> {
-        let w = self.worker.clone();
+        // Limits and timeouts of the generation current when the wait began.
+        let w = self.worker.generation();
         let mut head_deadline: Option<Instant> = None;
         // Whether this call read: a request whose head a read completed is
         // the first of that read's bytes; one that was already buffered
@@ -298,10 +300,7 @@ impl Conn {
             if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
                 self.flush().await?;
             }
-            if self.served == 0
-                && self.worker.http2
-                && self.rbuf.starts_with(crate::h2_conn::PREFACE)
-            {
+            if self.served == 0 && w.http2 && self.rbuf.starts_with(crate::h2_conn::PREFACE) {
                 return Ok(Err(End::Http2));
             }
             if !self.rbuf.is_empty() {
@@ -542,7 +541,7 @@ impl Conn {
         bytes: u64,
         started: Instant,
     ) {
-        if let Some(log) = &self.worker.access_log {
+        if let Some(log) = &self.worker.generation().access_log {
             let entry = access_log::Entry {
                 peer: &self.peer,
                 status: status.code(),
@@ -734,7 +733,8 @@ impl Conn {
     /// Waits until the client can take more bytes, within the send timeout.
     async fn wait_writable(&mut self) -> io::Result<()> {
         self.clock_stale = true;
-        client_io::writable(&self.transport, self.worker.timeouts.send).await
+        let send = self.worker.generation().timeouts.send;
+        client_io::writable(&self.transport, send).await
     }
 
     /// Reads and discards a request body nobody consumed. False when the
@@ -748,7 +748,7 @@ impl Conn {
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
-            send_timeout: self.worker.timeouts.send,
+            send_timeout: self.worker.generation().timeouts.send,
         };
         loop {
             match view.next_chunk().await {

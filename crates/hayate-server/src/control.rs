@@ -62,36 +62,64 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Reads one command from a control connection and writes `answer(command)`.
-/// Returns the command so the caller can act after answering.
-pub async fn serve_one(
-    stream: tokio::net::UnixStream,
-    answer: impl Fn(&ControlCommand) -> String,
-) -> io::Result<ControlCommand> {
-    let (read, mut write) = stream.into_split();
+/// A control connection whose command was read: [`Pending::answer`]
+/// writes the answer and closes it.
+pub struct Pending {
+    write: tokio::net::unix::OwnedWriteHalf,
+}
+
+/// The first line of every answer: whether the command did what it was
+/// asked (`hayate reload` exits 1 on `error`).
+const OK: &str = "ok\n";
+const ERROR: &str = "error\n";
+
+/// Reads one command from a control connection. An unknown one is answered
+/// here, with the list of commands.
+pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(ControlCommand, Pending)> {
+    let (read, write) = stream.into_split();
     let mut line = String::new();
     // Bounded: a client cannot make hayate buffer without end.
     let mut reader = tokio::io::AsyncReadExt::take(BufReader::new(read), 1024);
     reader.read_line(&mut line).await?;
-    let command = match ControlCommand::parse(&line) {
-        Some(c) => c,
+    let pending = Pending { write };
+    match ControlCommand::parse(&line) {
+        Some(c) => Ok((c, pending)),
         None => {
             let other = line.trim();
-            write
-                .write_all(
-                    format!("unknown command {other:?} (status, reload, stop, purge url URL, purge tag TAG)\n")
-                        .as_bytes(),
-                )
+            pending
+                .answer(Err(format!(
+                    "unknown command {other:?} (status, reload, stop, purge url URL, purge tag TAG)\n"
+                )))
                 .await?;
-            return Err(io::Error::new(
+            Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "unknown control command",
-            ));
+            ))
         }
-    };
-    write.write_all(answer(&command).as_bytes()).await?;
-    write.shutdown().await?;
-    Ok(command)
+    }
+}
+
+impl Pending {
+    /// Writes the answer: `ok` or `error`, then the text.
+    pub async fn answer(mut self, answer: Result<String, String>) -> io::Result<()> {
+        let (status, text) = match &answer {
+            Ok(text) => (OK, text),
+            Err(text) => (ERROR, text),
+        };
+        self.write.write_all(status.as_bytes()).await?;
+        self.write.write_all(text.as_bytes()).await?;
+        self.write.shutdown().await
+    }
+}
+
+/// Splits an answer read by a control client into whether it succeeded and
+/// its text.
+pub fn parse_answer(answer: &str) -> (bool, &str) {
+    match (answer.strip_prefix(OK), answer.strip_prefix(ERROR)) {
+        (Some(text), _) => (true, text),
+        (_, Some(text)) => (false, text),
+        _ => (false, answer),
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log;
 use crate::pipeline::{self, Answer};
-use crate::worker::Worker;
+use crate::worker::{Generation, Worker};
 
 /// Streams a client may have open at once.
 const MAX_STREAMS: u32 = 128;
@@ -76,7 +76,7 @@ where
         // WebSocket over HTTP/2 (RFC 8441): streams opened by CONNECT with
         // :protocol, for routes whose upstream switches protocols.
         .enable_connect_protocol();
-    let timeouts = worker.timeouts;
+    let timeouts = worker.generation().timeouts;
     let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return log::debug!("HTTP/2 from {peer}: handshake failed: {e}"),
@@ -220,7 +220,8 @@ impl Stream {
                 .get::<h2::ext::Protocol>()
                 .is_some_and(|p| p.as_str() == crate::h2_tunnel::WEBSOCKET);
         let head = request_head(&parts, self.scheme, websocket);
-        let w = self.worker.clone();
+        // This stream's generation to its end, even across a reload.
+        let w = self.worker.generation();
         let client = pipeline::Client { peer: &self.peer };
         let mut body = StreamBody::new(body, &parts.headers, websocket, &w);
         let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
@@ -301,7 +302,7 @@ impl Stream {
         sent: u64,
         started: Instant,
     ) {
-        if let Some(log) = &self.worker.access_log {
+        if let Some(log) = &self.worker.generation().access_log {
             let entry = access_log::Entry {
                 peer: &self.peer,
                 status: status.code(),
@@ -361,7 +362,12 @@ struct StreamBody {
 impl StreamBody {
     /// The body of a stream with `headers`; a `tunnel`'s stream (a
     /// WebSocket) has none: its DATA is the tunnel's, read once it opens.
-    fn new(recv: RecvStream, headers: &http::HeaderMap, tunnel: bool, w: &Worker) -> StreamBody {
+    fn new(
+        recv: RecvStream,
+        headers: &http::HeaderMap,
+        tunnel: bool,
+        w: &Generation,
+    ) -> StreamBody {
         let declared = headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok());

@@ -22,6 +22,7 @@ mod h2_conn;
 mod h2_tunnel;
 pub mod listen;
 pub mod pipeline;
+pub mod reload;
 pub mod request_metrics;
 pub mod router;
 mod worker;
@@ -39,8 +40,10 @@ use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::Sink;
+use crate::cached::CacheSlot;
 use crate::control::ControlCommand;
-use crate::worker::Shared;
+use crate::reload::{ReloadParts, Reloader};
+use crate::worker::{Blueprint, Shared};
 
 /// Called with the bound addresses once every worker is accepting.
 pub type OnListening<'a> = Box<dyn FnOnce(&[Listen]) + 'a>;
@@ -52,8 +55,12 @@ pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct Hooks<'a> {
     /// See [`OnListening`].
     pub on_listening: OnListening<'a>,
-    /// Called on SIGHUP (rolling reload of a supervised app).
+    /// Called on SIGHUP and `hayate reload` once the configuration is
+    /// reloaded (rolling reload of a supervised app).
     pub on_reload: Box<dyn Fn() + 'a>,
+    /// Reads the configuration again for a reload; `None`: there is no
+    /// file to re-read.
+    pub reread: Option<reload::Reread<'a>>,
     /// The control socket, if any.
     pub control: Option<PathBuf>,
     /// What `status` answers.
@@ -68,11 +75,12 @@ pub struct Hooks<'a> {
 /// `app` is the supervised app's slots, for routes that send to it.
 pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Result<()> {
     raise_fd_limit();
+    let as_read = config.clone();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
     let cache = router::response_cache(&config);
     let variants = compression::store(&config.global);
-    router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants)?;
+    router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants, None, None)?;
     let log_sink = Sink::open(&config.global.access_log)?;
     // Certificates are loaded before any socket is bound, like roots.
     let tls = hayate_tls::TlsServer::from_config(&config)
@@ -101,9 +109,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         Some(addr) => Some(signals.block_on(async { admin::bind(addr) })?),
         None => None,
     };
-    let request_metrics = admin
-        .is_some()
-        .then(|| request_metrics::RequestMetrics::new(&config));
+    let request_metrics = admin.is_some().then(request_metrics::RequestMetrics::new);
     if let Some(m) = &request_metrics {
         hooks.metrics.register(m.clone());
     }
@@ -120,12 +126,20 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
     })?;
 
     let shutdown = Shutdown::new();
-    let shared = Shared {
+    let (publish, blueprint) = tokio::sync::watch::channel(Arc::new(Blueprint {
+        number: 0,
+        route_slots: request_metrics.as_ref().map(|m| m.slots(&config)),
         config: Arc::new(config),
-        connections: Arc::new(AtomicUsize::new(0)),
+        cache: cache.clone(),
         log_sink,
+    }));
+    let (built_tx, built_rx) = tokio::sync::mpsc::unbounded_channel();
+    let cache_slot: CacheSlot = Arc::new(arc_swap::ArcSwapOption::new(cache));
+    let shared = Shared {
+        blueprint,
+        built: built_tx,
+        connections: Arc::new(AtomicUsize::new(0)),
         app,
-        cache,
         request_metrics,
         variants,
         tls,
@@ -167,7 +181,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             listener,
             hooks.metrics.clone(),
             hooks.status.clone(),
-            shared.cache.clone(),
+            cache_slot.clone(),
         ));
     }
 
@@ -184,35 +198,48 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             None => std::future::pending().await,
         }
     };
+    let mut reloader = Reloader::new(ReloadParts {
+        reread: hooks.reread,
+        as_read,
+        publish,
+        built: built_rx,
+        workers,
+        app: shared.app.clone(),
+        variants: shared.variants.clone(),
+        cache: cache_slot.clone(),
+        request_metrics: shared.request_metrics.clone(),
+        metrics: hooks.metrics.clone(),
+    });
     let mut exit: io::Result<()> = Ok(());
     signals.block_on(async {
         loop {
             tokio::select! {
                 conn = accept_control() => {
                     let Ok(conn) = conn else { continue };
-                    let status = |c: &ControlCommand| match (c, &hooks.status) {
-                        (ControlCommand::Status, Some(status)) => status(),
-                        (ControlCommand::Reload, _) => "reloading\n".to_string(),
-                        (ControlCommand::Stop, _) => "stopping\n".to_string(),
-                        (ControlCommand::Status, None) => String::new(),
-                        (ControlCommand::PurgeUrl(url), _) => cached::purge(shared.cache.as_deref(), Some(url), None),
-                        (ControlCommand::PurgeTag(tag), _) => cached::purge(shared.cache.as_deref(), None, Some(tag)),
-                    };
-                    match control::serve_one(conn, status).await {
-                        Ok(ControlCommand::Reload) => {
+                    let Ok((command, pending)) = control::read_command(conn).await else { continue };
+                    let answer = match &command {
+                        ControlCommand::Status => Ok(hooks.status.as_ref().map(|s| s()).unwrap_or_default()),
+                        ControlCommand::Reload => {
                             log::info!("control: reloading");
-                            (hooks.on_reload)();
-                            continue;
+                            reload(&mut reloader, &hooks.on_reload).await
                         }
-                        Ok(ControlCommand::Stop) => log::info!("control: stop requested; shutting down"),
-                        _ => continue,
+                        ControlCommand::Stop => Ok("stopping\n".to_string()),
+                        ControlCommand::PurgeUrl(url) => Ok(cached::purge(cache_slot.load().as_deref(), Some(url), None)),
+                        ControlCommand::PurgeTag(tag) => Ok(cached::purge(cache_slot.load().as_deref(), None, Some(tag))),
+                    };
+                    if let Err(e) = pending.answer(answer).await {
+                        log::debug!("control answer: {e}");
                     }
+                    if command != ControlCommand::Stop {
+                        continue;
+                    }
+                    log::info!("control: stop requested; shutting down");
                 }
                 _ = term.recv() => log::info!("SIGTERM: shutting down"),
                 _ = int.recv() => log::info!("SIGINT: shutting down"),
                 _ = hup.recv() => {
                     log::info!("SIGHUP: reloading");
-                    (hooks.on_reload)();
+                    let _ = reload(&mut reloader, &hooks.on_reload).await;
                     continue;
                 }
                 Some((i, r)) = done_rx.recv() => {
@@ -224,7 +251,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             break;
         }
         shutdown.trigger();
-        let grace = shared.config.global.grace_period.0;
+        let grace = reloader.config().global.grace_period.0;
         let all_done = async { while done_rx.recv().await.is_some() {} };
         tokio::select! {
             _ = all_done => {}
@@ -250,6 +277,32 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         let _ = std::fs::remove_file(path);
     }
     exit
+}
+
+/// Reloads the configuration, then the app (its instances roll whether or
+/// not the configuration changed: a reload is also how new app code is
+/// deployed); logs the outcome and returns it for `hayate reload`.
+async fn reload(reloader: &mut Reloader<'_>, on_reload: &dyn Fn()) -> Result<String, String> {
+    match reloader.reload().await {
+        Ok(mut report) => {
+            for line in report.lines() {
+                log::info!("reload: {line}");
+            }
+            on_reload();
+            if reloader.app_runs() {
+                report.push_str("app: reloading its instances, app_reload_parallel at a time\n");
+            }
+            Ok(report)
+        }
+        Err(errors) => {
+            for line in errors.lines() {
+                log::error!("reload refused, the running configuration stays: {line}");
+            }
+            Err(format!(
+                "reload refused; the running configuration stays\n{errors}"
+            ))
+        }
+    }
 }
 
 /// Raises the soft open-file limit to the hard limit: each connection is a

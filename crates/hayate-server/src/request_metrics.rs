@@ -7,8 +7,11 @@
 //! scrape, on another thread, sums every worker's block. Counting is on only
 //! when the admin listener is configured.
 //!
-//! Routes are numbered in config order (sites, then their routes), the
-//! order in which every worker's `Router` is built: `Route::index`.
+//! A route counts into a slot named by its site and prefix
+//! (`Route::index`). Slots outlive reloads: a route that a reload keeps
+//! keeps its slot and its counts (Prometheus counters only go up), and a new
+//! route gets a new slot. A worker's block of counters is made for the slots
+//! of its generation; the blocks of replaced generations stay in the sums.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,8 +68,7 @@ impl WorkerMetrics {
         if let Some(i) = PROTOCOLS.iter().position(|(v, _)| *v == version) {
             bump(&self.protocols[i], 1);
         }
-        let unrouted = self.routes.len() - 1;
-        let Some(c) = self.routes.get(route.unwrap_or(unrouted)) else {
+        let Some(c) = self.routes.get(route.unwrap_or(UNROUTED)) else {
             return;
         };
         let class = usize::from(status / 100).clamp(1, 5) - 1;
@@ -81,36 +83,54 @@ impl WorkerMetrics {
     }
 }
 
+/// The slot of requests that matched no route.
+const UNROUTED: usize = 0;
+
 /// Every worker's counters and the routes' labels: the metrics source.
 pub struct RequestMetrics {
-    /// (site, route prefix) per route index; the last is the unrouted one.
-    labels: Vec<(String, String)>,
+    /// (site, route prefix) per slot; the first is the unrouted one.
+    labels: Mutex<Vec<(String, String)>>,
     workers: Mutex<Vec<Arc<WorkerMetrics>>>,
 }
 
 impl RequestMetrics {
-    /// Labels from the config, in the routers' order.
-    pub fn new(config: &Config) -> Arc<RequestMetrics> {
-        let mut labels = Vec::new();
-        for site in &config.sites {
-            let name = site.hosts.first().map_or("*", String::as_str);
-            for route in &site.routes {
-                labels.push((name.to_string(), route.prefix.clone()));
-            }
-        }
-        labels.push(("-".into(), "-".into()));
+    /// Counters with no route yet: [`RequestMetrics::slots`] adds them.
+    pub fn new() -> Arc<RequestMetrics> {
         Arc::new(RequestMetrics {
-            labels,
+            labels: Mutex::new(vec![("-".into(), "-".into())]),
             workers: Mutex::new(Vec::new()),
         })
     }
 
-    /// A new worker's counters, summed into every scrape from now on.
+    /// The slot of every route of `config`, in the routers' order (sites,
+    /// then routes): the slot a route of the same site and prefix had, or a
+    /// new one.
+    pub fn slots(&self, config: &Config) -> Arc<[usize]> {
+        let mut labels = self.labels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = Vec::new();
+        for site in &config.sites {
+            let name = site.hosts.first().map_or("*", String::as_str);
+            for route in &site.routes {
+                let label = (name.to_string(), route.prefix.clone());
+                let slot = match labels.iter().position(|l| *l == label) {
+                    Some(slot) => slot,
+                    None => {
+                        labels.push(label);
+                        labels.len() - 1
+                    }
+                };
+                slots.push(slot);
+            }
+        }
+        slots.into()
+    }
+
+    /// A worker's counters for the slots known now, summed into every
+    /// scrape from now on.
     pub fn worker(&self) -> Arc<WorkerMetrics> {
+        let slots = self.labels.lock().map_or(1, |l| l.len());
         let w = Arc::new(WorkerMetrics {
-            routes: (0..self.labels.len())
-                .map(|_| RouteCounters::default())
-                .collect(),
+            routes: (0..slots).map(|_| RouteCounters::default()).collect(),
             protocols: Default::default(),
         });
         if let Ok(mut workers) = self.workers.lock() {
@@ -119,16 +139,21 @@ impl RequestMetrics {
         w
     }
 
-    /// Per route: status class counts, bucket counts (not cumulative), sum.
-    fn totals(&self) -> Vec<([u64; 5], [u64; BUCKETS_US.len() + 1], u64)> {
+    /// The labels of every slot.
+    fn labels(&self) -> Vec<(String, String)> {
+        self.labels.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Per slot: status class counts, bucket counts (not cumulative), sum.
+    fn totals(&self, slots: usize) -> Vec<([u64; 5], [u64; BUCKETS_US.len() + 1], u64)> {
         let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
-        (0..self.labels.len())
+        (0..slots)
             .map(|i| {
                 let mut classes = [0; 5];
                 let mut buckets = [0; BUCKETS_US.len() + 1];
                 let mut sum = 0u64;
                 for w in &workers {
-                    let c = &w.routes[i];
+                    let Some(c) = w.routes.get(i) else { continue };
                     for (t, v) in classes.iter_mut().zip(&c.classes) {
                         *t += v.load(Ordering::Relaxed);
                     }
@@ -159,14 +184,15 @@ impl MetricsSource for RequestMetrics {
                 .sum();
             sample(out, BY_PROTOCOL, &[("protocol", name)], n);
         }
-        let totals = self.totals();
+        let labels = self.labels();
+        let totals = self.totals(labels.len());
         family(
             out,
             REQUESTS,
             "Requests answered, by site, route prefix and status class",
             Kind::Counter,
         );
-        for ((site, route), (classes, _, _)) in self.labels.iter().zip(&totals) {
+        for ((site, route), (classes, _, _)) in labels.iter().zip(&totals) {
             for (class, n) in CLASSES.iter().zip(classes) {
                 sample(
                     out,
@@ -183,7 +209,7 @@ impl MetricsSource for RequestMetrics {
             Kind::Histogram,
         );
         let bucket = format!("{DURATION}_bucket");
-        for ((site, route), (_, buckets, sum)) in self.labels.iter().zip(&totals) {
+        for ((site, route), (_, buckets, sum)) in labels.iter().zip(&totals) {
             let mut cumulative = 0;
             for (i, n) in buckets.iter().enumerate() {
                 cumulative += n;

@@ -2,6 +2,7 @@
 //! per worker from the config (each worker owns its static roots and their
 //! file caches).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
@@ -41,6 +42,9 @@ pub struct Route {
     pub compression: Option<Rc<Policy>>,
     /// The Strict-Transport-Security value its HTTPS responses carry.
     pub hsts: Option<Vec<u8>>,
+    /// What its upstream group is made from, for a reload to find the
+    /// group again (see [`Router::build`]).
+    upstream_key: String,
 }
 
 struct Site {
@@ -63,13 +67,23 @@ pub struct Router {
 
 impl Router {
     /// Builds the table, opening every static root; their compressed
-    /// variants come from `variants`.
+    /// variants come from `variants`. Routes count their requests in
+    /// `route_slots` (per route, in config order) when given.
+    ///
+    /// On a reload, `previous` is the running configuration and its router:
+    /// a route whose upstream is made the same way (members, host policy,
+    /// and no global `proxy_*` option changed) keeps the running group, so
+    /// its kept-alive connections, ejections and in-flight counts carry
+    /// over instead of starting cold.
     pub fn build(
         config: &Config,
         app: Option<&AppSlots>,
         cache: Option<&Arc<ResponseCache>>,
         variants: &Arc<VariantStore>,
+        route_slots: Option<&[usize]>,
+        previous: Option<(&Config, &Router)>,
     ) -> io::Result<Router> {
+        let reusable = reusable_groups(config, previous);
         let g = &config.global;
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
@@ -129,7 +143,14 @@ impl Router {
                     },
                     ..proxy.clone()
                 };
+                let upstream_key = format!(
+                    "{:?} {} {:?}",
+                    r.options.proxy, r.options.app, r.options.proxy_host
+                );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
+                    _ if reusable.contains_key(&upstream_key) => {
+                        reusable.get(&upstream_key).cloned()
+                    }
                     (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
                     (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
                     (None, true, None) => {
@@ -145,9 +166,11 @@ impl Router {
                 };
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
+                let position =
+                    sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>() + routes.len();
                 routes.push(Route {
-                    index: sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>()
-                        + routes.len(),
+                    index: route_slots.map_or(position, |slots| slots[position]),
+                    upstream_key,
                     prefix: r.prefix.as_bytes().to_vec(),
                     strip_prefix: r.options.strip_prefix,
                     files,
@@ -241,6 +264,31 @@ impl Router {
             })
         })
     }
+}
+
+/// The running router's upstream groups by what they are made from, when
+/// `config` changes no global `proxy_*` option of the running one.
+fn reusable_groups(
+    config: &Config,
+    previous: Option<(&Config, &Router)>,
+) -> HashMap<String, Rc<UpstreamGroup>> {
+    let Some((running, router)) = previous else {
+        return HashMap::new();
+    };
+    let proxy_changed = running
+        .global
+        .changed_keys(&config.global)
+        .iter()
+        .any(|k| k.starts_with("proxy_"));
+    if proxy_changed {
+        return HashMap::new();
+    }
+    router
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .filter_map(|r| Some((r.upstream_key.clone(), r.upstream.clone()?)))
+        .collect()
 }
 
 /// The response cache shared by every worker, when a route caches.

@@ -2,7 +2,7 @@
 //! own route table and file caches. Nothing on the request path is shared
 //! with other workers except the connection counter.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +12,8 @@ use std::time::Duration;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
 use hayate_core::shutdown::ShutdownWatch;
-use tokio::sync::Notify;
+use hayate_proxy::UpstreamGroup;
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::access_log::{AccessLog, Sink};
 use crate::buffers::BufferPool;
@@ -38,8 +39,13 @@ pub struct Timeouts {
     pub send: Duration,
 }
 
-/// A worker's state, shared by its connections (same thread only).
-pub struct Worker {
+/// What one configuration gives a worker: its routes, limits, timeouts and
+/// access log. A reload builds a new one and swaps it in whole; a request
+/// keeps the generation it started with to its end (an `Rc`), so requests
+/// in flight finish on the routes they were answered by.
+pub struct Generation {
+    /// The configuration it was built from.
+    pub config: Arc<Config>,
     /// Routes and handlers.
     pub router: Router,
     /// Request head limits.
@@ -48,35 +54,58 @@ pub struct Worker {
     pub timeouts: Timeouts,
     /// The access log, if on.
     pub access_log: Option<AccessLog>,
+    /// This worker's request counters, when the admin listener is on.
+    pub metrics: Option<Arc<WorkerMetrics>>,
+    /// Whether HTTP/2 is served (h2c on plain listeners).
+    pub http2: bool,
+}
+
+/// A worker's state, shared by its connections (same thread only).
+pub struct Worker {
+    generation: RefCell<Rc<Generation>>,
     /// Shutdown signal.
     pub shutdown: ShutdownWatch,
     /// Set once shutdown begins: connections finish their request and close.
     pub stopping: Cell<bool>,
     /// Read deadlines of every connection.
     pub deadlines: Rc<Deadlines>,
-    /// This worker's request counters, when the admin listener is on.
-    pub metrics: Option<Arc<WorkerMetrics>>,
     /// Buffers of the connections between requests.
     pub buffers: BufferPool,
-    /// Whether HTTP/2 is served (h2c on plain listeners).
-    pub http2: bool,
     active: Cell<usize>,
     idle: Notify,
 }
 
+/// What every worker builds its generation from: the configuration and the
+/// parts of it that are shared across workers. A reload publishes a new
+/// one; every worker builds from it and reports back.
+pub struct Blueprint {
+    /// Counts reloads: 0 at start.
+    pub number: u64,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// The response cache, when a route caches (carried over by reloads).
+    pub cache: Option<Arc<hayate_cache::ResponseCache>>,
+    /// The access log sink.
+    pub log_sink: Option<Sink>,
+    /// The metrics slot of every route, in config order (sites, then
+    /// routes), when the admin listener is on.
+    pub route_slots: Option<Arc<[usize]>>,
+}
+
+/// A worker's answer to a blueprint: built and swapped in, or why not.
+pub type Built = (usize, u64, Result<(), String>);
+
 /// What every worker shares.
 #[derive(Clone)]
 pub struct Shared {
-    /// The configuration.
-    pub config: Arc<Config>,
+    /// The current blueprint; reloads publish new ones.
+    pub blueprint: watch::Receiver<Arc<Blueprint>>,
+    /// Where workers report each generation they built.
+    pub built: mpsc::UnboundedSender<Built>,
     /// Open client connections across workers.
     pub connections: Arc<AtomicUsize>,
-    /// The access log sink.
-    pub log_sink: Option<Sink>,
     /// The supervised app's slots, if one runs.
     pub app: Option<AppSlots>,
-    /// The response cache, when a route caches.
-    pub cache: Option<Arc<hayate_cache::ResponseCache>>,
     /// Request counters of every worker, when the admin listener is on.
     pub request_metrics: Option<Arc<RequestMetrics>>,
     /// Compressed variants of files, built once for every worker.
@@ -85,17 +114,28 @@ pub struct Shared {
     pub tls: Option<Arc<hayate_tls::TlsServer>>,
 }
 
-impl Worker {
-    fn build(shared: &Shared, shutdown: ShutdownWatch) -> io::Result<Worker> {
-        let g = &shared.config.global;
-        Ok(Worker {
-            router: Router::build(
-                &shared.config,
-                shared.app.as_ref(),
-                shared.cache.as_ref(),
-                &shared.variants,
-            )?
-            .with_acme_challenges(shared.tls.as_ref().and_then(|t| t.challenges())),
+impl Generation {
+    /// Builds a worker's generation from `plan`; upstream groups whose
+    /// settings did not change are taken from `previous`, with their pooled
+    /// connections, health and in-flight counts.
+    fn build(
+        plan: &Blueprint,
+        shared: &Shared,
+        previous: Option<&Generation>,
+    ) -> io::Result<Generation> {
+        let g = &plan.config.global;
+        let router = Router::build(
+            &plan.config,
+            shared.app.as_ref(),
+            plan.cache.as_ref(),
+            &shared.variants,
+            plan.route_slots.as_deref(),
+            previous.map(|p| (&*p.config, &p.router)),
+        )?
+        .with_acme_challenges(shared.tls.as_ref().and_then(|t| t.challenges()));
+        Ok(Generation {
+            config: plan.config.clone(),
+            router,
             head_limits: HeadLimits {
                 max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
                 max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),
@@ -108,20 +148,49 @@ impl Worker {
                 body: g.body_timeout.0,
                 send: g.send_timeout.0,
             },
-            access_log: shared
+            access_log: plan
                 .log_sink
                 .clone()
                 .map(|sink| AccessLog::new(g.access_log_format, sink)),
-            shutdown,
-            stopping: Cell::new(false),
-            deadlines: Rc::default(),
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
-            buffers: BufferPool::default(),
             http2: g.http2,
-            active: Cell::new(0),
-            idle: Notify::new(),
         })
     }
+}
+
+impl Worker {
+    /// The current generation, for one request (or one wait) to keep.
+    pub fn generation(&self) -> Rc<Generation> {
+        self.generation.borrow().clone()
+    }
+
+    /// Swaps in `next` and starts its upstream groups' background tasks
+    /// (a group carried over keeps the ones it has). What is still buffered
+    /// in the old generation's access log is written now.
+    fn install(&self, next: Generation) {
+        let running: Vec<*const UpstreamGroup> = self
+            .generation()
+            .router
+            .upstream_groups()
+            .map(Rc::as_ptr)
+            .collect();
+        for group in next.router.upstream_groups() {
+            if !running.contains(&Rc::as_ptr(group)) {
+                start_group_tasks(group);
+            }
+        }
+        let old = self.generation.replace(Rc::new(next));
+        if let Some(log) = &old.access_log {
+            log.flush();
+        }
+    }
+}
+
+/// The health checks and pool sweeper of an upstream group, for as long as
+/// a generation uses the group (they hold it weakly).
+fn start_group_tasks(group: &Rc<UpstreamGroup>) {
+    tokio::task::spawn_local(UpstreamGroup::run_health_checks(Rc::downgrade(group)));
+    tokio::task::spawn_local(UpstreamGroup::run_pool_sweeper(Rc::downgrade(group)));
 }
 
 /// Runs a worker on the current thread until shutdown and drain.
@@ -136,7 +205,20 @@ pub fn run(
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::build(&shared, shutdown.clone())?);
+        let mut blueprints = shared.blueprint.clone();
+        let first = Generation::build(&blueprints.borrow_and_update(), &shared, None)?;
+        for group in first.router.upstream_groups() {
+            start_group_tasks(group);
+        }
+        let worker = Rc::new(Worker {
+            generation: RefCell::new(Rc::new(first)),
+            shutdown: shutdown.clone(),
+            stopping: Cell::new(false),
+            deadlines: Rc::default(),
+            buffers: BufferPool::default(),
+            active: Cell::new(0),
+            idle: Notify::new(),
+        });
         for l in listeners {
             let l = Listener::new(l.socket, l.scheme)?;
             tokio::task::spawn_local(accept_loop(l, worker.clone(), shared.clone()));
@@ -146,16 +228,18 @@ pub fn run(
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                if let Some(log) = &flusher.access_log {
+                if let Some(log) = &flusher.generation().access_log {
                     log.flush();
                 }
             }
         });
         tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
-        for group in worker.router.upstream_groups() {
-            tokio::task::spawn_local(group.clone().run_health_checks());
-            tokio::task::spawn_local(group.clone().run_pool_sweeper());
-        }
+        tokio::task::spawn_local(follow_reloads(
+            index,
+            worker.clone(),
+            shared.clone(),
+            blueprints,
+        ));
         let mut stop = shutdown.clone();
         stop.wait().await;
         worker.stopping.set(true);
@@ -163,7 +247,7 @@ pub fn run(
         // Listeners close as their accept loops see the signal; idle
         // connections close at once; in-flight ones finish or are cut at the
         // grace period.
-        let grace = shared.config.global.grace_period.0;
+        let grace = worker.generation().config.global.grace_period.0;
         let drained = tokio::time::timeout(grace, async {
             while worker.active.get() > 0 {
                 worker.idle.notified().await;
@@ -176,16 +260,32 @@ pub fn run(
                 worker.active.get()
             );
         }
-        if let Some(log) = &worker.access_log {
+        if let Some(log) = &worker.generation().access_log {
             log.flush();
         }
         Ok(())
     })
 }
 
+/// Builds a generation from every blueprint a reload publishes, swaps it in
+/// and reports how that went.
+async fn follow_reloads(
+    index: usize,
+    worker: Rc<Worker>,
+    shared: Shared,
+    mut blueprints: watch::Receiver<Arc<Blueprint>>,
+) {
+    while blueprints.changed().await.is_ok() {
+        let plan = blueprints.borrow_and_update().clone();
+        let result = Generation::build(&plan, &shared, Some(&worker.generation()))
+            .map(|next| worker.install(next))
+            .map_err(|e| e.to_string());
+        let _ = shared.built.send((index, plan.number, result));
+    }
+}
+
 async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
     let mut shutdown = worker.shutdown.clone();
-    let max = shared.config.global.max_connections as usize;
     let scheme = listener.scheme();
     loop {
         let accepted = tokio::select! {
@@ -201,6 +301,7 @@ async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
                 continue;
             }
         };
+        let max = worker.generation().config.global.max_connections as usize;
         if shared.connections.fetch_add(1, Ordering::Relaxed) >= max {
             shared.connections.fetch_sub(1, Ordering::Relaxed);
             log::warn!("connection from {peer} refused: max_connections ({max}) reached");

@@ -150,8 +150,14 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     s.write_all(line.as_bytes())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
-    print!("{answer}");
-    Ok(())
+    let (ok, text) = hayate_server::control::parse_answer(&answer);
+    if ok {
+        print!("{text}");
+        Ok(())
+    } else {
+        eprint!("{text}");
+        anyhow::bail!("{name} failed")
+    }
 }
 
 fn main() -> ExitCode {
@@ -176,12 +182,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(m: &ArgMatches) -> Result<Config, ConfigError> {
+/// The flags and environment of `hayate [DIR]`, the directory included.
+fn serve_overrides(m: &ArgMatches) -> Result<Overrides, ConfigError> {
     let mut overrides: Overrides = cli::overrides_from(m)?;
     if let Some(dir) = m.get_one::<String>("dir") {
         overrides.route.root = Some(PathBuf::from(dir));
     }
-    load_with(m, &overrides)
+    Ok(overrides)
+}
+
+/// How a reload reads the configuration again: the same file with the same
+/// flags and environment; `None` without a file.
+fn rereader<'a>(
+    m: &'a ArgMatches,
+    overrides: Overrides,
+) -> Option<hayate_server::reload::Reread<'a>> {
+    m.get_one::<String>("config")?;
+    Some(Box::new(move || load_with(m, &overrides)))
 }
 
 fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigError> {
@@ -201,21 +218,23 @@ fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErro
 }
 
 fn serve(m: &ArgMatches) -> anyhow::Result<()> {
-    let config = load(m)?;
+    let overrides = serve_overrides(m)?;
+    let config = load_with(m, &overrides)?;
     if let Some(app) = config.app.clone() {
         // A config file with an [app] section: run it, as `hayate run` does.
-        return supervise(config, app);
+        return supervise(config, app, rereader(m, overrides));
     }
     init_log(&config);
     let what = describe(&config);
-    let on_reload = || log::warn!("SIGHUP: nothing to reload (no app runs)");
-    // A cache is purged through the control socket; without one there is
-    // nothing to control but stop.
-    let caches = config
-        .sites
-        .iter()
-        .flat_map(|s| &s.routes)
-        .any(|r| r.options.cache.enabled);
+    let on_reload = || {};
+    // A cache is purged and a config file reloaded through the control
+    // socket; without either there is nothing to control but stop.
+    let controlled = m.get_one::<String>("config").is_some()
+        || config
+            .sites
+            .iter()
+            .flat_map(|s| &s.routes)
+            .any(|r| r.options.cache.enabled);
     let mut hooks = hooks(
         &config,
         what,
@@ -225,7 +244,7 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     );
     hooks.control = match config.global.control.clone() {
         Some(p) => Some(p),
-        None if caches => {
+        None if controlled => {
             let p = default_control_path(Path::new("."));
             if std::os::unix::net::UnixStream::connect(&p).is_ok() {
                 log::warn!(
@@ -239,6 +258,7 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
         }
         None => None,
     };
+    hooks.reread = rereader(m, overrides);
     hayate_server::run(config, None, hooks).context("server failed")
 }
 
@@ -270,6 +290,7 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         overrides.route.app = Some(true);
         config = load_with(m, &overrides)?;
     }
+    let reread = rereader(m, overrides);
     let mut app = config.app.clone().unwrap_or_default();
     if !command.is_empty() {
         app.command = command;
@@ -290,11 +311,15 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
         );
     }
-    supervise(config, app)
+    supervise(config, app, reread)
 }
 
 /// Starts the supervisor for `app` and serves until stopped.
-fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Result<()> {
+fn supervise(
+    config: Config,
+    app: hayate_config::app::AppSection,
+    reread: Option<hayate_server::reload::Reread<'_>>,
+) -> anyhow::Result<()> {
     use hayate_config::app::AppListen;
     init_log(&config);
     let g = &config.global;
@@ -340,6 +365,7 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
     let metrics = hayate_core::metrics::Metrics::default();
     metrics.register(std::sync::Arc::new(status.clone()));
     let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
+    hooks.reread = reread;
     hooks.control = Some(
         config
             .global
@@ -388,6 +414,7 @@ fn hooks<'a>(
             }
         }),
         on_reload: Box::new(on_reload),
+        reread: None,
         control: None,
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,

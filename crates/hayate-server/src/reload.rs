@@ -1,0 +1,273 @@
+//! Live configuration reload (SIGHUP, `hayate reload`): re-read the config
+//! file, validate all of it, and on success have every worker build a new
+//! generation from it and swap it in (`worker.rs`); on any error the running
+//! configuration stays and the caller gets the errors.
+//!
+//! What carries over: requests in flight finish on the generation they
+//! started with; open connections and tunnels are never touched; upstream
+//! groups whose settings did not change keep their pooled connections
+//! (`Router::build`); the response cache and the compressed variants are
+//! kept; TLS certificates and session-ticket keys stay (certificate files
+//! are watched on their own).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hayate_config::{Config, ConfigError};
+use hayate_core::app::AppSlots;
+use hayate_core::metrics::Metrics;
+use tokio::sync::{mpsc, watch};
+
+use crate::access_log::Sink;
+use crate::cached::CacheSlot;
+use crate::request_metrics::RequestMetrics;
+use crate::router::{self, Router};
+use crate::worker::{Blueprint, Built};
+
+/// Reads the configuration again, as it was first read (the same file,
+/// flags and environment).
+pub type Reread<'a> = Box<dyn Fn() -> Result<Config, ConfigError> + 'a>;
+
+/// How long workers may take to build a generation (opening roots, mostly)
+/// before a reload reports them as not done.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options that a reload cannot change in a running process, with why.
+const NEEDS_RESTART: &[(&str, &str)] = &[
+    ("listen", "listeners are bound at start"),
+    ("workers", "workers are started at start"),
+    ("admin", "the admin listener is bound at start"),
+    ("control", "the control socket is bound at start"),
+    ("tls", "the TLS setup is built at start"),
+    ("tls_names", "the TLS setup is built at start"),
+    (
+        "tls_cert",
+        "the TLS setup is built at start (a changed file is reloaded by itself)",
+    ),
+    (
+        "tls_key",
+        "the TLS setup is built at start (a changed file is reloaded by itself)",
+    ),
+    ("state_dir", "the TLS setup is built at start"),
+    ("acme_directory", "the TLS setup is built at start"),
+    ("acme_email", "the TLS setup is built at start"),
+    ("acme_ca_root", "the TLS setup is built at start"),
+    ("acme_challenge", "the TLS setup is built at start"),
+    ("tls_handshake_timeout", "the TLS setup is built at start"),
+    ("cache_size", "the response cache is sized at start"),
+    ("cache_max_object", "the response cache is set up at start"),
+    (
+        "cache_lock_timeout",
+        "the response cache is set up at start",
+    ),
+    (
+        "cache_lock_waiters",
+        "the response cache is set up at start",
+    ),
+    (
+        "cache_hit_for_miss",
+        "the response cache is set up at start",
+    ),
+    (
+        "compress_cache_size",
+        "the compressed-variant store is set up at start",
+    ),
+    (
+        "compress_max_file",
+        "the compressed-variant store is set up at start",
+    ),
+    (
+        "compress_queue",
+        "the compressed-variant store is set up at start",
+    ),
+    ("app_listen", "the supervisor is set up at start"),
+    ("app_reload_parallel", "the supervisor is set up at start"),
+    ("app_max_memory", "the supervisor is set up at start"),
+    ("app_max_requests", "the supervisor is set up at start"),
+    ("app_start_timeout", "the supervisor is set up at start"),
+    ("app_ready_path", "the supervisor is set up at start"),
+    ("app_log", "the supervisor is set up at start"),
+    ("app_log_size", "the supervisor is set up at start"),
+    ("app_log_keep", "the supervisor is set up at start"),
+];
+
+/// The reload side of a running server.
+pub struct Reloader<'a> {
+    reread: Option<Reread<'a>>,
+    /// The configuration as read (before its listeners were resolved).
+    as_read: Config,
+    running: Arc<Blueprint>,
+    publish: watch::Sender<Arc<Blueprint>>,
+    built: mpsc::UnboundedReceiver<Built>,
+    workers: usize,
+    app: Option<AppSlots>,
+    variants: Arc<hayate_compress::VariantStore>,
+    cache: CacheSlot,
+    request_metrics: Option<Arc<RequestMetrics>>,
+    metrics: Metrics,
+}
+
+/// What a [`Reloader`] works with, besides the running blueprint.
+pub struct ReloadParts<'a> {
+    /// See [`Reread`]; `None` when there is no file to read again.
+    pub reread: Option<Reread<'a>>,
+    /// The configuration as read at start.
+    pub as_read: Config,
+    /// Where blueprints are published to the workers.
+    pub publish: watch::Sender<Arc<Blueprint>>,
+    /// Where the workers report.
+    pub built: mpsc::UnboundedReceiver<Built>,
+    /// How many workers report.
+    pub workers: usize,
+    /// The supervised app's slots.
+    pub app: Option<AppSlots>,
+    /// Compressed variants of files.
+    pub variants: Arc<hayate_compress::VariantStore>,
+    /// The response cache.
+    pub cache: CacheSlot,
+    /// Request counters.
+    pub request_metrics: Option<Arc<RequestMetrics>>,
+    /// The metrics registry (a cache made by a reload registers there).
+    pub metrics: Metrics,
+}
+
+impl<'a> Reloader<'a> {
+    /// A reloader for the server running `parts.publish`'s blueprint.
+    pub fn new(parts: ReloadParts<'a>) -> Reloader<'a> {
+        let running = parts.publish.borrow().clone();
+        Reloader {
+            reread: parts.reread,
+            as_read: parts.as_read,
+            running,
+            publish: parts.publish,
+            built: parts.built,
+            workers: parts.workers,
+            app: parts.app,
+            variants: parts.variants,
+            cache: parts.cache,
+            request_metrics: parts.request_metrics,
+            metrics: parts.metrics,
+        }
+    }
+
+    /// Whether a supervised app runs (a reload rolls its instances).
+    pub fn app_runs(&self) -> bool {
+        self.app.is_some()
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> &Arc<Config> {
+        &self.running.config
+    }
+
+    /// Reloads: `Ok` with what changed, or `Err` with every reason the new
+    /// configuration was refused (the running one stays).
+    pub async fn reload(&mut self) -> Result<String, String> {
+        let Some(reread) = &self.reread else {
+            return Ok("no config file: nothing to re-read\n".into());
+        };
+        let mut next = reread().map_err(|e| format!("{e}\n"))?;
+        let running = self.running.config.clone();
+        let mut notes = Vec::new();
+        // What cannot change keeps its running value; the note says so.
+        for (key, why) in NEEDS_RESTART {
+            if self.as_read.global.changed_keys(&next.global).contains(key) {
+                notes.push(format!("{key}: not changed until a restart ({why})"));
+            }
+        }
+        let as_read = next.clone();
+        next.global.listen = running.global.listen.clone();
+        next.global.workers = running.global.workers;
+        next.global.admin = running.global.admin.clone();
+        next.global.control = running.global.control.clone();
+        let tls_sites_changed = next
+            .sites
+            .iter()
+            .map(|s| format!("{:?}", s.tls))
+            .ne(running.sites.iter().map(|s| format!("{:?}", s.tls)));
+        if tls_sites_changed {
+            notes.push("[[site]] tls: not changed until a restart".into());
+        }
+        if format!("{:?}", next.app) != format!("{:?}", running.app) {
+            notes.push("[app]: not changed until a restart (instances were rolled)".into());
+        }
+
+        let cache = match self.cache.load_full() {
+            Some(cache) => Some(cache),
+            None => router::response_cache(&next).inspect(|c| {
+                let c = c.clone();
+                self.metrics.register_fn(move |out| c.render_metrics(out));
+            }),
+        };
+        let log_sink = if next.global.access_log == running.global.access_log {
+            self.running.log_sink.clone()
+        } else {
+            Sink::open(&next.global.access_log).map_err(|e| format!("{e}\n"))?
+        };
+        // Everything a worker will open, opened once here first: a root that
+        // does not exist fails the reload, not a worker.
+        Router::build(
+            &next,
+            self.app.as_ref(),
+            cache.as_ref(),
+            &self.variants,
+            None,
+            None,
+        )
+        .map_err(|e| format!("{e}\n"))?;
+
+        let plan = Arc::new(Blueprint {
+            number: self.running.number + 1,
+            config: Arc::new(next),
+            cache: cache.clone(),
+            log_sink,
+            route_slots: self.request_metrics.as_ref().map(|m| m.slots(&as_read)),
+        });
+        self.publish.send_replace(plan.clone());
+        self.cache.store(cache);
+        let failures = self.wait_for_workers(plan.number).await;
+        self.running = plan;
+        self.as_read = as_read;
+        let mut answer = String::new();
+        let changes = hayate_config::changes(&running, &self.running.config);
+        if changes.is_empty() {
+            answer.push_str("configuration unchanged\n");
+        }
+        for line in changes.iter().chain(&notes) {
+            answer.push_str(line);
+            answer.push('\n');
+        }
+        if failures.is_empty() {
+            Ok(answer)
+        } else {
+            Err(answer + &failures.join(""))
+        }
+    }
+
+    /// Waits until every worker has built generation `number`; returns the
+    /// failures.
+    async fn wait_for_workers(&mut self, number: u64) -> Vec<String> {
+        let mut failures = Vec::new();
+        let mut waiting = self.workers;
+        let deadline = tokio::time::Instant::now() + BUILD_TIMEOUT;
+        while waiting > 0 {
+            match tokio::time::timeout_at(deadline, self.built.recv()).await {
+                Ok(Some((_, n, _))) if n != number => {} // an older reload's report
+                Ok(Some((worker, _, result))) => {
+                    waiting -= 1;
+                    if let Err(e) = result {
+                        failures.push(format!("worker {worker}: {e}\n"));
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    failures.push(format!(
+                        "{waiting} workers did not build the new configuration in {BUILD_TIMEOUT:?}\n"
+                    ));
+                    break;
+                }
+            }
+        }
+        failures
+    }
+}
