@@ -94,6 +94,8 @@ pub struct AppSlots {
     /// Requests waiting in the app group's queues, across workers (each
     /// worker adds and removes its own; read by `hayate status`).
     pub queued: Arc<AtomicUsize>,
+    /// Slots in a crash loop, not restarted until a reload.
+    pub halted: Arc<AtomicUsize>,
 }
 
 impl AppSlots {
@@ -102,12 +104,19 @@ impl AppSlots {
         self.queued.load(Ordering::Relaxed)
     }
 
+    /// Whether every slot is in a crash loop: no instance will become ready
+    /// until a reload, so waiting for one is pointless.
+    pub fn is_down(&self) -> bool {
+        self.halted.load(Ordering::Acquire) >= self.slots.len()
+    }
+
     /// `n` empty slots.
     pub fn new(n: usize) -> AppSlots {
         AppSlots {
             slots: (0..n).map(|_| Arc::new(AppSlot::default())).collect(),
             ready: Arc::new(Notify::new()),
             queued: Arc::new(AtomicUsize::new(0)),
+            halted: Arc::new(AtomicUsize::new(0)),
         }
     }
 }

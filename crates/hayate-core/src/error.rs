@@ -43,6 +43,10 @@ pub enum ErrorKind {
     /// Every upstream is at its limit and the queue is full or was waited
     /// in too long: 503 with Retry-After (distinct from a failing one).
     UpstreamBusy,
+    /// The supervised app is down: every instance crashed in a loop and
+    /// hayate stopped restarting them until a reload. 503 at once, with a
+    /// body that says so, instead of a queue wait that cannot end well.
+    AppDown,
     /// A file hayate may not read (permissions): 403.
     Forbidden,
     /// hayate's own failure (an I/O error on a file it could open): 500.
@@ -57,9 +61,10 @@ impl ErrorKind {
             | ErrorKind::BadRequest
             | ErrorKind::ClientTimeout
             | ErrorKind::BodyTooLarge => Side::Client,
-            ErrorKind::UpstreamFailed | ErrorKind::UpstreamTimeout | ErrorKind::UpstreamBusy => {
-                Side::Upstream
-            }
+            ErrorKind::UpstreamFailed
+            | ErrorKind::UpstreamTimeout
+            | ErrorKind::UpstreamBusy
+            | ErrorKind::AppDown => Side::Upstream,
             ErrorKind::Forbidden | ErrorKind::Internal => Side::Internal,
         }
     }
@@ -73,7 +78,7 @@ impl ErrorKind {
             ErrorKind::BodyTooLarge => Status::CONTENT_TOO_LARGE,
             ErrorKind::UpstreamFailed => Status::BAD_GATEWAY,
             ErrorKind::UpstreamTimeout => Status::GATEWAY_TIMEOUT,
-            ErrorKind::UpstreamBusy => Status::SERVICE_UNAVAILABLE,
+            ErrorKind::UpstreamBusy | ErrorKind::AppDown => Status::SERVICE_UNAVAILABLE,
             ErrorKind::Forbidden => Status::FORBIDDEN,
             ErrorKind::Internal => Status::INTERNAL_SERVER_ERROR,
         }
@@ -167,6 +172,12 @@ impl Error {
             (Side::Internal, _) => log::error!("{}", self.message()),
         }
         let mut r = Response::error(status);
+        if self.kind == ErrorKind::AppDown {
+            r.body = crate::Body::Bytes(bytes::Bytes::from_static(
+                b"503 Service Unavailable: the app is down (its instances crashed in a loop \
+                  and are not restarted until hayate reload)\n",
+            ));
+        }
         if self.kind.retry_later() {
             r.header("Retry-After", b"1");
         }

@@ -126,6 +126,9 @@ pub(crate) struct Member {
     pub outstanding: Cell<u32>,
     fails: Cell<u32>,
     down_until: Cell<Option<Instant>>,
+    /// For a supervised slot: the instance that was ejected. Its
+    /// replacement is a new process and takes requests once ready.
+    down_instance: Cell<Option<u64>>,
     /// Idle keep-alive connections, oldest first (`pool.rs`).
     pub(crate) idle: RefCell<VecDeque<Idle>>,
     /// The group's queue, woken when this member finishes a request.
@@ -152,8 +155,9 @@ pub struct UpstreamGroup {
     /// do for them): a new request queues behind them rather than pass.
     pub(crate) waiting_any: Cell<usize>,
     pub(crate) freed: Rc<Notify>,
-    /// For a supervised app: raised when an instance becomes ready.
-    pub(crate) app_ready: Option<Arc<Notify>>,
+    /// For a supervised app: its slots (raised when an instance becomes
+    /// ready; down when every slot is in a crash loop).
+    pub(crate) app: Option<AppSlots>,
 }
 
 impl UpstreamGroup {
@@ -169,6 +173,7 @@ impl UpstreamGroup {
                     outstanding: Cell::new(0),
                     fails: Cell::new(0),
                     down_until: Cell::new(None),
+                    down_instance: Cell::new(None),
                     idle: RefCell::new(VecDeque::new()),
                     freed: freed.clone(),
                     probe_down: Cell::new(false),
@@ -185,7 +190,7 @@ impl UpstreamGroup {
             waiting: QueueGauge::default(),
             waiting_any: Cell::new(0),
             freed,
-            app_ready: None,
+            app: None,
         }
     }
 
@@ -213,8 +218,8 @@ impl UpstreamGroup {
                 m.label = format!("app[{i}]");
             }
         }
-        group.app_ready = Some(app.ready.clone());
         group.waiting.shared = Some(app.queued.clone());
+        group.app = Some(app.clone());
         group
     }
 
@@ -362,7 +367,28 @@ impl Member {
     /// Whether the member may take requests: not ejected by failures, not
     /// failing its health check.
     pub fn is_up(&self, now: Instant) -> bool {
-        !self.probe_down.get() && self.down_until.get().is_none_or(|t| t <= now)
+        if self.probe_down.get() {
+            return false;
+        }
+        match self.down_until.get() {
+            None => true,
+            Some(t) if t <= now => true,
+            // Ejected; but a supervised slot whose instance was replaced
+            // since (restarted after a crash) is up as soon as it is ready:
+            // the failures were the old process's.
+            Some(_) => match &self.slot {
+                Some(slot) => {
+                    let replaced = slot
+                        .current()
+                        .is_some_and(|i| Some(i.id) != self.down_instance.get());
+                    if replaced {
+                        self.succeeded();
+                    }
+                    replaced
+                }
+                None => false,
+            },
+        }
     }
 
     /// Whether the member can be connected to at all: a supervised slot
@@ -391,6 +417,8 @@ impl Member {
             }
             self.down_until
                 .set(Some(Instant::now() + settings.fail_timeout));
+            self.down_instance
+                .set(self.slot.as_ref().and_then(|s| Some(s.current()?.id)));
             self.idle.borrow_mut().clear();
         }
     }
@@ -581,6 +609,27 @@ pub(crate) mod tests {
         assert_eq!(g.pick(now, &[], None), Ok(0));
         g.members[0].outstanding.set(2);
         assert_eq!(g.pick(now, &[], None), Err(Busy::Full));
+    }
+
+    #[test]
+    fn an_ejected_app_slot_is_up_again_once_its_instance_is_replaced() {
+        use hayate_core::app::{AppAddr, AppInstance};
+        let app = AppSlots::new(1);
+        let instance = |id| AppInstance::new(AppAddr::Unix(format!("/i{id}").into()), id);
+        app.slots[0].replace(Some(instance(1)));
+        let g = UpstreamGroup::for_app(&app, ProxySettings::default());
+        let now = Instant::now();
+        for _ in 0..g.settings.max_fails {
+            g.members[0].failed(&g.settings);
+        }
+        assert!(!g.members[0].is_up(now), "ejected after max_fails");
+        // The crashed instance's slot is empty until its replacement is
+        // ready: still ejected.
+        app.slots[0].replace(None);
+        assert!(!g.members[0].is_up(now));
+        app.slots[0].replace(Some(instance(2)));
+        assert!(g.members[0].is_up(now), "a new instance takes requests");
+        assert_eq!(g.pick(now, &[], None), Ok(0));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use std::io;
 
+use hayate_core::app::AppSlots;
 use hayate_core::error::{Error, ErrorKind};
 
 use crate::UpstreamGroup;
@@ -62,6 +63,12 @@ impl UpstreamGroup {
         any_member: bool,
     ) -> Result<(), Error> {
         let busy = |why: String| Error::new(ErrorKind::UpstreamBusy, io::Error::other(why));
+        if self.app.as_ref().is_some_and(AppSlots::is_down) {
+            return Err(Error::new(
+                ErrorKind::AppDown,
+                io::Error::other("the app is down: every instance is in a crash loop"),
+            ));
+        }
         // A request already in line is not refused for the queue's depth.
         if newcomer && self.waiting.get() >= self.settings.queue_depth {
             return Err(busy(format!(
@@ -77,8 +84,8 @@ impl UpstreamGroup {
         }
         let _queued = Queued::new(self, any_member);
         let ready = async {
-            match &self.app_ready {
-                Some(n) => n.notified().await,
+            match &self.app {
+                Some(app) => app.ready.notified().await,
                 None => std::future::pending().await,
             }
         };

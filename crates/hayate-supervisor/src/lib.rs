@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -124,9 +124,21 @@ struct SlotStatus {
     pid: Option<u32>,
     since: Instant,
     restarts: u32,
+    /// Why its last instance ended (or failed to start).
+    last_exit: Option<String>,
+    /// How its first start went, once it is known: `hayate run` waits for
+    /// it before it says it serves.
+    first_start: Option<Result<(), String>>,
 }
 
-type StatusBoard = Arc<std::sync::Mutex<Vec<SlotStatus>>>;
+/// Every slot's status, and a signal for who waits on a change of it.
+#[derive(Debug)]
+struct Board {
+    slots: std::sync::Mutex<Vec<SlotStatus>>,
+    changed: std::sync::Condvar,
+}
+
+type StatusBoard = Arc<Board>;
 
 /// A running supervisor. Dropping it stops every instance (SIGTERM, then
 /// SIGKILL after the stop timeout) and waits.
@@ -171,8 +183,13 @@ impl Supervisor {
             pid: None,
             since: Instant::now(),
             restarts: 0,
+            last_exit: None,
+            first_start: None,
         };
-        let board: StatusBoard = Arc::new(std::sync::Mutex::new(vec![initial; app.slots.len()]));
+        let board: StatusBoard = Arc::new(Board {
+            slots: std::sync::Mutex::new(vec![initial; app.slots.len()]),
+            changed: std::sync::Condvar::new(),
+        });
         let tasks_board = board.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -194,6 +211,7 @@ impl Supervisor {
                                 spec: spec.clone(),
                                 slot: slot.clone(),
                                 ready: slots.ready.clone(),
+                                halted: slots.halted.clone(),
                                 control: rx.clone(),
                                 roll: roll.clone(),
                                 ids: ids.clone(),
@@ -224,6 +242,36 @@ impl Supervisor {
     /// `/metrics`), usable from any thread.
     pub fn status(&self) -> AppStatus {
         self.status.clone()
+    }
+
+    /// Waits until the app is up or cannot start: `Ok` once an instance is
+    /// ready, or once `grace` has passed with no verdict (a slow app goes
+    /// on starting while hayate serves, its requests queued); `Err` with the
+    /// reason when every slot's first start failed before that (a command
+    /// not found, an app that exits at once), so `hayate run` exits with it
+    /// instead of serving an app that is not there.
+    pub fn wait_started(&self, grace: Duration) -> Result<(), String> {
+        let board = &self.status.board;
+        let deadline = Instant::now() + grace;
+        let mut slots = board.slots.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if slots.iter().any(|s| matches!(s.first_start, Some(Ok(())))) {
+                return Ok(());
+            }
+            if slots.iter().all(|s| matches!(s.first_start, Some(Err(_)))) {
+                let why = slots.iter().find_map(|s| s.first_start.clone()?.err());
+                return Err(why.unwrap_or_default());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            slots = board
+                .changed
+                .wait_timeout(slots, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// Starts a rolling reload (SIGHUP, `hayate reload`).
@@ -258,12 +306,19 @@ pub struct InstanceFigures {
     pub in_flight: u32,
     /// Requests sent to the current instance.
     pub served: u64,
+    /// Why the slot's last instance ended, or failed to start.
+    pub last_exit: Option<String>,
 }
 
 impl AppStatus {
     /// Every slot's figures, in slot order.
     pub fn instances(&self) -> Vec<InstanceFigures> {
-        let board = self.board.lock().map(|b| b.clone()).unwrap_or_default();
+        let board = self
+            .board
+            .slots
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_default();
         board
             .iter()
             .enumerate()
@@ -277,6 +332,7 @@ impl AppStatus {
                     rss_bytes: s.pid.and_then(instance::rss_of),
                     in_flight: current.as_ref().map_or(0, |c| c.inflight()),
                     served: current.map_or(0, |c| c.served.load(Ordering::Relaxed)),
+                    last_exit: s.last_exit.clone(),
                 }
             })
             .collect()
@@ -291,11 +347,11 @@ impl AppStatus {
     /// requests in flight and served; then the queue depth.
     pub fn text(&self) -> String {
         let mut out = String::from(
-            "instance  state       pid      uptime    restarts  rss_mib  in_flight  served\n",
+            "instance  state       pid      uptime    restarts  rss_mib  in_flight  served    last exit\n",
         );
         for (i, s) in self.instances().iter().enumerate() {
             out.push_str(&format!(
-                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {:<10} {}\n",
+                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {:<10} {:<9} {}\n",
                 i,
                 s.state.as_str(),
                 s.pid.map_or("-".into(), |p| p.to_string()),
@@ -304,7 +360,8 @@ impl AppStatus {
                 s.rss_bytes
                     .map_or("-".to_string(), |b| (b >> 20).to_string()),
                 s.in_flight,
-                s.served
+                s.served,
+                s.last_exit.as_deref().unwrap_or("-"),
             ));
         }
         out.push_str(&format!("queued: {}\n", self.queue_depth()));
@@ -422,6 +479,8 @@ struct SlotTask {
     spec: Arc<AppSpec>,
     slot: Arc<AppSlot>,
     ready: Arc<Notify>,
+    /// Slots in a crash loop (all of them: the app is down).
+    halted: Arc<AtomicUsize>,
     control: watch::Receiver<Control>,
     /// Reloads roll one slot at a time.
     roll: Arc<Semaphore>,
@@ -462,6 +521,7 @@ impl SlotTask {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                     Err(e) => {
                         self.set_state(ChildState::Backoff, None, true);
+                        self.note_exit(format!("failed to start: {e}"));
                         log::error!("app[{}] failed to start: {e}", self.index);
                         if !self.after_exit(&mut exits).await {
                             break;
@@ -475,6 +535,7 @@ impl SlotTask {
                     self.slot.replace(None);
                     self.set_state(ChildState::Backoff, None, true);
                     log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
+                    self.note_exit(status.to_string());
                     if let Some(old) = current.take() {
                         old.cleanup();
                     }
@@ -534,15 +595,34 @@ impl SlotTask {
     }
 
     fn set_state(&self, state: ChildState, pid: Option<u32>, restarted: bool) {
-        if let Ok(mut board) = self.board.lock() {
-            let s = &mut board[self.index];
+        self.update(|s| {
             if s.state != state || s.pid != pid {
                 s.since = Instant::now();
             }
             s.state = state;
             s.pid = pid;
             s.restarts += u32::from(restarted);
+            if state == ChildState::Ready && s.first_start.is_none() {
+                s.first_start = Some(Ok(()));
+            }
+        });
+    }
+
+    /// Records why the slot's instance ended (or did not start).
+    fn note_exit(&self, why: String) {
+        self.update(|s| {
+            if s.first_start.is_none() {
+                s.first_start = Some(Err(why.clone()));
+            }
+            s.last_exit = Some(why);
+        });
+    }
+
+    fn update(&self, change: impl FnOnce(&mut SlotStatus)) {
+        if let Ok(mut board) = self.board.slots.lock() {
+            change(&mut board[self.index]);
         }
+        self.board.changed.notify_all();
     }
 
     fn publish(&self, r: &Running) {
@@ -600,6 +680,9 @@ impl SlotTask {
         }
         if exits.len() >= CRASH_LIMIT {
             self.set_state(ChildState::Halted, None, false);
+            // Requests waiting for this app re-check whether it is down.
+            self.halted.fetch_add(1, Ordering::AcqRel);
+            self.ready.notify_waiters();
             log::error!(
                 "app[{}] crash loop: {} exits within {:?}; not restarting it until a reload",
                 self.index,
@@ -613,6 +696,7 @@ impl SlotTask {
                 }
                 if self.control.borrow().reload != seen {
                     exits.clear();
+                    self.halted.fetch_sub(1, Ordering::AcqRel);
                     return true;
                 }
             }

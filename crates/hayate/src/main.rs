@@ -314,6 +314,10 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
     supervise(config, app, reread)
 }
 
+/// How long `hayate run` waits for its app's first start to fail before it
+/// serves (see [`supervise`]).
+const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Starts the supervisor for `app` and serves until stopped.
 fn supervise(
     config: Config,
@@ -359,6 +363,13 @@ fn supervise(
         max_requests: config.global.app_max_requests.map(u64::from),
         log: app_log,
     })?;
+    // An app that cannot start fails `hayate run` here, before "serving".
+    // One second catches a command that is not there or exits at once (a
+    // Node syntax error exits in about 100 ms); a slower start goes on while
+    // hayate serves, its requests queued.
+    supervisor
+        .wait_started(config.global.app_start_timeout.0.min(STARTUP_VERDICT))
+        .map_err(|why| anyhow::anyhow!("the app did not start: {why}"))?;
     let what = format!("{} ({instances} instances)", command.join(" "));
     let reload = || supervisor.reload();
     let status = supervisor.status();

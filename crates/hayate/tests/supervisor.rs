@@ -19,7 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 /// booted); `/ready` answers 503 for its first 300 ms; `/crash` exits; `/slow`
 /// sends `x` at once and ends 150 ms later (`xslow`); `/health` counts the
 /// probes `/health-checks` reports; a version file saying `broken` makes it
-/// exit before listening.
+/// exit before listening, one saying `crashy` makes it exit 100 ms after.
 const APP: &str = r#"
 const http = require('http');
 const fs = require('fs');
@@ -39,7 +39,10 @@ http.createServer((req, res) => {
   if (req.url === '/slow') { res.write('x'); setTimeout(() => res.end('slow'), 150); return; }
   if (req.url === '/grow') { global.hog = Buffer.alloc(96 << 20, 1); res.end('grown'); return; }
   res.end(`instance ${process.env.HAYATE_INSTANCE} pid ${process.pid} version ${version} up ${Date.now() - bootedAt}`);
-}).listen(process.env.PORT, () => console.log('up', version));
+}).listen(process.env.PORT, () => {
+  console.log('up', version);
+  if (version === 'crashy') setTimeout(() => process.exit(4), 100);
+});
 "#;
 
 fn app_dir(version: &str) -> tempfile::TempDir {
@@ -273,21 +276,54 @@ fn a_reload_that_fails_keeps_the_old_generation() {
 }
 
 #[test]
-fn a_crash_loop_is_stopped_and_reported_and_requests_get_503() {
-    let dir = app_dir("broken");
-    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "200ms"]);
+fn a_crash_loop_is_stopped_and_reported_and_requests_get_503_at_once() {
+    // Ready, then gone 100 ms later, again and again. The queue timeout is
+    // longer than the client waits: a request that waited in the queue for
+    // an instance that will never come would fail the test.
+    let dir = app_dir("crashy");
+    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "60s"]);
     wait_log(&h, "the crash loop report", |l| l.contains("crash loop"));
     let r = h.client().get("/", &[]);
-    assert_eq!(
-        r.status, 503,
-        "no instance: the request waited in the queue, then 503"
-    );
-    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.status, 503, "the app is down: 503 without waiting");
+    assert!(r.text().contains("the app is down"), "{}", r.text());
     assert_eq!(
         h.client().get("/hello.txt", &[]).status,
         200,
         "static files still served"
     );
+    let (ok, status) = hayate_in(dir.path(), &["status"]);
+    assert!(ok && status.contains("crash-loop"), "{status}");
+    assert!(
+        status.contains("exit code 4"),
+        "the last exit reason: {status}"
+    );
+}
+
+#[test]
+fn an_app_that_cannot_start_fails_run_with_the_reason() {
+    let dir = app_dir("broken");
+    for (command, reason) in [
+        (&["no-such-command-here"][..], "no-such-command-here"),
+        (
+            &["node", "app.js"][..],
+            "exited before it was ready (exit status: 1)",
+        ),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["run", "--listen", "127.0.0.1:0", "--instances", "2", "--"])
+            .args(command)
+            .current_dir(dir.path())
+            .output()
+            .expect("hayate run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stdout}{stderr}");
+        assert!(!stdout.contains("serving"), "{stdout}");
+        assert!(
+            stderr.contains("the app did not start") && stderr.contains(reason),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -468,16 +504,11 @@ fn an_http_readiness_probe_gates_traffic() {
     let dir = app_dir("v1");
     let h = run(dir.path(), "1", &["--app-ready-path", "/ready"]);
     // The app answers /ready with 503 for its first 300 ms: hayate must not
-    // call it ready before, and requests meanwhile wait in the queue.
-    let started = Instant::now();
+    // call it ready before (`hayate run` says it serves once it is).
     let (status, a) = answer(&mut h.client());
     assert_eq!(status, 200);
     let a = a.expect("answer");
     assert_eq!(a.version, "v1");
-    assert!(
-        started.elapsed() >= Duration::from_millis(250),
-        "served before the probe passed"
-    );
     // Measured by the app itself, so Node's own start-up time cannot pass
     // for the probe's wait.
     assert!(
@@ -824,8 +855,15 @@ fn a_parallel_reload_replaces_both_instances_with_no_failed_request() {
 
 #[test]
 fn status_shows_requests_waiting_in_the_queue() {
-    let dir = app_dir("broken");
-    let h = run(dir.path(), "1", &["--proxy-queue-timeout", "3s"]);
+    // An app that never listens: hayate serves once its first second has
+    // passed without a verdict, and requests wait for an instance.
+    let dir = app_dir("v1");
+    let h = run_command(
+        dir.path(),
+        "1",
+        &["--proxy-queue-timeout", "3s", "--app-start-timeout", "60s"],
+        &["node", "-e", "setInterval(() => {}, 1000)"],
+    );
     let addr = h.addr;
     // No instance ever becomes ready: the request waits in the queue.
     let waiter = std::thread::spawn(move || Client::connect(addr).get("/", &[]).status);
