@@ -8,10 +8,11 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hayate_config::values::{AccessLog as Target, LogFormat};
 
 use hayate_core::request::RequestHead;
@@ -28,8 +29,15 @@ pub enum Sink {
     Stdout,
     /// Standard error.
     Stderr,
-    /// An append-only file.
-    File(Arc<File>),
+    /// An append-only file, opened again by [`Sink::reopen`].
+    File(Arc<LogFile>),
+}
+
+/// An access log file and its path.
+#[derive(Debug)]
+pub struct LogFile {
+    path: PathBuf,
+    file: ArcSwap<File>,
 }
 
 impl Sink {
@@ -39,15 +47,28 @@ impl Sink {
             Target::Off => None,
             Target::Stdout => Some(Sink::Stdout),
             Target::Stderr => Some(Sink::Stderr),
-            Target::File(path) => Some(Sink::File(Arc::new(open_append(path)?))),
+            Target::File(path) => Some(Sink::File(Arc::new(LogFile {
+                path: path.clone(),
+                file: ArcSwap::from_pointee(open_append(path)?),
+            }))),
         })
+    }
+
+    /// Opens a file sink again at its path (SIGUSR1, logrotate's
+    /// `postrotate`): lines written from now on, buffered ones included,
+    /// go to the file now at that path. On failure the old file stays.
+    pub fn reopen(&self) -> io::Result<()> {
+        if let Sink::File(f) = self {
+            f.file.store(Arc::new(open_append(&f.path)?));
+        }
+        Ok(())
     }
 
     fn write_all(&self, data: &[u8]) -> io::Result<()> {
         match self {
             Sink::Stdout => io::stdout().lock().write_all(data),
             Sink::Stderr => io::stderr().lock().write_all(data),
-            Sink::File(f) => (&**f).write_all(data),
+            Sink::File(f) => (&**f.file.load()).write_all(data),
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Hooks<'a> {
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,
+    /// Called on SIGUSR1 after the access log is reopened (the app log).
+    pub on_reopen_logs: Box<dyn Fn() -> io::Result<()> + 'a>,
     /// The control socket, if any.
     pub control: Option<PathBuf>,
     /// What `status` answers.
@@ -117,11 +119,12 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
     }
-    let (mut term, mut int, mut hup) = signals.block_on(async {
+    let (mut term, mut int, mut hup, mut usr1) = signals.block_on(async {
         Ok::<_, io::Error>((
             signal(SignalKind::terminate())?,
             signal(SignalKind::interrupt())?,
             signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
         ))
     })?;
 
@@ -240,6 +243,13 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
                 _ = hup.recv() => {
                     log::info!("SIGHUP: reloading");
                     let _ = reload(&mut reloader, &hooks.on_reload).await;
+                    continue;
+                }
+                _ = usr1.recv() => {
+                    match reloader.reopen_logs().and_then(|()| (hooks.on_reopen_logs)()) {
+                        Ok(()) => log::info!("SIGUSR1: logs reopened"),
+                        Err(e) => log::error!("SIGUSR1: reopening the logs failed, writing on to the old files: {e}"),
+                    }
                     continue;
                 }
                 Some((i, r)) = done_rx.recv() => {

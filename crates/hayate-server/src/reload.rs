@@ -150,6 +150,14 @@ impl<'a> Reloader<'a> {
         }
     }
 
+    /// Opens the access log file again (SIGUSR1).
+    pub fn reopen_logs(&self) -> std::io::Result<()> {
+        match &self.running.log_sink {
+            Some(sink) => sink.reopen(),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a supervised app runs (a reload rolls its instances).
     pub fn app_runs(&self) -> bool {
         self.app.is_some()

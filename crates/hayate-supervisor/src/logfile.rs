@@ -29,6 +29,22 @@ impl RotatingLog {
         })
     }
 
+    /// Opens the file again at its path (SIGUSR1 after an outside rotation
+    /// moved it): the next lines go to a new file there.
+    pub fn reopen(&self) -> io::Result<()> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let size = file.metadata()?.len();
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| io::Error::other("log lock poisoned"))?;
+        *state = (file, size);
+        Ok(())
+    }
+
     /// Appends one line, rotating first when it would pass the size limit.
     pub fn write_line(&self, line: &str) -> io::Result<()> {
         let mut state = self

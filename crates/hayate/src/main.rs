@@ -361,7 +361,7 @@ fn supervise(
         env: app.env,
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
-        log: app_log,
+        log: app_log.clone(),
     })?;
     // An app that cannot start fails `hayate run` here, before "serving".
     // One second catches a command that is not there or exits at once (a
@@ -377,6 +377,9 @@ fn supervise(
     metrics.register(std::sync::Arc::new(status.clone()));
     let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
     hooks.reread = reread;
+    if let Some(log) = app_log {
+        hooks.on_reopen_logs = Box::new(move || log.reopen());
+    }
     hooks.control = Some(
         config
             .global
@@ -426,6 +429,7 @@ fn hooks<'a>(
         }),
         on_reload: Box::new(on_reload),
         reread: None,
+        on_reopen_logs: Box::new(|| Ok(())),
         control: None,
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,

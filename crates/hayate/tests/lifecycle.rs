@@ -272,6 +272,53 @@ fn combined_access_log_has_one_line_per_request() {
 }
 
 #[test]
+fn sigusr1_after_a_move_of_the_access_log_writes_to_a_new_file_and_loses_no_line() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let (log, moved) = (
+        logs.path().join("access.log"),
+        logs.path().join("access.log.1"),
+    );
+    let (mut h, _dir) = start(&[
+        "--access-log",
+        log.to_str().expect("utf8"),
+        "--workers",
+        "2",
+    ]);
+    let mut c = h.client();
+    for i in 0..20 {
+        assert_eq!(c.get(&format!("/hello.txt?before={i}"), &[]).status, 200);
+    }
+    // logrotate: move the file, then tell hayate.
+    std::fs::rename(&log, &moved).expect("mv");
+    signal(&h, "USR1");
+    hayate_testkit::eventually("the reopen", || {
+        h.stderr()
+            .contains("SIGUSR1: logs reopened")
+            .then_some(())
+            .ok_or(h.stderr())
+    });
+    for i in 0..20 {
+        assert_eq!(c.get(&format!("/hello.txt?after={i}"), &[]).status, 200);
+    }
+    drop(c);
+    assert!(h.stop().success(), "USR1 does not end hayate");
+    let old = std::fs::read_to_string(&moved).unwrap_or_default();
+    let new = std::fs::read_to_string(&log).expect("a new access.log");
+    for i in 0..20 {
+        // Lines buffered before the signal may be written after it, to
+        // the new file; none is lost, and none written twice.
+        let before = format!("?before={i} ");
+        assert_eq!(
+            old.matches(&before).count() + new.matches(&before).count(),
+            1,
+            "{before}"
+        );
+        assert_eq!(new.matches(&format!("?after={i} ")).count(), 1, "{new}");
+    }
+    h.assert_no_errors();
+}
+
+#[test]
 fn json_access_log_lines_are_objects_with_the_fields() {
     let logs = tempfile::tempdir().expect("tempdir");
     let log = logs.path().join("access.json");
