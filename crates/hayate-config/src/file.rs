@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use toml::de::{DeTable, DeValue};
@@ -12,25 +13,36 @@ use toml::Spanned;
 use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
 use crate::values::{OptValue, ProxySpec, TlsMode};
-use crate::{Config, ConfigError, Overrides, Route, Site, SiteTls};
+use crate::{Config, ConfigError, ConfigErrors, Overrides, Route, Site, SiteTls};
 
 /// Parses and validates `text`, the contents of the config file at `path`,
 /// then applies `overrides` (environment and CLI).
-pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+///
+/// Every error of the file is reported at once, in file order: a value
+/// that does not parse or a key that is not known is noted and the walk
+/// goes on; an error of structure (a route without a prefix, say) ends it.
+pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigErrors> {
     let mut cx = Cx {
         path,
         text,
         groups: HashMap::new(),
+        noted: RefCell::new(Vec::new()),
     };
-    let doc = DeTable::parse(text).map_err(|e| {
-        let line = e.span().map(|s| cx.line_of(s.start));
-        ConfigError {
-            file: Some(path.into()),
-            line,
-            key: None,
-            message: first_line(&e.to_string()),
-        }
-    })?;
+    let walked = walk(&mut cx, overrides);
+    let mut errors = cx.noted.into_inner();
+    match walked {
+        Ok(config) if errors.is_empty() => return Ok(config),
+        Ok(_) => {}
+        Err(e) => errors.push(e),
+    }
+    errors.sort_by_key(|e| e.line);
+    errors.dedup();
+    Err(ConfigErrors(errors))
+}
+
+fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let (path, text) = (cx.path, cx.text);
+    let doc = DeTable::parse(text).map_err(|e| syntax_error(path, text, &e))?;
 
     let mut global = GlobalLayer::default();
     let mut top_route = RouteLayer::default();
@@ -68,8 +80,8 @@ pub fn load_file(path: &Path, text: &str, overrides: &Overrides) -> Result<Confi
         });
         match set {
             Ok(true) => {}
-            Ok(false) => return Err(cx.unknown(key, &["site", "upstream", "app"])),
-            Err(msg) => return Err(cx.err(value.span().start, k, msg)),
+            Ok(false) => cx.note(cx.unknown(key, &["site", "upstream", "app"])),
+            Err(msg) => cx.note(cx.err(value.span().start, k, msg)),
         }
     }
     if app.is_some() && top_route.app.is_none() {
@@ -105,9 +117,39 @@ struct Cx<'a> {
     text: &'a str,
     /// `[[upstream]]` groups by name: their members (with weights).
     groups: HashMap<String, Vec<String>>,
+    /// Errors found so far that did not stop the walk.
+    noted: RefCell<Vec<ConfigError>>,
+}
+
+/// A TOML syntax error: the parser's reason, and the line with a caret
+/// under the spot.
+fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let at = e.span().map_or(0, |s| s.start.min(text.len()));
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line = text[..at].matches('\n').count() + 1;
+    let column = text[line_start..at].chars().count();
+    let number = line.to_string();
+    let margin = " ".repeat(number.len());
+    ConfigError {
+        file: Some(path.into()),
+        line: Some(line),
+        key: None,
+        message: format!(
+            "{}\n {margin} |\n {number} | {}\n {margin} | {}^",
+            e.message().trim().replace('\n', "; "),
+            &text[line_start..line_end],
+            " ".repeat(column),
+        ),
+    }
 }
 
 impl Cx<'_> {
+    /// Notes an error and lets the walk go on, to report it with the rest.
+    fn note(&self, error: ConfigError) {
+        self.noted.borrow_mut().push(error);
+    }
+
     /// An `[[upstream]]` table: `name` and `members` (each `URL [weight=N]`).
     fn upstream(&self, table: &Spanned<DeTable<'_>>) -> Result<(String, Vec<String>), ConfigError> {
         let mut name = None;
@@ -329,9 +371,9 @@ impl Cx<'_> {
                                 .iter()
                                 .filter_map(|o| o.key.strip_prefix("app_")),
                         );
-                        return Err(self.unknown_among(key, candidates));
+                        self.note(self.unknown_among(key, candidates));
                     }
-                    Err(m) => return Err(self.err(at, k, m)),
+                    Err(m) => self.note(self.err(at, k, m)),
                 },
             }
         }
@@ -410,9 +452,9 @@ impl Cx<'_> {
                     Ok(true) => {}
                     Ok(false) => {
                         let site_keys = ["hosts", "route", "tls", "tls_cert", "tls_key"];
-                        return Err(self.unknown(key, &site_keys));
+                        self.note(self.unknown(key, &site_keys));
                     }
-                    Err(msg) => return Err(self.err(at, k, msg)),
+                    Err(msg) => self.note(self.err(at, k, msg)),
                 },
             }
         }
@@ -449,8 +491,8 @@ impl Cx<'_> {
                 }
                 match route_layer.set_toml(k, value.get_ref()) {
                     Ok(true) => {}
-                    Ok(false) => return Err(self.unknown(key, &["prefix"])),
-                    Err(msg) => return Err(self.err(value.span().start, k, msg)),
+                    Ok(false) => self.note(self.unknown(key, &["prefix"])),
+                    Err(msg) => self.note(self.err(value.span().start, k, msg)),
                 }
             }
             let Some(prefix) = prefix else {
@@ -568,14 +610,6 @@ fn root_offset(table: &DeTable<'_>) -> Option<usize> {
         .map(|(_, v)| v.span().start)
 }
 
-fn first_line(s: &str) -> String {
-    s.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid TOML")
-        .trim()
-        .to_string()
-}
-
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
@@ -594,8 +628,45 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    fn load(text: &str) -> Result<Config, ConfigError> {
+    fn load(text: &str) -> Result<Config, ConfigErrors> {
         load_file("h.toml".as_ref(), text, &Overrides::default())
+    }
+
+    #[test]
+    fn every_error_of_a_file_is_reported_at_once_in_file_order() {
+        let text = "workers = \"many\"\nheader_timeout = \"5 fortnights\"\nroot = \".\"\n\
+                    [[site]]\nroot = \".\"\nlistng = true\n\
+                    [[site.route]]\nprefix = \"/a/\"\nbogus = 1\n";
+        let errors = load(text).expect_err("should fail").0;
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[0].starts_with("h.toml:1: workers:"), "{lines:#?}");
+        assert!(
+            lines[1].starts_with("h.toml:2: header_timeout:"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[2].starts_with("h.toml:6: listng: unknown key (did you mean \"listing\"?)"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[3].starts_with("h.toml:9: bogus: unknown key"),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn a_toml_syntax_error_gives_the_reason_and_a_caret_under_the_spot() {
+        let e = err("root = \".\"\nworkers = [1, \nlisten = \"x\"\n");
+        let mut lines = e.lines();
+        let first = lines.next().unwrap_or_default();
+        assert!(first.starts_with("h.toml:3: "), "{e}");
+        assert!(first.len() > "h.toml:3: ".len(), "a reason: {e}");
+        let shown: Vec<&str> = lines.collect();
+        assert_eq!(shown.len(), 3, "{e}");
+        assert_eq!(shown[1], " 3 | listen = \"x\"", "{e}");
+        let caret = shown[2].find('^').expect("a caret");
+        assert_eq!(caret, " 3 | ".len() + 7, "under the spot: {e}");
     }
 
     fn err(text: &str) -> String {

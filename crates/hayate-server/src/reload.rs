@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hayate_config::{Config, ConfigError};
+use hayate_config::{Config, ConfigErrors};
 use hayate_core::app::AppSlots;
 use hayate_core::metrics::Metrics;
 use tokio::sync::{mpsc, watch};
@@ -26,7 +26,7 @@ use crate::worker::{Blueprint, Built};
 
 /// Reads the configuration again, as it was first read (the same file,
 /// flags and environment).
-pub type Reread<'a> = Box<dyn Fn() -> Result<Config, ConfigError> + 'a>;
+pub type Reread<'a> = Box<dyn Fn() -> Result<Config, ConfigErrors> + 'a>;
 
 /// How long workers may take to build a generation (opening roots, mostly)
 /// before a reload reports them as not done.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{Listen, ListenAddr, LogLevel};
-use hayate_config::{cli, Config, ConfigError, Overrides};
+use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
 
 /// The arguments of serving: a directory, a config file, every option.
 fn with_serve_args(cmd: Command) -> Command {
@@ -201,7 +201,7 @@ fn rereader<'a>(
     Some(Box::new(move || load_with(m, &overrides)))
 }
 
-fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigError> {
+fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErrors> {
     match m.get_one::<String>("config") {
         Some(path) => {
             let path = Path::new(path);
@@ -213,7 +213,7 @@ fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErro
             })?;
             hayate_config::load_file(path, &text, overrides)
         }
-        None => hayate_config::without_file(overrides),
+        None => Ok(hayate_config::without_file(overrides)?),
     }
 }
 
