@@ -20,6 +20,7 @@ fn option_arg(o: &OptDef) -> Arg {
         None => o.help.to_string(),
     };
     let mut arg = Arg::new(o.key)
+        .help_heading(heading(o.key))
         .long(o.flag_name())
         .value_name(o.value_name)
         .env(o.env_name())
@@ -36,6 +37,46 @@ fn option_arg(o: &OptDef) -> Arg {
             .require_equals(true);
     }
     arg
+}
+
+/// The `--help` section of an option, by what it is about.
+pub fn heading(key: &str) -> &'static str {
+    const LIMITS: &[&str] = &[
+        "grace_period",
+        "max_connections",
+        "header_timeout",
+        "keepalive_timeout",
+        "body_timeout",
+        "send_timeout",
+        "max_request_line",
+        "max_header_bytes",
+        "max_headers",
+        "max_body_size",
+    ];
+    const LISTEN: &[&str] = &[
+        "listen",
+        "http2",
+        "workers",
+        "https_redirect",
+        "admin",
+        "control",
+    ];
+    const LOGS: &[&str] = &["access_log", "access_log_format", "log_level"];
+    let starts = |p: &str| key == p.trim_end_matches('_') || key.starts_with(p);
+    match key {
+        k if LISTEN.contains(&k) => "Listen",
+        k if LIMITS.contains(&k) => "Limits and timeouts",
+        k if LOGS.contains(&k) => "Logs",
+        "hsts" | "state_dir" => "TLS",
+        // The Cache-Control header of files, not the response cache.
+        "cache_control" => "Files",
+        _ if starts("tls_") || starts("acme_") => "TLS",
+        _ if starts("proxy_") => "Proxy",
+        _ if starts("cache_") => "Response cache",
+        _ if starts("compress_") || key == "precompressed" => "Compression",
+        _ if starts("app_") => "App",
+        _ => "Files",
+    }
 }
 
 /// Reads the option values given on the CLI or in the environment.
@@ -67,4 +108,50 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
         }
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod heading_tests {
+    use super::heading;
+    use crate::{GLOBAL_OPTIONS, ROUTE_OPTIONS};
+
+    #[test]
+    fn every_option_has_the_heading_of_its_subject() {
+        let of = |k| heading(k);
+        assert_eq!(of("listen"), "Listen");
+        assert_eq!(of("tls"), "TLS");
+        assert_eq!(of("acme_email"), "TLS");
+        assert_eq!(of("proxy"), "Proxy");
+        assert_eq!(of("proxy_timeout"), "Proxy");
+        assert_eq!(of("cache"), "Response cache");
+        assert_eq!(of("cache_control"), "Files");
+        assert_eq!(of("compress_types"), "Compression");
+        assert_eq!(of("app_log"), "App");
+        assert_eq!(of("header_timeout"), "Limits and timeouts");
+        assert_eq!(of("root"), "Files");
+        let files: Vec<_> = GLOBAL_OPTIONS
+            .iter()
+            .chain(ROUTE_OPTIONS)
+            .filter(|o| heading(o.key) == "Files")
+            .map(|o| o.key)
+            .collect();
+        for k in &files {
+            assert!(
+                k.starts_with("file_cache")
+                    || [
+                        "root",
+                        "index",
+                        "listing",
+                        "fallback",
+                        "dotfiles",
+                        "symlinks_outside_root",
+                        "immutable",
+                        "strip_prefix",
+                        "cache_control"
+                    ]
+                    .contains(k),
+                "{k} is not about files: {files:?}"
+            );
+        }
+    }
 }

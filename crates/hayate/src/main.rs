@@ -62,7 +62,10 @@ fn command() -> Command {
         )
         .subcommand(
             Command::new("check")
-                .about("Validate a config file; prints file:line and the key on error, exits 1")
+                .about(
+                    "Validate a config file: exit 0 when valid; exit 1 with every error \
+                     (file:line: key: reason) when not; exit 2 on a usage error",
+                )
                 .arg(Arg::new("file").value_name("FILE").required(true)),
         )
         .subcommand(control_command(
@@ -71,7 +74,9 @@ fn command() -> Command {
         ))
         .subcommand(control_command(
             "reload",
-            "Replace the app's instances (app_reload_parallel at a time), with no failed request",
+            "Re-read the config file and apply it with no failed request (prints what changed; \
+             exits 1 with every error and keeps the running config), then replace the app's \
+             instances app_reload_parallel at a time",
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
