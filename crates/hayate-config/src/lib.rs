@@ -133,6 +133,22 @@ pub struct Overrides {
     pub route: RouteLayer,
 }
 
+/// `user`, `group` and `app_user` together: a hayate that dropped to `user`
+/// can only start its app as that same user.
+fn check_users(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    match (&g.user, &g.group, &g.app_user) {
+        (Some(user), _, Some(app)) if user != app => Err((
+            "app_user",
+            format!(
+                "hayate runs as {user:?} (user), and a process that is not root cannot start \
+                 the app as {app:?}: drop app_user (the app runs as {user:?}) or user"
+            ),
+        )),
+        (None, Some(_), _) => Err(("group", "group needs user".into())),
+        _ => Ok(()),
+    }
+}
+
 /// What differs from `old` to `new`, one line each, for a reload's report:
 /// global options by key, then routes by site and prefix (added, removed,
 /// or the keys that changed).
@@ -258,6 +274,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
 /// The HTTPS options together: a key for every certificate, and
 /// certificates for every https listener. `Err((key, why))`.
 fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, String)> {
+    check_users(g)?;
     let certs = g.tls_cert.as_ref().map_or(0, Vec::len);
     let keys = g.tls_key.as_ref().map_or(0, Vec::len);
     if certs != keys {

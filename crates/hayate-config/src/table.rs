@@ -290,6 +290,12 @@ options! {
         "hayate run: rotated app log files kept";
     control: PathBuf = unset, "PATH",
         "Control socket for hayate status, reload, stop and purge (default: one per user and directory, in the temp dir)";
+    user: String = unset, "USER",
+        "Once its sockets are bound (ports below 1024 need root), hayate runs as this user (name or uid), and so does its app";
+    group: String = unset, "GROUP",
+        "The group hayate runs as with user (default: the user's own group)";
+    app_user: String = unset, "USER",
+        "The user the app runs as, when hayate itself stays root (not with user: the app then runs as that user)";
     cache_size: Size = "256MiB", "SIZE",
         "Memory for the response cache, shared by every route and worker";
     cache_max_object: Size = "8MiB", "SIZE",

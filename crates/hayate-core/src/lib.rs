@@ -13,6 +13,7 @@ pub mod error;
 pub mod field;
 pub mod fields;
 pub mod h1;
+pub mod identity;
 pub mod log;
 pub mod metrics;
 pub mod negotiate;

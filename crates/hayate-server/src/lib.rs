@@ -35,6 +35,7 @@ use std::sync::Arc;
 use hayate_config::values::Listen;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
+use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, SignalKind};
@@ -98,6 +99,14 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             );
         }
     }
+    // Resolved before anything is bound: an unknown user fails the start.
+    let run_as = match &config.global.user {
+        Some(user) => Some(
+            Identity::resolve(user, config.global.group.as_deref())
+                .map_err(|e| io::Error::new(e.kind(), format!("user: {e}")))?,
+        ),
+        None => None,
+    };
     let workers = config.global.workers.get();
     let listeners = listen::bind_all(&config.global.listen, workers)?;
     // Ports resolved (port 0), for what names them (the HTTPS redirect).
@@ -127,6 +136,24 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             signal(SignalKind::user_defined1())?,
         ))
     })?;
+
+    let control = match &hooks.control {
+        Some(path) => Some((
+            signals.block_on(async { control::bind(path) })?,
+            path.clone(),
+        )),
+        None => None,
+    };
+    // Every socket is bound: from here on hayate runs as `user`, if set.
+    if let Some(identity) = &run_as {
+        identity.switch_to()?;
+        log::info!(
+            "running as {} (uid {}, gid {})",
+            identity.name,
+            identity.uid,
+            identity.gid
+        );
+    }
 
     let shutdown = Shutdown::new();
     let (publish, blueprint) = tokio::sync::watch::channel(Arc::new(Blueprint {
@@ -188,13 +215,6 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         ));
     }
 
-    let control = match &hooks.control {
-        Some(path) => Some((
-            signals.block_on(async { control::bind(path) })?,
-            path.clone(),
-        )),
-        None => None,
-    };
     let accept_control = || async {
         match &control {
             Some((l, _)) => l.accept().await.map(|(s, _)| s),

@@ -87,6 +87,13 @@ impl Running {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(who) = &spec.run_as {
+            cmd.uid(who.uid)
+                .gid(who.gid)
+                .env("HOME", &who.home)
+                .env("USER", &who.name)
+                .env("LOGNAME", &who.name);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;

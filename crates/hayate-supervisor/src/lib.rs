@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hayate_core::app::{AppSlot, AppSlots};
+use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::{watch, Notify, Semaphore};
 
@@ -61,6 +62,9 @@ pub struct AppSpec {
     pub max_requests: Option<u64>,
     /// Where instances' output goes: a rotated file, or hayate's log.
     pub log: Option<Arc<RotatingLog>>,
+    /// The user instances run as (`app_user`, or hayate's `user`); `None`:
+    /// hayate's own.
+    pub run_as: Option<Identity>,
 }
 
 /// How an instance is told to listen (the value of `PORT`).
@@ -159,7 +163,13 @@ impl Supervisor {
             ));
         }
         match &spec.listen {
-            Listen::Unix(dir) => std::fs::create_dir_all(dir)?,
+            Listen::Unix(dir) => {
+                std::fs::create_dir_all(dir)?;
+                // The instances make their sockets in it, as their user.
+                if let Some(who) = &spec.run_as {
+                    std::os::unix::fs::chown(dir, Some(who.uid), Some(who.gid))?;
+                }
+            }
             Listen::TcpBase(base) if usize::from(*base) + 2 * spec.instances > 65536 => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,

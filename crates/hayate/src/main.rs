@@ -367,6 +367,7 @@ fn supervise(
         max_memory: config.global.app_max_memory.map(|s| s.0),
         max_requests: config.global.app_max_requests.map(u64::from),
         log: app_log.clone(),
+        run_as: app_identity(&config)?,
     })?;
     // An app that cannot start fails `hayate run` here, before "serving".
     // One second catches a command that is not there or exits at once (a
@@ -397,6 +398,23 @@ fn supervise(
     drop(supervisor); // stops every instance and waits
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
+}
+
+/// Who the app runs as: `app_user`, else hayate's own `user` (a hayate that
+/// dropped to it cannot start the app as anyone else), else hayate's user.
+fn app_identity(config: &Config) -> anyhow::Result<Option<hayate_core::identity::Identity>> {
+    use hayate_core::identity::Identity;
+    let g = &config.global;
+    Ok(match (&g.app_user, &g.user) {
+        (Some(user), _) => {
+            Some(Identity::resolve(user, None).with_context(|| format!("app_user {user:?}"))?)
+        }
+        (None, Some(user)) => Some(
+            Identity::resolve(user, g.group.as_deref())
+                .with_context(|| format!("user {user:?}"))?,
+        ),
+        (None, None) => None,
+    })
 }
 
 fn init_log(config: &Config) {
