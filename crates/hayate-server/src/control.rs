@@ -62,6 +62,20 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Writes the pid file beside the control socket (`NAME.pid` for
+/// `NAME.sock`): the process id, then the directory hayate was started in,
+/// for tools that want a pid and for `hayate status` to name the hayates it
+/// finds.
+pub fn write_pid_file(socket: &Path) -> io::Result<()> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let path = socket.with_extension("pid");
+    std::fs::write(
+        &path,
+        format!("{}\n{}\n", std::process::id(), cwd.display()),
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("pid file {}: {e}", path.display())))
+}
+
 /// A control connection whose command was read: [`Pending::answer`]
 /// writes the answer and closes it.
 pub struct Pending {

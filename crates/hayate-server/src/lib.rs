@@ -138,10 +138,11 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
     })?;
 
     let control = match &hooks.control {
-        Some(path) => Some((
-            signals.block_on(async { control::bind(path) })?,
-            path.clone(),
-        )),
+        Some(path) => {
+            let listener = signals.block_on(async { control::bind(path) })?;
+            control::write_pid_file(path)?;
+            Some((listener, path.clone()))
+        }
         None => None,
     };
     // Every socket is bound: from here on hayate runs as `user`, if set.
@@ -302,6 +303,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
     }
     if let Some((_, path)) = &control {
         let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(path.with_extension("pid"));
     }
     for path in &listeners.unix_paths {
         let _ = std::fs::remove_file(path);

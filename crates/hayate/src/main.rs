@@ -113,7 +113,18 @@ fn control_command(name: &'static str, about: &'static str) -> Command {
     )
 }
 
-/// The control socket of a `hayate run` started in `dir`: per user, per
+/// Where control sockets live: `$XDG_RUNTIME_DIR/hayate` in a user's
+/// session, `/run/hayate` for root (a service), else the temp dir's
+/// `hayate-UID`.
+fn control_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("hayate"),
+        _ if nix::unistd::Uid::effective().is_root() => PathBuf::from("/run/hayate"),
+        _ => std::env::temp_dir().join(format!("hayate-{}", nix::unistd::getuid())),
+    }
+}
+
+/// The control socket of a hayate started in `dir`: one per user and
 /// directory, so `hayate status` run in the app's directory finds it.
 fn default_control_path(dir: &Path) -> PathBuf {
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
@@ -121,18 +132,57 @@ fn default_control_path(dir: &Path) -> PathBuf {
     for b in dir.as_os_str().as_encoded_bytes() {
         h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
-    std::env::temp_dir()
-        .join(format!("hayate-{}", nix::unistd::getuid()))
-        .join(format!("{h:016x}.sock"))
+    control_dir().join(format!("{h:016x}.sock"))
+}
+
+/// The control socket a command talks to: `--control`, else the one of the
+/// hayate started in this directory, else the only one answering in
+/// [`control_dir`] (with several, the error lists them).
+fn find_control(given: Option<&String>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = given {
+        return Ok(PathBuf::from(path));
+    }
+    let here = default_control_path(Path::new("."));
+    if std::os::unix::net::UnixStream::connect(&here).is_ok() {
+        return Ok(here);
+    }
+    let live: Vec<PathBuf> = std::fs::read_dir(control_dir())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "sock"))
+        .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
+        .collect();
+    match live.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => anyhow::bail!(
+            "no hayate run answers on {} (start it here, or pass --control)",
+            here.display()
+        ),
+        several => {
+            let list: Vec<String> = several
+                .iter()
+                .map(|p| {
+                    let about =
+                        std::fs::read_to_string(p.with_extension("pid")).unwrap_or_default();
+                    let mut lines = about.lines();
+                    let (pid, dir) = (lines.next().unwrap_or("?"), lines.next().unwrap_or("?"));
+                    format!("  --control {}  (pid {pid}, started in {dir})", p.display())
+                })
+                .collect();
+            anyhow::bail!(
+                "{} hayates answer; run this in the directory of one, or pick one:\n{}",
+                several.len(),
+                list.join("\n")
+            )
+        }
+    }
 }
 
 /// `hayate status|reload|stop|purge`: one command on the control socket.
 fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     use std::io::{Read, Write};
-    let path = m
-        .get_one::<String>("control")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| default_control_path(Path::new(".")));
+    let path = find_control(m.get_one::<String>("control"))?;
     let line = match (
         m.try_get_one::<String>("url"),
         m.try_get_one::<String>("tag"),

@@ -1134,3 +1134,64 @@ fn run_with_a_config_file_without_an_app_section_takes_the_command_line() {
     assert_eq!(answer(&mut c).1.expect("the app answers").version, "v1");
     h.assert_no_errors();
 }
+
+#[test]
+fn control_commands_find_the_only_hayate_from_any_directory() {
+    // A runtime directory of this test's own: other tests' hayates are not
+    // in it.
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let env = [("XDG_RUNTIME_DIR", runtime.path().to_str().expect("utf-8"))];
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let in_dir = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .envs(env)
+            .current_dir(dir)
+            .output()
+            .expect("run hayate");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let first = app_dir("v1");
+    let args = [
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--instances",
+        "1",
+        "--",
+        "node",
+        "app.js",
+    ];
+    let h = Hayate::start_in(BIN, &args, &env, Some(first.path()));
+    let (ok, status) = in_dir(elsewhere.path(), &["status"]);
+    assert!(ok && status.contains(" ready "), "{status}");
+    let pid_files: Vec<String> = std::fs::read_dir(runtime.path().join("hayate"))
+        .expect("control dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pid"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("pid file"))
+        .collect();
+    assert_eq!(pid_files.len(), 1, "{pid_files:?}");
+    assert!(
+        pid_files[0].starts_with(&format!("{}\n", h.pid())),
+        "{pid_files:?}"
+    );
+
+    let second = app_dir("v2");
+    let _h2 = Hayate::start_in(BIN, &args, &env, Some(second.path()));
+    let (ok, said) = in_dir(elsewhere.path(), &["status"]);
+    assert!(!ok && said.contains("2 hayates answer"), "{said}");
+    assert_eq!(said.matches("--control ").count(), 2, "{said}");
+    // In its own directory, each finds its own.
+    let (ok, status) = in_dir(second.path(), &["status"]);
+    assert!(ok && status.contains(" ready "), "{status}");
+}
