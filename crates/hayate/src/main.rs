@@ -1,6 +1,8 @@
 //! The `hayate` binary: parses the command line, loads the configuration and
 //! runs the server. Everything else lives in the library crates.
 
+mod service;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -98,9 +100,88 @@ fn command() -> Command {
                     .help("Remove every response whose Surrogate-Key names TAG"),
             ),
         )
+        .subcommand(service_command())
         .subcommand(
             Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
         )
+}
+
+fn service_command() -> Command {
+    let args = |cmd: Command| {
+        cmd.arg(
+            Arg::new("config")
+                .long("config")
+                .short('c')
+                .value_name("FILE")
+                .default_value("/etc/hayate/hayate.toml")
+                .help("The config file the service runs"),
+        )
+        .arg(
+            Arg::new("name")
+                .long("name")
+                .value_name("NAME")
+                .default_value("hayate")
+                .help("The service's name (NAME.service, control socket /run/NAME/control.sock)"),
+        )
+    };
+    Command::new("service")
+        .about("A systemd service for hayate: print its unit, or install it")
+        .subcommand_required(true)
+        .subcommand(args(Command::new("unit").about("Print the systemd unit")))
+        .subcommand(
+            args(Command::new("install").about(
+                "Write the systemd unit (then: systemctl daemon-reload; systemctl enable --now NAME)",
+            ))
+            .arg(
+                Arg::new("unit-dir")
+                    .long("unit-dir")
+                    .value_name("DIR")
+                    .default_value("/etc/systemd/system")
+                    .help("Where the unit is written"),
+            )
+            .arg(
+                Arg::new("force")
+                    .long("force")
+                    .action(clap::ArgAction::SetTrue)
+                    .help("Replace a unit of the same name that differs"),
+            ),
+        )
+}
+
+/// `hayate service unit|install`.
+fn service(m: &ArgMatches) -> anyhow::Result<()> {
+    let (action, m) = m.subcommand().context("service unit or service install")?;
+    let binary = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .context("where this hayate binary is")?;
+    let config = PathBuf::from(m.get_one::<String>("config").expect("has a default"));
+    // The service starts elsewhere: a relative path would not be found.
+    let config = std::path::absolute(&config).unwrap_or(config);
+    let name = m.get_one::<String>("name").expect("has a default");
+    anyhow::ensure!(
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+        "--name: letters, digits, '-', '_' and '.' only"
+    );
+    let spec = service::UnitSpec {
+        binary: &binary,
+        config: &config,
+        name,
+    };
+    match action {
+        "unit" => print!("{}", service::unit(&spec)),
+        _ => {
+            let dir = Path::new(m.get_one::<String>("unit-dir").expect("has a default"));
+            let path = service::install(&spec, dir, m.get_flag("force"))?;
+            println!(
+                "wrote {}\nnext: systemctl daemon-reload && systemctl enable --now {name}",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn control_command(name: &'static str, about: &'static str) -> Command {
@@ -222,6 +303,7 @@ fn main() -> ExitCode {
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m),
         Some((name @ ("status" | "reload" | "stop" | "purge"), m)) => control(name, m),
+        Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())

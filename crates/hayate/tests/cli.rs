@@ -465,3 +465,67 @@ fn every_listen_address_serves() {
     assert!(unix_get(&sock, "/hello.txt").ends_with("hello world\n"));
     h.assert_no_errors();
 }
+
+#[test]
+fn the_systemd_unit_is_valid_and_install_writes_it_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unit = dir.path().join("web.service");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "service",
+            "unit",
+            "--name",
+            "web",
+            "--config",
+            "/etc/hayate/web.toml",
+        ])
+        .output()
+        .expect("hayate service unit");
+    assert!(out.status.success(), "{out:?}");
+    std::fs::write(&unit, &out.stdout).expect("write");
+    // systemd's own check of the unit (`.ci/run` installs systemd).
+    let verify = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze (apt-get install systemd)");
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+
+    let install = |config: &str, force: bool| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args([
+            "service",
+            "install",
+            "--name",
+            "web",
+            "--config",
+            config,
+            "--unit-dir",
+        ])
+        .arg(dir.path().join("units"));
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().expect("hayate service install")
+    };
+    std::fs::create_dir(dir.path().join("units")).expect("mkdir");
+    let out = install("/etc/hayate/web.toml", false);
+    assert!(out.status.success(), "{out:?}");
+    let written = std::fs::read(dir.path().join("units/web.service")).expect("unit written");
+    assert_eq!(written, std::fs::read(&unit).expect("read"));
+    assert!(
+        install("/etc/hayate/web.toml", false).status.success(),
+        "same unit again"
+    );
+    let out = install("/etc/hayate/other.toml", false);
+    assert!(
+        !out.status.success(),
+        "a different unit is not replaced silently"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert!(install("/etc/hayate/other.toml", true).status.success());
+}
