@@ -53,18 +53,13 @@ pub fn heading(key: &str) -> &'static str {
         "max_headers",
         "max_body_size",
     ];
-    const LISTEN: &[&str] = &[
-        "listen",
-        "http2",
-        "workers",
-        "https_redirect",
-        "admin",
-        "control",
-    ];
+    const LISTEN: &[&str] = &["listen", "http2", "https_redirect", "admin"];
+    const PROCESS: &[&str] = &["workers", "user", "group", "control"];
     const LOGS: &[&str] = &["access_log", "access_log_format", "log_level"];
     let starts = |p: &str| key == p.trim_end_matches('_') || key.starts_with(p);
     match key {
         k if LISTEN.contains(&k) => "Listen",
+        k if PROCESS.contains(&k) => "Process",
         k if LIMITS.contains(&k) => "Limits and timeouts",
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
@@ -119,6 +114,7 @@ mod heading_tests {
     fn every_option_has_the_heading_of_its_subject() {
         let of = |k| heading(k);
         assert_eq!(of("listen"), "Listen");
+        assert_eq!(of("user"), "Process");
         assert_eq!(of("tls"), "TLS");
         assert_eq!(of("acme_email"), "TLS");
         assert_eq!(of("proxy"), "Proxy");

@@ -16,6 +16,7 @@ use hayate_core::metrics::Metrics;
 use hayate_core::request::RequestHead;
 use hayate_core::transport::{Listener, Scheme, Transport};
 use hayate_core::{Body, Response, Status};
+use socket2::Socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
@@ -38,23 +39,26 @@ const LIMITS: HeadLimits = HeadLimits {
 /// Time to send the request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Binds the admin address (inside a runtime); returns the listener and
-/// where it answers, for the log.
-pub fn bind(addr: &AdminAddr) -> io::Result<(Listener, String)> {
-    match addr {
-        AdminAddr::Tcp(a) => {
-            let std = std::net::TcpListener::bind(a)
-                .map_err(|e| io::Error::new(e.kind(), format!("admin listener {a}: {e}")))?;
-            std.set_nonblocking(true)?;
-            let url = format!("http://{}/", std.local_addr()?);
-            Ok((Listener::new(std.into(), Scheme::Http)?, url))
-        }
-        AdminAddr::Unix(path) => {
-            let l = crate::control::bind(path)?.into_std()?;
-            let url = format!("unix:{}", path.display());
-            Ok((Listener::new(l.into(), Scheme::Http)?, url))
-        }
-    }
+/// Binds the admin address (inside a runtime), or takes the socket a
+/// replaced hayate handed over; returns the listening socket and where it
+/// answers, for the log.
+pub fn bind(addr: &AdminAddr, inherited: Option<Socket>) -> io::Result<(Socket, String)> {
+    let socket = match (inherited, addr) {
+        (Some(socket), _) => socket,
+        (None, AdminAddr::Tcp(a)) => std::net::TcpListener::bind(a)
+            .map_err(|e| io::Error::new(e.kind(), format!("admin listener {a}: {e}")))?
+            .into(),
+        (None, AdminAddr::Unix(path)) => crate::control::bind(path)?.into_std()?.into(),
+    };
+    socket.set_nonblocking(true)?;
+    let url = match addr {
+        AdminAddr::Tcp(_) => match socket.local_addr()?.as_socket() {
+            Some(a) => format!("http://{a}/"),
+            None => return Err(io::Error::other("the admin socket is not a TCP one")),
+        },
+        AdminAddr::Unix(path) => format!("unix:{}", path.display()),
+    };
+    Ok((socket, url))
 }
 
 /// Answers admin requests until the runtime stops.

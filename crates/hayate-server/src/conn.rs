@@ -366,7 +366,7 @@ impl Conn {
     /// to the worker's pool until the client sends (`buffers.rs`).
     async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
         if idle && self.worker.stopping.get() {
-            return Ok(Read::Shutdown);
+            return Ok(self.last_look());
         }
         let read = if idle {
             client_io::read_lending(
@@ -392,7 +392,10 @@ impl Conn {
             .await
         };
         match read {
-            Err(Expired) => Ok(self.expired(idle)),
+            Err(Expired) => Ok(match self.expired(idle) {
+                Read::Shutdown => self.last_look(),
+                timeout => timeout,
+            }),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
                 self.clock_stale = false;
@@ -407,6 +410,21 @@ impl Conn {
         if self.clock_stale {
             self.clock.refresh();
             self.clock_stale = false;
+        }
+    }
+
+    /// An idle connection's last look before shutdown closes it: a request
+    /// that has already arrived (the client sent it as the listener closed,
+    /// or on a connection accepted just before) is answered rather than
+    /// dropped unanswered.
+    fn last_look(&mut self) -> Read {
+        self.rbuf.reserve(HEAD_ROOM.first);
+        match self.transport.try_read_buf(&mut self.rbuf) {
+            Ok(n) if n > 0 => {
+                self.clock.refresh();
+                Read::Data
+            }
+            _ => Read::Shutdown,
         }
     }
 

@@ -18,6 +18,9 @@ pub enum ControlCommand {
     Reload,
     /// Graceful shutdown.
     Stop,
+    /// Hand the sockets to the binary now at hayate's path, then drain and
+    /// exit.
+    Upgrade,
     /// Remove a URL (every variant and query) from the response cache.
     PurgeUrl(String),
     /// Remove every cached response tagged so (Surrogate-Key).
@@ -33,6 +36,7 @@ impl ControlCommand {
             ("status", None, _) => ControlCommand::Status,
             ("reload", None, _) => ControlCommand::Reload,
             ("stop", None, _) => ControlCommand::Stop,
+            ("upgrade", None, _) => ControlCommand::Upgrade,
             ("purge", Some("url"), Some(u)) => ControlCommand::PurgeUrl(u.to_string()),
             ("purge", Some("tag"), Some(t)) => ControlCommand::PurgeTag(t.to_string()),
             _ => return None,
@@ -102,7 +106,7 @@ pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(Control
             let other = line.trim();
             pending
                 .answer(Err(format!(
-                    "unknown command {other:?} (status, reload, stop, purge url URL, purge tag TAG)\n"
+                    "unknown command {other:?} (status, reload, upgrade, stop, purge url URL, purge tag TAG)\n"
                 )))
                 .await?;
             Err(io::Error::new(

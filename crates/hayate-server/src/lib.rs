@@ -20,6 +20,7 @@ pub mod control;
 mod deadline;
 mod h2_conn;
 mod h2_tunnel;
+pub mod handoff;
 pub mod listen;
 pub mod pipeline;
 pub mod reload;
@@ -32,17 +33,20 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use hayate_config::app::AdminAddr;
 use hayate_config::values::Listen;
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
 use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
+use hayate_core::transport::{Listener, Scheme};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::Sink;
 use crate::cached::CacheSlot;
 use crate::control::ControlCommand;
+use crate::handoff::HandoffSet;
 use crate::reload::{ReloadParts, Reloader};
 use crate::worker::{Blueprint, Shared};
 
@@ -62,6 +66,9 @@ pub struct Hooks<'a> {
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,
+    /// Sockets handed over by the hayate this one replaces (`hayate
+    /// upgrade`), if any.
+    pub inherited: handoff::Inherited,
     /// Called on SIGUSR1 after the access log is reopened (the app log).
     pub on_reopen_logs: Box<dyn Fn() -> io::Result<()> + 'a>,
     /// The control socket, if any.
@@ -76,8 +83,13 @@ pub struct Hooks<'a> {
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
 /// `app` is the supervised app's slots, for routes that send to it.
-pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::Result<()> {
+pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> io::Result<()> {
     raise_fd_limit();
+    // What an upgrade starts: this binary's path as it was at start (a new
+    // build installed there since is what runs), with the same arguments.
+    let executable = std::env::current_exe()?;
+    let mut inherited = std::mem::take(&mut hooks.inherited);
+    let mut handoff = HandoffSet::default();
     let as_read = config.clone();
     // Open everything once here, so a bad root or log path fails before
     // any socket is bound.
@@ -108,7 +120,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         None => None,
     };
     let workers = config.global.workers.get();
-    let listeners = listen::bind_all(&config.global.listen, workers)?;
+    let listeners = listen::bind_all(&config.global.listen, workers, &mut inherited, &mut handoff)?;
     // Ports resolved (port 0), for what names them (the HTTPS redirect).
     config.global.listen = listeners.addresses.clone();
 
@@ -117,7 +129,13 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         .build()?;
     // The admin listener is bound before any worker starts, like the others.
     let admin = match &config.global.admin {
-        Some(addr) => Some(signals.block_on(async { admin::bind(addr) })?),
+        Some(addr) => {
+            let inherited = inherited.take_admin();
+            let (socket, url) = signals.block_on(async { admin::bind(addr, inherited) })?;
+            handoff.set_admin(&socket, matches!(addr, AdminAddr::Tcp(_)))?;
+            let listener = signals.block_on(async { Listener::new(socket, Scheme::Http) })?;
+            Some((listener, url))
+        }
         None => None,
     };
     let request_metrics = admin.is_some().then(request_metrics::RequestMetrics::new);
@@ -139,7 +157,14 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
 
     let control = match &hooks.control {
         Some(path) => {
-            let listener = signals.block_on(async { control::bind(path) })?;
+            let listener = match inherited.take_control() {
+                Some(l) => {
+                    l.set_nonblocking(true)?;
+                    signals.block_on(async { tokio::net::UnixListener::from_std(l) })?
+                }
+                None => signals.block_on(async { control::bind(path) })?,
+            };
+            handoff.set_control(&listener)?;
             control::write_pid_file(path)?;
             Some((listener, path.clone()))
         }
@@ -215,6 +240,10 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             cache_slot.clone(),
         ));
     }
+    // Serving: a hayate this one replaces may stop now.
+    inherited.say_ready();
+    let mut handoff = Some(Arc::new(handoff));
+    let mut handed_over = false;
 
     let accept_control = || async {
         match &control {
@@ -248,16 +277,26 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
                             reload(&mut reloader, &hooks.on_reload).await
                         }
                         ControlCommand::Stop => Ok("stopping\n".to_string()),
+                        ControlCommand::Upgrade => {
+                            log::info!("control: upgrading to {}", executable.display());
+                            let answer = match &handoff {
+                                Some(handoff) => upgrade(handoff, &executable).await,
+                                None => Err("upgrade: nothing to hand over\n".into()),
+                            };
+                            handed_over = answer.is_ok();
+                            answer
+                        }
                         ControlCommand::PurgeUrl(url) => Ok(cached::purge(cache_slot.load().as_deref(), Some(url), None)),
                         ControlCommand::PurgeTag(tag) => Ok(cached::purge(cache_slot.load().as_deref(), None, Some(tag))),
                     };
                     if let Err(e) = pending.answer(answer).await {
                         log::debug!("control answer: {e}");
                     }
-                    if command != ControlCommand::Stop {
-                        continue;
+                    match command {
+                        ControlCommand::Stop => log::info!("control: stop requested; shutting down"),
+                        ControlCommand::Upgrade if handed_over => log::info!("upgraded: the new hayate serves; this one drains and exits"),
+                        _ => continue,
                     }
-                    log::info!("control: stop requested; shutting down");
                 }
                 _ = term.recv() => log::info!("SIGTERM: shutting down"),
                 _ = int.recv() => log::info!("SIGINT: shutting down"),
@@ -281,6 +320,9 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             }
             break;
         }
+        // The listeners close with the workers' accept loops: new
+        // connections are refused (or go to the hayate that took over).
+        handoff = None;
         shutdown.trigger();
         let grace = reloader.config().global.grace_period.0;
         let all_done = async { while done_rx.recv().await.is_some() {} };
@@ -301,14 +343,50 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
             c.bytes_out
         );
     }
-    if let Some((_, path)) = &control {
-        let _ = std::fs::remove_file(path);
-        let _ = std::fs::remove_file(path.with_extension("pid"));
-    }
-    for path in &listeners.unix_paths {
-        let _ = std::fs::remove_file(path);
+    // Socket files handed over belong to the new hayate now.
+    if !handed_over {
+        if let Some((_, path)) = &control {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(path.with_extension("pid"));
+        }
+        for path in &listeners.unix_paths {
+            let _ = std::fs::remove_file(path);
+        }
     }
     exit
+}
+
+/// How long a new hayate may take to serve (its app's start included) before
+/// an upgrade gives up on it.
+const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `hayate upgrade`: starts the binary at `executable` with this process's
+/// arguments and its sockets; `Ok` once it serves (this one then drains and
+/// exits), `Err` with why not (this one keeps serving).
+async fn upgrade(
+    handoff: &Arc<HandoffSet>,
+    executable: &std::path::Path,
+) -> Result<String, String> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let (handoff, executable) = (handoff.clone(), executable.to_path_buf());
+    let started = tokio::task::spawn_blocking(move || {
+        handoff.start_successor(&executable, &args, UPGRADE_TIMEOUT)
+    })
+    .await
+    .map_err(|e| format!("upgrade: {e}\n"))?;
+    match started {
+        Ok(pid) => Ok(format!(
+            "upgraded: pid {pid} serves now; pid {} drains and exits\n",
+            std::process::id()
+        )),
+        Err(e) => {
+            log::error!("upgrade failed, this hayate keeps serving: {e}");
+            Err(format!(
+                "upgrade failed; this hayate (pid {}) keeps serving: {e}\n",
+                std::process::id()
+            ))
+        }
+    }
 }
 
 /// Reloads the configuration, then the app (its instances roll whether or

@@ -15,6 +15,8 @@ use hayate_config::values::{Listen, ListenAddr};
 use hayate_core::transport::Scheme;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::handoff::{HandoffSet, Inherited};
+
 /// Pending connections per listener. nginx's default of 511 shows up as
 /// queueing (p99 2.54 s vs 1.61 s at 4096 in the waiting-handler case of
 /// SEEDS.md); the kernel caps it at net.core.somaxconn.
@@ -41,19 +43,43 @@ pub struct Listeners {
     pub unix_paths: Vec<PathBuf>,
 }
 
-/// Binds every address for `workers` workers.
-pub fn bind_all(addrs: &[Listen], workers: usize) -> io::Result<Listeners> {
+/// Binds every address for `workers` workers, taking the sockets a
+/// replaced hayate handed over where there are some (`handoff.rs`), and
+/// keeps a duplicate of each in `handoff` for a later upgrade.
+pub fn bind_all(
+    addrs: &[Listen],
+    workers: usize,
+    inherited: &mut Inherited,
+    handoff: &mut HandoffSet,
+) -> io::Result<Listeners> {
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut addresses = Vec::new();
     let mut unix_paths = Vec::new();
-    for Listen { addr, scheme } in addrs {
+    for listen in addrs {
+        let Listen { addr, scheme } = listen;
         let scheme = *scheme;
+        if let Some(sockets) = inherited.take_listener(listen) {
+            let bound = inherited_address(&sockets[0], addr)?;
+            for socket in &sockets {
+                handoff.add_listener(listen, socket)?;
+            }
+            share(&mut per_worker, sockets, scheme)?;
+            if let ListenAddr::Unix(path) = addr {
+                unix_paths.push(path.clone());
+            }
+            addresses.push(Listen {
+                addr: bound,
+                scheme,
+            });
+            continue;
+        }
         match addr {
             ListenAddr::Tcp(a) => {
                 let bound = probe(*a).map_err(|e| with_context(e, &format!("listen {a}")))?;
                 for slot in per_worker.iter_mut() {
                     let l = reuseport_listener(bound)
                         .map_err(|e| with_context(e, &format!("listen {bound}")))?;
+                    handoff.add_listener(listen, &l)?;
                     slot.push(BoundListener { socket: l, scheme });
                 }
                 addresses.push(Listen {
@@ -64,6 +90,7 @@ pub fn bind_all(addrs: &[Listen], workers: usize) -> io::Result<Listeners> {
             ListenAddr::Unix(path) => {
                 let l = unix_listener(path)
                     .map_err(|e| with_context(e, &format!("listen unix:{}", path.display())))?;
+                handoff.add_listener(listen, &l)?;
                 for slot in per_worker.iter_mut() {
                     slot.push(BoundListener {
                         socket: l.try_clone()?,
@@ -82,6 +109,41 @@ pub fn bind_all(addrs: &[Listen], workers: usize) -> io::Result<Listeners> {
         per_worker,
         addresses,
         unix_paths,
+    })
+}
+
+/// Gives inherited sockets to the workers: each socket to one worker, and
+/// every worker at least one (a worker count that changed across an
+/// upgrade shares a socket, or gives a worker two). No inherited socket is
+/// closed: its accept queue may hold connections.
+fn share(
+    per_worker: &mut [Vec<BoundListener>],
+    sockets: Vec<Socket>,
+    scheme: Scheme,
+) -> io::Result<()> {
+    let workers = per_worker.len();
+    let count = sockets.len();
+    for w in 0..workers.saturating_sub(count) {
+        let socket = sockets[w % count].try_clone()?;
+        per_worker[count + w].push(BoundListener { socket, scheme });
+    }
+    for (i, socket) in sockets.into_iter().enumerate() {
+        socket.set_nonblocking(true)?;
+        per_worker[i % workers].push(BoundListener { socket, scheme });
+    }
+    Ok(())
+}
+
+/// The address an inherited socket is bound to (a `:0` port resolved).
+fn inherited_address(socket: &Socket, configured: &ListenAddr) -> io::Result<ListenAddr> {
+    Ok(match configured {
+        ListenAddr::Tcp(_) => ListenAddr::Tcp(
+            socket
+                .local_addr()?
+                .as_socket()
+                .ok_or_else(|| io::Error::other("an inherited TCP listener is not inet"))?,
+        ),
+        ListenAddr::Unix(_) => configured.clone(),
     })
 }
 

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{Listen, ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
+use hayate_server::handoff::Inherited;
 
 /// The arguments of serving: a directory, a config file, every option.
 fn with_serve_args(cmd: Command) -> Command {
@@ -79,6 +80,12 @@ fn command() -> Command {
             "Re-read the config file and apply it with no failed request (prints what changed; \
              exits 1 with every error and keeps the running config), then replace the app's \
              instances app_reload_parallel at a time",
+        ))
+        .subcommand(control_command(
+            "upgrade",
+            "Start the hayate binary now installed at this one's path with its sockets (no \
+             connection refused); once it serves, this one drains and exits. Exits 1 if the new \
+             one fails (this one keeps serving)",
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
         .subcommand(
@@ -297,18 +304,26 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread: the sockets of a hayate this one replaces.
+    let inherited = match Inherited::from_env() {
+        Ok(inherited) => inherited,
+        Err(e) => {
+            eprintln!("hayate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let matches = command().get_matches();
     let result = match matches.subcommand() {
-        Some(("serve", m)) => serve(m),
+        Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
-        Some(("run", m)) => run_app(m),
-        Some((name @ ("status" | "reload" | "stop" | "purge"), m)) => control(name, m),
+        Some(("run", m)) => run_app(m, inherited),
+        Some((name @ ("status" | "reload" | "upgrade" | "stop" | "purge"), m)) => control(name, m),
         Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
         }
-        _ => serve(&matches),
+        _ => serve(&matches, inherited),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -354,12 +369,12 @@ fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErro
     }
 }
 
-fn serve(m: &ArgMatches) -> anyhow::Result<()> {
+fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let overrides = serve_overrides(m)?;
     let config = load_with(m, &overrides)?;
     if let Some(app) = config.app.clone() {
         // A config file with an [app] section: run it, as `hayate run` does.
-        return supervise(config, app, rereader(m, overrides));
+        return supervise(config, app, rereader(m, overrides), inherited);
     }
     init_log(&config);
     let what = describe(&config);
@@ -396,13 +411,14 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
         None => None,
     };
     hooks.reread = rereader(m, overrides);
+    hooks.inherited = inherited;
     hayate_server::run(config, None, hooks).context("server failed")
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
 /// serve it, files under DIR (or ./public when it exists) first. With
 /// `--config`, the file's `[app]` section is the base and flags override it.
-fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
+fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let command: Vec<String> = m
         .get_many::<String>("command")
         .map(|c| c.cloned().collect())
@@ -448,7 +464,7 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
         );
     }
-    supervise(config, app, reread)
+    supervise(config, app, reread, inherited)
 }
 
 /// How long `hayate run` waits for its app's first start to fail before it
@@ -460,6 +476,7 @@ fn supervise(
     config: Config,
     app: hayate_config::app::AppSection,
     reread: Option<hayate_server::reload::Reread<'_>>,
+    inherited: Inherited,
 ) -> anyhow::Result<()> {
     use hayate_config::app::AppListen;
     init_log(&config);
@@ -505,8 +522,14 @@ fn supervise(
     // One second catches a command that is not there or exits at once (a
     // Node syntax error exits in about 100 ms); a slower start goes on while
     // hayate serves, its requests queued.
+    // An upgrade waits for the app to be ready: the hayate it replaces
+    // serves until then.
+    let verdict = match inherited.is_upgrade() {
+        true => config.global.app_start_timeout.0,
+        false => config.global.app_start_timeout.0.min(STARTUP_VERDICT),
+    };
     supervisor
-        .wait_started(config.global.app_start_timeout.0.min(STARTUP_VERDICT))
+        .wait_started(verdict)
         .map_err(|why| anyhow::anyhow!("the app did not start: {why}"))?;
     let what = format!("{} ({instances} instances)", command.join(" "));
     let reload = || supervisor.reload();
@@ -515,6 +538,7 @@ fn supervise(
     metrics.register(std::sync::Arc::new(status.clone()));
     let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
     hooks.reread = reread;
+    hooks.inherited = inherited;
     if let Some(log) = app_log {
         hooks.on_reopen_logs = Box::new(move || log.reopen());
     }
@@ -584,6 +608,7 @@ fn hooks<'a>(
         }),
         on_reload: Box::new(on_reload),
         reread: None,
+        inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),
         control: None,
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),

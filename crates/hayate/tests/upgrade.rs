@@ -1,0 +1,179 @@
+//! `hayate upgrade`: the binary at hayate's path takes over the listening
+//! sockets while clients keep connecting and sending; no request fails, the
+//! old process exits once the new one serves, and a new binary that cannot
+//! start leaves the old one serving.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hayate_testkit::{eventually, site, Client, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// `hayate CMD --control SOCK`: whether it succeeded, and what it said.
+fn control(cmd: &str, sock: &Path) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .args([cmd, "--control"])
+        .arg(sock)
+        .output()
+        .expect("run hayate");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Sends `GET path` as a browser would: on a kept-alive connection, and
+/// again on a new one when the server closed the kept-alive connection
+/// without answering (RFC 9112 §9.3.1: a client retries an idempotent
+/// request then). `None` when it could not be answered at all.
+fn get(client: &mut Option<Client>, addr: std::net::SocketAddr, path: &str) -> Option<u16> {
+    for _ in 0..2 {
+        let c = client.get_or_insert_with(|| Client::connect(addr));
+        let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let sent = c.stream().write_all(request.as_bytes()).is_ok();
+        match sent.then(|| c.try_read_response(false)).flatten() {
+            Some(r) => return Some(r.status),
+            None => *client = None, // closed while idle: retry on a new one
+        }
+    }
+    None
+}
+
+#[test]
+fn an_upgrade_under_load_refuses_no_connection_and_fails_no_request() {
+    let dir = site();
+    let state = tempfile::tempdir().expect("tempdir");
+    let sock = state.path().join("control.sock");
+    let mut old = Hayate::start(
+        BIN,
+        &[
+            dir.path().to_str().expect("utf-8"),
+            "--workers",
+            "2",
+            "--control",
+            sock.to_str().expect("utf-8"),
+        ],
+    );
+    let addr = old.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answered, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let mut client = None;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Half the clients open a connection per request: those
+                    // land in the accept queues the upgrade hands over.
+                    if i % 2 == 0 {
+                        client = None;
+                    }
+                    match get(&mut client, addr, &format!("/hello.txt?{i}-{n}")) {
+                        Some(200) => {}
+                        other => {
+                            eprintln!("client {i} request {n}: {other:?}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    answered.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    let more = |n: u64| {
+        let from = answered.load(Ordering::Relaxed);
+        eventually("requests under load", || {
+            let now = answered.load(Ordering::Relaxed);
+            (now >= from + n)
+                .then_some(())
+                .ok_or(format!("{}", now - from))
+        });
+    };
+    more(200);
+    let (ok, said) = control("upgrade", &sock);
+    assert!(ok, "{said}");
+    let new_pid: u32 = said
+        .split("pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the new pid in {said:?}"));
+    assert_ne!(new_pid, old.pid());
+    // The old hayate drains and exits by itself.
+    assert!(old.wait().success(), "{}", old.stderr());
+    more(200);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("client");
+    }
+    let (answered, failed) = (
+        answered.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    assert_eq!(failed, 0, "{failed} of {answered} requests failed");
+
+    // The new one serves on the same port and answers on the control socket.
+    assert!(alive(new_pid));
+    assert_eq!(Client::connect(addr).get("/hello.txt", &[]).status, 200);
+    let (ok, said) = control("stop", &sock);
+    assert!(ok, "{said}");
+    eventually("the new hayate stops", || {
+        (!alive(new_pid))
+            .then_some(())
+            .ok_or("still running".to_string())
+    });
+}
+
+#[test]
+fn a_new_binary_that_cannot_start_leaves_the_old_one_serving() {
+    let dir = site();
+    let state = tempfile::tempdir().expect("tempdir");
+    let sock = state.path().join("control.sock");
+    // A config file the running hayate read, broken before the upgrade: the
+    // new process refuses it and exits.
+    let config = state.path().join("hayate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nroot = \"{}\"\n",
+            dir.path().display()
+        ),
+    )
+    .expect("write");
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--control",
+            sock.to_str().expect("utf-8"),
+        ],
+    );
+    std::fs::write(&config, "workers = \"many\"\n").expect("write");
+    let (ok, said) = control("upgrade", &sock);
+    assert!(!ok, "{said}");
+    assert!(said.contains("keeps serving"), "{said}");
+    assert!(said.contains("exited before it was ready"), "{said}");
+    assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
+    let (ok, status) = control("status", &sock);
+    assert!(
+        ok,
+        "the old one still answers on its control socket: {status}"
+    );
+}
