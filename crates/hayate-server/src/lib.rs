@@ -22,6 +22,7 @@ mod h2_conn;
 mod h2_tunnel;
 pub mod handoff;
 pub mod listen;
+mod main_loop;
 pub mod pipeline;
 pub mod reload;
 pub mod request_metrics;
@@ -41,12 +42,11 @@ use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
 use hayate_core::transport::{Listener, Scheme};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::Sink;
 use crate::cached::CacheSlot;
-use crate::control::ControlCommand;
 use crate::handoff::HandoffSet;
+use crate::main_loop::MainLoop;
 use crate::reload::{ReloadParts, Reloader};
 use crate::worker::{Blueprint, Shared};
 
@@ -146,14 +146,8 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
     }
-    let (mut term, mut int, mut hup, mut usr1) = signals.block_on(async {
-        Ok::<_, io::Error>((
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::hangup())?,
-            signal(SignalKind::user_defined1())?,
-        ))
-    })?;
+    // Handled from now on (their default actions would end hayate).
+    let signals_seen = signals.block_on(async { main_loop::Signals::register() })?;
 
     let control = match &hooks.control {
         Some(path) => {
@@ -211,7 +205,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             open.load(std::sync::atomic::Ordering::Relaxed),
         );
     });
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
     let mut handles = Vec::new();
     for (i, ls) in listeners.per_worker.into_iter().enumerate() {
         let shared = shared.clone();
@@ -242,16 +236,8 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     }
     // Serving: a hayate this one replaces may stop now.
     inherited.say_ready();
-    let mut handoff = Some(Arc::new(handoff));
-    let mut handed_over = false;
 
-    let accept_control = || async {
-        match &control {
-            Some((l, _)) => l.accept().await.map(|(s, _)| s),
-            None => std::future::pending().await,
-        }
-    };
-    let mut reloader = Reloader::new(ReloadParts {
+    let reloader = Reloader::new(ReloadParts {
         reread: hooks.reread,
         as_read,
         publish,
@@ -263,76 +249,22 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         request_metrics: shared.request_metrics.clone(),
         metrics: hooks.metrics.clone(),
     });
-    let mut exit: io::Result<()> = Ok(());
-    signals.block_on(async {
-        loop {
-            tokio::select! {
-                conn = accept_control() => {
-                    let Ok(conn) = conn else { continue };
-                    let Ok((command, pending)) = control::read_command(conn).await else { continue };
-                    let answer = match &command {
-                        ControlCommand::Status => Ok(hooks.status.as_ref().map(|s| s()).unwrap_or_default()),
-                        ControlCommand::Reload => {
-                            log::info!("control: reloading");
-                            reload(&mut reloader, &hooks.on_reload).await
-                        }
-                        ControlCommand::Stop => Ok("stopping\n".to_string()),
-                        ControlCommand::Upgrade => {
-                            log::info!("control: upgrading to {}", executable.display());
-                            let answer = match &handoff {
-                                Some(handoff) => upgrade(handoff, &executable).await,
-                                None => Err("upgrade: nothing to hand over\n".into()),
-                            };
-                            handed_over = answer.is_ok();
-                            answer
-                        }
-                        ControlCommand::PurgeUrl(url) => Ok(cached::purge(cache_slot.load().as_deref(), Some(url), None)),
-                        ControlCommand::PurgeTag(tag) => Ok(cached::purge(cache_slot.load().as_deref(), None, Some(tag))),
-                    };
-                    if let Err(e) = pending.answer(answer).await {
-                        log::debug!("control answer: {e}");
-                    }
-                    match command {
-                        ControlCommand::Stop => log::info!("control: stop requested; shutting down"),
-                        ControlCommand::Upgrade if handed_over => log::info!("upgraded: the new hayate serves; this one drains and exits"),
-                        _ => continue,
-                    }
-                }
-                _ = term.recv() => log::info!("SIGTERM: shutting down"),
-                _ = int.recv() => log::info!("SIGINT: shutting down"),
-                _ = hup.recv() => {
-                    log::info!("SIGHUP: reloading");
-                    let _ = reload(&mut reloader, &hooks.on_reload).await;
-                    continue;
-                }
-                _ = usr1.recv() => {
-                    match reloader.reopen_logs().and_then(|()| (hooks.on_reopen_logs)()) {
-                        Ok(()) => log::info!("SIGUSR1: logs reopened"),
-                        Err(e) => log::error!("SIGUSR1: reopening the logs failed, writing on to the old files: {e}"),
-                    }
-                    continue;
-                }
-                Some((i, r)) = done_rx.recv() => {
-                    let e = r.err().unwrap_or_else(|| io::Error::other("worker exited"));
-                    log::error!("worker {i} stopped: {e}; shutting down");
-                    exit = Err(e);
-                }
-            }
-            break;
+    let ending = signals.block_on(
+        MainLoop {
+            control: control.as_ref().map(|(l, _)| l),
+            signals: signals_seen,
+            status: hooks.status.clone(),
+            on_reload: &hooks.on_reload,
+            on_reopen_logs: &hooks.on_reopen_logs,
+            reloader,
+            cache: cache_slot,
+            handoff: Some(Arc::new(handoff)),
+            executable,
+            shutdown,
+            workers_done: done_rx,
         }
-        // The listeners close with the workers' accept loops: new
-        // connections are refused (or go to the hayate that took over).
-        handoff = None;
-        shutdown.trigger();
-        let grace = reloader.config().global.grace_period.0;
-        let all_done = async { while done_rx.recv().await.is_some() {} };
-        tokio::select! {
-            _ = all_done => {}
-            _ = term.recv() => log::warn!("second signal: exiting now"),
-            _ = int.recv() => log::warn!("second signal: exiting now"),
-            _ = tokio::time::sleep(grace + std::time::Duration::from_secs(1)) => log::warn!("workers did not stop in time"),
-        }
-    });
+        .run(),
+    );
     let c = shared.variants.stats();
     if c.variants > 0 {
         log::info!(
@@ -344,7 +276,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         );
     }
     // Socket files handed over belong to the new hayate now.
-    if !handed_over {
+    if !ending.handed_over {
         if let Some((_, path)) = &control {
             let _ = std::fs::remove_file(path);
             let _ = std::fs::remove_file(path.with_extension("pid"));
@@ -353,66 +285,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             let _ = std::fs::remove_file(path);
         }
     }
-    exit
-}
-
-/// How long a new hayate may take to serve (its app's start included) before
-/// an upgrade gives up on it.
-const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// `hayate upgrade`: starts the binary at `executable` with this process's
-/// arguments and its sockets; `Ok` once it serves (this one then drains and
-/// exits), `Err` with why not (this one keeps serving).
-async fn upgrade(
-    handoff: &Arc<HandoffSet>,
-    executable: &std::path::Path,
-) -> Result<String, String> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let (handoff, executable) = (handoff.clone(), executable.to_path_buf());
-    let started = tokio::task::spawn_blocking(move || {
-        handoff.start_successor(&executable, &args, UPGRADE_TIMEOUT)
-    })
-    .await
-    .map_err(|e| format!("upgrade: {e}\n"))?;
-    match started {
-        Ok(pid) => Ok(format!(
-            "upgraded: pid {pid} serves now; pid {} drains and exits\n",
-            std::process::id()
-        )),
-        Err(e) => {
-            log::error!("upgrade failed, this hayate keeps serving: {e}");
-            Err(format!(
-                "upgrade failed; this hayate (pid {}) keeps serving: {e}\n",
-                std::process::id()
-            ))
-        }
-    }
-}
-
-/// Reloads the configuration, then the app (its instances roll whether or
-/// not the configuration changed: a reload is also how new app code is
-/// deployed); logs the outcome and returns it for `hayate reload`.
-async fn reload(reloader: &mut Reloader<'_>, on_reload: &dyn Fn()) -> Result<String, String> {
-    match reloader.reload().await {
-        Ok(mut report) => {
-            for line in report.lines() {
-                log::info!("reload: {line}");
-            }
-            on_reload();
-            if reloader.app_runs() {
-                report.push_str("app: reloading its instances, app_reload_parallel at a time\n");
-            }
-            Ok(report)
-        }
-        Err(errors) => {
-            for line in errors.lines() {
-                log::error!("reload refused, the running configuration stays: {line}");
-            }
-            Err(format!(
-                "reload refused; the running configuration stays\n{errors}"
-            ))
-        }
-    }
+    ending.result
 }
 
 /// Raises the soft open-file limit to the hard limit: each connection is a
