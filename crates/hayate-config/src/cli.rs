@@ -55,7 +55,14 @@ pub fn heading(key: &str) -> &'static str {
     ];
     const LISTEN: &[&str] = &["listen", "http2", "https_redirect", "admin"];
     const PROCESS: &[&str] = &["workers", "user", "group", "control"];
-    const LOGS: &[&str] = &["access_log", "access_log_format", "log_level"];
+    const LOGS: &[&str] = &[
+        "access_log",
+        "access_log_format",
+        "access_log_size",
+        "access_log_keep",
+        "error_log",
+        "log_level",
+    ];
     let starts = |p: &str| key == p.trim_end_matches('_') || key.starts_with(p);
     match key {
         k if LISTEN.contains(&k) => "Listen",

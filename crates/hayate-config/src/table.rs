@@ -226,8 +226,14 @@ options! {
         "Where the access log goes";
     access_log_format: LogFormat = "combined", "combined|json",
         "Access log line format";
+    access_log_size: Size = unset, "SIZE",
+        "Rotate a file access log at this size (access.log becomes access.log.1; off unless set; SIGUSR1 reopens it after an outside rotation)";
+    access_log_keep: u32 = "5", "N",
+        "Rotated access log files kept";
+    error_log: PathBuf = unset, "FILE",
+        "Where hayate's own log goes (default: stderr, which systemd's journal takes); reopened on SIGUSR1";
     log_level: LogLevel = "info", "LEVEL",
-        "Error log (stderr) level: off, error, warn, info or debug";
+        "Error log level: off, error, warn, info or debug";
     file_cache_size: Size = "64MiB", "SIZE",
         "Memory for the bodies of hot small files, per static root";
     file_cache_max_file: Size = "256KiB", "SIZE",

@@ -15,6 +15,7 @@ pub mod fields;
 pub mod h1;
 pub mod identity;
 pub mod log;
+pub mod logfile;
 pub mod metrics;
 pub mod negotiate;
 pub mod net;

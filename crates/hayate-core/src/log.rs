@@ -1,5 +1,6 @@
 //! The error log: a `log` backend writing `TIME LEVEL message` lines to
-//! stderr, filtered by level. Access logging is separate (hayate-server).
+//! stderr (or the `error_log` file), filtered by level. Access logging is
+//! separate (hayate-server).
 //!
 //! A message repeated back to back is written once per second with a count
 //! of the copies held back, so a flood (every request failing the same way
@@ -7,7 +8,9 @@
 //! drown the log or the disk.
 
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::logfile::RotatingLog;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 struct StderrLogger {
@@ -80,7 +83,22 @@ impl log::Log for StderrLogger {
         }
         if !text.is_empty() {
             // One write keeps lines whole when workers log at once.
-            let _ = std::io::stderr().lock().write_all(text.as_bytes());
+            let file = FILE.lock().ok().and_then(|f| f.clone());
+            match file {
+                Some(file) => {
+                    if let Err(e) = file.write_all(text.as_bytes()) {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "error log {}: {e}",
+                            file.path().display()
+                        );
+                        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                    }
+                }
+                None => {
+                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                }
+            }
         }
     }
 
@@ -94,6 +112,21 @@ static LOGGER: StderrLogger = StderrLogger {
         held: 0,
     }),
 };
+
+/// The `error_log` file, when hayate's log goes to one.
+static FILE: Mutex<Option<Arc<RotatingLog>>> = Mutex::new(None);
+
+/// Sends the log to `file` from now on (`None`: stderr).
+pub fn to_file(file: Option<Arc<RotatingLog>>) {
+    if let Ok(mut f) = FILE.lock() {
+        *f = file;
+    }
+}
+
+/// The error log's file, when it goes to one.
+pub fn file() -> Option<Arc<RotatingLog>> {
+    FILE.lock().ok().and_then(|f| f.clone())
+}
 
 /// Installs the stderr logger at `level`. Calling it again only changes the level.
 pub fn init(level: log::LevelFilter) {

@@ -6,14 +6,14 @@
 //! control bytes, as nginx does), so a client cannot forge log lines.
 
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use hayate_config::values::{AccessLog as Target, LogFormat};
+use hayate_config::GlobalOptions;
+use hayate_core::logfile::RotatingLog;
 
 use hayate_core::request::RequestHead;
 use hayate_core::transport::TlsInfo;
@@ -29,37 +29,51 @@ pub enum Sink {
     Stdout,
     /// Standard error.
     Stderr,
-    /// An append-only file, opened again by [`Sink::reopen`].
-    File(Arc<LogFile>),
-}
-
-/// An access log file and its path.
-#[derive(Debug)]
-pub struct LogFile {
-    path: PathBuf,
-    file: ArcSwap<File>,
+    /// An append-only file, rotated at a size when asked to, opened again
+    /// by [`Sink::reopen`].
+    File(Arc<RotatingLog>),
 }
 
 impl Sink {
-    /// Opens the sink a config names; `None` when logging is off.
-    pub fn open(target: &Target) -> io::Result<Option<Sink>> {
+    /// Opens the sink a config names; `None` when logging is off. A file
+    /// rotates at `rotate_at` bytes, keeping `keep` old files.
+    pub fn open(target: &Target, rotate_at: Option<u64>, keep: u32) -> io::Result<Option<Sink>> {
         Ok(match target {
             Target::Off => None,
             Target::Stdout => Some(Sink::Stdout),
             Target::Stderr => Some(Sink::Stderr),
-            Target::File(path) => Some(Sink::File(Arc::new(LogFile {
-                path: path.clone(),
-                file: ArcSwap::from_pointee(open_append(path)?),
-            }))),
+            Target::File(path) => Some(Sink::File(Arc::new(
+                RotatingLog::open(path, rotate_at.unwrap_or(u64::MAX), keep as usize).map_err(
+                    |e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())),
+                )?,
+            ))),
         })
+    }
+
+    /// The sink the global options name (`access_log`, `access_log_size`,
+    /// `access_log_keep`).
+    pub fn from_config(g: &GlobalOptions) -> io::Result<Option<Sink>> {
+        Sink::open(
+            &g.access_log,
+            g.access_log_size.map(|s| s.0),
+            g.access_log_keep,
+        )
+    }
+
+    /// The file it writes to, if it is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Sink::File(log) => Some(log.path()),
+            _ => None,
+        }
     }
 
     /// Opens a file sink again at its path (SIGUSR1, logrotate's
     /// `postrotate`): lines written from now on, buffered ones included,
     /// go to the file now at that path. On failure the old file stays.
     pub fn reopen(&self) -> io::Result<()> {
-        if let Sink::File(f) = self {
-            f.file.store(Arc::new(open_append(&f.path)?));
+        if let Sink::File(log) = self {
+            log.reopen()?;
         }
         Ok(())
     }
@@ -68,17 +82,9 @@ impl Sink {
         match self {
             Sink::Stdout => io::stdout().lock().write_all(data),
             Sink::Stderr => io::stderr().lock().write_all(data),
-            Sink::File(f) => (&**f.file.load()).write_all(data),
+            Sink::File(log) => log.write_all(data),
         }
     }
-}
-
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())))
 }
 
 /// A worker's access log.

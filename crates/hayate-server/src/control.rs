@@ -21,6 +21,8 @@ pub enum ControlCommand {
     /// Hand the sockets to the binary now at hayate's path, then drain and
     /// exit.
     Upgrade,
+    /// Name the log files (`hayate logs` reads them).
+    Logs,
     /// Remove a URL (every variant and query) from the response cache.
     PurgeUrl(String),
     /// Remove every cached response tagged so (Surrogate-Key).
@@ -37,6 +39,7 @@ impl ControlCommand {
             ("reload", None, _) => ControlCommand::Reload,
             ("stop", None, _) => ControlCommand::Stop,
             ("upgrade", None, _) => ControlCommand::Upgrade,
+            ("logs", None, _) => ControlCommand::Logs,
             ("purge", Some("url"), Some(u)) => ControlCommand::PurgeUrl(u.to_string()),
             ("purge", Some("tag"), Some(t)) => ControlCommand::PurgeTag(t.to_string()),
             _ => return None,
@@ -106,7 +109,7 @@ pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(Control
             let other = line.trim();
             pending
                 .answer(Err(format!(
-                    "unknown command {other:?} (status, reload, upgrade, stop, purge url URL, purge tag TAG)\n"
+                    "unknown command {other:?} (status, reload, upgrade, stop, logs, purge url URL, purge tag TAG)\n"
                 )))
                 .await?;
             Err(io::Error::new(

@@ -96,7 +96,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     let cache = router::response_cache(&config);
     let variants = compression::store(&config.global);
     router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants, None, None)?;
-    let log_sink = Sink::open(&config.global.access_log)?;
+    let log_sink = Sink::from_config(&config.global)?;
     // Certificates are loaded before any socket is bound, like roots.
     let tls = hayate_tls::TlsServer::from_config(&config)
         .map_err(|e| io::Error::other(format!("HTTPS: {e}")))?

@@ -152,6 +152,12 @@ impl MainLoop<'_> {
                 ending.handed_over = answer.is_ok();
                 answer
             }
+            ControlCommand::Logs => Ok(self
+                .reloader
+                .log_files()
+                .iter()
+                .map(|(what, path)| format!("{what} {}\n", path.display()))
+                .collect()),
             ControlCommand::PurgeUrl(url) => {
                 Ok(cached::purge(self.cache.load().as_deref(), Some(url), None))
             }

@@ -54,6 +54,8 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("acme_ca_root", "the TLS setup is built at start"),
     ("acme_challenge", "the TLS setup is built at start"),
     ("tls_handshake_timeout", "the TLS setup is built at start"),
+    ("error_log", "the error log is opened at start"),
+    ("log_level", "the error log is set up at start"),
     ("cache_size", "the response cache is sized at start"),
     ("cache_max_object", "the response cache is set up at start"),
     (
@@ -150,12 +152,32 @@ impl<'a> Reloader<'a> {
         }
     }
 
-    /// Opens the access log file again (SIGUSR1).
+    /// Opens the access log and the error log files again (SIGUSR1).
     pub fn reopen_logs(&self) -> std::io::Result<()> {
-        match &self.running.log_sink {
-            Some(sink) => sink.reopen(),
+        if let Some(sink) = &self.running.log_sink {
+            sink.reopen()?;
+        }
+        match hayate_core::log::file() {
+            Some(file) => file.reopen(),
             None => Ok(()),
         }
+    }
+
+    /// The log files of the running configuration, by what they hold
+    /// (`access`, `error`, `app`), for `hayate logs`.
+    pub fn log_files(&self) -> Vec<(&'static str, std::path::PathBuf)> {
+        let g = &self.running.config.global;
+        let mut files = Vec::new();
+        if let Some(path) = self.running.log_sink.as_ref().and_then(|s| s.path()) {
+            files.push(("access", path.to_path_buf()));
+        }
+        if let Some(path) = &g.error_log {
+            files.push(("error", path.clone()));
+        }
+        if let Some(path) = &g.app_log {
+            files.push(("app", path.clone()));
+        }
+        files
     }
 
     /// Whether a supervised app runs (a reload rolls its instances).
@@ -207,10 +229,14 @@ impl<'a> Reloader<'a> {
                 self.metrics.register_fn(move |out| c.render_metrics(out));
             }),
         };
-        let log_sink = if next.global.access_log == running.global.access_log {
-            self.running.log_sink.clone()
-        } else {
-            Sink::open(&next.global.access_log).map_err(|e| format!("{e}\n"))?
+        let log_changed = running
+            .global
+            .changed_keys(&next.global)
+            .iter()
+            .any(|k| k.starts_with("access_log") && *k != "access_log_format");
+        let log_sink = match log_changed {
+            false => self.running.log_sink.clone(),
+            true => Sink::from_config(&next.global).map_err(|e| format!("{e}\n"))?,
         };
         // Everything a worker will open, opened once here first: a root that
         // does not exist fails the reload, not a worker.

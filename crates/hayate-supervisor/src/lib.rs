@@ -15,9 +15,7 @@
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
 mod instance;
-mod logfile;
-
-pub use logfile::RotatingLog;
+pub use hayate_core::logfile::RotatingLog;
 
 use std::collections::VecDeque;
 use std::io;

@@ -1,6 +1,7 @@
 //! The `hayate` binary: parses the command line, loads the configuration and
 //! runs the server. Everything else lives in the library crates.
 
+mod logs;
 mod service;
 
 use std::path::{Path, PathBuf};
@@ -88,6 +89,29 @@ fn command() -> Command {
              one fails (this one keeps serving)",
         ))
         .subcommand(control_command("stop", "Stop hayate gracefully"))
+        .subcommand(
+            control_command(
+                "logs",
+                "Print the last lines of the running hayate's log files (access_log, error_log, \
+                 app_log), each line prefixed with its log's name; -f follows them",
+            )
+            .arg(
+                Arg::new("follow")
+                    .short('f')
+                    .long("follow")
+                    .action(clap::ArgAction::SetTrue)
+                    .help("Keep printing lines as they are written (across rotations)"),
+            )
+            .arg(
+                Arg::new("lines")
+                    .short('n')
+                    .long("lines")
+                    .value_name("N")
+                    .default_value("20")
+                    .value_parser(clap::value_parser!(usize))
+                    .help("Lines of each log printed first"),
+            ),
+        )
         .subcommand(
             control_command(
                 "purge",
@@ -267,9 +291,9 @@ fn find_control(given: Option<&String>) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// `hayate status|reload|stop|purge`: one command on the control socket.
+/// `hayate status|reload|upgrade|stop|purge`: one command on the control
+/// socket; its answer printed, and exit 1 when it failed.
 fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
     let path = find_control(m.get_one::<String>("control"))?;
     let line = match (
         m.try_get_one::<String>("url"),
@@ -284,7 +308,23 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
         hayate_server::control::ControlCommand::parse(&line).is_some(),
         "a URL or tag must be one word, without spaces"
     );
-    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+    match ask(&path, &line) {
+        Ok(text) => {
+            print!("{text}");
+            Ok(())
+        }
+        Err(e) => {
+            eprint!("{e}");
+            anyhow::bail!("{name} failed")
+        }
+    }
+}
+
+/// Sends one command line on the control socket at `path`: `Ok` with the
+/// answer, or `Err` with what the server said went wrong.
+fn ask(path: &Path, line: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).with_context(|| {
         format!(
             "no hayate run answers on {} (start it here, or pass --control)",
             path.display()
@@ -294,13 +334,8 @@ fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
     let (ok, text) = hayate_server::control::parse_answer(&answer);
-    if ok {
-        print!("{text}");
-        Ok(())
-    } else {
-        eprint!("{text}");
-        anyhow::bail!("{name} failed")
-    }
+    anyhow::ensure!(ok, "{text}");
+    Ok(text.to_string())
 }
 
 fn main() -> ExitCode {
@@ -317,6 +352,15 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m, inherited),
+        Some(("logs", m)) => find_control(m.get_one::<String>("control"))
+            .and_then(|path| ask(&path, "logs\n"))
+            .and_then(|files| {
+                logs::run(
+                    &files,
+                    *m.get_one("lines").expect("default"),
+                    m.get_flag("follow"),
+                )
+            }),
         Some((name @ ("status" | "reload" | "upgrade" | "stop" | "purge"), m)) => control(name, m),
         Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
@@ -376,7 +420,7 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         // A config file with an [app] section: run it, as `hayate run` does.
         return supervise(config, app, rereader(m, overrides), inherited);
     }
-    init_log(&config);
+    init_log(&config)?;
     let what = describe(&config);
     let on_reload = || {};
     // A cache is purged and a config file reloaded through the control
@@ -479,7 +523,7 @@ fn supervise(
     inherited: Inherited,
 ) -> anyhow::Result<()> {
     use hayate_config::app::AppListen;
-    init_log(&config);
+    init_log(&config)?;
     let g = &config.global;
     let instances = app
         .instances
@@ -573,7 +617,13 @@ fn app_identity(config: &Config) -> anyhow::Result<Option<hayate_core::identity:
     })
 }
 
-fn init_log(config: &Config) {
+/// Sets the error log up: its level, and its file when `error_log` names one.
+fn init_log(config: &Config) -> anyhow::Result<()> {
+    if let Some(path) = &config.global.error_log {
+        let file = hayate_core::logfile::RotatingLog::open(path, u64::MAX, 0)
+            .with_context(|| format!("error_log {}", path.display()))?;
+        hayate_core::log::to_file(Some(std::sync::Arc::new(file)));
+    }
     hayate_core::log::init(match config.global.log_level {
         LogLevel::Off => log::LevelFilter::Off,
         LogLevel::Error => log::LevelFilter::Error,
@@ -581,6 +631,7 @@ fn init_log(config: &Config) {
         LogLevel::Info => log::LevelFilter::Info,
         LogLevel::Debug => log::LevelFilter::Debug,
     });
+    Ok(())
 }
 
 /// The binary's hooks: the "serving" line, reload, status and metrics.

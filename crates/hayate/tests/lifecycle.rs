@@ -407,3 +407,104 @@ fn access_log_goes_to_stdout_by_default_and_off_writes_nothing() {
     assert!(lines.is_empty(), "{lines:?}");
     h.assert_no_errors();
 }
+
+#[test]
+fn hayate_logs_prints_and_follows_the_log_files_across_rotations() {
+    use std::io::BufRead;
+    let logs = tempfile::tempdir().expect("tempdir");
+    let (access, errors) = (
+        logs.path().join("access.log"),
+        logs.path().join("error.log"),
+    );
+    let control = logs.path().join("control.sock");
+    let (mut h, _dir) = start(&[
+        "--access-log",
+        access.to_str().expect("utf8"),
+        // Small: the followed requests below rotate it several times.
+        "--access-log-size",
+        "2KiB",
+        "--access-log-keep",
+        "2",
+        "--error-log",
+        errors.to_str().expect("utf8"),
+        "--control",
+        control.to_str().expect("utf8"),
+        "--workers",
+        "1",
+    ]);
+    let mut c = h.client();
+    for i in 0..3 {
+        assert_eq!(c.get(&format!("/hello.txt?first={i}"), &[]).status, 200);
+    }
+    // A request that breaks the rules: a line in the error log.
+    let refused = h
+        .client()
+        .send(b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        .read_response(false);
+    assert_eq!(refused.status, 400);
+    hayate_testkit::eventually("the error log line", || {
+        let text = std::fs::read_to_string(&errors).unwrap_or_default();
+        text.contains("400").then_some(()).ok_or(text)
+    });
+    // The access log is written in whole buffers, at least once a second.
+    hayate_testkit::eventually("the first lines written", || {
+        let text = std::fs::read_to_string(&access).unwrap_or_default();
+        text.contains("?first=2 ").then_some(()).ok_or(text)
+    });
+    let out = std::process::Command::new(BIN)
+        .args(["logs", "-n", "2", "--control"])
+        .arg(&control)
+        .output()
+        .expect("hayate logs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let access_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("[access] "))
+        .collect();
+    assert_eq!(access_lines.len(), 2, "the last two: {text}");
+    assert!(access_lines[1].contains("?first=2 "), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("[error] ")), "{text}");
+
+    let mut follow = std::process::Command::new(BIN)
+        .args(["logs", "-f", "-n", "0", "--control"])
+        .arg(&control)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("hayate logs -f");
+    // Read on a thread of its own: every wait for a line is bounded.
+    let (tx, lines) = mpsc::channel();
+    let stdout = follow.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Enough requests for several rotations of a 2 KiB file.
+    for i in 0..60 {
+        assert_eq!(c.get(&format!("/hello.txt?then={i}"), &[]).status, 200);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while let Ok(line) = lines.recv_timeout(WAIT) {
+        if let Some(n) = line
+            .split("?then=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+        {
+            seen.insert(n.parse::<u32>().expect("n"));
+        }
+        if seen.len() == 60 {
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(seen.len(), 60, "every followed line, across rotations");
+    assert!(logs.path().join("access.log.1").exists(), "it rotated");
+    assert!(h.stop().success());
+}

@@ -1,13 +1,16 @@
-//! App output to a file with size-based rotation: `app.log` grows to
-//! `max_size`, then becomes `app.log.1` (older ones shift up), and only
-//! `keep` rotated files are kept, so a chatty app cannot fill the disk.
+//! A log file with size-based rotation (the app's output, the access log,
+//! the error log): `x.log` grows to `max_size`, then becomes `x.log.1`
+//! (older ones shift up), and only `keep` rotated files are kept, so a
+//! chatty app or a busy site cannot fill the disk. [`RotatingLog::reopen`]
+//! follows an outside rotation (logrotate's `postrotate`, SIGUSR1).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// A size-rotated log file, shared by every instance's output relays.
+/// A size-rotated log file, shared by the threads that write to it (whole
+/// writes under a lock, so lines never interleave).
 #[derive(Debug)]
 pub struct RotatingLog {
     path: PathBuf,
@@ -45,13 +48,27 @@ impl RotatingLog {
         Ok(())
     }
 
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Appends one line, rotating first when it would pass the size limit.
     pub fn write_line(&self, line: &str) -> io::Result<()> {
+        let mut text = Vec::with_capacity(line.len() + 1);
+        text.extend_from_slice(line.as_bytes());
+        text.push(b'\n');
+        self.write_all(&text)
+    }
+
+    /// Appends whole lines in one write, rotating first when they would
+    /// pass the size limit.
+    pub fn write_all(&self, lines: &[u8]) -> io::Result<()> {
         let mut state = self
             .state
             .lock()
             .map_err(|_| io::Error::other("log lock poisoned"))?;
-        if state.1 > 0 && state.1 + line.len() as u64 + 1 > self.max_size {
+        if state.1 > 0 && state.1 + lines.len() as u64 > self.max_size {
             self.rotate()?;
             *state = (
                 OpenOptions::new()
@@ -62,9 +79,8 @@ impl RotatingLog {
                 0,
             );
         }
-        state.0.write_all(line.as_bytes())?;
-        state.0.write_all(b"\n")?;
-        state.1 += line.len() as u64 + 1;
+        state.0.write_all(lines)?;
+        state.1 += lines.len() as u64;
         Ok(())
     }
 
