@@ -25,6 +25,37 @@ pub fn store(g: &GlobalOptions) -> Arc<VariantStore> {
     }))
 }
 
+/// The store's figures for `/metrics` (and so `/status.json`): variants
+/// built, bytes read and produced building them, bytes held.
+pub fn render_metrics(store: &VariantStore, out: &mut String) {
+    use hayate_core::metrics::{family, sample, Kind};
+    let s = store.stats();
+    let counters = [
+        (
+            "hayate_compression_variants_total",
+            "Compressed variants of static files built",
+            s.variants,
+        ),
+        (
+            "hayate_compression_variant_input_bytes_total",
+            "Bytes of static files compressed into variants",
+            s.bytes_in,
+        ),
+        (
+            "hayate_compression_variant_output_bytes_total",
+            "Bytes of the compressed variants built",
+            s.bytes_out,
+        ),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, help, Kind::Counter);
+        sample(out, name, &[], value);
+    }
+    let name = "hayate_compression_variant_bytes";
+    family(out, name, "Bytes of compressed variants held", Kind::Gauge);
+    sample(out, name, &[], store.bytes());
+}
+
 /// A route's compression policy; `None` when it compresses nothing.
 pub fn policy(o: &RouteOptions) -> Option<Policy> {
     if !o.compress || o.compress_encodings.0.is_empty() {

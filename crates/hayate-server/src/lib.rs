@@ -24,6 +24,8 @@ pub mod listen;
 pub mod pipeline;
 pub mod request_metrics;
 pub mod router;
+pub mod status_json;
+mod status_page;
 mod worker;
 
 use std::io;
@@ -56,6 +58,8 @@ pub struct Hooks<'a> {
     pub on_reload: Box<dyn Fn() + 'a>,
     /// The control socket, if any.
     pub control: Option<PathBuf>,
+    /// The `--config` file, if any (shown by the admin status page).
+    pub config_file: Option<PathBuf>,
     /// What `status` answers.
     pub status: Option<StatusFn>,
     /// The metrics registry served on the admin listener. The server adds
@@ -111,6 +115,16 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
     }
+    if admin.is_some() {
+        let v = variants.clone();
+        hooks
+            .metrics
+            .register_fn(move |out| compression::render_metrics(&v, out));
+    }
+    let info = Arc::new(status_json::ServerInfo::new(
+        workers,
+        hooks.config_file.clone(),
+    ));
     let (mut term, mut int, mut hup) = signals.block_on(async {
         Ok::<_, io::Error>((
             signal(SignalKind::terminate())?,
@@ -162,12 +176,17 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
     drop(done_tx);
     (hooks.on_listening)(&listeners.addresses);
     if let Some((listener, url)) = admin {
-        log::info!("admin listener on {url} (GET /metrics, GET /status, POST /purge)");
+        log::info!(
+            "admin listener on {url} (status page at /, GET /status.json, /metrics, /status, POST /purge)"
+        );
         signals.spawn(admin::serve(
             listener,
-            hooks.metrics.clone(),
-            hooks.status.clone(),
-            shared.cache.clone(),
+            admin::Sources {
+                metrics: hooks.metrics.clone(),
+                status: hooks.status.clone(),
+                cache: shared.cache.clone(),
+                info: info.clone(),
+            },
         ));
     }
 
@@ -201,6 +220,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
                     match control::serve_one(conn, status).await {
                         Ok(ControlCommand::Reload) => {
                             log::info!("control: reloading");
+                            info.reloaded();
                             (hooks.on_reload)();
                             continue;
                         }
@@ -212,6 +232,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
                 _ = int.recv() => log::info!("SIGINT: shutting down"),
                 _ = hup.recv() => {
                     log::info!("SIGHUP: reloading");
+                    info.reloaded();
                     (hooks.on_reload)();
                     continue;
                 }

@@ -124,6 +124,9 @@ struct SlotStatus {
     pid: Option<u32>,
     since: Instant,
     restarts: u32,
+    /// Why the last instance of this slot ended (exit code, signal, failed
+    /// start, recycled over a limit); `None` until one has.
+    last_exit: Option<String>,
 }
 
 type StatusBoard = Arc<std::sync::Mutex<Vec<SlotStatus>>>;
@@ -171,6 +174,7 @@ impl Supervisor {
             pid: None,
             since: Instant::now(),
             restarts: 0,
+            last_exit: None,
         };
         let board: StatusBoard = Arc::new(std::sync::Mutex::new(vec![initial; app.slots.len()]));
         let tasks_board = board.clone();
@@ -258,6 +262,8 @@ pub struct InstanceFigures {
     pub in_flight: u32,
     /// Requests sent to the current instance.
     pub served: u64,
+    /// Why the slot's last instance ended, if one has.
+    pub last_exit: Option<String>,
 }
 
 impl AppStatus {
@@ -277,6 +283,7 @@ impl AppStatus {
                     rss_bytes: s.pid.and_then(instance::rss_of),
                     in_flight: current.as_ref().map_or(0, |c| c.inflight()),
                     served: current.map_or(0, |c| c.served.load(Ordering::Relaxed)),
+                    last_exit: s.last_exit.clone(),
                 }
             })
             .collect()
@@ -397,6 +404,18 @@ impl MetricsSource for AppStatus {
             Kind::Counter,
             &|f| Some(f.served),
         );
+        let name = "hayate_app_instance_last_exit";
+        family(
+            out,
+            name,
+            "Why each app instance slot's last instance ended (1, the reason as a label)",
+            Kind::Gauge,
+        );
+        for (i, f) in figures.iter().enumerate() {
+            if let Some(reason) = &f.last_exit {
+                sample(out, name, &[("instance", &i.to_string()), ("reason", reason)], 1);
+            }
+        }
         family(
             out,
             "hayate_app_queue_depth",
@@ -462,6 +481,7 @@ impl SlotTask {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                     Err(e) => {
                         self.set_state(ChildState::Backoff, None, true);
+                        self.record_exit(format!("failed to start: {e}"));
                         log::error!("app[{}] failed to start: {e}", self.index);
                         if !self.after_exit(&mut exits).await {
                             break;
@@ -475,6 +495,7 @@ impl SlotTask {
                     self.slot.replace(None);
                     self.set_state(ChildState::Backoff, None, true);
                     log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
+                    self.record_exit(status);
                     if let Some(old) = current.take() {
                         old.cleanup();
                     }
@@ -485,6 +506,7 @@ impl SlotTask {
                 _ = limits.tick() => {
                     if let Some(reason) = self.over_limit(run) {
                         log::info!("app[{}] (pid {}) {reason}: replacing it", self.index, run.pid());
+                        self.record_exit(format!("replaced: {reason}"));
                         if let Some(old) = current.take() {
                             current = Some(self.roll_over(old).await);
                         }
@@ -542,6 +564,12 @@ impl SlotTask {
             s.state = state;
             s.pid = pid;
             s.restarts += u32::from(restarted);
+        }
+    }
+
+    fn record_exit(&self, reason: String) {
+        if let Ok(mut board) = self.board.lock() {
+            board[self.index].last_exit = Some(reason);
         }
     }
 

@@ -204,7 +204,7 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
     let config = load(m)?;
     if let Some(app) = config.app.clone() {
         // A config file with an [app] section: run it, as `hayate run` does.
-        return supervise(config, app);
+        return supervise(config, app, m.get_one::<String>("config"));
     }
     init_log(&config);
     let what = describe(&config);
@@ -218,6 +218,7 @@ fn serve(m: &ArgMatches) -> anyhow::Result<()> {
         .any(|r| r.options.cache.enabled);
     let mut hooks = hooks(
         &config,
+        m.get_one::<String>("config"),
         what,
         &on_reload,
         None,
@@ -290,11 +291,15 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
         );
     }
-    supervise(config, app)
+    supervise(config, app, m.get_one::<String>("config"))
 }
 
 /// Starts the supervisor for `app` and serves until stopped.
-fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Result<()> {
+fn supervise(
+    config: Config,
+    app: hayate_config::app::AppSection,
+    config_file: Option<&String>,
+) -> anyhow::Result<()> {
     use hayate_config::app::AppListen;
     init_log(&config);
     let g = &config.global;
@@ -339,7 +344,7 @@ fn supervise(config: Config, app: hayate_config::app::AppSection) -> anyhow::Res
     let status = supervisor.status();
     let metrics = hayate_core::metrics::Metrics::default();
     metrics.register(std::sync::Arc::new(status.clone()));
-    let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
+    let mut hooks = hooks(&config, config_file, what, &reload, Some(status), metrics);
     hooks.control = Some(
         config
             .global
@@ -367,6 +372,7 @@ fn init_log(config: &Config) {
 /// The binary's hooks: the "serving" line, reload, status and metrics.
 fn hooks<'a>(
     config: &Config,
+    config_file: Option<&String>,
     what: String,
     on_reload: &'a dyn Fn(),
     status: Option<hayate_supervisor::AppStatus>,
@@ -389,6 +395,7 @@ fn hooks<'a>(
         }),
         on_reload: Box::new(on_reload),
         control: None,
+        config_file: config_file.map(PathBuf::from),
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,
     }
