@@ -234,7 +234,12 @@ mod tests {
     fn parse_reads_back_what_sample_wrote() {
         let mut out = String::new();
         family(&mut out, "a_total", "A", Kind::Counter);
-        sample(&mut out, "a_total", &[("route", "/x\"y\\"), ("n", "a\nb,c}")], 3);
+        sample(
+            &mut out,
+            "a_total",
+            &[("route", "/x\"y\\"), ("n", "a\nb,c}")],
+            3,
+        );
         sample(&mut out, "b", &[], 1.5);
         sample(&mut out, "c", &[("le", "+Inf")], "+Inf");
         out.push_str("broken{x=\"1\" 2\n");

@@ -300,7 +300,10 @@ mod tests {
             route_raw(b"POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
             405
         );
-        assert_eq!(route_raw(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0, 404);
+        assert_eq!(
+            route_raw(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
+            404
+        );
         let (code, page) = route_raw(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", &ctx);
         assert_eq!(code, 200);
         assert!(page.starts_with("<!doctype html>"), "{page}");

@@ -206,14 +206,9 @@ fn build(samples: &[Sample], info: &ServerInfo, now: SystemTime) -> Status {
         version: info.version,
         now: unix_secs(now),
         started_at: unix_secs(info.started),
-        uptime_seconds: now
-            .duration_since(info.started)
-            .map_or(0, |d| d.as_secs()),
+        uptime_seconds: now.duration_since(info.started).map_or(0, |d| d.as_secs()),
         workers: info.workers,
-        config_file: info
-            .config_file
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        config_file: info.config_file.as_ref().map(|p| p.display().to_string()),
         reloaded_at: (reloaded != 0).then_some(reloaded),
         connections_open: scrape.value("hayate_connections_open").map(count),
         requests_by_protocol: scrape
@@ -487,7 +482,12 @@ mod tests {
                 sample(out, b, &[("site", "*"), ("route", "/api"), ("le", le)], n);
             }
             let labels = [("site", "*"), ("route", "/api")];
-            sample(out, "hayate_http_request_duration_seconds_sum", &labels, 2.5);
+            sample(
+                out,
+                "hayate_http_request_duration_seconds_sum",
+                &labels,
+                2.5,
+            );
             sample(out, "hayate_connections_open", &[], 3);
         });
         let v = doc(&m, &info(), Duration::ZERO);
@@ -522,14 +522,29 @@ mod tests {
             let i = |n| ("instance", n);
             for state in ["starting", "ready", "backoff"] {
                 let v = u8::from(state == "ready");
-                sample(out, "hayate_app_instance_state", &[i("0"), ("state", state)], v);
+                sample(
+                    out,
+                    "hayate_app_instance_state",
+                    &[i("0"), ("state", state)],
+                    v,
+                );
                 let v = u8::from(state == "backoff");
-                sample(out, "hayate_app_instance_state", &[i("1"), ("state", state)], v);
+                sample(
+                    out,
+                    "hayate_app_instance_state",
+                    &[i("1"), ("state", state)],
+                    v,
+                );
             }
             sample(out, "hayate_app_instance_pid", &[i("0")], 4242);
             sample(out, "hayate_app_instance_uptime_seconds", &[i("0")], 7);
             sample(out, "hayate_app_instance_restarts_total", &[i("1")], 2);
-            sample(out, "hayate_app_instance_memory_rss_bytes", &[i("0")], 1 << 20);
+            sample(
+                out,
+                "hayate_app_instance_memory_rss_bytes",
+                &[i("0")],
+                1 << 20,
+            );
             sample(out, "hayate_app_instance_in_flight", &[i("0")], 1);
             sample(out, "hayate_app_instance_requests_total", &[i("0")], 12);
             let reason = ("reason", "exit code 1 <b>");
@@ -541,8 +556,18 @@ mod tests {
             sample(out, "hayate_cache_bytes", &[], 2048);
             sample(out, "hayate_cache_entries", &[], 2);
             sample(out, "hayate_compression_variants_total", &[], 2);
-            sample(out, "hayate_compression_variant_input_bytes_total", &[], 1000);
-            sample(out, "hayate_compression_variant_output_bytes_total", &[], 300);
+            sample(
+                out,
+                "hayate_compression_variant_input_bytes_total",
+                &[],
+                1000,
+            );
+            sample(
+                out,
+                "hayate_compression_variant_output_bytes_total",
+                &[],
+                300,
+            );
             sample(out, "hayate_compression_variant_bytes", &[], 300);
             let h = "hayate_tls_handshakes_total";
             sample(out, h, &[("result", "full")], 5);
@@ -571,7 +596,10 @@ mod tests {
         assert_eq!(app["instances"][1]["last_exit"], "exit code 1 <b>");
         let cache = &v["cache"];
         assert_eq!(cache["hit_ratio"], 0.75);
-        assert_eq!((cache["bytes"].clone(), cache["entries"].clone()), (json!(2048), json!(2)));
+        assert_eq!(
+            (cache["bytes"].clone(), cache["entries"].clone()),
+            (json!(2048), json!(2))
+        );
         assert_eq!(cache["evictions"], 4);
         assert_eq!(v["compression"]["saved_bytes"], 700);
         let tls = &v["tls"];

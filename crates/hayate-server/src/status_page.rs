@@ -122,7 +122,9 @@ mod tests {
         assert_eq!(back, HTML.as_bytes());
         let r = page.response(&head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
         assert_eq!(field(&r, "content-encoding"), None);
-        let Body::Bytes(plain) = &r.body else { panic!() };
+        let Body::Bytes(plain) = &r.body else {
+            panic!()
+        };
         assert_eq!(plain, HTML.as_bytes());
         assert_eq!(field(&r, "x-content-type-options"), Some(&b"nosniff"[..]));
     }
@@ -138,12 +140,19 @@ mod tests {
         assert!(csp.starts_with("default-src 'none'; "), "{csp}");
         assert!(csp.contains("connect-src 'self'"), "{csp}");
         assert!(!csp.contains("unsafe"), "{csp}");
-        assert!(!csp.contains(&sha256_base64("")), "both blocks found: {csp}");
+        assert!(
+            !csp.contains(&sha256_base64("")),
+            "both blocks found: {csp}"
+        );
         // Self-contained: nothing refers outside the page.
         for outside in ["http://", "https://", "src=", "href=", "@import", "url("] {
             let uses = HTML.matches(outside).count();
             let allowed = HTML.matches("http://www.w3.org/2000/svg").count();
-            let uses = if outside == "http://" { uses - allowed } else { uses };
+            let uses = if outside == "http://" {
+                uses - allowed
+            } else {
+                uses
+            };
             assert_eq!(uses, 0, "{outside} in the page");
         }
         assert!(!HTML.contains("innerHTML"), "values go in as text only");

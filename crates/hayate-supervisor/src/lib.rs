@@ -413,7 +413,12 @@ impl MetricsSource for AppStatus {
         );
         for (i, f) in figures.iter().enumerate() {
             if let Some(reason) = &f.last_exit {
-                sample(out, name, &[("instance", &i.to_string()), ("reason", reason)], 1);
+                sample(
+                    out,
+                    name,
+                    &[("instance", &i.to_string()), ("reason", reason)],
+                    1,
+                );
             }
         }
         family(
