@@ -154,6 +154,9 @@ pub struct UpstreamGroup {
     pub(crate) freed: Rc<Notify>,
     /// For a supervised app: raised when an instance becomes ready.
     pub(crate) app_ready: Option<Arc<Notify>>,
+    /// Where the members' figures are published for `/metrics`
+    /// (`figures.rs`); unset without an admin listener.
+    pub(crate) figures: std::cell::OnceCell<crate::FiguresSlot>,
 }
 
 impl UpstreamGroup {
@@ -186,6 +189,7 @@ impl UpstreamGroup {
             waiting_any: Cell::new(0),
             freed,
             app_ready: None,
+            figures: std::cell::OnceCell::new(),
         }
     }
 

@@ -98,6 +98,7 @@ impl UpstreamGroup {
             for m in &self.members {
                 m.sweep(now);
             }
+            self.publish_figures(now);
         }
     }
 }

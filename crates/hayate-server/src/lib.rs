@@ -26,6 +26,7 @@ pub mod request_metrics;
 pub mod router;
 pub mod status_json;
 mod status_page;
+pub mod upstream_metrics;
 mod worker;
 
 use std::io;
@@ -111,6 +112,12 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
     if let Some(m) = &request_metrics {
         hooks.metrics.register(m.clone());
     }
+    let upstream_metrics = admin
+        .is_some()
+        .then(|| upstream_metrics::UpstreamMetrics::new(&config));
+    if let Some(m) = &upstream_metrics {
+        hooks.metrics.register(m.clone());
+    }
     if let Some(c) = &cache {
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
@@ -141,6 +148,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, hooks: Hooks<'_>) -> io::R
         app,
         cache,
         request_metrics,
+        upstream_metrics,
         variants,
         tls,
     };

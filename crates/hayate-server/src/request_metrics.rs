@@ -81,6 +81,19 @@ impl WorkerMetrics {
     }
 }
 
+/// (site, route prefix) per route index: the site's first host name (`*`
+/// without one), the route's prefix.
+pub(crate) fn route_labels(config: &Config) -> Vec<(String, String)> {
+    let mut labels = Vec::new();
+    for site in &config.sites {
+        let name = site.hosts.first().map_or("*", String::as_str);
+        for route in &site.routes {
+            labels.push((name.to_string(), route.prefix.clone()));
+        }
+    }
+    labels
+}
+
 /// Every worker's counters and the routes' labels: the metrics source.
 pub struct RequestMetrics {
     /// (site, route prefix) per route index; the last is the unrouted one.
@@ -91,13 +104,7 @@ pub struct RequestMetrics {
 impl RequestMetrics {
     /// Labels from the config, in the routers' order.
     pub fn new(config: &Config) -> Arc<RequestMetrics> {
-        let mut labels = Vec::new();
-        for site in &config.sites {
-            let name = site.hosts.first().map_or("*", String::as_str);
-            for route in &site.routes {
-                labels.push((name.to_string(), route.prefix.clone()));
-            }
-        }
+        let mut labels = route_labels(config);
         labels.push(("-".into(), "-".into()));
         Arc::new(RequestMetrics {
             labels,

@@ -70,6 +70,7 @@ pub struct Status {
     connections_open: Option<u64>,
     requests_by_protocol: BTreeMap<String, u64>,
     routes: Vec<Route>,
+    upstreams: Vec<UpstreamMember>,
     app: Option<App>,
     cache: Option<Cache>,
     compression: Option<Compression>,
@@ -83,6 +84,16 @@ struct Route {
     requests: u64,
     status: BTreeMap<String, u64>,
     latency_seconds: Latency,
+}
+
+#[derive(Debug, Serialize)]
+struct UpstreamMember {
+    site: String,
+    route: String,
+    member: String,
+    state: Option<String>,
+    in_flight: u64,
+    idle_connections: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -216,6 +227,7 @@ fn build(samples: &[Sample], info: &ServerInfo, now: SystemTime) -> Status {
             .filter_map(|s| Some((s.label("protocol")?.to_string(), count(s.value))))
             .collect(),
         routes: routes(&scrape),
+        upstreams: upstreams(&scrape),
         app: app(&scrape),
         cache: cache(&scrape),
         compression: compression(&scrape),
@@ -309,6 +321,51 @@ fn quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
         below = (le, n);
     }
     Some(below.0)
+}
+
+/// Each route's members, in scrape order (routes, then members in order).
+fn upstreams(scrape: &Scrape<'_>) -> Vec<UpstreamMember> {
+    let mut members: Vec<UpstreamMember> = Vec::new();
+    let names = [
+        "hayate_upstream_member_state",
+        "hayate_upstream_member_in_flight",
+        "hayate_upstream_member_idle_connections",
+    ];
+    for s in scrape
+        .samples
+        .iter()
+        .filter(|s| names.contains(&s.name.as_str()))
+    {
+        let (Some(site), Some(route), Some(member)) =
+            (s.label("site"), s.label("route"), s.label("member"))
+        else {
+            continue;
+        };
+        let found = members
+            .iter()
+            .position(|m| m.site == site && m.route == route && m.member == member);
+        let i = found.unwrap_or_else(|| {
+            members.push(UpstreamMember {
+                site: site.to_string(),
+                route: route.to_string(),
+                member: member.to_string(),
+                state: None,
+                in_flight: 0,
+                idle_connections: 0,
+            });
+            members.len() - 1
+        });
+        let m = &mut members[i];
+        match s.name.as_str() {
+            "hayate_upstream_member_state" if s.value == 1.0 => {
+                m.state = s.label("state").map(str::to_string)
+            }
+            "hayate_upstream_member_in_flight" => m.in_flight = count(s.value),
+            "hayate_upstream_member_idle_connections" => m.idle_connections = count(s.value),
+            _ => {}
+        }
+    }
+    members
 }
 
 fn app(scrape: &Scrape<'_>) -> Option<App> {
@@ -460,6 +517,7 @@ mod tests {
         assert_eq!(v["config_file"], "site.toml");
         assert_eq!(v["reloaded_at"], Value::Null);
         assert_eq!(v["routes"], json!([]));
+        assert_eq!(v["upstreams"], json!([]));
         for absent in ["app", "cache", "compression", "tls", "connections_open"] {
             assert_eq!(v[absent], Value::Null, "{absent}");
         }
@@ -489,9 +547,26 @@ mod tests {
                 2.5,
             );
             sample(out, "hayate_connections_open", &[], 3);
+            let member = [("site", "*"), ("route", "/api"), ("member", "10.0.0.1:80")];
+            for (state, v) in [("up", 0), ("ejected", 1), ("probed-down", 0)] {
+                let [a, b, c] = member;
+                sample(
+                    out,
+                    "hayate_upstream_member_state",
+                    &[a, b, c, ("state", state)],
+                    v,
+                );
+            }
+            sample(out, "hayate_upstream_member_in_flight", &member, 4);
+            sample(out, "hayate_upstream_member_idle_connections", &member, 9);
         });
         let v = doc(&m, &info(), Duration::ZERO);
         assert_eq!(v["connections_open"], 3);
+        assert_eq!(
+            v["upstreams"],
+            json!([{"site": "*", "route": "/api", "member": "10.0.0.1:80", "state": "ejected",
+                    "in_flight": 4, "idle_connections": 9}])
+        );
         let route = &v["routes"][0];
         assert_eq!(route["route"], "/api");
         assert_eq!(route["requests"], 100);

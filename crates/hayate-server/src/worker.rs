@@ -79,6 +79,9 @@ pub struct Shared {
     pub cache: Option<Arc<hayate_cache::ResponseCache>>,
     /// Request counters of every worker, when the admin listener is on.
     pub request_metrics: Option<Arc<RequestMetrics>>,
+    /// Where each worker's upstream groups publish their members'
+    /// figures, when the admin listener is on.
+    pub upstream_metrics: Option<Arc<crate::upstream_metrics::UpstreamMetrics>>,
     /// Compressed variants of files, built once for every worker.
     pub variants: Arc<hayate_compress::VariantStore>,
     /// The TLS side of the https listeners, when there are some.
@@ -152,7 +155,10 @@ pub fn run(
             }
         });
         tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
-        for group in worker.router.upstream_groups() {
+        for (route, group) in worker.router.upstream_groups() {
+            if let Some(m) = &shared.upstream_metrics {
+                group.publish_figures_to(m.slot(route));
+            }
             tokio::task::spawn_local(group.clone().run_health_checks());
             tokio::task::spawn_local(group.clone().run_pool_sweeper());
         }

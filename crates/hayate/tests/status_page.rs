@@ -45,6 +45,7 @@ function read() {
     routes: routes.map((tr) => ({ route: tr.dataset.route, cells: cells(tr),
       spark: tr.querySelector("polyline").getAttribute("points") })),
     app: [...document.querySelectorAll("#app tbody tr")].map(cells),
+    upstreams: [...document.querySelectorAll("#upstreams tbody tr")].map(cells),
     markup: document.querySelectorAll("#routes tbody b, #routes tbody i, #config i").length,
   });
   return true;
@@ -215,6 +216,21 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     let instance = page["app"][0].as_array().expect("one instance row");
     assert_eq!(instance[1], "ready", "{page}");
     assert_eq!(instance[2], pid.to_string(), "{page}");
+
+    // The app's slot as an upstream member of the route /, as /metrics has it.
+    let up = value(
+        &metrics,
+        "hayate_upstream_member_state",
+        &[("route", "/"), ("member", "app[0]"), ("state", "up")],
+    );
+    assert_eq!(up, 1);
+    let member = page["upstreams"]
+        .as_array()
+        .expect("upstream rows")
+        .iter()
+        .find(|r| r[1] == "/" && r[2] == "app[0]")
+        .unwrap_or_else(|| panic!("app[0] of / in {page}"));
+    assert_eq!(member[3], "up", "{page}");
 
     // Markup from the config is shown as text.
     assert_eq!(cell(&page, MARKUP_PREFIX, 1), MARKUP_PREFIX, "{page}");

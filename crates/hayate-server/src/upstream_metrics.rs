@@ -1,0 +1,171 @@
+//! Upstream members for `GET /metrics` (and so `/status.json`): each
+//! route's members, their health, requests in flight and idle pooled
+//! connections, summed over the workers (each worker has its own copy of a
+//! group and publishes its figures once a second: hayate-proxy's
+//! `figures.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use hayate_config::Config;
+use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+use hayate_proxy::{FiguresSlot, MemberState};
+
+use crate::request_metrics::route_labels;
+
+const STATE: &str = "hayate_upstream_member_state";
+const IN_FLIGHT: &str = "hayate_upstream_member_in_flight";
+const IDLE: &str = "hayate_upstream_member_idle_connections";
+
+/// Every worker's published figures, by route index.
+pub struct UpstreamMetrics {
+    /// (site, route prefix) per route index.
+    labels: Vec<(String, String)>,
+    slots: Mutex<Vec<(usize, FiguresSlot)>>,
+}
+
+/// One member summed over workers.
+struct Member {
+    /// The worst state any worker sees it in.
+    state: MemberState,
+    in_flight: u64,
+    idle: u64,
+}
+
+impl UpstreamMetrics {
+    /// Labels from the config, in the routers' order.
+    pub fn new(config: &Config) -> Arc<UpstreamMetrics> {
+        Arc::new(UpstreamMetrics {
+            labels: route_labels(config),
+            slots: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A new slot for one worker's group of route `route`.
+    pub fn slot(&self, route: usize) -> FiguresSlot {
+        let slot = FiguresSlot::default();
+        if let Ok(mut slots) = self.slots.lock() {
+            slots.push((route, slot.clone()));
+        }
+        slot
+    }
+
+    /// Per route index, its members in member order.
+    fn totals(&self) -> BTreeMap<usize, Vec<(String, Member)>> {
+        let slots = self.slots.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut routes: BTreeMap<usize, Vec<(String, Member)>> = BTreeMap::new();
+        for (route, slot) in slots {
+            let figures = slot.lock().map(|f| f.clone()).unwrap_or_default();
+            let members = routes.entry(route).or_default();
+            for f in figures {
+                let i = match members.iter().position(|(l, _)| *l == f.label) {
+                    Some(i) => i,
+                    None => {
+                        let m = Member {
+                            state: MemberState::Up,
+                            in_flight: 0,
+                            idle: 0,
+                        };
+                        members.push((f.label.clone(), m));
+                        members.len() - 1
+                    }
+                };
+                let m = &mut members[i].1;
+                m.state = m.state.max(f.state);
+                m.in_flight += u64::from(f.in_flight);
+                m.idle += f.idle as u64;
+            }
+        }
+        routes
+    }
+}
+
+impl MetricsSource for UpstreamMetrics {
+    fn render(&self, out: &mut String) {
+        let totals = self.totals();
+        let each = |out: &mut String, f: &dyn Fn(&mut String, [(&str, &str); 3], &Member)| {
+            for (route, members) in &totals {
+                let Some((site, prefix)) = self.labels.get(*route) else {
+                    continue;
+                };
+                for (label, m) in members {
+                    f(
+                        out,
+                        [("site", site), ("route", prefix), ("member", label)],
+                        m,
+                    );
+                }
+            }
+        };
+        family(
+            out,
+            STATE,
+            "Health of each upstream member (1 for its state: the worst any worker sees)",
+            Kind::Gauge,
+        );
+        each(out, &|out, labels, m| {
+            for state in MemberState::ALL {
+                let [site, route, member] = labels;
+                let labels = [site, route, member, ("state", state.as_str())];
+                sample(out, STATE, &labels, u8::from(m.state == state));
+            }
+        });
+        family(
+            out,
+            IN_FLIGHT,
+            "Requests in flight on each upstream member, across workers",
+            Kind::Gauge,
+        );
+        each(out, &|out, labels, m| {
+            sample(out, IN_FLIGHT, &labels, m.in_flight)
+        });
+        family(
+            out,
+            IDLE,
+            "Idle keep-alive connections pooled to each upstream member, across workers",
+            Kind::Gauge,
+        );
+        each(out, &|out, labels, m| sample(out, IDLE, &labels, m.idle));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_config::RouteLayer;
+    use hayate_core::metrics::Metrics;
+    use hayate_proxy::MemberFigures;
+
+    #[test]
+    fn members_are_summed_over_workers_with_the_worst_state() {
+        let mut layer = RouteLayer::default();
+        layer.set_strs("root", &[".".into()]).unwrap();
+        let config = hayate_config::without_file(&hayate_config::Overrides {
+            route: layer,
+            ..Default::default()
+        })
+        .expect("config");
+        let m = UpstreamMetrics::new(&config);
+        let figures = |state, in_flight, idle| MemberFigures {
+            label: "127.0.0.1:3000".into(),
+            state,
+            in_flight,
+            idle,
+        };
+        *m.slot(0).lock().unwrap() = vec![figures(MemberState::Up, 2, 5)];
+        *m.slot(0).lock().unwrap() = vec![figures(MemberState::Ejected, 1, 0)];
+        let registry = Metrics::default();
+        registry.register(m);
+        let text = registry.render();
+        let labels = "site=\"*\",route=\"/\",member=\"127.0.0.1:3000\"";
+        for line in [
+            format!("{STATE}{{{labels},state=\"up\"}} 0\n"),
+            format!("{STATE}{{{labels},state=\"ejected\"}} 1\n"),
+            format!("{STATE}{{{labels},state=\"probed-down\"}} 0\n"),
+            format!("{IN_FLIGHT}{{{labels}}} 3\n"),
+            format!("{IDLE}{{{labels}}} 5\n"),
+        ] {
+            assert!(text.contains(&line), "{line:?} in\n{text}");
+        }
+    }
+}
