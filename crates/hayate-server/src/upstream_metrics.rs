@@ -83,49 +83,51 @@ impl UpstreamMetrics {
 impl MetricsSource for UpstreamMetrics {
     fn render(&self, out: &mut String) {
         let totals = self.totals();
-        let each = |out: &mut String, f: &dyn Fn(&mut String, [(&str, &str); 3], &Member)| {
-            for (route, members) in &totals {
-                let Some((site, prefix)) = self.labels.get(*route) else {
-                    continue;
-                };
-                for (label, m) in members {
-                    f(
-                        out,
-                        [("site", site), ("route", prefix), ("member", label)],
-                        m,
-                    );
-                }
-            }
-        };
+        // (site, route, member) labels and figures, in route then member order.
+        let rows: Vec<([(&str, &str); 3], &Member)> = totals
+            .iter()
+            .filter_map(|(route, members)| Some((self.labels.get(*route)?, members)))
+            .flat_map(|((site, prefix), members)| {
+                members.iter().map(move |(label, m)| {
+                    let labels = [
+                        ("site", site.as_str()),
+                        ("route", prefix.as_str()),
+                        ("member", label.as_str()),
+                    ];
+                    (labels, m)
+                })
+            })
+            .collect();
         family(
             out,
             STATE,
             "Health of each upstream member (1 for its state: the worst any worker sees)",
             Kind::Gauge,
         );
-        each(out, &|out, labels, m| {
+        for ([site, route, member], m) in &rows {
             for state in MemberState::ALL {
-                let [site, route, member] = labels;
-                let labels = [site, route, member, ("state", state.as_str())];
+                let labels = [*site, *route, *member, ("state", state.as_str())];
                 sample(out, STATE, &labels, u8::from(m.state == state));
             }
-        });
+        }
         family(
             out,
             IN_FLIGHT,
             "Requests in flight on each upstream member, across workers",
             Kind::Gauge,
         );
-        each(out, &|out, labels, m| {
-            sample(out, IN_FLIGHT, &labels, m.in_flight)
-        });
+        for (labels, m) in &rows {
+            sample(out, IN_FLIGHT, labels, m.in_flight);
+        }
         family(
             out,
             IDLE,
             "Idle keep-alive connections pooled to each upstream member, across workers",
             Kind::Gauge,
         );
-        each(out, &|out, labels, m| sample(out, IDLE, &labels, m.idle));
+        for (labels, m) in &rows {
+            sample(out, IDLE, labels, m.idle);
+        }
     }
 }
 

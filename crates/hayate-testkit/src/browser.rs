@@ -10,6 +10,7 @@
 //! a WebSocket client of our own.
 
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -26,13 +27,17 @@ pub struct Browser {
     _profile: tempfile::TempDir,
 }
 
-/// The chromedriver process, ended when dropped (a test that panics
-/// leaves none behind).
+/// The chromedriver process, in a process group of its own that the
+/// Chromium it starts joins; dropped, the whole group is killed, so a test
+/// that panics before closing its session leaves no browser behind.
 struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        use nix::sys::signal::{killpg, Signal};
+        use nix::unistd::Pid;
+        let group = Pid::from_raw(self.0.id() as i32);
+        let _ = killpg(group, Signal::SIGKILL);
         let _ = self.0.wait();
     }
 }
@@ -57,6 +62,7 @@ impl Browser {
         let driver = Driver(
             Command::new(driver_bin)
                 .arg(format!("--port={port}"))
+                .process_group(0)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

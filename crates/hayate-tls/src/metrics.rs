@@ -140,7 +140,7 @@ impl MetricsSource for TlsMetrics {
         );
         let last = self.acme_last.load(Ordering::Relaxed);
         if last != 0 {
-            let result = if last % 2 == 0 { "issued" } else { "failed" };
+            let result = if last & 1 == 0 { "issued" } else { "failed" };
             sample(out, name, &[("result", result)], last / 2);
         }
         let Some(store) = &self.store else { return };
