@@ -145,6 +145,15 @@ struct Compression {
     output_bytes: u64,
     saved_bytes: u64,
     held_bytes: u64,
+    streamed: Streamed,
+}
+
+#[derive(Debug, Serialize)]
+struct Streamed {
+    bodies: u64,
+    input_bytes: u64,
+    output_bytes: u64,
+    saved_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -441,6 +450,16 @@ fn compression(scrape: &Scrape<'_>) -> Option<Compression> {
         output_bytes,
         saved_bytes: input_bytes.saturating_sub(output_bytes),
         held_bytes: c("hayate_compression_variant_bytes"),
+        streamed: {
+            let input_bytes = c("hayate_compression_streamed_input_bytes_total");
+            let output_bytes = c("hayate_compression_streamed_output_bytes_total");
+            Streamed {
+                bodies: c("hayate_compression_streamed_bodies_total"),
+                input_bytes,
+                output_bytes,
+                saved_bytes: input_bytes.saturating_sub(output_bytes),
+            }
+        },
     })
 }
 
@@ -644,6 +663,19 @@ mod tests {
                 300,
             );
             sample(out, "hayate_compression_variant_bytes", &[], 300);
+            sample(out, "hayate_compression_streamed_bodies_total", &[], 4);
+            sample(
+                out,
+                "hayate_compression_streamed_input_bytes_total",
+                &[],
+                4000,
+            );
+            sample(
+                out,
+                "hayate_compression_streamed_output_bytes_total",
+                &[],
+                1000,
+            );
             let h = "hayate_tls_handshakes_total";
             sample(out, h, &[("result", "full")], 5);
             sample(out, h, &[("result", "failed"), ("reason", "timeout")], 1);
@@ -677,6 +709,10 @@ mod tests {
         );
         assert_eq!(cache["evictions"], 4);
         assert_eq!(v["compression"]["saved_bytes"], 700);
+        assert_eq!(
+            v["compression"]["streamed"],
+            json!({"bodies": 4, "input_bytes": 4000, "output_bytes": 1000, "saved_bytes": 3000})
+        );
         let tls = &v["tls"];
         assert_eq!(tls["handshakes"], json!({"full": 5, "failed": 3}));
         assert_eq!(

@@ -15,9 +15,10 @@ use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// Answers 404 for `/nope`, 200 otherwise.
+/// Answers 404 for `/nope`, 4 KiB of text for `/big`, 200 otherwise.
 const APP: &str = r#"
 require('http').createServer((req, res) => {
+  if (req.url === '/big') { res.setHeader('Content-Type', 'text/plain'); res.end('x'.repeat(4096)); return; }
   res.statusCode = req.url === '/nope' ? 404 : 200;
   res.end('app ' + req.url);
 }).listen(process.env.PORT);
@@ -46,6 +47,7 @@ function read() {
       spark: tr.querySelector("polyline").getAttribute("points") })),
     app: [...document.querySelectorAll("#app tbody tr")].map(cells),
     upstreams: [...document.querySelectorAll("#upstreams tbody tr")].map(cells),
+    compression: [...document.querySelectorAll("#compression dd")].map((d) => d.textContent),
     markup: document.querySelectorAll("#routes tbody b, #routes tbody i, #config i").length,
   });
   return true;
@@ -191,12 +193,20 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     for path in ["/a", "/b", "/nope", "/hello.txt", "/nope"] {
         c.get(path, &[]);
     }
+    let big = c.get("/big", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(big.header("content-encoding"), Some("gzip"));
     let metrics = scrape(admin);
     let (requests, ok, not_found) = root_counts(&metrics);
-    assert_eq!(requests, first + 5);
+    assert_eq!(requests, first + 6);
     let page = read_page(&browser, requests).await;
     assert_eq!(cell(&page, "/", 3), requests.to_string(), "{page}");
     assert_eq!(cell(&page, "/", 4), ok.to_string(), "2xx: {page}");
+    let compressed = value(&metrics, "hayate_compression_streamed_bodies_total", &[]);
+    assert_eq!(compressed, 1);
+    assert_eq!(
+        page["compression"][0], "1",
+        "proxied bodies compressed: {page}"
+    );
     assert_eq!(cell(&page, "/", 6), not_found.to_string(), "4xx: {page}");
     assert_eq!(not_found, 2);
     let rate: f64 = cell(&page, "/", 2).parse().expect("req/s, a number");
