@@ -1,7 +1,8 @@
 //! The admin status page in a real headless Chromium: `hayate run` with a
 //! Node app and `--admin`, traffic, and the page's tables updating live to
-//! the numbers `/metrics` shows; values from the config appear as text,
-//! never as markup.
+//! the numbers `/metrics` shows (requests, status classes, a compressed
+//! body, the upstream member, the instance and why it was restarted);
+//! values from the config appear as text, never as markup.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -30,22 +31,24 @@ const MARKUP_PREFIX: &str = "/<b>bold</b>/";
 const CONFIG: &str = "site<i>&amp;.toml";
 
 /// Reads the page after its next render in which the route `/` shows at
-/// least `arguments[0]` requests (the page fires `status-update` after each
-/// render): the header facts, the route rows and the app rows as cell
-/// texts, or `null` after 5 s.
+/// least `arguments[0]` requests and, unless `arguments[1]` is null, an app
+/// instance shows that last exit (the page fires `status-update` after each
+/// render): the header facts and the tables' cell texts, or `null` after 5 s.
 const READ_PAGE: &str = r##"
-const [want, done] = arguments;
+const [want, exit, done] = arguments;
 const cells = (tr) => [...tr.cells].map((c) => c.textContent);
 function read() {
   const routes = [...document.querySelectorAll("#routes tbody tr")];
   const root = routes.find((tr) => tr.dataset.route === "/");
   if (!root || Number(root.cells[3].textContent.replace(/,/g, "")) < want) return false;
+  const app = [...document.querySelectorAll("#app tbody tr")].map(cells);
+  if (exit !== null && !app.some((r) => r[8] === exit && r[1] === "ready")) return false;
   done({
     live: document.getElementById("live").textContent,
     config: document.getElementById("config").textContent,
     routes: routes.map((tr) => ({ route: tr.dataset.route, cells: cells(tr),
       spark: tr.querySelector("polyline").getAttribute("points") })),
-    app: [...document.querySelectorAll("#app tbody tr")].map(cells),
+    app,
     upstreams: [...document.querySelectorAll("#upstreams tbody tr")].map(cells),
     compression: [...document.querySelectorAll("#compression dd")].map((d) => d.textContent),
     markup: document.querySelectorAll("#routes tbody b, #routes tbody i, #config i").length,
@@ -114,15 +117,15 @@ fn root_counts(samples: &[Sample]) -> (u64, u64, u64) {
     (all, n("2xx"), n("4xx"))
 }
 
-async fn read_page(browser: &Browser, want: u64) -> Value {
+async fn read_page(browser: &Browser, want: u64, exit: Option<&str>) -> Value {
     let page = browser
         .client
-        .execute_async(READ_PAGE, vec![json!(want)])
+        .execute_async(READ_PAGE, vec![json!(want), json!(exit)])
         .await
         .expect("script");
     assert!(
         !page.is_null(),
-        "the page never showed {want} requests on /"
+        "the page never showed {want} requests on / (and last exit {exit:?})"
     );
     page
 }
@@ -185,7 +188,7 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     // First render: what /metrics counts now (the CSP let the page's own
     // script run and fetch /status.json).
     let (first, _, _) = root_counts(&scrape(admin));
-    let page = read_page(&browser, first).await;
+    let page = read_page(&browser, first, None).await;
     assert!(page["live"].as_str().unwrap().starts_with("live"), "{page}");
     assert_eq!(cell(&page, "/", 3), first.to_string(), "{page}");
 
@@ -198,7 +201,7 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     let metrics = scrape(admin);
     let (requests, ok, not_found) = root_counts(&metrics);
     assert_eq!(requests, first + 6);
-    let page = read_page(&browser, requests).await;
+    let page = read_page(&browser, requests, None).await;
     assert_eq!(cell(&page, "/", 3), requests.to_string(), "{page}");
     assert_eq!(cell(&page, "/", 4), ok.to_string(), "2xx: {page}");
     let compressed = value(&metrics, "hayate_compression_streamed_bodies_total", &[]);
@@ -246,6 +249,33 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     assert_eq!(cell(&page, MARKUP_PREFIX, 1), MARKUP_PREFIX, "{page}");
     assert_eq!(page["config"], CONFIG);
     assert_eq!(page["markup"], 0, "no element made from data: {page}");
+
+    // An instance killed: restarted, and the page says why it ended.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the instance");
+    let reason = eventually_async("a new instance after the kill", || {
+        let m = scrape(admin);
+        let ready = [("instance", "0"), ("state", "ready")];
+        let replaced = value(&m, "hayate_app_instance_state", &ready) == 1
+            && value(&m, "hayate_app_instance_pid", &[("instance", "0")]) != pid;
+        let exit = m
+            .iter()
+            .find(|s| s.name == "hayate_app_instance_last_exit")
+            .and_then(|s| s.label("reason"))
+            .map(str::to_string);
+        match (replaced, exit) {
+            (true, Some(reason)) => Ok(reason),
+            (_, exit) => Err(format!("ready again: {replaced}, last exit {exit:?}")),
+        }
+    })
+    .await;
+    assert_eq!(reason, "killed by signal 9");
+    let page = read_page(&browser, requests, Some(&reason)).await;
+    let instance = page["app"][0].as_array().expect("one instance row");
+    assert_eq!(instance[4], "1", "one restart: {page}");
 
     browser.close().await;
     h.assert_no_errors();
