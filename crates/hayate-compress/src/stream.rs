@@ -15,6 +15,7 @@
 //! still match its If-None-Match), no `Accept-Ranges`, and no length.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -24,6 +25,40 @@ use hayate_core::{Body, BodySource, Coding, Fields, Response, Status, StreamBody
 use crate::encode::Encoder;
 use crate::policy::Policy;
 use crate::AcceptEncoding;
+
+/// What the stage has compressed in this process: bodies streamed to their
+/// end, their bytes in and out (for `/metrics`). Counted once per body, at
+/// its end: three relaxed adds per compressed response.
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    bodies: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// The process's [`StreamStats`].
+pub static STREAM_STATS: StreamStats = StreamStats {
+    bodies: AtomicU64::new(0),
+    bytes_in: AtomicU64::new(0),
+    bytes_out: AtomicU64::new(0),
+};
+
+impl StreamStats {
+    /// (bodies, bytes in, bytes out) so far.
+    pub fn get(&self) -> (u64, u64, u64) {
+        (
+            self.bodies.load(Ordering::Relaxed),
+            self.bytes_in.load(Ordering::Relaxed),
+            self.bytes_out.load(Ordering::Relaxed),
+        )
+    }
+
+    fn add(&self, bytes_in: u64, bytes_out: u64) {
+        self.bodies.fetch_add(1, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+    }
+}
 
 /// What the stage needs to know about the request.
 #[derive(Debug, Clone, Copy)]
@@ -103,6 +138,8 @@ pub fn compress_response(mut resp: Response, req: &RequestFacts<'_>, policy: &Po
             inner: inner.source,
             encoder: Some(encoder),
             unflushed: false,
+            bytes_in: 0,
+            bytes_out: 0,
         }),
     });
     resp
@@ -191,6 +228,16 @@ struct CompressingBody {
     encoder: Option<Encoder>,
     /// Input written since the last flush.
     unflushed: bool,
+    /// Bytes read from `inner` and sent, for [`STREAM_STATS`].
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+impl CompressingBody {
+    fn output(&mut self, out: Vec<u8>) -> Bytes {
+        self.bytes_out += out.len() as u64;
+        Bytes::from(out)
+    }
 }
 
 impl BodySource for CompressingBody {
@@ -202,9 +249,11 @@ impl BodySource for CompressingBody {
             match self.inner.poll_chunk(cx) {
                 Poll::Ready(Ok(Some(chunk))) => {
                     encoder.write(&chunk)?;
+                    self.bytes_in += chunk.len() as u64;
                     self.unflushed = true;
                     if encoder.output_len() >= HIGH_WATER {
-                        return Poll::Ready(Ok(Some(Bytes::from(encoder.take_output()))));
+                        let out = encoder.take_output();
+                        return Poll::Ready(Ok(Some(self.output(out))));
                     }
                 }
                 Poll::Ready(Ok(None)) => {
@@ -213,7 +262,9 @@ impl BodySource for CompressingBody {
                     };
                     let mut out = encoder.take_output();
                     out.extend_from_slice(&encoder.finish()?);
-                    return Poll::Ready(Ok((!out.is_empty()).then(|| Bytes::from(out))));
+                    let out = (!out.is_empty()).then(|| self.output(out));
+                    STREAM_STATS.add(self.bytes_in, self.bytes_out);
+                    return Poll::Ready(Ok(out));
                 }
                 Poll::Ready(Err(e)) => {
                     self.encoder = None;
@@ -225,7 +276,7 @@ impl BodySource for CompressingBody {
                         encoder.flush()?;
                         let out = encoder.take_output();
                         if !out.is_empty() {
-                            return Poll::Ready(Ok(Some(Bytes::from(out))));
+                            return Poll::Ready(Ok(Some(self.output(out))));
                         }
                     }
                     return Poll::Pending;
@@ -326,6 +377,8 @@ mod tests {
     #[test]
     fn streamed_body_round_trips_per_coding_and_flushes_per_pause() {
         let part = b"<p>hayate streams this paragraph of html</p>\n".repeat(20);
+        let before = STREAM_STATS.get();
+        let mut sent = 0;
         for (accept, coding) in [
             ("br", Coding::Br),
             ("zstd", Coding::Zstd),
@@ -349,7 +402,13 @@ mod tests {
             assert!(chunks.len() >= 3, "{coding:?}: {} chunks", chunks.len());
             let all: Vec<u8> = chunks.concat();
             assert_eq!(decompress(coding, &all).unwrap(), part.repeat(3));
+            sent += all.len() as u64;
         }
+        // Other tests of this process may count too: at least these.
+        let (bodies, bytes_in, bytes_out) = STREAM_STATS.get();
+        assert!(bodies >= before.0 + 3);
+        assert!(bytes_in >= before.1 + 9 * part.len() as u64);
+        assert!(bytes_out >= before.2 + sent && sent < 9 * part.len() as u64);
     }
 
     #[test]

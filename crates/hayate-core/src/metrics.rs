@@ -135,6 +135,78 @@ pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl
     let _ = writeln!(out, " {value}");
 }
 
+/// One sample line of a scrape, read back: what `GET /status.json` is built
+/// from, so its numbers are those of the `/metrics` scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The metric name (with `_bucket`, `_sum`, `_count` for histograms).
+    pub name: String,
+    /// Label pairs, unescaped, in written order.
+    pub labels: Vec<(String, String)>,
+    /// The value (`+Inf`, `-Inf` and `NaN` as their floats).
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads the sample lines of a scrape written with [`family`] and
+/// [`sample`]; comment lines are skipped, a line that does not parse is
+/// left out.
+pub fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(parse_line)
+        .collect()
+}
+
+fn parse_line(line: &str) -> Option<Sample> {
+    let (name, mut rest) = match line.find(['{', ' ']) {
+        Some(i) => line.split_at(i),
+        None => return None,
+    };
+    let mut labels = Vec::new();
+    if let Some(inner) = rest.strip_prefix('{') {
+        rest = inner;
+        while !rest.starts_with('}') {
+            let (key, after) = rest.split_once("=\"")?;
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((key.to_string(), value));
+            rest = &after[end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+        rest = &rest[1..];
+    }
+    let value = match rest.trim() {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +228,30 @@ mod tests {
              a_total{route=\"/x\\\"y\\\\\"} 3\n\
              # HELP b Second\n# TYPE b gauge\nb 1.5\n"
         );
+    }
+
+    #[test]
+    fn parse_reads_back_what_sample_wrote() {
+        let mut out = String::new();
+        family(&mut out, "a_total", "A", Kind::Counter);
+        sample(
+            &mut out,
+            "a_total",
+            &[("route", "/x\"y\\"), ("n", "a\nb,c}")],
+            3,
+        );
+        sample(&mut out, "b", &[], 1.5);
+        sample(&mut out, "c", &[("le", "+Inf")], "+Inf");
+        out.push_str("broken{x=\"1\" 2\n");
+        let got = parse(&out);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].name, "a_total");
+        assert_eq!(got[0].label("route"), Some("/x\"y\\"));
+        assert_eq!(got[0].label("n"), Some("a\nb,c}"));
+        assert_eq!(got[0].value, 3.0);
+        assert_eq!((got[1].name.as_str(), got[1].value), ("b", 1.5));
+        assert!(got[1].labels.is_empty());
+        assert_eq!(got[2].label("le"), Some("+Inf"));
+        assert_eq!(got[2].value, f64::INFINITY);
     }
 }

@@ -158,6 +158,9 @@ pub struct UpstreamGroup {
     /// For a supervised app: its slots (raised when an instance becomes
     /// ready; down when every slot is in a crash loop).
     pub(crate) app: Option<AppSlots>,
+    /// Where the members' figures are published for `/metrics`
+    /// (`figures.rs`); unset without an admin listener.
+    pub(crate) figures: std::cell::OnceCell<crate::FiguresSlot>,
 }
 
 impl UpstreamGroup {
@@ -191,6 +194,7 @@ impl UpstreamGroup {
             waiting_any: Cell::new(0),
             freed,
             app: None,
+            figures: std::cell::OnceCell::new(),
         }
     }
 

@@ -23,6 +23,7 @@
 //! `request_head.rs`).
 
 mod addr;
+pub mod figures;
 mod forward;
 mod group;
 mod h1_client;
@@ -37,5 +38,6 @@ mod retry;
 mod upconn;
 
 pub use addr::UpstreamAddr;
+pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use request::{ProxyRequest, RequestFields};

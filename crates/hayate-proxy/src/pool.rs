@@ -100,6 +100,7 @@ impl UpstreamGroup {
             for m in &this.members {
                 m.sweep(now);
             }
+            this.publish_figures(now);
         }
     }
 }

@@ -1,5 +1,7 @@
-//! The admin listener: `GET /metrics` (Prometheus text format) and
-//! `GET /status` (the `hayate status` table). Off unless `admin` is set,
+//! The admin listener: `GET /` (the live status page, `status_page.rs`),
+//! `GET /status.json` (its data, `status_json.rs`; also `/status` asked
+//! with `Accept: application/json`), `GET /metrics` (Prometheus text
+//! format) and `GET /status` (the `hayate status` table). Off unless `admin` is set,
 //! and bound only to the address given (a bare port means 127.0.0.1; a Unix
 //! socket is owner-only). It runs on the main thread's runtime, away from
 //! the workers; each connection answers one request and closes.
@@ -23,6 +25,8 @@ use tokio::sync::Semaphore;
 use hayate_cache::ResponseCache;
 
 use crate::cached::CacheSlot;
+use crate::status_json::{self, ServerInfo};
+use crate::status_page::StatusPage;
 use crate::StatusFn;
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -61,13 +65,21 @@ pub fn bind(addr: &AdminAddr, inherited: Option<Socket>) -> io::Result<(Socket, 
     Ok((socket, url))
 }
 
+/// What the admin endpoints read.
+pub struct Sources {
+    /// The registry `/metrics` renders and `/status.json` reads back.
+    pub metrics: Metrics,
+    /// The supervisor's table, when an app runs.
+    pub status: Option<StatusFn>,
+    /// The response cache, for purges.
+    pub cache: CacheSlot,
+    /// Version, uptime, workers, config file, last reload.
+    pub info: Arc<ServerInfo>,
+}
+
 /// Answers admin requests until the runtime stops.
-pub async fn serve(
-    listener: Listener,
-    metrics: Metrics,
-    status: Option<StatusFn>,
-    cache: CacheSlot,
-) {
+pub async fn serve(listener: Listener, sources: Sources) {
+    let sources = Arc::new((sources, StatusPage::build()));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let conn = match listener.accept().await {
@@ -81,12 +93,16 @@ pub async fn serve(
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             continue; // dropped: closed
         };
-        let (metrics, status, cache) = (metrics.clone(), status.clone(), cache.load_full());
+        let sources = sources.clone();
         tokio::spawn(async move {
+            let (s, page) = &*sources;
+            let cache = s.cache.load_full();
             let ctx = Context {
-                metrics: &metrics,
-                status: status.as_deref(),
+                metrics: &s.metrics,
+                status: s.status.as_deref(),
                 cache: cache.as_deref(),
+                info: &s.info,
+                page,
             };
             if let Err(e) = answer(conn, &ctx).await {
                 log::debug!("admin connection: {e}");
@@ -102,6 +118,8 @@ struct Context<'a> {
     metrics: &'a Metrics,
     status: Option<&'a (dyn Fn() -> String + Send + Sync)>,
     cache: Option<&'a ResponseCache>,
+    info: &'a ServerInfo,
+    page: &'a StatusPage,
 }
 
 /// Reads one request with the HTTP/1 codec and answers it.
@@ -195,7 +213,13 @@ fn route(req: &RequestHead, ctx: &Context<'_>) -> Response {
         r.header("Allow", b"GET, HEAD, POST");
         return r;
     }
+    let wants_json = req
+        .headers_named(b"accept")
+        .any(|v| contains(v, b"application/json"));
     match path {
+        b"/" => ctx.page.response(req),
+        b"/status.json" => json(ctx),
+        b"/status" if wants_json => json(ctx),
         b"/metrics" => text_as(
             Status::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -208,9 +232,25 @@ fn route(req: &RequestHead, ctx: &Context<'_>) -> Response {
         ),
         _ => text(
             Status::NOT_FOUND,
-            "not found: GET /metrics or /status, POST /purge\n".into(),
+            "not found: GET /, /status.json, /metrics or /status, POST /purge\n".into(),
         ),
     }
+}
+
+fn json(ctx: &Context<'_>) -> Response {
+    let mut r = text_as(
+        Status::OK,
+        "application/json",
+        status_json::render(ctx.metrics, ctx.info),
+    );
+    r.header("X-Content-Type-Options", b"nosniff");
+    r
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 #[cfg(test)]
@@ -237,10 +277,14 @@ mod tests {
         let m = Metrics::default();
         m.register_fn(|out| out.push_str("x 1\n"));
         let status = || "table\n".to_string();
+        let info = ServerInfo::new(2, None);
+        let page = StatusPage::build();
         let ctx = Context {
             metrics: &m,
             status: Some(&status),
             cache: None,
+            info: &info,
+            page: &page,
         };
         assert_eq!(
             route_raw(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).1,
@@ -262,7 +306,23 @@ mod tests {
             route_raw(b"POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
             405
         );
-        assert_eq!(route_raw(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0, 404);
+        assert_eq!(
+            route_raw(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
+            404
+        );
+        let (code, page) = route_raw(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", &ctx);
+        assert_eq!(code, 200);
+        assert!(page.starts_with("<!doctype html>"), "{page}");
+        let json = |raw: &[u8]| {
+            let (code, body) = route_raw(raw, &ctx);
+            assert_eq!(code, 200);
+            serde_json::from_str::<serde_json::Value>(&body).expect("json")["workers"].clone()
+        };
+        assert_eq!(json(b"GET /status.json HTTP/1.1\r\nHost: a\r\n\r\n"), 2);
+        assert_eq!(
+            json(b"GET /status HTTP/1.1\r\nHost: a\r\nAccept: text/html, Application/JSON\r\n\r\n"),
+            2
+        );
         assert_eq!(
             route_raw(b"POST /purge HTTP/1.1\r\nHost: a\r\n\r\n", &ctx).0,
             400

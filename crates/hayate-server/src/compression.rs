@@ -25,6 +25,54 @@ pub fn store(g: &GlobalOptions) -> Arc<VariantStore> {
     }))
 }
 
+/// Compression's figures for `/metrics` (and so `/status.json`): the
+/// store's variants built, bytes read and produced building them, bytes
+/// held; proxied bodies compressed as they streamed, their bytes in and out.
+pub fn render_metrics(store: &VariantStore, out: &mut String) {
+    use hayate_core::metrics::{family, sample, Kind};
+    let s = store.stats();
+    let (bodies, streamed_in, streamed_out) = hayate_compress::stream::STREAM_STATS.get();
+    let counters = [
+        (
+            "hayate_compression_variants_total",
+            "Compressed variants of static files built",
+            s.variants,
+        ),
+        (
+            "hayate_compression_variant_input_bytes_total",
+            "Bytes of static files compressed into variants",
+            s.bytes_in,
+        ),
+        (
+            "hayate_compression_variant_output_bytes_total",
+            "Bytes of the compressed variants built",
+            s.bytes_out,
+        ),
+        (
+            "hayate_compression_streamed_bodies_total",
+            "Proxied response bodies compressed as they streamed, to their end",
+            bodies,
+        ),
+        (
+            "hayate_compression_streamed_input_bytes_total",
+            "Bytes of those bodies before compression",
+            streamed_in,
+        ),
+        (
+            "hayate_compression_streamed_output_bytes_total",
+            "Bytes of those bodies sent compressed",
+            streamed_out,
+        ),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, help, Kind::Counter);
+        sample(out, name, &[], value);
+    }
+    let name = "hayate_compression_variant_bytes";
+    family(out, name, "Bytes of compressed variants held", Kind::Gauge);
+    sample(out, name, &[], store.bytes());
+}
+
 /// A route's compression policy; `None` when it compresses nothing.
 pub fn policy(o: &RouteOptions) -> Option<Policy> {
     if !o.compress || o.compress_encodings.0.is_empty() {

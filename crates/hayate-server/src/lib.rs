@@ -27,6 +27,9 @@ pub mod pipeline;
 pub mod reload;
 pub mod request_metrics;
 pub mod router;
+pub mod status_json;
+mod status_page;
+pub mod upstream_metrics;
 mod worker;
 
 use std::io;
@@ -71,6 +74,8 @@ pub struct Hooks<'a> {
     pub inherited: handoff::Inherited,
     /// Called on SIGUSR1 after the access log is reopened (the app log).
     pub on_reopen_logs: Box<dyn Fn() -> io::Result<()> + 'a>,
+    /// The `--config` file, if any (shown by the admin status page).
+    pub config_file: Option<PathBuf>,
     /// The control socket, if any.
     pub control: Option<PathBuf>,
     /// What `status` answers.
@@ -142,6 +147,22 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     if let Some(m) = &request_metrics {
         hooks.metrics.register(m.clone());
     }
+    let upstream_metrics = request_metrics
+        .clone()
+        .map(upstream_metrics::UpstreamMetrics::new);
+    if let Some(m) = &upstream_metrics {
+        hooks.metrics.register(m.clone());
+    }
+    if admin.is_some() {
+        let v = variants.clone();
+        hooks
+            .metrics
+            .register_fn(move |out| compression::render_metrics(&v, out));
+    }
+    let info = Arc::new(status_json::ServerInfo::new(
+        workers,
+        hooks.config_file.clone(),
+    ));
     if let Some(c) = &cache {
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
@@ -191,6 +212,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         connections: Arc::new(AtomicUsize::new(0)),
         app,
         request_metrics,
+        upstream_metrics,
         variants,
         tls,
     };
@@ -226,12 +248,17 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     drop(done_tx);
     (hooks.on_listening)(&listeners.addresses);
     if let Some((listener, url)) = admin {
-        log::info!("admin listener on {url} (GET /metrics, GET /status, POST /purge)");
+        log::info!(
+            "admin listener on {url} (status page at /, GET /status.json, /metrics, /status, POST /purge)"
+        );
         signals.spawn(admin::serve(
             listener,
-            hooks.metrics.clone(),
-            hooks.status.clone(),
-            cache_slot.clone(),
+            admin::Sources {
+                metrics: hooks.metrics.clone(),
+                status: hooks.status.clone(),
+                cache: cache_slot.clone(),
+                info: info.clone(),
+            },
         ));
     }
     // Serving: a hayate this one replaces may stop now.
@@ -260,6 +287,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             cache: cache_slot,
             handoff: Some(Arc::new(handoff)),
             executable,
+            info,
             shutdown,
             workers_done: done_rx,
         }

@@ -15,6 +15,7 @@ use crate::cached::{self, CacheSlot};
 use crate::control::{self, ControlCommand};
 use crate::handoff::HandoffSet;
 use crate::reload::Reloader;
+use crate::status_json::ServerInfo;
 use crate::StatusFn;
 
 /// The signals hayate handles, registered before its sockets are bound (a
@@ -59,6 +60,8 @@ pub struct MainLoop<'a> {
     pub handoff: Option<Arc<HandoffSet>>,
     /// The binary an upgrade starts.
     pub executable: PathBuf,
+    /// What the status page shows of the server (when it last reloaded).
+    pub info: Arc<ServerInfo>,
     /// Tells the workers to stop.
     pub shutdown: Shutdown,
     /// Where a worker reports that it ended.
@@ -108,7 +111,9 @@ impl MainLoop<'_> {
                 _ = s.int.recv() => log::info!("SIGINT: shutting down"),
                 _ = s.hup.recv() => {
                     log::info!("SIGHUP: reloading");
-                    let _ = reload(&mut self.reloader, self.on_reload).await;
+                    if reload(&mut self.reloader, self.on_reload).await.is_ok() {
+                        self.info.reloaded();
+                    }
                     continue;
                 }
                 _ = s.usr1.recv() => {
@@ -140,7 +145,11 @@ impl MainLoop<'_> {
             ControlCommand::Status => Ok(self.status.as_ref().map(|s| s()).unwrap_or_default()),
             ControlCommand::Reload => {
                 log::info!("control: reloading");
-                reload(&mut self.reloader, self.on_reload).await
+                let answer = reload(&mut self.reloader, self.on_reload).await;
+                if answer.is_ok() {
+                    self.info.reloaded();
+                }
+                answer
             }
             ControlCommand::Stop => Ok("stopping\n".to_string()),
             ControlCommand::Upgrade => {

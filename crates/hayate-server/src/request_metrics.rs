@@ -139,8 +139,8 @@ impl RequestMetrics {
         w
     }
 
-    /// The labels of every slot.
-    fn labels(&self) -> Vec<(String, String)> {
+    /// The (site, route prefix) of every slot.
+    pub(crate) fn labels(&self) -> Vec<(String, String)> {
         self.labels.lock().map(|l| l.clone()).unwrap_or_default()
     }
 

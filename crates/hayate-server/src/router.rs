@@ -230,12 +230,13 @@ impl Router {
         self.https_port
     }
 
-    /// Every upstream group (for the worker's health-check tasks).
-    pub fn upstream_groups(&self) -> impl Iterator<Item = &Rc<UpstreamGroup>> {
+    /// Every upstream group and its route's index (for the worker's
+    /// health-check and sweeper tasks, and the groups' figures).
+    pub fn upstream_groups(&self) -> impl Iterator<Item = (usize, &Rc<UpstreamGroup>)> {
         self.sites
             .iter()
             .flat_map(|s| &s.routes)
-            .filter_map(|r| r.upstream.as_ref())
+            .filter_map(|r| Some((r.index, r.upstream.as_ref()?)))
     }
 
     /// Finds the route for `host` (as sent, maybe with a port) and the

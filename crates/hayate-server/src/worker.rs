@@ -108,6 +108,9 @@ pub struct Shared {
     pub app: Option<AppSlots>,
     /// Request counters of every worker, when the admin listener is on.
     pub request_metrics: Option<Arc<RequestMetrics>>,
+    /// Where each worker's upstream groups publish their members'
+    /// figures, when the admin listener is on.
+    pub upstream_metrics: Option<Arc<crate::upstream_metrics::UpstreamMetrics>>,
     /// Compressed variants of files, built once for every worker.
     pub variants: Arc<hayate_compress::VariantStore>,
     /// The TLS side of the https listeners, when there are some.
@@ -167,16 +170,16 @@ impl Worker {
     /// Swaps in `next` and starts its upstream groups' background tasks
     /// (a group carried over keeps the ones it has). What is still buffered
     /// in the old generation's access log is written now.
-    fn install(&self, next: Generation) {
+    fn install(&self, next: Generation, shared: &Shared) {
         let running: Vec<*const UpstreamGroup> = self
             .generation()
             .router
             .upstream_groups()
-            .map(Rc::as_ptr)
+            .map(|(_, group)| Rc::as_ptr(group))
             .collect();
-        for group in next.router.upstream_groups() {
+        for (route, group) in next.router.upstream_groups() {
             if !running.contains(&Rc::as_ptr(group)) {
-                start_group_tasks(group);
+                start_group_tasks(route, group, shared);
             }
         }
         let old = self.generation.replace(Rc::new(next));
@@ -187,8 +190,12 @@ impl Worker {
 }
 
 /// The health checks and pool sweeper of an upstream group, for as long as
-/// a generation uses the group (they hold it weakly).
-fn start_group_tasks(group: &Rc<UpstreamGroup>) {
+/// a generation uses the group (they hold it weakly), and where it publishes
+/// its members' figures for `/metrics`.
+fn start_group_tasks(route: usize, group: &Rc<UpstreamGroup>, shared: &Shared) {
+    if let Some(m) = &shared.upstream_metrics {
+        group.publish_figures_to(m.slot(route));
+    }
     tokio::task::spawn_local(UpstreamGroup::run_health_checks(Rc::downgrade(group)));
     tokio::task::spawn_local(UpstreamGroup::run_pool_sweeper(Rc::downgrade(group)));
 }
@@ -207,8 +214,8 @@ pub fn run(
     local.block_on(&rt, async move {
         let mut blueprints = shared.blueprint.clone();
         let first = Generation::build(&blueprints.borrow_and_update(), &shared, None)?;
-        for group in first.router.upstream_groups() {
-            start_group_tasks(group);
+        for (route, group) in first.router.upstream_groups() {
+            start_group_tasks(route, group, &shared);
         }
         let worker = Rc::new(Worker {
             generation: RefCell::new(Rc::new(first)),
@@ -278,7 +285,7 @@ async fn follow_reloads(
     while blueprints.changed().await.is_ok() {
         let plan = blueprints.borrow_and_update().clone();
         let result = Generation::build(&plan, &shared, Some(&worker.generation()))
-            .map(|next| worker.install(next))
+            .map(|next| worker.install(next, &shared))
             .map_err(|e| e.to_string());
         let _ = shared.built.send((index, plan.number, result));
     }

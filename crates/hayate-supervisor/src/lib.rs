@@ -462,6 +462,23 @@ impl MetricsSource for AppStatus {
             Kind::Counter,
             &|f| Some(f.served),
         );
+        let name = "hayate_app_instance_last_exit";
+        family(
+            out,
+            name,
+            "Why each app instance slot's last instance ended (1, the reason as a label)",
+            Kind::Gauge,
+        );
+        for (i, f) in figures.iter().enumerate() {
+            if let Some(reason) = &f.last_exit {
+                sample(
+                    out,
+                    name,
+                    &[("instance", &i.to_string()), ("reason", reason)],
+                    1,
+                );
+            }
+        }
         family(
             out,
             "hayate_app_queue_depth",
@@ -554,6 +571,7 @@ impl SlotTask {
                 _ = limits.tick() => {
                     if let Some(reason) = self.over_limit(run) {
                         log::info!("app[{}] (pid {}) {reason}: replacing it", self.index, run.pid());
+                        self.note_exit(format!("replaced: {reason}"));
                         if let Some(old) = current.take() {
                             current = Some(self.roll_over(old).await);
                         }

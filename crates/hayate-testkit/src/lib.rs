@@ -6,6 +6,7 @@
 // Test helpers block on purpose; they never run inside hayate.
 #![allow(clippy::disallowed_methods)]
 
+pub mod browser;
 pub mod origin;
 pub mod pebble;
 pub mod tls;

@@ -26,6 +26,8 @@ pub struct Certificate {
     pub not_after: SystemTime,
     /// Where it came from, for logs: the certificate file, or `internal`.
     pub source: String,
+    /// The leaf's issuer, as an RFC 4514 name (`CN=..., O=...`).
+    pub issuer: String,
 }
 
 impl Certificate {
@@ -101,6 +103,7 @@ impl Certificate {
             not_before: to_system_time(validity.not_before.timestamp()),
             not_after: to_system_time(validity.not_after.timestamp()),
             source,
+            issuer: parsed.issuer().to_string(),
         })
     }
 }

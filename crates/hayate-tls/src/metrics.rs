@@ -54,6 +54,10 @@ pub struct TlsMetrics {
     failed: [AtomicU64; 5],
     acme_issued: AtomicU64,
     acme_failed: AtomicU64,
+    /// The last ACME order: Unix seconds when it ended, times two, plus 1
+    /// if it failed (one atomic, so outcome and time are read together);
+    /// 0 before any.
+    acme_last: AtomicU64,
     store: Option<Arc<CertStore>>,
 }
 
@@ -84,6 +88,11 @@ impl TlsMetrics {
             &self.acme_failed
         };
         c.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.acme_last
+            .store(now * 2 + u64::from(!issued), Ordering::Relaxed);
     }
 
     /// Completed handshakes: (full, resumed).
@@ -122,6 +131,18 @@ impl MetricsSource for TlsMetrics {
         sample(out, name, &[("result", "issued")], issued);
         let failed = self.acme_failed.load(Ordering::Relaxed);
         sample(out, name, &[("result", "failed")], failed);
+        let name = "hayate_acme_last_order_timestamp_seconds";
+        family(
+            out,
+            name,
+            "When the last ACME order ended (Unix time), labelled with its outcome",
+            Kind::Gauge,
+        );
+        let last = self.acme_last.load(Ordering::Relaxed);
+        if last != 0 {
+            let result = if last & 1 == 0 { "issued" } else { "failed" };
+            sample(out, name, &[("result", result)], last / 2);
+        }
         let Some(store) = &self.store else { return };
         let name = "hayate_tls_certificate_expiry_seconds";
         family(
@@ -131,7 +152,8 @@ impl MetricsSource for TlsMetrics {
             Kind::Gauge,
         );
         let now = SystemTime::now();
-        for c in store.certificates() {
+        let certificates = store.certificates();
+        for c in &certificates {
             let left = match c.not_after.duration_since(now) {
                 Ok(d) => d.as_secs() as i64,
                 Err(e) => -(e.duration().as_secs() as i64),
@@ -139,6 +161,20 @@ impl MetricsSource for TlsMetrics {
             let ips = c.ips.iter().map(|ip| ip.to_string());
             for served in c.names.iter().cloned().chain(ips) {
                 sample(out, name, &[("name", &served), ("source", &c.source)], left);
+            }
+        }
+        let name = "hayate_tls_certificate_issuer";
+        family(
+            out,
+            name,
+            "Who issued the certificate served for each name (1, the issuer as a label)",
+            Kind::Gauge,
+        );
+        for c in &certificates {
+            let ips = c.ips.iter().map(|ip| ip.to_string());
+            for served in c.names.iter().cloned().chain(ips) {
+                let labels = [("name", served.as_str()), ("issuer", c.issuer.as_str())];
+                sample(out, name, &labels, 1);
             }
         }
     }

@@ -418,7 +418,8 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let config = load_with(m, &overrides)?;
     if let Some(app) = config.app.clone() {
         // A config file with an [app] section: run it, as `hayate run` does.
-        return supervise(config, app, rereader(m, overrides), inherited);
+        let file = m.get_one::<String>("config");
+        return supervise(config, app, file, rereader(m, overrides), inherited);
     }
     init_log(&config)?;
     let what = describe(&config);
@@ -433,6 +434,7 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
             .any(|r| r.options.cache.enabled);
     let mut hooks = hooks(
         &config,
+        m.get_one::<String>("config"),
         what,
         &on_reload,
         None,
@@ -508,7 +510,13 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{key}: {e}"))?,
         );
     }
-    supervise(config, app, reread, inherited)
+    supervise(
+        config,
+        app,
+        m.get_one::<String>("config"),
+        reread,
+        inherited,
+    )
 }
 
 /// How long `hayate run` waits for its app's first start to fail before it
@@ -519,6 +527,7 @@ const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
 fn supervise(
     config: Config,
     app: hayate_config::app::AppSection,
+    config_file: Option<&String>,
     reread: Option<hayate_server::reload::Reread<'_>>,
     inherited: Inherited,
 ) -> anyhow::Result<()> {
@@ -580,7 +589,7 @@ fn supervise(
     let status = supervisor.status();
     let metrics = hayate_core::metrics::Metrics::default();
     metrics.register(std::sync::Arc::new(status.clone()));
-    let mut hooks = hooks(&config, what, &reload, Some(status), metrics);
+    let mut hooks = hooks(&config, config_file, what, &reload, Some(status), metrics);
     hooks.reread = reread;
     hooks.inherited = inherited;
     if let Some(log) = app_log {
@@ -637,6 +646,7 @@ fn init_log(config: &Config) -> anyhow::Result<()> {
 /// The binary's hooks: the "serving" line, reload, status and metrics.
 fn hooks<'a>(
     config: &Config,
+    config_file: Option<&String>,
     what: String,
     on_reload: &'a dyn Fn(),
     status: Option<hayate_supervisor::AppStatus>,
@@ -662,6 +672,7 @@ fn hooks<'a>(
         inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),
         control: None,
+        config_file: config_file.map(PathBuf::from),
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,
     }

@@ -86,6 +86,23 @@ fn issues_and_reuses(challenge: &str) {
     let r = c.get("/hello.txt", &[]);
     assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
     assert!(metrics(state.path()).contains("hayate_acme_orders_total{result=\"issued\"} 1"));
+    // The admin status document: the last order, and who issued what is served.
+    let raw = hayate_testkit::unix_get(&state.path().join("admin.sock"), "/status.json");
+    let (_, body) = raw.split_once("\r\n\r\n").expect("a response");
+    let status: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    assert_eq!(status["tls"]["acme"]["last_result"], "issued", "{status}");
+    let served = status["tls"]["certificates"]
+        .as_array()
+        .expect("certificates")
+        .iter()
+        .find(|c| c["name"] == NAME)
+        .unwrap_or_else(|| panic!("{NAME} in {status}"));
+    let issuer = served["issuer"].as_str().expect("issuer");
+    assert!(issuer.contains("Pebble"), "{issuer}");
+    assert!(
+        served["expires_in_days"].as_f64().expect("days") > 80.0,
+        "{served}"
+    );
     // The key is the owner's only.
     use std::os::unix::fs::PermissionsExt;
     let keys: Vec<_> = walk(state.path())
