@@ -63,9 +63,10 @@ pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct Hooks<'a> {
     /// See [`OnListening`].
     pub on_listening: OnListening<'a>,
-    /// Called on SIGHUP and `hayate reload` once the configuration is
-    /// reloaded (rolling reload of a supervised app).
-    pub on_reload: Box<dyn Fn() + 'a>,
+    /// Called on SIGHUP and `hayate reload` once the new configuration is
+    /// in place (a supervised app's command and rolling reload); returns
+    /// what it did, for the reload's report.
+    pub on_reload: Box<dyn Fn(&Config) -> String + 'a>,
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,

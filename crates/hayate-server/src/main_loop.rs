@@ -48,7 +48,7 @@ pub struct MainLoop<'a> {
     /// What `status` answers.
     pub status: Option<StatusFn>,
     /// Called once a reload applied the configuration (the app's roll).
-    pub on_reload: &'a dyn Fn(),
+    pub on_reload: &'a dyn Fn(&hayate_config::Config) -> String,
     /// Called on SIGUSR1 once the access log is reopened (the app log).
     pub on_reopen_logs: &'a dyn Fn() -> io::Result<()>,
     /// Applies configuration reloads.
@@ -229,18 +229,19 @@ async fn upgrade(
     }
 }
 
-/// Reloads the configuration, then the app (its instances roll whether or
-/// not the configuration changed: a reload is also how new app code is
-/// deployed); logs the outcome and returns it for `hayate reload`.
-async fn reload(reloader: &mut Reloader<'_>, on_reload: &dyn Fn()) -> Result<String, String> {
+/// Reloads the configuration, then the app (`on_reload`: its instances roll
+/// whether or not the configuration changed, a reload being also how new
+/// app code is deployed); logs the outcome and returns it for `hayate
+/// reload`.
+async fn reload(
+    reloader: &mut Reloader<'_>,
+    on_reload: &dyn Fn(&hayate_config::Config) -> String,
+) -> Result<String, String> {
     match reloader.reload().await {
         Ok(mut report) => {
+            report.push_str(&on_reload(reloader.config()));
             for line in report.lines() {
                 log::info!("reload: {line}");
-            }
-            on_reload();
-            if reloader.app_runs() {
-                report.push_str("app: reloading its instances, app_reload_parallel at a time\n");
             }
             Ok(report)
         }

@@ -180,11 +180,6 @@ impl<'a> Reloader<'a> {
         files
     }
 
-    /// Whether a supervised app runs (a reload rolls its instances).
-    pub fn app_runs(&self) -> bool {
-        self.app.is_some()
-    }
-
     /// The running configuration.
     pub fn config(&self) -> &Arc<Config> {
         &self.running.config
@@ -217,9 +212,6 @@ impl<'a> Reloader<'a> {
             .ne(running.sites.iter().map(|s| format!("{:?}", s.tls)));
         if tls_sites_changed {
             notes.push("[[site]] tls: not changed until a restart".into());
-        }
-        if format!("{:?}", next.app) != format!("{:?}", running.app) {
-            notes.push("[app]: not changed until a restart (instances were rolled)".into());
         }
 
         let cache = match self.cache.load_full() {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use hayate_core::app::{AppSlot, AppSlots};
 use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
@@ -147,6 +148,8 @@ type StatusBoard = Arc<Board>;
 pub struct Supervisor {
     status: AppStatus,
     control: watch::Sender<Control>,
+    /// What the next instances start as (a reload may change the command).
+    spec: Arc<ArcSwap<AppSpec>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -199,6 +202,8 @@ impl Supervisor {
             changed: std::sync::Condvar::new(),
         });
         let tasks_board = board.clone();
+        let spec = Arc::new(ArcSwap::from_pointee(spec));
+        let spec_slot = spec.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -206,8 +211,8 @@ impl Supervisor {
             .name("hayate-supervisor".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    let spec = Arc::new(spec);
-                    let roll = Arc::new(Semaphore::new(spec.reload_parallel.get() as usize));
+                    let spec = spec_slot;
+                    let roll = Arc::new(Semaphore::new(spec.load().reload_parallel.get() as usize));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
                         .slots
@@ -237,6 +242,7 @@ impl Supervisor {
         Ok(Supervisor {
             status: AppStatus { board, app },
             control,
+            spec,
             thread: Some(thread),
         })
     }
@@ -280,6 +286,27 @@ impl Supervisor {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// Starts new instances with `command`, `cwd` and `env` from now on (a
+    /// reload that changed the `[app]` section; the rolling reload that
+    /// follows replaces the running ones). Returns whether anything changed.
+    pub fn set_command(
+        &self,
+        command: Vec<String>,
+        cwd: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> bool {
+        let current = self.spec.load();
+        if current.command == command && current.cwd == cwd && current.env == env {
+            return false;
+        }
+        let mut next = AppSpec::clone(&current);
+        next.command = command;
+        next.cwd = cwd;
+        next.env = env;
+        self.spec.store(Arc::new(next));
+        true
     }
 
     /// Starts a rolling reload (SIGHUP, `hayate reload`).
@@ -501,7 +528,7 @@ impl Drop for Supervisor {
 /// One slot's life: start, watch, restart, reload, stop.
 struct SlotTask {
     index: usize,
-    spec: Arc<AppSpec>,
+    spec: Arc<ArcSwap<AppSpec>>,
     slot: Arc<AppSlot>,
     ready: Arc<Notify>,
     /// Slots in a crash loop (all of them: the app is down).
@@ -520,7 +547,8 @@ impl SlotTask {
         let alternate = self.alternate.load(Ordering::Relaxed);
         let control = self.control.clone();
         let stopping = move || control.borrow().stop;
-        let r = Running::start(self.index, &self.spec, &self.ids, alternate, stopping).await;
+        let spec = self.spec.load_full();
+        let r = Running::start(self.index, &spec, &self.ids, alternate, stopping).await;
         if r.is_ok() {
             self.alternate.store(!alternate, Ordering::Relaxed);
         }
@@ -593,7 +621,7 @@ impl SlotTask {
         }
         if let Some(run) = current.take() {
             self.slot.replace(None);
-            run.stop(self.spec.stop_timeout).await;
+            run.stop(self.spec.load().stop_timeout).await;
         }
         self.set_state(ChildState::Stopped, None, false);
     }
@@ -601,7 +629,7 @@ impl SlotTask {
     /// Why `run` must be recycled, if it must: memory (RSS read from
     /// /proc at every check) or requests served.
     fn over_limit(&self, run: &Running) -> Option<String> {
-        if let Some(max) = self.spec.max_memory {
+        if let Some(max) = self.spec.load().max_memory {
             let rss = run.rss_bytes().unwrap_or(0);
             if rss > max {
                 return Some(format!(
@@ -611,7 +639,7 @@ impl SlotTask {
                 ));
             }
         }
-        if let Some(max) = self.spec.max_requests {
+        if let Some(max) = self.spec.load().max_requests {
             let served = run.instance.served.load(Ordering::Relaxed);
             if served >= max {
                 return Some(format!("served {served} requests, its limit"));
@@ -670,15 +698,15 @@ impl SlotTask {
         match self.start().await {
             Ok(new) => {
                 self.publish(&new);
-                let drained = old.drain(self.spec.stop_timeout).await;
+                let drained = old.drain(self.spec.load().stop_timeout).await;
                 if !drained {
                     log::warn!(
                         "app[{}] old instance still busy after {:?}; stopping it",
                         self.index,
-                        self.spec.stop_timeout
+                        self.spec.load().stop_timeout
                     );
                 }
-                old.stop(self.spec.stop_timeout).await;
+                old.stop(self.spec.load().stop_timeout).await;
                 new
             }
             // hayate stops: the old instance is stopped with the others.

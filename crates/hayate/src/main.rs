@@ -423,7 +423,7 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     }
     init_log(&config)?;
     let what = describe(&config);
-    let on_reload = || {};
+    let on_reload = |_: &Config| String::new();
     // A cache is purged and a config file reloaded through the control
     // socket; without either there is nothing to control but stop.
     let controlled = m.get_one::<String>("config").is_some()
@@ -585,7 +585,22 @@ fn supervise(
         .wait_started(verdict)
         .map_err(|why| anyhow::anyhow!("the app did not start: {why}"))?;
     let what = format!("{} ({instances} instances)", command.join(" "));
-    let reload = || supervisor.reload();
+    // A reload takes a new [app] command, cwd or env from the file (unless
+    // the command line gave the command), then rolls the instances.
+    let from_file = config.app.as_ref().is_some_and(|a| a.command == command);
+    let reload = |next: &Config| {
+        let mut report = String::new();
+        if let Some(app) = next.app.as_ref().filter(|_| from_file) {
+            let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+            if supervisor.set_command(app.command.clone(), cwd, app.env.clone()) {
+                report
+                    .push_str("[app]: command, cwd or env changed; new instances start with it\n");
+            }
+        }
+        supervisor.reload();
+        report.push_str("app: reloading its instances, app_reload_parallel at a time\n");
+        report
+    };
     let status = supervisor.status();
     let metrics = hayate_core::metrics::Metrics::default();
     metrics.register(std::sync::Arc::new(status.clone()));
@@ -648,7 +663,7 @@ fn hooks<'a>(
     config: &Config,
     config_file: Option<&String>,
     what: String,
-    on_reload: &'a dyn Fn(),
+    on_reload: &'a dyn Fn(&Config) -> String,
     status: Option<hayate_supervisor::AppStatus>,
     metrics: hayate_core::metrics::Metrics,
 ) -> hayate_server::Hooks<'a> {

@@ -1197,3 +1197,42 @@ fn control_commands_find_the_only_hayate_from_any_directory() {
     let (ok, status) = in_dir(second.path(), &["status"]);
     assert!(ok && status.contains(" ready "), "{status}");
 }
+
+#[test]
+fn a_reload_takes_the_apps_new_env_from_the_file_and_rolls_the_instances() {
+    let dir = app_dir("v1");
+    let file = dir.path().join("hayate.toml");
+    let control = dir.path().join("control.sock");
+    let with_control = |greeting: &str| {
+        APP_TOML
+            .replace(
+                "GREETING = \"hello\"",
+                &format!("GREETING = \"{greeting}\""),
+            )
+            .replace(
+                "workers = 1\n",
+                &format!("workers = 1\ncontrol = \"{}\"\n", control.display()),
+            )
+    };
+    std::fs::write(&file, with_control("hello")).expect("write");
+    let h = Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(dir.path()));
+    wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
+    assert!(h.client().get("/env", &[]).text().starts_with("hello "));
+    std::fs::write(&file, with_control("bonjour")).expect("write");
+    let out = std::process::Command::new(BIN)
+        .args(["reload", "--control"])
+        .arg(&control)
+        .output()
+        .expect("hayate reload");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.contains("[app]: command, cwd or env changed"),
+        "{said}"
+    );
+    wait_log(&h, "both instances replaced", |l| ready_count(l) >= 4);
+    let mut c = h.client();
+    for _ in 0..4 {
+        assert!(c.get("/env", &[]).text().starts_with("bonjour "));
+    }
+}
