@@ -277,7 +277,7 @@ impl Conn {
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
-            send_timeout: self.worker.generation().timeouts.send,
+            send_timeout: self.worker.with_generation(|g| g.timeouts.send),
         };
         let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
         (noting_waits(handled, waited).await, route)
@@ -559,17 +559,19 @@ impl Conn {
         bytes: u64,
         started: Instant,
     ) {
-        if let Some(log) = &self.worker.generation().access_log {
-            let entry = access_log::Entry {
-                peer: &self.peer,
-                status: status.code(),
-                bytes,
-                duration: started.elapsed(),
-                cache,
-                tls: self.transport.tls_info(),
-            };
-            log.record(&req.head, &entry);
-        }
+        self.worker.with_generation(|g| {
+            if let Some(log) = &g.access_log {
+                let entry = access_log::Entry {
+                    peer: &self.peer,
+                    status: status.code(),
+                    bytes,
+                    duration: started.elapsed(),
+                    cache,
+                    tls: self.transport.tls_info(),
+                };
+                log.record(&req.head, &entry);
+            }
+        });
     }
 
     /// Relays a streamed body chunk by chunk, in chunked coding when its
@@ -751,7 +753,7 @@ impl Conn {
     /// Waits until the client can take more bytes, within the send timeout.
     async fn wait_writable(&mut self) -> io::Result<()> {
         self.clock_stale = true;
-        let send = self.worker.generation().timeouts.send;
+        let send = self.worker.with_generation(|g| g.timeouts.send);
         client_io::writable(&self.transport, send).await
     }
 
@@ -766,7 +768,7 @@ impl Conn {
             rbuf: &mut self.rbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
-            send_timeout: self.worker.generation().timeouts.send,
+            send_timeout: self.worker.with_generation(|g| g.timeouts.send),
         };
         loop {
             match view.next_chunk().await {

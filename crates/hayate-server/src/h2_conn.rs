@@ -302,17 +302,19 @@ impl Stream {
         sent: u64,
         started: Instant,
     ) {
-        if let Some(log) = &self.worker.generation().access_log {
-            let entry = access_log::Entry {
-                peer: &self.peer,
-                status: status.code(),
-                bytes: sent,
-                duration: started.elapsed(),
-                cache,
-                tls: self.tls,
-            };
-            log.record(head, &entry);
-        }
+        self.worker.with_generation(|g| {
+            if let Some(log) = &g.access_log {
+                let entry = access_log::Entry {
+                    peer: &self.peer,
+                    status: status.code(),
+                    bytes: sent,
+                    duration: started.elapsed(),
+                    cache,
+                    tls: self.tls,
+                };
+                log.record(head, &entry);
+            }
+        });
     }
 }
 

@@ -167,6 +167,14 @@ impl Worker {
         self.generation.borrow().clone()
     }
 
+    /// Reads the current generation without keeping it: for a value read
+    /// and used at once (the closure cannot wait, so a reload cannot swap
+    /// the generation under it), at the cost of a borrow flag rather than
+    /// a reference count.
+    pub fn with_generation<R>(&self, read: impl FnOnce(&Generation) -> R) -> R {
+        read(&self.generation.borrow())
+    }
+
     /// Swaps in `next` and starts its upstream groups' background tasks
     /// (a group carried over keeps the ones it has). What is still buffered
     /// in the old generation's access log is written now.
