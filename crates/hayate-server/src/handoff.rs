@@ -103,6 +103,20 @@ impl HandoffSet {
         Ok(())
     }
 
+    /// Forgets the listener configured as `listen` (a reload removed it):
+    /// its duplicates close, so the socket closes with the workers' copies.
+    pub fn remove_listener(&mut self, listen: &Listen) {
+        let key = listen_key(listen);
+        self.sockets
+            .retain(|(kind, _)| !matches!(kind, Kind::Listener { key: k, .. } if *k == key));
+    }
+
+    /// Closes every duplicate: hayate stops, and its listeners must close
+    /// with the workers' accept loops (new connections refused).
+    pub fn clear(&mut self) {
+        self.sockets.clear();
+    }
+
     /// Keeps a duplicate of the control socket.
     pub fn set_control(&mut self, listener: &tokio::net::UnixListener) -> io::Result<()> {
         let fd = std::os::fd::AsFd::as_fd(listener).try_clone_to_owned()?;

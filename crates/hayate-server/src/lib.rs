@@ -201,6 +201,13 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     let (publish, blueprint) = tokio::sync::watch::channel(Arc::new(Blueprint {
         number: 0,
         route_slots: request_metrics.as_ref().map(|m| m.slots(&config)),
+        listen_keys: as_read
+            .global
+            .listen
+            .iter()
+            .map(|l| handoff::listen_key(l).into())
+            .collect(),
+        added: Vec::new(),
         config: Arc::new(config),
         cache: cache.clone(),
         log_sink,
@@ -265,6 +272,8 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     // Serving: a hayate this one replaces may stop now.
     inherited.say_ready();
 
+    let handoff = Arc::new(std::sync::Mutex::new(handoff));
+    let unix_paths = Arc::new(std::sync::Mutex::new(listeners.unix_paths));
     let reloader = Reloader::new(ReloadParts {
         reread: hooks.reread,
         as_read,
@@ -276,6 +285,9 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         cache: cache_slot.clone(),
         request_metrics: shared.request_metrics.clone(),
         metrics: hooks.metrics.clone(),
+        handoff: handoff.clone(),
+        unix_paths: unix_paths.clone(),
+        https: shared.tls.is_some(),
     });
     let ending = signals.block_on(
         MainLoop {
@@ -286,7 +298,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             on_reopen_logs: &hooks.on_reopen_logs,
             reloader,
             cache: cache_slot,
-            handoff: Some(Arc::new(handoff)),
+            handoff,
             executable,
             info,
             shutdown,
@@ -310,7 +322,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             let _ = std::fs::remove_file(path);
             let _ = std::fs::remove_file(path.with_extension("pid"));
         }
-        for path in &listeners.unix_paths {
+        for path in unix_paths.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use hayate_config::values::{Listen, ListenAddr};
 use hayate_core::transport::Scheme;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::handoff::{HandoffSet, Inherited};
+use crate::handoff::{listen_key, HandoffSet, Inherited};
 
 /// Pending connections per listener. nginx's default of 511 shows up as
 /// queueing (p99 2.54 s vs 1.61 s at 4096 in the waiting-handler case of
@@ -26,6 +27,9 @@ const BACKLOG: i32 = 4096;
 /// registered with a worker's runtime, and the scheme its clients speak.
 #[derive(Debug)]
 pub struct BoundListener {
+    /// The listener as configured (`handoff::listen_key`): a reload that
+    /// removes it stops its accept loops.
+    pub key: Arc<str>,
     /// The socket.
     pub socket: Socket,
     /// What its clients speak.
@@ -58,12 +62,13 @@ pub fn bind_all(
     for listen in addrs {
         let Listen { addr, scheme } = listen;
         let scheme = *scheme;
+        let key: Arc<str> = listen_key(listen).into();
         if let Some(sockets) = inherited.take_listener(listen) {
             let bound = inherited_address(&sockets[0], addr)?;
             for socket in &sockets {
                 handoff.add_listener(listen, socket)?;
             }
-            share(&mut per_worker, sockets, scheme)?;
+            share(&mut per_worker, sockets, &key, scheme)?;
             if let ListenAddr::Unix(path) = addr {
                 unix_paths.push(path.clone());
             }
@@ -80,7 +85,11 @@ pub fn bind_all(
                     let l = reuseport_listener(bound)
                         .map_err(|e| with_context(e, &format!("listen {bound}")))?;
                     handoff.add_listener(listen, &l)?;
-                    slot.push(BoundListener { socket: l, scheme });
+                    slot.push(BoundListener {
+                        key: key.clone(),
+                        socket: l,
+                        scheme,
+                    });
                 }
                 addresses.push(Listen {
                     addr: ListenAddr::Tcp(bound),
@@ -93,6 +102,7 @@ pub fn bind_all(
                 handoff.add_listener(listen, &l)?;
                 for slot in per_worker.iter_mut() {
                     slot.push(BoundListener {
+                        key: key.clone(),
                         socket: l.try_clone()?,
                         scheme,
                     });
@@ -119,17 +129,26 @@ pub fn bind_all(
 fn share(
     per_worker: &mut [Vec<BoundListener>],
     sockets: Vec<Socket>,
+    key: &Arc<str>,
     scheme: Scheme,
 ) -> io::Result<()> {
     let workers = per_worker.len();
     let count = sockets.len();
     for w in 0..workers.saturating_sub(count) {
         let socket = sockets[w % count].try_clone()?;
-        per_worker[count + w].push(BoundListener { socket, scheme });
+        per_worker[count + w].push(BoundListener {
+            key: key.clone(),
+            socket,
+            scheme,
+        });
     }
     for (i, socket) in sockets.into_iter().enumerate() {
         socket.set_nonblocking(true)?;
-        per_worker[i % workers].push(BoundListener { socket, scheme });
+        per_worker[i % workers].push(BoundListener {
+            key: key.clone(),
+            socket,
+            scheme,
+        });
     }
     Ok(())
 }

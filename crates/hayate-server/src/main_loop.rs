@@ -5,7 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hayate_core::shutdown::Shutdown;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -55,9 +55,9 @@ pub struct MainLoop<'a> {
     pub reloader: Reloader<'a>,
     /// The response cache, for purges.
     pub cache: CacheSlot,
-    /// The sockets an upgrade hands over; dropped when hayate stops, so
-    /// the listeners close with the workers' accept loops.
-    pub handoff: Option<Arc<HandoffSet>>,
+    /// The sockets an upgrade hands over; closed when hayate stops, so the
+    /// listeners close with the workers' accept loops.
+    pub handoff: Arc<Mutex<HandoffSet>>,
     /// The binary an upgrade starts.
     pub executable: PathBuf,
     /// What the status page shows of the server (when it last reloaded).
@@ -154,10 +154,7 @@ impl MainLoop<'_> {
             ControlCommand::Stop => Ok("stopping\n".to_string()),
             ControlCommand::Upgrade => {
                 log::info!("control: upgrading to {}", self.executable.display());
-                let answer = match &self.handoff {
-                    Some(handoff) => upgrade(handoff, &self.executable).await,
-                    None => Err("upgrade: nothing to hand over\n".into()),
-                };
+                let answer = upgrade(&self.handoff, &self.executable).await;
                 ending.handed_over = answer.is_ok();
                 answer
             }
@@ -181,7 +178,10 @@ impl MainLoop<'_> {
     async fn drain(&mut self) {
         // The listeners close with the workers' accept loops: new
         // connections are refused (or go to the hayate that took over).
-        self.handoff = None;
+        self.handoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.shutdown.trigger();
         let grace = self.reloader.config().global.grace_period.0;
         let done = &mut self.workers_done;
@@ -204,12 +204,13 @@ const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// arguments and its sockets; `Ok` once it serves (this one then drains and
 /// exits), `Err` with why not (this one keeps serving).
 async fn upgrade(
-    handoff: &Arc<HandoffSet>,
+    handoff: &Arc<Mutex<HandoffSet>>,
     executable: &std::path::Path,
 ) -> Result<String, String> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let (handoff, executable) = (handoff.clone(), executable.to_path_buf());
     let started = tokio::task::spawn_blocking(move || {
+        let handoff = handoff.lock().unwrap_or_else(|e| e.into_inner());
         handoff.start_successor(&executable, &args, UPGRADE_TIMEOUT)
     })
     .await

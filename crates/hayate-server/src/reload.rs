@@ -10,9 +10,11 @@
 //! kept; TLS certificates and session-ticket keys stay (certificate files
 //! are watched on their own).
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hayate_config::values::{Listen, ListenAddr, Scheme};
 use hayate_config::{Config, ConfigErrors};
 use hayate_core::app::AppSlots;
 use hayate_core::metrics::Metrics;
@@ -20,6 +22,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::access_log::Sink;
 use crate::cached::CacheSlot;
+use crate::handoff::{listen_key, HandoffSet, Inherited};
+use crate::listen::{self, BoundListener};
 use crate::request_metrics::RequestMetrics;
 use crate::router::{self, Router};
 use crate::worker::{Blueprint, Built};
@@ -34,7 +38,6 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Options that a reload cannot change in a running process, with why.
 const NEEDS_RESTART: &[(&str, &str)] = &[
-    ("listen", "listeners are bound at start"),
     ("workers", "workers are started at start"),
     ("admin", "the admin listener is bound at start"),
     ("control", "the control socket is bound at start"),
@@ -93,6 +96,16 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("app_log_keep", "the supervisor is set up at start"),
 ];
 
+/// What a reload does to the listeners.
+struct ListenChange {
+    /// New listeners' sockets, per worker.
+    added: Vec<Vec<BoundListener>>,
+    /// Running listeners the new configuration does not name (resolved).
+    removed: Vec<Listen>,
+    /// The new configuration's listeners, resolved, in its order.
+    resolved: Vec<Listen>,
+}
+
 /// The reload side of a running server.
 pub struct Reloader<'a> {
     reread: Option<Reread<'a>>,
@@ -107,6 +120,9 @@ pub struct Reloader<'a> {
     cache: CacheSlot,
     request_metrics: Option<Arc<RequestMetrics>>,
     metrics: Metrics,
+    handoff: Arc<Mutex<HandoffSet>>,
+    unix_paths: Arc<Mutex<Vec<PathBuf>>>,
+    https: bool,
 }
 
 /// What a [`Reloader`] works with, besides the running blueprint.
@@ -131,6 +147,13 @@ pub struct ReloadParts<'a> {
     pub request_metrics: Option<Arc<RequestMetrics>>,
     /// The metrics registry (a cache made by a reload registers there).
     pub metrics: Metrics,
+    /// The sockets an upgrade would hand over (a reload adds and removes
+    /// listeners there too).
+    pub handoff: Arc<Mutex<HandoffSet>>,
+    /// Unix socket files of the listeners, removed when hayate exits.
+    pub unix_paths: Arc<Mutex<Vec<PathBuf>>>,
+    /// Whether HTTPS is set up (an https listener can be added).
+    pub https: bool,
 }
 
 impl<'a> Reloader<'a> {
@@ -149,6 +172,9 @@ impl<'a> Reloader<'a> {
             cache: parts.cache,
             request_metrics: parts.request_metrics,
             metrics: parts.metrics,
+            handoff: parts.handoff,
+            unix_paths: parts.unix_paths,
+            https: parts.https,
         }
     }
 
@@ -201,7 +227,6 @@ impl<'a> Reloader<'a> {
             }
         }
         let as_read = next.clone();
-        next.global.listen = running.global.listen.clone();
         next.global.workers = running.global.workers;
         next.global.admin = running.global.admin.clone();
         next.global.control = running.global.control.clone();
@@ -242,16 +267,30 @@ impl<'a> Reloader<'a> {
         )
         .map_err(|e| format!("{e}\n"))?;
 
+        // Listeners last: once bound, nothing else can refuse the reload.
+        let change = self.change_listeners(&as_read.global.listen)?;
+        next.global.listen = change.resolved;
+
         let plan = Arc::new(Blueprint {
             number: self.running.number + 1,
             config: Arc::new(next),
             cache: cache.clone(),
             log_sink,
             route_slots: self.request_metrics.as_ref().map(|m| m.slots(&as_read)),
+            listen_keys: as_read
+                .global
+                .listen
+                .iter()
+                .map(|l| listen_key(l).into())
+                .collect(),
+            added: change.added.into_iter().map(Mutex::new).collect(),
         });
         self.publish.send_replace(plan.clone());
         self.cache.store(cache);
         let failures = self.wait_for_workers(plan.number).await;
+        // Every worker has let go of the removed listeners (their accept
+        // loops end at the swap): the last copies close here.
+        self.forget_listeners(&change.removed);
         self.running = plan;
         self.as_read = as_read;
         let mut answer = String::new();
@@ -267,6 +306,88 @@ impl<'a> Reloader<'a> {
             Ok(answer)
         } else {
             Err(answer + &failures.join(""))
+        }
+    }
+
+    /// Binds the listeners of `wanted` (as configured) that do not run yet,
+    /// for every worker, and says which running ones go. Nothing is kept
+    /// bound when one fails (the reload is refused).
+    fn change_listeners(&mut self, wanted: &[Listen]) -> Result<ListenChange, String> {
+        let running: Vec<(String, Listen)> = self
+            .as_read
+            .global
+            .listen
+            .iter()
+            .map(listen_key)
+            .zip(self.running.config.global.listen.iter().cloned())
+            .collect();
+        let wanted_keys: Vec<String> = wanted.iter().map(listen_key).collect();
+        let new: Vec<Listen> = wanted
+            .iter()
+            .filter(|l| running.iter().all(|(k, _)| *k != listen_key(l)))
+            .cloned()
+            .collect();
+        if let Some(l) = new
+            .iter()
+            .find(|l| l.scheme == Scheme::Https && !self.https)
+        {
+            return Err(format!(
+                "listen {}: hayate started without HTTPS; an https listener needs `hayate upgrade` or a restart\n",
+                listen_key(l)
+            ));
+        }
+        let bound = {
+            let mut handoff = self.handoff.lock().unwrap_or_else(|e| e.into_inner());
+            let bound =
+                listen::bind_all(&new, self.workers, &mut Inherited::default(), &mut handoff);
+            if bound.is_err() {
+                for l in &new {
+                    handoff.remove_listener(l);
+                }
+            }
+            bound.map_err(|e| format!("{e}\n"))?
+        };
+        let resolved = wanted_keys
+            .iter()
+            .map(|key| {
+                running
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, l)| l.clone())
+                    .or_else(|| {
+                        let i = new.iter().position(|l| listen_key(l) == *key)?;
+                        bound.addresses.get(i).cloned()
+                    })
+                    .expect("every wanted listener runs or was just bound")
+            })
+            .collect();
+        self.unix_paths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(bound.unix_paths);
+        let removed = running
+            .into_iter()
+            .filter(|(k, _)| !wanted_keys.contains(k))
+            .map(|(_, l)| l)
+            .collect();
+        Ok(ListenChange {
+            added: bound.per_worker,
+            removed,
+            resolved,
+        })
+    }
+
+    /// Closes the copies this process keeps of removed listeners, and their
+    /// socket files.
+    fn forget_listeners(&self, removed: &[Listen]) {
+        let mut handoff = self.handoff.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unix_paths = self.unix_paths.lock().unwrap_or_else(|e| e.into_inner());
+        for l in removed {
+            handoff.remove_listener(l);
+            if let ListenAddr::Unix(path) = &l.addr {
+                let _ = std::fs::remove_file(path);
+                unix_paths.retain(|p| p != path);
+            }
         }
     }
 

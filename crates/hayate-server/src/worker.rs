@@ -58,6 +58,8 @@ pub struct Generation {
     pub metrics: Option<Arc<WorkerMetrics>>,
     /// Whether HTTP/2 is served (h2c on plain listeners).
     pub http2: bool,
+    /// The listeners it serves, as configured (`handoff::listen_key`).
+    listen_keys: Arc<[Arc<str>]>,
 }
 
 /// A worker's state, shared by its connections (same thread only).
@@ -73,6 +75,9 @@ pub struct Worker {
     pub buffers: BufferPool,
     active: Cell<usize>,
     idle: Notify,
+    /// Raised when a generation is installed: accept loops check whether
+    /// their listener is still configured.
+    reloaded: Notify,
 }
 
 /// What every worker builds its generation from: the configuration and the
@@ -90,6 +95,11 @@ pub struct Blueprint {
     /// The metrics slot of every route, in config order (sites, then
     /// routes), when the admin listener is on.
     pub route_slots: Option<Arc<[usize]>>,
+    /// The listeners served, as configured: an accept loop whose listener
+    /// is not among them ends (a reload removed it).
+    pub listen_keys: Arc<[Arc<str>]>,
+    /// Listeners a reload added, one set per worker, taken by the worker.
+    pub added: Vec<std::sync::Mutex<Vec<BoundListener>>>,
 }
 
 /// A worker's answer to a blueprint: built and swapped in, or why not.
@@ -157,6 +167,7 @@ impl Generation {
                 .map(|sink| AccessLog::new(g.access_log_format, sink)),
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             http2: g.http2,
+            listen_keys: plan.listen_keys.clone(),
         })
     }
 }
@@ -194,6 +205,7 @@ impl Worker {
         if let Some(log) = &old.access_log {
             log.flush();
         }
+        self.reloaded.notify_waiters();
     }
 }
 
@@ -233,11 +245,9 @@ pub fn run(
             buffers: BufferPool::default(),
             active: Cell::new(0),
             idle: Notify::new(),
+            reloaded: Notify::new(),
         });
-        for l in listeners {
-            let l = Listener::new(l.socket, l.scheme)?;
-            tokio::task::spawn_local(accept_loop(l, worker.clone(), shared.clone()));
-        }
+        start_accepting(listeners, &worker, &shared)?;
         let flusher = worker.clone();
         tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -292,20 +302,49 @@ async fn follow_reloads(
 ) {
     while blueprints.changed().await.is_ok() {
         let plan = blueprints.borrow_and_update().clone();
+        let added = plan
+            .added
+            .get(index)
+            .map(|a| std::mem::take(&mut *a.lock().unwrap_or_else(|e| e.into_inner())))
+            .unwrap_or_default();
         let result = Generation::build(&plan, &shared, Some(&worker.generation()))
             .map(|next| worker.install(next, &shared))
+            .and_then(|()| start_accepting(added, &worker, &shared))
             .map_err(|e| e.to_string());
         let _ = shared.built.send((index, plan.number, result));
     }
 }
 
-async fn accept_loop(listener: Listener, worker: Rc<Worker>, shared: Shared) {
+/// Registers `listeners` with this worker's runtime and accepts on them.
+fn start_accepting(
+    listeners: Vec<BoundListener>,
+    worker: &Rc<Worker>,
+    shared: &Shared,
+) -> io::Result<()> {
+    for l in listeners {
+        let listener = Listener::new(l.socket, l.scheme)?;
+        tokio::task::spawn_local(accept_loop(listener, l.key, worker.clone(), shared.clone()));
+    }
+    Ok(())
+}
+
+/// Accepts connections until shutdown, or until a reload removes the
+/// listener configured as `key` (the socket closes with the last worker's
+/// loop).
+async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shared: Shared) {
     let mut shutdown = worker.shutdown.clone();
     let scheme = listener.scheme();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.wait() => return,
+            _ = worker.reloaded.notified() => {
+                if worker.with_generation(|g| g.listen_keys.contains(&key)) {
+                    continue;
+                }
+                log::info!("listener {key} removed by a reload: no longer accepting on it");
+                return;
+            }
         };
         let (mut transport, peer) = match accepted {
             Ok(a) => a,

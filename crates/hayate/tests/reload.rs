@@ -263,3 +263,61 @@ fn upstream_connections_outlive_a_reload_that_keeps_their_settings() {
     assert_eq!(h.client().get("/api/three", &[]).status, 200);
     assert_eq!(origin.connections(), 2);
 }
+
+#[test]
+fn a_reload_adds_and_removes_listeners_and_keeps_open_connections() {
+    let origin = Origin::start(OriginOptions::default());
+    let root = site();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, control) = (dir.path().join("hayate.toml"), dir.path().join("c.sock"));
+    let (a, b) = (
+        hayate_testkit::pebble::free_port(),
+        hayate_testkit::pebble::free_port(),
+    );
+    let listening = |ports: &[u16]| {
+        let list: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        config(root.path(), &control, &origin, "1s", "").replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = [{}]", list.join(", ")),
+        )
+    };
+    std::fs::write(&file, listening(&[a])).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")]);
+    let addr = |port: u16| -> std::net::SocketAddr { ([127, 0, 0, 1], port).into() };
+    let mut kept = Client::connect(addr(a));
+    assert_eq!(kept.get("/hello.txt", &[]).status, 200);
+
+    std::fs::write(&file, listening(&[a, b])).expect("write");
+    let (ok, said) = reload(&control);
+    assert!(ok && said.contains("listen: changed"), "{said}");
+    assert_eq!(Client::connect(addr(b)).get("/hello.txt", &[]).status, 200);
+
+    std::fs::write(&file, listening(&[b])).expect("write");
+    let (ok, said) = reload(&control);
+    assert!(ok, "{said}");
+    eventually(
+        "the removed listener refuses",
+        || match std::net::TcpStream::connect(addr(a)) {
+            Err(_) => Ok(()),
+            Ok(_) => Err("still accepting".to_string()),
+        },
+    );
+    assert_eq!(
+        kept.get("/hello.txt", &[]).status,
+        200,
+        "open connections stay"
+    );
+    assert_eq!(Client::connect(addr(b)).get("/hello.txt", &[]).status, 200);
+
+    // A listener that cannot be bound refuses the whole reload.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    std::fs::write(&file, listening(&[b, port])).expect("write");
+    let (ok, said) = reload(&control);
+    assert!(
+        !ok && said.contains(&format!("listen 127.0.0.1:{port}")),
+        "{said}"
+    );
+    assert_eq!(Client::connect(addr(b)).get("/hello.txt", &[]).status, 200);
+    assert!(h.stderr().contains("reload refused"), "{}", h.stderr());
+}
