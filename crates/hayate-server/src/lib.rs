@@ -287,7 +287,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         metrics: hooks.metrics.clone(),
         handoff: handoff.clone(),
         unix_paths: unix_paths.clone(),
-        https: shared.tls.is_some(),
+        tls: shared.tls.clone(),
     });
     let ending = signals.block_on(
         MainLoop {

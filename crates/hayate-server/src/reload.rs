@@ -43,14 +43,6 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("control", "the control socket is bound at start"),
     ("tls", "the TLS setup is built at start"),
     ("tls_names", "the TLS setup is built at start"),
-    (
-        "tls_cert",
-        "the TLS setup is built at start (a changed file is reloaded by itself)",
-    ),
-    (
-        "tls_key",
-        "the TLS setup is built at start (a changed file is reloaded by itself)",
-    ),
     ("state_dir", "the TLS setup is built at start"),
     ("acme_directory", "the TLS setup is built at start"),
     ("acme_email", "the TLS setup is built at start"),
@@ -122,7 +114,7 @@ pub struct Reloader<'a> {
     metrics: Metrics,
     handoff: Arc<Mutex<HandoffSet>>,
     unix_paths: Arc<Mutex<Vec<PathBuf>>>,
-    https: bool,
+    tls: Option<Arc<hayate_tls::TlsServer>>,
 }
 
 /// What a [`Reloader`] works with, besides the running blueprint.
@@ -152,8 +144,9 @@ pub struct ReloadParts<'a> {
     pub handoff: Arc<Mutex<HandoffSet>>,
     /// Unix socket files of the listeners, removed when hayate exits.
     pub unix_paths: Arc<Mutex<Vec<PathBuf>>>,
-    /// Whether HTTPS is set up (an https listener can be added).
-    pub https: bool,
+    /// The TLS side, when HTTPS is set up (an https listener can be added
+    /// only then).
+    pub tls: Option<Arc<hayate_tls::TlsServer>>,
 }
 
 impl<'a> Reloader<'a> {
@@ -174,7 +167,7 @@ impl<'a> Reloader<'a> {
             metrics: parts.metrics,
             handoff: parts.handoff,
             unix_paths: parts.unix_paths,
-            https: parts.https,
+            tls: parts.tls,
         }
     }
 
@@ -230,15 +223,26 @@ impl<'a> Reloader<'a> {
         next.global.workers = running.global.workers;
         next.global.admin = running.global.admin.clone();
         next.global.control = running.global.control.clone();
-        let tls_sites_changed = next
-            .sites
+        // Certificate files and local-CA names: loaded (all or none) now,
+        // served once the reload cannot fail any more.
+        let certificates_changed = ["tls_cert", "tls_key", "tls_names"]
             .iter()
-            .map(|s| format!("{:?}", s.tls))
-            .ne(running.sites.iter().map(|s| format!("{:?}", s.tls)));
-        if tls_sites_changed {
-            notes.push("[[site]] tls: not changed until a restart".into());
-        }
-
+            .any(|k| running.global.changed_keys(&next.global).contains(k))
+            || next
+                .sites
+                .iter()
+                .map(|s| format!("{:?} {:?}", s.hosts, s.tls))
+                .ne(running
+                    .sites
+                    .iter()
+                    .map(|s| format!("{:?} {:?}", s.hosts, s.tls)));
+        let certificates = match (&self.tls, certificates_changed) {
+            (Some(tls), true) => Some(
+                tls.load_certificates(&next)
+                    .map_err(|e| format!("HTTPS: {e}\n"))?,
+            ),
+            _ => None,
+        };
         let cache = match self.cache.load_full() {
             Some(cache) => Some(cache),
             None => router::response_cache(&next).inspect(|c| {
@@ -270,6 +274,10 @@ impl<'a> Reloader<'a> {
         // Listeners last: once bound, nothing else can refuse the reload.
         let change = self.change_listeners(&as_read.global.listen)?;
         next.global.listen = change.resolved;
+        if let (Some(tls), Some(certificates)) = (&self.tls, certificates) {
+            tls.use_certificates(certificates);
+            notes.push("HTTPS: certificates loaded again".into());
+        }
 
         let plan = Arc::new(Blueprint {
             number: self.running.number + 1,
@@ -329,7 +337,7 @@ impl<'a> Reloader<'a> {
             .collect();
         if let Some(l) = new
             .iter()
-            .find(|l| l.scheme == Scheme::Https && !self.https)
+            .find(|l| l.scheme == Scheme::Https && self.tls.is_none())
         {
             return Err(format!(
                 "listen {}: hayate started without HTTPS; an https listener needs `hayate upgrade` or a restart\n",

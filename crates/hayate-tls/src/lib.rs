@@ -29,6 +29,7 @@ mod upstream;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,9 @@ const SESSION_CACHE: usize = 10_000;
 /// A record's first byte for a handshake (RFC 8446 §5.1, content type 22).
 const HANDSHAKE_RECORD: u8 = 0x16;
 
+/// Certificates loaded for a reload, not served yet.
+pub struct LoadedCertificates(Sources);
+
 /// The TLS side of every `https://` listener.
 #[derive(Debug)]
 pub struct TlsServer {
@@ -67,6 +71,9 @@ pub struct TlsServer {
     handshake_timeout: Duration,
     ca_path: Option<PathBuf>,
     challenges: Option<Arc<Challenges>>,
+    /// Counts the certificate sources loaded: a reload's new ones end the
+    /// old ones' watch.
+    sources_generation: Arc<AtomicU64>,
 }
 
 impl TlsServer {
@@ -80,18 +87,8 @@ impl TlsServer {
         // One provider for every rustls user in the process (instant-acme's
         // HTTP client asks for the process default).
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let global_pairs = g.tls_cert.iter().flatten().cloned();
-        let global_pairs = global_pairs.zip(g.tls_key.iter().flatten().cloned());
-        let site_pairs = config
-            .sites
-            .iter()
-            .flat_map(|s| s.tls.certs.iter().cloned());
-        let pairs: Vec<(PathBuf, PathBuf)> = global_pairs.chain(site_pairs).collect();
         let state_dir = g.state_dir.clone().unwrap_or_else(default_state_dir);
-        let ca_dir = state_dir.join("local-ca");
-        let internal =
-            uses(config, TlsMode::Internal).then(|| (ca_dir.as_path(), local_names(config)));
-        let sources = Sources::load(&pairs, internal)?;
+        let sources = configured_sources(config, &state_dir)?;
         let store = Arc::new(CertStore::default());
         store.replace(Layer::Configured, sources.certificates());
         let metrics = Arc::new(TlsMetrics::new(store.clone()));
@@ -116,12 +113,40 @@ impl TlsServer {
             ca_path: sources.ca_path(),
             store: store.clone(),
             challenges,
+            sources_generation: Arc::new(AtomicU64::new(0)),
         };
-        sources.watch(store);
+        sources.watch(store, server.sources_generation.clone(), 0);
         if let Some((acme, _)) = acme {
             acme.spawn();
         }
         Ok(Some(server))
+    }
+
+    /// Loads the certificate files (and local-CA names) of `config`, a
+    /// reloaded configuration: all of them, or an error naming the one that
+    /// failed. Nothing changes until [`TlsServer::use_certificates`].
+    pub fn load_certificates(&self, config: &Config) -> Result<LoadedCertificates, String> {
+        let state_dir = config
+            .global
+            .state_dir
+            .clone()
+            .unwrap_or_else(default_state_dir);
+        configured_sources(config, &state_dir).map(LoadedCertificates)
+    }
+
+    /// Serves `loaded` from now on, watching their files instead of the old
+    /// ones. TLS settings and session-ticket keys stay, and so do
+    /// certificates from ACME (their names are set at start).
+    pub fn use_certificates(&self, loaded: LoadedCertificates) {
+        let sources = loaded.0;
+        self.store
+            .replace(Layer::Configured, sources.certificates());
+        let generation = self.sources_generation.fetch_add(1, Ordering::AcqRel) + 1;
+        sources.watch(
+            self.store.clone(),
+            self.sources_generation.clone(),
+            generation,
+        );
     }
 
     /// The answers to ACME's HTTP-01 challenges, when certificates come
@@ -303,6 +328,22 @@ async fn refuse_plain_http(tcp: &mut TcpStream) {
 }
 
 /// Whether some certificates come from `mode` (globally or for a site).
+/// The certificate files of `config` (global pairs, then the sites'), and
+/// the local CA's certificates when `tls = internal`, loaded and checked.
+fn configured_sources(config: &Config, state_dir: &Path) -> Result<Sources, String> {
+    let g = &config.global;
+    let global_pairs = g.tls_cert.iter().flatten().cloned();
+    let global_pairs = global_pairs.zip(g.tls_key.iter().flatten().cloned());
+    let site_pairs = config
+        .sites
+        .iter()
+        .flat_map(|s| s.tls.certs.iter().cloned());
+    let pairs: Vec<(PathBuf, PathBuf)> = global_pairs.chain(site_pairs).collect();
+    let ca_dir = state_dir.join("local-ca");
+    let internal = uses(config, TlsMode::Internal).then(|| (ca_dir.as_path(), local_names(config)));
+    Sources::load(&pairs, internal)
+}
+
 fn uses(config: &Config, mode: TlsMode) -> bool {
     config.global.tls == Some(mode) || config.sites.iter().any(|s| s.tls.mode == Some(mode))
 }

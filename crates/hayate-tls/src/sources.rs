@@ -8,6 +8,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -134,13 +135,18 @@ impl Sources {
         changed
     }
 
-    /// Watches on a thread of its own, putting what changed into `store`.
+    /// Watches on a thread of its own, putting what changed into `store`,
+    /// until `current` no longer says `generation` (a reload replaced these
+    /// sources).
     #[allow(clippy::disallowed_methods)] // its own thread, not an event loop
-    pub(crate) fn watch(mut self, store: Arc<CertStore>) {
+    pub(crate) fn watch(mut self, store: Arc<CertStore>, current: Arc<AtomicU64>, generation: u64) {
         let spawned = std::thread::Builder::new()
             .name("hayate-tls-watch".into())
             .spawn(move || loop {
                 std::thread::sleep(WATCH_INTERVAL);
+                if current.load(Ordering::Acquire) != generation {
+                    return;
+                }
                 if self.refresh(SystemTime::now()) {
                     store.replace(Layer::Configured, self.certificates());
                 }

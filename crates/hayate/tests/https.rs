@@ -683,3 +683,58 @@ fn sites_in_the_config_file_bring_their_own_certificates() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reload_takes_new_certificate_files_and_refuses_a_broken_one() {
+    let root = site();
+    let pki = Pki::new();
+    let (a_cert, a_key, a_der) = pki.issue(&["a.test"], "a");
+    let (b_cert, b_key, b_der) = pki.issue(&["a.test"], "b");
+    let state = tempfile::tempdir().expect("state");
+    let (file, control) = (
+        state.path().join("hayate.toml"),
+        state.path().join("c.sock"),
+    );
+    let config = |cert: &str, key: &str| {
+        format!(
+            "listen = [\"https://127.0.0.1:0\"]\ncontrol = \"{control}\"\nroot = \"{root}\"\n\
+             tls_cert = \"{cert}\"\ntls_key = \"{key}\"\n",
+            control = control.display(),
+            root = root.path().display(),
+        )
+    };
+    std::fs::write(&file, config(&a_cert, &a_key)).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("path")]);
+    let client = TlsClient::trusting(&pki.ca()).without_resumption();
+    let mut kept = client.connect(h.addr, "a.test");
+    assert_eq!(served_certificate(&kept), a_der);
+    let reload = || {
+        let out = std::process::Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control)
+            .output()
+            .expect("hayate reload");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    };
+
+    std::fs::write(&file, config(&b_cert, &b_key)).expect("write");
+    let (ok, said) = reload();
+    assert!(ok && said.contains("certificates loaded again"), "{said}");
+    assert_eq!(served_certificate(&client.connect(h.addr, "a.test")), b_der);
+    assert_eq!(
+        kept.get("/hello.txt", &[]).status,
+        200,
+        "open connections stay"
+    );
+
+    // A key that is not the certificate's: refused, the last ones stay.
+    std::fs::write(&file, config(&a_cert, &b_key)).expect("write");
+    let (ok, said) = reload();
+    assert!(!ok && said.contains("HTTPS:"), "{said}");
+    assert_eq!(served_certificate(&client.connect(h.addr, "a.test")), b_der);
+}
