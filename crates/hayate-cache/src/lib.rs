@@ -15,6 +15,7 @@
 //! (`cached.rs`); this crate does no I/O and depends only on hayate-core.
 
 pub mod directives;
+pub mod events;
 pub mod fill;
 pub mod growing;
 pub mod policy;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use directives::{RequestDirectives, ResponseDirectives};
+pub use events::CacheEvent;
 pub use fill::{Fills, Outcome, Role, Streaming, Waited};
 pub use policy::{NotStored, ResponseFacts, RoutePolicy, Use};
 pub use status::{CacheOutcome, CacheStatus};
@@ -69,6 +71,8 @@ pub struct ResponseCache {
     pub fills: Arc<Fills>,
     /// The settings it was built with.
     pub limits: CacheLimits,
+    /// Where purges and invalidations are announced to other boxes.
+    announce: events::AnnounceSlot,
 }
 
 impl ResponseCache {
@@ -78,6 +82,7 @@ impl ResponseCache {
             store: Store::new(limits.budget, limits.max_object),
             fills: Arc::new(Fills::new(limits.max_waiters)),
             limits,
+            announce: events::AnnounceSlot::default(),
         }
     }
 

@@ -75,6 +75,7 @@ pub fn heading(key: &str) -> &'static str {
         _ if starts("tls_") || starts("acme_") => "TLS",
         _ if starts("proxy_") => "Proxy",
         _ if starts("cache_") => "Response cache",
+        _ if starts("shared_") => "Response cache",
         _ if starts("compress_") || key == "precompressed" => "Compression",
         _ if starts("app_") => "App",
         _ => "Files",

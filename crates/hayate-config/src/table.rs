@@ -300,6 +300,10 @@ options! {
         "Once its sockets are bound (ports below 1024 need root), hayate runs as this user (name or uid), and so does its app";
     group: String = unset, "GROUP",
         "The group hayate runs as with user (default: the user's own group)";
+    shared: String = unset, "redis://HOST:PORT[/DB]",
+        "Redis (or Valkey) that several hayates share: a purge or an invalidation on one box reaches every box's cache (off unless set)";
+    shared_timeout: Dur = "50ms", "DURATION",
+        "Longest wait for any Redis call; Redis slower or down never delays a request";
     app_user: String = unset, "USER",
         "The user the app runs as, when hayate itself stays root (not with user: the app then runs as that user)";
     cache_size: Size = "256MiB", "SIZE",

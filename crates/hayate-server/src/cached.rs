@@ -20,8 +20,8 @@ use hayate_cache::serve::{self, Admission, ClientValidators};
 use hayate_cache::store::{self, Key};
 use hayate_cache::vary::FieldValues;
 use hayate_cache::{
-    CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
-    Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
+    CacheEvent, CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache,
+    ResponseFacts, Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
 };
 use hayate_compress::Policy;
 use hayate_core::client_body::{ClientBody, NoBody};
@@ -708,25 +708,12 @@ pub fn purge(cache: Option<&ResponseCache>, url: Option<&str>, tag: Option<&str>
     let Some(cache) = cache else {
         return "no route caches responses (use --cache)\n".to_string();
     };
-    let removed = match (url, tag) {
-        (Some(url), _) => {
-            let rest = url
-                .strip_prefix("http://")
-                .or_else(|| url.strip_prefix("https://"));
-            let (host, path) = match rest {
-                Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
-                None => ("", url),
-            };
-            let path = path
-                .split('?')
-                .next()
-                .filter(|p| !p.is_empty())
-                .unwrap_or("/");
-            cache.store.purge_url(host.as_bytes(), path.as_bytes())
-        }
-        (None, Some(tag)) => cache.store.purge_tag(tag.as_bytes()),
-        (None, None) => 0,
+    let event = match (url, tag) {
+        (Some(url), _) => CacheEvent::PurgeUrl(url.to_string()),
+        (None, Some(tag)) => CacheEvent::PurgeTag(tag.to_string()),
+        (None, None) => return "purged 0\n".to_string(),
     };
+    let removed = cache.apply_and_announce(&event);
     log::info!("purged {removed} cached URL(s)");
     format!("purged {removed}\n")
 }
@@ -738,8 +725,13 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
         return;
     }
     let host = req.host.unwrap_or_default();
-    let store = &rc.shared.store;
-    store.invalidate(&store::key(host, req.target));
+    let invalidate = |target: &[u8]| {
+        rc.shared.apply_and_announce(&CacheEvent::Invalidate {
+            host: host.to_vec(),
+            target: target.to_vec(),
+        });
+    };
+    invalidate(req.target);
     for (name, value) in resp.all_fields() {
         if !(name.eq_ignore_ascii_case(b"location")
             || name.eq_ignore_ascii_case(b"content-location"))
@@ -747,7 +739,7 @@ fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Respo
             continue;
         }
         if let Some(target) = same_host_target(value, host) {
-            store.invalidate(&store::key(host, target));
+            invalidate(target);
         }
     }
 }

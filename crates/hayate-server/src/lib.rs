@@ -168,6 +168,18 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         let c = c.clone();
         hooks.metrics.register_fn(move |out| c.render_metrics(out));
     }
+    let cache_slot: CacheSlot = Arc::new(arc_swap::ArcSwapOption::new(cache.clone()));
+    let shared_tier = match &config.global.shared {
+        Some(url) => {
+            let tier = signals.block_on(async { start_shared_tier(url, &config, &cache_slot) })?;
+            hooks.metrics.register(tier.metrics());
+            if let Some(c) = &cache {
+                announce_to(c, &tier);
+            }
+            Some(tier)
+        }
+        None => None,
+    };
     // Handled from now on (their default actions would end hayate).
     let signals_seen = signals.block_on(async { main_loop::Signals::register() })?;
 
@@ -213,7 +225,6 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         log_sink,
     }));
     let (built_tx, built_rx) = tokio::sync::mpsc::unbounded_channel();
-    let cache_slot: CacheSlot = Arc::new(arc_swap::ArcSwapOption::new(cache));
     let shared = Shared {
         blueprint,
         built: built_tx,
@@ -288,6 +299,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         handoff: handoff.clone(),
         unix_paths: unix_paths.clone(),
         tls: shared.tls.clone(),
+        shared_tier,
     });
     let ending = signals.block_on(
         MainLoop {
@@ -327,6 +339,33 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         }
     }
     ending.result
+}
+
+/// Starts the shared tier on the current runtime: other boxes' purges and
+/// invalidations are applied to whichever cache runs then.
+fn start_shared_tier(
+    url: &str,
+    config: &Config,
+    cache: &CacheSlot,
+) -> io::Result<hayate_shared::SharedTier> {
+    let cache = cache.clone();
+    let settings = hayate_shared::SharedSettings {
+        url: url.to_string(),
+        timeout: config.global.shared_timeout.0,
+    };
+    hayate_shared::SharedTier::start(settings, move |event| {
+        if let Some(cache) = cache.load_full() {
+            let removed = cache.apply(event);
+            log::debug!("shared tier: {event:?} from another box removed {removed}");
+        }
+    })
+    .map_err(io::Error::other)
+}
+
+/// Makes `cache` announce this box's purges and invalidations to the others.
+pub(crate) fn announce_to(cache: &hayate_cache::ResponseCache, tier: &hayate_shared::SharedTier) {
+    let tier = tier.clone();
+    cache.announce_to(Box::new(move |event| tier.announce(event)));
 }
 
 /// Raises the soft open-file limit to the hard limit: each connection is a

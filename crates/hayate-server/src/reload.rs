@@ -52,6 +52,8 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("error_log", "the error log is opened at start"),
     ("log_level", "the error log is set up at start"),
     ("cache_size", "the response cache is sized at start"),
+    ("shared", "the shared tier is set up at start"),
+    ("shared_timeout", "the shared tier is set up at start"),
     ("cache_max_object", "the response cache is set up at start"),
     (
         "cache_lock_timeout",
@@ -115,6 +117,7 @@ pub struct Reloader<'a> {
     handoff: Arc<Mutex<HandoffSet>>,
     unix_paths: Arc<Mutex<Vec<PathBuf>>>,
     tls: Option<Arc<hayate_tls::TlsServer>>,
+    shared_tier: Option<hayate_shared::SharedTier>,
 }
 
 /// What a [`Reloader`] works with, besides the running blueprint.
@@ -147,6 +150,9 @@ pub struct ReloadParts<'a> {
     /// The TLS side, when HTTPS is set up (an https listener can be added
     /// only then).
     pub tls: Option<Arc<hayate_tls::TlsServer>>,
+    /// The shared tier, when several hayates share purges (a cache made by
+    /// a reload announces to it).
+    pub shared_tier: Option<hayate_shared::SharedTier>,
 }
 
 impl<'a> Reloader<'a> {
@@ -168,6 +174,7 @@ impl<'a> Reloader<'a> {
             handoff: parts.handoff,
             unix_paths: parts.unix_paths,
             tls: parts.tls,
+            shared_tier: parts.shared_tier,
         }
     }
 
@@ -246,6 +253,9 @@ impl<'a> Reloader<'a> {
         let cache = match self.cache.load_full() {
             Some(cache) => Some(cache),
             None => router::response_cache(&next).inspect(|c| {
+                if let Some(tier) = &self.shared_tier {
+                    crate::announce_to(c, tier);
+                }
                 let c = c.clone();
                 self.metrics.register_fn(move |out| c.render_metrics(out));
             }),

@@ -9,6 +9,7 @@
 pub mod browser;
 pub mod origin;
 pub mod pebble;
+pub mod redis;
 pub mod tls;
 
 pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};
