@@ -476,7 +476,10 @@ impl Cx<'_> {
             routes.push((prefix, route_layer, table.span().start, root_at));
         }
         if !routes.iter().any(|r| r.0 == "/")
-            && (layer.root.is_some() || layer.proxy.is_some() || layer.app == Some(true))
+            && (layer.root.is_some()
+                || layer.proxy.is_some()
+                || layer.fastcgi.is_some()
+                || layer.app == Some(true))
         {
             routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
         }
@@ -497,13 +500,23 @@ impl Cx<'_> {
                     format!("route {prefix:?} has neither root nor proxy"),
                 ));
             }
-            if layer.proxy.iter().flatten().any(|s| s.prefix.is_some()) {
+            if layer.proxy.iter().flatten().any(|s| s.prefix.is_some())
+                || layer.fastcgi.iter().flatten().any(|s| s.prefix.is_some())
+            {
+                let key = if layer.fastcgi.is_some() {
+                    "fastcgi"
+                } else {
+                    "proxy"
+                };
                 return Err(self.err(
                     offset,
-                    "proxy",
+                    key,
                     "PREFIX= is for the command line; in a file use a [[site.route]] with a prefix"
                         .into(),
                 ));
+            }
+            if let Some(message) = crate::fastcgi_conflict(&layer) {
+                return Err(self.err(offset, "fastcgi", format!("route {prefix:?}: {message}")));
             }
             out.push(Route {
                 prefix,

@@ -140,11 +140,32 @@ pub(crate) struct Member {
     rr_current: Cell<i64>,
 }
 
+/// The protocol a group's members speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// HTTP/1.1 (`h1_client.rs`).
+    Http1,
+    /// FastCGI, responder role (`fastcgi.rs`).
+    FastCgi,
+}
+
+impl Protocol {
+    /// Whether a member's connections, kept ones included, stay within
+    /// `max_conns`: a FastCGI application (php-fpm) gives each connection
+    /// a worker process for as long as it stays open, so an idle kept
+    /// connection holds a process another request may wait for.
+    pub(crate) fn bounds_connections(self) -> bool {
+        self == Protocol::FastCgi
+    }
+}
+
 /// A group of upstream members (per worker).
 #[derive(Debug)]
 pub struct UpstreamGroup {
     pub(crate) members: Vec<Rc<Member>>,
     pub(crate) settings: ProxySettings,
+    /// What the members speak.
+    pub(crate) protocol: Protocol,
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: QueueGauge,
@@ -181,12 +202,26 @@ impl UpstreamGroup {
         UpstreamGroup {
             members,
             settings,
+            protocol: Protocol::Http1,
             next: Cell::new(0),
             waiting: QueueGauge::default(),
             waiting_any: Cell::new(0),
             freed,
             app_ready: None,
         }
+    }
+
+    /// A group of FastCGI responders (php-fpm) at `addrs`. `settings.max_conns`
+    /// bounds each member's connections on this worker, kept ones included
+    /// (0: one), so that the pools of every worker together never hold
+    /// more of the application's worker processes than it has; requests
+    /// past it wait in the group's queue.
+    pub fn fastcgi(addrs: &[UpstreamAddr], mut settings: ProxySettings) -> UpstreamGroup {
+        settings.max_conns = settings.max_conns.max(1);
+        settings.max_idle = settings.max_idle.min(settings.max_conns as usize);
+        let mut group = UpstreamGroup::new(addrs, settings);
+        group.protocol = Protocol::FastCgi;
+        group
     }
 
     /// Sets the members' weights (in member order; missing ones stay 1).

@@ -20,9 +20,11 @@
 //! a member (`group.rs`) or waits (`queue.rs`), takes a connection
 //! (`pool.rs`, `upconn.rs`), and runs one exchange in the upstream's
 //! protocol (`protocol.rs`; HTTP/1.1 in `h1_client.rs`, with the head from
-//! `request_head.rs`).
+//! `request_head.rs`; FastCGI in `fastcgi.rs`, with its records, CGI
+//! environment and CGI response head under `fastcgi/`).
 
 mod addr;
+mod fastcgi;
 mod forward;
 mod group;
 mod h1_client;
@@ -35,7 +37,8 @@ mod request;
 mod request_head;
 mod retry;
 mod upconn;
+mod upstream_io;
 
 pub use addr::UpstreamAddr;
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
-pub use request::{ProxyRequest, RequestFields};
+pub use request::{CgiScript, ProxyRequest, RequestFields};

@@ -32,7 +32,8 @@ use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
 use hayate_core::transport::Scheme;
 use hayate_core::{Coding, Response, Status};
-use hayate_proxy::{ProxyRequest, UpstreamGroup};
+use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
+use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
@@ -74,6 +75,8 @@ pub struct ToUpstream<'r> {
     target: Cow<'r, [u8]>,
     /// The route's cache, and why it could not answer.
     cache: Option<(&'r RouteCache, Miss)>,
+    /// On a FastCGI route, the script to run.
+    script: Option<ScriptPath>,
 }
 
 impl ToUpstream<'_> {
@@ -131,12 +134,37 @@ pub fn answer<'r>(
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
 
-    // 3. A file if one matches (GET and HEAD), else 4. the upstream.
+    // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
+    // FastCGI route a path that names a script runs it (never served as a
+    // file), or is a 404 when that script may not run.
+    let handler_path = handler_path(route, &path);
+    let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path)) {
+        Some(Script::Found { end }) => Some(ScriptPath {
+            path: handler_path.to_vec(),
+            end,
+        }),
+        Some(Script::Missing) => {
+            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
+            return Answer::Now(response, Some(route.index));
+        }
+        Some(Script::NotAScript) | None => None,
+    };
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
-    if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
-        let handler_path = handler_path(route, &path);
+    if let Some(files) = route
+        .files
+        .as_ref()
+        .filter(|_| reads_files && script.is_none())
+    {
         if let Some(response) = serve_file(files, req, &handler_path, now) {
             return Answer::Now(with_hsts(response, route, req), Some(route.index));
+        }
+    }
+    if let (Some(scripts), None) = (&route.scripts, &script) {
+        // 3b. No file: a directory's index script, else the front controller.
+        script = front_script(route, scripts, &handler_path);
+        if script.is_none() {
+            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
+            return Answer::Now(response, Some(route.index));
         }
     }
     let Some(group) = &route.upstream else {
@@ -161,7 +189,37 @@ pub fn answer<'r>(
         group,
         target,
         cache,
+        script,
     })
+}
+
+/// The script a FastCGI route runs for a path that names none and matches
+/// no file: the directory's index script (`/blog/` → `/blog/index.php`),
+/// else the front controller with the original URI (nginx's `try_files
+/// $uri $uri/ /index.php?$query_string`). `None`: nothing runs (404).
+fn front_script(route: &Route, scripts: &ScriptRoot, path: &[u8]) -> Option<ScriptPath> {
+    let front = route.front_controller.as_deref()?;
+    if path.ends_with(b"/") {
+        let name = front.rsplit(|&b| b == b'/').next().unwrap_or(front);
+        let index = [path, name].concat();
+        if let Script::Found { end } = scripts.find(&index) {
+            return Some(ScriptPath { path: index, end });
+        }
+    }
+    match scripts.find(front) {
+        Script::Found { end } => Some(ScriptPath {
+            path: front.to_vec(),
+            end,
+        }),
+        Script::Missing | Script::NotAScript => None,
+    }
+}
+
+/// The script a FastCGI request runs: `path[..end]` (SCRIPT_NAME), then
+/// its PATH_INFO.
+pub struct ScriptPath {
+    path: Vec<u8>,
+    end: usize,
 }
 
 /// Step 4 for what [`answer`] could not answer: the route's upstream group,
@@ -173,7 +231,17 @@ pub async fn upstream<B: ClientBody>(
     body: &mut B,
     client: Client<'_>,
 ) -> Response {
-    let proxied = proxied(req, &to.target, client);
+    let mut proxied = proxied(req, &to.target, client);
+    if let (Some(script), Some(scripts)) = (&to.script, &to.route.scripts) {
+        proxied.cgi = Some(CgiScript {
+            document_root: scripts.root(),
+            script_name: &script.path[..script.end],
+            path_info: &script.path[script.end..],
+            server_port: server_port(req),
+            remote_port: None,
+            protocol: req.version.as_str(),
+        });
+    }
     // The caller boxes this future (`Conn::ask_upstream`, an HTTP/2
     // stream's task), so no state of it enlarges the future a connection
     // builds for every request. The forward lives in that box; the cache
@@ -253,6 +321,21 @@ fn upstream_target<'r>(req: &'r RequestHead, path: Cow<'_, [u8]>) -> Cow<'r, [u8
     }
 }
 
+/// The port the client asked for (SERVER_PORT): the Host's, else the
+/// scheme's default.
+fn server_port(req: &RequestHead) -> u16 {
+    let host = req.host().unwrap_or_default();
+    let port = host
+        .rsplit(|&b| b == b':')
+        .next()
+        .filter(|p| p.len() < host.len() && !p.contains(&b']'));
+    port.and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
+        .unwrap_or(match req.scheme {
+            Scheme::Https => 443,
+            Scheme::Http => 80,
+        })
+}
+
 /// The request as the proxy and the cache see it.
 fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
     ProxyRequest {
@@ -262,6 +345,7 @@ fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> Pr
         client_ip: client.peer,
         scheme: req.scheme,
         host: req.host(),
+        cgi: None,
     }
 }
 

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
-use hayate_config::values::{BalanceSpec, ListenAddr, ProxySpec, Scheme};
+use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
+use hayate_static::scripts::ScriptRoot;
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
@@ -32,6 +33,12 @@ pub struct Route {
     pub files: Option<StaticRoot>,
     /// The upstream group.
     pub upstream: Option<Rc<UpstreamGroup>>,
+    /// For a FastCGI route: the scripts its upstream runs (the upstream
+    /// is then a FastCGI group).
+    pub scripts: Option<ScriptRoot>,
+    /// For a FastCGI route: the front controller's path under the root
+    /// (`/index.php`), run for paths that match no file.
+    pub front_controller: Option<Vec<u8>>,
     /// The response cache in front of the upstream group.
     pub cache: Option<RouteCache>,
     /// Position in config order (sites, then routes): the same in every
@@ -129,7 +136,20 @@ impl Router {
                     },
                     ..proxy.clone()
                 };
+                let scripts = match (&r.options.fastcgi, &r.options.root) {
+                    (Some(_), Some(root)) => Some(ScriptRoot::new(
+                        root,
+                        &r.options.fastcgi_extensions,
+                        r.options.dotfiles,
+                        r.options.symlinks_outside_root,
+                    )?),
+                    _ => None,
+                };
                 let upstream = match (&r.options.proxy, r.options.app, app) {
+                    _ if r.options.fastcgi.is_some() => {
+                        let specs = r.options.fastcgi.as_deref().unwrap_or_default();
+                        Some(Rc::new(fastcgi_group(specs, &proxy, config)?))
+                    }
                     (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
                     (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
                     (None, true, None) => {
@@ -152,6 +172,14 @@ impl Router {
                     strip_prefix: r.options.strip_prefix,
                     files,
                     upstream,
+                    front_controller: scripts
+                        .as_ref()
+                        .filter(|_| !r.options.fastcgi_index.is_empty())
+                        .map(|_| {
+                            format!("/{}", r.options.fastcgi_index.trim_start_matches('/'))
+                                .into_bytes()
+                        }),
+                    scripts,
                     cache: cache.map(|shared| RouteCache {
                         shared: shared.clone(),
                         policy: RoutePolicy {
@@ -329,6 +357,27 @@ fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<U
     let mut group = UpstreamGroup::new(&addrs, settings.clone());
     group.set_weights(&weights);
     Ok(group)
+}
+
+/// The FastCGI group of a route. `fastcgi_max_conns` is shared out among
+/// the workers (each has its own pool; at least one connection each), so
+/// that together they hold no more php-fpm children than it allows.
+fn fastcgi_group(
+    specs: &[FastCgiSpec],
+    settings: &ProxySettings,
+    config: &Config,
+) -> io::Result<UpstreamGroup> {
+    let addrs = specs
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
+        .collect::<io::Result<Vec<_>>>()?;
+    let workers = config.global.workers.get().max(1) as u32;
+    let settings = ProxySettings {
+        max_conns: (config.global.fastcgi_max_conns / workers).max(1),
+        ..settings.clone()
+    };
+    Ok(UpstreamGroup::fastcgi(&addrs, settings))
 }
 
 fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {
