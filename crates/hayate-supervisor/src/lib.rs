@@ -16,6 +16,7 @@
 
 mod instance;
 mod logfile;
+pub mod php;
 
 pub use logfile::RotatingLog;
 

@@ -8,6 +8,7 @@
 
 pub mod origin;
 pub mod pebble;
+pub mod php;
 pub mod tls;
 
 pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};

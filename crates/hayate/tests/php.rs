@@ -1,0 +1,529 @@
+//! PHP behind hayate: a real php-fpm ([`PhpFpm`], the pool `hayate php`
+//! generates) on a Unix socket, hayate in front with `--fastcgi`. GET,
+//! POST and uploads, query strings and PATH_INFO, the front controller,
+//! headers, cookies, redirects and statuses set by PHP, a streamed
+//! response, timeouts (504), php-fpm stopped (502) and back, the pool's
+//! bounds and php-fpm recycling its children, what never runs (scripts
+//! that do not exist, uploads, traversal, httpoxy), and the cache and
+//! compression on PHP responses.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use hayate_supervisor::php::PhpPool;
+use hayate_testkit::php::PhpFpm;
+use hayate_testkit::{eventually, Client, Hayate, Response};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// The PHP app the tests serve.
+const APP: &[(&str, &str)] = &[
+    (
+        "index.php",
+        r#"<?php
+header('Content-Type: text/plain');
+echo "front uri=", $_SERVER['REQUEST_URI'], " script=", $_SERVER['SCRIPT_NAME'],
+    " info=", $_SERVER['PATH_INFO'] ?? '', " query=", $_SERVER['QUERY_STRING'], "\n";
+"#,
+    ),
+    (
+        "env.php",
+        r#"<?php
+header('Content-Type: text/plain');
+foreach ($_SERVER as $k => $v) if (is_string($v)) echo "$k=$v\n";
+foreach ($_GET as $k => $v) echo "GET:$k=$v\n";
+foreach ($_POST as $k => $v) if (is_string($v)) echo "POST:$k=$v\n";
+foreach ($_FILES as $k => $f) {
+    $want = str_repeat('0123456789', (int) ($_POST['tens'] ?? 0));
+    echo "FILE:$k=", $f['name'], ":", $f['size'], ":",
+        file_get_contents($f['tmp_name']) === $want ? 'intact' : 'corrupt', "\n";
+}
+$input = file_get_contents('php://input');
+echo "INPUT=", strlen($input), ":",
+    $input === str_repeat('0123456789', (int) ($_GET['tens'] ?? 0)) ? 'intact' : 'other', "\n";
+"#,
+    ),
+    (
+        "headers.php",
+        r#"<?php
+setcookie('a', '1');
+setcookie('b', '2', ['httponly' => true]);
+header('X-From-Php: yes');
+http_response_code(201);
+echo "created";
+"#,
+    ),
+    ("redirect.php", "<?php header('Location: /landing');\n"),
+    (
+        "moved.php",
+        "<?php header('Location: https://example.com/new', true, 301);\n",
+    ),
+    (
+        "teapot.php",
+        "<?php header('Status: 418 I am a teapot'); echo 'short and stout';\n",
+    ),
+    (
+        "gate.php",
+        r#"<?php
+// Prints "first", then waits (bounded) for the test to create the gate
+// file, then prints the rest: a response streams if the client sees
+// "first" while the script still waits.
+header('Content-Type: text/plain');
+echo "first\n";
+flush();
+for ($i = 0; $i < 200 && !file_exists($_GET['gate']); $i++) usleep(25000);
+if (!file_exists($_GET['gate'])) { echo "GATE TIMEOUT\n"; exit; }
+for ($i = 0; $i < 64; $i++) { echo str_repeat(chr(65 + $i % 26), 65536); flush(); }
+"#,
+    ),
+    (
+        "pid.php",
+        r#"<?php
+for ($i = 0; isset($_GET['gate']) && $i < 200 && !file_exists($_GET['gate']); $i++) usleep(25000);
+echo getmypid();
+"#,
+    ),
+    (
+        "stderr.php",
+        "<?php error_log('boom from php'); echo 'logged';\n",
+    ),
+    (
+        "page.php",
+        r#"<?php
+header('Content-Type: text/html; charset=utf-8');
+echo '<p>', uniqid('', true), '</p>', str_repeat('<p>lorem ipsum dolor sit amet</p>', 200);
+"#,
+    ),
+    ("blog/index.php", "<?php echo 'blog index';\n"),
+    ("assets/app.css", "body { color: red }\n"),
+    ("uploads/evil.jpg", "<?php echo 'pwned'; ?>\n"),
+    (".hidden/x.php", "<?php echo 'hidden ran';\n"),
+    ("UPPER.PHP", "<?php echo 'upper ran';\n"),
+];
+
+/// The app in a temp dir.
+fn app() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (path, text) in APP {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    dir
+}
+
+/// A php-fpm pool of `children`, recycling each after `max_requests`
+/// (0: never).
+fn php_fpm(children: u32, max_requests: u32) -> PhpFpm {
+    PhpFpm::start(&PhpPool {
+        children,
+        max_requests,
+        terminate_after_secs: 0,
+    })
+}
+
+/// hayate serving `root` with its scripts run by `fpm`, and more `args`.
+fn hayate(root: &Path, fpm: &PhpFpm, args: &[&str]) -> Hayate {
+    let root = root.to_str().expect("utf-8");
+    let address = fpm.address();
+    let mut all = vec![root, "--fastcgi", &address];
+    all.extend_from_slice(args);
+    Hayate::start(BIN, &all)
+}
+
+/// `KEY=VALUE` lines of env.php's answer.
+fn var<'a>(r: &'a Response, key: &str) -> Option<&'a str> {
+    let text = std::str::from_utf8(&r.body).expect("utf-8");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn post(c: &mut Client, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    raw.push_str("\r\n");
+    let mut raw = raw.into_bytes();
+    raw.extend_from_slice(body);
+    c.send(&raw);
+    c.read_response(false)
+}
+
+#[test]
+fn get_post_upload_query_strings_path_info_and_the_front_controller() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &[]);
+    let mut c = h.client();
+
+    let r = c.get(
+        "/env.php?a=1&b=two",
+        &[("Cookie", "x=1"), ("Cookie", "y=2")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let root = std::fs::canonicalize(dir.path()).expect("root");
+    let root = root.to_str().expect("utf-8");
+    for (k, v) in [
+        ("GET:a", "1"),
+        ("GET:b", "two"),
+        ("QUERY_STRING", "a=1&b=two"),
+        ("REQUEST_URI", "/env.php?a=1&b=two"),
+        ("REQUEST_METHOD", "GET"),
+        ("SCRIPT_NAME", "/env.php"),
+        ("SCRIPT_FILENAME", &format!("{root}/env.php")),
+        ("DOCUMENT_ROOT", root),
+        ("SERVER_PROTOCOL", "HTTP/1.1"),
+        ("SERVER_NAME", "test"),
+        ("SERVER_PORT", "80"),
+        ("REMOTE_ADDR", "127.0.0.1"),
+        ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ("SERVER_SOFTWARE", "hayate"),
+        ("HTTP_HOST", "test"),
+        ("HTTP_COOKIE", "x=1; y=2"),
+    ] {
+        assert_eq!(var(&r, k), Some(v), "{k} in\n{}", r.text());
+    }
+    assert_eq!(var(&r, "HTTPS"), None);
+
+    // A form.
+    let r = post(
+        &mut c,
+        "/env.php",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        b"name=hayate&lang=rust",
+    );
+    assert_eq!(var(&r, "POST:name"), Some("hayate"));
+    assert_eq!(var(&r, "POST:lang"), Some("rust"));
+    assert_eq!(var(&r, "CONTENT_LENGTH"), Some("21"));
+
+    // A raw body larger than the replay buffer: streamed to FCGI_STDIN.
+    let body = "0123456789".repeat(50_000);
+    let r = post(&mut c, "/env.php?tens=50000", &[], body.as_bytes());
+    assert_eq!(var(&r, "INPUT"), Some("500000:intact"));
+
+    // An upload (multipart), streamed too.
+    let file = "0123456789".repeat(30_000);
+    let mut multipart = String::new();
+    multipart.push_str("--XyZ\r\nContent-Disposition: form-data; name=\"tens\"\r\n\r\n30000\r\n");
+    multipart.push_str(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"doc\"; filename=\"digits.txt\"\r\n\
+         Content-Type: text/plain\r\n\r\n",
+    );
+    multipart.push_str(&file);
+    multipart.push_str("\r\n--XyZ--\r\n");
+    let r = post(
+        &mut c,
+        "/env.php",
+        &[("Content-Type", "multipart/form-data; boundary=XyZ")],
+        multipart.as_bytes(),
+    );
+    assert_eq!(
+        var(&r, "FILE:doc"),
+        Some("digits.txt:300000:intact"),
+        "{}",
+        r.text()
+    );
+
+    // PATH_INFO, the front controller and a directory's index script.
+    let r = c.get("/index.php/users/7?tab=x", &[]);
+    assert_eq!(
+        r.text(),
+        "front uri=/index.php/users/7?tab=x script=/index.php info=/users/7 query=tab=x\n"
+    );
+    let r = c.get("/articles/2024/hello?draft=1", &[]);
+    assert_eq!(
+        r.text(),
+        "front uri=/articles/2024/hello?draft=1 script=/index.php info= query=draft=1\n"
+    );
+    let r = post(&mut c, "/contact", &[], b"x");
+    assert_eq!(
+        r.text(),
+        "front uri=/contact script=/index.php info= query=\n"
+    );
+    assert_eq!(c.get("/blog/", &[]).text(), "blog index");
+    assert_eq!(
+        c.get("/", &[]).text(),
+        "front uri=/ script=/index.php info= query=\n"
+    );
+
+    // Files first: served by hayate, not PHP.
+    let r = c.get("/assets/app.css", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "body { color: red }\n");
+    assert!(r.header("etag").is_some(), "a file, with its validators");
+
+    // HEAD: no body, and the connection serves the next request.
+    let r = c.request("HEAD", "/headers.php", &[]);
+    assert_eq!(r.status, 201);
+    assert!(r.body.is_empty());
+    assert_eq!(c.get("/blog/", &[]).text(), "blog index");
+    h.assert_no_errors();
+}
+
+#[test]
+fn headers_cookies_redirects_and_statuses_set_by_php() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &[]);
+    let mut c = h.client();
+    let r = c.get("/headers.php", &[]);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.text(), "created");
+    assert_eq!(r.header("x-from-php"), Some("yes"));
+    let cookies: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "set-cookie")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(cookies, ["a=1", "b=2; HttpOnly"]);
+    assert_eq!(r.count("server"), 1, "hayate's Server only");
+    assert_eq!(r.count("date"), 1);
+
+    let r = c.get("/redirect.php", &[]);
+    assert_eq!(r.status, 302, "Location alone is a redirect");
+    assert_eq!(r.header("location"), Some("/landing"));
+    let r = c.get("/moved.php", &[]);
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://example.com/new"));
+    let r = c.get("/teapot.php", &[]);
+    assert_eq!(r.status, 418);
+    assert_eq!(r.text(), "short and stout");
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_large_response_streams_as_php_flushes_it() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &[]);
+    let gate = dir.path().join("gate-open");
+    let mut c = h.client();
+    c.send(
+        format!(
+            "GET /gate.php?gate={} HTTP/1.1\r\nHost: test\r\n\r\n",
+            gate.display()
+        )
+        .as_bytes(),
+    );
+    let mut body = Vec::new();
+    let r = c.read_response_with(false, &mut |piece| {
+        // The script waits for the gate after "first": it opens once
+        // "first" got through hayate while the script still ran.
+        if body.is_empty() && !piece.is_empty() {
+            std::fs::write(&gate, "").expect("open the gate");
+        }
+        body.extend_from_slice(piece);
+    });
+    assert_eq!(r.status, 200);
+    assert!(body.starts_with(b"first\n"));
+    assert!(
+        !String::from_utf8_lossy(&body[..body.len().min(64)]).contains("GATE TIMEOUT"),
+        "the first bytes did not arrive while the script ran"
+    );
+    assert_eq!(body.len(), 6 + 64 * 65536);
+    for (i, block) in body[6..].chunks(65536).enumerate() {
+        assert!(block.iter().all(|&b| b == 65 + (i % 26) as u8), "block {i}");
+    }
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_script_past_the_timeout_is_504_and_php_fpm_stopped_is_502_until_it_is_back() {
+    let dir = app();
+    let mut fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &["--proxy-timeout", "1s"]);
+    let gate = dir.path().join("never");
+    let mut c = h.client();
+    let r = c.get(&format!("/pid.php?gate={}", gate.display()), &[]);
+    assert_eq!(r.status, 504);
+    std::fs::write(&gate, "").expect("release the script");
+
+    fpm.stop();
+    let r = h.client().get("/pid.php", &[]);
+    assert_eq!(r.status, 502);
+    fpm.start_again();
+    eventually("PHP answers once php-fpm is back", || {
+        let r = h.client().get("/pid.php", &[]);
+        (r.status == 200)
+            .then_some(())
+            .ok_or(format!("{}", r.status))
+    });
+}
+
+#[test]
+fn kept_connections_are_reused_bounded_by_fastcgi_max_conns_and_survive_recycled_children() {
+    let dir = app();
+    let fpm = php_fpm(4, 0);
+    let h = hayate(
+        dir.path(),
+        &fpm,
+        &["--workers", "1", "--fastcgi-max-conns", "2"],
+    );
+    // One after the other: one kept connection, so one php-fpm child.
+    let pids: HashSet<String> = (0..5)
+        .map(|_| h.client().get("/pid.php", &[]).text())
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+
+    // Six at once, held until all six were sent: no more than two
+    // connections, so no more than two of php-fpm's four children.
+    let gate = dir.path().join("six");
+    let path = format!("/pid.php?gate={}", gate.display());
+    let clients: Vec<Client> = (0..6)
+        .map(|_| {
+            let mut c = h.client();
+            c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+            c
+        })
+        .collect();
+    std::fs::write(&gate, "").expect("gate");
+    let pids: HashSet<String> = clients
+        .into_iter()
+        .map(|mut c| {
+            let r = c.read_response(false);
+            assert_eq!(r.status, 200);
+            r.text()
+        })
+        .collect();
+    assert!(pids.len() <= 2, "{pids:?}");
+
+    // php-fpm replacing each child after two requests closes the kept
+    // connection: the next request goes on a fresh one, never a 502.
+    let dir = app();
+    let fpm = php_fpm(1, 2);
+    let h = hayate(dir.path(), &fpm, &["--workers", "1"]);
+    let mut c = h.client();
+    let pids: HashSet<String> = (0..8)
+        .map(|_| {
+            let r = c.get("/pid.php", &[]);
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text()
+        })
+        .collect();
+    assert!(pids.len() >= 4, "children were recycled: {pids:?}");
+    h.assert_no_errors();
+}
+
+#[test]
+fn only_existing_scripts_under_the_root_run() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &[]);
+    let mut c = h.client();
+    // An upload named like an image: served as a file, never run.
+    let r = c.get("/uploads/evil.jpg", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "<?php echo 'pwned'; ?>\n");
+    // ... nor run through a fake script path after it.
+    for path in [
+        "/uploads/evil.jpg/x.php",
+        "/uploads/evil.jpg/index.php",
+        "/missing.php",
+        "/missing.php/info",
+        "/.hidden/x.php",
+        "/blog/nothing.php",
+    ] {
+        let r = c.get(path, &[]);
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(
+            r.text(),
+            "404 Not Found\n",
+            "{path}: hayate's 404, not php-fpm's"
+        );
+    }
+    // Traversal out of the root is refused before anything runs.
+    for path in [
+        "/../../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/blog/..%2f..%2f..%2fetc/passwd",
+    ] {
+        let r = c.get(path, &[]);
+        assert!(r.status == 400 || r.status == 404, "{path}: {}", r.status);
+        assert!(!r.text().contains("root:"), "{path}");
+    }
+    // A script's source is never served, whatever its case.
+    for path in ["/index.php", "/UPPER.PHP"] {
+        let r = c.get(path, &[]);
+        assert!(!r.text().contains("<?php"), "{path}: {}", r.text());
+    }
+    // httpoxy: Proxy never becomes HTTP_PROXY; a name with an underscore
+    // cannot pass for another's variable.
+    let r = c.get(
+        "/env.php",
+        &[("Proxy", "http://evil:1"), ("X_Forwarded_For", "6.6.6.6")],
+    );
+    assert_eq!(var(&r, "HTTP_PROXY"), None);
+    assert_eq!(var(&r, "HTTP_X_FORWARDED_FOR"), None);
+    h.assert_no_errors();
+}
+
+#[test]
+fn php_errors_reach_the_error_log_with_the_request_id() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &[]);
+    let r = h
+        .client()
+        .get("/stderr.php", &[("X-Request-Id", "req-4711")]);
+    assert_eq!(r.text(), "logged");
+    eventually("the PHP message in hayate's log", || {
+        let log = h.stderr();
+        log.lines()
+            .any(|l| l.contains("[request req-4711]") && l.contains("boom from php"))
+            .then_some(())
+            .ok_or(log)
+    });
+}
+
+#[test]
+fn the_response_cache_and_compression_apply_to_php_responses() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &["--cache", "30s"]);
+    let mut c = h.client();
+    let first = c.get("/page.php", &[]);
+    let second = c.get("/page.php", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.text(),
+        second.text(),
+        "the second came from the cache"
+    );
+    let status = second.header("cache-status").unwrap_or_default();
+    assert!(status.contains("; hit"), "{status}");
+    let r = c.get("/page.php?other", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert!(r.body.len() < 2000, "compressed: {} bytes", r.body.len());
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_chunked_body_too_large_to_count_is_refused_with_411() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, &["--proxy-replay-buffer", "1KiB"]);
+    let mut c = h.client();
+    // Small: counted, and PHP gets its CONTENT_LENGTH.
+    c.send(b"POST /env.php?tens=1 HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n");
+    let r = c.read_response(false);
+    assert_eq!(var(&r, "INPUT"), Some("10:intact"));
+    let chunk = "x".repeat(4096);
+    let mut c = h.client();
+    c.send(
+        format!(
+            "POST /env.php HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+            chunk.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read_response(false).status, 411);
+}
