@@ -527,3 +527,40 @@ fn a_chunked_body_too_large_to_count_is_refused_with_411() {
     );
     assert_eq!(c.read_response(false).status, 411);
 }
+
+#[test]
+fn a_client_that_leaves_mid_response_frees_its_php_fpm_connection() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    // One connection in all: a leaked one would leave the next request
+    // queued until 503.
+    let h = hayate(
+        dir.path(),
+        &fpm,
+        &[
+            "--workers",
+            "1",
+            "--fastcgi-max-conns",
+            "1",
+            "--proxy-queue-timeout",
+            "3s",
+        ],
+    );
+    let gate = dir.path().join("gate-open");
+    let mut c = h.client();
+    c.send(
+        format!(
+            "GET /gate.php?gate={} HTTP/1.1\r\nHost: test\r\n\r\n",
+            gate.display()
+        )
+        .as_bytes(),
+    );
+    // The head and "first", then the client goes; the script resumes and
+    // writes 4 MiB that nobody reads.
+    let seen = c.read_bytes(1);
+    assert_eq!(seen, b"H");
+    drop(c);
+    std::fs::write(&gate, "").expect("gate");
+    let r = h.client().get("/pid.php", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
