@@ -11,7 +11,7 @@
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 
-use crate::app::{AdminAddr, AppListen};
+use crate::app::{AdminAddr, AppListen, AppProtocol};
 use crate::values::*;
 
 /// The description of one option, for help and docs.
@@ -260,6 +260,8 @@ options! {
         "Admin listener (GET /metrics for Prometheus, GET /status): HOST:PORT, PORT (on 127.0.0.1) or unix:PATH; off unless set";
     app_listen: AppListen = "unix", "unix|tcp|tcp:BASE",
         "hayate run: instances listen on a Unix socket, a free 127.0.0.1 port, or BASE+i (BASE+N+i for a replacement), given in PORT";
+    app_protocol: AppProtocol = "http", "http|fastcgi",
+        "hayate run: what the instances speak; fastcgi (php-fpm, as hayate php runs it) runs the scripts under the routes' roots as fastcgi does";
     app_reload_parallel: NonZeroU32 = "1", "N",
         "hayate run: instances replaced at once in a rolling reload (each new one is ready before its old one stops)";
     app_max_memory: Size = unset, "SIZE",

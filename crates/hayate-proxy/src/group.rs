@@ -211,17 +211,17 @@ impl UpstreamGroup {
         }
     }
 
-    /// A group of FastCGI responders (php-fpm) at `addrs`. `settings.max_conns`
-    /// bounds each member's connections on this worker, kept ones included
-    /// (0: one), so that the pools of every worker together never hold
-    /// more of the application's worker processes than it has; requests
-    /// past it wait in the group's queue.
-    pub fn fastcgi(addrs: &[UpstreamAddr], mut settings: ProxySettings) -> UpstreamGroup {
-        settings.max_conns = settings.max_conns.max(1);
-        settings.max_idle = settings.max_idle.min(settings.max_conns as usize);
-        let mut group = UpstreamGroup::new(addrs, settings);
-        group.protocol = Protocol::FastCgi;
-        group
+    /// The group with members that are FastCGI responders (php-fpm).
+    /// `max_conns` then bounds each member's connections on this worker,
+    /// kept ones included (0: one), so that the pools of every worker
+    /// together never hold more of the application's worker processes
+    /// than it has; requests past it wait in the group's queue.
+    pub fn speaking_fastcgi(mut self) -> UpstreamGroup {
+        let s = &mut self.settings;
+        s.max_conns = s.max_conns.max(1);
+        s.max_idle = s.max_idle.min(s.max_conns as usize);
+        self.protocol = Protocol::FastCgi;
+        self
     }
 
     /// Sets the members' weights (in member order; missing ones stay 1).

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
+use hayate_config::app::AppProtocol;
 use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
@@ -136,8 +137,13 @@ impl Router {
                     },
                     ..proxy.clone()
                 };
-                let scripts = match (&r.options.fastcgi, &r.options.root) {
-                    (Some(_), Some(root)) => Some(ScriptRoot::new(
+                // php-fpm as the supervised app (`hayate php`) runs the
+                // route's scripts as a `fastcgi` upstream would.
+                let app_fastcgi =
+                    r.options.app && app.is_some() && g.app_protocol == AppProtocol::FastCgi;
+                let runs_scripts = r.options.fastcgi.is_some() || app_fastcgi;
+                let scripts = match (runs_scripts, &r.options.root) {
+                    (true, Some(root)) => Some(ScriptRoot::new(
                         root,
                         &r.options.fastcgi_extensions,
                         r.options.dotfiles,
@@ -151,6 +157,21 @@ impl Router {
                         Some(Rc::new(fastcgi_group(specs, &proxy, config)?))
                     }
                     (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
+                    (None, true, Some(app)) if app_fastcgi => {
+                        if scripts.is_none() {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                format!(
+                                    "route {:?}: a FastCGI app needs root (its scripts are files under it)",
+                                    r.prefix
+                                ),
+                            ));
+                        }
+                        let settings = fastcgi_settings(&proxy, config);
+                        Some(Rc::new(
+                            UpstreamGroup::for_app(app, settings).speaking_fastcgi(),
+                        ))
+                    }
                     (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
                     (None, true, None) => {
                         return Err(io::Error::new(
@@ -359,9 +380,7 @@ fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<U
     Ok(group)
 }
 
-/// The FastCGI group of a route. `fastcgi_max_conns` is shared out among
-/// the workers (each has its own pool; at least one connection each), so
-/// that together they hold no more php-fpm children than it allows.
+/// The FastCGI group of a route.
 fn fastcgi_group(
     specs: &[FastCgiSpec],
     settings: &ProxySettings,
@@ -372,12 +391,18 @@ fn fastcgi_group(
         .flat_map(|s| &s.members)
         .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
         .collect::<io::Result<Vec<_>>>()?;
+    Ok(UpstreamGroup::new(&addrs, fastcgi_settings(settings, config)).speaking_fastcgi())
+}
+
+/// The settings of a FastCGI group: `fastcgi_max_conns` shared out among
+/// the workers (each has its own pool; at least one connection each), so
+/// that together they hold no more php-fpm children than it allows.
+fn fastcgi_settings(settings: &ProxySettings, config: &Config) -> ProxySettings {
     let workers = config.global.workers.get().max(1) as u32;
-    let settings = ProxySettings {
+    ProxySettings {
         max_conns: (config.global.fastcgi_max_conns / workers).max(1),
         ..settings.clone()
-    };
-    Ok(UpstreamGroup::fastcgi(&addrs, settings))
+    }
 }
 
 fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {

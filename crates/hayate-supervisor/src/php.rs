@@ -81,7 +81,7 @@ impl PhpPool {
              request_terminate_timeout = {terminate}\n\
              catch_workers_output = yes\n\
              decorate_workers_output = no\n\
-             clear_env = no\n",
+             clear_env = yes\n",
             children = self.children,
             max_requests = self.max_requests,
             terminate = self.terminate_after_secs,

@@ -60,6 +60,11 @@ fn command() -> Command {
                     ),
             ),
         )
+        .subcommand(with_serve_args(Command::new("php").about(
+            "Serve a PHP app: php-fpm supervised (a pool sized to this machine on a private Unix \
+             socket, restarted on crash, replaced gracefully on SIGHUP) behind hayate: files first, \
+             then .php scripts, then index.php with the original URI",
+        )))
         .subcommand(
             Command::new("check")
                 .about("Validate a config file; prints file:line and the key on error, exits 1")
@@ -160,6 +165,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m),
+        Some(("php", m)) => php(m),
         Some((name @ ("status" | "reload" | "stop" | "purge"), m)) => control(name, m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
@@ -291,6 +297,46 @@ fn run_app(m: &ArgMatches) -> anyhow::Result<()> {
         );
     }
     supervise(config, app)
+}
+
+/// `hayate php [DIR] [options]`: php-fpm as the supervised app, speaking
+/// FastCGI, with a pool generated for this machine
+/// ([`hayate_supervisor::php::PhpPool`]); DIR (default: the current
+/// directory) is the document root: files first, then scripts, then the
+/// front controller.
+fn php(m: &ArgMatches) -> anyhow::Result<()> {
+    use hayate_config::app::{AppProtocol, AppSection, Instances};
+    use hayate_supervisor::php::{php_fpm_binary, PhpPool};
+    let binary = php_fpm_binary()
+        .context("php-fpm not found on PATH or in /usr/sbin (Debian: apt-get install php-fpm)")?;
+    let mut overrides: Overrides = cli::overrides_from(m)?;
+    let root = PathBuf::from(m.get_one::<String>("dir").map_or(".", String::as_str));
+    overrides.route.root = Some(root.clone());
+    overrides.route.app = Some(true);
+    overrides.global.app_protocol = Some(AppProtocol::FastCgi);
+    let pool = PhpPool::sized_to_machine();
+    // Every child may hold a kept connection: hayate's bound is the pool.
+    overrides
+        .global
+        .fastcgi_max_conns
+        .get_or_insert(pool.children);
+    let config = load_with(m, &overrides)?;
+    // The pool's file, private to this hayate (its socket comes in PORT).
+    let dir = std::env::temp_dir().join(format!("hayate-php-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let conf = dir.join("php-fpm.conf");
+    std::fs::write(&conf, pool.config()).with_context(|| format!("{}", conf.display()))?;
+    let app = AppSection {
+        command: PhpPool::command(&binary, &conf),
+        cwd: Some(root),
+        env: Vec::new(),
+        // One master: php-fpm runs its children itself.
+        instances: Some(Instances::Count(1)),
+    };
+    let result = supervise(config, app);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// Starts the supervisor for `app` and serves until stopped.

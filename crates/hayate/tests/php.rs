@@ -564,3 +564,101 @@ fn a_client_that_leaves_mid_response_frees_its_php_fpm_connection() {
     let r = h.client().get("/pid.php", &[]);
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// A small multi-file app: a front controller that routes through an
+/// included file and renders a template, a form, static assets.
+const MULTI_FILE_APP: &[(&str, &str)] = &[
+    (
+        "index.php",
+        r#"<?php
+require __DIR__ . '/../lib/routes.php';
+$path = parse_url($_SERVER['REQUEST_URI'], PHP_URL_PATH);
+[$status, $title, $body] = route($_SERVER['REQUEST_METHOD'], $path, $_POST);
+http_response_code($status);
+require __DIR__ . '/../templates/page.php';
+"#,
+    ),
+    ("master.php", "<?php echo posix_getppid();\n"),
+    ("assets/site.css", "h1 { font-size: 2em }\n"),
+];
+
+/// Outside the document root: never reachable by URL.
+const MULTI_FILE_LIB: &[(&str, &str)] = &[
+    (
+        "lib/routes.php",
+        r#"<?php
+function route(string $method, string $path, array $form): array {
+    if ($path === '/') return [200, 'Home', 'Welcome'];
+    if ($path === '/about') return [200, 'About', 'We serve PHP'];
+    if ($path === '/contact' && $method === 'POST')
+        return [201, 'Thanks', 'Thanks, ' . htmlspecialchars($form['name'] ?? '')];
+    return [404, 'Not here', 'No page at ' . htmlspecialchars($path)];
+}
+"#,
+    ),
+    (
+        "templates/page.php",
+        "<h1><?= $title ?></h1><p><?= $body ?></p>\n",
+    ),
+];
+
+#[test]
+fn hayate_php_serves_a_multi_file_app_and_supervises_php_fpm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    for (path, text) in MULTI_FILE_APP {
+        let p = public.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    for (path, text) in MULTI_FILE_LIB {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    let h = Hayate::start(BIN, &["php", public.to_str().expect("utf-8")]);
+    let mut c = h.client();
+    assert_eq!(c.get("/", &[]).text(), "<h1>Home</h1><p>Welcome</p>\n");
+    assert_eq!(
+        c.get("/about", &[]).text(),
+        "<h1>About</h1><p>We serve PHP</p>\n"
+    );
+    let r = post(
+        &mut c,
+        "/contact",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        b"name=Ada",
+    );
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (201, "<h1>Thanks</h1><p>Thanks, Ada</p>\n")
+    );
+    let r = c.get("/nowhere", &[]);
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("No page at /nowhere"));
+    let r = c.get("/assets/site.css", &[]);
+    assert_eq!(r.text(), "h1 { font-size: 2em }\n");
+    assert!(r.header("etag").is_some(), "served by hayate as a file");
+    // What is outside the root is not reachable.
+    assert_eq!(c.get("/../lib/routes.php", &[]).status, 400);
+
+    // php-fpm crashes: the supervisor starts another.
+    let master = |h: &Hayate| {
+        let r = h.client().get("/master.php", &[]);
+        (r.status == 200)
+            .then(|| r.text())
+            .ok_or(format!("{} {}", r.status, r.text()))
+    };
+    let first = master(&h).expect("php-fpm's master pid");
+    let pid = nix::unistd::Pid::from_raw(first.parse().expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill php-fpm");
+    let second = eventually("a new php-fpm answers", || {
+        master(&h).and_then(|p| (p != first).then_some(p).ok_or("the old one".into()))
+    });
+    // SIGHUP replaces it gracefully.
+    h.signal(nix::sys::signal::Signal::SIGHUP);
+    eventually("the reloaded php-fpm answers", || {
+        master(&h).and_then(|p| (p != second).then_some(p).ok_or("the old one".into()))
+    });
+    assert_eq!(h.client().get("/about", &[]).status, 200);
+}
