@@ -436,6 +436,33 @@ compress_types = ["text/html", "application/json"]
     }
 
     #[test]
+    fn fastcgi_on_the_command_line() {
+        let mut o = Overrides::default();
+        o.route
+            .set_strs(
+                "fastcgi",
+                &["unix:/run/php.sock".into(), "/blog=127.0.0.1:9000".into()],
+            )
+            .expect("valid");
+        let cfg = without_file(&o).expect("valid");
+        let routes = &cfg.sites[0].routes;
+        assert_eq!(routes[0].prefix, "/blog");
+        assert_eq!(routes[1].prefix, "/");
+        for r in routes {
+            assert!(
+                r.options.fastcgi.is_some() && r.options.root.is_some(),
+                "{}",
+                r.prefix
+            );
+        }
+        o.route
+            .set_strs("proxy", &["http://127.0.0.1:1".into()])
+            .expect("valid");
+        let e = without_file(&o).expect_err("two upstreams for /");
+        assert_eq!(e.key.as_deref(), Some("--fastcgi"));
+    }
+
+    #[test]
     fn keys_flags_and_envs_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
