@@ -344,18 +344,25 @@ impl ProxySpec {
     }
 }
 
+/// `[PREFIX=]A[,B...]`: the prefix (when it starts with `/`) and the
+/// non-empty members.
+fn prefix_and_members(s: &str) -> (Option<String>, Vec<String>) {
+    let t = s.trim();
+    let (prefix, list) = match t.split_once('=') {
+        Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
+        _ => (None, t),
+    };
+    let members = list
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect();
+    (prefix, members)
+}
+
 impl OptValue for ProxySpec {
     fn parse_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let (prefix, list) = match t.split_once('=') {
-            Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
-            _ => (None, t),
-        };
-        let members: Vec<String> = list
-            .split(',')
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty())
-            .collect();
+        let (prefix, members) = prefix_and_members(s);
         if members.is_empty() {
             return Err(format!("expected [PREFIX=]URL[,URL...], got {s:?}"));
         }
@@ -433,16 +440,7 @@ pub struct FastCgiSpec {
 
 impl OptValue for FastCgiSpec {
     fn parse_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let (prefix, list) = match t.split_once('=') {
-            Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
-            _ => (None, t),
-        };
-        let members: Vec<String> = list
-            .split(',')
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty())
-            .collect();
+        let (prefix, members) = prefix_and_members(s);
         if members.is_empty() {
             return Err(format!(
                 "expected [PREFIX=]unix:PATH or HOST:PORT, got {s:?}"

@@ -286,7 +286,7 @@ fn with_hsts(mut response: Response, route: &Route, req: &RequestHead) -> Respon
 fn https_redirect(req: &RequestHead, port: u16) -> Response {
     let host = req
         .host()
-        .map(crate::router::strip_port)
+        .map(hayate_core::field::strip_port)
         .unwrap_or_default();
     let plain = |b: &u8| b.is_ascii_alphanumeric() || b"-.[]:".contains(b);
     if host.is_empty() || !host.iter().all(plain) {

@@ -14,6 +14,7 @@ use hayate_config::app::AppProtocol;
 use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
+use hayate_core::field::strip_port;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::scripts::ScriptRoot;
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
@@ -332,18 +333,6 @@ pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [
         p.extend_from_slice(rest);
         p.into()
     }
-}
-
-pub(crate) fn strip_port(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        return host
-            .iter()
-            .position(|&b| b == b']')
-            .map_or(host, |e| &host[..=e]);
-    }
-    host.iter()
-        .rposition(|&b| b == b':')
-        .map_or(host, |c| &host[..c])
 }
 
 /// The TLS client settings for `https://` upstream members, when some route

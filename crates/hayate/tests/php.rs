@@ -134,6 +134,15 @@ fn hayate(root: &Path, fpm: &PhpFpm, args: &[&str]) -> Hayate {
     Hayate::start(BIN, &all)
 }
 
+/// The app, a php-fpm of two children and hayate with more `args` in
+/// front of them.
+fn serve(args: &[&str]) -> (tempfile::TempDir, PhpFpm, Hayate) {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let h = hayate(dir.path(), &fpm, args);
+    (dir, fpm, h)
+}
+
 /// `KEY=VALUE` lines of env.php's answer.
 fn var<'a>(r: &'a Response, key: &str) -> Option<&'a str> {
     let text = std::str::from_utf8(&r.body).expect("utf-8");
@@ -141,26 +150,9 @@ fn var<'a>(r: &'a Response, key: &str) -> Option<&'a str> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
 }
 
-fn post(c: &mut Client, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    let mut raw = format!(
-        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        raw.push_str(&format!("{k}: {v}\r\n"));
-    }
-    raw.push_str("\r\n");
-    let mut raw = raw.into_bytes();
-    raw.extend_from_slice(body);
-    c.send(&raw);
-    c.read_response(false)
-}
-
 #[test]
 fn get_post_upload_query_strings_path_info_and_the_front_controller() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &[]);
+    let (dir, _fpm, h) = serve(&[]);
     let mut c = h.client();
 
     let r = c.get(
@@ -193,8 +185,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
     assert_eq!(var(&r, "HTTPS"), None);
 
     // A form.
-    let r = post(
-        &mut c,
+    let r = c.post(
         "/env.php",
         &[("Content-Type", "application/x-www-form-urlencoded")],
         b"name=hayate&lang=rust",
@@ -205,7 +196,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
 
     // A raw body larger than the replay buffer: streamed to FCGI_STDIN.
     let body = "0123456789".repeat(50_000);
-    let r = post(&mut c, "/env.php?tens=50000", &[], body.as_bytes());
+    let r = c.post("/env.php?tens=50000", &[], body.as_bytes());
     assert_eq!(var(&r, "INPUT"), Some("500000:intact"));
 
     // An upload (multipart), streamed too.
@@ -218,8 +209,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
     );
     multipart.push_str(&file);
     multipart.push_str("\r\n--XyZ--\r\n");
-    let r = post(
-        &mut c,
+    let r = c.post(
         "/env.php",
         &[("Content-Type", "multipart/form-data; boundary=XyZ")],
         multipart.as_bytes(),
@@ -242,7 +232,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
         r.text(),
         "front uri=/articles/2024/hello?draft=1 script=/index.php info= query=draft=1\n"
     );
-    let r = post(&mut c, "/contact", &[], b"x");
+    let r = c.post("/contact", &[], b"x");
     assert_eq!(
         r.text(),
         "front uri=/contact script=/index.php info= query=\n"
@@ -269,9 +259,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
 
 #[test]
 fn headers_cookies_redirects_and_statuses_set_by_php() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &[]);
+    let (_dir, _fpm, h) = serve(&[]);
     let mut c = h.client();
     let r = c.get("/headers.php", &[]);
     assert_eq!(r.status, 201);
@@ -301,9 +289,7 @@ fn headers_cookies_redirects_and_statuses_set_by_php() {
 
 #[test]
 fn a_large_response_streams_as_php_flushes_it() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &[]);
+    let (dir, _fpm, h) = serve(&[]);
     let gate = dir.path().join("gate-open");
     let mut c = h.client();
     c.send(
@@ -415,9 +401,7 @@ fn kept_connections_are_reused_bounded_by_fastcgi_max_conns_and_survive_recycled
 
 #[test]
 fn only_existing_scripts_under_the_root_run() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &[]);
+    let (_dir, _fpm, h) = serve(&[]);
     let mut c = h.client();
     // An upload named like an image: served as a file, never run.
     let r = c.get("/uploads/evil.jpg", &[]);
@@ -468,9 +452,7 @@ fn only_existing_scripts_under_the_root_run() {
 
 #[test]
 fn php_errors_reach_the_error_log_with_the_request_id() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &[]);
+    let (_dir, _fpm, h) = serve(&[]);
     let r = h
         .client()
         .get("/stderr.php", &[("X-Request-Id", "req-4711")]);
@@ -486,9 +468,7 @@ fn php_errors_reach_the_error_log_with_the_request_id() {
 
 #[test]
 fn the_response_cache_and_compression_apply_to_php_responses() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &["--cache", "30s"]);
+    let (_dir, _fpm, h) = serve(&["--cache", "30s"]);
     let mut c = h.client();
     let first = c.get("/page.php", &[]);
     let second = c.get("/page.php", &[]);
@@ -508,9 +488,7 @@ fn the_response_cache_and_compression_apply_to_php_responses() {
 
 #[test]
 fn a_chunked_body_too_large_to_count_is_refused_with_411() {
-    let dir = app();
-    let fpm = php_fpm(2, 0);
-    let h = hayate(dir.path(), &fpm, &["--proxy-replay-buffer", "1KiB"]);
+    let (_dir, _fpm, h) = serve(&["--proxy-replay-buffer", "1KiB"]);
     let mut c = h.client();
     // Small: counted, and PHP gets its CONTENT_LENGTH.
     c.send(b"POST /env.php?tens=1 HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n");
@@ -623,8 +601,7 @@ fn hayate_php_serves_a_multi_file_app_and_supervises_php_fpm() {
         c.get("/about", &[]).text(),
         "<h1>About</h1><p>We serve PHP</p>\n"
     );
-    let r = post(
-        &mut c,
+    let r = c.post(
         "/contact",
         &[("Content-Type", "application/x-www-form-urlencoded")],
         b"name=Ada",

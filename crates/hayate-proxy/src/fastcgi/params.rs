@@ -11,6 +11,7 @@
 //! CVE-2016-5385: it would become `HTTP_PROXY`, which HTTP clients in the
 //! app take for their proxy setting).
 
+use hayate_core::field::strip_port;
 use hayate_core::transport::Scheme;
 
 use super::record::push_pair;
@@ -59,7 +60,7 @@ pub(crate) fn request_params(
         pair("CONTENT_LENGTH", itoa::Buffer::new().format(n).as_bytes());
     }
     let host = req.host.unwrap_or_default();
-    pair("SERVER_NAME", host_name(host));
+    pair("SERVER_NAME", strip_port(host));
     pair(
         "SERVER_PORT",
         itoa::Buffer::new().format(script.server_port).as_bytes(),
@@ -113,19 +114,6 @@ fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
         }
     }
     vars
-}
-
-/// The host of a Host value, without its port.
-fn host_name(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        return host
-            .iter()
-            .position(|&b| b == b']')
-            .map_or(host, |e| &host[..=e]);
-    }
-    host.iter()
-        .rposition(|&b| b == b':')
-        .map_or(host, |c| &host[..c])
 }
 
 #[cfg(test)]
@@ -227,12 +215,5 @@ mod tests {
                 .count(),
             1
         );
-    }
-
-    #[test]
-    fn host_names_lose_their_port() {
-        assert_eq!(host_name(b"a.example:80"), b"a.example");
-        assert_eq!(host_name(b"[::1]:8080"), b"[::1]");
-        assert_eq!(host_name(b"a.example"), b"a.example");
     }
 }
