@@ -164,28 +164,12 @@ impl UpstreamProtocol for FastCgi {
         let mut buf = BytesMut::with_capacity(8 * 1024);
         let mut stdout = BytesMut::new();
         let mut answered = false;
-        let (head, first) = 'head: loop {
-            while let Some(record) = next_record(&mut buf).map_err(Failure::Upstream)? {
-                match record {
-                    Record::Stdout(data) => {
-                        stdout.extend_from_slice(&data);
-                        if let Some((head, used)) =
-                            cgi_head::parse(&stdout, settings).map_err(Failure::Upstream)?
-                        {
-                            stdout.advance(used);
-                            break 'head (head, stdout.freeze());
-                        }
-                        if stdout.len() > MAX_HEAD {
-                            return Err(Failure::Upstream(bad("CGI response head too large")));
-                        }
-                    }
-                    Record::Stderr(text) => log_stderr(&self.request_id, &text),
-                    Record::End { .. } => {
-                        return Err(Failure::Upstream(bad(
-                            "the FastCGI application ended the request without a response head",
-                        )))
-                    }
-                }
+        let on_stderr = |text: &[u8]| log_stderr(&self.request_id, text);
+        let (head, first) = loop {
+            if let Some(found) =
+                take_head(&mut buf, &mut stdout, settings, on_stderr).map_err(Failure::Upstream)?
+            {
+                break found;
             }
             read_more(&mut conn, &mut buf, deadline, &mut answered).await?;
         };
@@ -248,6 +232,70 @@ impl UpstreamProtocol for FastCgi {
         });
         r
     }
+}
+
+/// Takes the records in `buf` until the CGI head is whole in `stdout`:
+/// then the head and the body bytes that came after it. FCGI_STDERR goes
+/// to `on_stderr`; an end of the request before the head is an error.
+fn take_head(
+    buf: &mut BytesMut,
+    stdout: &mut BytesMut,
+    settings: &ProxySettings,
+    mut on_stderr: impl FnMut(&[u8]),
+) -> io::Result<Option<(CgiHead, Bytes)>> {
+    while let Some(record) = next_record(buf)? {
+        match record {
+            Record::Stdout(data) => {
+                stdout.extend_from_slice(&data);
+                if let Some((head, used)) = cgi_head::parse(stdout, settings)? {
+                    stdout.advance(used);
+                    return Ok(Some((head, stdout.split().freeze())));
+                }
+                if stdout.len() > MAX_HEAD {
+                    return Err(bad("CGI response head too large"));
+                }
+            }
+            Record::Stderr(text) => on_stderr(&text),
+            Record::End { .. } => {
+                return Err(bad(
+                    "the FastCGI application ended the request without a response head",
+                ))
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Reads what a FastCGI application answered, `data` arriving in pieces
+/// of `piece` bytes, as an exchange does: the records, the CGI head, then
+/// the body to FCGI_END_REQUEST. Returns the status and the body's length
+/// when the answer is whole and valid. For the fuzz target
+/// (`fuzz/fuzz_targets/fastcgi_answer.rs`): the parsers of what a FastCGI
+/// application sends, run on untrusted bytes.
+#[doc(hidden)]
+pub fn read_fastcgi_answer(data: &[u8], piece: usize) -> Option<(u16, usize)> {
+    let settings = ProxySettings::default();
+    let (mut buf, mut stdout) = (BytesMut::new(), BytesMut::new());
+    let mut pieces = data.chunks(piece.max(1));
+    let (head, first) = loop {
+        if let Some(found) = take_head(&mut buf, &mut stdout, &settings, |_| {}).ok()? {
+            break found;
+        }
+        buf.extend_from_slice(pieces.next()?);
+    };
+    let mut body = first.len();
+    loop {
+        match next_record(&mut buf).ok()? {
+            Some(Record::Stdout(d)) => body += d.len(),
+            Some(Record::Stderr(_)) => {}
+            Some(Record::End { .. }) => break,
+            None => buf.extend_from_slice(pieces.next()?),
+        }
+    }
+    if head.len.is_some_and(|n| n != body as u64) {
+        return None;
+    }
+    Some((head.status.code(), body))
 }
 
 /// Reads more records into `buf` before `deadline`. A connection that
@@ -415,5 +463,50 @@ impl Drop for FcgiBody {
             let abort = record::abort_request();
             let _ = conn.try_write_vectored(&[IoSlice::new(&abort)]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of `kind` for request 1, with `padding` bytes.
+    fn record(kind: u8, content: &[u8], padding: u8) -> Vec<u8> {
+        let mut r = vec![1, kind, 0, 1];
+        r.extend_from_slice(&(content.len() as u16).to_be_bytes());
+        r.extend_from_slice(&[padding, 0]);
+        r.extend_from_slice(content);
+        r.extend(std::iter::repeat_n(0, padding.into()));
+        r
+    }
+
+    const STDOUT: u8 = 6;
+    const STDERR: u8 = 7;
+    const END: u8 = 3;
+
+    #[test]
+    fn an_answer_is_read_whatever_its_pieces() {
+        let mut wire = record(STDERR, b"PHP Notice: x\n", 2);
+        wire.extend(record(STDOUT, b"Status: 404 Not Found\r\nContent-Le", 0));
+        wire.extend(record(STDOUT, b"ngth: 5\r\n\r\nab", 3));
+        wire.extend(record(STDOUT, b"cde", 0));
+        wire.extend(record(STDOUT, b"", 0));
+        wire.extend(record(END, &[0; 8], 0));
+        for piece in 1..=wire.len() {
+            assert_eq!(read_fastcgi_answer(&wire, piece), Some((404, 5)), "{piece}");
+        }
+        // The body disagrees with its Content-Length.
+        let short = [
+            record(STDOUT, b"Content-Length: 9\r\n\r\nabc", 0),
+            record(END, &[0; 8], 0),
+        ]
+        .concat();
+        assert_eq!(read_fastcgi_answer(&short, 4), None);
+        // The request ends before a head.
+        let headless = [record(STDOUT, b"X: y\r\n", 0), record(END, &[0; 8], 0)].concat();
+        assert_eq!(read_fastcgi_answer(&headless, 4), None);
+        // A head past the limit.
+        let huge = record(STDOUT, &vec![b'a'; 65_535], 0).repeat(2);
+        assert_eq!(read_fastcgi_answer(&huge, 1 << 20), None);
     }
 }

@@ -40,5 +40,7 @@ mod upconn;
 mod upstream_io;
 
 pub use addr::UpstreamAddr;
+#[doc(hidden)]
+pub use fastcgi::read_fastcgi_answer;
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use request::{CgiScript, ProxyRequest, RequestFields};

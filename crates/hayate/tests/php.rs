@@ -82,6 +82,7 @@ for ($i = 0; $i < 64; $i++) { echo str_repeat(chr(65 + $i % 26), 65536); flush()
     (
         "pid.php",
         r#"<?php
+if (isset($_GET['started'])) touch($_GET['started']);
 for ($i = 0; isset($_GET['gate']) && $i < 200 && !file_exists($_GET['gate']); $i++) usleep(25000);
 echo getmypid();
 "#,
@@ -638,4 +639,54 @@ fn hayate_php_serves_a_multi_file_app_and_supervises_php_fpm() {
         master(&h).and_then(|p| (p != second).then_some(p).ok_or("the old one".into()))
     });
     assert_eq!(h.client().get("/about", &[]).status, 200);
+}
+
+#[test]
+fn requests_past_the_queue_get_503_with_retry_after() {
+    let (dir, _fpm, h) = serve(&[
+        "--workers",
+        "1",
+        "--fastcgi-max-conns",
+        "1",
+        "--proxy-queue",
+        "1",
+    ]);
+    let (gate, started) = (dir.path().join("gate"), dir.path().join("started"));
+    let mut holder = h.client();
+    holder.send(
+        format!(
+            "GET /pid.php?gate={}&started={} HTTP/1.1\r\nHost: test\r\n\r\n",
+            gate.display(),
+            started.display()
+        )
+        .as_bytes(),
+    );
+    eventually("the first request runs", || {
+        started.exists().then_some(()).ok_or("not yet".to_string())
+    });
+    // The one connection is taken: one request waits, the other is refused.
+    let mut waiting: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = h.client();
+            c.send(b"GET /pid.php HTTP/1.1\r\nHost: test\r\n\r\n");
+            c
+        })
+        .collect();
+    let refused = eventually("one of them is refused", || {
+        for (i, c) in waiting.iter_mut().enumerate() {
+            c.stream().set_nonblocking(true).expect("nonblocking");
+            let peek = c.stream().peek(&mut [0u8; 1]);
+            c.stream().set_nonblocking(false).expect("blocking");
+            if matches!(peek, Ok(n) if n > 0) {
+                return Ok(i);
+            }
+        }
+        Err("no answer yet".to_string())
+    });
+    let r = waiting[refused].read_response(false);
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some());
+    std::fs::write(&gate, "").expect("gate");
+    assert_eq!(holder.read_response(false).status, 200);
+    assert_eq!(waiting[1 - refused].read_response(false).status, 200);
 }
