@@ -477,6 +477,7 @@ impl SlotTask {
                     self.set_state(ChildState::Backoff, None, true);
                     log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
                     if let Some(old) = current.take() {
+                        old.kill_group();
                         old.cleanup();
                     }
                     if !self.after_exit(&mut exits).await {

@@ -633,6 +633,14 @@ fn hayate_php_serves_a_multi_file_app_and_supervises_php_fpm() {
     let second = eventually("a new php-fpm answers", || {
         master(&h).and_then(|p| (p != first).then_some(p).ok_or("the old one".into()))
     });
+    // The crashed master's workers (its process group) went with it.
+    eventually(
+        "no worker of the crashed php-fpm is left",
+        || match nix::sys::signal::killpg(pid, None) {
+            Err(nix::errno::Errno::ESRCH) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
     // SIGHUP replaces it gracefully.
     h.signal(nix::sys::signal::Signal::SIGHUP);
     eventually("the reloaded php-fpm answers", || {
