@@ -544,7 +544,7 @@ impl Conn {
     ) {
         if let Some(log) = &self.worker.access_log {
             let entry = access_log::Entry {
-                peer: &self.peer,
+                peer: &self.peer.addr,
                 status: status.code(),
                 bytes,
                 duration: started.elapsed(),

@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
-use hayate_core::transport::Scheme;
+use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
 use hayate_static::scripts::{Script, ScriptRoot};
@@ -46,14 +46,14 @@ const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
 /// Who sent the request, as forwarding tells the upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Client<'a> {
-    /// The client's address (`unix` on a Unix socket).
-    pub peer: &'a str,
+    /// The client's address (`unix` on a Unix socket) and ports.
+    pub peer: &'a Peer,
 }
 
 impl Client<'_> {
     /// Whether the client came through a Unix socket.
     pub fn over_unix_socket(&self) -> bool {
-        self.peer == "unix"
+        self.peer.addr == "unix"
     }
 }
 
@@ -237,8 +237,8 @@ pub async fn upstream<B: ClientBody>(
             document_root: scripts.root(),
             script_name: &script.path[..script.end],
             path_info: &script.path[script.end..],
-            server_port: server_port(req),
-            remote_port: None,
+            server_port: client.peer.local_port.unwrap_or_else(|| server_port(req)),
+            remote_port: client.peer.port,
             protocol: req.version.as_str(),
         });
     }
@@ -321,7 +321,8 @@ fn upstream_target<'r>(req: &'r RequestHead, path: Cow<'_, [u8]>) -> Cow<'r, [u8
     }
 }
 
-/// The port the client asked for (SERVER_PORT): the Host's, else the
+/// The port the client asked for, when it came over a Unix socket (on TCP,
+/// SERVER_PORT is the listener's, as nginx sends): the Host's, else the
 /// scheme's default.
 fn server_port(req: &RequestHead) -> u16 {
     let host = req.host().unwrap_or_default();
@@ -342,7 +343,7 @@ fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> Pr
         method: req.method(),
         target,
         headers: req.fields().collect(),
-        client_ip: client.peer,
+        client_ip: &client.peer.addr,
         scheme: req.scheme,
         host: req.host(),
         cgi: None,

@@ -174,7 +174,7 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
         ("DOCUMENT_ROOT", root),
         ("SERVER_PROTOCOL", "HTTP/1.1"),
         ("SERVER_NAME", "test"),
-        ("SERVER_PORT", "80"),
+        ("SERVER_PORT", &h.addr.port().to_string()),
         ("REMOTE_ADDR", "127.0.0.1"),
         ("GATEWAY_INTERFACE", "CGI/1.1"),
         ("SERVER_SOFTWARE", "hayate"),
@@ -184,6 +184,8 @@ fn get_post_upload_query_strings_path_info_and_the_front_controller() {
         assert_eq!(var(&r, k), Some(v), "{k} in\n{}", r.text());
     }
     assert_eq!(var(&r, "HTTPS"), None);
+    let remote_port = c.stream().local_addr().expect("addr").port().to_string();
+    assert_eq!(var(&r, "REMOTE_PORT"), Some(remote_port.as_str()));
 
     // A form.
     let r = c.post(
