@@ -353,6 +353,8 @@ impl std::fmt::Display for Peer {
 pub struct Listener {
     socket: ListenSocket,
     scheme: Scheme,
+    /// The TCP port, read once: every connection's [`Peer::local_port`].
+    port: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -365,12 +367,18 @@ impl Listener {
     /// Registers a bound, listening, non-blocking socket (TCP or Unix, told
     /// by its address family) with the current runtime.
     pub fn new(socket: socket2::Socket, scheme: Scheme) -> io::Result<Listener> {
-        let socket = if socket.local_addr()?.is_unix() {
+        let local = socket.local_addr()?;
+        let port = local.as_socket().map(|a| a.port());
+        let socket = if local.is_unix() {
             ListenSocket::Unix(UnixListener::from_std(socket.into())?)
         } else {
             ListenSocket::Tcp(TcpListener::from_std(socket.into())?)
         };
-        Ok(Listener { socket, scheme })
+        Ok(Listener {
+            socket,
+            scheme,
+            port,
+        })
     }
 
     /// The scheme this listener's clients speak.
@@ -386,7 +394,7 @@ impl Listener {
                 let peer = Peer {
                     addr: addr.ip().to_string(),
                     port: Some(addr.port()),
-                    local_port: s.local_addr().ok().map(|a| a.port()),
+                    local_port: self.port,
                 };
                 Ok((Transport::tcp(s)?, peer))
             }
