@@ -171,7 +171,18 @@ impl UpstreamProtocol for FastCgi {
             {
                 break found;
             }
-            read_more(&mut conn, &mut buf, deadline, &mut answered).await?;
+            tokio::select! {
+                more = read_more(&mut conn, &mut buf, deadline, &mut answered) => more?,
+                () = body.gone() => {
+                    // The script's client left: php-fpm is asked to stop it,
+                    // and the connection (not pooled mid-request) closes.
+                    let _ = conn.try_write_vectored(&[IoSlice::new(&record::abort_request())]);
+                    return Err(Failure::Client(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the client left before the FastCGI application answered",
+                    )));
+                }
+            }
         };
         let mut answer = Answer {
             conn,

@@ -510,11 +510,13 @@ fn a_chunked_body_too_large_to_count_is_refused_with_411() {
 }
 
 #[test]
-fn a_client_that_leaves_mid_response_frees_its_php_fpm_connection() {
+fn a_client_that_leaves_frees_its_php_fpm_connection_at_once() {
+    // One connection in all, and a short queue: a connection held for a
+    // client that left would leave the next request to a 503. (PHP itself
+    // notices only when it writes: each abandoned script keeps its child,
+    // hence three.)
     let dir = app();
-    let fpm = php_fpm(2, 0);
-    // One connection in all: a leaked one would leave the next request
-    // queued until 503.
+    let fpm = php_fpm(3, 0);
     let h = hayate(
         dir.path(),
         &fpm,
@@ -524,26 +526,37 @@ fn a_client_that_leaves_mid_response_frees_its_php_fpm_connection() {
             "--fastcgi-max-conns",
             "1",
             "--proxy-queue-timeout",
-            "3s",
+            "1s",
         ],
     );
-    let gate = dir.path().join("gate-open");
-    let mut c = h.client();
-    c.send(
-        format!(
-            "GET /gate.php?gate={} HTTP/1.1\r\nHost: test\r\n\r\n",
-            gate.display()
-        )
-        .as_bytes(),
+    // While the script is silent (no head yet), and while it streams (after
+    // "first"): each time the client leaves, the script's gate stays shut.
+    let started = dir.path().join("started");
+    let never = dir.path().join("never");
+    let silent = format!(
+        "/pid.php?gate={}&started={}",
+        never.display(),
+        started.display()
     );
-    // The head and "first", then the client goes; the script resumes and
-    // writes 4 MiB that nobody reads.
-    let seen = c.read_bytes(1);
-    assert_eq!(seen, b"H");
-    drop(c);
-    std::fs::write(&gate, "").expect("gate");
-    let r = h.client().get("/pid.php", &[]);
-    assert_eq!(r.status, 200, "{}", r.text());
+    let streaming = format!("/gate.php?gate={}", never.display());
+    for (path, wait_for) in [
+        (&silent, "the script starts"),
+        (&streaming, "the first bytes"),
+    ] {
+        let mut c = h.client();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+        if path == &silent {
+            eventually(wait_for, || {
+                started.exists().then_some(()).ok_or("not yet".to_string())
+            });
+        } else {
+            assert_eq!(c.read_bytes(1), b"H", "{wait_for}");
+        }
+        drop(c);
+        let r = h.client().get("/blog/", &[]);
+        assert_eq!((r.status, r.text().as_str()), (200, "blog index"), "{path}");
+    }
+    h.assert_no_errors();
 }
 
 /// A small multi-file app: a front controller that routes through an
