@@ -55,11 +55,13 @@ pub(crate) struct FastCgi {
 pub(crate) struct Answer {
     conn: Transport,
     head: CgiHead,
-    first: Bytes,
+    /// The body read so far (all of it, when `ended`).
+    first: BytesMut,
     rest: BytesMut,
-    /// For an answer without a body (HEAD, 204, 304): the records were
-    /// read to FCGI_END_REQUEST, `Some(complete)`.
+    /// The records were read to FCGI_END_REQUEST: `Some(complete)`.
     ended: Option<bool>,
+    /// No body goes to the client (HEAD, 204, 304).
+    no_body: bool,
 }
 
 impl UpstreamProtocol for FastCgi {
@@ -184,30 +186,32 @@ impl UpstreamProtocol for FastCgi {
                 }
             }
         };
+        let no_body = out.is_head || head.status.forbids_body();
         let mut answer = Answer {
             conn,
             head,
-            first,
+            first: if no_body { BytesMut::new() } else { first },
             rest: buf,
             ended: None,
+            no_body,
         };
-        if out.is_head || answer.head.status.forbids_body() {
-            // No body goes to the client: the records are read to their
-            // end now, so the connection can serve the next request.
-            answer.first = Bytes::new();
-            loop {
-                match next_record(&mut answer.rest).map_err(Failure::Upstream)? {
-                    Some(Record::End { complete, .. }) => {
-                        answer.ended = Some(complete);
-                        break;
-                    }
-                    Some(Record::Stderr(text)) => log_stderr(&self.request_id, &text),
-                    Some(Record::Stdout(_)) => {}
-                    None => {
-                        read_more(&mut answer.conn, &mut answer.rest, deadline, &mut answered)
-                            .await?
-                    }
+        // The records already read: a small answer often came whole with
+        // its head, and then leaves in one write with its length. Without a
+        // body for the client, the records are read to their end now, so the
+        // connection can serve the next request.
+        loop {
+            match next_record(&mut answer.rest).map_err(Failure::Upstream)? {
+                Some(Record::End { complete, .. }) => {
+                    answer.ended = Some(complete);
+                    break;
                 }
+                Some(Record::Stderr(text)) => log_stderr(&self.request_id, &text),
+                Some(Record::Stdout(data)) if !no_body => answer.first.extend_from_slice(&data),
+                Some(Record::Stdout(_)) => {}
+                None if no_body => {
+                    read_more(&mut answer.conn, &mut answer.rest, deadline, &mut answered).await?
+                }
+                None => break,
             }
         }
         Ok(answer)
@@ -220,13 +224,21 @@ impl UpstreamProtocol for FastCgi {
             first,
             rest,
             ended,
+            no_body,
         } = answer;
+        let whole = ended.is_some() && !no_body;
+        if whole && head.len.is_some_and(|n| n != first.len() as u64) {
+            let e = bad("the FastCGI body disagrees with its Content-Length");
+            return Error::upstream(e)
+                .context(format!("upstream {}", guard.member().label))
+                .into_response();
+        }
         let mut r = Response::new(head.status);
         r.fields = head.fields;
         let mut source = FcgiBody {
             conn: Some(conn),
             buf: rest,
-            first: (!first.is_empty()).then_some(first),
+            first: None,
             left: head.len,
             stall: StallRead::new(settings.io_timeout),
             keep: settings.idle_timeout,
@@ -237,8 +249,16 @@ impl UpstreamProtocol for FastCgi {
         if let Some(complete) = ended {
             source.end(complete);
         }
+        // A whole body goes with its length (one write, no chunks), still
+        // as a stream: compression and the cache take proxied bodies so.
+        let len = if whole {
+            Some(first.len() as u64)
+        } else {
+            head.len
+        };
+        source.first = (!first.is_empty()).then(|| first.freeze());
         r.body = Body::Stream(StreamBody {
-            len: head.len,
+            len,
             source: Box::new(source),
         });
         r
@@ -253,14 +273,14 @@ fn take_head(
     stdout: &mut BytesMut,
     settings: &ProxySettings,
     mut on_stderr: impl FnMut(&[u8]),
-) -> io::Result<Option<(CgiHead, Bytes)>> {
+) -> io::Result<Option<(CgiHead, BytesMut)>> {
     while let Some(record) = next_record(buf)? {
         match record {
             Record::Stdout(data) => {
                 stdout.extend_from_slice(&data);
                 if let Some((head, used)) = cgi_head::parse(stdout, settings)? {
                     stdout.advance(used);
-                    return Ok(Some((head, stdout.split().freeze())));
+                    return Ok(Some((head, stdout.split())));
                 }
                 if stdout.len() > MAX_HEAD {
                     return Err(bad("CGI response head too large"));

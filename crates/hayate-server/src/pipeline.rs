@@ -138,7 +138,7 @@ pub fn answer<'r>(
     // FastCGI route a path that names a script runs it (never served as a
     // file), or is a 404 when that script may not run.
     let handler_path = handler_path(route, &path);
-    let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path)) {
+    let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
         Some(Script::Found { end }) => Some(ScriptPath {
             path: handler_path.to_vec(),
             end,
@@ -161,7 +161,7 @@ pub fn answer<'r>(
     }
     if let (Some(scripts), None) = (&route.scripts, &script) {
         // 3b. No file: a directory's index script, else the front controller.
-        script = front_script(route, scripts, &handler_path);
+        script = front_script(route, scripts, &handler_path, now);
         if script.is_none() {
             let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
             return Answer::Now(response, Some(route.index));
@@ -197,16 +197,21 @@ pub fn answer<'r>(
 /// no file: the directory's index script (`/blog/` → `/blog/index.php`),
 /// else the front controller with the original URI (nginx's `try_files
 /// $uri $uri/ /index.php?$query_string`). `None`: nothing runs (404).
-fn front_script(route: &Route, scripts: &ScriptRoot, path: &[u8]) -> Option<ScriptPath> {
+fn front_script(
+    route: &Route,
+    scripts: &ScriptRoot,
+    path: &[u8],
+    now: Instant,
+) -> Option<ScriptPath> {
     let front = route.front_controller.as_deref()?;
     if path.ends_with(b"/") {
         let name = front.rsplit(|&b| b == b'/').next().unwrap_or(front);
         let index = [path, name].concat();
-        if let Script::Found { end } = scripts.find(&index) {
+        if let Script::Found { end } = scripts.find(&index, now) {
             return Some(ScriptPath { path: index, end });
         }
     }
-    match scripts.find(front) {
+    match scripts.find(front, now) {
         Script::Found { end } => Some(ScriptPath {
             path: front.to_vec(),
             end,

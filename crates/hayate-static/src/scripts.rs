@@ -12,9 +12,24 @@
 //! So `/uploads/evil.jpg/x.php` is a missing script, not `evil.jpg` run as
 //! PHP, and `/uploads/evil.jpg` names no script at all (a file, at most).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a script found runnable is believed without looking again.
+/// Checking costs a `realpath` (a readlink per path component) and a stat:
+/// 5 of the 9 system calls of a PHP request with a kept connection
+/// (strace, `/index.php` three directories deep). A script removed or
+/// replaced by a link out of the root may still be handed to php-fpm for
+/// this long (php-fpm then answers its own 404); a new one runs at once.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Most scripts remembered per worker and route; past it the memory starts
+/// over.
+const MAX_REMEMBERED: usize = 4096;
 
 /// The scripts of a route: its root and what runs there.
 #[derive(Debug)]
@@ -27,6 +42,9 @@ pub struct ScriptRoot {
     dotfiles: bool,
     /// Symlinks may lead out of the root.
     symlinks_outside_root: bool,
+    /// Scripts found runnable, and when (this worker's; see
+    /// [`RECHECK_AFTER`]).
+    runnable: RefCell<HashMap<Vec<u8>, Instant>>,
 }
 
 /// What a path names.
@@ -78,6 +96,7 @@ impl ScriptRoot {
             extensions,
             dotfiles,
             symlinks_outside_root,
+            runnable: RefCell::new(HashMap::new()),
         })
     }
 
@@ -93,8 +112,8 @@ impl ScriptRoot {
             .any(|e| name.len() > e.len() && name[name.len() - e.len()..].eq_ignore_ascii_case(e))
     }
 
-    /// What the normalized `path` names.
-    pub fn find(&self, path: &[u8]) -> Script {
+    /// What the normalized `path` names, at `now`.
+    pub fn find(&self, path: &[u8], now: Instant) -> Script {
         let mut start = 0;
         while start < path.len() {
             let end = path[start + 1..]
@@ -103,7 +122,7 @@ impl ScriptRoot {
                 .map_or(path.len(), |i| start + 1 + i);
             let segment = &path[start + 1..end];
             if self.is_script_name(segment) {
-                return self.check(path, end);
+                return self.check(path, end, now);
             }
             start = end;
         }
@@ -111,21 +130,32 @@ impl ScriptRoot {
     }
 
     /// `path[..end]` as a script: found if it may run.
-    fn check(&self, path: &[u8], end: usize) -> Script {
+    fn check(&self, path: &[u8], end: usize, now: Instant) -> Script {
         let script = &path[..end];
         if !self.dotfiles && crate::is_hidden(script) {
             return Script::Missing;
+        }
+        let mut runnable = self.runnable.borrow_mut();
+        if runnable
+            .get(script)
+            .is_some_and(|&at| now.saturating_duration_since(at) < RECHECK_AFTER)
+        {
+            return Script::Found { end };
         }
         let fs_path = self.fs_path(script);
         let runs = std::fs::canonicalize(&fs_path).is_ok_and(|real| {
             (self.symlinks_outside_root || real.starts_with(&self.root))
                 && std::fs::metadata(&real).is_ok_and(|m| m.is_file())
         });
-        if runs {
-            Script::Found { end }
-        } else {
-            Script::Missing
+        if !runs {
+            runnable.remove(script);
+            return Script::Missing;
         }
+        if runnable.len() >= MAX_REMEMBERED {
+            runnable.clear();
+        }
+        runnable.insert(script.to_vec(), now);
+        Script::Found { end }
     }
 
     fn fs_path(&self, path: &[u8]) -> PathBuf {
@@ -153,12 +183,13 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("out.php"), root.join("link.php"))
             .expect("symlink");
         let scripts = ScriptRoot::new(root, &[".php".into()], false, false).expect("root");
-        let table: [(&str, Script); 12] = [
+        let table: [(&str, Script); 13] = [
             ("/index.php", Script::Found { end: 10 }),
             ("/index.php/a/b", Script::Found { end: 10 }),
             ("/index.php/", Script::Found { end: 10 }),
             ("/A.PHP", Script::Found { end: 6 }),
             ("/missing.php", Script::Missing),
+            ("/new.php", Script::Missing),
             ("/uploads/evil.jpg/x.php", Script::Missing),
             ("/uploads/evil.jpg", Script::NotAScript),
             ("/uploads/", Script::NotAScript),
@@ -167,9 +198,19 @@ mod tests {
             ("/link.php", Script::Missing),
             ("/index.phpx", Script::NotAScript),
         ];
+        let now = Instant::now();
         for (path, want) in table {
-            assert_eq!(scripts.find(path.as_bytes()), want, "{path}");
+            assert_eq!(scripts.find(path.as_bytes(), now), want, "{path}");
         }
         assert!(ScriptRoot::new(root, &[], false, false).is_err());
+
+        // Found is believed for a second; after it, a removed script is gone.
+        std::fs::remove_file(root.join("A.PHP")).expect("rm");
+        assert_eq!(scripts.find(b"/A.PHP", now), Script::Found { end: 6 });
+        let later = now + RECHECK_AFTER;
+        assert_eq!(scripts.find(b"/A.PHP", later), Script::Missing);
+        // A new script runs at once (missing ones are never remembered).
+        std::fs::write(root.join("new.php"), "<?php").expect("write");
+        assert_eq!(scripts.find(b"/new.php", now), Script::Found { end: 8 });
     }
 }

@@ -267,6 +267,11 @@ fn headers_cookies_redirects_and_statuses_set_by_php() {
     let r = c.get("/headers.php", &[]);
     assert_eq!(r.status, 201);
     assert_eq!(r.text(), "created");
+    assert_eq!(
+        r.header("content-length"),
+        Some("7"),
+        "an answer whole with its head goes with its length"
+    );
     assert_eq!(r.header("x-from-php"), Some("yes"));
     let cookies: Vec<&str> = r
         .headers
