@@ -220,6 +220,10 @@ impl UpstreamGroup {
         let s = &mut self.settings;
         s.max_conns = s.max_conns.max(1);
         s.max_idle = s.max_idle.min(s.max_conns as usize);
+        // Active probes are HTTP GETs, which a FastCGI member does not
+        // answer: its members are judged by their answers (passive
+        // ejection) only.
+        s.health_check = None;
         self.protocol = Protocol::FastCgi;
         self
     }

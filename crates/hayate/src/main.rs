@@ -320,7 +320,9 @@ fn php(m: &ArgMatches) -> anyhow::Result<()> {
         .global
         .fastcgi_max_conns
         .get_or_insert(pool.children);
-    let config = load_with(m, &overrides)?;
+    let mut config = load_with(m, &overrides)?;
+    // Readiness is the socket accepting: php-fpm answers no HTTP probe.
+    config.global.app_ready_path = None;
     // The pool's file, private to this hayate (its socket comes in PORT).
     let dir = std::env::temp_dir().join(format!("hayate-php-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
