@@ -6,7 +6,11 @@
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
 //! 3. Origin: a file under the route's root if one matches (files come
-//!    compressed once from the static root), else
+//!    compressed once from the static root). On a FastCGI route (PHP) a
+//!    path that names a script runs it instead (never served as a file; a
+//!    script that may not run is a 404: `hayate_static::scripts`), and one
+//!    that matches no file runs the directory's index script or the front
+//!    controller. Else
 //! 4. the route's upstream group (try_files), through the response cache
 //!    when the route caches (`cached.rs`: lookup, coalesced fetch, store);
 //!    non-GET methods go straight to the upstream when there is one.
