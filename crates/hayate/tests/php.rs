@@ -718,3 +718,48 @@ fn requests_past_the_queue_get_503_with_retry_after() {
     assert_eq!(holder.read_response(false).status, 200);
     assert_eq!(waiting[1 - refused].read_response(false).status, 200);
 }
+
+#[test]
+fn php_requests_are_logged_and_counted_per_route() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let access = logs.path().join("access.log");
+    let admin = format!("unix:{}", logs.path().join("admin.sock").display());
+    let (_dir, _fpm, mut h) = serve(&[
+        "--workers",
+        "1",
+        "--access-log",
+        access.to_str().expect("utf-8"),
+        "--admin",
+        &admin,
+    ]);
+    let mut c = h.client();
+    assert_eq!(c.get("/headers.php", &[]).status, 201);
+    assert_eq!(c.get("/missing.php", &[]).status, 404);
+    let socket = logs.path().join("admin.sock");
+    let want = [
+        "hayate_http_requests_total{site=\"*\",route=\"/\",code=\"2xx\"} 1\n",
+        "hayate_http_requests_total{site=\"*\",route=\"/\",code=\"4xx\"} 1\n",
+    ];
+    eventually("both requests counted under their route", || {
+        if !socket.exists() {
+            return Err("no admin socket yet".to_string());
+        }
+        let metrics = hayate_testkit::unix_get(&socket, "/metrics");
+        want.iter()
+            .all(|line| metrics.contains(line))
+            .then_some(())
+            .ok_or(metrics)
+    });
+    assert!(h.stop().success());
+    let log = std::fs::read_to_string(&access).expect("access log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains("\"GET /headers.php HTTP/1.1\" 201 7 "),
+        "{log}"
+    );
+    assert!(
+        lines[1].contains("\"GET /missing.php HTTP/1.1\" 404 "),
+        "{log}"
+    );
+}
