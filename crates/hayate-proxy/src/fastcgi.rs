@@ -67,6 +67,8 @@ pub(crate) struct Answer {
 impl UpstreamProtocol for FastCgi {
     type Answer = Answer;
 
+    const NEEDS_LENGTH: bool = true;
+
     fn prepare(
         req: &ProxyRequest<'_>,
         length: BodyLength,
@@ -81,12 +83,13 @@ impl UpstreamProtocol for FastCgi {
             (BodyLength::None, _) => None,
             (_, Some(b)) => Some(b.len() as u64),
             (BodyLength::Known(n), None) => Some(n),
-            // CGI needs CONTENT_LENGTH before the body; a chunked body that
-            // outgrew the replay buffer has none (nginx spools it to disk).
+            // CGI needs CONTENT_LENGTH before the body: forwarding reads
+            // a chunked body whole first (NEEDS_LENGTH), so this is a body
+            // it could not.
             (BodyLength::Chunked, None) => {
                 let e = io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "a chunked body larger than proxy_replay_buffer cannot go to FastCGI",
+                    "a chunked body of unknown length cannot go to FastCGI",
                 );
                 return Err(Error::new(ErrorKind::Refused(Status::LENGTH_REQUIRED), e));
             }

@@ -61,7 +61,8 @@ impl UpstreamGroup {
                 }
             }
             BodyLength::Known(_) => (None, Bytes::new(), length, None),
-            BodyLength::Chunked => match read_up_to(body, self.settings.replay_buffer).await {
+            BodyLength::Chunked => match read_up_to(body, chunked_limit::<P>(&self.settings)).await
+            {
                 Ok((b, true)) => match body.trailers().and_then(|t| passable_trailers(&t)) {
                     Some(t) => (Some(b), Bytes::new(), length, Some(t)),
                     None => {
@@ -232,6 +233,18 @@ impl UpstreamGroup {
                 }
             }
         }
+    }
+}
+
+/// How much of a chunked body is read before forwarding: what can be
+/// replayed, or all of it (bounded by the client's `max_body_size`) for a
+/// protocol that must announce its length (FastCGI; nginx spools such
+/// bodies to disk, hayate holds them in memory).
+fn chunked_limit<P: UpstreamProtocol>(settings: &crate::ProxySettings) -> u64 {
+    if P::NEEDS_LENGTH {
+        u64::MAX
+    } else {
+        settings.replay_buffer
     }
 }
 

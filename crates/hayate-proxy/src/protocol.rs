@@ -21,6 +21,11 @@ pub(crate) trait UpstreamProtocol: Sized {
     /// The head of an answer, with the connection its body will come on.
     type Answer;
 
+    /// The protocol must announce the body's length before the body (CGI's
+    /// CONTENT_LENGTH): a chunked body is then read whole first, within
+    /// the client's `max_body_size`.
+    const NEEDS_LENGTH: bool = false;
+
     /// Prepares `req`, whose body goes upstream framed as `length`
     /// (`buffered`: the whole body, when it was read first). An error is
     /// a request this protocol cannot carry.
