@@ -366,6 +366,7 @@ def fmt_ratio(r):
 CASE_TITLES = {
     "A": "A. Static files",
     "B": "B. Waiting handlers (1.5 s wait, \"hello world\")",
+    "PHP": "PHP. Hello world through php-fpm (the same pool behind both)",
     "C": "C. Workers (Node cluster; hayate supervising N instances)",
     "D": "D. In front of an app (Express, 1 KiB JSON)",
     "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
@@ -467,6 +468,9 @@ CASE_COLUMNS = {
     "D": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("proxy µs CPU/req", _c_cpu),
           ("proxy CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
           ("peak RSS MB (sum)", _c_rss), ("errors", _c_errors)],
+    "PHP": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("front µs CPU/req", _c_cpu),
+            ("front CPU × ref", _c_cpu_ratio), ("µs CPU/req (front + php-fpm)", _c_setup_cpu), ("p99 ms", _c_p99),
+            ("peak RSS MB (sum)", _c_rss), ("errors", _c_errors)],
     "P": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("proxy µs CPU/req", _c_cpu),
           ("proxy CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
@@ -566,7 +570,8 @@ CASE_TEXT = {
          "max_children 5, start_servers 2, min/max spare 1/3, listen.backlog 511): it can answer 5 "
          "requests per 1.5 s, the rest queue; latencies are those of the requests answered within the run "
          "(the queued rest is still waiting when it ends); wrk's latencies include error answers (a fast 502 "
-         "lowers the mean), so read them with the errors column. hayate → Koa (unix): Koa on a Unix socket, the way "
+         "lowers the mean), so read them with the errors column. hayate → php-fpm: the same pool behind "
+         "`--fastcgi --fastcgi-max-conns 5` (at most 5 connections, the rest in hayate's queue, 30 s). hayate → Koa (unix): Koa on a Unix socket, the way "
          "`hayate run` reaches its apps. ok rps / answered ok count 2xx answers. Memory: RSS and PSS summed over every process of the setup, peak of 4 "
          "samples/s.",
     "C": "N workers on cores 0..N-1, wrk on core 1 (from 2 workers on it shares a core with the server), "
@@ -582,6 +587,12 @@ CASE_TEXT = {
          "\"cache 5s\" = proxy_cache_valid 5s in front of the keepalive upstream. hayate always pools "
          "upstream connections. \"C ceiling\" = bench/ceiling answering 1 KiB itself (epoll, read, write, "
          "no parsing): the floor of CPU per answer on this kernel, against which a cache hit's cost is read.",
+    "PHP": "bench/apps/hello.php (echo \"hello world\") run by php-fpm with Debian's default pool (pm dynamic, "
+           "max_children 5), started fresh for each setup; front server and php-fpm share core 0, wrk on core 1, "
+           "100 connections. nginx (1 worker): fastcgi_pass with one connection per request (its default), and "
+           "with `keepalive 5` + `fastcgi_keep_conn on`; hayate (--workers 1): `--fastcgi` with "
+           "`--fastcgi-max-conns 5` (kept connections, never more than the pool's children; the rest wait in "
+           "hayate's queue). front µs CPU/req counts the front server only; the next column adds php-fpm's.",
     "P": "The proxy's own cost: the app is bench/ceiling (C epoll, a fixed 1 KiB answer in a few µs) on "
          "TCP or a Unix socket, sharing core 0 with the proxy; wrk on core 1, 100 connections. nginx: 1 worker, "
          "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
@@ -643,7 +654,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "C", "D", "P", "L", "E", "T", "H2"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "L", "E", "T", "H2"):
         t = case_table(summaries, case)
         if not t:
             continue

@@ -90,6 +90,26 @@ impl OptValue for AppListen {
     }
 }
 
+/// What the supervised app's instances speak on their socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppProtocol {
+    /// HTTP/1.1 (Node, Python, Go... apps).
+    Http,
+    /// FastCGI (php-fpm): the routes' roots hold the scripts it runs,
+    /// with the same rules as `fastcgi`.
+    FastCgi,
+}
+
+impl OptValue for AppProtocol {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "http" => Ok(AppProtocol::Http),
+            "fastcgi" => Ok(AppProtocol::FastCgi),
+            _ => Err(format!("expected http or fastcgi, got {s:?}")),
+        }
+    }
+}
+
 /// The admin listener's address: `HOST:PORT`, a bare `PORT` (on
 /// 127.0.0.1, never every interface) or `unix:PATH`.
 #[derive(Debug, Clone, PartialEq, Eq)]

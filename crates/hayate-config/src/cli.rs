@@ -74,6 +74,7 @@ pub fn heading(key: &str) -> &'static str {
         "cache_control" => "Files",
         _ if starts("tls_") || starts("acme_") => "TLS",
         _ if starts("proxy_") => "Proxy",
+        _ if starts("fastcgi_") => "FastCGI (PHP)",
         _ if starts("cache_") => "Response cache",
         _ if starts("shared_") => "Response cache",
         _ if starts("compress_") || key == "precompressed" => "Compression",
@@ -127,6 +128,8 @@ mod heading_tests {
         assert_eq!(of("acme_email"), "TLS");
         assert_eq!(of("proxy"), "Proxy");
         assert_eq!(of("proxy_timeout"), "Proxy");
+        assert_eq!(of("fastcgi"), "FastCGI (PHP)");
+        assert_eq!(of("fastcgi_max_conns"), "FastCGI (PHP)");
         assert_eq!(of("cache"), "Response cache");
         assert_eq!(of("cache_control"), "Files");
         assert_eq!(of("compress_types"), "Compression");

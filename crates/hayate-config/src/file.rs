@@ -518,7 +518,10 @@ impl Cx<'_> {
             routes.push((prefix, route_layer, table.span().start, root_at));
         }
         if !routes.iter().any(|r| r.0 == "/")
-            && (layer.root.is_some() || layer.proxy.is_some() || layer.app == Some(true))
+            && (layer.root.is_some()
+                || layer.proxy.is_some()
+                || layer.fastcgi.is_some()
+                || layer.app == Some(true))
         {
             routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
         }
@@ -532,20 +535,34 @@ impl Cx<'_> {
         let mut out = Vec::new();
         for (prefix, mut layer, offset, root_at) in routes {
             self.resolve_groups(&mut layer, offset)?;
-            if layer.root.is_none() && layer.proxy.is_none() && layer.app != Some(true) {
+            if layer.root.is_none()
+                && layer.proxy.is_none()
+                && layer.fastcgi.is_none()
+                && layer.app != Some(true)
+            {
                 return Err(self.err(
                     offset,
                     "root",
                     format!("route {prefix:?} has neither root nor proxy"),
                 ));
             }
-            if layer.proxy.iter().flatten().any(|s| s.prefix.is_some()) {
+            if layer.proxy.iter().flatten().any(|s| s.prefix.is_some())
+                || layer.fastcgi.iter().flatten().any(|s| s.prefix.is_some())
+            {
+                let key = if layer.fastcgi.is_some() {
+                    "fastcgi"
+                } else {
+                    "proxy"
+                };
                 return Err(self.err(
                     offset,
-                    "proxy",
+                    key,
                     "PREFIX= is for the command line; in a file use a [[site.route]] with a prefix"
                         .into(),
                 ));
+            }
+            if let Some(message) = crate::fastcgi_conflict(&layer) {
+                return Err(self.err(offset, "fastcgi", format!("route {prefix:?}: {message}")));
             }
             out.push(Route {
                 prefix,
@@ -671,6 +688,34 @@ mod tests {
 
     fn err(text: &str) -> String {
         load(text).expect_err("should fail").to_string()
+    }
+
+    #[test]
+    fn fastcgi_routes_need_a_root_and_no_other_upstream() {
+        let cfg = load(
+            "root = \"/srv/app\"\nfastcgi = \"unix:/run/php.sock\"\n\
+             fastcgi_extensions = [\".php\", \".phtml\"]\nfastcgi_max_conns = 12\n",
+        )
+        .expect("valid");
+        let o = &cfg.sites[0].routes[0].options;
+        assert_eq!(
+            o.fastcgi.as_ref().expect("fastcgi")[0].members,
+            ["unix:/run/php.sock"]
+        );
+        assert_eq!(o.fastcgi_index, "index.php");
+        assert_eq!(o.fastcgi_extensions, [".php", ".phtml"]);
+        assert_eq!(cfg.global.fastcgi_max_conns, 12);
+        let d = crate::GlobalLayer::default().resolve();
+        assert_eq!(d.fastcgi_max_conns, 5);
+        assert!(
+            err("[[site]]\n[[site.route]]\nprefix = \"/\"\nfastcgi = \"127.0.0.1:9000\"\n")
+                .contains("fastcgi needs root")
+        );
+        assert!(err(
+            "root = \"/x\"\nfastcgi = \"127.0.0.1:9000\"\nproxy = \"http://127.0.0.1:1\"\n"
+        )
+        .contains("one of proxy, app or fastcgi"));
+        assert!(err("root = \"/x\"\nfastcgi = \"/blog=127.0.0.1:9000\"\n").contains("PREFIX="));
     }
 
     #[test]

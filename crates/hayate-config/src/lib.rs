@@ -237,8 +237,35 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             root_line: None,
         });
     }
+    let fastcgi = base.fastcgi.take().unwrap_or_default();
+    let (prefixed_fcgi, plain_fcgi): (Vec<_>, Vec<_>) =
+        fastcgi.into_iter().partition(|s| s.prefix.is_some());
+    for spec in prefixed_fcgi {
+        let prefix = spec.prefix.clone().unwrap_or_default();
+        if routes.iter().any(|r: &Route| r.prefix == prefix) {
+            return Err(ConfigError {
+                file: None,
+                line: None,
+                key: Some("--fastcgi".into()),
+                message: format!("two upstreams for prefix {prefix:?}"),
+            });
+        }
+        // Scripts live under the root: a prefixed FastCGI route keeps it.
+        let mut layer = base.clone();
+        layer.root.get_or_insert_with(|| PathBuf::from("."));
+        layer.fastcgi = Some(vec![spec]);
+        routes.push(Route {
+            prefix,
+            options: layer.resolve(),
+            root_line: None,
+        });
+    }
     let mut slash = base;
     let app = slash.app == Some(true);
+    if !plain_fcgi.is_empty() {
+        slash.fastcgi = Some(plain_fcgi);
+        slash.root.get_or_insert_with(|| PathBuf::from("."));
+    }
     if !plain.is_empty() {
         slash.proxy = Some(plain);
     } else if slash.root.is_none() && !app {
@@ -253,6 +280,23 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         });
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+    if let Some(message) = routes.iter().find_map(|r| {
+        let mut layer = RouteLayer {
+            root: r.options.root.clone(),
+            fastcgi: r.options.fastcgi.clone(),
+            proxy: r.options.proxy.clone(),
+            ..RouteLayer::default()
+        };
+        layer.app = r.options.app.then_some(true);
+        fastcgi_conflict(&layer)
+    }) {
+        return Err(ConfigError {
+            file: None,
+            line: None,
+            key: Some("--fastcgi".into()),
+            message: message.into(),
+        });
+    }
     let global = overrides.global.resolve();
     check_tls(&global, &[]).map_err(|(key, message)| ConfigError {
         file: None,
@@ -269,6 +313,19 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         }],
         app: None,
     })
+}
+
+/// Why a route's `fastcgi` cannot be served as set, if it cannot: its
+/// scripts live under its root, and one route has one kind of upstream.
+pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
+    route.fastcgi.as_ref()?;
+    if route.root.is_none() {
+        Some("fastcgi needs root: the scripts it runs are files under it")
+    } else if route.proxy.is_some() || route.app == Some(true) {
+        Some("a route sends to one of proxy, app or fastcgi")
+    } else {
+        None
+    }
 }
 
 /// The HTTPS options together: a key for every certificate, and
@@ -501,6 +558,33 @@ compress_types = ["text/html", "application/json"]
             &Overrides::default(),
         );
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn fastcgi_on_the_command_line() {
+        let mut o = Overrides::default();
+        o.route
+            .set_strs(
+                "fastcgi",
+                &["unix:/run/php.sock".into(), "/blog=127.0.0.1:9000".into()],
+            )
+            .expect("valid");
+        let cfg = without_file(&o).expect("valid");
+        let routes = &cfg.sites[0].routes;
+        assert_eq!(routes[0].prefix, "/blog");
+        assert_eq!(routes[1].prefix, "/");
+        for r in routes {
+            assert!(
+                r.options.fastcgi.is_some() && r.options.root.is_some(),
+                "{}",
+                r.prefix
+            );
+        }
+        o.route
+            .set_strs("proxy", &["http://127.0.0.1:1".into()])
+            .expect("valid");
+        let e = without_file(&o).expect_err("two upstreams for /");
+        assert_eq!(e.key.as_deref(), Some("--fastcgi"));
     }
 
     #[test]

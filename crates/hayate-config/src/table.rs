@@ -11,7 +11,7 @@
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 
-use crate::app::{AdminAddr, AppListen};
+use crate::app::{AdminAddr, AppListen, AppProtocol};
 use crate::values::*;
 
 /// The description of one option, for help and docs.
@@ -274,10 +274,14 @@ options! {
         "Verify https:// upstreams' certificates and names; false accepts any (logged at start: for a test setup only)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
+    fastcgi_max_conns: u32 = "5", "N",
+        "Connections to each FastCGI member (php-fpm) across all workers, kept ones included; each holds a php-fpm child, so keep it at most pm.max_children (Debian's default pool: 5); more requests wait in the queue";
     admin: AdminAddr = unset, "ADDR",
         "Admin listener (GET /metrics for Prometheus, GET /status): HOST:PORT, PORT (on 127.0.0.1) or unix:PATH; off unless set";
     app_listen: AppListen = "unix", "unix|tcp|tcp:BASE",
         "hayate run: instances listen on a Unix socket, a free 127.0.0.1 port, or BASE+i (BASE+N+i for a replacement), given in PORT";
+    app_protocol: AppProtocol = "http", "http|fastcgi",
+        "hayate run: what the instances speak; fastcgi (php-fpm, as hayate php runs it) runs the scripts under the routes' roots as fastcgi does";
     app_reload_parallel: NonZeroU32 = "1", "N",
         "hayate run: instances replaced at once in a rolling reload (each new one is ready before its old one stops)";
     app_max_memory: Size = unset, "SIZE",
@@ -334,6 +338,12 @@ options! {
         "Directory served (by default the request path is looked up under it)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
         "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
+    fastcgi: Vec<FastCgiSpec> = unset, "[PREFIX=]unix:PATH|HOST:PORT[,ADDR]",
+        "FastCGI application (php-fpm) running this route's scripts under root: files first, then scripts, then the front controller (fastcgi_index)";
+    fastcgi_index: String = "index.php", "FILE",
+        "FastCGI front controller under root: runs for paths that match no file, with the original URI (nginx try_files $uri $uri/ /index.php); empty: 404 instead";
+    fastcgi_extensions: Vec<String> = ".php", "SUFFIX",
+        "File name endings run by the FastCGI application; any other file is only ever served as a file (repeat for more)";
     app: bool = "false", "BOOL",
         "Send what matches no file to the supervised app (set by hayate run)";
     proxy_host: String = "pass", "pass|upstream|HOST",

@@ -344,18 +344,25 @@ impl ProxySpec {
     }
 }
 
+/// `[PREFIX=]A[,B...]`: the prefix (when it starts with `/`) and the
+/// non-empty members.
+fn prefix_and_members(s: &str) -> (Option<String>, Vec<String>) {
+    let t = s.trim();
+    let (prefix, list) = match t.split_once('=') {
+        Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
+        _ => (None, t),
+    };
+    let members = list
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect();
+    (prefix, members)
+}
+
 impl OptValue for ProxySpec {
     fn parse_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let (prefix, list) = match t.split_once('=') {
-            Some((p, rest)) if p.starts_with('/') => (Some(p.to_string()), rest),
-            _ => (None, t),
-        };
-        let members: Vec<String> = list
-            .split(',')
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty())
-            .collect();
+        let (prefix, members) = prefix_and_members(s);
         if members.is_empty() {
             return Err(format!("expected [PREFIX=]URL[,URL...], got {s:?}"));
         }
@@ -418,6 +425,41 @@ impl OptValue for ProxySpec {
             members,
             group: None,
         })
+    }
+}
+
+/// A FastCGI application's addresses, with the path prefix its route
+/// takes on the command line: `[PREFIX=]unix:PATH|HOST:PORT[,ADDR]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastCgiSpec {
+    /// The path prefix, starting with `/`.
+    pub prefix: Option<String>,
+    /// Member addresses as written (`unix:PATH` or `HOST:PORT`).
+    pub members: Vec<String>,
+}
+
+impl OptValue for FastCgiSpec {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let (prefix, members) = prefix_and_members(s);
+        if members.is_empty() {
+            return Err(format!(
+                "expected [PREFIX=]unix:PATH or HOST:PORT, got {s:?}"
+            ));
+        }
+        for m in &members {
+            let valid = match m.strip_prefix("unix:") {
+                Some(path) => !path.is_empty(),
+                None => m.rsplit_once(':').is_some_and(|(h, p)| {
+                    !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok()
+                }),
+            };
+            if !valid {
+                return Err(format!(
+                    "FastCGI address {m:?}: expected unix:PATH or HOST:PORT (php-fpm's listen)"
+                ));
+            }
+        }
+        Ok(FastCgiSpec { prefix, members })
     }
 }
 

@@ -37,6 +37,14 @@ pub trait ClientBody {
     fn trailers(&mut self) -> Option<Bytes> {
         None
     }
+
+    /// Resolves when the client is seen to have left (its connection
+    /// closed) while its request waits for an answer; never where that
+    /// cannot be seen. For a handler that waits long after the body was
+    /// read (a FastCGI script), so the work of a client that left stops.
+    async fn gone(&mut self) {
+        std::future::pending::<()>().await
+    }
 }
 
 /// A body that is empty (tests, internal requests).

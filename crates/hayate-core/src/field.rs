@@ -101,6 +101,19 @@ pub fn hex_digit(b: u8) -> Option<u8> {
     }
 }
 
+/// The host of a Host value, without its port (`[::1]:80` gives `[::1]`).
+pub fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        return host
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(host, |e| &host[..=e]);
+    }
+    host.iter()
+        .rposition(|&b| b == b':')
+        .map_or(host, |c| &host[..c])
+}
+
 #[cfg(test)]
 mod tests {
     use super::{etag_list_matches, hex_digit, parse_length, split_list, trim_ows, Comparison};

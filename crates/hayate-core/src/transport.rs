@@ -327,9 +327,25 @@ impl Scheme {
     }
 }
 
-/// Who is on the other end of an accepted connection, as logs and
-/// `X-Forwarded-For` name it: an IP address, or `unix`.
-pub type Peer = String;
+/// Who is on the other end of an accepted connection: its address as logs
+/// and `X-Forwarded-For` name it (an IP address, or `unix`), and for TCP
+/// the two ports, which the CGI environment names (REMOTE_PORT,
+/// SERVER_PORT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The client's IP address as text, or `unix`.
+    pub addr: String,
+    /// The client's port (TCP).
+    pub port: Option<u16>,
+    /// The port it connected to (TCP).
+    pub local_port: Option<u16>,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
 
 /// A listening socket registered with the current runtime, and the scheme
 /// its clients speak.
@@ -337,6 +353,8 @@ pub type Peer = String;
 pub struct Listener {
     socket: ListenSocket,
     scheme: Scheme,
+    /// The TCP port, read once: every connection's [`Peer::local_port`].
+    port: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -349,12 +367,18 @@ impl Listener {
     /// Registers a bound, listening, non-blocking socket (TCP or Unix, told
     /// by its address family) with the current runtime.
     pub fn new(socket: socket2::Socket, scheme: Scheme) -> io::Result<Listener> {
-        let socket = if socket.local_addr()?.is_unix() {
+        let local = socket.local_addr()?;
+        let port = local.as_socket().map(|a| a.port());
+        let socket = if local.is_unix() {
             ListenSocket::Unix(UnixListener::from_std(socket.into())?)
         } else {
             ListenSocket::Tcp(TcpListener::from_std(socket.into())?)
         };
-        Ok(Listener { socket, scheme })
+        Ok(Listener {
+            socket,
+            scheme,
+            port,
+        })
     }
 
     /// The scheme this listener's clients speak.
@@ -367,11 +391,21 @@ impl Listener {
         match &self.socket {
             ListenSocket::Tcp(l) => {
                 let (s, addr) = l.accept().await?;
-                Ok((Transport::tcp(s)?, addr.ip().to_string()))
+                let peer = Peer {
+                    addr: addr.ip().to_string(),
+                    port: Some(addr.port()),
+                    local_port: self.port,
+                };
+                Ok((Transport::tcp(s)?, peer))
             }
             ListenSocket::Unix(l) => {
                 let (s, _) = l.accept().await?;
-                Ok((Transport::Unix(s), "unix".to_string()))
+                let peer = Peer {
+                    addr: "unix".to_string(),
+                    port: None,
+                    local_port: None,
+                };
+                Ok((Transport::Unix(s), peer))
             }
         }
     }

@@ -12,12 +12,11 @@ use hayate_core::error::{Error, ErrorKind};
 use hayate_core::h1::chunked::passable_trailers;
 use hayate_core::Response;
 
-use crate::group::{Outstanding, UpstreamGroup};
-use crate::h1_client::{Http1, Outgoing};
-use crate::hop_by_hop::{connection_listed, requested_upgrade};
-use crate::protocol::UpstreamProtocol;
+use crate::fastcgi::FastCgi;
+use crate::group::{Outstanding, Protocol, UpstreamGroup};
+use crate::h1_client::Http1;
+use crate::protocol::{Outgoing, UpstreamProtocol};
 use crate::queue::Busy;
-use crate::request_head::RequestHead;
 use crate::retry::{self, Attempt, Failure, Next};
 use crate::ProxyRequest;
 
@@ -33,6 +32,18 @@ impl UpstreamGroup {
     /// Forwards a request and returns the response to write (errors
     /// included: 502, 503, 504, or the client's 400/408/413).
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
+        match self.protocol {
+            Protocol::Http1 => self.forward_as::<Http1, B>(req, body).await,
+            Protocol::FastCgi => self.forward_as::<FastCgi, B>(req, body).await,
+        }
+    }
+
+    /// [`UpstreamGroup::forward`] in the upstream's protocol `P`.
+    async fn forward_as<P: UpstreamProtocol, B: ClientBody>(
+        &self,
+        req: &ProxyRequest<'_>,
+        body: &mut B,
+    ) -> Response {
         let length = body.length();
         let key = self.balance_key(&req.headers, req.client_ip);
         // Small bodies are read first, so the request can be replayed. A
@@ -50,7 +61,8 @@ impl UpstreamGroup {
                 }
             }
             BodyLength::Known(_) => (None, Bytes::new(), length, None),
-            BodyLength::Chunked => match read_up_to(body, self.settings.replay_buffer).await {
+            BodyLength::Chunked => match read_up_to(body, chunked_limit::<P>(&self.settings)).await
+            {
                 Ok((b, true)) => match body.trailers().and_then(|t| passable_trailers(&t)) {
                     Some(t) => (Some(b), Bytes::new(), length, Some(t)),
                     None => {
@@ -65,10 +77,10 @@ impl UpstreamGroup {
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
         // Once per request: a replay or a retry on another member sends the
         // same head (the same X-Request-Id).
-        let listed = connection_listed(req.headers.iter().copied());
-        let upgrade_to = requested_upgrade(&req.headers, &listed);
-        let upgrade = upgrade_to.is_some();
-        let mut head = RequestHead::new(req, length, &self.settings, &listed, upgrade_to);
+        let mut request = match P::prepare(req, length, buffered.as_ref(), &self.settings) {
+            Ok(r) => r,
+            Err(e) => return e.into_response(),
+        };
         let repeatable = req.repeatable();
         let mut tried: Vec<usize> = Vec::new();
         let mut fresh_only = false;
@@ -125,6 +137,12 @@ impl UpstreamGroup {
             let conn = match reused_conn {
                 Some(c) => c,
                 None => {
+                    if self.protocol.bounds_connections() {
+                        // Each kept FastCGI connection holds a php-fpm
+                        // child: the pool gives one up before a new one
+                        // would pass the member's limit.
+                        member.make_room(self.settings.max_conns);
+                    }
                     let target = member.target(guard.instance());
                     match crate::upconn::connect(
                         &target,
@@ -157,20 +175,21 @@ impl UpstreamGroup {
                     }
                 }
             };
+            request.for_member(&self.settings, &member.addr);
             let out = Outgoing {
-                head: head.for_member(&self.settings, &member.addr),
+                head: request.head(),
                 buffered: buffered.as_ref(),
                 prefix: &prefix,
                 trailers: trailers.as_ref(),
                 length,
                 is_head,
-                upgrade,
+                upgrade: request.upgrade(),
                 started: now,
             };
-            let failure = match Http1.exchange(conn, &out, body, &self.settings).await {
+            let failure = match request.exchange(conn, &out, body, &self.settings).await {
                 Ok(answer) => {
                     member.succeeded();
-                    return Http1.response(answer, guard, &self.settings);
+                    return request.response(answer, guard, &self.settings);
                 }
                 Err(Failure::Client(e)) => return Error::client_body(e).into_response(),
                 Err(failure) => failure,
@@ -214,6 +233,18 @@ impl UpstreamGroup {
                 }
             }
         }
+    }
+}
+
+/// How much of a chunked body is read before forwarding: what can be
+/// replayed, or all of it (bounded by the client's `max_body_size`) for a
+/// protocol that must announce its length (FastCGI; nginx spools such
+/// bodies to disk, hayate holds them in memory).
+fn chunked_limit<P: UpstreamProtocol>(settings: &crate::ProxySettings) -> u64 {
+    if P::NEEDS_LENGTH {
+        u64::MAX
+    } else {
+        settings.replay_buffer
     }
 }
 

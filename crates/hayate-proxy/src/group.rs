@@ -143,11 +143,32 @@ pub(crate) struct Member {
     rr_current: Cell<i64>,
 }
 
+/// The protocol a group's members speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// HTTP/1.1 (`h1_client.rs`).
+    Http1,
+    /// FastCGI, responder role (`fastcgi.rs`).
+    FastCgi,
+}
+
+impl Protocol {
+    /// Whether a member's connections, kept ones included, stay within
+    /// `max_conns`: a FastCGI application (php-fpm) gives each connection
+    /// a worker process for as long as it stays open, so an idle kept
+    /// connection holds a process another request may wait for.
+    pub(crate) fn bounds_connections(self) -> bool {
+        self == Protocol::FastCgi
+    }
+}
+
 /// A group of upstream members (per worker).
 #[derive(Debug)]
 pub struct UpstreamGroup {
     pub(crate) members: Vec<Rc<Member>>,
     pub(crate) settings: ProxySettings,
+    /// What the members speak.
+    pub(crate) protocol: Protocol,
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: QueueGauge,
@@ -189,6 +210,7 @@ impl UpstreamGroup {
         UpstreamGroup {
             members,
             settings,
+            protocol: Protocol::Http1,
             next: Cell::new(0),
             waiting: QueueGauge::default(),
             waiting_any: Cell::new(0),
@@ -196,6 +218,23 @@ impl UpstreamGroup {
             app: None,
             figures: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The group with members that are FastCGI responders (php-fpm).
+    /// `max_conns` then bounds each member's connections on this worker,
+    /// kept ones included (0: one), so that the pools of every worker
+    /// together never hold more of the application's worker processes
+    /// than it has; requests past it wait in the group's queue.
+    pub fn speaking_fastcgi(mut self) -> UpstreamGroup {
+        let s = &mut self.settings;
+        s.max_conns = s.max_conns.max(1);
+        s.max_idle = s.max_idle.min(s.max_conns as usize);
+        // Active probes are HTTP GETs, which a FastCGI member does not
+        // answer: its members are judged by their answers (passive
+        // ejection) only.
+        s.health_check = None;
+        self.protocol = Protocol::FastCgi;
+        self
     }
 
     /// Sets the members' weights (in member order; missing ones stay 1).

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::error::Error;
 use hayate_core::field::{parse_length, split_list, trim_ows as trim};
 use hayate_core::h1::body::{BodyDecoder, Decoded, Framing};
 use hayate_core::h1::chunked::{chunk_size_line, passable_trailers};
@@ -21,20 +22,25 @@ use hayate_core::h1::response;
 use hayate_core::transport::Transport;
 use hayate_core::{Body, BodySource, Duplex, Fields, Response, Status, StreamBody, Tunnel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::Sleep;
 
 use crate::group::{Outstanding, ProxySettings};
-use crate::hop_by_hop::{connection_listed, is_hop_by_hop};
-use crate::protocol::UpstreamProtocol;
+use crate::hop_by_hop::{connection_listed, is_hop_by_hop, requested_upgrade};
+use crate::protocol::{Outgoing, UpstreamProtocol};
+use crate::request_head::RequestHead;
 use crate::retry::Failure;
+use crate::upstream_io::{Sending, StallRead};
+use crate::{ProxyRequest, UpstreamAddr};
 
 /// Most response header fields accepted from an upstream.
 const MAX_RESPONSE_HEADERS: usize = 128;
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
-/// HTTP/1.1 to the upstream.
-pub(crate) struct Http1;
+/// A request prepared for an HTTP/1.1 upstream: its head, built once.
+pub(crate) struct Http1 {
+    head: RequestHead,
+    upgrade: bool,
+}
 
 /// What an exchange read: the response head, the connection it came on,
 /// and the bytes read past the head.
@@ -42,29 +48,6 @@ pub(crate) struct Answer {
     conn: Transport,
     head: Head,
     rest: BytesMut,
-}
-
-/// What one attempt sends upstream.
-#[derive(Clone, Copy)]
-pub(crate) struct Outgoing<'a> {
-    /// The request head ([`crate::request_head::RequestHead`]).
-    pub head: &'a [u8],
-    /// The whole body, when it was small enough to buffer (replayable).
-    pub buffered: Option<&'a Bytes>,
-    /// Otherwise, what was read of it before streaming the rest.
-    pub prefix: &'a Bytes,
-    /// The trailer section of a buffered chunked body (kept for a replay);
-    /// a streamed body's trailers are read from the client at its end.
-    pub trailers: Option<&'a Bytes>,
-    /// The framing sent upstream.
-    pub length: BodyLength,
-    /// The request is HEAD (its answer has no body).
-    pub is_head: bool,
-    /// The request asks for a protocol switch.
-    pub upgrade: bool,
-    /// When the attempt started (a clock read with nothing awaited since):
-    /// the response head's deadline counts from it unless sending waited.
-    pub started: Instant,
 }
 
 /// A response head as read from the upstream: its end-to-end fields, and
@@ -86,6 +69,32 @@ pub(crate) struct Head {
 impl UpstreamProtocol for Http1 {
     type Answer = Answer;
 
+    fn prepare(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        _buffered: Option<&Bytes>,
+        settings: &ProxySettings,
+    ) -> Result<Http1, Error> {
+        let listed = connection_listed(req.headers.iter().copied());
+        let upgrade_to = requested_upgrade(&req.headers, &listed);
+        Ok(Http1 {
+            head: RequestHead::new(req, length, settings, &listed, upgrade_to),
+            upgrade: upgrade_to.is_some(),
+        })
+    }
+
+    fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) {
+        self.head.for_member(settings, member);
+    }
+
+    fn head(&self) -> &[u8] {
+        self.head.bytes()
+    }
+
+    fn upgrade(&self) -> bool {
+        self.upgrade
+    }
+
     async fn exchange<B: ClientBody>(
         &self,
         mut conn: Transport,
@@ -103,12 +112,7 @@ impl UpstreamProtocol for Http1 {
             upgrade,
             started,
         } = *out;
-        let mut sending = Sending {
-            conn: &mut conn,
-            wrote: false,
-            waited: false,
-            limit: settings.io_timeout,
-        };
+        let mut sending = Sending::new(&mut conn, settings.io_timeout);
         match buffered {
             Some(b) if length == BodyLength::Chunked => {
                 // A buffered chunked body with trailers: one chunk, then the
@@ -268,9 +272,7 @@ impl UpstreamProtocol for Http1 {
             decoder: BodyDecoder::new(head.framing),
             keep: head.keep,
             max_idle: settings.max_idle,
-            io_timeout: settings.io_timeout,
-            timer: None,
-            timer_armed: false,
+            stall: StallRead::new(settings.io_timeout),
             guard: Some(guard),
         };
         r.body = match head.framing {
@@ -298,57 +300,6 @@ impl UpstreamProtocol for Http1 {
             }),
         };
         r
-    }
-}
-
-/// Writes a request on an upstream connection, noting whether any byte of
-/// it left (see [`Failure`]).
-struct Sending<'c> {
-    conn: &'c mut Transport,
-    /// Some byte of the request reached the connection.
-    wrote: bool,
-    /// Sending had to wait (the upstream's socket was full, or the body
-    /// streams from the client).
-    waited: bool,
-    /// Longest wait for the upstream to take more.
-    limit: Duration,
-}
-
-impl Sending<'_> {
-    /// Writes every byte of `parts`, with as few (vectored) writes as the
-    /// socket takes.
-    async fn send(&mut self, mut parts: &mut [IoSlice<'_>]) -> Result<(), Failure> {
-        IoSlice::advance_slices(&mut parts, 0);
-        while !parts.is_empty() {
-            // Tried first without a timer: a pooled connection's socket
-            // takes a request head whole, and the timeout would read the
-            // clock and build its timer for nothing (1 of the 16 clock
-            // reads of a proxied request, `bench/instructions/run`). Only a
-            // write that would block waits, bounded by `limit`.
-            let written = match self.conn.try_write_vectored(parts) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.waited = true;
-                    tokio::time::timeout(self.limit, self.conn.write_vectored(parts)).await
-                }
-                now => Ok(now),
-            };
-            let error = match written {
-                Ok(Ok(0)) => io::ErrorKind::WriteZero.into(),
-                Ok(Ok(n)) => {
-                    self.wrote = true;
-                    IoSlice::advance_slices(&mut parts, n);
-                    continue;
-                }
-                Ok(Err(e)) => e,
-                Err(_) => io::Error::new(io::ErrorKind::TimedOut, "upstream I/O timed out"),
-            };
-            return Err(if self.wrote {
-                Failure::NoAnswer(error)
-            } else {
-                Failure::NotSent(error)
-            });
-        }
-        Ok(())
     }
 }
 
@@ -439,7 +390,7 @@ fn parse_response(
 /// Copies the end-to-end fields of an upstream response head onto `out`:
 /// neither hop-by-hop nor named by its Connection fields, and not Date or
 /// Server (hayate sets its own).
-fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) {
+pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) {
     let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
     for h in fields {
         let name = h.name.as_bytes();
@@ -470,11 +421,7 @@ struct UpstreamBody {
     decoder: BodyDecoder,
     keep: Option<Duration>,
     max_idle: usize,
-    io_timeout: Duration,
-    /// The stall timer: allocated at the first read that waits, then reset.
-    timer: Option<Pin<Box<Sleep>>>,
-    /// Whether `timer` runs for the current wait.
-    timer_armed: bool,
+    stall: StallRead,
     guard: Option<Outstanding>,
 }
 
@@ -491,41 +438,6 @@ impl UpstreamBody {
             }
         }
         self.guard = None;
-    }
-
-    /// Reads more from the upstream; `Ok(0)` at EOF.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Poll::Ready(Ok(0));
-        };
-        if self.buf.capacity() - self.buf.len() < 4096 {
-            self.buf.reserve(16 * 1024);
-        }
-        match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut self.buf) {
-            Poll::Ready(r) => {
-                self.timer_armed = false;
-                Poll::Ready(r)
-            }
-            Poll::Pending => {
-                let limit = self.io_timeout;
-                let timer = match &mut self.timer {
-                    Some(t) if self.timer_armed => t,
-                    Some(t) => {
-                        t.as_mut().reset(tokio::time::Instant::now() + limit);
-                        t
-                    }
-                    None => self.timer.insert(Box::pin(tokio::time::sleep(limit))),
-                };
-                self.timer_armed = true;
-                match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "upstream body stalled",
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
     }
 }
 
@@ -555,7 +467,11 @@ impl UpstreamBody {
                 }
                 Decoded::NeedMore => {}
             }
-            match self.poll_fill(cx) {
+            let filled = match self.conn.as_mut() {
+                Some(conn) => self.stall.poll_read(conn, &mut self.buf, cx),
+                None => Poll::Ready(Ok(0)),
+            };
+            match filled {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(0)) => {

@@ -20,9 +20,11 @@
 //! a member (`group.rs`) or waits (`queue.rs`), takes a connection
 //! (`pool.rs`, `upconn.rs`), and runs one exchange in the upstream's
 //! protocol (`protocol.rs`; HTTP/1.1 in `h1_client.rs`, with the head from
-//! `request_head.rs`).
+//! `request_head.rs`; FastCGI in `fastcgi.rs`, with its records, CGI
+//! environment and CGI response head under `fastcgi/`).
 
 mod addr;
+mod fastcgi;
 pub mod figures;
 mod forward;
 mod group;
@@ -36,8 +38,11 @@ mod request;
 mod request_head;
 mod retry;
 mod upconn;
+mod upstream_io;
 
 pub use addr::UpstreamAddr;
+#[doc(hidden)]
+pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
-pub use request::{ProxyRequest, RequestFields};
+pub use request::{CgiScript, ProxyRequest, RequestFields};

@@ -53,6 +53,17 @@ impl Member {
         None
     }
 
+    /// Closes the oldest idle connections until a new one would leave the
+    /// member's connections, idle and in use, within `limit` (the request
+    /// about to connect is already counted in `outstanding`).
+    pub(crate) fn make_room(&self, limit: u32) {
+        let in_use = self.outstanding.get() as usize;
+        let mut idle = self.idle.borrow_mut();
+        while !idle.is_empty() && idle.len() + in_use > limit as usize {
+            idle.pop_front();
+        }
+    }
+
     /// Returns a connection to the pool for `keep` (the upstream's hint or
     /// the default idle time).
     pub(crate) fn checkin(&self, conn: Transport, keep: Duration, max_idle: usize, instance: u64) {

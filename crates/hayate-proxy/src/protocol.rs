@@ -1,19 +1,49 @@
 //! The seam between forwarding (members, pool, queue, retries) and the
-//! protocol an upstream speaks: HTTP/1.1 ([`crate::h1_client::Http1`])
-//! today; a FastCGI responder implements the same two steps.
+//! protocol an upstream speaks: HTTP/1.1 ([`crate::h1_client::Http1`]) or
+//! FastCGI ([`crate::fastcgi::FastCgi`]). A value of the protocol is one
+//! request prepared for it, built once so that every attempt sends the
+//! same bytes; forwarding calls the same few steps whatever the protocol.
 
-use hayate_core::client_body::ClientBody;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::error::Error;
 use hayate_core::transport::Transport;
 use hayate_core::Response;
 
 use crate::group::{Outstanding, ProxySettings};
-use crate::h1_client::Outgoing;
 use crate::retry::Failure;
+use crate::{ProxyRequest, UpstreamAddr};
 
-/// How one attempt of a request travels over a connected [`Transport`].
-pub(crate) trait UpstreamProtocol {
+/// One request, prepared for the protocol its upstream speaks.
+pub(crate) trait UpstreamProtocol: Sized {
     /// The head of an answer, with the connection its body will come on.
     type Answer;
+
+    /// The protocol must announce the body's length before the body (CGI's
+    /// CONTENT_LENGTH): a chunked body is then read whole first, within
+    /// the client's `max_body_size`.
+    const NEEDS_LENGTH: bool = false;
+
+    /// Prepares `req`, whose body goes upstream framed as `length`
+    /// (`buffered`: the whole body, when it was read first). An error is
+    /// a request this protocol cannot carry.
+    fn prepare(
+        req: &ProxyRequest<'_>,
+        length: BodyLength,
+        buffered: Option<&Bytes>,
+        settings: &ProxySettings,
+    ) -> Result<Self, Error>;
+
+    /// Adapts the request to `member` (the Host an HTTP request names).
+    fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr);
+
+    /// What opens the request on the connection (for [`Outgoing::head`]).
+    fn head(&self) -> &[u8];
+
+    /// Whether the request asks to switch protocols (WebSocket).
+    fn upgrade(&self) -> bool;
 
     /// Sends the request on `conn` and reads the answer's head. A failure
     /// says how far the request got ([`Failure`]), which decides whether
@@ -35,4 +65,27 @@ pub(crate) trait UpstreamProtocol {
         guard: Outstanding,
         settings: &ProxySettings,
     ) -> Response;
+}
+
+/// What one attempt sends upstream.
+#[derive(Clone, Copy)]
+pub(crate) struct Outgoing<'a> {
+    /// What opens the request ([`UpstreamProtocol::head`]).
+    pub head: &'a [u8],
+    /// The whole body, when it was small enough to buffer (replayable).
+    pub buffered: Option<&'a Bytes>,
+    /// Otherwise, what was read of it before streaming the rest.
+    pub prefix: &'a Bytes,
+    /// The trailer section of a buffered chunked body (kept for a replay);
+    /// a streamed body's trailers are read from the client at its end.
+    pub trailers: Option<&'a Bytes>,
+    /// The framing sent upstream.
+    pub length: BodyLength,
+    /// The request is HEAD (its answer has no body).
+    pub is_head: bool,
+    /// The request asks for a protocol switch.
+    pub upgrade: bool,
+    /// When the attempt started (a clock read with nothing awaited since):
+    /// the response head's deadline counts from it unless sending waited.
+    pub started: Instant,
 }

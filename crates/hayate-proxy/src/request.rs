@@ -22,6 +22,28 @@ pub struct ProxyRequest<'a> {
     pub host: Option<&'a [u8]>,
     /// What the client's listener speaks (X-Forwarded-Proto, Forwarded).
     pub scheme: Scheme,
+    /// For a FastCGI group: the script the server resolved.
+    pub cgi: Option<CgiScript<'a>>,
+}
+
+/// The script a FastCGI request runs, as the server resolved it from the
+/// path under its root (nginx's `fastcgi_split_path_info`), with what the
+/// CGI environment needs besides the request.
+#[derive(Debug, Clone, Copy)]
+pub struct CgiScript<'a> {
+    /// The root the script lives under, absolute (DOCUMENT_ROOT).
+    pub document_root: &'a str,
+    /// The script's path under the root, from `/` (SCRIPT_NAME); the
+    /// server checked that it names an existing file it may run.
+    pub script_name: &'a [u8],
+    /// What follows the script in the path (PATH_INFO), maybe empty.
+    pub path_info: &'a [u8],
+    /// The port the client connected to (SERVER_PORT).
+    pub server_port: u16,
+    /// The client's port (REMOTE_PORT), for a TCP client.
+    pub remote_port: Option<u16>,
+    /// The request's protocol, `HTTP/1.1` or `HTTP/2.0` (SERVER_PROTOCOL).
+    pub protocol: &'static str,
 }
 
 impl<'a> ProxyRequest<'a> {
@@ -66,6 +88,7 @@ mod tests {
             client_ip: "127.0.0.1",
             host: None,
             scheme: Scheme::Http,
+            cgi: None,
         }
     }
 

@@ -76,10 +76,7 @@ impl RequestHead {
                 continue;
             }
             if name.eq_ignore_ascii_case(b"x-request-id") {
-                if !value.is_empty()
-                    && value.len() <= 128
-                    && value.iter().all(|b| b.is_ascii_graphic())
-                {
+                if valid_request_id(value) {
                     request_id = Some(value);
                 }
                 continue;
@@ -149,6 +146,11 @@ impl RequestHead {
         }
     }
 
+    /// The head as it stands.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The head to send to `member`.
     pub(crate) fn for_member(&mut self, settings: &ProxySettings, member: &UpstreamAddr) -> &[u8] {
         if settings.host == HostPolicy::Upstream {
@@ -174,9 +176,15 @@ thread_local! {
     });
 }
 
+/// Whether a client's X-Request-Id is passed on: short printable ASCII
+/// (anything else gets a new id).
+pub(crate) fn valid_request_id(value: &[u8]) -> bool {
+    !value.is_empty() && value.len() <= 128 && value.iter().all(|b| b.is_ascii_graphic())
+}
+
 /// A request id unique within the process (64 random-seeded bits), as 16
 /// lower-case hex digits.
-fn new_request_id() -> [u8; 16] {
+pub(crate) fn new_request_id() -> [u8; 16] {
     let n = REQUEST_IDS.with(|c| {
         let v = c.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
         c.set(v);
@@ -217,6 +225,7 @@ mod tests {
             client_ip: "10.0.0.1",
             host: Some(b"example.com"),
             scheme: Scheme::Http,
+            cgi: None,
         }
     }
 

@@ -27,7 +27,7 @@ use hayate_compress::Policy;
 use hayate_core::client_body::{ClientBody, NoBody};
 use hayate_core::error::Error;
 use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
-use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
+use hayate_proxy::{CgiScript, ProxyRequest, RequestFields, UpstreamGroup};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -673,6 +673,20 @@ fn refresh_in_background(
         .iter()
         .map(|(n, v)| (n.to_vec(), v.to_vec()))
         .collect();
+    // A FastCGI request's script, owned for the task.
+    let cgi = req.cgi.map(|c| {
+        let path = [c.script_name, c.path_info].concat();
+        let script_end = c.script_name.len();
+        let root = c.document_root.to_string();
+        (
+            root,
+            path,
+            script_end,
+            c.server_port,
+            c.remote_port,
+            c.protocol,
+        )
+    });
     tokio::task::spawn_local(async move {
         let req = ProxyRequest {
             method: b"GET",
@@ -681,6 +695,18 @@ fn refresh_in_background(
             client_ip: &client_ip,
             host: host.as_deref(),
             scheme,
+            cgi: cgi
+                .as_ref()
+                .map(
+                    |(root, path, end, server_port, remote_port, protocol)| CgiScript {
+                        document_root: root,
+                        script_name: &path[..*end],
+                        path_info: &path[*end..],
+                        server_port: *server_port,
+                        remote_port: *remote_port,
+                        protocol,
+                    },
+                ),
         };
         let stale_if_error = false;
         let _ = fetch(

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -562,7 +563,7 @@ impl Conn {
         self.worker.with_generation(|g| {
             if let Some(log) = &g.access_log {
                 let entry = access_log::Entry {
-                    peer: &self.peer,
+                    peer: &self.peer.addr,
                     status: status.code(),
                     bytes,
                     duration: started.elapsed(),
@@ -587,10 +588,31 @@ impl Conn {
         sent: &mut u64,
     ) -> io::Result<()> {
         let chunked = body.len.is_none() && !http10;
+        // While the producer waits, a client that closes is seen (a plain
+        // socket only; read ahead stops at the first bytes, a pipelined
+        // request, kept for the connection loop): the body is dropped, and
+        // with it the upstream's work (a FastCGI script is aborted).
+        let mut watch = !matches!(self.transport, Transport::Tls(_));
         loop {
             let mut waited = false;
+            let (transport, rbuf) = (&mut self.transport, &mut self.rbuf);
             let next = noting_waits(
-                pin!(std::future::poll_fn(|cx| body.source.poll_chunk(cx))),
+                pin!(std::future::poll_fn(|cx| {
+                    let chunk = body.source.poll_chunk(cx);
+                    if chunk.is_pending() && watch {
+                        match client_left(transport, rbuf, cx) {
+                            Poll::Ready(true) => {
+                                return Poll::Ready(Err(io::Error::new(
+                                    io::ErrorKind::ConnectionAborted,
+                                    "the client left mid-response",
+                                )))
+                            }
+                            Poll::Ready(false) => watch = false,
+                            Poll::Pending => {}
+                        }
+                    }
+                    chunk
+                })),
                 &mut waited,
             )
             .await;
@@ -618,6 +640,10 @@ impl Conn {
                         self.wbuf.extend_from_slice(b"\r\n");
                     }
                     return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {
+                    log::debug!("{e} after {sent} bytes ({})", self.peer);
+                    return Err(e);
                 }
                 Err(e) => {
                     log::error!("response body from upstream failed after {sent} bytes: {e}");
@@ -804,6 +830,26 @@ impl Conn {
 /// Runs `fut`, noting in `waited` whether it ever had to wait. It takes the
 /// future pinned where the caller made it: a request's handler future is
 /// kilobytes, and every move of it is a copy of all of them.
+/// Whether the client closed its connection: `Ready(true)` at EOF or an
+/// error, `Ready(false)` once bytes came (read into `rbuf`: the watch then
+/// ends), `Pending` while nothing did.
+fn client_left(transport: &mut Transport, rbuf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+    loop {
+        match transport.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(_)) => return Poll::Ready(true),
+            Poll::Ready(Ok(())) => {}
+        }
+        rbuf.reserve(4096);
+        match transport.try_read_buf(rbuf) {
+            Ok(0) => return Poll::Ready(true),
+            Ok(_) => return Poll::Ready(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return Poll::Ready(true),
+        }
+    }
+}
+
 async fn noting_waits<F: Future>(mut fut: Pin<&mut F>, waited: &mut bool) -> F::Output {
     std::future::poll_fn(|cx| {
         let poll = fut.as_mut().poll(cx);

@@ -164,6 +164,28 @@ impl ClientBody for ConnBody<'_> {
         r
     }
 
+    /// On a plain socket with the body read whole: EOF or an error is a
+    /// client that left (nginx reads it the same way); bytes that come are
+    /// a pipelined request, kept in the read buffer for the connection
+    /// loop, and the watch ends. Over TLS, or mid-body, never.
+    async fn gone(&mut self) {
+        if !self.state.done || matches!(self.transport, Transport::Tls(_)) {
+            return std::future::pending().await;
+        }
+        loop {
+            if self.transport.readable().await.is_err() {
+                return;
+            }
+            self.rbuf.reserve(4096);
+            match self.transport.try_read_buf(self.rbuf) {
+                Ok(0) => return,
+                Ok(_) => return std::future::pending().await,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     fn trailers(&mut self) -> Option<Bytes> {
         if !self.state.done || self.state.decoder.framing() != Framing::Chunked {
             return None;

@@ -82,7 +82,7 @@ where
         Ok(Err(e)) => return log::debug!("HTTP/2 from {peer}: handshake failed: {e}"),
         Err(_) => return log::debug!("HTTP/2 from {peer}: no preface in time"),
     };
-    let peer: Rc<str> = peer.into();
+    let peer = Rc::new(peer);
     let open = Rc::new(Cell::new(0usize));
     let idle = Rc::new(tokio::sync::Notify::new());
     let mut shutdown = worker.shutdown.clone();
@@ -193,7 +193,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 
 /// What a stream's task needs of its connection.
 struct Stream {
-    peer: Rc<str>,
+    peer: Rc<Peer>,
     scheme: Scheme,
     tls: Option<TlsInfo>,
     worker: Rc<Worker>,
@@ -305,7 +305,7 @@ impl Stream {
         self.worker.with_generation(|g| {
             if let Some(log) = &g.access_log {
                 let entry = access_log::Entry {
-                    peer: &self.peer,
+                    peer: &self.peer.addr,
                     status: status.code(),
                     bytes: sent,
                     duration: started.elapsed(),

@@ -6,7 +6,11 @@
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix.
 //! 3. Origin: a file under the route's root if one matches (files come
-//!    compressed once from the static root), else
+//!    compressed once from the static root). On a FastCGI route (PHP) a
+//!    path that names a script runs it instead (never served as a file; a
+//!    script that may not run is a 404: `hayate_static::scripts`), and one
+//!    that matches no file runs the directory's index script or the front
+//!    controller. Else
 //! 4. the route's upstream group (try_files), through the response cache
 //!    when the route caches (`cached.rs`: lookup, coalesced fetch, store);
 //!    non-GET methods go straight to the upstream when there is one.
@@ -30,9 +34,10 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
-use hayate_core::transport::Scheme;
+use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
-use hayate_proxy::{ProxyRequest, UpstreamGroup};
+use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
+use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
@@ -45,14 +50,14 @@ const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
 /// Who sent the request, as forwarding tells the upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Client<'a> {
-    /// The client's address (`unix` on a Unix socket).
-    pub peer: &'a str,
+    /// The client's address (`unix` on a Unix socket) and ports.
+    pub peer: &'a Peer,
 }
 
 impl Client<'_> {
     /// Whether the client came through a Unix socket.
     pub fn over_unix_socket(&self) -> bool {
-        self.peer == "unix"
+        self.peer.addr == "unix"
     }
 }
 
@@ -74,6 +79,8 @@ pub struct ToUpstream<'r> {
     target: Cow<'r, [u8]>,
     /// The route's cache, and why it could not answer.
     cache: Option<(&'r RouteCache, Miss)>,
+    /// On a FastCGI route, the script to run.
+    script: Option<ScriptPath>,
 }
 
 impl ToUpstream<'_> {
@@ -131,12 +138,37 @@ pub fn answer<'r>(
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
 
-    // 3. A file if one matches (GET and HEAD), else 4. the upstream.
+    // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
+    // FastCGI route a path that names a script runs it (never served as a
+    // file), or is a 404 when that script may not run.
+    let handler_path = handler_path(route, &path);
+    let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
+        Some(Script::Found { end }) => Some(ScriptPath {
+            path: handler_path.to_vec(),
+            end,
+        }),
+        Some(Script::Missing) => {
+            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
+            return Answer::Now(response, Some(route.index));
+        }
+        Some(Script::NotAScript) | None => None,
+    };
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
-    if let Some(files) = route.files.as_ref().filter(|_| reads_files) {
-        let handler_path = handler_path(route, &path);
+    if let Some(files) = route
+        .files
+        .as_ref()
+        .filter(|_| reads_files && script.is_none())
+    {
         if let Some(response) = serve_file(files, req, &handler_path, now) {
             return Answer::Now(with_hsts(response, route, req), Some(route.index));
+        }
+    }
+    if let (Some(scripts), None) = (&route.scripts, &script) {
+        // 3b. No file: a directory's index script, else the front controller.
+        script = front_script(route, scripts, &handler_path, now);
+        if script.is_none() {
+            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
+            return Answer::Now(response, Some(route.index));
         }
     }
     let Some(group) = &route.upstream else {
@@ -161,7 +193,42 @@ pub fn answer<'r>(
         group,
         target,
         cache,
+        script,
     })
+}
+
+/// The script a FastCGI route runs for a path that names none and matches
+/// no file: the directory's index script (`/blog/` → `/blog/index.php`),
+/// else the front controller with the original URI (nginx's `try_files
+/// $uri $uri/ /index.php?$query_string`). `None`: nothing runs (404).
+fn front_script(
+    route: &Route,
+    scripts: &ScriptRoot,
+    path: &[u8],
+    now: Instant,
+) -> Option<ScriptPath> {
+    let front = route.front_controller.as_deref()?;
+    if path.ends_with(b"/") {
+        let name = front.rsplit(|&b| b == b'/').next().unwrap_or(front);
+        let index = [path, name].concat();
+        if let Script::Found { end } = scripts.find(&index, now) {
+            return Some(ScriptPath { path: index, end });
+        }
+    }
+    match scripts.find(front, now) {
+        Script::Found { end } => Some(ScriptPath {
+            path: front.to_vec(),
+            end,
+        }),
+        Script::Missing | Script::NotAScript => None,
+    }
+}
+
+/// The script a FastCGI request runs: `path[..end]` (SCRIPT_NAME), then
+/// its PATH_INFO.
+pub struct ScriptPath {
+    path: Vec<u8>,
+    end: usize,
 }
 
 /// Step 4 for what [`answer`] could not answer: the route's upstream group,
@@ -173,7 +240,17 @@ pub async fn upstream<B: ClientBody>(
     body: &mut B,
     client: Client<'_>,
 ) -> Response {
-    let proxied = proxied(req, &to.target, client);
+    let mut proxied = proxied(req, &to.target, client);
+    if let (Some(script), Some(scripts)) = (&to.script, &to.route.scripts) {
+        proxied.cgi = Some(CgiScript {
+            document_root: scripts.root(),
+            script_name: &script.path[..script.end],
+            path_info: &script.path[script.end..],
+            server_port: client.peer.local_port.unwrap_or_else(|| server_port(req)),
+            remote_port: client.peer.port,
+            protocol: req.version.as_str(),
+        });
+    }
     // The caller boxes this future (`Conn::ask_upstream`, an HTTP/2
     // stream's task), so no state of it enlarges the future a connection
     // builds for every request. The forward lives in that box; the cache
@@ -218,7 +295,7 @@ fn with_hsts(mut response: Response, route: &Route, req: &RequestHead) -> Respon
 fn https_redirect(req: &RequestHead, port: u16) -> Response {
     let host = req
         .host()
-        .map(crate::router::strip_port)
+        .map(hayate_core::field::strip_port)
         .unwrap_or_default();
     let plain = |b: &u8| b.is_ascii_alphanumeric() || b"-.[]:".contains(b);
     if host.is_empty() || !host.iter().all(plain) {
@@ -253,15 +330,32 @@ fn upstream_target<'r>(req: &'r RequestHead, path: Cow<'_, [u8]>) -> Cow<'r, [u8
     }
 }
 
+/// The port the client asked for, when it came over a Unix socket (on TCP,
+/// SERVER_PORT is the listener's, as nginx sends): the Host's, else the
+/// scheme's default.
+fn server_port(req: &RequestHead) -> u16 {
+    let host = req.host().unwrap_or_default();
+    let port = host
+        .rsplit(|&b| b == b':')
+        .next()
+        .filter(|p| p.len() < host.len() && !p.contains(&b']'));
+    port.and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
+        .unwrap_or(match req.scheme {
+            Scheme::Https => 443,
+            Scheme::Http => 80,
+        })
+}
+
 /// The request as the proxy and the cache see it.
 fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
     ProxyRequest {
         method: req.method(),
         target,
         headers: req.fields().collect(),
-        client_ip: client.peer,
+        client_ip: &client.peer.addr,
         scheme: req.scheme,
         host: req.host(),
+        cgi: None,
     }
 }
 

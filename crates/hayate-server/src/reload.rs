@@ -80,6 +80,7 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
         "the compressed-variant store is set up at start",
     ),
     ("app_listen", "the supervisor is set up at start"),
+    ("app_protocol", "the supervisor is set up at start"),
     ("app_reload_parallel", "the supervisor is set up at start"),
     ("app_max_memory", "the supervisor is set up at start"),
     ("app_max_requests", "the supervisor is set up at start"),

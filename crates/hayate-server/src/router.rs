@@ -11,10 +11,13 @@ use std::sync::Arc;
 use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
-use hayate_config::values::{BalanceSpec, ListenAddr, ProxySpec, Scheme};
+use hayate_config::app::AppProtocol;
+use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
+use hayate_core::field::strip_port;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
+use hayate_static::scripts::ScriptRoot;
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
@@ -33,6 +36,12 @@ pub struct Route {
     pub files: Option<StaticRoot>,
     /// The upstream group.
     pub upstream: Option<Rc<UpstreamGroup>>,
+    /// For a FastCGI route: the scripts its upstream runs (the upstream
+    /// is then a FastCGI group).
+    pub scripts: Option<ScriptRoot>,
+    /// For a FastCGI route: the front controller's path under the root
+    /// (`/index.php`), run for paths that match no file.
+    pub front_controller: Option<Vec<u8>>,
     /// The response cache in front of the upstream group.
     pub cache: Option<RouteCache>,
     /// Position in config order (sites, then routes): the same in every
@@ -143,15 +152,52 @@ impl Router {
                     },
                     ..proxy.clone()
                 };
+                // php-fpm as the supervised app (`hayate php`) runs the
+                // route's scripts as a `fastcgi` upstream would.
+                let app_fastcgi =
+                    r.options.app && app.is_some() && g.app_protocol == AppProtocol::FastCgi;
+                let runs_scripts = r.options.fastcgi.is_some() || app_fastcgi;
+                let scripts = match (runs_scripts, &r.options.root) {
+                    (true, Some(root)) => Some(ScriptRoot::new(
+                        root,
+                        &r.options.fastcgi_extensions,
+                        r.options.dotfiles,
+                        r.options.symlinks_outside_root,
+                    )?),
+                    _ => None,
+                };
                 let upstream_key = format!(
-                    "{:?} {} {:?}",
-                    r.options.proxy, r.options.app, r.options.proxy_host
+                    "{:?} {} {:?} {:?} {}",
+                    r.options.proxy,
+                    r.options.app,
+                    r.options.proxy_host,
+                    r.options.fastcgi,
+                    app_fastcgi
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {
                         reusable.get(&upstream_key).cloned()
                     }
+                    _ if r.options.fastcgi.is_some() => {
+                        let specs = r.options.fastcgi.as_deref().unwrap_or_default();
+                        Some(Rc::new(fastcgi_group(specs, &proxy, config)?))
+                    }
                     (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
+                    (None, true, Some(app)) if app_fastcgi => {
+                        if scripts.is_none() {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                format!(
+                                    "route {:?}: a FastCGI app needs root (its scripts are files under it)",
+                                    r.prefix
+                                ),
+                            ));
+                        }
+                        let settings = fastcgi_settings(&proxy, config);
+                        Some(Rc::new(
+                            UpstreamGroup::for_app(app, settings).speaking_fastcgi(),
+                        ))
+                    }
                     (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
                     (None, true, None) => {
                         return Err(io::Error::new(
@@ -175,6 +221,14 @@ impl Router {
                     strip_prefix: r.options.strip_prefix,
                     files,
                     upstream,
+                    front_controller: scripts
+                        .as_ref()
+                        .filter(|_| !r.options.fastcgi_index.is_empty())
+                        .map(|_| {
+                            format!("/{}", r.options.fastcgi_index.trim_start_matches('/'))
+                                .into_bytes()
+                        }),
+                    scripts,
                     cache: cache.map(|shared| RouteCache {
                         shared: shared.clone(),
                         policy: RoutePolicy {
@@ -268,7 +322,8 @@ impl Router {
 }
 
 /// The running router's upstream groups by what they are made from, when
-/// `config` changes no global `proxy_*` option of the running one.
+/// `config` changes no global `proxy_*` or `fastcgi_*` option (nor the
+/// app's protocol) of the running one.
 fn reusable_groups(
     config: &Config,
     previous: Option<(&Config, &Router)>,
@@ -280,7 +335,7 @@ fn reusable_groups(
         .global
         .changed_keys(&config.global)
         .iter()
-        .any(|k| k.starts_with("proxy_"));
+        .any(|k| k.starts_with("proxy_") || k.starts_with("fastcgi_") || *k == "app_protocol");
     if proxy_changed {
         return HashMap::new();
     }
@@ -334,18 +389,6 @@ pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [
     }
 }
 
-pub(crate) fn strip_port(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        return host
-            .iter()
-            .position(|&b| b == b']')
-            .map_or(host, |e| &host[..=e]);
-    }
-    host.iter()
-        .rposition(|&b| b == b':')
-        .map_or(host, |c| &host[..c])
-}
-
 /// The TLS client settings for `https://` upstream members, when some route
 /// has one.
 fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
@@ -378,6 +421,31 @@ fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<U
     let mut group = UpstreamGroup::new(&addrs, settings.clone());
     group.set_weights(&weights);
     Ok(group)
+}
+
+/// The FastCGI group of a route.
+fn fastcgi_group(
+    specs: &[FastCgiSpec],
+    settings: &ProxySettings,
+    config: &Config,
+) -> io::Result<UpstreamGroup> {
+    let addrs = specs
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok(UpstreamGroup::new(&addrs, fastcgi_settings(settings, config)).speaking_fastcgi())
+}
+
+/// The settings of a FastCGI group: `fastcgi_max_conns` shared out among
+/// the workers (each has its own pool; at least one connection each), so
+/// that together they hold no more php-fpm children than it allows.
+fn fastcgi_settings(settings: &ProxySettings, config: &Config) -> ProxySettings {
+    let workers = config.global.workers.get().max(1) as u32;
+    ProxySettings {
+        max_conns: (config.global.fastcgi_max_conns / workers).max(1),
+        ..settings.clone()
+    }
 }
 
 fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {

@@ -13,6 +13,7 @@ pub mod conditional;
 mod listing;
 pub mod mime;
 pub mod range;
+pub mod scripts;
 
 use std::fs::File;
 use std::io;

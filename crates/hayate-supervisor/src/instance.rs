@@ -185,9 +185,15 @@ impl Running {
             let _ = killpg(group, Signal::SIGKILL);
             let _ = self.child.wait().await;
         }
-        // Children the app started in its group go too.
-        let _ = killpg(group, Signal::SIGKILL);
+        self.kill_group();
         self.cleanup();
+    }
+
+    /// Kills what is left of the instance's process group once it exited:
+    /// the processes it started go with it (php-fpm's workers outlive a
+    /// master killed by SIGKILL, and would keep their memory forever).
+    pub fn kill_group(&self) {
+        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
     }
 
     /// Removes the socket file (Unix sockets).

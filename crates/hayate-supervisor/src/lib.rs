@@ -16,6 +16,7 @@
 
 mod instance;
 pub use hayate_core::logfile::RotatingLog;
+pub mod php;
 
 use std::collections::VecDeque;
 use std::io;
@@ -590,6 +591,7 @@ impl SlotTask {
                     log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
                     self.note_exit(status.to_string());
                     if let Some(old) = current.take() {
+                        old.kill_group();
                         old.cleanup();
                     }
                     if !self.after_exit(&mut exits).await {

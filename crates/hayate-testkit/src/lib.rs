@@ -9,6 +9,7 @@
 pub mod browser;
 pub mod origin;
 pub mod pebble;
+pub mod php;
 pub mod redis;
 pub mod tls;
 
@@ -323,6 +324,23 @@ impl Client {
         raw.push_str("\r\n");
         self.send(raw.as_bytes());
         self.read_response(method == "HEAD")
+    }
+
+    /// Sends `POST path` with a Content-Length body (one write, so no
+    /// Nagle delay) and any extra header lines, and reads the response.
+    pub fn post(&mut self, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut raw = format!(
+            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in extra {
+            raw.push_str(&format!("{k}: {v}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let mut raw = raw.into_bytes();
+        raw.extend_from_slice(body);
+        self.send(&raw);
+        self.read_response(false)
     }
 
     /// Reads one response; `head` says the request was HEAD (no body).

@@ -64,6 +64,11 @@ fn command() -> Command {
                     ),
             ),
         )
+        .subcommand(with_serve_args(Command::new("php").about(
+            "Serve a PHP app: php-fpm supervised (a pool sized to this machine on a private Unix \
+             socket, restarted on crash, replaced gracefully on SIGHUP) behind hayate: files first, \
+             then .php scripts, then index.php with the original URI",
+        )))
         .subcommand(
             Command::new("check")
                 .about(
@@ -352,6 +357,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m, inherited),
+        Some(("php", m)) => php(m, inherited),
         Some(("logs", m)) => find_control(m.get_one::<String>("control"))
             .and_then(|path| ask(&path, "logs\n"))
             .and_then(|files| {
@@ -522,6 +528,50 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
 /// How long `hayate run` waits for its app's first start to fail before it
 /// serves (see [`supervise`]).
 const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `hayate php [DIR] [options]`: php-fpm as the supervised app, speaking
+/// FastCGI, with a pool generated for this machine
+/// ([`hayate_supervisor::php::PhpPool`]); DIR (default: the current
+/// directory) is the document root: files first, then scripts, then the
+/// front controller.
+fn php(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
+    use hayate_config::app::{AppProtocol, AppSection, Instances};
+    use hayate_supervisor::php::{php_fpm_binary, PhpPool};
+    let binary = php_fpm_binary()
+        .context("php-fpm not found on PATH or in /usr/sbin (Debian: apt-get install php-fpm)")?;
+    let mut overrides: Overrides = cli::overrides_from(m)?;
+    let root = PathBuf::from(m.get_one::<String>("dir").map_or(".", String::as_str));
+    overrides.route.root = Some(root.clone());
+    overrides.route.app = Some(true);
+    overrides.global.app_protocol = Some(AppProtocol::FastCgi);
+    let pool = PhpPool::sized_to_machine();
+    // Every child may hold a kept connection: hayate's bound is the pool.
+    overrides
+        .global
+        .fastcgi_max_conns
+        .get_or_insert(pool.children);
+    let mut config = load_with(m, &overrides)?;
+    let reread = rereader(m, overrides);
+    // Readiness is the socket accepting: php-fpm answers no HTTP probe.
+    config.global.app_ready_path = None;
+    // The pool's file, private to this hayate (its socket comes in PORT).
+    let dir = std::env::temp_dir().join(format!("hayate-php-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let conf = dir.join("php-fpm.conf");
+    std::fs::write(&conf, pool.config()).with_context(|| format!("{}", conf.display()))?;
+    let app = AppSection {
+        command: PhpPool::command(&binary, &conf),
+        cwd: Some(root),
+        env: Vec::new(),
+        // One master: php-fpm runs its children itself.
+        instances: Some(Instances::Count(1)),
+    };
+    let file = m.get_one::<String>("config");
+    let result = supervise(config, app, file, reread, inherited);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
 
 /// Starts the supervisor for `app` and serves until stopped.
 fn supervise(

@@ -40,18 +40,7 @@ fn dead_url() -> String {
 /// Sends a request with a Content-Length body (one write) and reads the
 /// response.
 fn post(c: &mut Client, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Response {
-    let mut raw = format!(
-        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in extra {
-        raw.push_str(&format!("{k}: {v}\r\n"));
-    }
-    raw.push_str("\r\n");
-    let mut raw = raw.into_bytes();
-    raw.extend_from_slice(body);
-    c.send(&raw);
-    c.read_response(false)
+    c.post(path, extra, body)
 }
 
 /// Sends a request with a chunked body in `chunk`-sized pieces (one write,

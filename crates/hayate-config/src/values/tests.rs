@@ -174,3 +174,39 @@ fn codings_levels_and_media_types() {
         assert!(MediaTypes::parse_str(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn fastcgi_addresses() {
+    assert_eq!(
+        FastCgiSpec::parse_str("unix:/run/php/fpm.sock"),
+        Ok(FastCgiSpec {
+            prefix: None,
+            members: vec!["unix:/run/php/fpm.sock".into()],
+        })
+    );
+    assert_eq!(
+        FastCgiSpec::parse_str("/blog=127.0.0.1:9000, 127.0.0.1:9001"),
+        Ok(FastCgiSpec {
+            prefix: Some("/blog".into()),
+            members: vec!["127.0.0.1:9000".into(), "127.0.0.1:9001".into()],
+        })
+    );
+    for bad in [
+        "",
+        "unix:",
+        "http://127.0.0.1:9000",
+        "localhost",
+        ":9000",
+        "host:x",
+    ] {
+        assert!(FastCgiSpec::parse_str(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn app_protocols() {
+    use crate::app::AppProtocol;
+    assert_eq!(AppProtocol::parse_str("fastcgi"), Ok(AppProtocol::FastCgi));
+    assert_eq!(AppProtocol::parse_str(" http"), Ok(AppProtocol::Http));
+    assert!(AppProtocol::parse_str("fcgi").is_err());
+}

@@ -1,0 +1,219 @@
+//! The CGI/1.1 environment a FastCGI responder receives (RFC 3875 §4.1,
+//! with the names nginx's `fastcgi_params` adds and PHP reads): the script
+//! the server resolved ([`CgiScript`]), the request line, the body's type
+//! and length, who asked and on which port, and each request field as
+//! `HTTP_*`.
+//!
+//! Field names are mapped as CGI does (upper case, `-` to `_`), so two
+//! names could meet on one variable: a field whose name has an `_` is
+//! dropped (nginx's `underscores_in_headers off`), or `X_Forwarded_For`
+//! would pass for `X-Forwarded-For`. `Proxy` is never passed (httpoxy,
+//! CVE-2016-5385: it would become `HTTP_PROXY`, which HTTP clients in the
+//! app take for their proxy setting).
+
+use hayate_core::field::strip_port;
+use hayate_core::transport::Scheme;
+
+use super::record::push_pair;
+use crate::request::CgiScript;
+use crate::ProxyRequest;
+
+/// The name-value pairs of one request (`record::push_pair` encoding).
+/// `content_length`: the body's length (none for a request without body);
+/// `request_id`: the X-Request-Id the error log and the app share.
+pub(crate) fn request_params(
+    req: &ProxyRequest<'_>,
+    script: &CgiScript<'_>,
+    content_length: Option<u64>,
+    request_id: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    let mut pair = |name: &str, value: &[u8]| push_pair(&mut out, name.as_bytes(), value);
+    let root = script.document_root.as_bytes();
+    let joined = |rest: &[u8]| [root, rest].concat();
+    pair("GATEWAY_INTERFACE", b"CGI/1.1");
+    pair("SERVER_SOFTWARE", b"hayate");
+    pair("SERVER_PROTOCOL", script.protocol.as_bytes());
+    pair("REQUEST_METHOD", req.method);
+    pair("REQUEST_URI", req.target);
+    let query = req
+        .target
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(&b""[..], |q| &req.target[q + 1..]);
+    pair("QUERY_STRING", query);
+    pair("DOCUMENT_ROOT", root);
+    pair("SCRIPT_FILENAME", &joined(script.script_name));
+    pair("SCRIPT_NAME", script.script_name);
+    pair(
+        "DOCUMENT_URI",
+        &[script.script_name, script.path_info].concat(),
+    );
+    pair("PATH_INFO", script.path_info);
+    if !script.path_info.is_empty() {
+        pair("PATH_TRANSLATED", &joined(script.path_info));
+    }
+    if let Some(t) = req.field(b"content-type") {
+        pair("CONTENT_TYPE", t);
+    }
+    if let Some(n) = content_length {
+        pair("CONTENT_LENGTH", itoa::Buffer::new().format(n).as_bytes());
+    }
+    let host = req.host.unwrap_or_default();
+    pair("SERVER_NAME", strip_port(host));
+    pair(
+        "SERVER_PORT",
+        itoa::Buffer::new().format(script.server_port).as_bytes(),
+    );
+    pair("REMOTE_ADDR", req.client_ip.as_bytes());
+    if let Some(port) = script.remote_port {
+        pair("REMOTE_PORT", itoa::Buffer::new().format(port).as_bytes());
+    }
+    if req.scheme == Scheme::Https {
+        pair("HTTPS", b"on");
+    }
+    pair("REQUEST_SCHEME", req.scheme.as_str().as_bytes());
+    // PHP built with --enable-force-cgi-redirect runs only with it.
+    pair("REDIRECT_STATUS", b"200");
+    pair("HTTP_X_REQUEST_ID", request_id);
+    for (name, value) in http_variables(req) {
+        push_pair(&mut out, &name, &value);
+    }
+    out
+}
+
+/// `HTTP_*` for each request field passed, repeated fields joined into one
+/// value (`, `, or `; ` for Cookie as RFC 9110 §5.3 and RFC 6265 §5.4 say).
+fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut vars: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(req.headers.len());
+    for &(name, value) in &req.headers {
+        if name.contains(&b'_')
+            || name.eq_ignore_ascii_case(b"proxy")
+            || name.eq_ignore_ascii_case(b"content-type")
+            || name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"x-request-id")
+        {
+            continue;
+        }
+        let mut var = b"HTTP_".to_vec();
+        var.extend(name.iter().map(|&b| match b {
+            b'-' => b'_',
+            b => b.to_ascii_uppercase(),
+        }));
+        match vars.iter_mut().find(|(n, _)| *n == var) {
+            Some((_, joined)) => {
+                let sep: &[u8] = if name.eq_ignore_ascii_case(b"cookie") {
+                    b"; "
+                } else {
+                    b", "
+                };
+                joined.extend_from_slice(sep);
+                joined.extend_from_slice(value);
+            }
+            None => vars.push((var, value.to_vec())),
+        }
+    }
+    vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pairs back as (name, value) strings.
+    fn decode(mut b: &[u8]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let len = |b: &mut &[u8]| {
+            if b[0] < 128 {
+                let n = b[0] as usize;
+                *b = &b[1..];
+                n
+            } else {
+                let n = u32::from_be_bytes([b[0] & 0x7f, b[1], b[2], b[3]]) as usize;
+                *b = &b[4..];
+                n
+            }
+        };
+        while !b.is_empty() {
+            let (n, v) = (len(&mut b), len(&mut b));
+            let name = String::from_utf8_lossy(&b[..n]).into_owned();
+            let value = String::from_utf8_lossy(&b[n..n + v]).into_owned();
+            b = &b[n + v..];
+            out.push((name, value));
+        }
+        out
+    }
+
+    #[test]
+    fn the_cgi_environment() {
+        let req = ProxyRequest {
+            method: b"POST",
+            target: b"/index.php/a/b?x=1&y=2",
+            headers: vec![
+                (&b"Host"[..], &b"example.com:8080"[..]),
+                (b"Content-Type", b"application/x-www-form-urlencoded"),
+                (b"Content-Length", b"3"),
+                (b"Proxy", b"http://evil:1"),
+                (b"X_Forwarded_For", b"6.6.6.6"),
+                (b"Cookie", b"a=1"),
+                (b"cookie", b"b=2"),
+                (b"Accept", b"text/html"),
+                (b"X-Request-Id", b"spoofed"),
+            ]
+            .into(),
+            client_ip: "10.0.0.9",
+            host: Some(b"example.com:8080"),
+            scheme: Scheme::Https,
+            cgi: None,
+        };
+        let script = CgiScript {
+            document_root: "/srv/app",
+            script_name: b"/index.php",
+            path_info: b"/a/b",
+            server_port: 8080,
+            remote_port: Some(51000),
+            protocol: "HTTP/1.1",
+        };
+        let vars = decode(&request_params(&req, &script, Some(3), b"abc"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        for (k, v) in [
+            ("GATEWAY_INTERFACE", "CGI/1.1"),
+            ("REQUEST_METHOD", "POST"),
+            ("REQUEST_URI", "/index.php/a/b?x=1&y=2"),
+            ("QUERY_STRING", "x=1&y=2"),
+            ("DOCUMENT_ROOT", "/srv/app"),
+            ("SCRIPT_FILENAME", "/srv/app/index.php"),
+            ("SCRIPT_NAME", "/index.php"),
+            ("PATH_INFO", "/a/b"),
+            ("PATH_TRANSLATED", "/srv/app/a/b"),
+            ("CONTENT_TYPE", "application/x-www-form-urlencoded"),
+            ("CONTENT_LENGTH", "3"),
+            ("SERVER_NAME", "example.com"),
+            ("SERVER_PORT", "8080"),
+            ("SERVER_PROTOCOL", "HTTP/1.1"),
+            ("REMOTE_ADDR", "10.0.0.9"),
+            ("REMOTE_PORT", "51000"),
+            ("HTTPS", "on"),
+            ("HTTP_HOST", "example.com:8080"),
+            ("HTTP_COOKIE", "a=1; b=2"),
+            ("HTTP_ACCEPT", "text/html"),
+            ("HTTP_X_REQUEST_ID", "abc"),
+        ] {
+            assert_eq!(get(k), Some(v), "{k}");
+        }
+        for absent in [
+            "HTTP_PROXY",
+            "HTTP_X_FORWARDED_FOR",
+            "HTTP_CONTENT_TYPE",
+            "HTTP_CONTENT_LENGTH",
+        ] {
+            assert_eq!(get(absent), None, "{absent}");
+        }
+        assert_eq!(
+            vars.iter()
+                .filter(|(n, _)| n == "HTTP_X_REQUEST_ID")
+                .count(),
+            1
+        );
+    }
+}
