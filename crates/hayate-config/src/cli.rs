@@ -59,6 +59,7 @@ pub fn heading(key: &str) -> &'static str {
         "access_log",
         "access_log_format",
         "access_log_size",
+        "access_log_age",
         "access_log_keep",
         "error_log",
         "log_level",

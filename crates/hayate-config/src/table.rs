@@ -228,6 +228,8 @@ options! {
         "Access log line format";
     access_log_size: Size = unset, "SIZE",
         "Rotate a file access log at this size (access.log becomes access.log.1; off unless set; SIGUSR1 reopens it after an outside rotation)";
+    access_log_age: Dur = unset, "DURATION",
+        "Also rotate a file access log once it is this old (1d: one file a day; off unless set)";
     access_log_keep: u32 = "5", "N",
         "Rotated access log files kept";
     error_log: PathBuf = unset, "FILE",

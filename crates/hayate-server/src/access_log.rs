@@ -36,26 +36,34 @@ pub enum Sink {
 
 impl Sink {
     /// Opens the sink a config names; `None` when logging is off. A file
-    /// rotates at `rotate_at` bytes, keeping `keep` old files.
-    pub fn open(target: &Target, rotate_at: Option<u64>, keep: u32) -> io::Result<Option<Sink>> {
+    /// rotates at `rotate_at` bytes or `max_age`, keeping `keep` old files.
+    pub fn open(
+        target: &Target,
+        rotate_at: Option<u64>,
+        max_age: Option<Duration>,
+        keep: u32,
+    ) -> io::Result<Option<Sink>> {
         Ok(match target {
             Target::Off => None,
             Target::Stdout => Some(Sink::Stdout),
             Target::Stderr => Some(Sink::Stderr),
             Target::File(path) => Some(Sink::File(Arc::new(
-                RotatingLog::open(path, rotate_at.unwrap_or(u64::MAX), keep as usize).map_err(
-                    |e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())),
-                )?,
+                RotatingLog::open(path, rotate_at.unwrap_or(u64::MAX), keep as usize)
+                    .map_err(|e| {
+                        io::Error::new(e.kind(), format!("access log {}: {e}", path.display()))
+                    })?
+                    .with_max_age(max_age),
             ))),
         })
     }
 
     /// The sink the global options name (`access_log`, `access_log_size`,
-    /// `access_log_keep`).
+    /// `access_log_age`, `access_log_keep`).
     pub fn from_config(g: &GlobalOptions) -> io::Result<Option<Sink>> {
         Sink::open(
             &g.access_log,
             g.access_log_size.map(|s| s.0),
+            g.access_log_age.map(|d| d.0),
             g.access_log_keep,
         )
     }
