@@ -130,14 +130,22 @@ fn first(slot: &mut Option<u64>, arg: Option<&[u8]>) {
 
 /// delta-seconds; anything else counts as 0 (stale, never fresher).
 fn delta(arg: &[u8]) -> u64 {
+    delta_seconds(arg).unwrap_or(0)
+}
+
+/// A delta-seconds value (§1.2.2), capped at 2^31; `None` when `arg` is not
+/// one (empty, a sign, anything but digits).
+pub fn delta_seconds(arg: &[u8]) -> Option<u64> {
     if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
-        return 0;
+        return None;
     }
-    arg.iter()
-        .try_fold(0u64, |n, &d| {
-            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })
-        .map_or(MAX_DELTA, |n| n.min(MAX_DELTA))
+    Some(
+        arg.iter()
+            .try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+            .map_or(MAX_DELTA, |n| n.min(MAX_DELTA)),
+    )
 }
 
 /// Splits a field value into `(name, argument)` pairs; commas inside a

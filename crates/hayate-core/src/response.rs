@@ -34,6 +34,9 @@ pub struct Response {
     /// What the response cache did (`HIT`, `MISS`, …), for the access log;
     /// `None` where no cache is configured.
     pub cache_status: Option<&'static str>,
+    /// The fields carry a Date: an origin's (kept as received, RFC 9110
+    /// §6.6.1) or a stored response's. The writer then adds none of its own.
+    pub has_date: bool,
 }
 
 /// A response body.
@@ -177,6 +180,7 @@ impl Response {
             body: Body::Empty,
             close: false,
             cache_status: None,
+            has_date: false,
         }
     }
 

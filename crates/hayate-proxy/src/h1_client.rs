@@ -72,6 +72,8 @@ pub(crate) struct Outgoing<'a> {
 pub(crate) struct Head {
     status: Status,
     fields: Fields,
+    /// `fields` hold the upstream's Date.
+    has_date: bool,
     framing: Framing,
     /// A 101: the connection becomes a tunnel.
     tunnel: bool,
@@ -254,6 +256,7 @@ impl UpstreamProtocol for Http1 {
         let Answer { conn, head, rest } = answer;
         let mut r = Response::new(head.status);
         r.fields = head.fields;
+        r.has_date = head.has_date;
         if head.tunnel {
             r.body = Body::Upgrade(Box::new(UpstreamTunnel {
                 conn,
@@ -393,10 +396,11 @@ fn parse_response(
         let mut fields = Fields::new();
         fields.push(b"Connection", b"upgrade");
         fields.push(b"Upgrade", protocol.unwrap_or(b"websocket"));
-        copy_end_to_end(&mut fields, parsed.fields);
+        let has_date = copy_end_to_end(&mut fields, parsed.fields);
         let head = Head {
             status,
             fields,
+            has_date,
             framing: Framing::Empty,
             tunnel: true,
             keep: None,
@@ -418,7 +422,7 @@ fn parse_response(
         }
     }
     let mut fields = Fields::with_capacity(len);
-    copy_end_to_end(&mut fields, parsed.fields);
+    let has_date = copy_end_to_end(&mut fields, parsed.fields);
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
     }
@@ -426,6 +430,7 @@ fn parse_response(
         Some(Head {
             status,
             fields,
+            has_date,
             framing: parsed.framing,
             tunnel: false,
             keep: (!parsed.close).then_some(keep),
@@ -437,21 +442,32 @@ fn parse_response(
 }
 
 /// Copies the end-to-end fields of an upstream response head onto `out`:
-/// neither hop-by-hop nor named by its Connection fields, and not Date or
-/// Server (hayate sets its own).
-fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) {
+/// neither hop-by-hop nor named by its Connection fields, and not Server
+/// (hayate sets its own). The upstream's first Date is kept when it is a
+/// valid HTTP-date (RFC 9110 §6.6.1: a recipient adds Date only when none
+/// was received; the cache's age calculation needs the origin's); an
+/// invalid one is replaced by hayate's (which §6.6.1 allows). Returns
+/// whether a Date was kept.
+fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) -> bool {
     let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    let mut has_date = false;
     for h in fields {
         let name = h.name.as_bytes();
         if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"date")
             || name.eq_ignore_ascii_case(b"server")
             || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
         {
             continue;
         }
+        if name.eq_ignore_ascii_case(b"date") {
+            if has_date || hayate_core::date::parse(h.value).is_none() {
+                continue;
+            }
+            has_date = true;
+        }
         out.push(name, h.value);
     }
+    has_date
 }
 
 /// `timeout=N` from a Keep-Alive field.
@@ -636,7 +652,19 @@ mod tests {
         };
         assert_eq!(h.framing, Framing::Length(5));
         assert_eq!(h.keep, Some(Duration::from_secs(4)));
+        // An invalid Date is dropped (hayate's replaces it).
         assert_eq!(h.fields.wire(), b"X-App: y\r\n");
+        assert!(!h.has_date);
+        // A valid one is the origin's and stays (the first of two).
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\
+             Date: Mon, 07 Nov 1994 08:49:37 GMT\r\nServer: node\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.fields.wire(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
+        assert!(h.has_date);
         let Ok(Some((Some(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,

@@ -322,6 +322,7 @@ async fn fetch<B: ClientBody>(
     let requested_at = Instant::now();
     let resp = origin(rc, group, &upstream_req, body).await;
     let response_time = SystemTime::now();
+    let received = Instant::now();
     let fwd = if stale.is_some() { "stale" } else { "uri-miss" };
     let mut status = CacheStatus {
         fwd: Some(fwd),
@@ -340,8 +341,11 @@ async fn fetch<B: ClientBody>(
 
     // The stale copy confirmed: refresh its headers and serve it.
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
-        let merged = serve::merged_304_head(old, &head);
-        let merged_facts = ResponseFacts::from_fields(merged.iter());
+        let merged = serve::merged_304_head(old, &head, response_time);
+        let mut merged_facts = ResponseFacts::from_fields(merged.iter());
+        // The refreshed response is as old as the 304 says (its Date, now
+        // in `merged`, and its Age, which is never stored).
+        merged_facts.age = facts.age;
         let lifetime = storable(
             old.status.code(),
             &merged_facts,
@@ -359,6 +363,7 @@ async fn fetch<B: ClientBody>(
                 lifetime: lifetime.unwrap_or_default(),
                 request_time,
                 response_time,
+                received,
                 vary: old.vary.clone(),
             },
         );
@@ -421,6 +426,7 @@ async fn fetch<B: ClientBody>(
         status: code,
         body: resp_body,
         close,
+        has_date,
         ..
     } = resp;
     let admission = |vary| Admission {
@@ -428,6 +434,7 @@ async fn fetch<B: ClientBody>(
         lifetime,
         request_time,
         response_time,
+        received,
         vary,
     };
     // A body of known length that fits: stream it to this client and every
@@ -437,7 +444,6 @@ async fn fetch<B: ClientBody>(
             let stored = serve::stored_from(code, &head, Bytes::new(), admission(vary_key(&facts)));
             let fetched = Fetched {
                 head,
-                origin_age: facts.age,
                 close,
                 requested_at,
             };
@@ -456,6 +462,7 @@ async fn fetch<B: ClientBody>(
             status.detail = Some("too-large");
             let mut r = Response::new(code);
             r.fields = head;
+            r.has_date = has_date;
             r.body = partial;
             r.close = close;
             return with_status(r, &status);
@@ -481,7 +488,6 @@ async fn fetch<B: ClientBody>(
     finish(leader, Outcome::Stored);
     let fetched = Fetched {
         head,
-        origin_age: facts.age,
         close,
         requested_at,
     };
@@ -491,8 +497,6 @@ async fn fetch<B: ClientBody>(
 /// The response a fill fetched, as its own client gets it.
 struct Fetched {
     head: Fields,
-    /// The Age the origin sent (0 without one).
-    origin_age: u64,
     close: bool,
     /// When its request went upstream (a purge or an invalidation since
     /// then keeps it out of the store).
@@ -502,8 +506,10 @@ struct Fetched {
 impl Fetched {
     /// The answer to the client whose request fetched `stored`: a 304 from
     /// the store when its validators match, else the response as the
-    /// origin sent it (its Set-Cookie included), with an Age when the origin
-    /// sent none.
+    /// origin sent it (its Set-Cookie included) with the stored Date (the
+    /// origin's, or the time it arrived) and the Age the cache computed
+    /// (§4.2.3: the origin's Age plus the delay, or more when the Date says
+    /// so) in place of the origin's, when either is not zero.
     fn answer(
         self,
         req: &ProxyRequest<'_>,
@@ -517,9 +523,19 @@ impl Fetched {
         }
         let mut r = Response::new(stored.status);
         r.fields = self.head;
-        if self.origin_age == 0 && age > 0 {
+        let origin_age = r.fields.contains(b"age");
+        if origin_age {
+            r.fields.retain(|n, _| !n.eq_ignore_ascii_case(b"age"));
+        }
+        if origin_age || age > 0 {
             r.header("Age", itoa::Buffer::new().format(age).as_bytes());
         }
+        if !r.fields.contains(b"date") {
+            if let Some(date) = stored.head.get(b"date") {
+                r.fields.push(b"Date", date);
+            }
+        }
+        r.has_date = true;
         r.body = body;
         r.close = self.close;
         with_status(r, status)

@@ -8,7 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hayate_testkit::{
     big_bytes, unix_request, Client, Hayate, Origin, OriginOptions, Response, WAIT,
@@ -385,6 +385,130 @@ fn stale_responses_are_revalidated_and_updated() {
     let r = c.get(&path, &[]);
     assert!(cache_status(&r).contains("; hit"), "{r:?}");
     assert_eq!(o.count(&path), 2);
+}
+
+/// `t` seconds from now as an HTTP-date (negative: in the past).
+fn http_date(t: i64) -> String {
+    let now = SystemTime::now();
+    let d = Duration::from_secs(t.unsigned_abs());
+    httpdate::fmt_http_date(if t < 0 { now - d } else { now + d })
+}
+
+/// The Cache-Status `ttl`.
+fn ttl(r: &Response) -> Option<i64> {
+    cache_status(r)
+        .split("; ")
+        .find_map(|p| p.strip_prefix("ttl="))
+        .and_then(|t| t.parse().ok())
+}
+
+/// RFC 9110 §6.6.1 and RFC 9111 §4.2.3 across a clock offset: clients get
+/// the origin's Date on the miss and on every hit, and the age counts from
+/// it. An origin whose clock is 100 s behind makes a max-age=60 response
+/// stale on arrival; one 1000 s ahead never makes a response younger than
+/// zero, and its Expires counts from its own Date (30 s, not 1030).
+#[test]
+fn the_origins_date_is_kept_and_ages_responses_across_a_clock_offset() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+
+    let behind = http_date(-100);
+    let path = script(&[
+        ("h", &format!("Date: {behind}")),
+        ("h", "Cache-Control: max-age=60"),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!((r.header("date"), r.count("date")), (Some(&behind[..]), 1));
+    assert!(age(&r).is_some_and(|a| (100..=102).contains(&a)), "{r:?}");
+    assert!(ttl(&r).is_some_and(|t| t <= -40), "{r:?}");
+    let r = c.get(&path, &[]);
+    assert!(
+        cache_status(&r).contains("fwd=stale"),
+        "stale on arrival: {r:?}"
+    );
+    assert_eq!(o.count(&path), 2);
+
+    let ahead = http_date(1000);
+    let path = script(&[
+        ("h", &format!("Date: {ahead}")),
+        ("h", &format!("Expires: {}", http_date(1030))),
+    ]);
+    let miss = c.get(&path, &[]);
+    assert_eq!(miss.header("date"), Some(&ahead[..]));
+    assert_eq!(age(&miss), None, "apparent age is zero: {miss:?}");
+    assert!(
+        ttl(&miss).is_some_and(|t| (29..=30).contains(&t)),
+        "{miss:?}"
+    );
+    for _ in 0..2 {
+        let hit = c.get(&path, &[]);
+        assert!(fresh_hit(&hit), "{hit:?}");
+        assert_eq!(
+            (hit.header("date"), hit.count("date")),
+            (Some(&ahead[..]), 1)
+        );
+        assert!(age(&hit).is_some_and(|a| a <= 1), "{hit:?}");
+        assert!(ttl(&hit).is_some_and(|t| (28..=30).contains(&t)), "{hit:?}");
+    }
+    assert_eq!(o.count(&path), 1);
+
+    // An origin that sends no Date: the time hayate received the response,
+    // the same on the miss and on later hits.
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("t", "no-date")]);
+    let miss = c.get(&path, &[]);
+    let hit = c.get(&path, &[]);
+    assert!(fresh_hit(&hit), "{hit:?}");
+    assert!(miss.header("date").is_some());
+    assert_eq!(
+        (hit.header("date"), hit.count("date")),
+        (miss.header("date"), 1)
+    );
+
+    // Through the proxy without a cache, and with a list Age from an
+    // inner cache: the Date stays, the first Age member counts.
+    let path = script(&[
+        ("h", &format!("Date: {behind}")),
+        ("h", "Age: 7200, 0"),
+        ("h", "Cache-Control: max-age=60"),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!(r.header("date"), Some(&behind[..]));
+    assert!(age(&r).is_some_and(|a| (7200..=7202).contains(&a)), "{r:?}");
+    assert_eq!(r.count("age"), 1);
+    h.assert_no_errors();
+}
+
+/// §4.3.4: a 304 that revalidates a stored response brings its own Date,
+/// which the refreshed response takes (and its age counts from).
+#[test]
+fn a_304_refreshes_the_stored_date() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let old = http_date(-100);
+    let new = http_date(0);
+    let path = script(&[
+        ("h", &format!("Date: {old}")),
+        ("h", "Cache-Control: max-age=60"),
+        ("etag", "d"),
+        ("h304", &format!("Date: {new}")),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!(r.header("date"), Some(&old[..]));
+    // Stale on arrival: the next request revalidates, the 304 is recent.
+    let r = c.get(&path, &[]);
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=304"),
+        "{r:?}"
+    );
+    assert_eq!((r.header("date"), r.count("date")), (Some(&new[..]), 1));
+    assert!(age(&r).is_some_and(|a| a <= 1), "{r:?}");
+    let hit = c.get(&path, &[]);
+    assert!(fresh_hit(&hit), "{hit:?}");
+    assert_eq!(hit.header("date"), Some(&new[..]));
+    assert_eq!(o.count(&path), 2);
+    h.assert_no_errors();
 }
 
 #[test]

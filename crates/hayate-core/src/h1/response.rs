@@ -25,7 +25,9 @@ pub struct HeadContext {
 /// Appends the head of `resp` to `out`. Returns whether a body follows.
 pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: SystemTime) -> bool {
     resp.status.append_status_line(out);
-    crate::date::append_date_line(out, now);
+    if !resp.has_date {
+        crate::date::append_date_line(out, now);
+    }
     out.extend_from_slice(b"Server: hayate\r\n");
     if let Some(shared) = &resp.shared {
         out.extend_from_slice(shared.wire());
