@@ -29,6 +29,9 @@ pub struct ResponseDirectives {
     pub proxy_revalidate: bool,
     /// `no-transform`.
     pub no_transform: bool,
+    /// `must-understand` (§5.2.2.3): stored only when the status code's
+    /// caching rules are understood, and then `no-store` is ignored.
+    pub must_understand: bool,
     /// `max-age`.
     pub max_age: Option<u64>,
     /// `s-maxage`, which also implies proxy-revalidate (§5.2.2.10).
@@ -53,6 +56,7 @@ impl ResponseDirectives {
                     b"must-revalidate" => d.must_revalidate = true,
                     b"proxy-revalidate" => d.proxy_revalidate = true,
                     b"no-transform" => d.no_transform = true,
+                    b"must-understand" => d.must_understand = true,
                     b"max-age" => first(&mut d.max_age, arg),
                     b"s-maxage" => first(&mut d.s_maxage, arg),
                     b"stale-while-revalidate" => first(&mut d.stale_while_revalidate, arg),

@@ -63,10 +63,13 @@ impl ResponseFacts {
         let mut cc = Vec::new();
         let mut vary: Option<Vec<Vec<u8>>> = Some(Vec::new());
         let mut age_seen = false;
+        let (mut own, mut cdn) = (Vec::new(), Vec::new());
         for (name, value) in fields {
             let lower = name.to_ascii_lowercase();
             match lower.as_slice() {
                 b"cache-control" => cc.push(value),
+                b"hayate-cache-control" => own.push(value),
+                b"cdn-cache-control" => cdn.push(value),
                 b"expires" => {
                     f.expires
                         .get_or_insert_with(|| hayate_core::date::parse(value));
@@ -113,7 +116,15 @@ impl ResponseFacts {
                 _ => {}
             }
         }
-        f.cc = ResponseDirectives::parse(cc);
+        // RFC 9213 §2.1: a valid targeted field replaces Cache-Control and
+        // Expires.
+        f.cc = match crate::targeted::select([&own, &cdn]) {
+            Some(value) => {
+                f.expires = None;
+                ResponseDirectives::parse([&value[..]])
+            }
+            None => ResponseDirectives::parse(cc),
+        };
         f.vary = vary;
         f
     }
@@ -153,6 +164,16 @@ fn heuristically_cacheable(status: u16) -> bool {
     )
 }
 
+/// Status codes whose caching rules hayate implements, for
+/// `must-understand` (§5.2.2.3): the final ones RFC 9110 defines, but 206
+/// (no partial content is stored) and 304 (it updates, never is stored).
+fn understood(status: u16) -> bool {
+    matches!(
+        status,
+        200..=205 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
+    )
+}
+
 /// Why a response is not stored (the Cache-Status `detail`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotStored {
@@ -160,6 +181,9 @@ pub enum NotStored {
     Status,
     /// `no-store` in the response.
     NoStore,
+    /// `must-understand` with a status code whose caching rules hayate
+    /// does not implement.
+    MustUnderstand,
     /// `no-store` in the request.
     RequestNoStore,
     /// `private`.
@@ -185,6 +209,7 @@ impl NotStored {
         match self {
             NotStored::Status => "status",
             NotStored::NoStore => "no-store",
+            NotStored::MustUnderstand => "must-understand",
             NotStored::RequestNoStore => "request-no-store",
             NotStored::Private => "private",
             NotStored::Authorization => "authorization",
@@ -217,7 +242,13 @@ pub fn storable(
     if !(200..600).contains(&status) || status == 206 || status == 304 {
         return Err(NotStored::Status);
     }
-    if facts.cc.no_store {
+    if facts.cc.must_understand {
+        // Understood: no-store, which such responses also carry for
+        // caches that do not know the directive, is ignored.
+        if !understood(status) {
+            return Err(NotStored::MustUnderstand);
+        }
+    } else if facts.cc.no_store {
         return Err(NotStored::NoStore);
     }
     if req.no_store {
@@ -456,6 +487,84 @@ mod tests {
         ];
         for (status, head, want) in table {
             assert_eq!(store(status, &head), want, "{status} {head:?}");
+        }
+    }
+
+    /// §5.2.2.3 must-understand: stored only for status codes whose rules
+    /// hayate implements, and then no-store is ignored.
+    #[test]
+    fn must_understand_table() {
+        let mu = "Cache-Control: must-understand, no-store, max-age=60\r\n";
+        let table = [
+            (200, mu, Ok(60)),
+            (404, mu, Ok(60)),
+            (308, mu, Ok(60)),
+            (299, mu, Err(NotStored::MustUnderstand)),
+            (418, mu, Err(NotStored::MustUnderstand)),
+            (599, mu, Err(NotStored::MustUnderstand)),
+            (206, mu, Err(NotStored::Status)),
+            (
+                200,
+                "Cache-Control: must-understand, max-age=60\r\n",
+                Ok(60),
+            ),
+            (299, "Cache-Control: max-age=60\r\n", Ok(60)),
+            (
+                299,
+                "Cache-Control: no-store, max-age=60\r\n",
+                Err(NotStored::NoStore),
+            ),
+            (
+                200,
+                "Cache-Control: must-understand, no-store, private\r\n",
+                Err(NotStored::Private),
+            ),
+        ];
+        for (status, head, want) in table {
+            assert_eq!(store(status, head), want, "{status} {head:?}");
+        }
+    }
+
+    /// RFC 9213: the first valid targeted field (Hayate-Cache-Control,
+    /// then CDN-Cache-Control) replaces Cache-Control and Expires.
+    #[test]
+    fn targeted_fields_take_precedence() {
+        let expires = format!(
+            "Date: {}\r\nExpires: {}\r\n",
+            httpdate::fmt_http_date(at(T0)),
+            httpdate::fmt_http_date(at(T0 + 90))
+        );
+        let table: Vec<(String, Result<u64, NotStored>)> = vec![
+            ("Cache-Control: no-store\r\nCDN-Cache-Control: max-age=30\r\n".into(), Ok(30)),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control: no-store\r\n".into(), Err(NotStored::NoStore)),
+            ("Cache-Control: private\r\nCDN-Cache-Control: max-age=30\r\n".into(), Ok(30)),
+            (
+                "Cache-Control: max-age=60\r\nHayate-Cache-Control: max-age=5\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Ok(5),
+            ),
+            (
+                "CDN-Cache-Control: max-age=30\r\nhayate-cache-control: no-store\r\n".into(),
+                Err(NotStored::NoStore),
+            ),
+            // Not a valid Dictionary: skipped, the next one decides.
+            (
+                "Cache-Control: max-age=60\r\nHayate-Cache-Control: Max-Age=5\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Ok(30),
+            ),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control: max-age=30,\r\n".into(), Ok(60)),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control:\r\n".into(), Ok(60)),
+            // Two lines are one list.
+            (
+                "CDN-Cache-Control: no-cache\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Err(NotStored::NoFreshness),
+            ),
+            // Expires is ignored too.
+            (expires.clone(), Ok(90)),
+            (format!("{expires}CDN-Cache-Control: must-revalidate\r\n"), Err(NotStored::NoFreshness)),
+            (format!("{expires}CDN-Cache-Control: s-maxage=9\r\n"), Ok(9)),
+        ];
+        for (head, want) in table {
+            assert_eq!(store(200, &head), want, "{head:?}");
         }
     }
 

@@ -17,9 +17,16 @@ use crate::store::Stored;
 use crate::vary::VaryKey;
 
 /// Fields never stored: recomputed (Age), private to one client
-/// (Set-Cookie), or about the exchange rather than the representation.
+/// (Set-Cookie), about the exchange rather than the representation, or
+/// meant for hayate alone (RFC 9213: no one downstream is its target).
 fn never_stored(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 4] = [b"age", b"set-cookie", b"set-cookie2", b"cache-status"];
+    const NAMES: [&[u8]; 5] = [
+        b"age",
+        b"set-cookie",
+        b"set-cookie2",
+        b"cache-status",
+        crate::targeted::OWN_FIELD,
+    ];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
@@ -62,6 +69,8 @@ pub struct Admission<'a> {
 /// came without one is stored with the time it was received (RFC 9110
 /// §6.6.1: a recipient that caches a response without Date adds one).
 pub fn stored_from(status: Status, head: &Fields, body: Bytes, a: Admission<'_>) -> Stored {
+    let own: Vec<&[u8]> = head.get_all(crate::targeted::OWN_FIELD).collect();
+    let own_control = (!own.is_empty()).then(|| Bytes::from(own.join(&b", "[..])));
     let mut kept = head.clone();
     kept.retain(|name, _| !never_stored(name));
     if !kept.contains(b"date") {
@@ -84,6 +93,7 @@ pub fn stored_from(status: Status, head: &Fields, body: Bytes, a: Admission<'_>)
             .iter()
             .map(|t| t.clone().into_boxed_slice())
             .collect(),
+        own_control,
     }
 }
 
@@ -112,6 +122,15 @@ pub fn merged_304_head(old: &Stored, head_304: &Fields, received: SystemTime) ->
     if !head_304.contains(b"date") {
         head.retain(|n, _| !n.eq_ignore_ascii_case(b"date"));
         head.push(b"Date", httpdate::fmt_http_date(received).as_bytes());
+    }
+    // Hayate-Cache-Control is not in the stored head: the 304's, or the
+    // one the response came with.
+    let own = crate::targeted::OWN_FIELD;
+    let own_304: Vec<&[u8]> = head_304.get_all(own).collect();
+    if !own_304.is_empty() {
+        head.push(own, &own_304.join(&b", "[..]));
+    } else if let Some(v) = &old.own_control {
+        head.push(own, v);
     }
     head
 }
@@ -254,6 +273,30 @@ mod tests {
             "ETag: W/\"v1\"\r\nContent-Encoding: br\r\nX-A: newer\r\n"
         );
         assert!(date.ends_with(" GMT\r\n") && date.len() == 31, "{merged}");
+    }
+
+    #[test]
+    fn hayate_cache_control_is_kept_aside_and_survives_a_304() {
+        let head = Fields::parse_wire(
+            b"Cache-Control: no-store\r\nHayate-Cache-Control: max-age=60\r\nX-A: 1\r\n",
+        );
+        let facts = ResponseFacts::from_fields(head.iter());
+        assert_eq!(facts.cc.max_age, Some(60));
+        let s = stored_from(Status::OK, &head, Bytes::new(), admission(&facts));
+        assert!(!s.head.contains(b"hayate-cache-control"), "never served");
+        assert_eq!(s.own_control.as_deref(), Some(&b"max-age=60"[..]));
+        let now = SystemTime::now();
+        let merged = merged_304_head(&s, &Fields::parse_wire(b"X-A: 2\r\n"), now);
+        assert_eq!(
+            ResponseFacts::from_fields(merged.iter()).cc.max_age,
+            Some(60)
+        );
+        let h304 = Fields::parse_wire(b"Hayate-Cache-Control: max-age=5\r\n");
+        let merged = merged_304_head(&s, &h304, now);
+        assert_eq!(
+            ResponseFacts::from_fields(merged.iter()).cc.max_age,
+            Some(5)
+        );
     }
 
     #[test]

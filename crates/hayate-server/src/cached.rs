@@ -79,6 +79,16 @@ fn request_directives(req: &ProxyRequest<'_>) -> RequestDirectives {
     )
 }
 
+/// Removes Hayate-Cache-Control from what a client gets: it targets
+/// hayate alone (RFC 9213; CDN-Cache-Control goes on, other CDNs in front
+/// are its targets too).
+fn without_own_control(fields: &mut Fields) {
+    let own = hayate_cache::targeted::OWN_FIELD;
+    if fields.contains(own) {
+        fields.retain(|n, _| !n.eq_ignore_ascii_case(own));
+    }
+}
+
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
     resp.header("Cache-Status", &status.value_bytes());
     resp.cache_status = Some(status.outcome.as_str());
@@ -188,7 +198,8 @@ pub async fn from_origin<B: ClientBody>(
     let stale = match miss {
         Miss::Bypass(fwd, detail) => {
             Stats::bump(&stats.bypasses);
-            let resp = origin(rc, group, req, body).await;
+            let mut resp = origin(rc, group, req, body).await;
+            without_own_control(&mut resp.fields);
             if !matches!(req.method, b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE") {
                 invalidate_after_unsafe(rc, req, &resp);
             }
@@ -199,7 +210,8 @@ pub async fn from_origin<B: ClientBody>(
     Stats::bump(&stats.misses);
     if req.method == b"HEAD" {
         // A HEAD is answered from a stored GET, but never fills the cache.
-        let resp = origin(rc, group, req, body).await;
+        let mut resp = origin(rc, group, req, body).await;
+        without_own_control(&mut resp.fields);
         let status = CacheStatus {
             fwd: Some("uri-miss"),
             fwd_status: Some(resp.status.code()),
@@ -419,6 +431,8 @@ async fn fetch<B: ClientBody>(
             }
             drop(leader);
             status.detail = Some(why.as_str());
+            let mut resp = resp;
+            without_own_control(&mut resp.fields);
             return with_status(resp, &status);
         }
     };
@@ -462,6 +476,7 @@ async fn fetch<B: ClientBody>(
             status.detail = Some("too-large");
             let mut r = Response::new(code);
             r.fields = head;
+            without_own_control(&mut r.fields);
             r.has_date = has_date;
             r.body = partial;
             r.close = close;
@@ -523,6 +538,7 @@ impl Fetched {
         }
         let mut r = Response::new(stored.status);
         r.fields = self.head;
+        without_own_control(&mut r.fields);
         let origin_age = r.fields.contains(b"age");
         if origin_age {
             r.fields.retain(|n, _| !n.eq_ignore_ascii_case(b"age"));

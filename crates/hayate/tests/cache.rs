@@ -511,6 +511,67 @@ fn a_304_refreshes_the_stored_date() {
     h.assert_no_errors();
 }
 
+/// RFC 9213: CDN-Cache-Control and Hayate-Cache-Control decide in place of
+/// Cache-Control; CDN-Cache-Control is forwarded, Hayate-Cache-Control
+/// (for hayate alone) never reaches a client; an invalid one is ignored.
+#[test]
+fn targeted_cache_control_takes_precedence() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let cdn = script(&[
+        ("h", "Cache-Control: no-store"),
+        ("h", "CDN-Cache-Control: max-age=60"),
+    ]);
+    let own = script(&[
+        ("h", "Cache-Control: private, no-cache"),
+        ("h", "Hayate-Cache-Control: max-age=60"),
+        ("h", "CDN-Cache-Control: no-store"),
+    ]);
+    let invalid = script(&[
+        ("h", "Cache-Control: no-store"),
+        ("h", "Hayate-Cache-Control: Max-Age=60"),
+    ]);
+    for path in [&cdn, &own] {
+        for i in 0..3 {
+            let r = c.get(path, &[]);
+            assert_eq!(r.text(), "count 1\n", "{path} {i}: {r:?}");
+            assert!(i == 0 || fresh_hit(&r), "{r:?}");
+            assert_eq!(r.header("hayate-cache-control"), None, "{r:?}");
+            assert!(r.header("cache-control").is_some(), "forwarded: {r:?}");
+            assert!(r.header("cdn-cache-control").is_some(), "forwarded: {r:?}");
+        }
+    }
+    // Not stored, then hit-for-miss (a bypass): never shown either way.
+    for detail in ["detail=no-store", "detail=hit-for-miss"] {
+        let r = c.get(&invalid, &[]);
+        assert!(cache_status(&r).contains(detail), "{r:?}");
+        assert_eq!(r.header("hayate-cache-control"), None, "{r:?}");
+    }
+    assert_eq!((o.count(&cdn), o.count(&own), o.count(&invalid)), (1, 1, 2));
+    h.assert_no_errors();
+}
+
+/// §5.2.2.3: must-understand with no-store is stored for a status code
+/// whose caching rules hayate implements, never for one it does not.
+#[test]
+fn must_understand_stores_only_understood_status_codes() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let mu = ("h", "Cache-Control: must-understand, no-store, max-age=60");
+    let known = script(&[mu, ("status", "404")]);
+    let unknown = script(&[mu, ("status", "299")]);
+    for detail in ["detail=must-understand", "detail=hit-for-miss"] {
+        assert_eq!(c.get(&known, &[]).status, 404);
+        let r = c.get(&unknown, &[]);
+        assert_eq!(r.status, 299);
+        assert!(cache_status(&r).contains(detail), "{r:?}");
+    }
+    assert_eq!((o.count(&known), o.count(&unknown)), (1, 2));
+    h.assert_no_errors();
+}
+
 #[test]
 fn a_failed_revalidation_keeps_the_stored_response() {
     let o = origin();
