@@ -927,6 +927,89 @@ fn stale_if_error_serves_stale_when_the_origin_fails() {
     );
 }
 
+/// What a [`failing_origin`] does after its first answer.
+#[derive(Debug, Clone, Copy)]
+enum Failing {
+    /// Reads the first byte of a request, then closes with the rest unread
+    /// (the kernel answers with a reset).
+    Reset,
+    /// Reads the request and never answers.
+    Silent,
+}
+
+/// An origin on a raw socket whose first request gets a response fresh for
+/// one second with `stale-if-error=60`, and whose later requests fail as
+/// `how` says. Its address, `http://127.0.0.1:PORT`.
+fn failing_origin(how: Failing) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            if n == 0 {
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: max-age=1, stale-if-error=60\r\n\
+                      Content-Length: 6\r\nConnection: close\r\n\r\nfresh\n",
+                );
+                continue;
+            }
+            match how {
+                Failing::Reset => {
+                    let _ = conn.read(&mut buf[..1]);
+                    drop(conn);
+                }
+                Failing::Silent => {
+                    let _ = conn.read(&mut buf);
+                    held.push(conn);
+                }
+            }
+        }
+    });
+    url
+}
+
+/// RFC 5861 stale-if-error when the origin cannot answer at all: a
+/// connection refused (its process gone), reset before the response, or
+/// no response within `proxy_timeout` all count as errors.
+#[test]
+fn stale_if_error_also_when_the_origin_is_unreachable() {
+    for (how, fwd_status) in [(Failing::Reset, 502), (Failing::Silent, 504)] {
+        let url = failing_origin(how);
+        let control = control_path();
+        let h = Hayate::start(
+            BIN,
+            &[
+                "--proxy",
+                &url,
+                "--cache",
+                "on",
+                "--proxy-timeout",
+                "300ms",
+                "--control",
+                &control,
+            ],
+        );
+        let mut c = h.client();
+        assert_eq!(c.get("/x", &[]).text(), "fresh\n");
+        let r = until_stale(&mut c, "/x");
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "fresh\n".to_string()),
+            "{how:?}"
+        );
+        let cs = cache_status(&r);
+        assert!(
+            cs.contains(&format!("fwd=stale; fwd-status={fwd_status}")),
+            "{how:?}: {cs}"
+        );
+        assert!(cs.contains("detail=stale-if-error"), "{how:?}: {cs}");
+    }
+}
+
 #[test]
 fn bodies_beyond_the_object_cap_pass_through_whole() {
     let o = origin();
