@@ -207,7 +207,7 @@ options! {
     max_connections: u32 = "16384", "N",
         "Open client connections across all workers; more are refused with 503";
     header_timeout: Dur = "10s", "DURATION",
-        "Time to receive a request's whole head once it has begun (408 after)";
+        "Time to receive a request's whole head once it has begun (408 after); a new connection that sends nothing is closed after it, without a response";
     keepalive_timeout: Dur = "75s", "DURATION",
         "How long an idle keep-alive connection is kept open";
     body_timeout: Dur = "60s", "DURATION",

@@ -83,6 +83,8 @@ pub(crate) struct Head {
     is_head: bool,
     /// Content-Length announced on a HEAD response.
     head_len: Option<u64>,
+    /// A HEAD response announced chunked.
+    head_chunked: bool,
 }
 
 impl UpstreamProtocol for Http1 {
@@ -281,8 +283,9 @@ impl UpstreamProtocol for Http1 {
                 let mut source = source;
                 source.finish();
                 if head.is_head {
-                    // A HEAD response announces the GET body's framing:
-                    // its length, or chunked when the upstream gave none.
+                    // A HEAD response announces the GET body's framing as
+                    // the upstream did: its length, chunked, or neither.
+                    r.unknown_framing = head.head_len.is_none() && !head.head_chunked;
                     Body::Stream(StreamBody {
                         len: head.head_len,
                         source: Box::new(source),
@@ -406,6 +409,7 @@ fn parse_response(
             keep: None,
             is_head: false,
             head_len: None,
+            head_chunked: false,
         };
         return Ok(Some((Some(head), len)));
     }
@@ -436,6 +440,7 @@ fn parse_response(
             keep: (!parsed.close).then_some(keep),
             is_head,
             head_len: if is_head { parsed.content_length } else { None },
+            head_chunked: is_head && parsed.chunked,
         }),
         len,
     )))

@@ -161,7 +161,9 @@ impl StaticRoot {
             }
         };
         if !self.opts.dotfiles && is_hidden(req.path) {
-            return Some(Response::error(Status::NOT_FOUND));
+            // Hidden as a file, not as a URL: a route with an upstream
+            // hands it on (`/api/.foo` is the app's), others answer 404.
+            return None;
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),

@@ -34,7 +34,7 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: Syst
     }
     out.extend_from_slice(resp.fields.wire());
     let body_allowed = !resp.status.forbids_body();
-    if body_allowed {
+    if body_allowed && !resp.unknown_framing {
         match resp.body.known_len() {
             Some(len) => {
                 out.extend_from_slice(b"Content-Length: ");
@@ -80,6 +80,8 @@ pub struct ParsedHead<'b> {
     pub framing: Framing,
     /// The Content-Length, also on a HEAD answer (which has no body).
     pub content_length: Option<u64>,
+    /// Transfer-Encoding ends in chunked, also on a HEAD answer.
+    pub chunked: bool,
     /// The peer closes after this response (HTTP/1.0, `Connection:
     /// close`, or a close-delimited body).
     pub close: bool,
@@ -150,6 +152,7 @@ pub fn parse_head<'b>(
         fields: resp.headers,
         framing,
         content_length,
+        chunked,
         close: close || framing == Framing::UntilClose,
     }))
 }
