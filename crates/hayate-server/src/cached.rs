@@ -129,6 +129,13 @@ pub fn lookup(
     if let Some(reason) = bypass_reason(rc, req) {
         return Err(Miss::Bypass("request", reason));
     }
+    // A GET's Range is answered from a fresh stored response, else
+    // forwarded as it is; a HEAD ignores Range (RFC 9110 §14.2).
+    let range = if method == b"GET" {
+        req.field(b"range")
+    } else {
+        None
+    };
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = request_directives(req);
     let lookup = rc.shared.store.lookup(&lookup_key, |n| fields(req, n), now);
@@ -152,7 +159,13 @@ pub fn lookup(
                         ttl: Some(fresh.ttl()),
                         ..CacheStatus::new(outcome)
                     };
-                    return Ok(from_store(req, &stored, stored.age(now), status));
+                    return Ok(from_store_ranged(
+                        req,
+                        range,
+                        &stored,
+                        stored.age(now),
+                        status,
+                    ));
                 }
                 Use::StaleWhileRevalidate => {
                     Stats::bump(&stats.stale);
@@ -162,12 +175,22 @@ pub fn lookup(
                         detail: Some("stale-while-revalidate"),
                         ..CacheStatus::new(CacheOutcome::Stale)
                     };
-                    return Ok(from_store(req, &stored, stored.age(now), status));
+                    return Ok(from_store_ranged(
+                        req,
+                        range,
+                        &stored,
+                        stored.age(now),
+                        status,
+                    ));
+                }
+                Use::Revalidate { .. } if range.is_some() => {
+                    return Err(Miss::Bypass("request", "range"))
                 }
                 Use::Revalidate { stale_if_error } => Some((stored, stale_if_error)),
             }
         }
         Lookup::Pass => return Err(Miss::Bypass("uri-miss", "hit-for-miss")),
+        Lookup::Miss if range.is_some() => return Err(Miss::Bypass("request", "range")),
         Lookup::Miss => None,
     };
     if directives.only_if_cached {
@@ -255,16 +278,14 @@ pub async fn from_origin<B: ClientBody>(
 
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
-    if req.field(b"range").is_some() {
-        return Some("range");
-    }
     if !rc.policy.with_cookie && req.field(b"cookie").is_some() {
         return Some("cookie");
     }
     if !rc.with_authorization && req.field(b"authorization").is_some() {
         return Some("authorization");
     }
-    if [&b"if-match"[..], b"if-unmodified-since", b"if-range"]
+    // If-Range goes with Range (answered from the store when it can be).
+    if [&b"if-match"[..], b"if-unmodified-since"]
         .iter()
         .any(|n| req.field(n).is_some())
     {
@@ -289,6 +310,27 @@ fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheSt
         serve::from_store(stored, age)
     };
     with_status(resp, &status)
+}
+
+/// [`from_store`] for a request that may carry a Range: 206 (or 416) from
+/// the stored body when the Range applies to it.
+fn from_store_ranged(
+    req: &ProxyRequest<'_>,
+    range: Option<&[u8]>,
+    stored: &Stored,
+    age: u64,
+    status: CacheStatus,
+) -> Response {
+    let Some(range) = range.filter(|_| !client_validators(req).not_modified(stored)) else {
+        return from_store(req, stored, age, status);
+    };
+    match crate::cached_range::answer(stored, range, req.field(b"if-range")) {
+        Some(mut resp) => {
+            resp.header("Age", itoa::Buffer::new().format(age).as_bytes());
+            with_status(resp, &status)
+        }
+        None => from_store(req, stored, age, status),
+    }
 }
 
 /// A response whose body is still arriving, for a request that waited on

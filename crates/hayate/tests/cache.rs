@@ -713,9 +713,10 @@ fn head_is_answered_from_a_stored_get() {
     let other = script(&[("h", "Cache-Control: max-age=60"), ("t", "head")]);
     c.request("HEAD", &other, &[]);
     assert_eq!(c.get(&other, &[]).text(), "count 2\n");
-    // Ranges never get a stored full response in place of a 206 (bypass).
+    // A Range gets its 206 from the stored response, never the whole of it.
     let r = c.get(&path, &[("Range", "bytes=0-1")]);
-    assert!(cache_status(&r).contains("detail=range"));
+    assert_eq!((r.status, r.text()), (206, "co".to_string()), "{r:?}");
+    assert!(fresh_hit(&r), "{r:?}");
 }
 
 #[test]
@@ -1008,6 +1009,76 @@ fn stale_if_error_also_when_the_origin_is_unreachable() {
         );
         assert!(cs.contains("detail=stale-if-error"), "{how:?}: {cs}");
     }
+}
+
+/// RFC 9110 §14 from the store: a Range request for a fresh stored 200 is
+/// answered 206 (one range, or multipart/byteranges), 416 when no range
+/// fits, and in whole when If-Range does not match strongly; a Range
+/// request that misses goes to the origin as it is.
+#[test]
+fn ranges_are_answered_from_the_store() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let lm = http_date(-3600);
+    let path = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", &format!("Last-Modified: {lm}")),
+        ("etag", "r"),
+        ("body", "0123456789abcdef"),
+    ]);
+    // A Range on a miss is forwarded, and nothing is stored by it.
+    let r = c.get(&path, &[("Range", "bytes=2-5")]);
+    assert!(
+        cache_status(&r).contains("fwd=request; detail=range"),
+        "{r:?}"
+    );
+    assert_eq!(c.get(&path, &[]).text(), "0123456789abcdef");
+    assert_eq!(o.count(&path), 2);
+
+    let r = c.get(&path, &[("Range", "bytes=2-5")]);
+    assert_eq!((r.status, r.text()), (206, "2345".to_string()), "{r:?}");
+    assert_eq!(r.header("content-range"), Some("bytes 2-5/16"));
+    assert!(fresh_hit(&r) && age(&r).is_some(), "{r:?}");
+    assert_eq!(r.header("etag"), Some("\"r\""));
+
+    let r = c.get(&path, &[("Range", "bytes=-3")]);
+    assert_eq!((r.status, r.text()), (206, "def".to_string()));
+
+    let r = c.get(&path, &[("Range", "bytes=0-1, 10-11")]);
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(ct.starts_with("multipart/byteranges; boundary="), "{ct}");
+    let text = r.text();
+    for part in [
+        "Content-Type: text/plain\r\nContent-Range: bytes 0-1/16\r\n\r\n01\r\n",
+        "Content-Type: text/plain\r\nContent-Range: bytes 10-11/16\r\n\r\nab\r\n",
+    ] {
+        assert!(text.contains(part), "{text:?}");
+    }
+
+    let r = c.get(&path, &[("Range", "bytes=100-200")]);
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */16"));
+
+    // If-Range: a strong match (entity-tag, or a Last-Modified that is a
+    // strong validator) gets the range; anything else the whole response.
+    for (if_range, want) in [
+        ("\"r\"", 206),
+        (lm.as_str(), 206),
+        ("\"other\"", 200),
+        ("W/\"r\"", 200),
+        ("Thu, 01 Jan 2015 00:00:00 GMT", 200),
+    ] {
+        let r = c.get(&path, &[("Range", "bytes=2-5"), ("If-Range", if_range)]);
+        assert_eq!(r.status, want, "If-Range {if_range}: {r:?}");
+        assert!(fresh_hit(&r), "{r:?}");
+    }
+    // The client's own validator still wins: 304.
+    let r = c.get(&path, &[("Range", "bytes=2-5"), ("If-None-Match", "\"r\"")]);
+    assert_eq!(r.status, 304);
+    assert_eq!(o.count(&path), 2);
+    h.assert_no_errors();
 }
 
 #[test]
