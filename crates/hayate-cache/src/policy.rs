@@ -21,8 +21,6 @@ pub struct RoutePolicy {
     /// Store responses that carry Set-Cookie (the cookie itself is never
     /// stored).
     pub store_set_cookie: bool,
-    /// Serve requests carrying Cookie from the cache.
-    pub with_cookie: bool,
     /// Route default for stale-while-revalidate, when the response says none.
     pub stale_while_revalidate: Duration,
     /// Route default for stale-if-error, when the response says none.

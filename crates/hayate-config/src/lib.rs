@@ -456,6 +456,32 @@ mod tests {
     }
 
     #[test]
+    fn cache_key_and_bypass_headers() {
+        let r = RouteLayer::default().resolve();
+        assert!(r.cache_key_headers.0.is_empty());
+        assert_eq!(r.cache_bypass_headers.0, vec!["authorization", "cookie"]);
+        let cfg = load_file(
+            "c.toml".as_ref(),
+            "[[site]]\nroot = \"/srv/a\"\ncache_key_headers = [\"X-API-Key\"]\n\
+             cache_bypass_headers = \"Authorization, Cookie, X-Token\"\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let o = &cfg.sites[0].routes[0].options;
+        assert_eq!(o.cache_key_headers.0, vec!["x-api-key"]);
+        assert_eq!(
+            o.cache_bypass_headers.0,
+            vec!["authorization", "cookie", "x-token"]
+        );
+        let bad = load_file(
+            "c.toml".as_ref(),
+            "cache_key_headers = \"X API\"\n",
+            &Overrides::default(),
+        );
+        assert!(bad.is_err());
+    }
+
+    #[test]
     fn compression_defaults_and_per_route_settings() {
         use hayate_core::Coding::*;
         let r = RouteLayer::default().resolve();

@@ -356,6 +356,10 @@ options! {
         "Serve .br, .zst and .gz siblings to clients that accept them";
     cache: CacheSpec = "off", "off|on|TTL[,OPTS]",
         "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR";
+    cache_key_headers: FieldNames = "", "LIST",
+        "Request header fields added to the response cache's key, each value cached apart as if the response said Vary: NAME (e.g. X-API-Key: one client's answer is never another's)";
+    cache_bypass_headers: FieldNames = "authorization,cookie", "LIST",
+        "Requests carrying any of these header fields do not use the response cache (the cache's cookie and authorization options take theirs off the list)";
     compress: bool = "true", "BOOL",
         "Compress for clients that accept it: files once, in the background; proxied bodies as they stream";
     compress_encodings: Codings = "br,zstd,gzip", "LIST",

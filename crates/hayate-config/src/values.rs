@@ -753,6 +753,49 @@ impl OptValue for CodingLevels {
     }
 }
 
+/// Header field names, comma-separated (`X-API-Key, X-Tenant`), kept
+/// lowercased; empty for none. In a file also an array.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldNames(pub Vec<String>);
+
+impl OptValue for FieldNames {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                return Err(format!(
+                    "expected header field names like X-API-Key, got {name:?}"
+                ));
+            }
+            let name = name.to_ascii_lowercase();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        Ok(FieldNames(out))
+    }
+
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Array(items) => {
+                let mut all = FieldNames::default();
+                for i in items {
+                    for n in Self::parse_toml(i.get_ref())?.0 {
+                        if !all.0.contains(&n) {
+                            all.0.push(n);
+                        }
+                    }
+                }
+                Ok(all)
+            }
+            single => Self::parse_str(&String::parse_toml(single)?),
+        }
+    }
+}
+
 /// Media types, comma-separated: `text/*,application/json`; `type/*` and
 /// `type/*+suffix` are patterns.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,8 +36,13 @@ pub struct RouteCache {
     pub shared: Arc<ResponseCache>,
     /// What the route allows beyond RFC 9111's defaults.
     pub policy: RoutePolicy,
-    /// Requests with Authorization use the cache (under §3.5's rules).
-    pub with_authorization: bool,
+    /// Request fields whose values are part of the key (a route-imposed
+    /// Vary: `cache_key_headers`), lowercased; usually none.
+    pub key_headers: Rc<[Vec<u8>]>,
+    /// Requests carrying any of these fields bypass the cache
+    /// (`cache_bypass_headers` less those the cache options allow),
+    /// lowercased.
+    pub bypass_headers: Rc<[Vec<u8>]>,
     /// The route's compression of proxied bodies, applied before storing
     /// so the compressed variant is what later hits serve.
     pub compression: Option<Rc<Policy>>,
@@ -278,11 +283,14 @@ pub async fn from_origin<B: ClientBody>(
 
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
-    if !rc.policy.with_cookie && req.field(b"cookie").is_some() {
-        return Some("cookie");
-    }
-    if !rc.with_authorization && req.field(b"authorization").is_some() {
-        return Some("authorization");
+    for name in rc.bypass_headers.iter() {
+        if req.field(name).is_some() {
+            return Some(match &name[..] {
+                b"cookie" => "cookie",
+                b"authorization" => "authorization",
+                _ => "bypass-header",
+            });
+        }
     }
     // If-Range goes with Range (answered from the store when it can be).
     if [&b"if-match"[..], b"if-unmodified-since"]
@@ -387,10 +395,15 @@ async fn fetch<B: ClientBody>(
     let facts = ResponseFacts::from_fields(head.iter());
     let directives = request_directives(req);
     let authorization = req.field(b"authorization").is_some();
+    // The response's Vary, and the route's key fields as if it named them.
     let vary_key = |facts: &ResponseFacts| {
-        VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
-            fields(req, n)
-        })
+        let vary = facts.vary.as_deref().unwrap_or_default();
+        if rc.key_headers.is_empty() {
+            return VaryKey::new(vary, |n| fields(req, n));
+        }
+        let mut names = vary.to_vec();
+        names.extend(rc.key_headers.iter().filter(|k| !vary.contains(k)).cloned());
+        VaryKey::new(&names, |n| fields(req, n))
     };
 
     // The stale copy confirmed: refresh its headers and serve it.

@@ -248,6 +248,46 @@ fn a_ttl_micro_caches_responses_without_freshness() {
     assert_eq!(o.count(&nostore), 2);
 }
 
+/// `cache_key_headers`: an API key sent in its own header keys the cache
+/// (one client's answer is never another's); `cache_bypass_headers`: a
+/// request carrying one of them never uses the cache.
+#[test]
+fn key_headers_keep_clients_apart_and_bypass_headers_bypass() {
+    let o = origin();
+    let h = cached(
+        &o,
+        "5s",
+        &[
+            "--cache-key-headers",
+            "X-API-Key",
+            "--cache-bypass-headers",
+            "authorization,cookie,x-token",
+        ],
+    );
+    let mut c = h.client();
+    let path = script(&[("t", "keyed")]);
+    let get = |c: &mut Client, key: Option<&str>| {
+        let extra: Vec<(&str, &str)> = key.map(|k| ("X-API-Key", k)).into_iter().collect();
+        c.get(&path, &extra).text()
+    };
+    assert_eq!(get(&mut c, Some("alice")), "count 1\n");
+    assert_eq!(get(&mut c, Some("bob")), "count 2\n");
+    assert_eq!(get(&mut c, None), "count 3\n");
+    assert_eq!(get(&mut c, Some("alice")), "count 1\n");
+    assert_eq!(get(&mut c, Some("bob")), "count 2\n");
+    assert_eq!(get(&mut c, None), "count 3\n");
+    assert_eq!(o.count(&path), 3);
+    for (name, detail) in [
+        ("X-Token", "detail=bypass-header"),
+        ("Cookie", "detail=cookie"),
+    ] {
+        let r = c.get(&path, &[(name, "t=1"), ("X-API-Key", "alice")]);
+        assert!(cache_status(&r).contains(detail), "{name}: {r:?}");
+    }
+    assert_eq!(o.count(&path), 5);
+    h.assert_no_errors();
+}
+
 #[test]
 fn credentials_and_cookies_are_never_shared() {
     let o = origin();

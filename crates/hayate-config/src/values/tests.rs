@@ -174,3 +174,15 @@ fn codings_levels_and_media_types() {
         assert!(MediaTypes::parse_str(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn field_names() {
+    assert_eq!(
+        FieldNames::parse_str(" X-API-Key, x-api-key ,Cookie,"),
+        Ok(FieldNames(vec!["x-api-key".into(), "cookie".into()]))
+    );
+    assert_eq!(FieldNames::parse_str(""), Ok(FieldNames::default()));
+    for bad in ["X API", "a:b", "x\u{e9}", "a\r\nb"] {
+        assert!(FieldNames::parse_str(bad).is_err(), "{bad:?}");
+    }
+}
