@@ -207,6 +207,11 @@ pub fn changes(old: &Config, new: &Config) -> Vec<String> {
 /// given) and one route per `--proxy PREFIX=...`.
 pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut base = overrides.route.clone();
+    let cache_by_prefix = base
+        .cache
+        .as_mut()
+        .map(|c| std::mem::take(&mut c.by_prefix))
+        .unwrap_or_default();
     let specs = base.proxy.take().unwrap_or_default();
     if let Some(name) = specs.iter().find_map(|s| s.group.as_ref()) {
         return Err(ConfigError {
@@ -249,6 +254,25 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix: "/".into(),
             options: slash.resolve(),
+            root_line: None,
+        });
+    }
+    // --cache PREFIX=SPEC: that prefix's route caches as SPEC; a prefix
+    // without a route of its own gets one, served as `/` is.
+    for (prefix, spec) in cache_by_prefix {
+        if let Some(r) = routes.iter_mut().find(|r| r.prefix == prefix) {
+            r.options.cache = spec;
+            continue;
+        }
+        let mut options = routes
+            .iter()
+            .find(|r| r.prefix == "/")
+            .map(|r| r.options.clone())
+            .expect("a route at /");
+        options.cache = spec;
+        routes.push(Route {
+            prefix,
+            options,
             root_line: None,
         });
     }

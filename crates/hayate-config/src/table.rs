@@ -354,8 +354,8 @@ options! {
         "Mark files with a content hash in their name (app.3f9a1c2e.js) public, 1 year, immutable";
     precompressed: bool = "true", "BOOL",
         "Serve .br, .zst and .gz siblings to clients that accept them";
-    cache: CacheSpec = "off", "off|on|TTL[,OPTS]",
-        "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR";
+    cache: CacheSpec = "off", "[PREFIX=]off|on|TTL[,OPTS]",
+        "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR; on the command line, PREFIX=SPEC (repeatable, e.g. /api=5s) caches only that prefix's requests";
     cache_key_headers: FieldNames = "", "LIST",
         "Request header fields added to the response cache's key, each value cached apart as if the response said Vary: NAME (e.g. X-API-Key: one client's answer is never another's)";
     cache_bypass_headers: FieldNames = "authorization,cookie", "LIST",

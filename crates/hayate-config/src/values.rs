@@ -468,7 +468,9 @@ impl OptValue for BalanceSpec {
 /// requests carrying them), `stale-while-revalidate=DUR`,
 /// `stale-if-error=DUR`. In a file also a table:
 /// `cache = { ttl = "5s", stale_if_error = "1m", set_cookie = true }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// On the command line also `PREFIX=SPEC` (`--cache /api=5s`, repeatable):
+/// a route of that prefix caches as SPEC.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CacheSpec {
     /// The cache is on.
     pub enabled: bool,
@@ -484,6 +486,9 @@ pub struct CacheSpec {
     pub stale_while_revalidate: Duration,
     /// Default stale-if-error window.
     pub stale_if_error: Duration,
+    /// Command-line `--cache PREFIX=SPEC` values, by prefix (only without
+    /// a config file: a file gives such a route its own table).
+    pub by_prefix: Vec<(String, CacheSpec)>,
 }
 
 impl CacheSpec {
@@ -516,7 +521,39 @@ impl CacheSpec {
 }
 
 impl OptValue for CacheSpec {
+    const REPEATED: bool = true;
+
+    /// The last value without a prefix, and every `PREFIX=SPEC` (a later
+    /// one for the same prefix replacing an earlier one).
+    fn parse_many(values: &[String]) -> Result<Self, String> {
+        let mut by_prefix: Vec<(String, CacheSpec)> = Vec::new();
+        let mut spec = None;
+        for v in values {
+            match v.trim().strip_prefix('/') {
+                Some(_) => {
+                    let (prefix, value) = v
+                        .trim()
+                        .split_once('=')
+                        .ok_or_else(|| format!("expected PREFIX=SPEC like /api=5s, got {v:?}"))?;
+                    let value = CacheSpec::parse_str(value)?;
+                    by_prefix.retain(|(p, _)| p != prefix);
+                    by_prefix.push((prefix.to_string(), value));
+                }
+                None => spec = Some(CacheSpec::parse_str(v)?),
+            }
+        }
+        let mut spec = spec.unwrap_or_default();
+        spec.by_prefix = by_prefix;
+        Ok(spec)
+    }
+
     fn parse_str(s: &str) -> Result<Self, String> {
+        if s.trim().starts_with('/') {
+            return Err(format!(
+                "{s:?}: PREFIX=SPEC is for the command line (--cache /api=5s); \
+                 in a file, give that prefix its own [[site.route]] with cache = ..."
+            ));
+        }
         let mut items = s.split(',').map(str::trim);
         let mut spec = CacheSpec::default();
         match items.next().unwrap_or_default() {

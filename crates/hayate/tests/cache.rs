@@ -288,6 +288,43 @@ fn key_headers_keep_clients_apart_and_bypass_headers_bypass() {
     h.assert_no_errors();
 }
 
+/// `--cache PREFIX=TTL` micro-caches one prefix without a config file;
+/// the rest of the site is not cached. With a config file it is refused.
+#[test]
+fn cache_by_prefix_on_the_command_line() {
+    let o = origin();
+    let url = o.url();
+    let h = Hayate::start(BIN, &["--proxy", &url, "--cache", "/script=5s"]);
+    let mut c = h.client();
+    let cached_path = script(&[("t", "prefix")]);
+    for _ in 0..3 {
+        assert_eq!(c.get(&cached_path, &[]).text(), "count 1\n");
+    }
+    for _ in 0..2 {
+        let r = c.get("/echo?x=1", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("cache-status"), None, "{r:?}");
+    }
+    assert_eq!((o.count(&cached_path), o.count("/echo?x=1")), (1, 2));
+    h.assert_no_errors();
+
+    let dir = hayate_testkit::site();
+    let file = dir.path().join("h.toml");
+    std::fs::write(&file, format!("proxy = \"{url}\"\n")).expect("write");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--config",
+            file.to_str().expect("utf8"),
+            "--cache",
+            "/script=5s",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a config file"), "{err}");
+}
+
 #[test]
 fn credentials_and_cookies_are_never_shared() {
     let o = origin();
