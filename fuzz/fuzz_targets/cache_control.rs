@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(v.unwrap_or(0) <= 1 << 31);
     }
     let facts = ResponseFacts::from_fields(hayate_core::field::header_lines(data));
+    assert!(facts.age <= 1 << 31);
     let f = Freshness {
         lifetime: u64::from(data.first().copied().unwrap_or(0)),
         age: u64::from(data.last().copied().unwrap_or(0)),

@@ -29,6 +29,9 @@ pub struct ResponseDirectives {
     pub proxy_revalidate: bool,
     /// `no-transform`.
     pub no_transform: bool,
+    /// `must-understand` (§5.2.2.3): stored only when the status code's
+    /// caching rules are understood, and then `no-store` is ignored.
+    pub must_understand: bool,
     /// `max-age`.
     pub max_age: Option<u64>,
     /// `s-maxage`, which also implies proxy-revalidate (§5.2.2.10).
@@ -53,6 +56,7 @@ impl ResponseDirectives {
                     b"must-revalidate" => d.must_revalidate = true,
                     b"proxy-revalidate" => d.proxy_revalidate = true,
                     b"no-transform" => d.no_transform = true,
+                    b"must-understand" => d.must_understand = true,
                     b"max-age" => first(&mut d.max_age, arg),
                     b"s-maxage" => first(&mut d.s_maxage, arg),
                     b"stale-while-revalidate" => first(&mut d.stale_while_revalidate, arg),
@@ -130,14 +134,22 @@ fn first(slot: &mut Option<u64>, arg: Option<&[u8]>) {
 
 /// delta-seconds; anything else counts as 0 (stale, never fresher).
 fn delta(arg: &[u8]) -> u64 {
+    delta_seconds(arg).unwrap_or(0)
+}
+
+/// A delta-seconds value (§1.2.2), capped at 2^31; `None` when `arg` is not
+/// one (empty, a sign, anything but digits).
+pub fn delta_seconds(arg: &[u8]) -> Option<u64> {
     if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
-        return 0;
+        return None;
     }
-    arg.iter()
-        .try_fold(0u64, |n, &d| {
-            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })
-        .map_or(MAX_DELTA, |n| n.min(MAX_DELTA))
+    Some(
+        arg.iter()
+            .try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+            .map_or(MAX_DELTA, |n| n.min(MAX_DELTA)),
+    )
 }
 
 /// Splits a field value into `(name, argument)` pairs; commas inside a

@@ -1,6 +1,7 @@
 //! The response cache: an RFC 9111 shared cache for proxied responses.
 //!
 //! - [`directives`]: Cache-Control of requests and responses.
+//! - [`targeted`]: Hayate-Cache-Control and CDN-Cache-Control (RFC 9213).
 //! - [`policy`]: storability, freshness, age, and how a stored response may
 //!   answer (pure functions, table-tested).
 //! - [`vary`]: the secondary key from a response's Vary.
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod serve;
 pub mod status;
 pub mod store;
+pub mod targeted;
 pub mod vary;
 
 use std::sync::Arc;

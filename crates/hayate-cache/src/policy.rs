@@ -21,8 +21,6 @@ pub struct RoutePolicy {
     /// Store responses that carry Set-Cookie (the cookie itself is never
     /// stored).
     pub store_set_cookie: bool,
-    /// Serve requests carrying Cookie from the cache.
-    pub with_cookie: bool,
     /// Route default for stale-while-revalidate, when the response says none.
     pub stale_while_revalidate: Duration,
     /// Route default for stale-if-error, when the response says none.
@@ -40,7 +38,7 @@ pub struct ResponseFacts {
     pub date: Option<SystemTime>,
     /// Last-Modified, raw and parsed.
     pub last_modified: Option<(Bytes, Option<SystemTime>)>,
-    /// Age sent by the origin or an inner cache.
+    /// Age sent by the origin or an inner cache (0 without a valid one).
     pub age: u64,
     /// ETag, raw.
     pub etag: Option<Bytes>,
@@ -62,10 +60,14 @@ impl ResponseFacts {
         let mut f = ResponseFacts::default();
         let mut cc = Vec::new();
         let mut vary: Option<Vec<Vec<u8>>> = Some(Vec::new());
+        let mut age_seen = false;
+        let (mut own, mut cdn) = (Vec::new(), Vec::new());
         for (name, value) in fields {
             let lower = name.to_ascii_lowercase();
             match lower.as_slice() {
                 b"cache-control" => cc.push(value),
+                b"hayate-cache-control" => own.push(value),
+                b"cdn-cache-control" => cdn.push(value),
                 b"expires" => {
                     f.expires
                         .get_or_insert_with(|| hayate_core::date::parse(value));
@@ -79,11 +81,9 @@ impl ResponseFacts {
                         )
                     });
                 }
-                b"age" => {
-                    f.age = std::str::from_utf8(value)
-                        .ok()
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0)
+                b"age" if !age_seen => {
+                    age_seen = true;
+                    f.age = age_value(value).unwrap_or(0);
                 }
                 b"etag" => {
                     f.etag.get_or_insert_with(|| Bytes::copy_from_slice(value));
@@ -114,7 +114,15 @@ impl ResponseFacts {
                 _ => {}
             }
         }
-        f.cc = ResponseDirectives::parse(cc);
+        // RFC 9213 §2.1: a valid targeted field replaces Cache-Control and
+        // Expires.
+        f.cc = match crate::targeted::select([&own, &cdn]) {
+            Some(value) => {
+                f.expires = None;
+                ResponseDirectives::parse([&value[..]])
+            }
+            None => ResponseDirectives::parse(cc),
+        };
         f.vary = vary;
         f
     }
@@ -137,11 +145,30 @@ impl ResponseFacts {
     }
 }
 
+/// The value of an Age field (RFC 9111 §5.1): the first member of a list
+/// (`Age: 7200, 0`: a cache SHOULD use the first and discard the others;
+/// a second Age line is discarded by the caller the same way), `None`
+/// when that member is not a non-negative integer, which the cache then
+/// ignores. Values past 2^31 are 2^31 (§1.2.2).
+pub fn age_value(raw: &[u8]) -> Option<u64> {
+    crate::directives::delta_seconds(trim(raw.split(|&b| b == b',').next().unwrap_or_default()))
+}
+
 /// Status codes that are heuristically cacheable (RFC 9110 §15.1).
 fn heuristically_cacheable(status: u16) -> bool {
     matches!(
         status,
         200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Status codes whose caching rules hayate implements, for
+/// `must-understand` (§5.2.2.3): the final ones RFC 9110 defines, but 206
+/// (no partial content is stored) and 304 (it updates, never is stored).
+fn understood(status: u16) -> bool {
+    matches!(
+        status,
+        200..=205 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
     )
 }
 
@@ -152,6 +179,9 @@ pub enum NotStored {
     Status,
     /// `no-store` in the response.
     NoStore,
+    /// `must-understand` with a status code whose caching rules hayate
+    /// does not implement.
+    MustUnderstand,
     /// `no-store` in the request.
     RequestNoStore,
     /// `private`.
@@ -177,6 +207,7 @@ impl NotStored {
         match self {
             NotStored::Status => "status",
             NotStored::NoStore => "no-store",
+            NotStored::MustUnderstand => "must-understand",
             NotStored::RequestNoStore => "request-no-store",
             NotStored::Private => "private",
             NotStored::Authorization => "authorization",
@@ -209,7 +240,13 @@ pub fn storable(
     if !(200..600).contains(&status) || status == 206 || status == 304 {
         return Err(NotStored::Status);
     }
-    if facts.cc.no_store {
+    if facts.cc.must_understand {
+        // Understood: no-store, which such responses also carry for
+        // caches that do not know the directive, is ignored.
+        if !understood(status) {
+            return Err(NotStored::MustUnderstand);
+        }
+    } else if facts.cc.no_store {
         return Err(NotStored::NoStore);
     }
     if req.no_store {
@@ -451,6 +488,84 @@ mod tests {
         }
     }
 
+    /// §5.2.2.3 must-understand: stored only for status codes whose rules
+    /// hayate implements, and then no-store is ignored.
+    #[test]
+    fn must_understand_table() {
+        let mu = "Cache-Control: must-understand, no-store, max-age=60\r\n";
+        let table = [
+            (200, mu, Ok(60)),
+            (404, mu, Ok(60)),
+            (308, mu, Ok(60)),
+            (299, mu, Err(NotStored::MustUnderstand)),
+            (418, mu, Err(NotStored::MustUnderstand)),
+            (599, mu, Err(NotStored::MustUnderstand)),
+            (206, mu, Err(NotStored::Status)),
+            (
+                200,
+                "Cache-Control: must-understand, max-age=60\r\n",
+                Ok(60),
+            ),
+            (299, "Cache-Control: max-age=60\r\n", Ok(60)),
+            (
+                299,
+                "Cache-Control: no-store, max-age=60\r\n",
+                Err(NotStored::NoStore),
+            ),
+            (
+                200,
+                "Cache-Control: must-understand, no-store, private\r\n",
+                Err(NotStored::Private),
+            ),
+        ];
+        for (status, head, want) in table {
+            assert_eq!(store(status, head), want, "{status} {head:?}");
+        }
+    }
+
+    /// RFC 9213: the first valid targeted field (Hayate-Cache-Control,
+    /// then CDN-Cache-Control) replaces Cache-Control and Expires.
+    #[test]
+    fn targeted_fields_take_precedence() {
+        let expires = format!(
+            "Date: {}\r\nExpires: {}\r\n",
+            httpdate::fmt_http_date(at(T0)),
+            httpdate::fmt_http_date(at(T0 + 90))
+        );
+        let table: Vec<(String, Result<u64, NotStored>)> = vec![
+            ("Cache-Control: no-store\r\nCDN-Cache-Control: max-age=30\r\n".into(), Ok(30)),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control: no-store\r\n".into(), Err(NotStored::NoStore)),
+            ("Cache-Control: private\r\nCDN-Cache-Control: max-age=30\r\n".into(), Ok(30)),
+            (
+                "Cache-Control: max-age=60\r\nHayate-Cache-Control: max-age=5\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Ok(5),
+            ),
+            (
+                "CDN-Cache-Control: max-age=30\r\nhayate-cache-control: no-store\r\n".into(),
+                Err(NotStored::NoStore),
+            ),
+            // Not a valid Dictionary: skipped, the next one decides.
+            (
+                "Cache-Control: max-age=60\r\nHayate-Cache-Control: Max-Age=5\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Ok(30),
+            ),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control: max-age=30,\r\n".into(), Ok(60)),
+            ("Cache-Control: max-age=60\r\nCDN-Cache-Control:\r\n".into(), Ok(60)),
+            // Two lines are one list.
+            (
+                "CDN-Cache-Control: no-cache\r\nCDN-Cache-Control: max-age=30\r\n".into(),
+                Err(NotStored::NoFreshness),
+            ),
+            // Expires is ignored too.
+            (expires.clone(), Ok(90)),
+            (format!("{expires}CDN-Cache-Control: must-revalidate\r\n"), Err(NotStored::NoFreshness)),
+            (format!("{expires}CDN-Cache-Control: s-maxage=9\r\n"), Ok(9)),
+        ];
+        for (head, want) in table {
+            assert_eq!(store(200, &head), want, "{head:?}");
+        }
+    }
+
     #[test]
     fn authorization_needs_explicit_permission() {
         let run = |head: &str| {
@@ -528,15 +643,124 @@ mod tests {
     }
 
     #[test]
-    fn initial_age_corrects_for_delay_and_clock() {
-        let f = facts(&format!(
-            "Date: {}\r\nAge: 3\r\n",
-            httpdate::fmt_http_date(at(T0 - 10))
-        ));
-        assert_eq!(initial_age(&f, at(T0 - 2), at(T0)), 10);
-        let f = facts("Age: 3\r\n");
-        assert_eq!(initial_age(&f, at(T0 - 2), at(T0)), 5);
-        assert_eq!(initial_age(&facts(""), at(T0), at(T0)), 0);
+    fn age_field_uses_the_first_member_and_ignores_an_invalid_one() {
+        let table = [
+            ("Age: 7\r\n", 7),
+            ("Age: 7200, 0\r\n", 7200),
+            ("Age: 7200\r\nAge: 0\r\n", 7200),
+            ("Age: 0\r\nAge: 7200\r\n", 0),
+            ("Age: x7200\r\n", 0),
+            ("Age: junk, 7200\r\n", 0),
+            ("Age: junk\r\nAge: 9\r\n", 0),
+            ("Age: -5\r\n", 0),
+            ("Age: 12s\r\n", 0),
+            ("Age: 1.5\r\n", 0),
+            ("Age: , 9\r\n", 0),
+            ("Age:  42 \r\n", 42),
+            ("Age: 99999999999999999999\r\n", 1 << 31),
+            ("", 0),
+        ];
+        for (head, want) in table {
+            assert_eq!(facts(head).age, want, "{head:?}");
+        }
+    }
+
+    /// §4.2.3 with times as seconds from T0: `(Date, Age field, request
+    /// time, response time, corrected_initial_age)`.
+    #[test]
+    fn initial_age_table() {
+        let date = |d: i64| {
+            format!(
+                "Date: {}\r\n",
+                httpdate::fmt_http_date(at((T0 as i64 + d) as u64))
+            )
+        };
+        let table: Vec<(String, &str, i64, i64, u64)> = vec![
+            // apparent_age (10) beats corrected_age_value (3 + delay 2).
+            (date(-10), "Age: 3\r\n", -2, 0, 10),
+            // corrected_age_value: Age plus the response delay.
+            (date(0), "Age: 3\r\n", -2, 0, 5),
+            (String::new(), "Age: 3\r\n", -2, 0, 5),
+            (String::new(), "", -4, 0, 4),
+            // The origin's clock ahead: apparent_age is never negative.
+            (date(100), "", 0, 0, 0),
+            (date(100), "Age: 30\r\n", -1, 0, 31),
+            // The origin's clock behind by a day.
+            (date(-86_400), "", 0, 0, 86_400),
+            // An invalid Date is none; an invalid Age is ignored.
+            ("Date: soon\r\n".into(), "Age: x\r\n", 0, 0, 0),
+            (date(0), "Age: 7200, 0\r\n", 0, 0, 7200),
+            (String::new(), "", 0, 0, 0),
+        ];
+        for (d, a, req, resp, want) in table {
+            let f = facts(&format!("{d}{a}"));
+            let t = |o: i64| at((T0 as i64 + o) as u64);
+            assert_eq!(
+                initial_age(&f, t(req), t(resp)),
+                want,
+                "{d:?} {a:?} {req} {resp}"
+            );
+        }
+    }
+
+    /// Expires in each HTTP-date format, relative to the origin's Date
+    /// (§4.2.1: expires - date, so a clock offset between origin and
+    /// cache changes nothing), and invalid values as already expired
+    /// (§5.3).
+    #[test]
+    fn expires_table() {
+        let imf = |d: i64| httpdate::fmt_http_date(at((T0 as i64 + d) as u64));
+        // T0 + 30 in the two obsolete formats.
+        let rfc850 = "Tuesday, 14-Nov-23 22:13:50 GMT";
+        let asctime = "Tue Nov 14 22:13:50 2023";
+        let d0 = format!("Date: {}\r\n", imf(0));
+        let table: Vec<(String, Result<u64, NotStored>)> = vec![
+            (format!("{d0}Expires: {}\r\n", imf(30)), Ok(30)),
+            (format!("{d0}Expires: {rfc850}\r\n"), Ok(30)),
+            (format!("{d0}Expires: {asctime}\r\n"), Ok(30)),
+            // Origin clock 100 s ahead of or behind ours.
+            (
+                format!("Date: {}\r\nExpires: {}\r\n", imf(100), imf(130)),
+                Ok(30),
+            ),
+            (
+                format!("Date: {}\r\nExpires: {}\r\n", imf(-100), imf(-70)),
+                Ok(30),
+            ),
+            // Without Date, the response time stands in.
+            (format!("Expires: {}\r\n", imf(30)), Ok(30)),
+            // Expires before Date, and invalid values: already expired.
+            (
+                format!("{d0}Expires: {}\r\nETag: \"e\"\r\n", imf(-5)),
+                Ok(0),
+            ),
+            (
+                format!("{d0}Expires: {}\r\n", imf(-5)),
+                Err(NotStored::NoFreshness),
+            ),
+            ("Expires: 0\r\nETag: \"e\"\r\n".into(), Ok(0)),
+            ("Expires: 0\r\n".into(), Err(NotStored::NoFreshness)),
+            (
+                format!("{d0}Expires: Tue, 14 Nov 2023 22:13:50 UTC\r\n"),
+                Err(NotStored::NoFreshness),
+            ),
+            // The first Expires counts; max-age and s-maxage override it.
+            (
+                format!("{d0}Expires: {}\r\nExpires: {}\r\n", imf(30), imf(90)),
+                Ok(30),
+            ),
+            (
+                format!("{d0}Expires: 0\r\nCache-Control: max-age=5\r\n"),
+                Ok(5),
+            ),
+            (
+                format!("{d0}Expires: {}\r\nCache-Control: s-maxage=7\r\n", imf(30)),
+                Ok(7),
+            ),
+        ];
+        for (head, want) in table {
+            assert_eq!(store(200, &head), want, "{head:?}");
+        }
     }
 
     fn fresh(lifetime: u64, age: u64, cc: &str) -> Freshness {

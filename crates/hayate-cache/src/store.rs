@@ -75,6 +75,9 @@ pub struct Stored {
     pub stored_at: Instant,
     /// Surrogate-Key tags.
     pub tags: Box<[Box<[u8]>]>,
+    /// The Hayate-Cache-Control value it came with: never served, kept
+    /// so that a 304 without one leaves the policy as it was.
+    pub own_control: Option<Bytes>,
 }
 
 impl Stored {
@@ -104,6 +107,7 @@ impl Stored {
             initial_age: self.initial_age,
             stored_at: self.stored_at,
             tags: self.tags.clone(),
+            own_control: self.own_control.clone(),
         }
     }
 
@@ -484,6 +488,7 @@ mod tests {
             initial_age: 0,
             stored_at: Instant::now(),
             tags: vec![b"t1".to_vec().into_boxed_slice()].into_boxed_slice(),
+            own_control: None,
         }
     }
 

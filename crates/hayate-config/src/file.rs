@@ -90,6 +90,21 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     }
     cx.anchor(&mut top_route);
     global.override_with(&overrides.global);
+    if overrides
+        .route
+        .cache
+        .as_ref()
+        .is_some_and(|c| !c.by_prefix.is_empty())
+    {
+        return Err(ConfigError {
+            file: Some(path.into()),
+            line: None,
+            key: Some("--cache".into()),
+            message: "PREFIX=SPEC is for use without a config file: give that prefix its own \
+                      [[site.route]] with cache = ..."
+                .into(),
+        });
+    }
     top_route.override_with(&overrides.route);
 
     let top_root = root_offset(doc.get_ref());

@@ -207,6 +207,11 @@ pub fn changes(old: &Config, new: &Config) -> Vec<String> {
 /// given) and one route per `--proxy PREFIX=...`.
 pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut base = overrides.route.clone();
+    let cache_by_prefix = base
+        .cache
+        .as_mut()
+        .map(|c| std::mem::take(&mut c.by_prefix))
+        .unwrap_or_default();
     let specs = base.proxy.take().unwrap_or_default();
     if let Some(name) = specs.iter().find_map(|s| s.group.as_ref()) {
         return Err(ConfigError {
@@ -276,6 +281,25 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix: "/".into(),
             options: slash.resolve(),
+            root_line: None,
+        });
+    }
+    // --cache PREFIX=SPEC: that prefix's route caches as SPEC; a prefix
+    // without a route of its own gets one, served as `/` is.
+    for (prefix, spec) in cache_by_prefix {
+        if let Some(r) = routes.iter_mut().find(|r| r.prefix == prefix) {
+            r.options.cache = spec;
+            continue;
+        }
+        let mut options = routes
+            .iter()
+            .find(|r| r.prefix == "/")
+            .map(|r| r.options.clone())
+            .expect("a route at /");
+        options.cache = spec;
+        routes.push(Route {
+            prefix,
+            options,
             root_line: None,
         });
     }
@@ -510,6 +534,32 @@ mod tests {
         let r = RouteLayer::default().resolve();
         assert_eq!(r.index, "index.html");
         assert!(r.root.is_none() && r.fallback.is_none() && !r.listing && r.precompressed);
+    }
+
+    #[test]
+    fn cache_key_and_bypass_headers() {
+        let r = RouteLayer::default().resolve();
+        assert!(r.cache_key_headers.0.is_empty());
+        assert_eq!(r.cache_bypass_headers.0, vec!["authorization", "cookie"]);
+        let cfg = load_file(
+            "c.toml".as_ref(),
+            "[[site]]\nroot = \"/srv/a\"\ncache_key_headers = [\"X-API-Key\"]\n\
+             cache_bypass_headers = \"Authorization, Cookie, X-Token\"\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let o = &cfg.sites[0].routes[0].options;
+        assert_eq!(o.cache_key_headers.0, vec!["x-api-key"]);
+        assert_eq!(
+            o.cache_bypass_headers.0,
+            vec!["authorization", "cookie", "x-token"]
+        );
+        let bad = load_file(
+            "c.toml".as_ref(),
+            "cache_key_headers = \"X API\"\n",
+            &Overrides::default(),
+        );
+        assert!(bad.is_err());
     }
 
     #[test]

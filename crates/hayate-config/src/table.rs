@@ -207,7 +207,7 @@ options! {
     max_connections: u32 = "16384", "N",
         "Open client connections across all workers; more are refused with 503";
     header_timeout: Dur = "10s", "DURATION",
-        "Time to receive a request's whole head once it has begun (408 after)";
+        "Time to receive a request's whole head once it has begun (408 after); a new connection that sends nothing is closed after it, without a response";
     keepalive_timeout: Dur = "75s", "DURATION",
         "How long an idle keep-alive connection is kept open";
     body_timeout: Dur = "60s", "DURATION",
@@ -370,8 +370,12 @@ options! {
         "Mark files with a content hash in their name (app.3f9a1c2e.js) public, 1 year, immutable";
     precompressed: bool = "true", "BOOL",
         "Serve .br, .zst and .gz siblings to clients that accept them";
-    cache: CacheSpec = "off", "off|on|TTL[,OPTS]",
-        "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR";
+    cache: CacheSpec = "off", "[PREFIX=]off|on|TTL[,OPTS]",
+        "Response cache for proxied responses: on (RFC 9111), or a TTL (5s) that also caches responses without freshness; OPTS: set-cookie, cookie, authorization, stale-while-revalidate=DUR, stale-if-error=DUR; on the command line, PREFIX=SPEC (repeatable, e.g. /api=5s) caches only that prefix's requests";
+    cache_key_headers: FieldNames = "", "LIST",
+        "Request header fields added to the response cache's key, each value cached apart as if the response said Vary: NAME (e.g. X-API-Key: one client's answer is never another's)";
+    cache_bypass_headers: FieldNames = "authorization,cookie", "LIST",
+        "Requests carrying any of these header fields do not use the response cache (the cache's cookie and authorization options take theirs off the list)";
     compress: bool = "true", "BOOL",
         "Compress for clients that accept it: files once, in the background; proxied bodies as they stream";
     compress_encodings: Codings = "br,zstd,gzip", "LIST",

@@ -510,7 +510,9 @@ impl OptValue for BalanceSpec {
 /// requests carrying them), `stale-while-revalidate=DUR`,
 /// `stale-if-error=DUR`. In a file also a table:
 /// `cache = { ttl = "5s", stale_if_error = "1m", set_cookie = true }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// On the command line also `PREFIX=SPEC` (`--cache /api=5s`, repeatable):
+/// a route of that prefix caches as SPEC.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CacheSpec {
     /// The cache is on.
     pub enabled: bool,
@@ -526,6 +528,9 @@ pub struct CacheSpec {
     pub stale_while_revalidate: Duration,
     /// Default stale-if-error window.
     pub stale_if_error: Duration,
+    /// Command-line `--cache PREFIX=SPEC` values, by prefix (only without
+    /// a config file: a file gives such a route its own table).
+    pub by_prefix: Vec<(String, CacheSpec)>,
 }
 
 impl CacheSpec {
@@ -558,7 +563,39 @@ impl CacheSpec {
 }
 
 impl OptValue for CacheSpec {
+    const REPEATED: bool = true;
+
+    /// The last value without a prefix, and every `PREFIX=SPEC` (a later
+    /// one for the same prefix replacing an earlier one).
+    fn parse_many(values: &[String]) -> Result<Self, String> {
+        let mut by_prefix: Vec<(String, CacheSpec)> = Vec::new();
+        let mut spec = None;
+        for v in values {
+            match v.trim().strip_prefix('/') {
+                Some(_) => {
+                    let (prefix, value) = v
+                        .trim()
+                        .split_once('=')
+                        .ok_or_else(|| format!("expected PREFIX=SPEC like /api=5s, got {v:?}"))?;
+                    let value = CacheSpec::parse_str(value)?;
+                    by_prefix.retain(|(p, _)| p != prefix);
+                    by_prefix.push((prefix.to_string(), value));
+                }
+                None => spec = Some(CacheSpec::parse_str(v)?),
+            }
+        }
+        let mut spec = spec.unwrap_or_default();
+        spec.by_prefix = by_prefix;
+        Ok(spec)
+    }
+
     fn parse_str(s: &str) -> Result<Self, String> {
+        if s.trim().starts_with('/') {
+            return Err(format!(
+                "{s:?}: PREFIX=SPEC is for the command line (--cache /api=5s); \
+                 in a file, give that prefix its own [[site.route]] with cache = ..."
+            ));
+        }
         let mut items = s.split(',').map(str::trim);
         let mut spec = CacheSpec::default();
         match items.next().unwrap_or_default() {
@@ -792,6 +829,49 @@ impl OptValue for CodingLevels {
             out.push((coding, level));
         }
         Ok(CodingLevels(out))
+    }
+}
+
+/// Header field names, comma-separated (`X-API-Key, X-Tenant`), kept
+/// lowercased; empty for none. In a file also an array.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldNames(pub Vec<String>);
+
+impl OptValue for FieldNames {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                return Err(format!(
+                    "expected header field names like X-API-Key, got {name:?}"
+                ));
+            }
+            let name = name.to_ascii_lowercase();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        Ok(FieldNames(out))
+    }
+
+    fn parse_toml(v: &DeValue<'_>) -> Result<Self, String> {
+        match v {
+            DeValue::Array(items) => {
+                let mut all = FieldNames::default();
+                for i in items {
+                    for n in Self::parse_toml(i.get_ref())?.0 {
+                        if !all.0.contains(&n) {
+                            all.0.push(n);
+                        }
+                    }
+                }
+                Ok(all)
+            }
+            single => Self::parse_str(&String::parse_toml(single)?),
+        }
     }
 }
 

@@ -9,11 +9,45 @@ use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An HTTP-date field value (any of the three formats RFC 9110 §5.6.7
-/// accepts, surrounding whitespace ignored); `None` when it is not one.
+/// accepts: IMF-fixdate, RFC 850, asctime; surrounding whitespace
+/// ignored); `None` when it is not one (a wrong weekday, a day that does
+/// not exist, a time before 1970 included).
 pub fn parse(raw: &[u8]) -> Option<SystemTime> {
-    std::str::from_utf8(crate::field::trim_ows(raw))
+    let s = std::str::from_utf8(crate::field::trim_ows(raw)).ok()?;
+    match rfc850_as_imf(s, SystemTime::now()) {
+        Some(imf) => httpdate::parse_http_date(&imf).ok(),
+        None => httpdate::parse_http_date(s).ok(),
+    }
+}
+
+/// An RFC 850 date (`Sunday, 06-Nov-94 08:49:37 GMT`) rewritten as an
+/// IMF-fixdate with its century chosen as RFC 9110 §5.6.7 requires: a
+/// two-digit year that would be more than 50 years in the future is the
+/// most recent past year with those digits, any other is in this century
+/// (httpdate's fixed 1970 pivot reads `75` as 1975 where the rule says
+/// 2075). `None` for other formats.
+fn rfc850_as_imf(s: &str, now: SystemTime) -> Option<String> {
+    let (weekday, rest) = s.split_once(", ")?;
+    // `Sun, 06 Nov 1994 ...` (IMF-fixdate) has a three-letter weekday.
+    if weekday.len() <= 3 || rest.len() != 22 || rest.as_bytes()[2] != b'-' {
+        return None;
+    }
+    let (day, month, yy) = (&rest[..2], &rest[3..6], &rest[7..9]);
+    let yy: i64 = yy
+        .parse()
         .ok()
-        .and_then(|s| httpdate::parse_http_date(s).ok())
+        .filter(|_| yy.bytes().all(|b| b.is_ascii_digit()))?;
+    let this_year =
+        Civil::from_unix(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())).year;
+    let mut year = this_year - this_year.rem_euclid(100) + yy;
+    if year > this_year + 50 {
+        year -= 100;
+    }
+    Some(format!(
+        "{}, {day} {month} {year} {}",
+        weekday.get(..3)?,
+        &rest[10..]
+    ))
 }
 
 /// Length of `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n`.
@@ -135,6 +169,66 @@ mod tests {
         }
         assert_eq!(parse(b"yesterday"), None);
         assert_eq!(parse(b"\xff"), None);
+        // Invalid: a wrong weekday, no 31st of November, before 1970, junk
+        // after the date, the value "0" (which §5.3 names as expired).
+        for raw in [
+            &b"Mon, 06 Nov 1994 08:49:37 GMT"[..],
+            b"Thu, 31 Nov 1994 08:49:37 GMT",
+            b"Thu, 01 Jan 1960 00:00:00 GMT",
+            b"Sun, 06 Nov 1994 08:49:37 GMT x",
+            b"Sun, 06 Nov 1994 08:49:37 UTC",
+            b"Sunday, 06-Nov-94 08:49:37",
+            b"Sunday, 06-Nov-9x 08:49:37 GMT",
+            b"0",
+            b"",
+        ] {
+            assert_eq!(parse(raw), None, "{}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn rfc850_years_within_fifty_years_ahead() {
+        let at = |y: i64| {
+            // 1 July of year `y`, as a clock reading.
+            let days = (y - 1970) * 365 + (y - 1969) / 4 + 181;
+            UNIX_EPOCH + std::time::Duration::from_secs(days as u64 * 86_400)
+        };
+        let year = |s: &str, now_year: i64| {
+            rfc850_as_imf(s, at(now_year)).map(|imf| imf[12..16].to_string())
+        };
+        let d = |yy: &str| format!("Sunday, 06-Nov-{yy} 08:49:37 GMT");
+        let table = [
+            ("94", 2026, "1994"),
+            ("75", 2026, "2075"),
+            ("76", 2026, "2076"),
+            ("77", 2026, "1977"),
+            ("26", 2026, "2026"),
+            ("00", 2026, "2000"),
+            ("99", 2026, "1999"),
+            ("10", 2090, "2010"),
+            ("99", 2060, "2099"),
+            ("50", 2090, "2050"),
+        ];
+        for (yy, now_year, want) in table {
+            assert_eq!(
+                year(&d(yy), now_year).as_deref(),
+                Some(want),
+                "{yy} in {now_year}"
+            );
+        }
+        assert_eq!(
+            rfc850_as_imf("Sun, 06 Nov 1994 08:49:37 GMT", at(2026)),
+            None
+        );
+        assert_eq!(rfc850_as_imf("Sun Nov  6 08:49:37 1994", at(2026)), None);
+        // 06-Nov-2075 is a Wednesday: the weekday decides validity after
+        // the century is chosen.
+        let wed = "Wednesday, 06-Nov-75 08:49:37 GMT";
+        assert_eq!(
+            rfc850_as_imf(wed, at(2026)).as_deref(),
+            Some("Wed, 06 Nov 2075 08:49:37 GMT")
+        );
+        assert!(parse(wed.as_bytes()).is_some());
     }
 
     #[test]

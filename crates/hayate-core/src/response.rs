@@ -34,6 +34,14 @@ pub struct Response {
     /// What the response cache did (`HIT`, `MISS`, …), for the access log;
     /// `None` where no cache is configured.
     pub cache_status: Option<&'static str>,
+    /// The fields carry a Date: an origin's (kept as received, RFC 9110
+    /// §6.6.1) or a stored response's. The writer then adds none of its own.
+    pub has_date: bool,
+    /// A HEAD answer whose GET framing is not known (a proxied upstream
+    /// announced neither a length nor chunked): the writer announces none
+    /// either, rather than a length of 0 or a chunked body the GET may not
+    /// have (RFC 9110 §9.3.2 lets a HEAD answer omit them).
+    pub unknown_framing: bool,
 }
 
 /// A response body.
@@ -177,6 +185,8 @@ impl Response {
             body: Body::Empty,
             close: false,
             cache_status: None,
+            has_date: false,
+            unknown_framing: false,
         }
     }
 

@@ -238,6 +238,7 @@ impl UpstreamProtocol for FastCgi {
         }
         let mut r = Response::new(head.status);
         r.fields = head.fields;
+        r.has_date = head.has_date;
         let mut source = FcgiBody {
             conn: Some(conn),
             buf: rest,

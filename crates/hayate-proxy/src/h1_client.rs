@@ -55,6 +55,8 @@ pub(crate) struct Answer {
 pub(crate) struct Head {
     status: Status,
     fields: Fields,
+    /// `fields` hold the upstream's Date.
+    has_date: bool,
     framing: Framing,
     /// A 101: the connection becomes a tunnel.
     tunnel: bool,
@@ -64,6 +66,8 @@ pub(crate) struct Head {
     is_head: bool,
     /// Content-Length announced on a HEAD response.
     head_len: Option<u64>,
+    /// A HEAD response announced chunked.
+    head_chunked: bool,
 }
 
 impl UpstreamProtocol for Http1 {
@@ -258,6 +262,7 @@ impl UpstreamProtocol for Http1 {
         let Answer { conn, head, rest } = answer;
         let mut r = Response::new(head.status);
         r.fields = head.fields;
+        r.has_date = head.has_date;
         if head.tunnel {
             r.body = Body::Upgrade(Box::new(UpstreamTunnel {
                 conn,
@@ -280,8 +285,9 @@ impl UpstreamProtocol for Http1 {
                 let mut source = source;
                 source.finish();
                 if head.is_head {
-                    // A HEAD response announces the GET body's framing:
-                    // its length, or chunked when the upstream gave none.
+                    // A HEAD response announces the GET body's framing as
+                    // the upstream did: its length, chunked, or neither.
+                    r.unknown_framing = head.head_len.is_none() && !head.head_chunked;
                     Body::Stream(StreamBody {
                         len: head.head_len,
                         source: Box::new(source),
@@ -344,15 +350,17 @@ fn parse_response(
         let mut fields = Fields::new();
         fields.push(b"Connection", b"upgrade");
         fields.push(b"Upgrade", protocol.unwrap_or(b"websocket"));
-        copy_end_to_end(&mut fields, parsed.fields);
+        let has_date = copy_end_to_end(&mut fields, parsed.fields);
         let head = Head {
             status,
             fields,
+            has_date,
             framing: Framing::Empty,
             tunnel: true,
             keep: None,
             is_head: false,
             head_len: None,
+            head_chunked: false,
         };
         return Ok(Some((Some(head), len)));
     }
@@ -369,7 +377,7 @@ fn parse_response(
         }
     }
     let mut fields = Fields::with_capacity(len);
-    copy_end_to_end(&mut fields, parsed.fields);
+    let has_date = copy_end_to_end(&mut fields, parsed.fields);
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
     }
@@ -377,32 +385,45 @@ fn parse_response(
         Some(Head {
             status,
             fields,
+            has_date,
             framing: parsed.framing,
             tunnel: false,
             keep: (!parsed.close).then_some(keep),
             is_head,
             head_len: if is_head { parsed.content_length } else { None },
+            head_chunked: is_head && parsed.chunked,
         }),
         len,
     )))
 }
 
 /// Copies the end-to-end fields of an upstream response head onto `out`:
-/// neither hop-by-hop nor named by its Connection fields, and not Date or
-/// Server (hayate sets its own).
-pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) {
+/// neither hop-by-hop nor named by its Connection fields, and not Server
+/// (hayate sets its own). The upstream's first Date is kept when it is a
+/// valid HTTP-date (RFC 9110 §6.6.1: a recipient adds Date only when none
+/// was received; the cache's age calculation needs the origin's); an
+/// invalid one is replaced by hayate's (which §6.6.1 allows). Returns
+/// whether a Date was kept.
+pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) -> bool {
     let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    let mut has_date = false;
     for h in fields {
         let name = h.name.as_bytes();
         if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"date")
             || name.eq_ignore_ascii_case(b"server")
             || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
         {
             continue;
         }
+        if name.eq_ignore_ascii_case(b"date") {
+            if has_date || hayate_core::date::parse(h.value).is_none() {
+                continue;
+            }
+            has_date = true;
+        }
         out.push(name, h.value);
     }
+    has_date
 }
 
 /// `timeout=N` from a Keep-Alive field.
@@ -552,7 +573,19 @@ mod tests {
         };
         assert_eq!(h.framing, Framing::Length(5));
         assert_eq!(h.keep, Some(Duration::from_secs(4)));
+        // An invalid Date is dropped (hayate's replaces it).
         assert_eq!(h.fields.wire(), b"X-App: y\r\n");
+        assert!(!h.has_date);
+        // A valid one is the origin's and stays (the first of two).
+        let Ok(Some((Some(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\
+             Date: Mon, 07 Nov 1994 08:49:37 GMT\r\nServer: node\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.fields.wire(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
+        assert!(h.has_date);
         let Ok(Some((Some(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,

@@ -36,8 +36,13 @@ pub struct RouteCache {
     pub shared: Arc<ResponseCache>,
     /// What the route allows beyond RFC 9111's defaults.
     pub policy: RoutePolicy,
-    /// Requests with Authorization use the cache (under §3.5's rules).
-    pub with_authorization: bool,
+    /// Request fields whose values are part of the key (a route-imposed
+    /// Vary: `cache_key_headers`), lowercased; usually none.
+    pub key_headers: Rc<[Vec<u8>]>,
+    /// Requests carrying any of these fields bypass the cache
+    /// (`cache_bypass_headers` less those the cache options allow),
+    /// lowercased.
+    pub bypass_headers: Rc<[Vec<u8>]>,
     /// The route's compression of proxied bodies, applied before storing
     /// so the compressed variant is what later hits serve.
     pub compression: Option<Rc<Policy>>,
@@ -77,6 +82,16 @@ fn request_directives(req: &ProxyRequest<'_>) -> RequestDirectives {
         req.values(b"pragma")
             .any(|v| v.eq_ignore_ascii_case(b"no-cache")),
     )
+}
+
+/// Removes Hayate-Cache-Control from what a client gets: it targets
+/// hayate alone (RFC 9213; CDN-Cache-Control goes on, other CDNs in front
+/// are its targets too).
+fn without_own_control(fields: &mut Fields) {
+    let own = hayate_cache::targeted::OWN_FIELD;
+    if fields.contains(own) {
+        fields.retain(|n, _| !n.eq_ignore_ascii_case(own));
+    }
 }
 
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
@@ -119,6 +134,13 @@ pub fn lookup(
     if let Some(reason) = bypass_reason(rc, req) {
         return Err(Miss::Bypass("request", reason));
     }
+    // A GET's Range is answered from a fresh stored response, else
+    // forwarded as it is; a HEAD ignores Range (RFC 9110 §14.2).
+    let range = if method == b"GET" {
+        req.field(b"range")
+    } else {
+        None
+    };
     let lookup_key = store::key_inline(req.host.unwrap_or_default(), req.target);
     let directives = request_directives(req);
     let lookup = rc.shared.store.lookup(&lookup_key, |n| fields(req, n), now);
@@ -142,7 +164,13 @@ pub fn lookup(
                         ttl: Some(fresh.ttl()),
                         ..CacheStatus::new(outcome)
                     };
-                    return Ok(from_store(req, &stored, stored.age(now), status));
+                    return Ok(from_store_ranged(
+                        req,
+                        range,
+                        &stored,
+                        stored.age(now),
+                        status,
+                    ));
                 }
                 Use::StaleWhileRevalidate => {
                     Stats::bump(&stats.stale);
@@ -152,12 +180,22 @@ pub fn lookup(
                         detail: Some("stale-while-revalidate"),
                         ..CacheStatus::new(CacheOutcome::Stale)
                     };
-                    return Ok(from_store(req, &stored, stored.age(now), status));
+                    return Ok(from_store_ranged(
+                        req,
+                        range,
+                        &stored,
+                        stored.age(now),
+                        status,
+                    ));
+                }
+                Use::Revalidate { .. } if range.is_some() => {
+                    return Err(Miss::Bypass("request", "range"))
                 }
                 Use::Revalidate { stale_if_error } => Some((stored, stale_if_error)),
             }
         }
         Lookup::Pass => return Err(Miss::Bypass("uri-miss", "hit-for-miss")),
+        Lookup::Miss if range.is_some() => return Err(Miss::Bypass("request", "range")),
         Lookup::Miss => None,
     };
     if directives.only_if_cached {
@@ -188,7 +226,8 @@ pub async fn from_origin<B: ClientBody>(
     let stale = match miss {
         Miss::Bypass(fwd, detail) => {
             Stats::bump(&stats.bypasses);
-            let resp = origin(rc, group, req, body).await;
+            let mut resp = origin(rc, group, req, body).await;
+            without_own_control(&mut resp.fields);
             if !matches!(req.method, b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE") {
                 invalidate_after_unsafe(rc, req, &resp);
             }
@@ -199,7 +238,8 @@ pub async fn from_origin<B: ClientBody>(
     Stats::bump(&stats.misses);
     if req.method == b"HEAD" {
         // A HEAD is answered from a stored GET, but never fills the cache.
-        let resp = origin(rc, group, req, body).await;
+        let mut resp = origin(rc, group, req, body).await;
+        without_own_control(&mut resp.fields);
         let status = CacheStatus {
             fwd: Some("uri-miss"),
             fwd_status: Some(resp.status.code()),
@@ -243,16 +283,17 @@ pub async fn from_origin<B: ClientBody>(
 
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
-    if req.field(b"range").is_some() {
-        return Some("range");
+    for name in rc.bypass_headers.iter() {
+        if req.field(name).is_some() {
+            return Some(match &name[..] {
+                b"cookie" => "cookie",
+                b"authorization" => "authorization",
+                _ => "bypass-header",
+            });
+        }
     }
-    if !rc.policy.with_cookie && req.field(b"cookie").is_some() {
-        return Some("cookie");
-    }
-    if !rc.with_authorization && req.field(b"authorization").is_some() {
-        return Some("authorization");
-    }
-    if [&b"if-match"[..], b"if-unmodified-since", b"if-range"]
+    // If-Range goes with Range (answered from the store when it can be).
+    if [&b"if-match"[..], b"if-unmodified-since"]
         .iter()
         .any(|n| req.field(n).is_some())
     {
@@ -277,6 +318,27 @@ fn from_store(req: &ProxyRequest<'_>, stored: &Stored, age: u64, status: CacheSt
         serve::from_store(stored, age)
     };
     with_status(resp, &status)
+}
+
+/// [`from_store`] for a request that may carry a Range: 206 (or 416) from
+/// the stored body when the Range applies to it.
+fn from_store_ranged(
+    req: &ProxyRequest<'_>,
+    range: Option<&[u8]>,
+    stored: &Stored,
+    age: u64,
+    status: CacheStatus,
+) -> Response {
+    let Some(range) = range.filter(|_| !client_validators(req).not_modified(stored)) else {
+        return from_store(req, stored, age, status);
+    };
+    match crate::cached_range::answer(stored, range, req.field(b"if-range")) {
+        Some(mut resp) => {
+            resp.header("Age", itoa::Buffer::new().format(age).as_bytes());
+            with_status(resp, &status)
+        }
+        None => from_store(req, stored, age, status),
+    }
 }
 
 /// A response whose body is still arriving, for a request that waited on
@@ -322,6 +384,7 @@ async fn fetch<B: ClientBody>(
     let requested_at = Instant::now();
     let resp = origin(rc, group, &upstream_req, body).await;
     let response_time = SystemTime::now();
+    let received = Instant::now();
     let fwd = if stale.is_some() { "stale" } else { "uri-miss" };
     let mut status = CacheStatus {
         fwd: Some(fwd),
@@ -332,16 +395,24 @@ async fn fetch<B: ClientBody>(
     let facts = ResponseFacts::from_fields(head.iter());
     let directives = request_directives(req);
     let authorization = req.field(b"authorization").is_some();
+    // The response's Vary, and the route's key fields as if it named them.
     let vary_key = |facts: &ResponseFacts| {
-        VaryKey::new(facts.vary.as_deref().unwrap_or_default(), |n| {
-            fields(req, n)
-        })
+        let vary = facts.vary.as_deref().unwrap_or_default();
+        if rc.key_headers.is_empty() {
+            return VaryKey::new(vary, |n| fields(req, n));
+        }
+        let mut names = vary.to_vec();
+        names.extend(rc.key_headers.iter().filter(|k| !vary.contains(k)).cloned());
+        VaryKey::new(&names, |n| fields(req, n))
     };
 
     // The stale copy confirmed: refresh its headers and serve it.
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
-        let merged = serve::merged_304_head(old, &head);
-        let merged_facts = ResponseFacts::from_fields(merged.iter());
+        let merged = serve::merged_304_head(old, &head, response_time);
+        let mut merged_facts = ResponseFacts::from_fields(merged.iter());
+        // The refreshed response is as old as the 304 says (its Date, now
+        // in `merged`, and its Age, which is never stored).
+        merged_facts.age = facts.age;
         let lifetime = storable(
             old.status.code(),
             &merged_facts,
@@ -359,6 +430,7 @@ async fn fetch<B: ClientBody>(
                 lifetime: lifetime.unwrap_or_default(),
                 request_time,
                 response_time,
+                received,
                 vary: old.vary.clone(),
             },
         );
@@ -414,6 +486,8 @@ async fn fetch<B: ClientBody>(
             }
             drop(leader);
             status.detail = Some(why.as_str());
+            let mut resp = resp;
+            without_own_control(&mut resp.fields);
             return with_status(resp, &status);
         }
     };
@@ -421,6 +495,7 @@ async fn fetch<B: ClientBody>(
         status: code,
         body: resp_body,
         close,
+        has_date,
         ..
     } = resp;
     let admission = |vary| Admission {
@@ -428,6 +503,7 @@ async fn fetch<B: ClientBody>(
         lifetime,
         request_time,
         response_time,
+        received,
         vary,
     };
     // A body of known length that fits: stream it to this client and every
@@ -437,7 +513,6 @@ async fn fetch<B: ClientBody>(
             let stored = serve::stored_from(code, &head, Bytes::new(), admission(vary_key(&facts)));
             let fetched = Fetched {
                 head,
-                origin_age: facts.age,
                 close,
                 requested_at,
             };
@@ -456,6 +531,8 @@ async fn fetch<B: ClientBody>(
             status.detail = Some("too-large");
             let mut r = Response::new(code);
             r.fields = head;
+            without_own_control(&mut r.fields);
+            r.has_date = has_date;
             r.body = partial;
             r.close = close;
             return with_status(r, &status);
@@ -481,7 +558,6 @@ async fn fetch<B: ClientBody>(
     finish(leader, Outcome::Stored);
     let fetched = Fetched {
         head,
-        origin_age: facts.age,
         close,
         requested_at,
     };
@@ -491,8 +567,6 @@ async fn fetch<B: ClientBody>(
 /// The response a fill fetched, as its own client gets it.
 struct Fetched {
     head: Fields,
-    /// The Age the origin sent (0 without one).
-    origin_age: u64,
     close: bool,
     /// When its request went upstream (a purge or an invalidation since
     /// then keeps it out of the store).
@@ -502,8 +576,10 @@ struct Fetched {
 impl Fetched {
     /// The answer to the client whose request fetched `stored`: a 304 from
     /// the store when its validators match, else the response as the
-    /// origin sent it (its Set-Cookie included), with an Age when the origin
-    /// sent none.
+    /// origin sent it (its Set-Cookie included) with the stored Date (the
+    /// origin's, or the time it arrived) and the Age the cache computed
+    /// (§4.2.3: the origin's Age plus the delay, or more when the Date says
+    /// so) in place of the origin's, when either is not zero.
     fn answer(
         self,
         req: &ProxyRequest<'_>,
@@ -517,9 +593,20 @@ impl Fetched {
         }
         let mut r = Response::new(stored.status);
         r.fields = self.head;
-        if self.origin_age == 0 && age > 0 {
+        without_own_control(&mut r.fields);
+        let origin_age = r.fields.contains(b"age");
+        if origin_age {
+            r.fields.retain(|n, _| !n.eq_ignore_ascii_case(b"age"));
+        }
+        if origin_age || age > 0 {
             r.header("Age", itoa::Buffer::new().format(age).as_bytes());
         }
+        if !r.fields.contains(b"date") {
+            if let Some(date) = stored.head.get(b"date") {
+                r.fields.push(b"Date", date);
+            }
+        }
+        r.has_date = true;
         r.body = body;
         r.close = self.close;
         with_status(r, status)

@@ -492,13 +492,15 @@ async fn send(
 ) -> Result<(), h2::Error> {
     let body_allowed = !response.status.forbids_body();
     let mut head = http::Response::builder().status(response.status.code());
-    let mut date = Vec::with_capacity(40);
-    hayate_core::date::append_date_line(&mut date, SystemTime::now());
-    if let Some(value) = date
-        .strip_prefix(b"Date: ")
-        .and_then(|d| d.strip_suffix(b"\r\n"))
-    {
-        head = head.header(http::header::DATE, value);
+    if !response.has_date {
+        let mut date = Vec::with_capacity(40);
+        hayate_core::date::append_date_line(&mut date, SystemTime::now());
+        if let Some(value) = date
+            .strip_prefix(b"Date: ")
+            .and_then(|d| d.strip_suffix(b"\r\n"))
+        {
+            head = head.header(http::header::DATE, value);
+        }
     }
     head = head.header(http::header::SERVER, "hayate");
     for (name, value) in response.all_fields() {

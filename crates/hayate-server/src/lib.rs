@@ -12,6 +12,7 @@ pub mod access_log;
 pub mod admin;
 mod buffers;
 pub mod cached;
+mod cached_range;
 mod client_io;
 pub mod compression;
 mod conn;

@@ -234,11 +234,16 @@ impl Router {
                         policy: RoutePolicy {
                             default_ttl: spec.ttl,
                             store_set_cookie: spec.set_cookie,
-                            with_cookie: spec.with_cookie,
                             stale_while_revalidate: spec.stale_while_revalidate,
                             stale_if_error: spec.stale_if_error,
                         },
-                        with_authorization: spec.with_authorization,
+                        key_headers: field_names(&r.options.cache_key_headers.0),
+                        bypass_headers: field_names(
+                            r.options.cache_bypass_headers.0.iter().filter(|n| {
+                                !(spec.with_cookie && *n == "cookie"
+                                    || spec.with_authorization && *n == "authorization")
+                            }),
+                        ),
                         compression: compression.clone(),
                     }),
                     compression,
@@ -465,6 +470,11 @@ fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> Static
     }
 }
 
+/// Header field names (lowercased by the config) as the cache compares
+/// them.
+fn field_names<'a>(names: impl IntoIterator<Item = &'a String>) -> std::rc::Rc<[Vec<u8>]> {
+    names.into_iter().map(|n| n.as_bytes().to_vec()).collect()
+}
 #[cfg(test)]
 mod tests {
     use super::*;

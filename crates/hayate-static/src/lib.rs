@@ -20,7 +20,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -162,7 +161,9 @@ impl StaticRoot {
             }
         };
         if !self.opts.dotfiles && is_hidden(req.path) {
-            return Some(Response::error(Status::NOT_FOUND));
+            // Hidden as a file, not as a URL: a route with an upstream
+            // hands it on (`/api/.foo` is the app's), others answer 404.
+            return None;
         }
         let lookup = match self.cache.get(req.path, req.now) {
             Some(entry) => Lookup::File(entry),
@@ -447,37 +448,24 @@ fn respond(
         RangeDecision::Single(range) => {
             r.status = Status::PARTIAL_CONTENT;
             r.shared = Some(variant.head.clone());
-            let cr = format!("bytes {}-{}/{}", range.start, range.end - 1, variant.len);
+            let cr = range::content_range(&range, variant.len);
             r.header("Content-Range", cr.as_bytes());
             r.body = body_of(variant, range.start, range.end - range.start);
         }
         RangeDecision::Multi(ranges) => {
             r.status = Status::PARTIAL_CONTENT;
             r.shared = Some(variant.head_no_type.clone());
-            let boundary = boundary();
-            r.header(
-                "Content-Type",
-                format!("multipart/byteranges; boundary={boundary}").as_bytes(),
+            let (content_type, parts) = range::multipart(
+                ranges,
+                &entry.content_type,
+                variant.len,
+                |range| match body_of(variant, range.start, range.end - range.start) {
+                    Body::Bytes(b) => Chunk::Bytes(b),
+                    Body::File(f) => Chunk::File(f),
+                    _ => Chunk::Bytes(Bytes::new()),
+                },
             );
-            let mut parts = Vec::with_capacity(ranges.len() * 2 + 1);
-            for range in ranges {
-                let part_head = format!(
-                    "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
-                    entry.content_type,
-                    range.start,
-                    range.end - 1,
-                    variant.len
-                );
-                parts.push(Chunk::Bytes(Bytes::from(part_head)));
-                parts.push(
-                    match body_of(variant, range.start, range.end - range.start) {
-                        Body::Bytes(b) => Chunk::Bytes(b),
-                        Body::File(f) => Chunk::File(f),
-                        _ => Chunk::Bytes(Bytes::new()),
-                    },
-                );
-            }
-            parts.push(Chunk::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
+            r.header("Content-Type", content_type.as_bytes());
             r.body = Body::Parts(parts);
         }
         RangeDecision::Unsatisfiable => {
@@ -507,13 +495,6 @@ fn body_of(variant: &Variant, offset: u64, len: u64) -> Body {
             len,
         }),
     }
-}
-
-/// A multipart boundary unique within the process.
-fn boundary() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0x5eed_1e55_f00d);
-    let n = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    format!("hayate-{n:016x}")
 }
 
 /// Whether any segment of `path` starts with a dot, `.well-known` excepted.

@@ -6,7 +6,49 @@
 //! (CVE-2011-3192 against Apache).
 
 use hayate_core::field::{parse_length, trim_ows as trim};
+use hayate_core::Chunk;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+/// A multipart/byteranges body (RFC 9110 §14.6) for `ranges` of a
+/// representation of `total` bytes and type `content_type`: each part's
+/// head and its bytes (`part` gives them), then the closing boundary. Also
+/// returns the Content-Type that names the boundary. Static files and the
+/// response cache both answer with it.
+pub fn multipart(
+    ranges: Vec<Range<u64>>,
+    content_type: &str,
+    total: u64,
+    mut part: impl FnMut(Range<u64>) -> Chunk,
+) -> (String, Vec<Chunk>) {
+    let boundary = boundary();
+    let mut parts = Vec::with_capacity(ranges.len() * 2 + 1);
+    for range in ranges {
+        let part_head = format!(
+            "\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {}-{}/{total}\r\n\r\n",
+            range.start,
+            range.end - 1,
+        );
+        parts.push(Chunk::Bytes(Bytes::from(part_head)));
+        parts.push(part(range));
+    }
+    parts.push(Chunk::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
+    (format!("multipart/byteranges; boundary={boundary}"), parts)
+}
+
+/// A multipart boundary unique within the process.
+fn boundary() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0x5eed_1e55_f00d);
+    let n = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    format!("hayate-{n:016x}")
+}
+
+/// The Content-Range of one range of a `total`-byte representation.
+pub fn content_range(range: &Range<u64>, total: u64) -> String {
+    format!("bytes {}-{}/{total}", range.start, range.end - 1)
+}
 
 /// Most ranges honoured in one request; more gets the whole file.
 pub const MAX_RANGES: usize = 16;

@@ -19,7 +19,8 @@
 //! - `/status?code=N`: answers status N (no body for 204 and 304).
 //! - `/script[/ANY]?...` (for cache tests): `status=N`, `h=Name:Value` (repeatable,
 //!   percent-encoded), `etag=V` (sends `ETag: "V"` and answers 304 to a
-//!   matching If-None-Match), `ms=N` (delay), `body=TEXT`, `chunked=1`,
+//!   matching If-None-Match), `h304=Name:Value` (sent on a 304 in place of
+//!   the `h` fields of that name), `ms=N` (delay), `body=TEXT`, `chunked=1`,
 //!   `n=N` (N bytes of [`big_bytes`](crate::big_bytes) as the body),
 //!   `fail_at=K` (the K-th request for this target answers a bare 503). The default body is
 //!   `count K\n`, K being how many requests this target has received
@@ -501,20 +502,37 @@ fn respond(
             if fail {
                 status = 503;
             }
-            for (_, v) in params.iter().filter(|(n, _)| n == "h") {
-                if let Some((name, value)) = v.split_once(':') {
-                    extra.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));
-                }
-            }
-            if let Some(tag) = get("etag") {
-                let tag = format!("\"{tag}\"");
-                extra.push_str(&format!("ETag: {tag}\r\n"));
-                if req
-                    .header("if-none-match")
-                    .is_some_and(|v| v.contains(&tag))
-                {
+            let mut tag = None;
+            if let Some(t) = get("etag") {
+                let t = format!("\"{t}\"");
+                if req.header("if-none-match").is_some_and(|v| v.contains(&t)) {
                     status = 304;
                 }
+                tag = Some(t);
+            }
+            let fields = |key: &str| {
+                params
+                    .iter()
+                    .filter(|(n, _)| n == key)
+                    .filter_map(|(_, v)| v.split_once(':'))
+                    .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+                    .collect::<Vec<_>>()
+            };
+            // On a 304, `h304` fields replace the `h` fields of their name.
+            let only_304 = if status == 304 {
+                fields("h304")
+            } else {
+                Vec::new()
+            };
+            let h = fields("h");
+            let kept = h
+                .iter()
+                .filter(|(n, _)| !only_304.iter().any(|(m, _)| m.eq_ignore_ascii_case(n)));
+            for (name, value) in kept.chain(&only_304) {
+                extra.push_str(&format!("{name}: {value}\r\n"));
+            }
+            if let Some(tag) = tag {
+                extra.push_str(&format!("ETag: {tag}\r\n"));
             }
             match (get("body"), get("n").and_then(|n| n.parse().ok())) {
                 (Some(b), _) => b.into_bytes().into(),

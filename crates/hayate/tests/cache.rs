@@ -8,7 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hayate_testkit::{
     big_bytes, unix_request, Client, Hayate, Origin, OriginOptions, Response, WAIT,
@@ -248,6 +248,83 @@ fn a_ttl_micro_caches_responses_without_freshness() {
     assert_eq!(o.count(&nostore), 2);
 }
 
+/// `cache_key_headers`: an API key sent in its own header keys the cache
+/// (one client's answer is never another's); `cache_bypass_headers`: a
+/// request carrying one of them never uses the cache.
+#[test]
+fn key_headers_keep_clients_apart_and_bypass_headers_bypass() {
+    let o = origin();
+    let h = cached(
+        &o,
+        "5s",
+        &[
+            "--cache-key-headers",
+            "X-API-Key",
+            "--cache-bypass-headers",
+            "authorization,cookie,x-token",
+        ],
+    );
+    let mut c = h.client();
+    let path = script(&[("t", "keyed")]);
+    let get = |c: &mut Client, key: Option<&str>| {
+        let extra: Vec<(&str, &str)> = key.map(|k| ("X-API-Key", k)).into_iter().collect();
+        c.get(&path, &extra).text()
+    };
+    assert_eq!(get(&mut c, Some("alice")), "count 1\n");
+    assert_eq!(get(&mut c, Some("bob")), "count 2\n");
+    assert_eq!(get(&mut c, None), "count 3\n");
+    assert_eq!(get(&mut c, Some("alice")), "count 1\n");
+    assert_eq!(get(&mut c, Some("bob")), "count 2\n");
+    assert_eq!(get(&mut c, None), "count 3\n");
+    assert_eq!(o.count(&path), 3);
+    for (name, detail) in [
+        ("X-Token", "detail=bypass-header"),
+        ("Cookie", "detail=cookie"),
+    ] {
+        let r = c.get(&path, &[(name, "t=1"), ("X-API-Key", "alice")]);
+        assert!(cache_status(&r).contains(detail), "{name}: {r:?}");
+    }
+    assert_eq!(o.count(&path), 5);
+    h.assert_no_errors();
+}
+
+/// `--cache PREFIX=TTL` micro-caches one prefix without a config file;
+/// the rest of the site is not cached. With a config file it is refused.
+#[test]
+fn cache_by_prefix_on_the_command_line() {
+    let o = origin();
+    let url = o.url();
+    let h = Hayate::start(BIN, &["--proxy", &url, "--cache", "/script=5s"]);
+    let mut c = h.client();
+    let cached_path = script(&[("t", "prefix")]);
+    for _ in 0..3 {
+        assert_eq!(c.get(&cached_path, &[]).text(), "count 1\n");
+    }
+    for _ in 0..2 {
+        let r = c.get("/echo?x=1", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("cache-status"), None, "{r:?}");
+    }
+    assert_eq!((o.count(&cached_path), o.count("/echo?x=1")), (1, 2));
+    h.assert_no_errors();
+
+    let dir = hayate_testkit::site();
+    let file = dir.path().join("h.toml");
+    std::fs::write(&file, format!("proxy = \"{url}\"\n")).expect("write");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--config",
+            file.to_str().expect("utf8"),
+            "--cache",
+            "/script=5s",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a config file"), "{err}");
+}
+
 #[test]
 fn credentials_and_cookies_are_never_shared() {
     let o = origin();
@@ -385,6 +462,191 @@ fn stale_responses_are_revalidated_and_updated() {
     let r = c.get(&path, &[]);
     assert!(cache_status(&r).contains("; hit"), "{r:?}");
     assert_eq!(o.count(&path), 2);
+}
+
+/// `t` seconds from now as an HTTP-date (negative: in the past).
+fn http_date(t: i64) -> String {
+    let now = SystemTime::now();
+    let d = Duration::from_secs(t.unsigned_abs());
+    httpdate::fmt_http_date(if t < 0 { now - d } else { now + d })
+}
+
+/// The Cache-Status `ttl`.
+fn ttl(r: &Response) -> Option<i64> {
+    cache_status(r)
+        .split("; ")
+        .find_map(|p| p.strip_prefix("ttl="))
+        .and_then(|t| t.parse().ok())
+}
+
+/// RFC 9110 §6.6.1 and RFC 9111 §4.2.3 across a clock offset: clients get
+/// the origin's Date on the miss and on every hit, and the age counts from
+/// it. An origin whose clock is 100 s behind makes a max-age=60 response
+/// stale on arrival; one 1000 s ahead never makes a response younger than
+/// zero, and its Expires counts from its own Date (30 s, not 1030).
+#[test]
+fn the_origins_date_is_kept_and_ages_responses_across_a_clock_offset() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+
+    let behind = http_date(-100);
+    let path = script(&[
+        ("h", &format!("Date: {behind}")),
+        ("h", "Cache-Control: max-age=60"),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!((r.header("date"), r.count("date")), (Some(&behind[..]), 1));
+    assert!(age(&r).is_some_and(|a| (100..=102).contains(&a)), "{r:?}");
+    assert!(ttl(&r).is_some_and(|t| t <= -40), "{r:?}");
+    let r = c.get(&path, &[]);
+    assert!(
+        cache_status(&r).contains("fwd=stale"),
+        "stale on arrival: {r:?}"
+    );
+    assert_eq!(o.count(&path), 2);
+
+    let ahead = http_date(1000);
+    let path = script(&[
+        ("h", &format!("Date: {ahead}")),
+        ("h", &format!("Expires: {}", http_date(1030))),
+    ]);
+    let miss = c.get(&path, &[]);
+    assert_eq!(miss.header("date"), Some(&ahead[..]));
+    assert_eq!(age(&miss), None, "apparent age is zero: {miss:?}");
+    assert!(
+        ttl(&miss).is_some_and(|t| (29..=30).contains(&t)),
+        "{miss:?}"
+    );
+    for _ in 0..2 {
+        let hit = c.get(&path, &[]);
+        assert!(fresh_hit(&hit), "{hit:?}");
+        assert_eq!(
+            (hit.header("date"), hit.count("date")),
+            (Some(&ahead[..]), 1)
+        );
+        assert!(age(&hit).is_some_and(|a| a <= 1), "{hit:?}");
+        assert!(ttl(&hit).is_some_and(|t| (28..=30).contains(&t)), "{hit:?}");
+    }
+    assert_eq!(o.count(&path), 1);
+
+    // An origin that sends no Date: the time hayate received the response,
+    // the same on the miss and on later hits.
+    let path = script(&[("h", "Cache-Control: max-age=60"), ("t", "no-date")]);
+    let miss = c.get(&path, &[]);
+    let hit = c.get(&path, &[]);
+    assert!(fresh_hit(&hit), "{hit:?}");
+    assert!(miss.header("date").is_some());
+    assert_eq!(
+        (hit.header("date"), hit.count("date")),
+        (miss.header("date"), 1)
+    );
+
+    // Through the proxy without a cache, and with a list Age from an
+    // inner cache: the Date stays, the first Age member counts.
+    let path = script(&[
+        ("h", &format!("Date: {behind}")),
+        ("h", "Age: 7200, 0"),
+        ("h", "Cache-Control: max-age=60"),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!(r.header("date"), Some(&behind[..]));
+    assert!(age(&r).is_some_and(|a| (7200..=7202).contains(&a)), "{r:?}");
+    assert_eq!(r.count("age"), 1);
+    h.assert_no_errors();
+}
+
+/// §4.3.4: a 304 that revalidates a stored response brings its own Date,
+/// which the refreshed response takes (and its age counts from).
+#[test]
+fn a_304_refreshes_the_stored_date() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let old = http_date(-100);
+    let new = http_date(0);
+    let path = script(&[
+        ("h", &format!("Date: {old}")),
+        ("h", "Cache-Control: max-age=60"),
+        ("etag", "d"),
+        ("h304", &format!("Date: {new}")),
+    ]);
+    let r = c.get(&path, &[]);
+    assert_eq!(r.header("date"), Some(&old[..]));
+    // Stale on arrival: the next request revalidates, the 304 is recent.
+    let r = c.get(&path, &[]);
+    assert!(
+        cache_status(&r).contains("fwd=stale; fwd-status=304"),
+        "{r:?}"
+    );
+    assert_eq!((r.header("date"), r.count("date")), (Some(&new[..]), 1));
+    assert!(age(&r).is_some_and(|a| a <= 1), "{r:?}");
+    let hit = c.get(&path, &[]);
+    assert!(fresh_hit(&hit), "{hit:?}");
+    assert_eq!(hit.header("date"), Some(&new[..]));
+    assert_eq!(o.count(&path), 2);
+    h.assert_no_errors();
+}
+
+/// RFC 9213: CDN-Cache-Control and Hayate-Cache-Control decide in place of
+/// Cache-Control; CDN-Cache-Control is forwarded, Hayate-Cache-Control
+/// (for hayate alone) never reaches a client; an invalid one is ignored.
+#[test]
+fn targeted_cache_control_takes_precedence() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let cdn = script(&[
+        ("h", "Cache-Control: no-store"),
+        ("h", "CDN-Cache-Control: max-age=60"),
+    ]);
+    let own = script(&[
+        ("h", "Cache-Control: private, no-cache"),
+        ("h", "Hayate-Cache-Control: max-age=60"),
+        ("h", "CDN-Cache-Control: no-store"),
+    ]);
+    let invalid = script(&[
+        ("h", "Cache-Control: no-store"),
+        ("h", "Hayate-Cache-Control: Max-Age=60"),
+    ]);
+    for path in [&cdn, &own] {
+        for i in 0..3 {
+            let r = c.get(path, &[]);
+            assert_eq!(r.text(), "count 1\n", "{path} {i}: {r:?}");
+            assert!(i == 0 || fresh_hit(&r), "{r:?}");
+            assert_eq!(r.header("hayate-cache-control"), None, "{r:?}");
+            assert!(r.header("cache-control").is_some(), "forwarded: {r:?}");
+            assert!(r.header("cdn-cache-control").is_some(), "forwarded: {r:?}");
+        }
+    }
+    // Not stored, then hit-for-miss (a bypass): never shown either way.
+    for detail in ["detail=no-store", "detail=hit-for-miss"] {
+        let r = c.get(&invalid, &[]);
+        assert!(cache_status(&r).contains(detail), "{r:?}");
+        assert_eq!(r.header("hayate-cache-control"), None, "{r:?}");
+    }
+    assert_eq!((o.count(&cdn), o.count(&own), o.count(&invalid)), (1, 1, 2));
+    h.assert_no_errors();
+}
+
+/// §5.2.2.3: must-understand with no-store is stored for a status code
+/// whose caching rules hayate implements, never for one it does not.
+#[test]
+fn must_understand_stores_only_understood_status_codes() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let mu = ("h", "Cache-Control: must-understand, no-store, max-age=60");
+    let known = script(&[mu, ("status", "404")]);
+    let unknown = script(&[mu, ("status", "299")]);
+    for detail in ["detail=must-understand", "detail=hit-for-miss"] {
+        assert_eq!(c.get(&known, &[]).status, 404);
+        let r = c.get(&unknown, &[]);
+        assert_eq!(r.status, 299);
+        assert!(cache_status(&r).contains(detail), "{r:?}");
+    }
+    assert_eq!((o.count(&known), o.count(&unknown)), (1, 2));
+    h.assert_no_errors();
 }
 
 #[test]
@@ -528,9 +790,10 @@ fn head_is_answered_from_a_stored_get() {
     let other = script(&[("h", "Cache-Control: max-age=60"), ("t", "head")]);
     c.request("HEAD", &other, &[]);
     assert_eq!(c.get(&other, &[]).text(), "count 2\n");
-    // Ranges never get a stored full response in place of a 206 (bypass).
+    // A Range gets its 206 from the stored response, never the whole of it.
     let r = c.get(&path, &[("Range", "bytes=0-1")]);
-    assert!(cache_status(&r).contains("detail=range"));
+    assert_eq!((r.status, r.text()), (206, "co".to_string()), "{r:?}");
+    assert!(fresh_hit(&r), "{r:?}");
 }
 
 #[test]
@@ -740,6 +1003,159 @@ fn stale_if_error_serves_stale_when_the_origin_fails() {
         502,
         "must-revalidate forbids stale"
     );
+}
+
+/// What a [`failing_origin`] does after its first answer.
+#[derive(Debug, Clone, Copy)]
+enum Failing {
+    /// Reads the first byte of a request, then closes with the rest unread
+    /// (the kernel answers with a reset).
+    Reset,
+    /// Reads the request and never answers.
+    Silent,
+}
+
+/// An origin on a raw socket whose first request gets a response fresh for
+/// one second with `stale-if-error=60`, and whose later requests fail as
+/// `how` says. Its address, `http://127.0.0.1:PORT`.
+fn failing_origin(how: Failing) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            if n == 0 {
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: max-age=1, stale-if-error=60\r\n\
+                      Content-Length: 6\r\nConnection: close\r\n\r\nfresh\n",
+                );
+                continue;
+            }
+            match how {
+                Failing::Reset => {
+                    let _ = conn.read(&mut buf[..1]);
+                    drop(conn);
+                }
+                Failing::Silent => {
+                    let _ = conn.read(&mut buf);
+                    held.push(conn);
+                }
+            }
+        }
+    });
+    url
+}
+
+/// RFC 5861 stale-if-error when the origin cannot answer at all: a
+/// connection refused (its process gone), reset before the response, or
+/// no response within `proxy_timeout` all count as errors.
+#[test]
+fn stale_if_error_also_when_the_origin_is_unreachable() {
+    for (how, fwd_status) in [(Failing::Reset, 502), (Failing::Silent, 504)] {
+        let url = failing_origin(how);
+        let control = control_path();
+        let h = Hayate::start(
+            BIN,
+            &[
+                "--proxy",
+                &url,
+                "--cache",
+                "on",
+                "--proxy-timeout",
+                "300ms",
+                "--control",
+                &control,
+            ],
+        );
+        let mut c = h.client();
+        assert_eq!(c.get("/x", &[]).text(), "fresh\n");
+        let r = until_stale(&mut c, "/x");
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "fresh\n".to_string()),
+            "{how:?}"
+        );
+        let cs = cache_status(&r);
+        assert!(
+            cs.contains(&format!("fwd=stale; fwd-status={fwd_status}")),
+            "{how:?}: {cs}"
+        );
+        assert!(cs.contains("detail=stale-if-error"), "{how:?}: {cs}");
+    }
+}
+
+/// RFC 9110 §14 from the store: a Range request for a fresh stored 200 is
+/// answered 206 (one range, or multipart/byteranges), 416 when no range
+/// fits, and in whole when If-Range does not match strongly; a Range
+/// request that misses goes to the origin as it is.
+#[test]
+fn ranges_are_answered_from_the_store() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    let lm = http_date(-3600);
+    let path = script(&[
+        ("h", "Cache-Control: max-age=60"),
+        ("h", &format!("Last-Modified: {lm}")),
+        ("etag", "r"),
+        ("body", "0123456789abcdef"),
+    ]);
+    // A Range on a miss is forwarded, and nothing is stored by it.
+    let r = c.get(&path, &[("Range", "bytes=2-5")]);
+    assert!(
+        cache_status(&r).contains("fwd=request; detail=range"),
+        "{r:?}"
+    );
+    assert_eq!(c.get(&path, &[]).text(), "0123456789abcdef");
+    assert_eq!(o.count(&path), 2);
+
+    let r = c.get(&path, &[("Range", "bytes=2-5")]);
+    assert_eq!((r.status, r.text()), (206, "2345".to_string()), "{r:?}");
+    assert_eq!(r.header("content-range"), Some("bytes 2-5/16"));
+    assert!(fresh_hit(&r) && age(&r).is_some(), "{r:?}");
+    assert_eq!(r.header("etag"), Some("\"r\""));
+
+    let r = c.get(&path, &[("Range", "bytes=-3")]);
+    assert_eq!((r.status, r.text()), (206, "def".to_string()));
+
+    let r = c.get(&path, &[("Range", "bytes=0-1, 10-11")]);
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(ct.starts_with("multipart/byteranges; boundary="), "{ct}");
+    let text = r.text();
+    for part in [
+        "Content-Type: text/plain\r\nContent-Range: bytes 0-1/16\r\n\r\n01\r\n",
+        "Content-Type: text/plain\r\nContent-Range: bytes 10-11/16\r\n\r\nab\r\n",
+    ] {
+        assert!(text.contains(part), "{text:?}");
+    }
+
+    let r = c.get(&path, &[("Range", "bytes=100-200")]);
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */16"));
+
+    // If-Range: a strong match (entity-tag, or a Last-Modified that is a
+    // strong validator) gets the range; anything else the whole response.
+    for (if_range, want) in [
+        ("\"r\"", 206),
+        (lm.as_str(), 206),
+        ("\"other\"", 200),
+        ("W/\"r\"", 200),
+        ("Thu, 01 Jan 2015 00:00:00 GMT", 200),
+    ] {
+        let r = c.get(&path, &[("Range", "bytes=2-5"), ("If-Range", if_range)]);
+        assert_eq!(r.status, want, "If-Range {if_range}: {r:?}");
+        assert!(fresh_hit(&r), "{r:?}");
+    }
+    // The client's own validator still wins: 304.
+    let r = c.get(&path, &[("Range", "bytes=2-5"), ("If-None-Match", "\"r\"")]);
+    assert_eq!(r.status, 304);
+    assert_eq!(o.count(&path), 2);
+    h.assert_no_errors();
 }
 
 #[test]

@@ -270,6 +270,22 @@ fn slow_header_gets_408_and_idle_connection_is_closed() {
     h.assert_no_errors();
 }
 
+/// What `header_timeout` says it does: a connection that never sends a
+/// byte is closed after it (not after the longer keep-alive timeout).
+#[test]
+fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+    let (h, _dir) = start(&["--header-timeout", "300ms", "--keepalive-timeout", "60s"]);
+    let mut silent = h.client();
+    let started = std::time::Instant::now();
+    assert!(silent.is_closed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    h.assert_no_errors();
+}
+
 #[test]
 fn a_slow_exchange_keeps_the_clock_current() {
     // The origin answers after 1.5 s, longer than the keep-alive timeout:

@@ -1051,3 +1051,80 @@ fn expect_100_continue_pipelining_and_http10_through_the_proxy() {
     assert!(r.body == big_bytes(5000));
     h.assert_no_errors();
 }
+
+/// RFC 9110 §9.3.2: a HEAD answer through the proxy announces the GET's
+/// framing as the upstream did, and invents none: an upstream that sends
+/// neither Content-Length nor Transfer-Encoding on a HEAD (Go's net/http
+/// when the handler writes nothing) gets neither added.
+#[test]
+fn head_framing_is_the_upstreams() {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = Vec::new();
+            // Every request on the connection, until hayate closes it.
+            while hayate_testkit::read_through_blank_line(&mut conn, &mut buf).is_ok() {
+                buf.clear();
+                let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n";
+                if conn.write_all(head).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    for args in [&[][..], &["--cache", "on"][..]] {
+        let mut all = vec!["--proxy", url.as_str()];
+        all.extend_from_slice(args);
+        let h = Hayate::start(BIN, &all);
+        let mut c = h.client();
+        for _ in 0..2 {
+            let r = c.request("HEAD", "/x", &[]);
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("content-length"), None, "{args:?} {:?}", r.headers);
+            assert_eq!(
+                r.header("transfer-encoding"),
+                None,
+                "{args:?} {:?}",
+                r.headers
+            );
+        }
+        h.assert_no_errors();
+    }
+    // A length or chunked from the upstream is kept
+    // (head_204_and_304_have_no_body).
+}
+
+/// The dotfile rule hides files under a static root, not URLs: a path with
+/// a dot segment that no file answers reaches the app, and so does one
+/// naming a hidden file (never served from the root); a static-only route
+/// answers 404.
+#[test]
+fn dot_segment_paths_reach_the_app() {
+    let o = origin();
+    let dir = site();
+    std::fs::write(dir.path().join(".env"), "SECRET=1\n").expect("write");
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &o.url()]);
+    let mut c = h.client();
+    for path in [
+        "/api/.foo",
+        "/.well-known/openid-configuration",
+        "/.env",
+        "/a/.b/c",
+    ] {
+        let r = c.get(path, &[]);
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(echo(&r).target, path);
+        assert!(!r.text().contains("SECRET"), "{path}");
+    }
+    assert_eq!(o.requests(), 4);
+    h.assert_no_errors();
+    drop(h);
+    let h = Hayate::start(BIN, &[root]);
+    let mut c = h.client();
+    assert_eq!(c.get("/.env", &[]).status, 404);
+    assert_eq!(c.get("/api/.foo", &[]).status, 404);
+}

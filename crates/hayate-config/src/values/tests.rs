@@ -22,6 +22,7 @@ fn cache_specs() {
             with_authorization: false,
             stale_while_revalidate: Duration::from_secs(10),
             stale_if_error: Duration::from_secs(60),
+            by_prefix: Vec::new(),
         }
     );
     assert!(
@@ -29,8 +30,34 @@ fn cache_specs() {
             .expect("auth")
             .with_authorization
     );
-    for bad in ["sometimes", "on,cookies", "on,stale-if-error", "5x"] {
+    for bad in [
+        "sometimes",
+        "on,cookies",
+        "on,stale-if-error",
+        "5x",
+        "/api=5s",
+    ] {
         assert!(CacheSpec::parse_str(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn cache_specs_by_prefix_on_the_command_line() {
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let s = CacheSpec::parse_many(&args(&["/api=5s", "on", "/img=on,cookie", "/api=10s"]))
+        .expect("valid");
+    assert!(s.enabled && s.ttl.is_none());
+    let prefixes: Vec<(&str, Option<u64>)> = s
+        .by_prefix
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.ttl.map(|t| t.as_secs())))
+        .collect();
+    assert_eq!(prefixes, vec![("/img", None), ("/api", Some(10))]);
+    assert!(s.by_prefix[0].1.with_cookie);
+    let only = CacheSpec::parse_many(&args(&["/api=5s"])).expect("valid");
+    assert!(!only.enabled, "no cache outside /api");
+    for bad in [&["/api"][..], &["/api=sometimes"], &["/api=5s", "never"]] {
+        assert!(CacheSpec::parse_many(&args(bad)).is_err(), "{bad:?}");
     }
 }
 
@@ -209,4 +236,16 @@ fn app_protocols() {
     assert_eq!(AppProtocol::parse_str("fastcgi"), Ok(AppProtocol::FastCgi));
     assert_eq!(AppProtocol::parse_str(" http"), Ok(AppProtocol::Http));
     assert!(AppProtocol::parse_str("fcgi").is_err());
+}
+
+#[test]
+fn field_names() {
+    assert_eq!(
+        FieldNames::parse_str(" X-API-Key, x-api-key ,Cookie,"),
+        Ok(FieldNames(vec!["x-api-key".into(), "cookie".into()]))
+    );
+    assert_eq!(FieldNames::parse_str(""), Ok(FieldNames::default()));
+    for bad in ["X API", "a:b", "x\u{e9}", "a\r\nb"] {
+        assert!(FieldNames::parse_str(bad).is_err(), "{bad:?}");
+    }
 }

@@ -25,14 +25,16 @@ pub struct HeadContext {
 /// Appends the head of `resp` to `out`. Returns whether a body follows.
 pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: SystemTime) -> bool {
     resp.status.append_status_line(out);
-    crate::date::append_date_line(out, now);
+    if !resp.has_date {
+        crate::date::append_date_line(out, now);
+    }
     out.extend_from_slice(b"Server: hayate\r\n");
     if let Some(shared) = &resp.shared {
         out.extend_from_slice(shared.wire());
     }
     out.extend_from_slice(resp.fields.wire());
     let body_allowed = !resp.status.forbids_body();
-    if body_allowed {
+    if body_allowed && !resp.unknown_framing {
         match resp.body.known_len() {
             Some(len) => {
                 out.extend_from_slice(b"Content-Length: ");
@@ -78,6 +80,8 @@ pub struct ParsedHead<'b> {
     pub framing: Framing,
     /// The Content-Length, also on a HEAD answer (which has no body).
     pub content_length: Option<u64>,
+    /// Transfer-Encoding ends in chunked, also on a HEAD answer.
+    pub chunked: bool,
     /// The peer closes after this response (HTTP/1.0, `Connection:
     /// close`, or a close-delimited body).
     pub close: bool,
@@ -148,6 +152,7 @@ pub fn parse_head<'b>(
         fields: resp.headers,
         framing,
         content_length,
+        chunked,
         close: close || framing == Framing::UntilClose,
     }))
 }

@@ -22,6 +22,8 @@ pub(crate) struct CgiHead {
     pub status: Status,
     /// End-to-end fields, without `Status`.
     pub fields: Fields,
+    /// Whether the application sent a valid Date (kept among `fields`).
+    pub has_date: bool,
     /// The body's length when the application gave one.
     pub len: Option<u64>,
 }
@@ -61,7 +63,7 @@ pub(crate) fn parse(
     }
     let status = status.unwrap_or(if location { Status::FOUND } else { Status::OK });
     let mut fields = Fields::with_capacity(used);
-    copy_end_to_end(&mut fields, parsed);
+    let has_date = copy_end_to_end(&mut fields, parsed);
     fields.retain(|name, _| !name.eq_ignore_ascii_case(b"status"));
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
@@ -70,6 +72,7 @@ pub(crate) fn parse(
         CgiHead {
             status,
             fields,
+            has_date,
             len,
         },
         used,
