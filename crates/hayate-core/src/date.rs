@@ -13,11 +13,76 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// ignored); `None` when it is not one (a wrong weekday, a day that does
 /// not exist, a time before 1970 included).
 pub fn parse(raw: &[u8]) -> Option<SystemTime> {
-    let s = std::str::from_utf8(crate::field::trim_ows(raw)).ok()?;
+    let raw = crate::field::trim_ows(raw);
+    // The form every sender must use (and nearly all do), read without
+    // allocating: a proxied response's Date is checked this way, which the
+    // general path cost ~1,000 instructions per response
+    // (bench/instructions/run, proxied TCP).
+    if let Some(t) = parse_imf_fixdate(raw) {
+        return Some(t);
+    }
+    let s = std::str::from_utf8(raw).ok()?;
     match rfc850_as_imf(s, SystemTime::now()) {
         Some(imf) => httpdate::parse_http_date(&imf).ok(),
         None => httpdate::parse_http_date(s).ok(),
     }
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), checked whole: the
+/// weekday must be that date's, the day must exist, the year be 1970 or
+/// later (as httpdate's parser, which the other forms go through).
+fn parse_imf_fixdate(b: &[u8]) -> Option<SystemTime> {
+    const WEEKDAYS: [&[u8]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
+    if b.len() != 29 || &b[3..5] != b", " || &b[25..] != b" GMT" {
+        return None;
+    }
+    if b[7] != b' ' || b[11] != b' ' || b[16] != b' ' || b[19] != b':' || b[22] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        b[r].iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let (day, year) = (num(5..7)?, num(12..16)?);
+    let (hour, minute, second) = (num(17..19)?, num(20..22)?, num(23..25)?);
+    let month = match &b[8..11] {
+        b"Jan" => 1,
+        b"Feb" => 2,
+        b"Mar" => 3,
+        b"Apr" => 4,
+        b"May" => 5,
+        b"Jun" => 6,
+        b"Jul" => 7,
+        b"Aug" => 8,
+        b"Sep" => 9,
+        b"Oct" => 10,
+        b"Nov" => 11,
+        b"Dec" => 12,
+        _ => return None,
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if year < 1970 || day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    // Days since 1970-01-01 (Howard Hinnant's days-from-civil).
+    let (y, m) = (i64::from(year) - i64::from(month <= 2), i64::from(month));
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    if WEEKDAYS[days.rem_euclid(7) as usize] != &b[0..3] {
+        return None;
+    }
+    let secs = days as u64 * 86_400 + u64::from(hour * 3_600 + minute * 60 + second);
+    Some(UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// An RFC 850 date (`Sunday, 06-Nov-94 08:49:37 GMT`) rewritten as an
@@ -184,6 +249,43 @@ mod tests {
         ] {
             assert_eq!(parse(raw), None, "{}", String::from_utf8_lossy(raw));
         }
+    }
+
+    #[test]
+    fn the_fast_imf_fixdate_reader_agrees_with_httpdate() {
+        // Every 7 hours 13 minutes 17 seconds from 1970 to 2100: weekdays,
+        // month ends and leap days included.
+        let mut t = 0u64;
+        while t < 4_102_444_800 {
+            let at = UNIX_EPOCH + std::time::Duration::from_secs(t);
+            let text = httpdate::fmt_http_date(at);
+            assert_eq!(parse_imf_fixdate(text.as_bytes()), Some(at), "{text}");
+            t += 7 * 3_600 + 13 * 60 + 17;
+        }
+        for bad in [
+            &b"Mon, 06 Nov 1994 08:49:37 GMT"[..],
+            b"Thu, 29 Feb 2001 00:00:00 GMT",
+            b"Thu, 31 Apr 2025 00:00:00 GMT",
+            b"Sun, 06 Nov 1994 24:00:00 GMT",
+            b"Sun, 06 Nov 1994 08:60:37 GMT",
+            b"Sun, 06 Xyz 1994 08:49:37 GMT",
+            b"Sun, 0a Nov 1994 08:49:37 GMT",
+            b"Wed, 31 Dec 1969 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_imf_fixdate(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+            let s = std::str::from_utf8(bad).expect("ascii");
+            assert_eq!(
+                httpdate::parse_http_date(s).ok(),
+                None,
+                "httpdate agrees: {s}"
+            );
+        }
+        assert!(parse_imf_fixdate(b"Thu, 29 Feb 2024 12:00:00 GMT").is_some());
     }
 
     #[test]
