@@ -20,14 +20,20 @@ use hayate_cache::serve::{self, Admission, ClientValidators};
 use hayate_cache::store::{self, Key};
 use hayate_cache::vary::FieldValues;
 use hayate_cache::{
-    CacheEvent, CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache,
-    ResponseFacts, Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
+    CacheOutcome, CacheStatus, Lookup, Outcome, RequestDirectives, ResponseCache, ResponseFacts,
+    Role, RoutePolicy, Stats, Stored, Streaming, Use, VaryKey, Waited,
 };
 use hayate_compress::Policy;
-use hayate_core::client_body::{ClientBody, NoBody};
+use hayate_core::client_body::ClientBody;
 use hayate_core::error::Error;
 use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
-use hayate_proxy::{CgiScript, ProxyRequest, RequestFields, UpstreamGroup};
+use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
+
+mod invalidate;
+mod revalidate;
+use invalidate::invalidate_after_unsafe;
+pub use invalidate::purge;
+use revalidate::refresh_in_background;
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -735,158 +741,7 @@ impl BodySource for Prefixed {
     }
 }
 
-/// stale-while-revalidate: one background fetch (the fill's leader) while
-/// the stale copy answers.
-fn refresh_in_background(
-    rc: &RouteCache,
-    group: &Rc<UpstreamGroup>,
-    req: &ProxyRequest<'_>,
-    key: &Key,
-    stored: &Arc<Stored>,
-) {
-    let Role::Leader(leader) = rc.shared.fills.join(key) else {
-        return; // someone is already fetching it
-    };
-    let rc = rc.clone();
-    let group = group.clone();
-    let key = key.clone();
-    let stale = stored.clone();
-    let target = req.target.to_vec();
-    let host = req.host.map(<[u8]>::to_vec);
-    let client_ip = req.client_ip.to_string();
-    let scheme = req.scheme;
-    let headers: Vec<(Vec<u8>, Vec<u8>)> = req
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_vec(), v.to_vec()))
-        .collect();
-    // A FastCGI request's script, owned for the task.
-    let cgi = req.cgi.map(|c| {
-        let path = [c.script_name, c.path_info].concat();
-        let script_end = c.script_name.len();
-        let root = c.document_root.to_string();
-        (
-            root,
-            path,
-            script_end,
-            c.server_port,
-            c.remote_port,
-            c.protocol,
-        )
-    });
-    tokio::task::spawn_local(async move {
-        let req = ProxyRequest {
-            method: b"GET",
-            target: &target,
-            headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
-            client_ip: &client_ip,
-            host: host.as_deref(),
-            scheme,
-            cgi: cgi
-                .as_ref()
-                .map(
-                    |(root, path, end, server_port, remote_port, protocol)| CgiScript {
-                        document_root: root,
-                        script_name: &path[..*end],
-                        path_info: &path[*end..],
-                        server_port: *server_port,
-                        remote_port: *remote_port,
-                        protocol,
-                    },
-                ),
-        };
-        let stale_if_error = false;
-        let _ = fetch(
-            &rc,
-            &group,
-            &req,
-            &mut NoBody,
-            &key,
-            Some((stale, stale_if_error)),
-            Some(leader),
-        )
-        .await;
-    });
-}
-
 /// The response cache as every part of the server finds it: made at
 /// start when a route caches, or by the reload that adds the first such
 /// route.
 pub type CacheSlot = Arc<arc_swap::ArcSwapOption<ResponseCache>>;
-
-/// Purges the cache by URL (`http://host/path`, or a path for every host;
-/// all variants and query strings) or by tag; the answer for the control
-/// socket and the admin listener.
-pub fn purge(cache: Option<&ResponseCache>, url: Option<&str>, tag: Option<&str>) -> String {
-    let Some(cache) = cache else {
-        return "no route caches responses (use --cache)\n".to_string();
-    };
-    let event = match (url, tag) {
-        (Some(url), _) => CacheEvent::PurgeUrl(url.to_string()),
-        (None, Some(tag)) => CacheEvent::PurgeTag(tag.to_string()),
-        (None, None) => return "purged 0\n".to_string(),
-    };
-    let removed = cache.apply_and_announce(&event);
-    log::info!("purged {removed} cached URL(s)");
-    format!("purged {removed}\n")
-}
-
-/// §4.4: a successful unsafe request invalidates the URL, and the URLs in
-/// Location and Content-Location when they are on the same host.
-fn invalidate_after_unsafe(rc: &RouteCache, req: &ProxyRequest<'_>, resp: &Response) {
-    if !(200..400).contains(&resp.status.code()) {
-        return;
-    }
-    let host = req.host.unwrap_or_default();
-    let invalidate = |target: &[u8]| {
-        rc.shared.apply_and_announce(&CacheEvent::Invalidate {
-            host: host.to_vec(),
-            target: target.to_vec(),
-        });
-    };
-    invalidate(req.target);
-    for (name, value) in resp.all_fields() {
-        if !(name.eq_ignore_ascii_case(b"location")
-            || name.eq_ignore_ascii_case(b"content-location"))
-        {
-            continue;
-        }
-        if let Some(target) = same_host_target(value, host) {
-            invalidate(target);
-        }
-    }
-}
-
-/// The target of a URL reference when it points at `host`: a path, or an
-/// absolute http(s) URL whose authority is `host`.
-fn same_host_target<'v>(value: &'v [u8], host: &[u8]) -> Option<&'v [u8]> {
-    if value.starts_with(b"/") && !value.starts_with(b"//") {
-        return Some(value);
-    }
-    let rest = value
-        .strip_prefix(b"http://")
-        .or_else(|| value.strip_prefix(b"https://"))?;
-    let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-    (rest[..end].eq_ignore_ascii_case(host)).then(|| {
-        if end == rest.len() {
-            &b"/"[..]
-        } else {
-            &rest[end..]
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_host_target;
-
-    #[test]
-    fn location_targets() {
-        assert_eq!(same_host_target(b"/a?b", b"h"), Some(&b"/a?b"[..]));
-        assert_eq!(same_host_target(b"http://H/x", b"h"), Some(&b"/x"[..]));
-        assert_eq!(same_host_target(b"https://h", b"h"), Some(&b"/"[..]));
-        assert_eq!(same_host_target(b"http://other/x", b"h"), None);
-        assert_eq!(same_host_target(b"//h/x", b"h"), None);
-        assert_eq!(same_host_target(b"x", b"h"), None);
-    }
-}

@@ -1,5 +1,6 @@
 //! One client connection: read a head, answer it, repeat while the
-//! connection is kept alive. Pipelined requests are answered in order, and
+//! connection is kept alive (the sending half, heads, bodies and flushes,
+//! is `conn/send.rs`). Pipelined requests are answered in order, and
 //! their responses leave in as few writes as possible (the write buffer is
 //! flushed only when no complete request is waiting).
 //!
@@ -8,7 +9,7 @@
 //! timeout), each write (send timeout).
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io::{self};
 use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -16,30 +17,20 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use hayate_core::error::Error;
-use hayate_core::response::FileRange;
-use hayate_core::{Body, Chunk, Response, Status, StreamBody};
+use hayate_core::{Body, Response, Status};
 
-use crate::access_log;
 use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::deadline::{Deadline, Expired};
 use crate::pipeline::{self, Answer};
 use crate::worker::Worker;
 use hayate_core::client_body::ClientBody;
-use hayate_core::h1::chunked::chunk_size_line;
 use hayate_core::h1::request::{self, Parsed, Refusal, Request, Spare};
 use hayate_core::h1::response::{self, HeadContext};
 use hayate_core::transport::{Peer, Scheme, Transport};
 
-/// Bodies up to this size are copied into the write buffer with the head.
-const COPY_BODY_MAX: usize = 16 * 1024;
-/// Most bytes per sendfile(2) call (nginx's sendfile_max_chunk): bounds
-/// how long one large response holds the worker, and measured faster on
-/// loopback than one call per file.
-const SENDFILE_CHUNK: usize = 2 << 20;
-/// Bytes per read of a file copied to a transport without zero-copy: 64 KiB
-/// is what sendfile's page-cache path moves per call on loopback too.
-const COPY_FILE_CHUNK: usize = 64 * 1024;
+mod send;
+
 /// Buffered pipelined responses that force a write.
 const WRITE_BUFFER_FLUSH: usize = 64 * 1024;
 /// First read buffer of a connection: most request heads fit (wrk's are 40
@@ -454,333 +445,6 @@ impl Conn {
             self.wbuf.extend_from_slice(b);
         }
         self.flush().await
-    }
-
-    /// Puts the response's head into the write buffer, with its body when
-    /// there is none or it is small (copied, the common case), and logs such
-    /// a response. A plain function: the async rest ([`Conn::finish_response`],
-    /// most of a kilobyte of future) is built only for the response it hands
-    /// back, whose head is already buffered.
-    fn start_response(
-        &mut self,
-        resp: Response,
-        cx: HeadContext,
-        req: &Request,
-        started: Instant,
-    ) -> Option<Response> {
-        let with_body = response::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
-        let sent = match &resp.body {
-            Body::Upgrade(_) => return Some(resp),
-            _ if !with_body => 0,
-            Body::Empty => 0,
-            Body::Bytes(b) if b.len() <= COPY_BODY_MAX => {
-                self.wbuf.extend_from_slice(b);
-                b.len() as u64
-            }
-            _ => return Some(resp),
-        };
-        self.log_access(req, resp.status, resp.cache_status, sent, started);
-        None
-    }
-
-    /// Sends what [`Conn::start_response`] handed back: a large, file or
-    /// streamed body, or a protocol switch.
-    async fn finish_response(
-        &mut self,
-        resp: Response,
-        cx: HeadContext,
-        req: &Request,
-        started: Instant,
-    ) -> io::Result<()> {
-        let status = resp.status;
-        let cache = resp.cache_status;
-        if let Body::Upgrade(tunnel) = resp.body {
-            let flushed = self.flush().await;
-            self.log_access(req, status, cache, 0, started);
-            flushed?;
-            // Bytes the client sent after its head belong to the new protocol.
-            let early = self.rbuf.split().freeze();
-            if let Err(e) = tunnel.run(&mut self.transport, early).await {
-                log::debug!("tunnel from {} ended: {e}", self.peer);
-            }
-            return Ok(());
-        }
-        let mut sent = 0;
-        let written = self.write_body(resp.body, cx.http10, &mut sent).await;
-        // A body that failed midway is logged too, with what was sent.
-        self.log_access(req, status, cache, sent, started);
-        written
-    }
-
-    /// Writes (or buffers) a response body, adding to `sent` the bytes of
-    /// each piece written whole (of each chunk, for a stream).
-    async fn write_body(&mut self, body: Body, http10: bool, sent: &mut u64) -> io::Result<()> {
-        match body {
-            Body::Empty => {}
-            Body::Bytes(b) => self.write_bytes(&b, sent).await?,
-            Body::File(f) => {
-                self.send_file(&f).await?;
-                *sent += f.len;
-            }
-            Body::Parts(parts) => {
-                for part in parts {
-                    match part {
-                        Chunk::Bytes(b) => self.write_bytes(&b, sent).await?,
-                        Chunk::File(f) => {
-                            self.send_file(&f).await?;
-                            *sent += f.len;
-                        }
-                    }
-                }
-            }
-            Body::Stream(stream) => self.send_stream(stream, http10, sent).await?,
-            Body::Upgrade(_) => unreachable!("upgrades are answered before any body"),
-        }
-        Ok(())
-    }
-
-    /// Writes body bytes: small ones join the write buffer, larger ones go
-    /// out with it.
-    async fn write_bytes(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
-        if b.len() <= COPY_BODY_MAX {
-            self.wbuf.extend_from_slice(b);
-        } else {
-            self.write_with_buffer(b).await?;
-        }
-        *sent += b.len() as u64;
-        Ok(())
-    }
-
-    /// Records one exchange in the access log, if there is one.
-    fn log_access(
-        &self,
-        req: &Request,
-        status: Status,
-        cache: Option<&'static str>,
-        bytes: u64,
-        started: Instant,
-    ) {
-        self.worker.with_generation(|g| {
-            if let Some(log) = &g.access_log {
-                let entry = access_log::Entry {
-                    peer: &self.peer.addr,
-                    status: status.code(),
-                    bytes,
-                    duration: started.elapsed(),
-                    cache,
-                    tls: self.transport.tls_info(),
-                };
-                log.record(&req.head, &entry);
-            }
-        });
-    }
-
-    /// Relays a streamed body chunk by chunk, in chunked coding when its
-    /// length is unknown (close-delimited for HTTP/1.0). Each chunk is
-    /// written before the next is asked for: back-pressure reaches the
-    /// producer. An error mid-body ends the connection, so the client sees
-    /// an incomplete response rather than a wrong one. `sent` counts the
-    /// body bytes written, also when it fails.
-    async fn send_stream(
-        &mut self,
-        mut body: StreamBody,
-        http10: bool,
-        sent: &mut u64,
-    ) -> io::Result<()> {
-        let chunked = body.len.is_none() && !http10;
-        // While the producer waits, a client that closes is seen (a plain
-        // socket only; read ahead stops at the first bytes, a pipelined
-        // request, kept for the connection loop): the body is dropped, and
-        // with it the upstream's work (a FastCGI script is aborted).
-        let mut watch = !matches!(self.transport, Transport::Tls(_));
-        loop {
-            let mut waited = false;
-            let (transport, rbuf) = (&mut self.transport, &mut self.rbuf);
-            let next = noting_waits(
-                pin!(std::future::poll_fn(|cx| {
-                    let chunk = body.source.poll_chunk(cx);
-                    if chunk.is_pending() && watch {
-                        match client_left(transport, rbuf, cx) {
-                            Poll::Ready(true) => {
-                                return Poll::Ready(Err(io::Error::new(
-                                    io::ErrorKind::ConnectionAborted,
-                                    "the client left mid-response",
-                                )))
-                            }
-                            Poll::Ready(false) => watch = false,
-                            Poll::Pending => {}
-                        }
-                    }
-                    chunk
-                })),
-                &mut waited,
-            )
-            .await;
-            self.clock_stale |= waited;
-            match next {
-                Ok(Some(data)) if data.is_empty() => {}
-                Ok(Some(data)) => {
-                    if chunked {
-                        let mut line = [0u8; 18];
-                        self.wbuf
-                            .extend_from_slice(chunk_size_line(data.len(), &mut line));
-                    }
-                    self.write_with_buffer(&data).await?;
-                    *sent += data.len() as u64;
-                    if chunked {
-                        self.wbuf.extend_from_slice(b"\r\n");
-                    }
-                }
-                Ok(None) => {
-                    if chunked {
-                        self.wbuf.extend_from_slice(b"0\r\n");
-                        if let Some(trailers) = body.source.trailers() {
-                            self.wbuf.extend_from_slice(&trailers);
-                        }
-                        self.wbuf.extend_from_slice(b"\r\n");
-                    }
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {
-                    log::debug!("{e} after {sent} bytes ({})", self.peer);
-                    return Err(e);
-                }
-                Err(e) => {
-                    log::error!("response body from upstream failed after {sent} bytes: {e}");
-                    return Err(e);
-                }
-            }
-        }
-    }
-
-    /// Writes the buffered bytes, then `data`, with vectored writes.
-    async fn write_with_buffer(&mut self, data: &[u8]) -> io::Result<()> {
-        let mut head_done = 0;
-        let mut data_done = 0;
-        while head_done < self.wbuf.len() || data_done < data.len() {
-            let bufs = [
-                IoSlice::new(&self.wbuf[head_done..]),
-                IoSlice::new(&data[data_done..]),
-            ];
-            match self.transport.try_write_vectored(&bufs) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(mut n) => {
-                    let h = n.min(self.wbuf.len() - head_done);
-                    head_done += h;
-                    n -= h;
-                    data_done += n;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
-        self.wbuf.clear();
-        Ok(())
-    }
-
-    /// Sends a file range with sendfile(2), after the buffered head.
-    async fn send_file(&mut self, f: &FileRange) -> io::Result<()> {
-        // Corked, the head joins the first segment of file data and every
-        // segment leaves full-sized (nginx's tcp_nopush).
-        self.transport.set_cork(true);
-        let sent = self.send_file_corked(f).await;
-        self.transport.set_cork(false);
-        sent
-    }
-
-    async fn send_file_corked(&mut self, f: &FileRange) -> io::Result<()> {
-        self.flush().await?;
-        let mut offset =
-            i64::try_from(f.offset).map_err(|_| io::Error::other("file offset too large"))?;
-        let end =
-            offset + i64::try_from(f.len).map_err(|_| io::Error::other("file range too large"))?;
-        while offset < end {
-            let count = usize::try_from(end - offset)
-                .unwrap_or(usize::MAX)
-                .min(SENDFILE_CHUNK);
-            match self.transport.try_sendfile(&f.file, &mut offset, count) {
-                // The file shrank under us: the promised length cannot be met.
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file truncated while sending",
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
-                    return self.copy_file(f, offset, end).await
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends bytes `offset..end` of a file through the write buffer, for a
-    /// transport that cannot take them with zero-copy.
-    async fn copy_file(&mut self, f: &FileRange, mut offset: i64, end: i64) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = vec![0; COPY_FILE_CHUNK];
-        while offset < end {
-            let want = usize::try_from(end - offset)
-                .unwrap_or(usize::MAX)
-                .min(buf.len());
-            let n = f.file.read_at(&mut buf[..want], offset as u64)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file truncated while sending",
-                ));
-            }
-            self.write_with_buffer(&buf[..n]).await?;
-            offset += n as i64;
-        }
-        Ok(())
-    }
-
-    /// Writes what the client takes of the write buffer without waiting.
-    /// True when all of it is written (the common case, with no future to
-    /// build and move as [`Conn::flush`] has).
-    fn flush_now(&mut self) -> io::Result<bool> {
-        while !self.wbuf.is_empty() {
-            match self.transport.try_write(&self.wbuf) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) if n == self.wbuf.len() => self.wbuf.clear(),
-                Ok(n) => drop(self.wbuf.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
-            }
-        }
-        // What the transport still holds (TLS records) is not sent yet.
-        match self.transport.try_flush() {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes the whole write buffer.
-    async fn flush(&mut self) -> io::Result<()> {
-        if self.flush_now()? {
-            return Ok(());
-        }
-        // The client reads slowly: the wait (a timer, hundreds of bytes of
-        // future) is boxed, so it does not enlarge every connection's task.
-        Box::pin(async {
-            while !self.flush_now()? {
-                self.wait_writable().await?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    /// Waits until the client can take more bytes, within the send timeout.
-    async fn wait_writable(&mut self) -> io::Result<()> {
-        self.clock_stale = true;
-        let send = self.worker.with_generation(|g| g.timeouts.send);
-        client_io::writable(&self.transport, send).await
     }
 
     /// Reads and discards a request body nobody consumed. False when the

@@ -1,0 +1,86 @@
+//! stale-while-revalidate (RFC 5861): the stale copy answers while one
+//! background fetch, the fill's leader, refreshes it.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hayate_cache::store::Key;
+use hayate_cache::{Role, Stored};
+use hayate_core::client_body::NoBody;
+use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
+
+use super::{fetch, RouteCache};
+
+/// stale-while-revalidate: one background fetch (the fill's leader) while
+/// the stale copy answers.
+pub(super) fn refresh_in_background(
+    rc: &RouteCache,
+    group: &Rc<UpstreamGroup>,
+    req: &ProxyRequest<'_>,
+    key: &Key,
+    stored: &Arc<Stored>,
+) {
+    let Role::Leader(leader) = rc.shared.fills.join(key) else {
+        return; // someone is already fetching it
+    };
+    let rc = rc.clone();
+    let group = group.clone();
+    let key = key.clone();
+    let stale = stored.clone();
+    let target = req.target.to_vec();
+    let host = req.host.map(<[u8]>::to_vec);
+    let client_ip = req.client_ip.to_string();
+    let scheme = req.scheme;
+    let headers: Vec<(Vec<u8>, Vec<u8>)> = req
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect();
+    // A FastCGI request's script, owned for the task.
+    let cgi = req.cgi.map(|c| {
+        let path = [c.script_name, c.path_info].concat();
+        let script_end = c.script_name.len();
+        let root = c.document_root.to_string();
+        (
+            root,
+            path,
+            script_end,
+            c.server_port,
+            c.remote_port,
+            c.protocol,
+        )
+    });
+    tokio::task::spawn_local(async move {
+        let req = ProxyRequest {
+            method: b"GET",
+            target: &target,
+            headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
+            client_ip: &client_ip,
+            host: host.as_deref(),
+            scheme,
+            cgi: cgi
+                .as_ref()
+                .map(
+                    |(root, path, end, server_port, remote_port, protocol)| CgiScript {
+                        document_root: root,
+                        script_name: &path[..*end],
+                        path_info: &path[*end..],
+                        server_port: *server_port,
+                        remote_port: *remote_port,
+                        protocol,
+                    },
+                ),
+        };
+        let stale_if_error = false;
+        let _ = fetch(
+            &rc,
+            &group,
+            &req,
+            &mut NoBody,
+            &key,
+            Some((stale, stale_if_error)),
+            Some(leader),
+        )
+        .await;
+    });
+}
