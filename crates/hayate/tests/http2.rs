@@ -332,7 +332,12 @@ fn rapid_resets_end_the_connection() {
     });
 }
 
-/// h2spec, the HTTP/2 conformance suite, against the TLS listener.
+/// h2spec, the HTTP/2 conformance suite, against the TLS listener. Its
+/// requests ask for a 1 MiB file: larger than the client's 64 KiB stream
+/// window, so a response cannot end before the client's frames that follow
+/// its request are read (case 6.9.1/3 sends WINDOW_UPDATEs that overflow
+/// the stream's window after HEADERS, and a stream already answered whole
+/// has no window left to overflow: with a small file it failed once in CI).
 #[test]
 fn h2spec_passes() {
     let (h, _state, _root) = start(&["--access-log", "off"]);
@@ -341,7 +346,7 @@ fn h2spec_passes() {
         "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
     );
     let out = std::process::Command::new(bin)
-        .args(["-t", "-k", "-h", "127.0.0.1", "-o", "5"])
+        .args(["-t", "-k", "-h", "127.0.0.1", "-o", "5", "-P", "/big.bin"])
         .args(["-p", &h.addr.port().to_string()])
         .output()
         .expect("run h2spec");
@@ -352,7 +357,7 @@ fn h2spec_passes() {
         .find(|l| l.contains("tests,"))
         .unwrap_or_default();
     assert!(
-        out.status.success() && summary.contains(" 0 failed"),
+        out.status.success() && summary.contains(" 0 failed") && summary.contains(" 0 skipped"),
         "{text}"
     );
 }
