@@ -549,6 +549,20 @@ fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
     Some((scheme, addr.parse().ok()?))
 }
 
+/// Runs `cmd` to its end: whether it succeeded, and its stdout then stderr
+/// (the control client's answers and errors, `hayate check`'s report).
+pub fn run_to_end(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().expect("run the command");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// Polls `check` until it succeeds, for up to [`WAIT`]: for what a server
 /// does in the background (a certificate reloaded, an ACME order, a log
 /// line), seen from outside. Panics with `what` and the last error.

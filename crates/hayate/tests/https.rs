@@ -709,17 +709,11 @@ fn a_reload_takes_new_certificate_files_and_refuses_a_broken_one() {
     let mut kept = client.connect(h.addr, "a.test");
     assert_eq!(served_certificate(&kept), a_der);
     let reload = || {
-        let out = std::process::Command::new(BIN)
-            .args(["reload", "--control"])
-            .arg(&control)
-            .output()
-            .expect("hayate reload");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), said)
+        hayate_testkit::run_to_end(
+            std::process::Command::new(BIN)
+                .args(["reload", "--control"])
+                .arg(&control),
+        )
     };
 
     std::fs::write(&file, config(&b_cert, &b_key)).expect("write");

@@ -29,18 +29,10 @@ fn config(root: &Path, control: &Path, origin: &Origin, ttl: &str, extra: &str) 
 
 /// `hayate reload --control SOCK`: whether it succeeded, and what it said.
 fn reload(control: &Path) -> (bool, String) {
-    let out = std::process::Command::new(BIN)
-        .args(["reload", "--control"])
-        .arg(control)
-        .output()
-        .expect("hayate reload");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(control),
     )
 }
 

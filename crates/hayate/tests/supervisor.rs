@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{Client, Hayate};
+use hayate_testkit::{run_to_end, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -599,19 +599,7 @@ fn nix_kill(pid: i32) {
 /// Runs `hayate ARGS` in `dir` (`check`, and the control client: `status`,
 /// `reload`, `stop`), returning success and output.
 fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run hayate");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    run_to_end(std::process::Command::new(BIN).args(args).current_dir(dir))
 }
 
 const APP_TOML: &str = r#"listen = "127.0.0.1:0"
@@ -1145,19 +1133,11 @@ fn control_commands_find_the_only_hayate_from_any_directory() {
     let env = [("XDG_RUNTIME_DIR", runtime.path().to_str().expect("utf-8"))];
     let elsewhere = tempfile::tempdir().expect("tempdir");
     let in_dir = |dir: &Path, args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .args(args)
-            .envs(env)
-            .current_dir(dir)
-            .output()
-            .expect("run hayate");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+        run_to_end(
+            std::process::Command::new(BIN)
+                .args(args)
+                .envs(env)
+                .current_dir(dir),
         )
     };
     let first = app_dir("v1");

@@ -17,18 +17,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
 /// `hayate CMD --control SOCK`: whether it succeeded, and what it said.
 fn control(cmd: &str, sock: &Path) -> (bool, String) {
-    let out = std::process::Command::new(BIN)
-        .args([cmd, "--control"])
-        .arg(sock)
-        .output()
-        .expect("run hayate");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .args([cmd, "--control"])
+            .arg(sock),
     )
 }
 
