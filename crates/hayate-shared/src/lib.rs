@@ -1,7 +1,7 @@
 //! The shared tier: several hayates behind DNS or a load balancer share
 //! what one of them learns through Redis (or Valkey). One module per thing
 //! shared:
-//! - [`events`]: the response cache's purges and invalidations, so a
+//! - `events`: the response cache's purges and invalidations, so a
 //!   `hayate purge` or a POST on one box reaches every box's cache.
 //!
 //! Redis is never on a request's path and never takes the site down: a box
