@@ -662,6 +662,12 @@ def make_report(run_dir):
         for png in pngs:
             if png.startswith(case + "_"):
                 out += [f"![{png}]({png})", ""]
+    fleet = run_dir / "F_fleet.md"
+    if fleet.exists():
+        out += ["## F. Several servers: three hayates sharing one Redis", "",
+                "bench/shared/fleet.py: three hayate boxes (--workers 1, --cache 60s, --shared) and "
+                "redis-server pinned to the server core, the origin and the clients to the other. "
+                "Method in the script's header.", "", fleet.read_text().rstrip(), ""]
     not_yet = [s for s in summaries if s["not_yet"]]
     if not_yet:
         out += ["## Not yet", ""]
