@@ -32,7 +32,12 @@ impl TlsClient {
                 .add(cert.expect("CA certificate"))
                 .expect("trust the CA");
         }
-        let mut config = ClientConfig::builder()
+        // aws-lc-rs, named: hayate links ring too (decision 0007), so
+        // rustls has no process default to pick by itself.
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();

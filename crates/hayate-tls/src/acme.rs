@@ -451,7 +451,7 @@ fn validation_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     // Not `CertifiedKey::from_der`: its key check parses the certificate
     // with webpki, which refuses the critical acmeIdentifier extension.
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let provider = crate::provider();
     let signing_key = provider
         .key_provider
         .load_private_key(key)

@@ -60,7 +60,7 @@ impl Certificate {
         key: PrivateKeyDer<'static>,
         source: String,
     ) -> Result<Certificate, String> {
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let provider = crate::provider();
         let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| match e {
             rustls::Error::InconsistentKeys(_) => {
                 "the private key does not belong to the certificate".to_string()

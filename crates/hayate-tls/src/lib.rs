@@ -23,6 +23,7 @@ pub mod acme;
 mod certificate;
 pub mod local_ca;
 mod metrics;
+mod provider;
 mod sources;
 mod store;
 mod upstream;
@@ -44,6 +45,7 @@ use tokio::net::TcpStream;
 
 pub use certificate::Certificate;
 pub use metrics::{Failure, TlsMetrics};
+pub use provider::provider;
 pub use store::CertStore;
 pub use upstream::upstream_client_config;
 
@@ -86,7 +88,7 @@ impl TlsServer {
         }
         // One provider for every rustls user in the process (instant-acme's
         // HTTP client asks for the process default).
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let _ = provider::provider().install_default();
         let state_dir = g.state_dir.clone().unwrap_or_else(default_state_dir);
         let sources = configured_sources(config, &state_dir)?;
         let store = Arc::new(CertStore::default());
@@ -282,7 +284,7 @@ async fn first_record(tcp: &TcpStream) -> Result<u8, Failure> {
 /// The rustls configuration of every https listener: ALPN `h2` first when
 /// `http2`, then `http/1.1`; with `acme`, ACME's TLS-ALPN-01 protocol too.
 fn server_config(resolver: Resolver, http2: bool, acme: bool) -> Result<ServerConfig, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(provider::provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?

@@ -42,7 +42,10 @@ async fn connect_tls(addr: SocketAddr, ca: &Path) -> Sender {
         let cert: rustls::pki_types::CertificateDer<'static> = cert.expect("CA cert");
         roots.add(cert).expect("trust");
     }
-    let mut config = rustls::ClientConfig::builder()
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
