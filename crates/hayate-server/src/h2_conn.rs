@@ -17,10 +17,12 @@
 //! cancelled with it. An idle connection is closed after the keep-alive
 //! timeout; shutdown sends GOAWAY and lets open streams finish.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -36,6 +38,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::access_log;
 use crate::pipeline::{self, Answer};
 use crate::worker::{Generation, Worker};
+
+mod held_writes;
+use held_writes::{Held, HeldWrites};
 
 /// Streams a client may have open at once.
 const MAX_STREAMS: u32 = 128;
@@ -77,6 +82,7 @@ where
         // :protocol, for routes whose upstream switches protocols.
         .enable_connect_protocol();
     let timeouts = worker.generation().timeouts;
+    let (io, held) = HeldWrites::new(io);
     let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return log::debug!("HTTP/2 from {peer}: handshake failed: {e}"),
@@ -95,7 +101,7 @@ where
             tokio::time::sleep(timeouts.keepalive).await;
         };
         tokio::select! {
-            next = conn.accept() => match next {
+            next = poll_fn(|cx| next_stream(&mut conn, &held, cx)) => match next {
                 Some(Ok((request, respond))) => {
                     let stream = Stream {
                         peer: peer.clone(),
@@ -124,6 +130,23 @@ where
             }
         }
     }
+}
+
+/// The connection's next stream. When there is none yet the connection is
+/// about to wait, so what h2 wrote is written out now, all of it together
+/// (`held_writes`).
+fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut h2::server::Connection<HeldWrites<T>, Bytes>,
+    held: &RefCell<Held<T>>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<io::Result<(http::Request<RecvStream>, SendResponse<Bytes>)>>> {
+    let next = conn.poll_accept(cx);
+    if next.is_pending() {
+        if let Poll::Ready(Err(e)) = held.borrow_mut().write_out(cx) {
+            return Poll::Ready(Some(Err(e)));
+        }
+    }
+    next.map(|n| n.map(|r| r.map_err(io::Error::other)))
 }
 
 /// A connection whose first bytes were already read (an h2c preface seen by
