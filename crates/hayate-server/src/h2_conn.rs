@@ -132,6 +132,9 @@ where
     }
 }
 
+/// A stream the client opened: its request and the handle to answer it.
+type NewStream = (http::Request<RecvStream>, SendResponse<Bytes>);
+
 /// The connection's next stream. When there is none yet the connection is
 /// about to wait, so what h2 wrote is written out now, all of it together
 /// (`held_writes`).
@@ -139,7 +142,7 @@ fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut h2::server::Connection<HeldWrites<T>, Bytes>,
     held: &RefCell<Held<T>>,
     cx: &mut Context<'_>,
-) -> Poll<Option<io::Result<(http::Request<RecvStream>, SendResponse<Bytes>)>>> {
+) -> Poll<Option<io::Result<NewStream>>> {
     let next = conn.poll_accept(cx);
     if next.is_pending() {
         if let Poll::Ready(Err(e)) = held.borrow_mut().write_out(cx) {
