@@ -109,9 +109,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeldWrites<T> {
                 return Pin::new(&mut held.io).poll_write_vectored(cx, bufs);
             }
         }
-        if held.out.capacity() == 0 {
-            held.out.reserve(HOLD);
-        }
         for b in bufs {
             held.out.extend_from_slice(b);
         }
