@@ -267,7 +267,11 @@ impl AsyncRead for Transport {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        each!(this, s => Pin::new(s).poll_read(cx, buf))
+        let read = each!(this, s => Pin::new(s).poll_read(cx, buf));
+        if let Transport::Tls(s) = this {
+            tls::answer_now(s);
+        }
+        read
     }
 }
 

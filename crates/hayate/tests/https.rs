@@ -383,6 +383,67 @@ fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
     );
 }
 
+/// A TLS 1.2 client that asks to renegotiate (openssl s_client's `R`) gets
+/// the no_renegotiation alert: hayate never renegotiates (rustls has no
+/// renegotiation), the connection is not torn down by the attempt, and
+/// other clients are served meanwhile.
+#[test]
+fn a_renegotiation_attempt_gets_the_no_renegotiation_alert() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let (h, state, _root) = with_local_ca("5s", &[]);
+    let mut s_client = Command::new("openssl")
+        .args([
+            "s_client",
+            "-tls1_2",
+            "-msg",
+            "-servername",
+            "localhost",
+            "-connect",
+        ])
+        .arg(h.addr.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_client (.ci/run installs openssl)");
+    let lines = std::sync::mpsc::channel();
+    let out = s_client.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if lines.0.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |what: &str| {
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match lines.1.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!("s_client never printed {what:?}:\n{}", seen.join("\n"));
+    };
+    // The handshake is done once s_client has printed its session.
+    wait_for("Verify return code");
+    let mut stdin = s_client.stdin.take().expect("stdin");
+    stdin.write_all(b"R\n").expect("ask to renegotiate");
+    wait_for("no_renegotiation");
+    // Others are served while that connection is still open.
+    let ca = hayate_testkit::tls::local_ca(state.path());
+    let r = TlsClient::trusting(&ca)
+        .connect(h.addr, "localhost")
+        .get("/", &[]);
+    assert_eq!(r.status, 200);
+    let _ = s_client.kill();
+    let _ = s_client.wait();
+    h.assert_no_errors();
+}
+
 #[test]
 fn plain_http_is_redirected_to_https_but_acme_challenges_and_hsts_are_right() {
     let (h, state, _root) = with_local_ca("10s", &["--listen", "127.0.0.1:0", "--hsts", "365d"]);

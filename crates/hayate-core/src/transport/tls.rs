@@ -135,8 +135,25 @@ fn sent(n: usize, flushed: io::Result<()>) -> io::Result<usize> {
 /// cooperative budget is spent: the caller then waits as it would anyway).
 pub(super) fn try_read_buf(s: &mut TlsStream, buf: &mut bytes::BytesMut) -> io::Result<usize> {
     use std::future::Future;
-    let read = std::pin::pin!(tokio::io::AsyncReadExt::read_buf(s, buf));
-    without_waiting(|cx| read.poll(cx))
+    let read = {
+        let read = std::pin::pin!(tokio::io::AsyncReadExt::read_buf(&mut *s, buf));
+        without_waiting(|cx| read.poll(cx))
+    };
+    answer_now(s);
+    read
+}
+
+/// Writes what reading made rustls owe the peer: an alert (the
+/// no_renegotiation warning to a TLS 1.2 client asking to renegotiate)
+/// or a TLS 1.3 KeyUpdate. tokio-rustls's read leaves them queued until the
+/// next write, and a client waiting for the answer to its request would
+/// wait for nothing while the connection idles. Best effort: a full
+/// socket leaves them for the next write.
+pub(super) fn answer_now(s: &mut TlsStream) {
+    let owed = with_session!(&mut *s, (_tcp, conn) => conn.wants_write());
+    if owed {
+        let _ = try_flush(s);
+    }
 }
 
 /// Whether a read would return without the socket: decrypted bytes wait

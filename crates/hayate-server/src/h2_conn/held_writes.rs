@@ -165,7 +165,10 @@ mod tests {
             h2_side.write_all(&[i; 1033]).await.unwrap();
             h2_side.flush().await.unwrap();
         }
-        assert!(held.borrow().io.0.is_empty(), "nothing written before write_out");
+        assert!(
+            held.borrow().io.0.is_empty(),
+            "nothing written before write_out"
+        );
         poll_fn(|cx| held.borrow_mut().write_out(cx)).await.unwrap();
         let held = held.borrow();
         assert_eq!(held.io.0.len(), 1);
