@@ -237,7 +237,10 @@ impl Follower {
                     .streaming
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                match slot.as_ref().and_then(|s| Some((s.clone(), s.body.reader()?))) {
+                match slot
+                    .as_ref()
+                    .and_then(|s| Some((s.clone(), s.body.reader()?)))
+                {
                     Some((s, reader)) => Waited::Streaming(s, reader),
                     None => Waited::Released,
                 }

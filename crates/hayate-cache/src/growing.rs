@@ -325,7 +325,10 @@ mod tests {
         }
         assert_eq!(read_all(first).await.expect("read"), &want[2..]);
         writer.join().expect("writer");
-        assert_eq!(read_all(body.reader().expect("open")).await.expect("read"), want);
+        assert_eq!(
+            read_all(body.reader().expect("open")).await.expect("read"),
+            want
+        );
         assert_eq!(body.concat(), want);
     }
 

@@ -623,7 +623,8 @@ mod tests {
             panic!("parse")
         };
         assert_eq!((h.framing, h.keep), (Framing::UntilClose, None));
-        let Ok(Some((Parsed::Final(h), _))) = parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
+        let Ok(Some((Parsed::Final(h), _))) =
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
         else {
             panic!("parse")
         };
@@ -664,7 +665,8 @@ mod tests {
     fn a_101_keeps_only_end_to_end_fields() {
         let s = ProxySettings::default();
         let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: abc\r\nDate: x\r\nServer: node\r\n\r\n";
-        let Ok(Some((Parsed::Final(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
+        let Ok(Some((Parsed::Final(h), _))) = parse_response(raw.as_bytes(), false, true, &s)
+        else {
             panic!("parse")
         };
         assert!(h.tunnel);

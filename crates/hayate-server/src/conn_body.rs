@@ -16,8 +16,8 @@ use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
 use hayate_core::h1::request::Framing;
 use hayate_core::h1::response::{self, CONTINUE};
-use hayate_core::{Fields, Status};
 use hayate_core::transport::Transport;
+use hayate_core::{Fields, Status};
 
 /// Body reads make room for 16 KiB at a time.
 const BODY_ROOM: Room = Room {

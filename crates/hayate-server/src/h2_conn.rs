@@ -491,13 +491,10 @@ impl ClientBody for Exchange<'_> {
                 head = head.header(name, value);
             }
         }
-        let sent = head
-            .body(())
-            .map_err(|e| e.to_string())
-            .and_then(|h| {
-                let mut respond = self.respond.borrow_mut();
-                respond.send_informational(h).map_err(|e| e.to_string())
-            });
+        let sent = head.body(()).map_err(|e| e.to_string()).and_then(|h| {
+            let mut respond = self.respond.borrow_mut();
+            respond.send_informational(h).map_err(|e| e.to_string())
+        });
         if let Err(e) = sent {
             log::debug!("interim {} not sent on HTTP/2: {e}", status.code());
         }

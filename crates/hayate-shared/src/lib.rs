@@ -158,4 +158,3 @@ impl MetricsSource for SharedStats {
         }
     }
 }
-
