@@ -1202,21 +1202,24 @@ fn interim_responses_reach_http11_clients_before_the_final_one() {
 #[test]
 fn a_pipelined_requests_103_follows_the_earlier_response_whole() {
     let o = origin();
-    let h = proxy(&o.url(), &[]);
-    let first = script(&[("body", "first")]);
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &o.url()]);
     let second = script(&[("early", &format!("Link: {PRELOAD}")), ("body", "second")]);
     let held = o.hold(&second);
     let mut c = h.client();
-    // One write: the first response is still in hayate's write buffer
-    // when the second request goes upstream and its 103 comes back.
-    c.send(
-        format!(
-            "GET {first} HTTP/1.1\r\nHost: test\r\n\r\nGET {second} HTTP/1.1\r\nHost: test\r\n\r\n"
-        )
-        .as_bytes(),
-    );
+    // One write: the first response (a small file, whole in hayate's
+    // write buffer, where pipelined responses wait to leave together) is
+    // not sent yet when the second request goes upstream and its 103
+    // comes back.
+    let first = "GET /hello.txt HTTP/1.1\r\nHost: test\r\n\r\n";
+    c.send(format!("{first}GET {second} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
     let r = c.read_response(false);
-    assert_eq!((r.status, r.text()), (200, "first".to_string()), "{r:?}");
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "hello world\n".to_string()),
+        "{r:?}"
+    );
     let r = c.read_response(false);
     assert_eq!(r.status, 103, "{r:?}");
     drop(held);
