@@ -35,14 +35,6 @@ use crate::{ProxyRequest, UpstreamAddr};
 const MAX_RESPONSE_HEADERS: usize = 128;
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Most interim (1xx) responses passed on to the client per attempt; more
-/// are read and dropped. A page sends one or two 103s (RFC 8297: one per
-/// set of hints it learns); 16 leaves room for that and for a long job's
-/// 102s, while an upstream that loops on 1xx cannot make the client's
-/// connection carry its chatter (each costs the client a head to parse,
-/// and the connection up to 64 KiB of write buffer when the client reads
-/// slowly).
-const MAX_INTERIM: usize = 16;
 
 /// A request prepared for an HTTP/1.1 upstream: its head, built once.
 pub(crate) struct Http1 {
@@ -260,7 +252,8 @@ impl UpstreamProtocol for Http1 {
                     // send (it answered the client's Expect itself).
                     Parsed::Interim(Status::CONTINUE, _) => {}
                     Parsed::Interim(status, fields) => {
-                        if interim < MAX_INTERIM {
+                        // More are dropped (`ProxySettings::max_interim`).
+                        if interim < settings.max_interim {
                             interim += 1;
                             body.interim(status, &fields);
                         }

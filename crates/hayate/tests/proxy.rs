@@ -1197,6 +1197,11 @@ fn interim_responses_reach_http11_clients_before_the_final_one() {
     };
     assert_eq!((r.status, interim), (200, 16));
     h.assert_no_errors();
+
+    // proxy_interim = 0: none at all.
+    let h = proxy(&o.url(), &["--proxy-interim", "0"]);
+    let r = h.client().get(&path, &[]);
+    assert_eq!(r.status, 200, "{r:?}");
 }
 
 #[test]
