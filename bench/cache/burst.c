@@ -8,12 +8,14 @@
  * established. Then, ROUNDS times: writes "GET PREFIX<round> HTTP/1.1" on every
  * connection in one loop of write()s, and reads each response with epoll (status
  * line, Content-Length, body). A request's latency runs from just before its own
- * write() to the read() that brought its last byte (CLOCK_MONOTONIC). PAUSE_MS
+ * write() to the read() that brought its last byte (CLOCK_MONOTONIC); its time
+ * to first byte, from the same write() to the read() that brought the first
+ * byte of its response. PAUSE_MS
  * (default 50) separates the rounds, and comes once before the first; a round
  * that is not complete after TIMEOUT_MS (default 5000) is an error.
  *
  * Output (stdout), one line per request, then one summary line:
- *   req round=R conn=C status=S latency_us=N cache=collapsed|hit|other|none
+ *   req round=R conn=C status=S latency_us=N ttfb_us=N cache=collapsed|hit|other|none
  *   done requests=N errors=N
  * cache= classifies the Cache-Status header (RFC 9211): "collapsed" if it says
  * so, else "hit" if it says that, "other" if present, "none" if absent.
@@ -53,6 +55,7 @@ struct conn {
     size_t head_len;
     unsigned long long body_left;
     long long t_write_ns;
+    long long t_first_ns;
     long long t_done_ns;
     char head[HEAD_MAX];
 };
@@ -172,6 +175,8 @@ static void on_readable(struct conn *c, int round) {
             return;
         }
         if (c->state == S_HEAD) {
+            if (c->head_len == 0)
+                c->t_first_ns = t;
             c->head_len += (size_t)r;
             if (parse_head(c, round) < 0)
                 return;
@@ -320,8 +325,8 @@ int main(int argc, char **argv) {
                 snprintf(msg, sizeof msg, "no complete response after %ld ms (timeout)", timeout_ms);
                 fail(c, r, msg);
             } else if (c->state == S_DONE) {
-                printf("req round=%d conn=%d status=%d latency_us=%lld cache=%s\n", r, i, c->status,
-                       (c->t_done_ns - c->t_write_ns) / 1000, c->cache);
+                printf("req round=%d conn=%d status=%d latency_us=%lld ttfb_us=%lld cache=%s\n", r, i, c->status,
+                       (c->t_done_ns - c->t_write_ns) / 1000, (c->t_first_ns - c->t_write_ns) / 1000, c->cache);
                 requests++;
                 if (c->status != 200) {
                     char msg[64];

@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""Coalescing latency of hayate's response cache (issue 6, "Speed").
+"""Coalescing latency of hayate's response cache (issue 6, "Speed"; issue 19,
+waiters' time to first byte).
 
-A Node origin answers every request after 200 ms. hayate (--cache 5s, one
+A Node origin answers every request after 200 ms with BODY bytes (--body-bytes,
+default 1 KiB; Content-Length). hayate (--cache 5s, one
 worker, pinned to SERVER_CPU) is in front of it. The client is burst.c (built
 here with gcc into the run's tmp dir, pinned to CLIENT_CPU): it opens CONC
 keep-alive connections in advance, then each round writes a GET for a URL
 nobody asked for before on all of them in one loop; one request goes to the
 origin, the others wait for it. A request's latency runs from just before its
-own write() to the arrival of its last byte. Reported: the origin's request
-count (should be one per round) and the latency percentiles over all rounds;
-the target is p99 <= 210 ms. Exit status 1 on any client error (non-200,
+own write() to the arrival of its last byte, its time to first byte (TTFB) from
+the same write() to the arrival of its response's first byte. Reported: the
+origin's request count (should be one per round), the latency percentiles over
+all rounds (target: p99 <= 210 ms for 1 KiB), the TTFB of the request that led
+each round's fill and of those that waited on it, and per round the waiters'
+worst TTFB minus the leader's (issue 19's target, with --body-bytes 1048576:
+within 5 ms; waiters that only got the body once it was whole would trail by
+the body's transfer time). Exit status 1 on any client error (non-200,
 short read, timeout) or when the origin saw other than one request per round.
 
-usage: bench/cache/coalesce.py [--hayate-bin PATH] [--rounds N] [--conc N]
+usage: bench/cache/coalesce.py [--hayate-bin PATH] [--rounds N] [--conc N] [--body-bytes N]
 Load goes to 127.0.0.1 only; every process started here is stopped by pid.
 """
 import argparse
@@ -30,11 +37,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ORIGIN_JS = r"""
 const http = require('http');
 let count = 0;
+const body = Buffer.alloc(Number(process.argv[3]), 'x');
 const s = http.createServer((req, res) => {
   if (req.url === '/count') { res.end(String(count)); return; }
   if (req.url === '/') { res.end('ok'); return; }
   count++;
-  setTimeout(() => { res.setHeader('Content-Type', 'text/plain'); res.end('x'.repeat(1024)); }, 200);
+  setTimeout(() => { res.setHeader('Content-Type', 'text/plain'); res.end(body); }, 200);
 });
 s.keepAliveTimeout = 65000;
 s.listen(Number(process.argv[2]), '127.0.0.1');
@@ -87,6 +95,31 @@ def percentile(sorted_values, p):
     return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
 
 
+def ttfb_report(reqs):
+    """Lines on time to first byte: the fill's leader (the round's one
+    answered request that neither waited nor hit: cache=other) against the
+    requests that waited on it (cache=collapsed), and per round the waiters'
+    worst TTFB minus the leader's."""
+    ok = [q for q in reqs if q["status"] == 200 and "ttfb_us" in q]
+    lines = []
+    for name, kind in (("leader", "other"), ("coalesced", "collapsed")):
+        v = sorted(q["ttfb_us"] / 1000 for q in ok if q["cache"] == kind)
+        if v:
+            lines.append(f"time to first byte ms ({name}): p50 {percentile(v, 50):.1f}  "
+                         f"p90 {percentile(v, 90):.1f}  p99 {percentile(v, 99):.1f}  max {v[-1]:.1f}")
+    gaps = []
+    for r in sorted({q["round"] for q in ok}):
+        leaders = [q["ttfb_us"] for q in ok if q["round"] == r and q["cache"] == "other"]
+        waiters = [q["ttfb_us"] for q in ok if q["round"] == r and q["cache"] == "collapsed"]
+        if len(leaders) == 1 and waiters:
+            gaps.append((max(waiters) - leaders[0]) / 1000)
+    if gaps:
+        gaps.sort()
+        lines.append(f"waiters' worst TTFB minus the leader's, ms, over {len(gaps)} rounds: "
+                     f"p50 {percentile(gaps, 50):.1f}  max {gaps[-1]:.1f}")
+    return lines
+
+
 def build_burst(outdir):
     exe = os.path.join(outdir, "burst")
     subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-o", exe, os.path.join(HERE, "burst.c")], check=True)
@@ -98,6 +131,7 @@ def main():
     ap.add_argument("--hayate-bin", default="target/release/hayate")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--conc", type=int, default=100)
+    ap.add_argument("--body-bytes", type=int, default=1024)
     a = ap.parse_args()
     server_cpu = os.environ.get("SERVER_CPU", "0")
     client_cpu = os.environ.get("CLIENT_CPU", "1")
@@ -111,7 +145,7 @@ def main():
     oport, hport = free_port(), free_port()
     procs = []
     try:
-        procs.append(subprocess.Popen(["taskset", "-c", client_cpu, "node", js, str(oport)]))
+        procs.append(subprocess.Popen(["taskset", "-c", client_cpu, "node", js, str(oport), str(a.body_bytes)]))
         wait_http(oport)
         procs.append(subprocess.Popen(
             ["taskset", "-c", server_cpu, a.hayate_bin, "serve", os.path.join(tmp, "empty"),
@@ -134,13 +168,16 @@ def main():
         lat = sorted(q["latency_us"] / 1000 for q in reqs if q["status"] == 200)
         waiters = sorted(q["latency_us"] / 1000 for q in reqs if q["status"] == 200 and q["cache"] == "collapsed")
         errors = (done or {}).get("errors", 0)
-        print(f"rounds {a.rounds} x {a.conc} concurrent cold requests on keep-alive connections, origin 200 ms")
+        print(f"rounds {a.rounds} x {a.conc} concurrent cold requests on keep-alive connections, "
+              f"origin 200 ms, body {a.body_bytes} bytes")
         print(f"origin requests: {origin_requests} (one per round: {a.rounds})")
         print(f"answered: {len(reqs)} of {a.rounds * a.conc}, coalesced: {len(waiters)}, errors: {errors}")
         for name, v in (("all", lat), ("coalesced", waiters)):
             if v:
                 print(f"latency ms ({name}): p50 {percentile(v, 50):.1f}  p90 {percentile(v, 90):.1f}  "
                       f"p99 {percentile(v, 99):.1f}  max {v[-1]:.1f}")
+        for line in ttfb_report(reqs):
+            print(line)
         if res.returncode != 0 or done is None:
             sys.stderr.write(res.stderr)
             print(f"burst failed (exit status {res.returncode})", file=sys.stderr)

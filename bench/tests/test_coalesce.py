@@ -1,5 +1,5 @@
 """Unit tests of the helpers in bench/cache/coalesce.py (parsing burst.c's output,
-percentiles). Standard library only.
+percentiles, the time-to-first-byte report). Standard library only.
 
     python3 -m pytest bench/tests -q        # with pytest
     python3 bench/tests/test_coalesce.py    # without: prints "N passed, N failed"
@@ -39,6 +39,30 @@ def test_percentile_nearest_rank():
     assert coalesce.percentile(v, 99) == 100
     assert coalesce.percentile(v, 100) == 100
     assert coalesce.percentile([7], 99) == 7
+
+
+TTFB = """req round=0 conn=0 status=200 latency_us=230000 ttfb_us=201000 cache=other
+req round=0 conn=1 status=200 latency_us=231000 ttfb_us=202000 cache=collapsed
+req round=0 conn=2 status=200 latency_us=232000 ttfb_us=204500 cache=collapsed
+req round=1 conn=0 status=200 latency_us=230000 ttfb_us=210000 cache=collapsed
+req round=1 conn=1 status=200 latency_us=230000 ttfb_us=200000 cache=other
+req round=2 conn=0 status=200 latency_us=230000 ttfb_us=200000 cache=collapsed
+done requests=6 errors=0
+"""
+
+
+def test_ttfb_report_compares_each_rounds_waiters_with_its_leader():
+    reqs, _ = coalesce.parse_burst(TTFB)
+    lines = coalesce.ttfb_report(reqs)
+    assert lines[0].startswith("time to first byte ms (leader): p50 201.0")
+    assert lines[1].startswith("time to first byte ms (coalesced):")
+    # round 0: 204.5 - 201.0; round 1: 210 - 200; round 2 has no leader
+    assert lines[2] == "waiters' worst TTFB minus the leader's, ms, over 2 rounds: p50 10.0  max 10.0"
+
+
+def test_ttfb_report_without_ttfb_fields_is_empty():
+    reqs, _ = coalesce.parse_burst(BURST)
+    assert coalesce.ttfb_report(reqs) == []
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@
 //! A leader that is dropped without finishing (its client left, a panic)
 //! releases the waiters, so none waits longer than its own timeout.
 //!
-//! When the response is storable and its length known, the leader does not
-//! make the waiters wait for the whole body: it publishes a [`Streaming`]
-//! fill and every waiter reads the body as it arrives.
+//! When the response is storable, the leader does not make the waiters
+//! wait for the whole body: it publishes a [`Streaming`] fill and every
+//! waiter reads the body as it arrives (of known length or not).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::growing::Growing;
+use crate::growing::{Growing, GrowingReader};
 use crate::store::{Key, Stored};
 
 const SHARDS: usize = 16;
@@ -52,8 +52,9 @@ pub struct Streaming {
     pub stored: Arc<Stored>,
     /// The body so far.
     pub body: Arc<Growing>,
-    /// Its length (only bodies of known length are streamed to waiters).
-    pub len: u64,
+    /// Its length, when the upstream announced it (`None`: chunked or
+    /// close-delimited).
+    pub len: Option<u64>,
 }
 
 /// What a waiter learned.
@@ -61,8 +62,9 @@ pub struct Streaming {
 pub enum Waited {
     /// The response is in the store: look it up again.
     Stored,
-    /// Its body is arriving: read it from here.
-    Streaming(Arc<Streaming>),
+    /// Its body is arriving: read it with the reader (which joined while
+    /// the body could still be read from its start).
+    Streaming(Arc<Streaming>, GrowingReader),
     /// Not stored (or the wait timed out): go to the origin yourself.
     Released,
 }
@@ -191,6 +193,15 @@ impl Leader {
             map.remove(&self.key);
         }
         drop(map);
+        if outcome != Outcome::Stored {
+            // Nobody joins a stream that ended unstored (its body may be
+            // let go: Growing::let_go).
+            *self
+                .fill
+                .streaming
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
         self.fill.state.send_replace(outcome);
     }
 
@@ -217,13 +228,23 @@ impl Follower {
             };
         match outcome {
             Outcome::Stored => Waited::Stored,
-            Outcome::Streaming => self
-                .fill
-                .streaming
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone()
-                .map_or(Waited::Released, Waited::Streaming),
+            Outcome::Streaming => {
+                // The reader joins under the slot's lock, which a leader
+                // that lets the body go empties first: a waiter either
+                // reads from the first byte or goes to the origin itself.
+                let slot = self
+                    .fill
+                    .streaming
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                match slot
+                    .as_ref()
+                    .and_then(|s| Some((s.clone(), s.body.reader()?)))
+                {
+                    Some((s, reader)) => Waited::Streaming(s, reader),
+                    None => Waited::Released,
+                }
+            }
             Outcome::Pending | Outcome::Released => Waited::Released,
         }
     }

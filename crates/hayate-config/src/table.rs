@@ -276,6 +276,8 @@ options! {
         "Verify https:// upstreams' certificates and names; false accepts any (logged at start: for a test setup only)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
+    proxy_interim: u32 = "16", "N",
+        "Interim responses (103 Early Hints, 102 Processing) passed on to the client per request, ahead of the final one; more are dropped; 0: none";
     fastcgi_max_conns: u32 = "5", "N",
         "Connections to each FastCGI member (php-fpm) across all workers, kept ones included; each holds a php-fpm child, so keep it at most pm.max_children (Debian's default pool: 5); more requests wait in the queue";
     admin: AdminAddr = unset, "ADDR",

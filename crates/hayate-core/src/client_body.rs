@@ -1,11 +1,15 @@
 //! The request body as a handler reads it. The connection implements it
 //! (decoding Content-Length or chunked framing, sending `100 Continue` on
 //! the first read, enforcing the body size limit and timeout); handlers such
-//! as the proxy consume it without knowing the connection.
+//! as the proxy consume it without knowing the connection. It is also the
+//! handler's way back to the client before the response: whether the
+//! client left, and interim (1xx) responses passed on.
 
 use std::io;
 
 use bytes::Bytes;
+
+use crate::{Fields, Status};
 
 /// How the client delimited its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,14 @@ pub trait ClientBody {
     async fn gone(&mut self) {
         std::future::pending::<()>().await
     }
+
+    /// An interim response (1xx, never 100 or 101) that the upstream sent
+    /// ahead of its final one, such as 103 Early Hints, for the client to
+    /// see now. The connection sends it after whatever it already owes the
+    /// client (earlier pipelined responses), or drops it when the client
+    /// cannot take one (HTTP/1.0, RFC 9110 §15.2) or the request has no
+    /// client to send it to (a background refresh). Never stored.
+    fn interim(&mut self, _status: Status, _fields: &Fields) {}
 }
 
 /// A body that is empty (tests, internal requests).

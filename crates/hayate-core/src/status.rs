@@ -44,6 +44,8 @@ macro_rules! statuses {
 statuses! {
     CONTINUE = 100 "Continue";
     SWITCHING_PROTOCOLS = 101 "Switching Protocols";
+    PROCESSING = 102 "Processing";
+    EARLY_HINTS = 103 "Early Hints";
     OK = 200 "OK";
     NO_CONTENT = 204 "No Content";
     PARTIAL_CONTENT = 206 "Partial Content";

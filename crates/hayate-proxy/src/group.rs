@@ -58,6 +58,9 @@ pub struct ProxySettings {
     pub trusted: Vec<IpNet>,
     /// Add `Via: 1.1 hayate` both ways.
     pub via: bool,
+    /// Most interim (1xx) responses passed on to the client per attempt;
+    /// more are read and dropped (0: none passed on).
+    pub max_interim: usize,
     /// TLS to `https://` members (trust, ALPN, session resumption); set
     /// when the group has such members.
     pub tls: Option<Arc<ClientConfig>>,
@@ -112,6 +115,13 @@ impl Default for ProxySettings {
             host: HostPolicy::Pass,
             trusted: Vec::new(),
             via: false,
+            // A page sends one or two 103s (RFC 8297: one per set of hints
+            // it learns); 16 leaves room for that and a long job's 102s,
+            // while an upstream looping on 1xx cannot make the client's
+            // connection carry its chatter (each costs the client a head
+            // to parse, and the connection up to 64 KiB of write buffer
+            // when the client reads slowly).
+            max_interim: 16,
             tls: None,
         }
     }

@@ -42,6 +42,15 @@ pub(crate) struct Http1 {
     upgrade: bool,
 }
 
+/// A response head as [`parse_response`] read it: an interim response to
+/// pass on or drop, or the final one.
+enum Parsed {
+    /// A 1xx other than 101: its status and end-to-end fields.
+    Interim(Status, Fields),
+    /// The final response (or a 101).
+    Final(Head),
+}
+
 /// What an exchange read: the response head, the connection it came on,
 /// and the bytes read past the head.
 pub(crate) struct Answer {
@@ -205,6 +214,7 @@ impl UpstreamProtocol for Http1 {
             Err(_) => return Err(Failure::Upstream(header_timed_out())),
         }
         let mut buf = BytesMut::with_capacity(8 * 1024);
+        let mut interim = 0;
         loop {
             // What `readable` reported is read without a timer (the head
             // usually comes whole); only a read that finds nothing waits
@@ -238,9 +248,17 @@ impl UpstreamProtocol for Http1 {
             {
                 buf.advance(len);
                 match head {
-                    // Interim responses (100 Continue, 103) are consumed.
-                    None => continue,
-                    Some(head) => {
+                    // The client's 100 Continue is the connection's to
+                    // send (it answered the client's Expect itself).
+                    Parsed::Interim(Status::CONTINUE, _) => {}
+                    Parsed::Interim(status, fields) => {
+                        // More are dropped (`ProxySettings::max_interim`).
+                        if interim < settings.max_interim {
+                            interim += 1;
+                            body.interim(status, &fields);
+                        }
+                    }
+                    Parsed::Final(head) => {
                         return Ok(Answer {
                             conn,
                             head,
@@ -316,15 +334,14 @@ fn header_timed_out() -> io::Error {
 /// Parses one response head from `buf` (the codec checks its framing),
 /// then applies the proxy's rules: a 101 only to a request that asked to
 /// switch, the pool time from the upstream's Keep-Alive hint, end-to-end
-/// fields only, Via. `Ok(None)` when incomplete, `Ok(Some((None, len)))`
-/// for an interim 1xx to skip.
-#[allow(clippy::type_complexity)]
+/// fields only, Via. `Ok(None)` when incomplete; the head and its length
+/// in `buf` otherwise.
 fn parse_response(
     buf: &[u8],
     is_head: bool,
     upgrade: bool,
     settings: &ProxySettings,
-) -> io::Result<Option<(Option<Head>, usize)>> {
+) -> io::Result<Option<(Parsed, usize)>> {
     // Uninitialized: 128 initialized slots were 4 KiB written per response
     // head, 349 of a proxied request's 22,226 instructions
     // (bench/instructions/run).
@@ -362,10 +379,12 @@ fn parse_response(
             head_len: None,
             head_chunked: false,
         };
-        return Ok(Some((Some(head), len)));
+        return Ok(Some((Parsed::Final(head), len)));
     }
     if status.code() < 200 {
-        return Ok(Some((None, len)));
+        let mut fields = Fields::new();
+        copy_end_to_end(&mut fields, parsed.fields);
+        return Ok(Some((Parsed::Interim(status, fields), len)));
     }
     let mut keep = settings.idle_timeout;
     for h in parsed.fields {
@@ -382,7 +401,7 @@ fn parse_response(
         fields.push(b"Via", b"1.1 hayate");
     }
     Ok(Some((
-        Some(Head {
+        Parsed::Final(Head {
             status,
             fields,
             has_date,
@@ -565,7 +584,7 @@ mod tests {
     fn response_heads() {
         let s = ProxySettings::default();
         let parse = |raw: &str, head: bool| parse_response(raw.as_bytes(), head, false, &s);
-        let Ok(Some((Some(h), _))) = parse(
+        let Ok(Some((Parsed::Final(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nDate: x\r\nServer: node\r\nX-App: y\r\n\r\n",
             false,
         ) else {
@@ -577,7 +596,7 @@ mod tests {
         assert_eq!(h.fields.wire(), b"X-App: y\r\n");
         assert!(!h.has_date);
         // A valid one is the origin's and stays (the first of two).
-        let Ok(Some((Some(h), _))) = parse(
+        let Ok(Some((Parsed::Final(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\
              Date: Mon, 07 Nov 1994 08:49:37 GMT\r\nServer: node\r\n\r\n",
             false,
@@ -586,26 +605,36 @@ mod tests {
         };
         assert_eq!(h.fields.wire(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
         assert!(h.has_date);
-        let Ok(Some((Some(h), _))) = parse(
+        let Ok(Some((Parsed::Final(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,
         ) else {
             panic!("parse")
         };
         assert_eq!(h.framing, Framing::Chunked);
-        let Ok(Some((Some(h), _))) = parse("HTTP/1.0 200 OK\r\n\r\n", false) else {
+        let Ok(Some((Parsed::Final(h), _))) = parse("HTTP/1.0 200 OK\r\n\r\n", false) else {
             panic!("parse")
         };
         assert_eq!((h.framing, h.keep), (Framing::UntilClose, None));
-        let Ok(Some((Some(h), _))) = parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
+        let Ok(Some((Parsed::Final(h), _))) =
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
         else {
             panic!("parse")
         };
         assert_eq!((h.framing, h.head_len), (Framing::Empty, Some(9)));
         assert!(matches!(
             parse("HTTP/1.1 100 Continue\r\n\r\n", false),
-            Ok(Some((None, 25)))
+            Ok(Some((Parsed::Interim(Status::CONTINUE, _), 25)))
         ));
+        // An interim response keeps its end-to-end fields only.
+        let Ok(Some((Parsed::Interim(status, fields), _))) = parse(
+            "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(status, Status::EARLY_HINTS);
+        assert_eq!(fields.wire(), b"Link: </a.css>; rel=preload\r\n");
         assert!(parse(
             "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             false
@@ -617,7 +646,7 @@ mod tests {
             "a signed length is refused"
         );
         assert!(matches!(parse("HTTP/1.1 200 OK\r\n", false), Ok(None)));
-        let Ok(Some((Some(h), _))) =
+        let Ok(Some((Parsed::Final(h), _))) =
             parse("HTTP/1.1 299 Whatever\r\nContent-Length: 0\r\n\r\n", false)
         else {
             panic!("parse")
@@ -629,7 +658,8 @@ mod tests {
     fn a_101_keeps_only_end_to_end_fields() {
         let s = ProxySettings::default();
         let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: abc\r\nDate: x\r\nServer: node\r\n\r\n";
-        let Ok(Some((Some(h), _))) = parse_response(raw.as_bytes(), false, true, &s) else {
+        let Ok(Some((Parsed::Final(h), _))) = parse_response(raw.as_bytes(), false, true, &s)
+        else {
             panic!("parse")
         };
         assert!(h.tunnel);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use hayate_cache::growing::Growing;
+use hayate_cache::growing::{Growing, GrowingReader};
 use hayate_cache::policy::storable;
 use hayate_cache::serve::{self, Admission, ClientValidators};
 use hayate_cache::store::{self, Key};
@@ -274,10 +274,12 @@ pub async fn from_origin<B: ClientBody>(
                         return from_store(req, &stored, stored.age(Instant::now()), status);
                     }
                 }
-                Waited::Streaming(fill) if fill.stored.vary.matches(&|n: &[u8]| fields(req, n)) => {
-                    return from_streaming(req, &fill, status);
+                Waited::Streaming(fill, reader)
+                    if fill.stored.vary.matches(&|n: &[u8]| fields(req, n)) =>
+                {
+                    return from_streaming(req, &fill, reader, status);
                 }
-                Waited::Streaming(_) | Waited::Released => {}
+                Waited::Streaming(..) | Waited::Released => {}
             }
             // Released, timed out, or stored for another variant: fetch
             // without waiting again.
@@ -349,13 +351,18 @@ fn from_store_ranged(
 
 /// A response whose body is still arriving, for a request that waited on
 /// its fill: the stored head now, the body as it comes.
-fn from_streaming(req: &ProxyRequest<'_>, fill: &Streaming, status: CacheStatus) -> Response {
+fn from_streaming(
+    req: &ProxyRequest<'_>,
+    fill: &Streaming,
+    reader: GrowingReader,
+    status: CacheStatus,
+) -> Response {
     let age = fill.stored.age(Instant::now());
     let mut resp = from_store(req, &fill.stored, age, status);
     if resp.status != Status::NOT_MODIFIED {
         resp.body = Body::Stream(StreamBody {
-            len: Some(fill.len),
-            source: Box::new(fill.body.reader()),
+            len: fill.len,
+            source: Box::new(reader),
         });
     }
     resp
@@ -512,10 +519,11 @@ async fn fetch<B: ClientBody>(
         received,
         vary,
     };
-    // A body of known length that fits: stream it to this client and every
-    // waiter while it arrives, store it at the end.
+    // A streamed body that may fit (of known length that fits, or of
+    // unknown length): stream it to this client and every waiter while it
+    // arrives, store it at the end.
     let (leader, resp_body) = match (leader, resp_body) {
-        (Some(leader), Body::Stream(s)) if s.len.is_some_and(|n| n <= shared.limits.max_object) => {
+        (Some(leader), Body::Stream(s)) if s.len.is_none_or(|n| n <= shared.limits.max_object) => {
             let stored = serve::stored_from(code, &head, Bytes::new(), admission(vary_key(&facts)));
             let fetched = Fetched {
                 head,
@@ -619,12 +627,17 @@ impl Fetched {
     }
 }
 
-/// Streams a storable body of known length: a task on this worker reads
-/// the upstream into a [`Growing`] body that this client and every waiter
-/// read at their own pace (so none waits for the whole body, and the fill
-/// goes on if this client leaves); once whole it is stored and the fill
-/// ends. A failed upstream body cuts every reader's response and stores
-/// nothing.
+/// Streams a storable body: a task on this worker reads the upstream into
+/// a [`Growing`] body that this client and every waiter read at their own
+/// pace (so none waits for the whole body, and the fill goes on if this
+/// client leaves); once whole it is stored and the fill ends. A failed
+/// upstream body cuts every reader's response (the way a proxied body
+/// that fails is cut: no last chunk, the connection closed) and stores
+/// nothing. A body of unknown length that outgrows the object cap is not
+/// stored either: the URL is marked hit-for-miss, waiters that have not
+/// started go to the origin themselves, and those reading get the rest
+/// at the slowest one's pace, within the cap's memory
+/// ([`Growing::let_go`]).
 #[allow(clippy::too_many_arguments)] // one call site, every part distinct
 fn stream_fill(
     rc: &RouteCache,
@@ -636,34 +649,54 @@ fn stream_fill(
     fetched: Fetched,
     mut status: CacheStatus,
 ) -> Response {
-    let len = upstream.len.unwrap_or_default();
+    let len = upstream.len;
     let requested_at = fetched.requested_at;
     let stored = Arc::new(stored);
     let growing = Growing::new();
+    let Some(reader) = growing.reader() else {
+        unreachable!("a new body has its first byte");
+    };
     leader.stream(Arc::new(Streaming {
         stored: stored.clone(),
         body: growing.clone(),
         len,
     }));
     status.ttl = Some(stored.ttl(stored.initial_age));
-    status.stored = true;
+    // Whether a body of unknown length fits is known only at its end.
+    status.stored = len.is_some();
     let body = Body::Stream(StreamBody {
-        len: Some(len),
-        source: Box::new(growing.reader()),
+        len,
+        source: Box::new(reader),
     });
     let answer = fetched.answer(req, &stored, body, &status);
     let shared = rc.shared.clone();
     let key = key.clone();
     let target = String::from_utf8_lossy(req.target).into_owned();
+    let max = shared.limits.max_object;
     tokio::task::spawn_local(async move {
         let mut received = 0u64;
+        let mut leader = Some(leader);
         let complete = loop {
             match poll_fn(|cx| upstream.source.poll_chunk(cx)).await {
                 Ok(Some(chunk)) => {
                     received += chunk.len() as u64;
                     growing.push(chunk);
+                    if received > max && leader.is_some() {
+                        // Too large to store (only a body of unknown
+                        // length gets here).
+                        shared
+                            .store
+                            .mark_pass(&key, Instant::now() + shared.limits.hit_for_miss);
+                        drop(leader.take());
+                        growing.let_go();
+                    }
+                    // Once let go, the slowest reader paces the upstream.
+                    if leader.is_none() && !growing.room(max).await {
+                        // Every reader left a body that will not be stored.
+                        break false;
+                    }
                 }
-                Ok(None) => break received == len,
+                Ok(None) => break len.is_none_or(|n| received == n),
                 Err(e) => {
                     log::warn!("cache fill of {target}: upstream body failed: {e}");
                     break false;
@@ -671,7 +704,7 @@ fn stream_fill(
             }
         };
         growing.finish(complete);
-        if complete {
+        if let (true, Some(leader)) = (complete, leader) {
             shared
                 .store
                 .insert(&key, stored.with_body(growing.concat()), requested_at);

@@ -164,6 +164,26 @@ fn after_read(n: io::Result<usize>, reported: bool, clock: &mut Clock) -> io::Re
     n
 }
 
+/// Writes what the client takes of `out` without waiting, removing it
+/// from `out`. True when all of it is written (TLS records included).
+pub fn write_now(transport: &mut Transport, out: &mut Vec<u8>) -> io::Result<bool> {
+    while !out.is_empty() {
+        match transport.try_write(out) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) if n == out.len() => out.clear(),
+            Ok(n) => drop(out.drain(..n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    // What the transport still holds (TLS records) is not sent yet.
+    match transport.try_flush() {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes all of `data` with non-blocking writes, waiting for the client to
 /// take more at most `send` each time (the send timeout).
 pub async fn write_all(transport: &mut Transport, data: &[u8], send: Duration) -> io::Result<()> {

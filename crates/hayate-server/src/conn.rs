@@ -267,9 +267,11 @@ impl Conn {
             state: body,
             transport: &mut self.transport,
             rbuf: &mut self.rbuf,
+            wbuf: &mut self.wbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
             send_timeout: self.worker.with_generation(|g| g.timeouts.send),
+            takes_interim: !req.http10(),
         };
         let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
         (noting_waits(handled, waited).await, route)
@@ -456,9 +458,11 @@ impl Conn {
             state,
             transport: &mut self.transport,
             rbuf: &mut self.rbuf,
+            wbuf: &mut self.wbuf,
             deadline: &self.deadline,
             clock: &mut self.clock,
             send_timeout: self.worker.with_generation(|g| g.timeouts.send),
+            takes_interim: false,
         };
         loop {
             match view.next_chunk().await {

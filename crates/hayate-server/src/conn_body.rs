@@ -15,8 +15,9 @@ use hayate_core::h1::body::{BodyDecoder, Decoded};
 use crate::client_io::{self, Clock, Room};
 use crate::deadline::Deadline;
 use hayate_core::h1::request::Framing;
-use hayate_core::h1::response::CONTINUE;
+use hayate_core::h1::response::{self, CONTINUE};
 use hayate_core::transport::Transport;
+use hayate_core::{Fields, Status};
 
 /// Body reads make room for 16 KiB at a time.
 const BODY_ROOM: Room = Room {
@@ -71,12 +72,17 @@ pub struct ConnBody<'c> {
     pub transport: &'c mut Transport,
     /// The connection's read buffer (may hold body bytes already).
     pub rbuf: &'c mut BytesMut,
+    /// The connection's write buffer: what the client is still owed of
+    /// earlier pipelined responses, which anything sent now must follow.
+    pub wbuf: &'c mut Vec<u8>,
     /// The connection's deadline slot.
     pub deadline: &'c Deadline,
     /// The connection's clock, refreshed by every read.
     pub clock: &'c mut Clock,
     /// How long a write may wait for the client (`100 Continue`).
     pub send_timeout: Duration,
+    /// The client takes interim responses (HTTP/1.1, not 1.0).
+    pub takes_interim: bool,
 }
 
 impl ConnBody<'_> {
@@ -108,9 +114,12 @@ impl ConnBody<'_> {
     }
 
     /// Sends the `100 Continue` the client waits for, within the send
-    /// timeout.
+    /// timeout, after what the client is still owed of earlier responses.
     async fn send_continue(&mut self) -> io::Result<()> {
-        client_io::write_all(self.transport, CONTINUE, self.send_timeout).await
+        self.wbuf.extend_from_slice(CONTINUE);
+        let sent = client_io::write_all(self.transport, self.wbuf, self.send_timeout).await;
+        self.wbuf.clear();
+        sent
     }
 
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
@@ -183,6 +192,24 @@ impl ClientBody for ConnBody<'_> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             }
+        }
+    }
+
+    /// Joins the write buffer, behind earlier pipelined responses (so it
+    /// never overtakes one, nor splits one's framing: those are whole in
+    /// the buffer before the next request is read), and goes out now as
+    /// far as the client takes it without waiting; the rest leaves with
+    /// the final response. A client that cannot take it (HTTP/1.0) gets
+    /// none.
+    fn interim(&mut self, status: Status, fields: &Fields) {
+        if !self.takes_interim {
+            return;
+        }
+        response::write_interim(self.wbuf, status, fields);
+        if let Err(e) = client_io::write_now(self.transport, self.wbuf) {
+            // The final response's write sees it too and ends the
+            // connection.
+            log::debug!("interim response not sent: {e}");
         }
     }
 

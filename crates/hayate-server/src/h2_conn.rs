@@ -5,7 +5,8 @@
 //! (`pipeline.rs`): a stream's head becomes a [`RequestHead`], its DATA
 //! frames the [`ClientBody`] a handler reads, and the [`Response`] goes
 //! out as HEADERS, DATA within the peer's flow-control window, and
-//! trailers.
+//! trailers; an upstream's interim responses (103 Early Hints) go out
+//! ahead of it as 1xx HEADERS.
 //!
 //! Limits, each from `h2_*` settings: concurrent streams per connection
 //! (128, RFC 9113 §6.5.2 advises at least 100), the header list (64 KiB,
@@ -32,7 +33,7 @@ use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
 use hayate_core::response::{FileRange, Tunnel};
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
-use hayate_core::{Body, Chunk, Response, Status};
+use hayate_core::{Body, Chunk, Fields, Response, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log;
@@ -237,7 +238,7 @@ impl Drop for Stream {
 }
 
 impl Stream {
-    async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    async fn serve(self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
         let websocket = parts.method == http::Method::CONNECT
@@ -250,15 +251,22 @@ impl Stream {
         let w = self.worker.generation();
         let client = pipeline::Client { peer: &self.peer };
         let mut body = StreamBody::new(body, &parts.headers, websocket, &w);
+        // Shared by the upstream's interim responses and the watch for a
+        // reset, which never run at once (one task polls both).
+        let respond = RefCell::new(respond);
         let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
             Answer::Now(response, route) => (response, route),
             Answer::Upstream(to) => {
                 let route = Some(to.route_index());
-                let asked = Box::pin(pipeline::upstream(&head, to, &mut body, client));
+                let mut exchange = Exchange {
+                    body: &mut body,
+                    respond: &respond,
+                };
+                let asked = Box::pin(pipeline::upstream(&head, to, &mut exchange, client));
                 // A client that resets the stream cancels the upstream
                 // request with it: dropping the exchange closes its
                 // connection (which is not pooled half-read).
-                let reset = std::future::poll_fn(|cx| respond.poll_reset(cx));
+                let reset = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx));
                 tokio::select! {
                     response = asked => (response, route),
                     reason = reset => {
@@ -269,6 +277,7 @@ impl Stream {
                 }
             }
         };
+        let respond = respond.into_inner();
         let status = response.status;
         let cache = response.cache_status;
         if let Some(m) = &w.metrics {
@@ -473,6 +482,48 @@ impl StreamBody {
             return;
         }
         while let Ok(Some(_)) = self.next_chunk().await {}
+    }
+}
+
+/// A stream's side of an upstream exchange: its request body, and its
+/// response half for the interim responses the upstream sends ahead of
+/// its final one (HEADERS with a 1xx status, RFC 9113 §8.1).
+struct Exchange<'s> {
+    body: &'s mut StreamBody,
+    respond: &'s RefCell<SendResponse<Bytes>>,
+}
+
+impl ClientBody for Exchange<'_> {
+    fn length(&self) -> BodyLength {
+        self.body.length()
+    }
+
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        self.body.next_chunk().await
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.body.trailers()
+    }
+
+    async fn gone(&mut self) {
+        self.body.gone().await
+    }
+
+    fn interim(&mut self, status: Status, fields: &Fields) {
+        let mut head = http::Response::builder().status(status.code());
+        for (name, value) in fields.iter() {
+            if !connection_specific(name) {
+                head = head.header(name, value);
+            }
+        }
+        let sent = head.body(()).map_err(|e| e.to_string()).and_then(|h| {
+            let mut respond = self.respond.borrow_mut();
+            respond.send_informational(h).map_err(|e| e.to_string())
+        });
+        if let Err(e) = sent {
+            log::debug!("interim {} not sent on HTTP/2: {e}", status.code());
+        }
     }
 }
 

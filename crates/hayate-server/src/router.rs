@@ -124,6 +124,7 @@ impl Router {
             host: HostPolicy::Pass,
             trusted: g.proxy_trusted.clone().unwrap_or_default(),
             via: g.proxy_via,
+            max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
         };
         let mut sites = Vec::new();

@@ -22,7 +22,12 @@
 //!   matching If-None-Match), `h304=Name:Value` (sent on a 304 in place of
 //!   the `h` fields of that name), `ms=N` (delay), `body=TEXT`, `chunked=1`,
 //!   `n=N` (N bytes of [`big_bytes`](crate::big_bytes) as the body),
-//!   `fail_at=K` (the K-th request for this target answers a bare 503). The default body is
+//!   `fail_at=K` (the K-th request for this target answers a bare 503),
+//!   `early=Name:Value` (repeatable: a `103 Early Hints` with these fields
+//!   goes first, as soon as the request has arrived, even while its answer
+//!   is held), `early_n=K` (that 103 K times), `p102=1` (a `102
+//!   Processing` first), `cut=1` (the connection closes after the body's
+//!   first 64 KiB piece: a body that fails midway). The default body is
 //!   `count K\n`, K being how many requests this target has received
 //!   ([`Origin::count`]).
 //! - `/text?n=N[&chunked=1][&stall_ms=M]`: N bytes of [`text_bytes`]
@@ -34,7 +39,10 @@
 //! For ordering, without sleeping: [`Origin::wait_for`] waits until a
 //! target's K-th request has arrived, and [`Origin::hold`] keeps a target's
 //! answers back until the test lets them go (so something can happen while
-//! a request is known to be at the origin, unanswered).
+//! a request is known to be at the origin, unanswered); [`Origin::hold_body`]
+//! keeps back all but the first 64 KiB piece of a body.
+//! [`Origin::holds_expired`] says whether a hold ended by its 10 s bound
+//! rather than by the test.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -80,6 +88,8 @@ struct Shared {
     held: Mutex<Vec<String>>,
     /// Notified whenever `held` shrinks.
     released: Condvar,
+    /// Waits on a hold that ended by their time bound.
+    holds_expired: AtomicU64,
     /// Clones of every connection, to shut them down on drop (a shutdown
     /// ends a connection whichever handle does it).
     open: Mutex<Vec<Box<dyn Stream>>>,
@@ -142,6 +152,7 @@ impl Origin {
             arrived: Condvar::new(),
             held: Mutex::new(Vec::new()),
             released: Condvar::new(),
+            holds_expired: AtomicU64::new(0),
             open: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
@@ -213,6 +224,27 @@ impl Origin {
     }
 }
 
+impl Origin {
+    /// Holds back the rest of a body for `target` once its first 64 KiB
+    /// piece (or the whole body, if smaller) is sent, until the returned
+    /// [`Held`] is dropped (at most 10 s): a body known to be half sent.
+    pub fn hold_body(&self, target: &str) -> Held<'_> {
+        self.hold(&body_hold(target))
+    }
+
+    /// How many held answers or bodies were let go by the 10 s bound
+    /// rather than by their [`Held`]: a test that releases a hold on an
+    /// event checks that none was.
+    pub fn holds_expired(&self) -> u64 {
+        self.shared.holds_expired.load(Ordering::SeqCst)
+    }
+}
+
+/// The name [`Origin::hold_body`] holds for `target`.
+fn body_hold(target: &str) -> String {
+    format!("{target} body")
+}
+
 /// Answers held back by [`Origin::hold`]; dropping it lets them go.
 #[must_use = "the answers are let go when this is dropped"]
 pub struct Held<'a> {
@@ -236,11 +268,13 @@ impl Shared {
     fn wait_while_held(&self, target: &str) {
         let held = self.held.lock().expect("lock");
         let ten_s = Duration::from_secs(10);
-        drop(
-            self.released
-                .wait_timeout_while(held, ten_s, |h| h.iter().any(|t| t == target))
-                .expect("lock"),
-        );
+        let (_held, waited) = self
+            .released
+            .wait_timeout_while(held, ten_s, |h| h.iter().any(|t| t == target))
+            .expect("lock");
+        if waited.timed_out() {
+            self.holds_expired.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -330,14 +364,47 @@ fn serve(conn: Box<dyn Stream>, id: u64, shared: &Shared) {
             *c
         };
         shared.arrived.notify_all();
+        if interim(&mut out, &req).is_err() {
+            break;
+        }
         shared.wait_while_held(&req.target);
         let close = req.target.starts_with("/close") || req.header("connection") == Some("close");
         let info = (id, count, close, seen);
-        if respond(&mut out, &req, info, &shared.opts).is_err() || close {
+        if respond(&mut out, &req, info, shared).is_err() || close {
             break;
         }
     }
     out.close();
+}
+
+/// The interim responses `/script` asks for (`p102`, `early`), sent as
+/// soon as the request has arrived.
+fn interim(out: &mut Box<dyn Stream>, req: &Echo) -> io::Result<()> {
+    if !req.target.starts_with("/script") {
+        return Ok(());
+    }
+    let params = query_all(&req.target);
+    if params.iter().any(|(n, v)| n == "p102" && v == "1") {
+        out.write_all(b"HTTP/1.1 102 Processing\r\n\r\n")?;
+    }
+    let early: String = params
+        .iter()
+        .filter(|(n, _)| n == "early")
+        .filter_map(|(_, v)| v.split_once(':'))
+        .map(|(n, v)| format!("{}: {}\r\n", n.trim(), v.trim()))
+        .collect();
+    if early.is_empty() {
+        return Ok(());
+    }
+    let times = params
+        .iter()
+        .find(|(n, _)| n == "early_n")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(1);
+    for _ in 0..times {
+        out.write_all(format!("HTTP/1.1 103 Early Hints\r\n{early}\r\n").as_bytes())?;
+    }
+    Ok(())
 }
 
 fn read_line(r: &mut impl BufRead) -> io::Result<String> {
@@ -440,8 +507,10 @@ fn respond(
     out: &mut Box<dyn Stream>,
     req: &Echo,
     (id, count, close, seen): (u64, u64, bool, u64),
-    opts: &OriginOptions,
+    shared: &Shared,
 ) -> io::Result<()> {
+    let opts = &shared.opts;
+    let mut cut = false;
     let path = req.target.split('?').next().unwrap_or("");
     let head_only = req.method == "HEAD";
     let mut status = 200;
@@ -499,6 +568,7 @@ fn respond(
             }
             status = get("status").and_then(|v| v.parse().ok()).unwrap_or(200);
             chunked = get("chunked").as_deref() == Some("1");
+            cut = get("cut").as_deref() == Some("1");
             if fail {
                 status = 503;
             }
@@ -603,6 +673,12 @@ fn respond(
         }
         sent += n;
         i += 1;
+        if i == 1 {
+            shared.wait_while_held(&body_hold(&req.target));
+            if cut {
+                return Err(io::Error::other("cut mid-body, as asked"));
+            }
+        }
     }
     if chunked {
         out.write_all(b"0\r\n\r\n")?;

@@ -2,7 +2,7 @@
 //! hyper and reqwest): over TLS by ALPN and h2c with prior knowledge, files
 //! (ranges, conditional requests, a large file within flow control), many
 //! streams on one connection, the proxy with bodies both ways and the
-//! cache, a reset stream cancelling its upstream request, the rapid-reset
+//! cache, an upstream's 103 Early Hints, a reset stream cancelling its upstream request, the rapid-reset
 //! defence, and h2spec's conformance suite.
 
 // Tests block on purpose (they are clients, not the server).
@@ -243,6 +243,45 @@ fn the_proxy_and_the_cache_over_h2() {
         assert_eq!(second.body, first.body);
         assert_eq!(origin.count("/script/c?body=cached"), 1);
     });
+}
+
+#[test]
+fn early_hints_reach_an_h2_client_before_the_final_response() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) = start(&["--proxy", &url]);
+    let ca = state.path().join("local-ca/ca.crt");
+    let target = "/script?early=Link:%3C/style.css%3E;%20rel=preload&body=final";
+    let held = origin.hold(target);
+    on_local(async {
+        let mut s = connect_tls(h.addr, &ca).await;
+        let req = http::Request::get(format!("https://localhost{target}"))
+            .body(())
+            .expect("req");
+        let (mut response, _send) = s.send_request(req, true).expect("send");
+        // The 103 comes while the final answer is held at the origin.
+        let hint = tokio::time::timeout(
+            WAIT,
+            std::future::poll_fn(|cx| response.poll_informational(cx)),
+        )
+        .await
+        .expect("in time")
+        .expect("an interim response")
+        .expect("ok");
+        assert_eq!(hint.status(), 103);
+        assert_eq!(
+            hint.headers().get("link").map(|v| v.as_bytes()),
+            Some(&b"</style.css>; rel=preload"[..])
+        );
+        drop(held);
+        let r = tokio::time::timeout(WAIT, response)
+            .await
+            .expect("in time")
+            .expect("response");
+        assert_eq!(r.status(), 200);
+    });
+    assert_eq!(origin.holds_expired(), 0);
+    h.assert_no_errors();
 }
 
 /// Waits until `target` has reached `origin`, letting this thread's tasks

@@ -1128,3 +1128,108 @@ fn dot_segment_paths_reach_the_app() {
     assert_eq!(c.get("/.env", &[]).status, 404);
     assert_eq!(c.get("/api/.foo", &[]).status, 404);
 }
+
+/// `/script?` with `params`, percent-encoded.
+fn script(params: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    let q: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", enc(v)))
+        .collect();
+    format!("/script?{}", q.join("&"))
+}
+
+const PRELOAD: &str = "</style.css>; rel=preload; as=style";
+
+#[test]
+fn interim_responses_reach_http11_clients_before_the_final_one() {
+    let o = origin();
+    let h = proxy(&o.url(), &[]);
+    let link = format!("Link: {PRELOAD}");
+    let path = script(&[("early", &link), ("p102", "1"), ("body", "final")]);
+    // The final answer is held at the origin: the interim ones must come
+    // while it is.
+    let held = o.hold(&path);
+    let mut c = h.client();
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+    let r = c.read_response(false);
+    assert_eq!(r.status, 102, "{r:?}");
+    let r = c.read_response(false);
+    assert_eq!(r.status, 103, "{r:?}");
+    assert_eq!(r.header("link"), Some(PRELOAD));
+    drop(held);
+    let r = c.read_response(false);
+    assert_eq!((r.status, r.text()), (200, "final".to_string()), "{r:?}");
+    assert_eq!(
+        r.header("link"),
+        None,
+        "hints are not copied to the final head"
+    );
+    assert_eq!(o.holds_expired(), 0, "the 103 did not come before the 200");
+
+    // HTTP/1.0 knows no interim responses: none is sent.
+    let mut c = h.client();
+    c.send(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes());
+    let raw = String::from_utf8_lossy(&c.read_to_close()).into_owned();
+    assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{raw}");
+    assert!(!raw.contains(" 103 ") && !raw.contains(" 102 "), "{raw}");
+
+    // An upstream that sends 1xx after 1xx has only the first 16 passed on.
+    let path = script(&[("early", &link), ("early_n", "40")]);
+    let mut c = h.client();
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+    let mut interim = 0;
+    let r = loop {
+        let r = c.read_response(false);
+        if r.status >= 200 {
+            break r;
+        }
+        interim += 1;
+    };
+    assert_eq!((r.status, interim), (200, 16));
+    h.assert_no_errors();
+
+    // proxy_interim = 0: none at all.
+    let h = proxy(&o.url(), &["--proxy-interim", "0"]);
+    let r = h.client().get(&path, &[]);
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn a_pipelined_requests_103_follows_the_earlier_response_whole() {
+    let o = origin();
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &o.url()]);
+    let second = script(&[("early", &format!("Link: {PRELOAD}")), ("body", "second")]);
+    let held = o.hold(&second);
+    let mut c = h.client();
+    // One write: the first response (a small file, whole in hayate's
+    // write buffer, where pipelined responses wait to leave together) is
+    // not sent yet when the second request goes upstream and its 103
+    // comes back.
+    let first = "GET /hello.txt HTTP/1.1\r\nHost: test\r\n\r\n";
+    c.send(format!("{first}GET {second} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+    let r = c.read_response(false);
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "hello world\n".to_string()),
+        "{r:?}"
+    );
+    let r = c.read_response(false);
+    assert_eq!(r.status, 103, "{r:?}");
+    drop(held);
+    let r = c.read_response(false);
+    assert_eq!((r.status, r.text()), (200, "second".to_string()), "{r:?}");
+    assert_eq!(o.holds_expired(), 0);
+    h.assert_no_errors();
+}

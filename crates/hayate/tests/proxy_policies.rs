@@ -830,12 +830,16 @@ fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
 }
 
 #[test]
-fn interim_responses_from_the_upstream_are_consumed() {
+fn interim_responses_from_the_upstream_pass_on_but_its_100_continue() {
     let m = Member::start(INTERIM_FIRST);
     let h = Hayate::start(BIN, &["--proxy", &m.url, "--workers", "1"]);
     let mut c = h.client();
     for _ in 0..2 {
+        // The 100 answers an Expect hayate handles itself: dropped.
         let r = c.get("/", &[]);
+        assert_eq!(r.status, 103, "{r:?}");
+        assert_eq!(r.header("link"), Some("</a.css>; rel=preload"));
+        let r = c.read_response(false);
         assert_eq!((r.status, r.body.as_slice()), (200, &b"member"[..]));
         assert_eq!(r.header("link"), None, "the 103's fields stay in the 103");
     }
@@ -844,11 +848,13 @@ fn interim_responses_from_the_upstream_are_consumed() {
         1,
         "the connection is reused after interim answers"
     );
-    // Nothing else is waiting on the client connection: the next answer is ours.
+    // Nothing else is waiting on the client connection: the next answers
+    // are ours.
     c.send(b"GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let rest = String::from_utf8_lossy(&c.read_to_close()).to_string();
-    assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
-    assert_eq!(rest.matches("HTTP/1.1").count(), 1, "{rest}");
+    assert!(rest.starts_with("HTTP/1.1 103 Early Hints\r\n"), "{rest}");
+    assert_eq!(rest.matches("HTTP/1.1 200 OK\r\n").count(), 1, "{rest}");
+    assert_eq!(rest.matches("HTTP/1.1").count(), 2, "{rest}");
     h.assert_no_errors();
 }
 

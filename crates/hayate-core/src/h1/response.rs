@@ -57,6 +57,15 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: Syst
     body_allowed && !cx.head_request
 }
 
+/// Appends an interim (1xx) response passed on from an upstream (103
+/// Early Hints, 102 Processing): its status line and fields, no Date or
+/// Server (RFC 9110 §6.6.1 asks Date of final responses only).
+pub fn write_interim(out: &mut Vec<u8>, status: Status, fields: &crate::Fields) {
+    status.append_status_line(out);
+    out.extend_from_slice(fields.wire());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// The interim `100 Continue` response.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 

@@ -327,21 +327,7 @@ impl Conn {
     /// True when all of it is written (the common case, with no future to
     /// build and move as [`Conn::flush`] has).
     pub(super) fn flush_now(&mut self) -> io::Result<bool> {
-        while !self.wbuf.is_empty() {
-            match self.transport.try_write(&self.wbuf) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) if n == self.wbuf.len() => self.wbuf.clear(),
-                Ok(n) => drop(self.wbuf.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
-            }
-        }
-        // What the transport still holds (TLS records) is not sent yet.
-        match self.transport.try_flush() {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(e),
-        }
+        client_io::write_now(&mut self.transport, &mut self.wbuf)
     }
 
     /// Writes the whole write buffer.
