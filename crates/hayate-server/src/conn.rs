@@ -262,6 +262,13 @@ impl Conn {
             Answer::Upstream(to) => to,
         };
         let route = Some(to.route_index());
+        // Responses to earlier pipelined requests wait in the write buffer
+        // for their batch to end; an upstream may take seconds, so they
+        // leave now, as far as the client takes them without waiting (a
+        // failed write shows again at the next one).
+        if !self.wbuf.is_empty() {
+            let _ = self.flush_now();
+        }
         let client = pipeline::Client { peer: &self.peer };
         let mut view = ConnBody {
             state: body,

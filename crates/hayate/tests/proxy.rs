@@ -1204,6 +1204,34 @@ fn interim_responses_reach_http11_clients_before_the_final_one() {
     assert_eq!(r.status, 200, "{r:?}");
 }
 
+/// A response waiting in the write buffer for its pipelined batch to end
+/// leaves when the next request goes to an upstream, not when that
+/// upstream answers (which may take seconds).
+#[test]
+fn a_pipelined_response_is_not_held_back_by_the_next_requests_upstream() {
+    let o = origin();
+    let dir = site();
+    let root = dir.path().to_str().expect("utf8");
+    let h = Hayate::start(BIN, &[root, "--proxy", &o.url()]);
+    let second = script(&[("body", "second")]);
+    let held = o.hold(&second);
+    let mut c = h.client();
+    let first = "GET /hello.txt HTTP/1.1\r\nHost: test\r\n\r\n";
+    c.send(format!("{first}GET {second} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+    // Read while the origin still holds the second answer.
+    let r = c.read_response(false);
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "hello world\n".to_string()),
+        "{r:?}"
+    );
+    drop(held);
+    let r = c.read_response(false);
+    assert_eq!((r.status, r.text()), (200, "second".to_string()), "{r:?}");
+    assert_eq!(o.holds_expired(), 0, "the first answer came before the hold ran out");
+    h.assert_no_errors();
+}
+
 #[test]
 fn a_pipelined_requests_103_follows_the_earlier_response_whole() {
     let o = origin();
