@@ -58,6 +58,8 @@ const LOCK_TTL: Duration = Duration::from_secs(600);
 const FIRST_LOOK: Duration = Duration::from_secs(2);
 /// Longest wait between looks.
 const MAX_LOOK: Duration = Duration::from_secs(60);
+/// How long a box waits for the account another box registers.
+const ACCOUNT_WAIT: Duration = Duration::from_secs(30);
 
 /// What ACME Renewal Information (RFC 9773) advised for a certificate.
 struct Advice {
@@ -530,7 +532,7 @@ impl Acme {
             return self.account_from(&text).await;
         }
         let Some(lock) = self.storage.lock("account", LOCK_TTL).await? else {
-            return Err("another box is registering the ACME account".into());
+            return self.account_registered_elsewhere().await;
         };
         let result = match self.storage.load_account().await {
             Ok(Some(text)) => self.account_from(&text).await,
@@ -541,6 +543,22 @@ impl Acme {
             log::warn!("ACME: releasing the account lock (it expires by itself): {e}");
         }
         result
+    }
+
+    /// The account another box is registering, once it is stored: looked
+    /// for after 100 ms, then at doubling intervals, for up to ACCOUNT_WAIT
+    /// (a registration is one or two requests to the CA).
+    async fn account_registered_elsewhere(&self) -> Result<Account, String> {
+        let until = tokio::time::Instant::now() + ACCOUNT_WAIT;
+        let mut pause = Duration::from_millis(100);
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(pause).await;
+            if let Some(text) = self.storage.load_account().await? {
+                return self.account_from(&text).await;
+            }
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+        Err("another box is registering the ACME account, and has not stored it yet".into())
     }
 
     fn builder(&self) -> Result<instant_acme::AccountBuilder, String> {

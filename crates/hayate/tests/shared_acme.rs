@@ -1,0 +1,292 @@
+//! Shared ACME end to end: hayates sharing one real redis-server order
+//! their certificates from one real pebble. One box orders a name and every
+//! box serves the certificate, a box started later too; a challenge of one
+//! box's order is answered by another (pebble validates only at box B's
+//! ports); a renewal by one box reaches the others without a restart; with
+//! Redis gone each box serves what it has, after a restart too.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use hayate_testkit::eventually;
+use hayate_testkit::pebble::{free_port, Pebble};
+use hayate_testkit::redis::Redis;
+use hayate_testkit::tls::{served_certificate, TlsClient};
+use hayate_testkit::{site, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+const NAME: &str = "site.test";
+const KEY: &str = "5f1e9c0a7b3d2e8f4a6c1b9d0e7f3a2c8b5d4e1f6a9c0b7d2e3f8a1c4b6d9e0f";
+
+/// One box: plain HTTP and HTTPS on `ports`, certificates for `name` from
+/// `pebble`, sharing through `redis`, its state (and admin socket) in
+/// `state`.
+fn hayate_box(
+    root: &Path,
+    pebble: &Pebble,
+    redis: &Redis,
+    state: &Path,
+    (http_port, tls_port): (u16, u16),
+    name: &str,
+    challenge: &str,
+) -> Hayate {
+    let https = format!("https://127.0.0.1:{tls_port}");
+    let http = format!("127.0.0.1:{http_port}");
+    let admin = format!("unix:{}", state.join("admin.sock").display());
+    let shared = redis.url();
+    Hayate::start_in(
+        BIN,
+        &[
+            root.to_str().expect("path"),
+            "--listen",
+            &https,
+            "--listen",
+            &http,
+            "--tls",
+            "acme",
+            "--tls-names",
+            name,
+            "--acme-directory",
+            &pebble.directory,
+            "--acme-ca-root",
+            pebble.api_ca.to_str().expect("path"),
+            "--acme-challenge",
+            challenge,
+            "--state-dir",
+            state.to_str().expect("path"),
+            "--admin",
+            &admin,
+            "--shared",
+            &shared,
+        ],
+        &[("HAYATE_SHARED_KEY", KEY)],
+        None,
+    )
+}
+
+fn tls_addr(port: u16) -> SocketAddr {
+    format!("127.0.0.1:{port}").parse().expect("addr")
+}
+
+/// The certificate `h` serves for `name` on `port`, once it has one.
+fn served(client: &TlsClient, h: &Hayate, port: u16, name: &str) -> Vec<u8> {
+    eventually(&format!("a certificate for {name} on port {port}"), || {
+        client
+            .try_connect(tls_addr(port), name)
+            .map(|c| served_certificate(&c))
+            .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
+    })
+}
+
+/// How many certificates `state`'s box ordered.
+fn issued(state: &Path) -> usize {
+    let m = hayate_testkit::unix_get(&state.join("admin.sock"), "/metrics");
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("hayate_acme_orders_total{result=\"issued\"}"))
+        .unwrap_or_else(|| panic!("no order count in {m}"));
+    line.rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count")
+}
+
+#[test]
+fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving() {
+    let root = site();
+    let mut redis = Redis::start();
+    // Pebble validates at B's ports only.
+    let b_ports = (free_port(), free_port());
+    let a_ports = (free_port(), free_port());
+    let pebble = Pebble::start(b_ports.0, b_ports.1, 90 * 24 * 3600);
+    let (state_a, state_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_a.path(),
+        a_ports,
+        NAME,
+        "http-01",
+    );
+    let b = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_b.path(),
+        b_ports,
+        NAME,
+        "http-01",
+    );
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    let at_a = served(&client, &a, a_ports.1, NAME);
+    let at_b = served(&client, &b, b_ports.1, NAME);
+    assert_eq!(at_a, at_b, "one certificate for both boxes");
+    assert_eq!(
+        issued(state_a.path()) + issued(state_b.path()),
+        1,
+        "one order; A:\n{}\nB:\n{}",
+        a.stderr(),
+        b.stderr()
+    );
+    let orders = [&a, &b]
+        .iter()
+        .filter(|h| {
+            h.stderr()
+                .contains("this box orders the certificate for site.test")
+        })
+        .count();
+    assert_eq!(orders, 1);
+    let r = client
+        .connect(tls_addr(a_ports.1), NAME)
+        .get("/hello.txt", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+
+    // A box started later serves it from Redis, ordering nothing.
+    let c_ports = (free_port(), free_port());
+    let state_c = tempfile::tempdir().expect("c");
+    let c = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_c.path(),
+        c_ports,
+        NAME,
+        "http-01",
+    );
+    assert_eq!(served(&client, &c, c_ports.1, NAME), at_a);
+    assert_eq!(issued(state_c.path()), 0);
+    assert!(
+        c.stderr()
+            .contains("serving the certificate for site.test that another box stored"),
+        "{}",
+        c.stderr()
+    );
+
+    // Redis gone: every box serves on, and one restarted meanwhile serves
+    // its copy in the state directory.
+    redis.kill();
+    drop(c);
+    let c = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_c.path(),
+        c_ports,
+        NAME,
+        "http-01",
+    );
+    let at_c = client
+        .try_connect(tls_addr(c_ports.1), NAME)
+        .map(|s| served_certificate(&s))
+        .unwrap_or_else(|e| panic!("{e}: {}", c.stderr()));
+    assert_eq!(at_c, at_a, "from the state directory, at once");
+    for (h, port) in [(&a, a_ports.1), (&b, b_ports.1)] {
+        let r = client.connect(tls_addr(port), NAME).get("/hello.txt", &[]);
+        assert_eq!(r.status, 200, "{}", h.stderr());
+    }
+}
+
+/// Box A orders `site.test`, box B `other.test`; pebble validates only at
+/// B's ports, so A's certificate proves that B answered A's challenge.
+fn a_challenge_is_answered_by_another_box(challenge: &str) {
+    let root = site();
+    let redis = Redis::start();
+    let b_ports = (free_port(), free_port());
+    let a_ports = (free_port(), free_port());
+    let pebble = Pebble::start(b_ports.0, b_ports.1, 90 * 24 * 3600);
+    let (state_a, state_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let b = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_b.path(),
+        b_ports,
+        "other.test",
+        challenge,
+    );
+    eventually("B following the other boxes", || {
+        let log = b.stderr();
+        log.contains("ACME: following the other boxes")
+            .then_some(())
+            .ok_or(log)
+    });
+    let a = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_a.path(),
+        a_ports,
+        NAME,
+        challenge,
+    );
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    served(&client, &a, a_ports.1, NAME);
+    served(&client, &b, b_ports.1, "other.test");
+    assert_eq!(issued(state_a.path()), 1, "{}", a.stderr());
+}
+
+#[test]
+fn an_http_01_challenge_of_one_box_is_answered_by_another() {
+    a_challenge_is_answered_by_another_box("http-01");
+}
+
+#[test]
+fn a_tls_alpn_01_challenge_of_one_box_is_answered_by_another() {
+    a_challenge_is_answered_by_another_box("tls-alpn-01");
+}
+
+#[test]
+fn a_certificate_renewed_by_one_box_is_served_by_every_box_without_a_restart() {
+    let root = site();
+    let redis = Redis::start();
+    let b_ports = (free_port(), free_port());
+    let a_ports = (free_port(), free_port());
+    // Renewed at two thirds: every 4 s.
+    let pebble = Pebble::start(b_ports.0, b_ports.1, 6);
+    let (state_a, state_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_a.path(),
+        a_ports,
+        NAME,
+        "http-01",
+    );
+    let b = hayate_box(
+        root.path(),
+        &pebble,
+        &redis,
+        state_b.path(),
+        b_ports,
+        NAME,
+        "http-01",
+    );
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    let first = served(&client, &a, a_ports.1, NAME);
+    eventually("both boxes serving one renewed certificate", || {
+        let at = |port| {
+            client
+                .try_connect(tls_addr(port), NAME)
+                .map(|c| served_certificate(&c))
+        };
+        let (at_a, at_b) = (at(a_ports.1)?, at(b_ports.1)?);
+        match at_a != first && at_a == at_b {
+            true => Ok(()),
+            false => Err(format!("A:\n{}\nB:\n{}", a.stderr(), b.stderr())),
+        }
+    });
+}
