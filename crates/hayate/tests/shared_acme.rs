@@ -290,3 +290,27 @@ fn a_certificate_renewed_by_one_box_is_served_by_every_box_without_a_restart() {
         }
     });
 }
+
+#[test]
+fn sharing_acme_without_a_good_shared_key_is_refused_at_start() {
+    let state = tempfile::tempdir().expect("state");
+    let run = |key: Option<&str>| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["--listen", "https://127.0.0.1:0", "--tls", "acme"])
+            .args(["--tls-names", NAME, "--shared", "redis://127.0.0.1:1"])
+            .arg("--state-dir")
+            .arg(state.path())
+            .env_remove("HAYATE_SHARED_KEY");
+        if let Some(key) = key {
+            cmd.env("HAYATE_SHARED_KEY", key);
+        }
+        hayate_testkit::run_to_end(&mut cmd)
+    };
+    let (ok, out) = run(None);
+    assert!(!ok && out.contains("needs shared_key"), "{out}");
+    let (ok, out) = run(Some("my password"));
+    assert!(
+        !ok && out.contains("shared_key must be 64 hex digits"),
+        "{out}"
+    );
+}
