@@ -135,6 +135,20 @@ impl Inner {
             .map_err(|e| format!("Redis: {e}"))
     }
 
+    /// Runs `script` on `lock`'s key with its token (and `arg`): what a
+    /// holder only may do.
+    async fn as_holder(&self, script: &str, lock: &Lock, arg: Option<u64>) -> Result<i64, String> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(1)
+            .arg(self.key(&format!("lock:{}", lock.what)))
+            .arg(&lock.token);
+        if let Some(arg) = arg {
+            cmd.arg(arg);
+        }
+        self.query(&cmd).await
+    }
+
     fn key(&self, what: &str) -> String {
         format!("{}:{what}", self.prefix)
     }
@@ -441,36 +455,12 @@ impl AcmeStore for RedisAcmeStore {
     }
 
     fn extend<'a>(&'a self, lock: &'a Lock, ttl: Duration) -> Pending<'a, bool> {
-        Box::pin(async move {
-            let s = &self.inner;
-            let extended: i64 = s
-                .query(
-                    redis::cmd("EVAL")
-                        .arg(EXTEND)
-                        .arg(1)
-                        .arg(s.key(&format!("lock:{}", lock.what)))
-                        .arg(&lock.token)
-                        .arg(ttl.as_millis() as u64),
-                )
-                .await?;
-            Ok(extended == 1)
-        })
+        let ttl_ms = ttl.as_millis() as u64;
+        Box::pin(async move { Ok(self.inner.as_holder(EXTEND, lock, Some(ttl_ms)).await? == 1) })
     }
 
     fn unlock<'a>(&'a self, lock: &'a Lock) -> Pending<'a, ()> {
-        Box::pin(async move {
-            let s = &self.inner;
-            let _: i64 = s
-                .query(
-                    redis::cmd("EVAL")
-                        .arg(UNLOCK)
-                        .arg(1)
-                        .arg(s.key(&format!("lock:{}", lock.what)))
-                        .arg(&lock.token),
-                )
-                .await?;
-            Ok(())
-        })
+        Box::pin(async move { self.inner.as_holder(UNLOCK, lock, None).await.map(drop) })
     }
 
     fn publish_challenge<'a>(

@@ -21,64 +21,91 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 const NAME: &str = "site.test";
 const KEY: &str = "5f1e9c0a7b3d2e8f4a6c1b9d0e7f3a2c8b5d4e1f6a9c0b7d2e3f8a1c4b6d9e0f";
 
-/// One box: plain HTTP and HTTPS on `ports`, certificates for `name` from
-/// `pebble`, sharing through `redis`, its state (and admin socket) in
-/// `state`.
-fn hayate_box(
-    root: &Path,
-    pebble: &Pebble,
-    redis: &Redis,
-    state: &Path,
-    (http_port, tls_port): (u16, u16),
-    name: &str,
-    challenge: &str,
-) -> Hayate {
-    let https = format!("https://127.0.0.1:{tls_port}");
-    let http = format!("127.0.0.1:{http_port}");
-    let admin = format!("unix:{}", state.join("admin.sock").display());
-    let shared = redis.url();
-    Hayate::start_in(
-        BIN,
-        &[
-            root.to_str().expect("path"),
-            "--listen",
-            &https,
-            "--listen",
-            &http,
-            "--tls",
-            "acme",
-            "--tls-names",
-            name,
-            "--acme-directory",
-            &pebble.directory,
-            "--acme-ca-root",
-            pebble.api_ca.to_str().expect("path"),
-            "--acme-challenge",
-            challenge,
-            "--state-dir",
-            state.to_str().expect("path"),
-            "--admin",
-            &admin,
-            "--shared",
-            &shared,
-        ],
-        &[("HAYATE_SHARED_KEY", KEY)],
-        None,
-    )
+/// What the boxes share: one Redis, one pebble that validates at box B's
+/// ports only, one site root; and a client trusting pebble's certificates.
+struct Fleet {
+    root: tempfile::TempDir,
+    redis: Redis,
+    pebble: Pebble,
+    /// Box A's plain-HTTP and HTTPS ports; pebble never validates there.
+    a_ports: (u16, u16),
+    /// Box B's: where pebble validates.
+    b_ports: (u16, u16),
+    client: TlsClient,
+}
+
+impl Fleet {
+    /// Pebble issuing certificates valid for `validity_secs`.
+    fn start(validity_secs: u64) -> Fleet {
+        let b_ports = (free_port(), free_port());
+        let pebble = Pebble::start(b_ports.0, b_ports.1, validity_secs);
+        let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+        Fleet {
+            root: site(),
+            redis: Redis::start(),
+            pebble,
+            a_ports: (free_port(), free_port()),
+            b_ports,
+            client,
+        }
+    }
+
+    /// One box: plain HTTP and HTTPS on `ports`, a certificate for `name`,
+    /// its state (and admin socket) in `state`.
+    fn hayate(
+        &self,
+        state: &Path,
+        (http_port, tls_port): (u16, u16),
+        name: &str,
+        challenge: &str,
+    ) -> Hayate {
+        let https = format!("https://127.0.0.1:{tls_port}");
+        let http = format!("127.0.0.1:{http_port}");
+        let admin = format!("unix:{}", state.join("admin.sock").display());
+        let shared = self.redis.url();
+        Hayate::start_in(
+            BIN,
+            &[
+                self.root.path().to_str().expect("path"),
+                "--listen",
+                &https,
+                "--listen",
+                &http,
+                "--tls",
+                "acme",
+                "--tls-names",
+                name,
+                "--acme-directory",
+                &self.pebble.directory,
+                "--acme-ca-root",
+                self.pebble.api_ca.to_str().expect("path"),
+                "--acme-challenge",
+                challenge,
+                "--state-dir",
+                state.to_str().expect("path"),
+                "--admin",
+                &admin,
+                "--shared",
+                &shared,
+            ],
+            &[("HAYATE_SHARED_KEY", KEY)],
+            None,
+        )
+    }
+
+    /// The certificate `h` serves for `name` on `port`, once it has one.
+    fn served(&self, h: &Hayate, port: u16, name: &str) -> Vec<u8> {
+        eventually(&format!("a certificate for {name} on port {port}"), || {
+            self.client
+                .try_connect(tls_addr(port), name)
+                .map(|c| served_certificate(&c))
+                .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
+        })
+    }
 }
 
 fn tls_addr(port: u16) -> SocketAddr {
     format!("127.0.0.1:{port}").parse().expect("addr")
-}
-
-/// The certificate `h` serves for `name` on `port`, once it has one.
-fn served(client: &TlsClient, h: &Hayate, port: u16, name: &str) -> Vec<u8> {
-    eventually(&format!("a certificate for {name} on port {port}"), || {
-        client
-            .try_connect(tls_addr(port), name)
-            .map(|c| served_certificate(&c))
-            .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
-    })
 }
 
 /// How many certificates `state`'s box ordered.
@@ -96,37 +123,17 @@ fn issued(state: &Path) -> usize {
 
 #[test]
 fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving() {
-    let root = site();
-    let mut redis = Redis::start();
-    // Pebble validates at B's ports only.
-    let b_ports = (free_port(), free_port());
-    let a_ports = (free_port(), free_port());
-    let pebble = Pebble::start(b_ports.0, b_ports.1, 90 * 24 * 3600);
+    let mut fleet = Fleet::start(90 * 24 * 3600);
+    let (a_ports, b_ports) = (fleet.a_ports, fleet.b_ports);
     let (state_a, state_b) = (
         tempfile::tempdir().expect("a"),
         tempfile::tempdir().expect("b"),
     );
-    let a = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_a.path(),
-        a_ports,
-        NAME,
-        "http-01",
-    );
-    let b = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_b.path(),
-        b_ports,
-        NAME,
-        "http-01",
-    );
-    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
-    let at_a = served(&client, &a, a_ports.1, NAME);
-    let at_b = served(&client, &b, b_ports.1, NAME);
+    let a = fleet.hayate(state_a.path(), a_ports, NAME, "http-01");
+    let b = fleet.hayate(state_b.path(), b_ports, NAME, "http-01");
+    let client = fleet.client.clone();
+    let at_a = fleet.served(&a, a_ports.1, NAME);
+    let at_b = fleet.served(&b, b_ports.1, NAME);
     assert_eq!(at_a, at_b, "one certificate for both boxes");
     assert_eq!(
         issued(state_a.path()) + issued(state_b.path()),
@@ -151,16 +158,8 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
     // A box started later serves it from Redis, ordering nothing.
     let c_ports = (free_port(), free_port());
     let state_c = tempfile::tempdir().expect("c");
-    let c = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_c.path(),
-        c_ports,
-        NAME,
-        "http-01",
-    );
-    assert_eq!(served(&client, &c, c_ports.1, NAME), at_a);
+    let c = fleet.hayate(state_c.path(), c_ports, NAME, "http-01");
+    assert_eq!(fleet.served(&c, c_ports.1, NAME), at_a);
     assert_eq!(issued(state_c.path()), 0);
     assert!(
         c.stderr()
@@ -171,17 +170,9 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
 
     // Redis gone: every box serves on, and one restarted meanwhile serves
     // its copy in the state directory.
-    redis.kill();
+    fleet.redis.kill();
     drop(c);
-    let c = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_c.path(),
-        c_ports,
-        NAME,
-        "http-01",
-    );
+    let c = fleet.hayate(state_c.path(), c_ports, NAME, "http-01");
     let at_c = client
         .try_connect(tls_addr(c_ports.1), NAME)
         .map(|s| served_certificate(&s))
@@ -196,42 +187,22 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
 /// Box A orders `site.test`, box B `other.test`; pebble validates only at
 /// B's ports, so A's certificate proves that B answered A's challenge.
 fn a_challenge_is_answered_by_another_box(challenge: &str) {
-    let root = site();
-    let redis = Redis::start();
-    let b_ports = (free_port(), free_port());
-    let a_ports = (free_port(), free_port());
-    let pebble = Pebble::start(b_ports.0, b_ports.1, 90 * 24 * 3600);
+    let fleet = Fleet::start(90 * 24 * 3600);
+    let (a_ports, b_ports) = (fleet.a_ports, fleet.b_ports);
     let (state_a, state_b) = (
         tempfile::tempdir().expect("a"),
         tempfile::tempdir().expect("b"),
     );
-    let b = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_b.path(),
-        b_ports,
-        "other.test",
-        challenge,
-    );
+    let b = fleet.hayate(state_b.path(), b_ports, "other.test", challenge);
     eventually("B following the other boxes", || {
         let log = b.stderr();
         log.contains("ACME: following the other boxes")
             .then_some(())
             .ok_or(log)
     });
-    let a = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_a.path(),
-        a_ports,
-        NAME,
-        challenge,
-    );
-    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
-    served(&client, &a, a_ports.1, NAME);
-    served(&client, &b, b_ports.1, "other.test");
+    let a = fleet.hayate(state_a.path(), a_ports, NAME, challenge);
+    fleet.served(&a, a_ports.1, NAME);
+    fleet.served(&b, b_ports.1, "other.test");
     assert_eq!(issued(state_a.path()), 1, "{}", a.stderr());
 }
 
@@ -247,36 +218,17 @@ fn a_tls_alpn_01_challenge_of_one_box_is_answered_by_another() {
 
 #[test]
 fn a_certificate_renewed_by_one_box_is_served_by_every_box_without_a_restart() {
-    let root = site();
-    let redis = Redis::start();
-    let b_ports = (free_port(), free_port());
-    let a_ports = (free_port(), free_port());
     // Renewed at two thirds: every 4 s.
-    let pebble = Pebble::start(b_ports.0, b_ports.1, 6);
+    let fleet = Fleet::start(6);
+    let (a_ports, b_ports) = (fleet.a_ports, fleet.b_ports);
     let (state_a, state_b) = (
         tempfile::tempdir().expect("a"),
         tempfile::tempdir().expect("b"),
     );
-    let a = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_a.path(),
-        a_ports,
-        NAME,
-        "http-01",
-    );
-    let b = hayate_box(
-        root.path(),
-        &pebble,
-        &redis,
-        state_b.path(),
-        b_ports,
-        NAME,
-        "http-01",
-    );
-    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
-    let first = served(&client, &a, a_ports.1, NAME);
+    let a = fleet.hayate(state_a.path(), a_ports, NAME, "http-01");
+    let b = fleet.hayate(state_b.path(), b_ports, NAME, "http-01");
+    let client = &fleet.client;
+    let first = fleet.served(&a, a_ports.1, NAME);
     eventually("both boxes serving one renewed certificate", || {
         let at = |port| {
             client
