@@ -244,6 +244,8 @@ impl Inner {
                         }
                         Err(e) => log::warn!("ACME: reading the challenges in progress: {e}"),
                     }
+                    // Certificates stored while this box did not follow.
+                    let _ = stored.send(String::new());
                     let mut messages = pubsub.into_on_message();
                     while let Some(msg) = messages.next().await {
                         self.on_notice(msg.get_payload_bytes(), &challenges, &stored)

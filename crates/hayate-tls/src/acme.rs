@@ -346,10 +346,15 @@ impl Acme {
                 .unwrap_or(Duration::ZERO);
             tokio::select! {
                 () = tokio::time::sleep(pause.min(MAX_WAIT)) => {}
-                Some(name) = stored_by_another(&mut stored_elsewhere) => {
-                    if self.settings.names.contains(&name) && self.take_stored(&name).await {
-                        retry.remove(&name);
-                        advice.remove(&name);
+                Some(notice) = stored_by_another(&mut stored_elsewhere) => {
+                    // A name, or every name after a (re)subscription: what
+                    // was stored meanwhile was not announced to this box.
+                    let names = self.settings.names.iter();
+                    for name in names.filter(|n| notice.is_empty() || **n == notice) {
+                        if self.take_stored(name).await {
+                            retry.remove(name);
+                            advice.remove(name);
+                        }
                     }
                 }
             }

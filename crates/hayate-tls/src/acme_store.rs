@@ -117,8 +117,9 @@ pub trait AcmeStore: Send + Sync {
 
     /// Starts listening to the other boxes, on the caller's runtime: their
     /// challenge answers go into `challenges`, and the names of the
-    /// certificates they store come out of the returned channel. `None` for
-    /// a store no other box uses.
+    /// certificates they store come out of the returned channel (an empty
+    /// name after each (re)connection: any may have been stored unheard).
+    /// `None` for a store no other box uses.
     fn watch(&self, challenges: Arc<Challenges>) -> Option<mpsc::UnboundedReceiver<String>>;
 }
 

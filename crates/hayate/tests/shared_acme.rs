@@ -95,17 +95,57 @@ impl Fleet {
 
     /// The certificate `h` serves for `name` on `port`, once it has one.
     fn served(&self, h: &Hayate, port: u16, name: &str) -> Vec<u8> {
-        eventually(&format!("a certificate for {name} on port {port}"), || {
-            self.client
-                .try_connect(tls_addr(port), name)
-                .map(|c| served_certificate(&c))
-                .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
-        })
+        served_by(&self.client, h, port, name)
     }
+}
+
+/// The certificate `h` serves for `name` on `port`, once `client` trusts
+/// one.
+fn served_by(client: &TlsClient, h: &Hayate, port: u16, name: &str) -> Vec<u8> {
+    eventually(&format!("a certificate for {name} on port {port}"), || {
+        client
+            .try_connect(tls_addr(port), name)
+            .map(|c| served_certificate(&c))
+            .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
+    })
 }
 
 fn tls_addr(port: u16) -> SocketAddr {
     format!("127.0.0.1:{port}").parse().expect("addr")
+}
+
+/// Stores a self-signed certificate for NAME in Redis as a box would (it
+/// outlives pebble's, so it is the fresher); it, and a client trusting it
+/// (its PEM written in `dir`).
+fn store_a_certificate(fleet: &Fleet, dir: &Path) -> (Vec<u8>, TlsClient) {
+    use hayate_tls::acme_store::{AcmeStore, StoredCertificate};
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec![NAME.to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let pem = dir.join("newer.pem");
+    std::fs::write(&pem, cert.pem()).expect("write");
+    let directory = hayate_tls::acme::directory_id(&fleet.pebble.directory);
+    let store = hayate_shared::RedisAcmeStore::new(
+        &fleet.redis.url(),
+        std::time::Duration::from_secs(1),
+        &directory,
+        KEY,
+    )
+    .expect("store");
+    let stored = StoredCertificate {
+        chain_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(store.save_certificate(NAME, &stored))
+        .expect("stored");
+    let client = TlsClient::trusting(&pem).without_resumption();
+    (cert.der().to_vec(), client)
 }
 
 /// How many certificates `state`'s box ordered.
@@ -168,16 +208,28 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
         c.stderr()
     );
 
+    // Another box stores a new certificate: the running boxes serve it
+    // without a restart, and a box that was stopped meanwhile (its own copy
+    // still valid) takes it as it starts.
+    drop(c);
+    let (newer, newer_client) = store_a_certificate(&fleet, state_c.path());
+    for (h, port) in [(&a, a_ports.1), (&b, b_ports.1)] {
+        assert_eq!(served_by(&newer_client, h, port, NAME), newer);
+    }
+    let c = fleet.hayate(state_c.path(), c_ports, NAME, "http-01");
+    assert_eq!(served_by(&newer_client, &c, c_ports.1, NAME), newer);
+    drop(c);
+
     // Redis gone: every box serves on, and one restarted meanwhile serves
     // its copy in the state directory.
     fleet.redis.kill();
-    drop(c);
     let c = fleet.hayate(state_c.path(), c_ports, NAME, "http-01");
-    let at_c = client
+    let at_c = newer_client
         .try_connect(tls_addr(c_ports.1), NAME)
         .map(|s| served_certificate(&s))
         .unwrap_or_else(|e| panic!("{e}: {}", c.stderr()));
-    assert_eq!(at_c, at_a, "from the state directory, at once");
+    assert_eq!(at_c, newer, "from the state directory, at once");
+    let client = newer_client;
     for (h, port) in [(&a, a_ports.1), (&b, b_ports.1)] {
         let r = client.connect(tls_addr(port), NAME).get("/hello.txt", &[]);
         assert_eq!(r.status, 200, "{}", h.stderr());
