@@ -248,7 +248,10 @@ impl Acme {
     async fn run(self) {
         let mut stored_elsewhere = self.storage.watch(self.challenges.clone());
         let mut account: Option<Account> = None;
+        // When to try a name again after a failure, and the wait after it.
         let mut retry: HashMap<String, (SystemTime, Duration)> = HashMap::new();
+        // When to look again for a name another box holds, and the next look's wait.
+        let mut looks: HashMap<String, (SystemTime, Duration)> = HashMap::new();
         let mut advice: HashMap<String, Advice> = HashMap::new();
         let mut ari = true;
         loop {
@@ -287,8 +290,9 @@ impl Acme {
                     wake = wake.min(renewal_time(c));
                     continue;
                 }
-                if let Some((at, _)) = retry.get(name).filter(|(at, _)| *at > now) {
-                    wake = wake.min(*at);
+                let later = [&retry, &looks].into_iter().filter_map(|m| m.get(name));
+                if let Some(at) = later.map(|(at, _)| *at).filter(|at| *at > now).max() {
+                    wake = wake.min(at);
                     continue;
                 }
                 let what = if held.is_some() {
@@ -296,7 +300,8 @@ impl Acme {
                 } else {
                     "obtained"
                 };
-                match self.obtain(&mut account, name, held.as_ref()).await {
+                let delay = retry.get(name).map_or(FIRST_RETRY, |(_, d)| *d);
+                match self.obtain(&mut account, name, held.as_ref(), delay).await {
                     Ok(Obtained::Ordered(c)) => {
                         log::info!(
                             "ACME: {what} a certificate for {name} (valid until {})",
@@ -304,6 +309,7 @@ impl Acme {
                         );
                         self.metrics.acme_outcome(true);
                         retry.remove(name);
+                        looks.remove(name);
                         advice.remove(name);
                         wake = wake.min(renewal_time(&c));
                         self.hold(name, c);
@@ -314,22 +320,23 @@ impl Acme {
                             httpdate::fmt_http_date(c.not_after)
                         );
                         retry.remove(name);
+                        looks.remove(name);
                         advice.remove(name);
                         wake = wake.min(renewal_time(&c));
                         self.hold(name, c);
                     }
                     Ok(Obtained::Waiting) => {
-                        let delay = retry.get(name).map_or(FIRST_LOOK, |(_, d)| *d);
+                        let pause = looks.get(name).map_or(FIRST_LOOK, |(_, d)| *d);
                         log::info!(
-                            "ACME: another box is ordering {name}; waiting for its certificate (next look in {}s)",
-                            delay.as_secs()
+                            "ACME: another box holds the lock on {name} (ordering, or waiting out a failed order); next look in {}s",
+                            pause.as_secs()
                         );
-                        let at = SystemTime::now() + delay;
-                        retry.insert(name.clone(), (at, (delay * 2).min(MAX_LOOK)));
+                        let at = SystemTime::now() + pause;
+                        looks.insert(name.clone(), (at, (pause * 2).min(MAX_LOOK)));
                         wake = wake.min(at);
                     }
                     Err(e) => {
-                        let delay = retry.get(name).map_or(FIRST_RETRY, |(_, d)| *d);
+                        looks.remove(name);
                         log::error!(
                             "ACME: no certificate for {name}: {e}; next attempt in {}s",
                             delay.as_secs()
@@ -353,6 +360,7 @@ impl Acme {
                     for name in names.filter(|n| notice.is_empty() || **n == notice) {
                         if self.take_stored(name).await {
                             retry.remove(name);
+                            looks.remove(name);
                             advice.remove(name);
                         }
                     }
@@ -367,12 +375,16 @@ impl Acme {
     /// ordered: boxes ordering alone would each get a certificate for the
     /// name (Let's Encrypt allows 5 per week for one set of names), and
     /// each still serves what it has, renewed with a third of its life
-    /// left (30 days for Let's Encrypt's).
+    /// left (30 days for Let's Encrypt's). A failed order keeps the lock
+    /// for `backoff`, this box's wait before it tries again, so the others
+    /// do not fail the same way meanwhile (Let's Encrypt allows 5 failed
+    /// validations per name and hour).
     async fn obtain(
         &self,
         account: &mut Option<Account>,
         name: &str,
         held: Option<&Certificate>,
+        backoff: Duration,
     ) -> Result<Obtained, String> {
         if !self.storage.is_shared() {
             return self.order(account, name).await.map(Obtained::Ordered);
@@ -395,7 +407,11 @@ impl Acme {
                 .map(Obtained::Ordered)
         }
         .await;
-        if let Err(e) = self.storage.unlock(&lock).await {
+        let released = match &result {
+            Err(_) => self.storage.extend(&lock, backoff).await.map(drop),
+            Ok(_) => self.storage.unlock(&lock).await,
+        };
+        if let Err(e) = released {
             log::warn!("ACME: releasing the lock on {name} (it expires by itself): {e}");
         }
         result

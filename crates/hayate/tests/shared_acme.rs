@@ -318,3 +318,42 @@ fn sharing_acme_without_a_good_shared_key_is_refused_at_start() {
         "{out}"
     );
 }
+
+#[test]
+fn a_failed_order_holds_the_lock_so_the_other_boxes_do_not_fail_the_same_way() {
+    let fleet = Fleet::start(90 * 24 * 3600);
+    // Neither box listens where pebble validates: every validation fails.
+    let (state_a, state_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = fleet.hayate(state_a.path(), fleet.a_ports, NAME, "http-01");
+    let b_ports = (free_port(), free_port());
+    let b = fleet.hayate(state_b.path(), b_ports, NAME, "http-01");
+    let (failed, other) = eventually("one box's order failed", || {
+        for (h, other) in [(&a, &b), (&b, &a)] {
+            if h.stderr().contains("ACME: no certificate for site.test") {
+                return Ok((h, other));
+            }
+        }
+        Err(format!("A:\n{}\nB:\n{}", a.stderr(), b.stderr()))
+    });
+    assert!(
+        failed.stderr().contains("validation"),
+        "{}",
+        failed.stderr()
+    );
+    // The other box looks again after the failure, and still waits.
+    let looks = |h: &Hayate| {
+        h.stderr()
+            .matches("another box holds the lock on site.test")
+            .count()
+    };
+    let before = looks(other);
+    eventually("the other box's next look", || {
+        (looks(other) > before).then_some(()).ok_or(other.stderr())
+    });
+    let log = other.stderr();
+    assert!(!log.contains("this box orders"), "{log}");
+    assert!(!log.contains("no certificate for site.test"), "{log}");
+}
