@@ -464,6 +464,7 @@ impl Acme {
         if let Err(e) = self.local.write_certificate(name, &stored) {
             log::warn!("ACME: {e}");
         }
+        self.metrics.acme_taken_from_another_box();
         Ok(Some(c))
     }
 

@@ -201,6 +201,8 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
     let c = fleet.hayate(state_c.path(), c_ports, NAME, "http-01");
     assert_eq!(fleet.served(&c, c_ports.1, NAME), at_a);
     assert_eq!(issued(state_c.path()), 0);
+    let m = hayate_testkit::unix_get(&state_c.path().join("admin.sock"), "/metrics");
+    assert!(m.contains("hayate_acme_shared_certificates_total 1"), "{m}");
     assert!(
         c.stderr()
             .contains("serving the certificate for site.test that another box stored"),
