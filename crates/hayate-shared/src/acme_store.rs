@@ -20,7 +20,7 @@
 //! - channel `hayate:acme-events`: `v1`, the sender, then `stored DIR NAME`,
 //!   `answer ANSWER` or `forget ANSWER`, one field a line.
 //!
-//! Sealed values ([`SealingKey`]): the private keys are encrypted with
+//! Sealed values (`SealingKey`): the private keys are encrypted with
 //! `shared_key`, so Redis, its backups and its replicas hold no usable key.
 
 use std::sync::Arc;
