@@ -15,13 +15,16 @@
 //!   holder (compare-and-delete in a Lua script), it expires by itself if
 //!   the holder dies;
 //! - `hayate:acme:challenge:http-01:TOKEN`, `…:tls-alpn-01:NAME`: an answer
-//!   while its order lasts (PX: twice the order timeout), read by a box
-//!   that subscribes during an order; `…:ack:…`: how many boxes took it;
+//!   (sealed) while its order lasts (PX: twice the order timeout), read by
+//!   a box that subscribes during an order; `hayate:acme:ack:…` the same
+//!   way: how many boxes took it;
 //! - channel `hayate:acme-events`: `v1`, the sender, then `stored DIR NAME`,
-//!   `answer ANSWER` or `forget ANSWER`, one field a line.
+//!   `answer SEALED` or `forget SEALED`, one field a line.
 //!
 //! Sealed values (`SealingKey`): the private keys are encrypted with
-//! `shared_key`, so Redis, its backups and its replicas hold no usable key.
+//! `shared_key`, so Redis, its backups and its replicas hold no usable key;
+//! and challenge answers are sealed too, so that write access to Redis does
+//! not make the boxes answer a challenge for someone else's order.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +35,7 @@ use hayate_tls::acme_store::{AcmeStore, ChallengeAnswer, Lock, Pending, StoredCe
 use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
-use crate::sealing::SealingKey;
+use crate::sealing::{from_hex, to_hex, SealingKey};
 use crate::{random_suffix, MAX_BACKOFF};
 
 /// The channel of ACME's notices.
@@ -42,6 +45,8 @@ const UNLOCK: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 /// Extends a lock only for its holder (ARGV[2]: the new TTL in ms).
 const EXTEND: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+/// What a sealed challenge answer is bound to.
+const ANSWER_CONTEXT: &str = "hayate:acme:challenge";
 /// Longest wait for the other boxes to take a challenge answer before the
 /// CA is told to look: they take it within a few ms on one network; one
 /// that does not answer in 2 s (stopped, cut off) is not waited for.
@@ -153,6 +158,22 @@ impl Inner {
         format!("{}:{what}", self.prefix)
     }
 
+    /// `answer` sealed, in hex: only a box given `shared_key` makes one
+    /// that the boxes take, so write access to Redis is not enough to
+    /// have them answer a challenge (and a CA issue a certificate for
+    /// their names to someone else).
+    fn seal_answer(&self, answer: &ChallengeAnswer) -> Result<String, String> {
+        let sealed = self
+            .sealing
+            .seal(ANSWER_CONTEXT, encode_answer(answer).as_bytes())?;
+        Ok(to_hex(&sealed))
+    }
+
+    fn open_answer(&self, hex: &str) -> Option<ChallengeAnswer> {
+        let plain = self.sealing.open(ANSWER_CONTEXT, &from_hex(hex)?).ok()?;
+        decode_answer(std::str::from_utf8(&plain).ok()?)
+    }
+
     fn notice(&self, fields: &[&str]) -> String {
         let mut m = format!("v1\n{}", self.id);
         for f in fields {
@@ -212,7 +233,7 @@ impl Inner {
         let mut answers = Vec::new();
         for key in keys {
             let value: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
-            if let Some(a) = value.as_deref().and_then(decode_answer) {
+            if let Some(a) = value.as_deref().and_then(|v| self.open_answer(v)) {
                 answers.push(a);
             }
         }
@@ -284,12 +305,14 @@ impl Inner {
         match kind {
             // Every box takes an answer, this one too: the sender counts
             // the takers PUBLISH reached.
-            "answer" => match decode_answer(rest) {
+            "answer" => match self.open_answer(rest) {
                 Some(a) => self.take_answer(challenges, &a).await,
-                None => log::warn!("ACME: a challenge answer hayate cannot read"),
+                None => log::warn!(
+                    "ACME: refused a challenge answer not sealed with this box's shared_key"
+                ),
             },
             "forget" if from != self.id => {
-                if let Some(a) = decode_answer(rest) {
+                if let Some(a) = self.open_answer(rest) {
                     challenges.forget(&a);
                 }
             }
@@ -317,7 +340,7 @@ fn answer_key(answer: &ChallengeAnswer) -> String {
 
 /// Where the boxes that took `answer` are counted.
 fn ack_key(answer: &ChallengeAnswer) -> String {
-    format!("{}:ack", answer_key(answer))
+    answer_key(answer).replacen(":challenge:", ":ack:", 1)
 }
 
 /// `http-01 TOKEN KEY-AUTHORIZATION` or `tls-alpn-01 NAME HEX-DIGEST`, one
@@ -330,8 +353,7 @@ fn encode_answer(answer: &ChallengeAnswer) -> String {
             key_authorization,
         } => format!("http-01\n{token}\n{key_authorization}"),
         ChallengeAnswer::TlsAlpn01 { name, digest } => {
-            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-            format!("tls-alpn-01\n{name}\n{hex}")
+            format!("tls-alpn-01\n{name}\n{}", to_hex(digest))
         }
     }
 }
@@ -348,12 +370,7 @@ fn decode_answer(text: &str) -> Option<ChallengeAnswer> {
             key_authorization: second.to_string(),
         }),
         "tls-alpn-01" => {
-            if second.len() != 64 {
-                return None;
-            }
-            let digest = (0..32)
-                .map(|i| u8::from_str_radix(second.get(i * 2..i * 2 + 2)?, 16).ok())
-                .collect::<Option<Vec<u8>>>()?;
+            let digest = from_hex(second).filter(|d| d.len() == 32)?;
             Some(ChallengeAnswer::TlsAlpn01 {
                 name: first.to_ascii_lowercase(),
                 digest,
@@ -472,7 +489,7 @@ impl AcmeStore for RedisAcmeStore {
     ) -> Pending<'a, ()> {
         Box::pin(async move {
             let s = &self.inner;
-            let encoded = encode_answer(answer);
+            let encoded = s.seal_answer(answer)?;
             let ack = ack_key(answer);
             let _: () = s.query(redis::cmd("DEL").arg(&ack)).await?;
             let _: () = s
@@ -520,7 +537,7 @@ impl AcmeStore for RedisAcmeStore {
                         .arg(ack_key(answer)),
                 )
                 .await?;
-            let notice = s.notice(&["forget", &encode_answer(answer)]);
+            let notice = s.notice(&["forget", &s.seal_answer(answer)?]);
             let _: i64 = s
                 .query(redis::cmd("PUBLISH").arg(CHANNEL).arg(notice))
                 .await?;

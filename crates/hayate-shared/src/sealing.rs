@@ -22,17 +22,11 @@ impl std::fmt::Debug for SealingKey {
 impl SealingKey {
     /// The key from its 64 hex digits (`openssl rand -hex 32` makes one).
     pub fn from_hex(hex: &str) -> Result<SealingKey, String> {
-        let hex = hex.trim();
         let bad =
             || "shared_key must be 64 hex digits (openssl rand -hex 32 makes one)".to_string();
-        if hex.len() != 64 {
-            return Err(bad());
-        }
-        let mut bytes = [0u8; 32];
-        for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-            let text = std::str::from_utf8(pair).map_err(|_| bad())?;
-            bytes[i] = u8::from_str_radix(text, 16).map_err(|_| bad())?;
-        }
+        let bytes = from_hex(hex.trim())
+            .filter(|b| b.len() == 32)
+            .ok_or_else(bad)?;
         RandomizedNonceKey::new(&AES_256_GCM, &bytes)
             .map(SealingKey)
             .map_err(|_| bad())
@@ -70,6 +64,22 @@ impl SealingKey {
     }
 }
 
+/// `bytes` as lower-case hex digits.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of an even number of hex digits; `None` for anything else.
+pub fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    // Not from_str_radix's rules alone: it takes a sign ("+1").
+    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +110,16 @@ mod tests {
         assert!(key.open("hayate:acme:x:cert:a.test", &damaged).is_err());
         assert!(key.open("hayate:acme:x:cert:a.test", b"v1").is_err());
         assert!(key.open("hayate:acme:x:cert:a.test", secret).is_err());
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
+        assert_eq!(from_hex("0A1b"), Some(vec![10, 27]));
+        for bad in ["0", "0g", "+1", "é0"] {
+            assert_eq!(from_hex(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -179,6 +179,16 @@ fn every_box_holds_a_challenge_answer_before_the_ca_is_told_to_look() {
         let _b = b.watch(at_b.clone());
         let _c = c.watch(at_c.clone());
         followers(&redis, 2).await;
+        // Write access to Redis is not enough: an answer not sealed with
+        // shared_key is refused (published first, so taken before the next).
+        let forged: i64 = ask(
+            &redis,
+            redis::cmd("PUBLISH")
+                .arg("hayate:acme-events")
+                .arg("v1\nintruder\nanswer\nhttp-01\nevil\nevil.thumbprint"),
+        )
+        .expect("publish");
+        assert_eq!(forged, 2);
         let answer = ChallengeAnswer::Http01 {
             token: "tok123".into(),
             key_authorization: "tok123.thumbprint".into(),
@@ -186,6 +196,7 @@ fn every_box_holds_a_challenge_answer_before_the_ca_is_told_to_look() {
         a.publish_challenge(&answer, Duration::from_secs(60))
             .await
             .expect("publish");
+        assert_eq!(at_b.http01(b"evil"), None);
         // Returned: both other boxes answer, with no wait.
         assert_eq!(at_b.http01(b"tok123").as_deref(), Some("tok123.thumbprint"));
         assert_eq!(at_c.http01(b"tok123").as_deref(), Some("tok123.thumbprint"));
