@@ -72,7 +72,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// The bytes of an even number of hex digits; `None` for anything else.
 pub fn from_hex(hex: &str) -> Option<Vec<u8>> {
     // Not from_str_radix's rules alone: it takes a sign ("+1").
-    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..hex.len() / 2)
