@@ -661,7 +661,8 @@ impl Acme {
             .map_err(|e| format!("certificate: {e}"))?;
         let stored = StoredCertificate { chain_pem, key_pem };
         self.local.write_certificate(name, &stored)?;
-        let cert = Certificate::from_pem(&stored, format!("ACME ({name})"))?;
+        let source = self.local.cert_paths(name).0.display().to_string();
+        let cert = Certificate::from_pem(&stored, source)?;
         if self.storage.is_shared() {
             // The other boxes order after the lock is released: a
             // certificate they cannot see is one they order again.

@@ -203,6 +203,10 @@ fn one_box_orders_a_name_every_box_serves_it_and_redis_down_keeps_them_serving()
     assert_eq!(issued(state_c.path()), 0);
     let m = hayate_testkit::unix_get(&state_c.path().join("admin.sock"), "/metrics");
     assert!(m.contains("hayate_acme_shared_certificates_total 1"), "{m}");
+    let raw = hayate_testkit::unix_get(&state_c.path().join("admin.sock"), "/status.json");
+    let (_, body) = raw.split_once("\r\n\r\n").expect("a response");
+    let status: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    assert_eq!(status["tls"]["acme"]["from_other_boxes"], 1, "{status}");
     assert!(
         c.stderr()
             .contains("serving the certificate for site.test that another box stored"),
