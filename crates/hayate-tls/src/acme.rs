@@ -311,6 +311,13 @@ impl Acme {
                             retry.remove(name);
                             looks.remove(name);
                             advice.remove(name);
+                        } else if notice.is_empty() && self.held(name).is_none() {
+                            // The store is back and nothing is served for
+                            // the name: try now, not after the backoff its
+                            // unreachable store caused (a CA's failures
+                            // hold the name's lock for theirs).
+                            retry.remove(name);
+                            looks.remove(name);
                         }
                     }
                 }

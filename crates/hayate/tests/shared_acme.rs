@@ -363,3 +363,23 @@ fn a_failed_order_holds_the_lock_so_the_other_boxes_do_not_fail_the_same_way() {
     assert!(!log.contains("this box orders"), "{log}");
     assert!(!log.contains("no certificate for site.test"), "{log}");
 }
+
+#[test]
+fn a_box_started_while_redis_is_down_orders_as_soon_as_redis_is_back() {
+    let mut fleet = Fleet::start(90 * 24 * 3600);
+    fleet.redis.kill();
+    let state = tempfile::tempdir().expect("b");
+    let b = fleet.hayate(state.path(), fleet.b_ports, NAME, "http-01");
+    // Nothing ordered while the shared store is unreachable.
+    eventually("the order refused while Redis is down", || {
+        let log = b.stderr();
+        log.contains("ACME: no certificate for site.test")
+            .then_some(())
+            .ok_or(log)
+    });
+    assert_eq!(issued(state.path()), 0);
+    // Back: the box orders at once, not after its 10 s backoff.
+    fleet.redis.restart();
+    fleet.served(&b, fleet.b_ports.1, NAME);
+    assert_eq!(issued(state.path()), 1);
+}
