@@ -183,7 +183,8 @@ impl Inner {
         m
     }
 
-    /// Answers another box's challenge here and says so.
+    /// Answers another box's challenge here and says so (only for a
+    /// published answer: the publisher counts the boxes PUBLISH reached).
     async fn take_answer(&self, challenges: &Challenges, answer: &ChallengeAnswer) {
         if let Err(e) = challenges.answer(answer) {
             log::warn!("ACME: cannot answer another box's challenge: {e}");
@@ -260,7 +261,9 @@ impl Inner {
                     match self.pending_answers().await {
                         Ok(answers) => {
                             for a in answers {
-                                self.take_answer(&challenges, &a).await;
+                                if let Err(e) = challenges.answer(&a) {
+                                    log::warn!("ACME: cannot answer another box's challenge: {e}");
+                                }
                             }
                         }
                         Err(e) => log::warn!("ACME: reading the challenges in progress: {e}"),
