@@ -26,6 +26,7 @@
 //!   is, and a name without one fails its handshakes only.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -358,7 +359,8 @@ impl Acme {
                 return Ok(Obtained::FromStore(c));
             }
             log::info!("ACME: this box orders the certificate for {name}");
-            self.order_holding(&lock, account, name)
+            let order = self.order(account, name);
+            holding(&*self.storage, &lock, order)
                 .await
                 .map(Obtained::Ordered)
         }
@@ -371,29 +373,6 @@ impl Acme {
             log::warn!("ACME: releasing the lock on {name} (it expires by itself): {e}");
         }
         result
-    }
-
-    /// Orders `name`, extending `lock` while the order lasts.
-    async fn order_holding(
-        &self,
-        lock: &Lock,
-        account: &mut Option<Account>,
-        name: &str,
-    ) -> Result<Certificate, String> {
-        let order = self.order(account, name);
-        tokio::pin!(order);
-        loop {
-            tokio::select! {
-                result = &mut order => return result,
-                () = tokio::time::sleep(LOCK_TTL / 3) => {
-                    match self.storage.extend(lock, LOCK_TTL).await {
-                        Ok(true) => {}
-                        Ok(false) => log::warn!("ACME: the lock on {name} was lost during its order"),
-                        Err(e) => log::warn!("ACME: extending the lock on {name}: {e}"),
-                    }
-                }
-            }
-        }
     }
 
     /// The shared store's certificate for `name` when it is usable, not due
@@ -682,6 +661,25 @@ impl Acme {
     }
 }
 
+/// Runs `work` holding `lock`, extended every third of LOCK_TTL for as
+/// long as the work lasts.
+async fn holding<T>(storage: &dyn AcmeStore, lock: &Lock, work: impl Future<Output = T>) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            result = &mut work => return result,
+            () = tokio::time::sleep(LOCK_TTL / 3) => {
+                let what = &lock.what;
+                match storage.extend(lock, LOCK_TTL).await {
+                    Ok(true) => {}
+                    Ok(false) => log::warn!("ACME: the lock on {what} was lost while held"),
+                    Err(e) => log::warn!("ACME: extending the lock on {what}: {e}"),
+                }
+            }
+        }
+    }
+}
+
 /// The name of the next certificate another box stored, when there is a
 /// shared store; never resolves without one.
 async fn stored_by_another(rx: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
@@ -721,6 +719,71 @@ pub fn directory_id(directory: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acme_store::Pending;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A store that counts the extensions of its locks (and holds nothing).
+    #[derive(Default)]
+    struct CountingStore {
+        extended: AtomicUsize,
+    }
+
+    impl AcmeStore for CountingStore {
+        fn is_shared(&self) -> bool {
+            true
+        }
+        fn load_account(&self) -> Pending<'_, Option<String>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn save_account<'a>(&'a self, _: &'a str) -> Pending<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn load_certificate<'a>(&'a self, _: &'a str) -> Pending<'a, Option<StoredCertificate>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn save_certificate<'a>(&'a self, _: &'a str, _: &'a StoredCertificate) -> Pending<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn lock<'a>(&'a self, _: &'a str, _: Duration) -> Pending<'a, Option<Lock>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn extend<'a>(&'a self, _: &'a Lock, ttl: Duration) -> Pending<'a, bool> {
+            assert_eq!(ttl, LOCK_TTL);
+            self.extended.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async { Ok(true) })
+        }
+        fn unlock<'a>(&'a self, _: &'a Lock) -> Pending<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn publish_challenge<'a>(&'a self, _: &'a ChallengeAnswer, _: Duration) -> Pending<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn withdraw_challenge<'a>(&'a self, _: &'a ChallengeAnswer) -> Pending<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn watch(&self, _: Arc<Challenges>) -> Option<mpsc::UnboundedReceiver<String>> {
+            None
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_is_extended_while_its_order_lasts() {
+        let store = CountingStore::default();
+        let lock = Lock {
+            what: "cert:a.test".into(),
+            token: "t".into(),
+        };
+        // An order of 7/6 of the lock's life: extended at 1/3, 2/3 and 3/3.
+        let long_order = async {
+            tokio::time::sleep(LOCK_TTL + LOCK_TTL / 6).await;
+            "issued"
+        };
+        assert_eq!(holding(&store, &lock, long_order).await, "issued");
+        assert_eq!(store.extended.load(Ordering::Relaxed), 3);
+        // A quick one is not extended.
+        assert_eq!(holding(&store, &lock, async { 1 }).await, 1);
+        assert_eq!(store.extended.load(Ordering::Relaxed), 3);
+    }
 
     #[test]
     fn each_directory_has_its_own_state() {
