@@ -149,6 +149,20 @@ fn check_users(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
     }
 }
 
+/// `shared_key`, when given: 64 hex digits. (Whether sharing ACME needs
+/// it is checked at start: `hayate check` reads a file without the
+/// environment, where the key is best given.)
+fn check_shared_key(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    let hex = |k: &str| k.trim().len() == 64 && k.trim().bytes().all(|b| b.is_ascii_hexdigit());
+    match &g.shared_key {
+        Some(k) if !hex(k) => Err((
+            "shared_key",
+            "shared_key must be 64 hex digits (openssl rand -hex 32 makes one)".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What differs from `old` to `new`, one line each, for a reload's report:
 /// global options by key, then routes by site and prefix (added, removed,
 /// or the keys that changed).
@@ -356,6 +370,7 @@ pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
 /// certificates for every https listener. `Err((key, why))`.
 fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, String)> {
     check_users(g)?;
+    check_shared_key(g)?;
     let certs = g.tls_cert.as_ref().map_or(0, Vec::len);
     let keys = g.tls_key.as_ref().map_or(0, Vec::len);
     if certs != keys {
@@ -534,6 +549,30 @@ mod tests {
         let r = RouteLayer::default().resolve();
         assert_eq!(r.index, "index.html");
         assert!(r.root.is_none() && r.fallback.is_none() && !r.listing && r.precompressed);
+    }
+
+    #[test]
+    fn shared_key_is_64_hex_digits() {
+        let load = |text: &str| {
+            let text = format!("root = \"/srv/a\"\n{text}");
+            load_file("c.toml".as_ref(), &text, &Overrides::default())
+        };
+        let key = "aB".repeat(32);
+        assert_eq!(GlobalLayer::default().resolve().shared_key, None);
+        let ok = load(&format!("shared_key = \"{key}\"\n")).expect("valid");
+        assert_eq!(ok.global.shared_key.as_deref(), Some(key.as_str()));
+        for bad in ["secret", &format!("{key}0"), &"g".repeat(64)] {
+            let text = format!("shared_key = \"{bad}\"\n");
+            let e = load(&text).expect_err(&text).to_string();
+            assert!(
+                e.contains("shared_key must be 64 hex digits"),
+                "{text}: {e}"
+            );
+        }
+        // A file that shares ACME may leave the key to the environment.
+        let acme =
+            "shared = \"redis://127.0.0.1:6379\"\ntls = \"acme\"\ntls_names = [\"a.test\"]\n";
+        load(acme).expect("valid");
     }
 
     #[test]

@@ -309,9 +309,11 @@ options! {
     group: String = unset, "GROUP",
         "The group hayate runs as with user (default: the user's own group)";
     shared: String = unset, "redis://HOST:PORT[/DB]",
-        "Redis (or Valkey) that several hayates share: a purge or an invalidation on one box reaches every box's cache (off unless set)";
+        "Redis (or Valkey) that several hayates share: a purge or an invalidation on one box reaches every box's cache, and with tls = acme one box orders each certificate and every box serves it (off unless set)";
     shared_timeout: Dur = "50ms", "DURATION",
         "Longest wait for any Redis call; Redis slower or down never delays a request";
+    shared_key: String = unset, "HEX",
+        "With shared and tls = acme: 64 hex digits (openssl rand -hex 32), the same on every box, that encrypt the ACME keys kept in Redis; give it as HAYATE_SHARED_KEY rather than on the command line";
     app_user: String = unset, "USER",
         "The user the app runs as, when hayate itself stays root (not with user: the app then runs as that user)";
     cache_size: Size = "256MiB", "SIZE",

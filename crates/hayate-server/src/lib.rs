@@ -105,7 +105,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants, None, None)?;
     let log_sink = Sink::from_config(&config.global)?;
     // Certificates are loaded before any socket is bound, like roots.
-    let tls = hayate_tls::TlsServer::from_config(&config)
+    let tls = hayate_tls::TlsServer::from_config(&config, shared_acme_store(&config)?)
         .map_err(|e| io::Error::other(format!("HTTPS: {e}")))?
         .map(Arc::new);
     if let Some(tls) = &tls {
@@ -340,6 +340,31 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         }
     }
     ending.result
+}
+
+/// Where ACME keeps its state with the other boxes: Redis, when `shared`
+/// is set and some certificates come from ACME.
+fn shared_acme_store(
+    config: &Config,
+) -> io::Result<Option<Arc<dyn hayate_tls::acme_store::AcmeStore>>> {
+    let g = &config.global;
+    let Some(url) = g
+        .shared
+        .as_deref()
+        .filter(|_| hayate_tls::uses_acme(config))
+    else {
+        return Ok(None);
+    };
+    let key = g.shared_key.as_deref().ok_or_else(|| {
+        io::Error::other(
+            "shared with tls = acme needs shared_key (or HAYATE_SHARED_KEY): 64 hex digits, \
+             the same on every box (openssl rand -hex 32 makes one); it encrypts the private keys kept in Redis",
+        )
+    })?;
+    let directory = hayate_tls::acme::directory_id(&g.acme_directory);
+    let store = hayate_shared::RedisAcmeStore::new(url, g.shared_timeout.0, &directory, key)
+        .map_err(io::Error::other)?;
+    Ok(Some(Arc::new(store)))
 }
 
 /// Starts the shared tier on the current runtime: other boxes' purges and

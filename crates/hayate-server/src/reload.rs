@@ -54,6 +54,7 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("cache_size", "the response cache is sized at start"),
     ("shared", "the shared tier is set up at start"),
     ("shared_timeout", "the shared tier is set up at start"),
+    ("shared_key", "the TLS setup is built at start"),
     ("cache_max_object", "the response cache is set up at start"),
     (
         "cache_lock_timeout",

@@ -175,6 +175,8 @@ struct Certificate {
 struct Acme {
     issued: u64,
     failed: u64,
+    /// Certificates another box ordered, served here (shared ACME).
+    from_other_boxes: u64,
     last_result: Option<String>,
     last_at: Option<u64>,
 }
@@ -504,6 +506,10 @@ fn tls(scrape: &Scrape<'_>) -> Option<Tls> {
         acme: Acme {
             issued: orders("issued"),
             failed: orders("failed"),
+            from_other_boxes: scrape
+                .named("hayate_acme_shared_certificates_total")
+                .next()
+                .map_or(0, |s| count(s.value)),
             last_result: last.and_then(|s| s.label("result")).map(str::to_string),
             last_at: last.map(|s| count(s.value)),
         },
@@ -686,6 +692,7 @@ mod tests {
             let issuer = ("issuer", "CN=Pebble Intermediate CA");
             sample(out, "hayate_tls_certificate_issuer", &[name, issuer], 1);
             sample(out, "hayate_acme_orders_total", &[("result", "issued")], 1);
+            sample(out, "hayate_acme_shared_certificates_total", &[], 2);
             let last = "hayate_acme_last_order_timestamp_seconds";
             sample(out, last, &[("result", "issued")], 1_700_000_000u64);
         });
@@ -722,7 +729,8 @@ mod tests {
         );
         assert_eq!(
             tls["acme"],
-            json!({"issued": 1, "failed": 0, "last_result": "issued", "last_at": 1_700_000_000u64})
+            json!({"issued": 1, "failed": 0, "from_other_boxes": 2, "last_result": "issued",
+                   "last_at": 1_700_000_000u64})
         );
     }
 }

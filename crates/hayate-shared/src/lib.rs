@@ -3,6 +3,9 @@
 //! shared:
 //! - `events`: the response cache's purges and invalidations, so a
 //!   `hayate purge` or a POST on one box reaches every box's cache.
+//! - [`acme_store`]: ACME's account, certificates, locks and challenge
+//!   answers, so one box orders a name's certificate and every box serves
+//!   it (private keys sealed by `sealing`).
 //!
 //! Redis is never on a request's path and never takes the site down: a box
 //! applies its own purges at once and hands the announcement to a publisher
@@ -19,7 +22,11 @@ use hayate_cache::CacheEvent;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::mpsc;
 
+pub mod acme_store;
 mod events;
+mod sealing;
+
+pub use acme_store::RedisAcmeStore;
 
 /// Announcements waiting for the publisher: a burst of invalidations
 /// beyond this while Redis is slow is dropped (counted), not queued

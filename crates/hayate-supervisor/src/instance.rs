@@ -81,6 +81,8 @@ impl Running {
             .current_dir(&cwd)
             .env("PORT", &port)
             .env("HAYATE_INSTANCE", index.to_string())
+            // It decrypts the ACME keys shared in Redis: hayate's, not the app's.
+            .env_remove("HAYATE_SHARED_KEY")
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -11,6 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
+use crate::acme_store::StoredCertificate;
+
 /// A certificate chain and its key, and the names the leaf is for.
 #[derive(Debug, Clone)]
 pub struct Certificate {
@@ -51,6 +53,20 @@ impl Certificate {
         })?;
         Certificate::from_der(chain, key_der, cert.display().to_string())
             .map_err(|e| format!("{} with {}: {e}", cert.display(), key.display()))
+    }
+
+    /// Loads a certificate kept by ACME's store: its PEM chain and key.
+    /// Errors start with `source`; the key's bytes never appear in them.
+    pub fn from_pem(stored: &StoredCertificate, source: String) -> Result<Certificate, String> {
+        let chain = CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{source}: {e}"))?;
+        if chain.is_empty() {
+            return Err(format!("{source}: no PEM certificate in it"));
+        }
+        let key = PrivateKeyDer::from_pem_slice(stored.key_pem.as_bytes())
+            .map_err(|e| format!("{source}: the private key: {e}"))?;
+        Certificate::from_der(chain, key, source.clone()).map_err(|e| format!("{source}: {e}"))
     }
 
     /// Builds from DER: checks that the key is the leaf's and reads the

@@ -20,6 +20,7 @@
 //!   400 that says so, anything else that is not TLS is closed.
 
 pub mod acme;
+pub mod acme_store;
 mod certificate;
 pub mod local_ca;
 mod metrics;
@@ -48,6 +49,8 @@ pub use metrics::{Failure, TlsMetrics};
 pub use provider::provider;
 pub use store::CertStore;
 pub use upstream::upstream_client_config;
+
+use acme_store::AcmeStore;
 
 use acme::{Acme, AcmeSettings, ChallengeKind, Challenges, ACME_TLS_ALPN};
 use sources::Sources;
@@ -81,7 +84,12 @@ pub struct TlsServer {
 impl TlsServer {
     /// The TLS server for `config`'s https listeners, with its certificates
     /// loaded (and watched from now on); `None` when no listener is https.
-    pub fn from_config(config: &Config) -> Result<Option<TlsServer>, String> {
+    /// `shared_acme`, when given, is where ACME keeps its account and
+    /// certificates with the other boxes (see [`acme_store`]).
+    pub fn from_config(
+        config: &Config,
+        shared_acme: Option<Arc<dyn AcmeStore>>,
+    ) -> Result<Option<TlsServer>, String> {
         let g = &config.global;
         if !g.listen.iter().any(|l| l.scheme == Scheme::Https) {
             return Ok(None);
@@ -97,7 +105,13 @@ impl TlsServer {
         let acme = if uses(config, TlsMode::Acme) {
             let challenges = Arc::new(Challenges::default());
             let settings = acme_settings(config, &state_dir)?;
-            let acme = Acme::new(settings, challenges.clone(), store.clone(), metrics.clone());
+            let acme = Acme::new(
+                settings,
+                challenges.clone(),
+                store.clone(),
+                metrics.clone(),
+                shared_acme,
+            );
             acme.load_stored();
             Some((acme, challenges))
         } else {
@@ -344,6 +358,16 @@ fn configured_sources(config: &Config, state_dir: &Path) -> Result<Sources, Stri
     let ca_dir = state_dir.join("local-ca");
     let internal = uses(config, TlsMode::Internal).then(|| (ca_dir.as_path(), local_names(config)));
     Sources::load(&pairs, internal)
+}
+
+/// Whether some certificates come from ACME (with an https listener).
+pub fn uses_acme(config: &Config) -> bool {
+    let https = config
+        .global
+        .listen
+        .iter()
+        .any(|l| l.scheme == Scheme::Https);
+    https && uses(config, TlsMode::Acme)
 }
 
 fn uses(config: &Config, mode: TlsMode) -> bool {

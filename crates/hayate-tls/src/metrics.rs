@@ -54,6 +54,8 @@ pub struct TlsMetrics {
     failed: [AtomicU64; 5],
     acme_issued: AtomicU64,
     acme_failed: AtomicU64,
+    /// Certificates another box ordered, taken from the shared store.
+    acme_shared: AtomicU64,
     /// The last ACME order: Unix seconds when it ended, times two, plus 1
     /// if it failed (one atomic, so outcome and time are read together);
     /// 0 before any.
@@ -95,6 +97,11 @@ impl TlsMetrics {
             .store(now * 2 + u64::from(!issued), Ordering::Relaxed);
     }
 
+    /// Counts a certificate another box ordered, served here.
+    pub fn acme_taken_from_another_box(&self) {
+        self.acme_shared.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Completed handshakes: (full, resumed).
     pub fn completed_counts(&self) -> (u64, u64) {
         (
@@ -131,6 +138,14 @@ impl MetricsSource for TlsMetrics {
         sample(out, name, &[("result", "issued")], issued);
         let failed = self.acme_failed.load(Ordering::Relaxed);
         sample(out, name, &[("result", "failed")], failed);
+        let name = "hayate_acme_shared_certificates_total";
+        family(
+            out,
+            name,
+            "Certificates another box ordered, served here (shared ACME)",
+            Kind::Counter,
+        );
+        sample(out, name, &[], self.acme_shared.load(Ordering::Relaxed));
         let name = "hayate_acme_last_order_timestamp_seconds";
         family(
             out,

@@ -34,6 +34,7 @@ http.createServer((req, res) => {
   if (req.url === '/ready') { res.statusCode = Date.now() - bootedAt > 300 ? 200 : 503; res.end(); return; }
   if (req.url === '/chatter') { for (let i = 0; i < 200; i++) console.log('chatter line ' + i); res.end('said'); return; }
   if (req.url === '/env') { res.end(`${process.env.GREETING} ${process.env.PORT}`); return; }
+  if (req.url === '/shared-key') { res.end(String(process.env.HAYATE_SHARED_KEY)); return; }
   // The head and a first byte go at once: an instance killed before the
   // end cuts a response already under way, which no retry can hide.
   if (req.url === '/slow') { res.write('x'); setTimeout(() => res.end('slow'), 150); return; }
@@ -297,6 +298,25 @@ fn a_crash_loop_is_stopped_and_reported_and_requests_get_503_at_once() {
         status.contains("exit code 4"),
         "the last exit reason: {status}"
     );
+}
+
+#[test]
+fn the_app_is_not_given_the_shared_key() {
+    let dir = app_dir("v1");
+    let key = "5f1e9c0a7b3d2e8f4a6c1b9d0e7f3a2c8b5d4e1f6a9c0b7d2e3f8a1c4b6d9e0f";
+    let args = [
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--",
+        "node",
+        "app.js",
+    ];
+    let h = Hayate::start_in(BIN, &args, &[("HAYATE_SHARED_KEY", key)], Some(dir.path()));
+    wait_log(&h, "a ready instance", |l| ready_count(l) >= 1);
+    assert_eq!(h.client().get("/shared-key", &[]).text(), "undefined");
 }
 
 #[test]
