@@ -307,9 +307,11 @@ options! {
     group: String = unset, "GROUP",
         "The group hayate runs as with user (default: the user's own group)";
     shared: String = unset, "redis://HOST:PORT[/DB]",
-        "Redis (or Valkey) that several hayates share: a purge or an invalidation on one box reaches every box's cache (off unless set)";
+        "Redis (or Valkey) that several hayates share: responses one box fetched serve the others (L2), and a purge or an invalidation on one box reaches every box's cache (off unless set)";
     shared_timeout: Dur = "50ms", "DURATION",
         "Longest wait for any Redis call; Redis slower or down never delays a request";
+    shared_max_object: Size = "1MiB", "SIZE",
+        "Largest response body written to the shared cache tier (L2); larger ones stay in each box's own cache";
     app_user: String = unset, "USER",
         "The user the app runs as, when hayate itself stays root (not with user: the app then runs as that user)";
     cache_size: Size = "256MiB", "SIZE",

@@ -31,9 +31,11 @@ use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
 mod invalidate;
 mod revalidate;
+mod second_tier;
 use invalidate::invalidate_after_unsafe;
 pub use invalidate::purge;
 use revalidate::refresh_in_background;
+use second_tier::{stale_window, Consulted};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -223,7 +225,7 @@ pub fn lookup(
 /// however many requests miss at once, stored when it may be.
 pub async fn from_origin<B: ClientBody>(
     rc: &RouteCache,
-    group: &UpstreamGroup,
+    group: &Rc<UpstreamGroup>,
     req: &ProxyRequest<'_>,
     body: &mut B,
     miss: Miss,
@@ -256,6 +258,14 @@ pub async fn from_origin<B: ClientBody>(
     // The key is owned from here on (fills and the store keep it).
     let key = store::key(req.host.unwrap_or_default(), req.target);
     match rc.shared.fills.join(&key) {
+        Role::Leader(leader) if stale.is_none() => {
+            match second_tier::consult(rc, group, req, &key, leader).await {
+                Consulted::Answered(resp) => resp,
+                Consulted::Fetch(leader, stale) => {
+                    fetch(rc, group, req, body, &key, stale, Some(leader)).await
+                }
+            }
+        }
         Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
         Role::Follower(follower) => {
             Stats::bump(&stats.coalesced);
@@ -446,9 +456,8 @@ async fn fetch<B: ClientBody>(
         status.ttl = Some(updated.ttl(age));
         let updated = Arc::new(updated);
         if lifetime.is_ok() {
-            status.stored = shared
-                .store
-                .insert_shared(key, updated.clone(), requested_at);
+            let window = stale_window(&rc.policy, &updated);
+            status.stored = shared.keep(key, &updated, requested_at, window);
             finish(leader, Outcome::Stored);
         } else {
             shared.store.remove(key);
@@ -558,9 +567,8 @@ async fn fetch<B: ClientBody>(
         admission(vary_key(&facts)),
     ));
     status.ttl = Some(stored.ttl(stored.initial_age));
-    status.stored = shared
-        .store
-        .insert_shared(key, stored.clone(), requested_at);
+    let window = stale_window(&rc.policy, &stored);
+    status.stored = shared.keep(key, &stored, requested_at, window);
     finish(leader, Outcome::Stored);
     let fetched = Fetched {
         head,
@@ -655,6 +663,7 @@ fn stream_fill(
     let shared = rc.shared.clone();
     let key = key.clone();
     let target = String::from_utf8_lossy(req.target).into_owned();
+    let window = stale_window(&rc.policy, &stored);
     tokio::task::spawn_local(async move {
         let mut received = 0u64;
         let complete = loop {
@@ -672,9 +681,8 @@ fn stream_fill(
         };
         growing.finish(complete);
         if complete {
-            shared
-                .store
-                .insert(&key, stored.with_body(growing.concat()), requested_at);
+            let whole = Arc::new(stored.with_body(growing.concat()));
+            shared.keep(&key, &whole, requested_at, window);
             leader.finish(Outcome::Stored);
         }
         // else: the leader dropped here releases whoever still waits.

@@ -174,6 +174,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         Some(url) => {
             let tier = signals.block_on(async { start_shared_tier(url, &config, &cache_slot) })?;
             hooks.metrics.register(tier.metrics());
+            hooks.metrics.register(tier.l2());
             if let Some(c) = &cache {
                 announce_to(c, &tier);
             }
@@ -353,6 +354,7 @@ fn start_shared_tier(
     let settings = hayate_shared::SharedSettings {
         url: url.to_string(),
         timeout: config.global.shared_timeout.0,
+        max_object: config.global.shared_max_object.0,
     };
     hayate_shared::SharedTier::start(settings, move |event| {
         if let Some(cache) = cache.load_full() {
@@ -363,8 +365,10 @@ fn start_shared_tier(
     .map_err(io::Error::other)
 }
 
-/// Makes `cache` announce this box's purges and invalidations to the others.
+/// Makes `cache` announce this box's purges and invalidations to the
+/// others, and share its responses through the L2 tier.
 pub(crate) fn announce_to(cache: &hayate_cache::ResponseCache, tier: &hayate_shared::SharedTier) {
+    cache.share_through(tier.l2());
     let tier = tier.clone();
     cache.announce_to(Box::new(move |event| tier.announce(event)));
 }

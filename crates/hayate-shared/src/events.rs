@@ -22,13 +22,15 @@ const CHANNEL: &str = "hayate:cache-events";
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Publishes queued events, each bounded by `timeout`.
+/// Deletes the L2 copies of each queued event, then publishes it; each
+/// call bounded by `timeout`.
 pub(crate) async fn publish(
     client: redis::Client,
     timeout: Duration,
     id: Arc<str>,
     mut rx: mpsc::Receiver<CacheEvent>,
     stats: Arc<SharedStats>,
+    l2: Arc<crate::L2>,
 ) {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
@@ -37,6 +39,9 @@ pub(crate) async fn publish(
         .set_max_delay(MAX_BACKOFF);
     let mut conn: Option<redis::aio::ConnectionManager> = None;
     while let Some(event) = rx.recv().await {
+        // The L2 copies go first: a box that gets the event must not
+        // refill from one.
+        l2.forget(&event).await;
         if conn.is_none() {
             let connecting = client.get_connection_manager_with_config(config.clone());
             match tokio::time::timeout(timeout, connecting).await {

@@ -3,6 +3,9 @@
 //! shared:
 //! - `events`: the response cache's purges and invalidations, so a
 //!   `hayate purge` or a POST on one box reaches every box's cache.
+//! - `l2`: the shared cache tier, responses one box fetched served by the
+//!   others (`record`: their binary form; `breaker`: the circuit breaker
+//!   that keeps a failing Redis off the request path).
 //!
 //! Redis is never on a request's path and never takes the site down: a box
 //! applies its own purges at once and hands the announcement to a publisher
@@ -19,7 +22,13 @@ use hayate_cache::CacheEvent;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::mpsc;
 
+mod breaker;
 mod events;
+mod l2;
+mod record;
+
+pub use breaker::BreakerState;
+pub use l2::L2;
 
 /// Announcements waiting for the publisher: a burst of invalidations
 /// beyond this while Redis is slow is dropped (counted), not queued
@@ -36,6 +45,8 @@ pub struct SharedSettings {
     pub url: String,
     /// The bound on every Redis call.
     pub timeout: Duration,
+    /// The largest response body written to the L2 tier.
+    pub max_object: u64,
 }
 
 /// The tier's counters, for `/metrics`.
@@ -55,6 +66,7 @@ pub struct SharedTier {
     id: Arc<str>,
     queue: mpsc::Sender<CacheEvent>,
     stats: Arc<SharedStats>,
+    l2: Arc<L2>,
 }
 
 impl SharedTier {
@@ -71,12 +83,14 @@ impl SharedTier {
         let id: Arc<str> = format!("{}-{}", std::process::id(), random_suffix()).into();
         let stats = Arc::new(SharedStats::default());
         let (queue, rx) = mpsc::channel(QUEUE);
+        let l2 = L2::start(client.clone(), settings.timeout, settings.max_object)?;
         tokio::spawn(events::publish(
             client.clone(),
             settings.timeout,
             id.clone(),
             rx,
             stats.clone(),
+            l2.clone(),
         ));
         tokio::spawn(events::subscribe(
             client,
@@ -85,7 +99,12 @@ impl SharedTier {
             Box::new(apply),
             stats.clone(),
         ));
-        Ok(SharedTier { id, queue, stats })
+        Ok(SharedTier {
+            id,
+            queue,
+            stats,
+            l2,
+        })
     }
 
     /// Announces an event of this box to the others (any thread; never
@@ -99,6 +118,20 @@ impl SharedTier {
     /// The tier's metrics source.
     pub fn metrics(&self) -> Arc<SharedStats> {
         self.stats.clone()
+    }
+
+    /// The shared cache tier (L2), for the response cache and `/metrics`.
+    pub fn l2(&self) -> Arc<L2> {
+        self.l2.clone()
+    }
+
+    /// The tier's state in one line, for `hayate status`.
+    pub fn summary(&self) -> String {
+        let up = match self.stats.up.load(Ordering::Relaxed) {
+            true => "subscribed",
+            false => "not subscribed (Redis unreachable)",
+        };
+        format!("shared tier: {up}; {}\n", self.l2.summary())
     }
 
     /// This box's id in the messages.
@@ -158,4 +191,3 @@ impl MetricsSource for SharedStats {
         }
     }
 }
-
