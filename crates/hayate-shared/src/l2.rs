@@ -122,6 +122,16 @@ impl L2 {
             bump(&self.stats.skipped);
             return None;
         }
+        self.call_anyway(call).await
+    }
+
+    /// [`L2::call`] even while the breaker is open, for what must be tried
+    /// whenever it can be and never delays a request (a purge's deletes):
+    /// its outcome still tells the breaker.
+    async fn call_anyway<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(t)) => {
                 self.breaker.success();
@@ -157,12 +167,13 @@ impl L2 {
                 .await
         };
         let (value, left) = self.call(read).await?;
-        let (Some(value), Ok(left)) = (value, u64::try_from(left)) else {
+        let Some(value) = value else {
             return Some(None);
         };
-        match record::decode(&value) {
-            Some(v) => Some(Some((v, left))),
-            None => {
+        match (record::decode(&value), u64::try_from(left)) {
+            (Some(v), Ok(left)) => Some(Some((v, left))),
+            // Set without a TTL: not written by hayate either.
+            (Some(_), Err(_)) | (None, _) => {
                 log::warn!(
                     "shared tier: {} holds a value hayate cannot read; ignored",
                     String::from_utf8_lossy(key)
@@ -275,7 +286,7 @@ impl L2 {
         };
         let mut conn = self.conn.clone();
         let Some(members) = self
-            .call(async {
+            .call_anyway(async {
                 redis::cmd("SMEMBERS")
                     .arg(&set)
                     .query_async::<Vec<Vec<u8>>>(&mut conn)
@@ -300,7 +311,7 @@ impl L2 {
             return;
         }
         let mut conn = self.conn.clone();
-        self.call(async move { pipe.query_async::<()>(&mut conn).await })
+        self.call_anyway(async move { pipe.query_async::<()>(&mut conn).await })
             .await;
     }
 
