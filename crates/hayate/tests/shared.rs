@@ -285,3 +285,88 @@ fn a_frozen_redis_delays_no_request_beyond_the_timeout_and_the_breaker_shows_it(
     assert!(from_shared_tier(&b.client().get("/after", &[])));
     assert_eq!(origin.count("/after"), 1);
 }
+
+#[test]
+fn a_tag_purge_empties_redis_and_ages_carry_across_boxes() {
+    let redis = Redis::start();
+    let origin = Origin::start(OriginOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let control_a = dir.path().join("a.sock");
+    let a = cached(&origin, &redis, &control_a);
+    let b = cached(&origin, &redis, &dir.path().join("b.sock"));
+    // 30 s old when it left the origin (an inner cache's Age).
+    let path = "/script?h=Surrogate-Key%3A%20t1%20t2&h=Age%3A%2030";
+    let age = |r: &Response| -> u64 { r.header("age").and_then(|a| a.parse().ok()).unwrap_or(0) };
+    let first = a.client().get(path, &[]);
+    assert!(age(&first) >= 30, "{:?}", first.headers);
+    in_redis(&redis, path, 1);
+    let shared = b.client().get(path, &[]);
+    assert!(from_shared_tier(&shared), "{}", cache_status(&shared));
+    // Never younger than at A (RFC 9111 §4.2.3), whatever B's clock says.
+    assert!(age(&shared) >= age(&first), "{:?}", shared.headers);
+    assert!(age(&shared) < 60, "{:?}", shared.headers);
+
+    let out = std::process::Command::new(BIN)
+        .args(["purge", "--tag", "t2", "--control"])
+        .arg(&control_a)
+        .output()
+        .expect("hayate purge --tag");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "purged 1\n");
+    eventually("the tag purge reached Redis", || {
+        let keys = responses_in_redis(&redis, path);
+        keys.is_empty().then_some(()).ok_or(format!("{keys:?}"))
+    });
+    assert!(redis.keys("hayate:l2:t:t2").is_empty());
+    eventually("B's copy purged", || {
+        b.client().get(path, &[]);
+        (origin.count(path) == 2)
+            .then_some(())
+            .ok_or(format!("{} origin requests", origin.count(path)))
+    });
+}
+
+#[test]
+fn coalesced_misses_ask_redis_once() {
+    let redis = Redis::start();
+    let origin = Origin::start(OriginOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let a = cached_with(
+        &origin,
+        &redis,
+        &dir.path().join("a.sock"),
+        &["--admin", &admin_arg],
+    );
+    let metric = |name: &str| -> u64 {
+        let text = hayate_testkit::unix_get(&admin, "/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    eventually("the admin listener", || {
+        admin.exists().then_some(()).ok_or(a.stderr())
+    });
+    let held = origin.hold("/busy");
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            let mut c = a.client();
+            std::thread::spawn(move || c.get("/busy", &[]).status)
+        })
+        .collect();
+    // The leader asked Redis, then the origin; the others wait on it.
+    assert!(origin.wait_for("/busy", 1, Duration::from_secs(5)));
+    eventually("four requests waiting on the fill", || {
+        let n = metric("hayate_cache_coalesced_total");
+        (n == 4).then_some(()).ok_or(format!("{n}"))
+    });
+    drop(held);
+    for c in clients {
+        assert_eq!(c.join().expect("client"), 200);
+    }
+    assert_eq!(origin.count("/busy"), 1);
+    assert_eq!(metric("hayate_shared_l2_misses_total"), 1);
+    assert_eq!(metric("hayate_shared_l2_hits_total"), 0);
+    assert_eq!(metric("hayate_shared_l2_breaker"), 0);
+}
