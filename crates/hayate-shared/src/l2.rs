@@ -67,6 +67,10 @@ struct Write {
 /// The L2 tier: looked up by the cache's fills, written by its stores.
 pub struct L2 {
     conn: ConnectionManager,
+    /// The runtime the tier started on, where every Redis call runs: the
+    /// connection's driver and its reconnections live there, not on
+    /// whichever worker asked first (which may be busy serving).
+    runtime: tokio::runtime::Handle,
     timeout: Duration,
     max_object: u64,
     breaker: Breaker,
@@ -102,6 +106,7 @@ impl L2 {
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         let l2 = Arc::new(L2 {
             conn,
+            runtime: tokio::runtime::Handle::current(),
             timeout,
             max_object,
             breaker: Breaker::default(),
@@ -156,15 +161,16 @@ impl L2 {
     /// read together.
     async fn get(&self, key: &[u8]) -> Option<Option<(Value, u64)>> {
         let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("GET").arg(key).cmd("PTTL").arg(key);
+        // Left to end by itself when the caller stops waiting (the
+        // connection's own response timeout is the same bound).
+        let read = self
+            .runtime
+            .spawn(async move { pipe.query_async::<(Option<Vec<u8>>, i64)>(&mut conn).await });
         let read = async move {
-            redis::pipe()
-                .atomic()
-                .cmd("GET")
-                .arg(key)
-                .cmd("PTTL")
-                .arg(key)
-                .query_async::<(Option<Vec<u8>>, i64)>(&mut conn)
-                .await
+            read.await
+                .map_err(|e| redis::RedisError::from(std::io::Error::other(e)))?
         };
         let (value, left) = self.call(read).await?;
         let Some(value) = value else {
