@@ -69,7 +69,7 @@ impl VaryKey {
     }
 
     /// A key from [`VaryKey::parts`] read back (values already normalized).
-    pub fn from_parts(parts: Vec<(Box<[u8]>, Option<Box<[u8]>>)>) -> VaryKey {
+    pub fn from_parts(parts: Vec<(Box<[u8]>, Value)>) -> VaryKey {
         VaryKey(parts.into_boxed_slice())
     }
 

@@ -57,6 +57,9 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Which members of a set (Redis keys) an event removes.
+type Removes = Box<dyn Fn(&[u8]) -> bool + Send>;
+
 /// One response to write.
 struct Write {
     key: Box<[u8]>,
@@ -264,7 +267,7 @@ impl L2 {
     /// event started, before it is announced, so that no box refills from
     /// a copy the event meant to remove.
     pub(crate) async fn forget(&self, event: &CacheEvent) {
-        let (set, keep): (Vec<u8>, Box<dyn Fn(&[u8]) -> bool + Send>) = match event {
+        let (set, keep): (Vec<u8>, Removes) = match event {
             CacheEvent::PurgeUrl(url) => {
                 let (host, path) = hayate_cache::events::purged_host_and_path(url);
                 let host = host.to_ascii_lowercase().into_bytes();
