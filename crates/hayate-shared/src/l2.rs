@@ -40,6 +40,10 @@ use crate::record::{self, Value};
 /// new ones are dropped (the response is still served and stored locally).
 const WRITE_QUEUE: usize = 1024;
 
+/// The longest a response stays in Redis, whatever its freshness: a
+/// `max-age` of years would otherwise hold memory every box shares.
+const MAX_TTL: Duration = Duration::from_secs(7 * 86_400);
+
 /// Counters of the L2 tier, for `/metrics` and `hayate status`.
 #[derive(Debug, Default)]
 pub struct L2Stats {
@@ -226,10 +230,14 @@ impl L2 {
     async fn write(&self, w: Write) {
         let now = Instant::now();
         let s = &w.stored;
-        let age_ms =
-            s.initial_age * 1000 + now.saturating_duration_since(s.stored_at).as_millis() as u64;
+        let age_ms = s
+            .initial_age
+            .saturating_mul(1000)
+            .saturating_add(now.saturating_duration_since(s.stored_at).as_millis() as u64);
         let left = (s.lifetime.as_millis() as u64).saturating_sub(age_ms);
-        let ttl_ms = left + w.stale_window.as_millis() as u64;
+        let ttl_ms = left
+            .saturating_add(w.stale_window.as_millis() as u64)
+            .min(MAX_TTL.as_millis() as u64);
         if ttl_ms == 0 {
             return; // nothing another box could serve
         }

@@ -124,9 +124,12 @@ pub fn decode(value: &[u8]) -> Option<Value> {
 
 fn response(r: &mut Reader<'_>) -> Option<Record> {
     let status = Status::any(r.u16()?)?;
-    let age_ms = r.u64()?;
-    let ttl_ms = r.u64()?;
-    let lifetime = Duration::from_secs(r.u64()?);
+    // Ages and lifetimes as the cache counts them (delta-seconds, at most
+    // 2^31 s): larger numbers are not hayate's, and would overflow sums.
+    let most = u64::from(u32::MAX);
+    let age_ms = r.u64().filter(|&n| n <= most * 1000)?;
+    let ttl_ms = r.u64().filter(|&n| n <= most * 1000)?;
+    let lifetime = Duration::from_secs(r.u64().filter(|&n| n <= most)?);
     let own_control = r
         .optional()?
         .map(|v| is_value(v).then(|| Bytes::copy_from_slice(v)))
@@ -170,6 +173,7 @@ impl Record {
     /// the boxes' clocks need not agree.
     pub fn into_stored(self, remaining_ms: u64, now: Instant) -> Stored {
         let age_ms = self.age_ms + self.ttl_ms.saturating_sub(remaining_ms);
+        // (Both at most 2^32 s in ms, from `decode`: no overflow.)
         let mut fields: Vec<(&[u8], &[u8])> = self.head.iter().collect();
         if let Some(own) = &self.own_control {
             fields.push((hayate_cache::targeted::OWN_FIELD, own));
@@ -361,6 +365,9 @@ mod tests {
             assert!(decode(&v).is_none(), "byte {at} = {byte}");
         }
         assert!(decode(b"<html>hello</html>").is_none());
+        // Ages beyond what the cache counts.
+        assert!(decode(&encode_response(&stored(), u64::MAX, 1000)).is_none());
+        assert!(decode(&encode_response(&stored(), 0, u64::MAX)).is_none());
         // A field value carrying a line break would split the head, a name
         // with a space is not a name (patched in: Fields refuses both).
         for (field, from, to) in [
