@@ -362,6 +362,11 @@ impl SecondTier for L2 {
             bump(&self.stats.too_large);
             return;
         }
+        // Redis skipped: not even queued and encoded.
+        if self.breaker.state(Instant::now()) == BreakerState::Open {
+            bump(&self.stats.skipped);
+            return;
+        }
         let write = Write {
             key: key.into(),
             stored: stored.clone(),
