@@ -326,7 +326,7 @@ fn a_tag_purge_empties_redis_and_ages_carry_across_boxes() {
 }
 
 #[test]
-fn coalesced_misses_ask_redis_once() {
+fn coalesced_misses_ask_redis_once_and_local_hits_never() {
     let redis = Redis::start();
     let origin = Origin::start(OriginOptions::default());
     let dir = tempfile::tempdir().expect("tempdir");
@@ -366,6 +366,11 @@ fn coalesced_misses_ask_redis_once() {
         assert_eq!(c.join().expect("client"), 200);
     }
     assert_eq!(origin.count("/busy"), 1);
+    // Local hits never ask Redis.
+    for _ in 0..3 {
+        let hit = a.client().get("/busy", &[]);
+        assert!(cache_status(&hit).contains("; hit"), "{}", cache_status(&hit));
+    }
     assert_eq!(metric("hayate_shared_l2_misses_total"), 1);
     assert_eq!(metric("hayate_shared_l2_hits_total"), 0);
     assert_eq!(metric("hayate_shared_l2_breaker"), 0);
