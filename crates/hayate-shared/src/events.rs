@@ -41,7 +41,7 @@ pub(crate) async fn publish(
     while let Some(event) = rx.recv().await {
         // The L2 copies go first: a box that gets the event must not
         // refill from one.
-        l2.forget(&event).await;
+        l2.forget_after_writes(&event).await;
         if conn.is_none() {
             let connecting = client.get_connection_manager_with_config(config.clone());
             match tokio::time::timeout(timeout, connecting).await {
@@ -89,6 +89,7 @@ pub(crate) async fn subscribe(
     id: Arc<str>,
     apply: Box<dyn Fn(&CacheEvent) + Send + Sync>,
     stats: Arc<SharedStats>,
+    l2: Arc<crate::L2>,
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -110,6 +111,7 @@ pub(crate) async fn subscribe(
                         Some((_, event)) => {
                             stats.received.fetch_add(1, Ordering::Relaxed);
                             apply(&event);
+                            l2.forget_later(&event).await;
                         }
                         None => log::warn!("shared tier: a message hayate cannot read"),
                     }

@@ -31,7 +31,7 @@ use hayate_cache::tier::{Found, SecondTier};
 use hayate_cache::{CacheEvent, VaryKey};
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use redis::aio::ConnectionManager;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::breaker::{Breaker, BreakerState};
 use crate::record::{self, Value};
@@ -71,6 +71,15 @@ struct Write {
     stale_window: Duration,
 }
 
+/// What the writer task does, in the order it was asked: a purge's
+/// deletions come after every write this box queued before it, so none of
+/// those lands after them and outlives the purge.
+enum Job {
+    Write(Write),
+    /// Delete what the event removes, then say so (when asked).
+    Forget(CacheEvent, Option<oneshot::Sender<()>>),
+}
+
 /// The L2 tier: looked up by the cache's fills, written by its stores.
 pub struct L2 {
     conn: ConnectionManager,
@@ -82,7 +91,7 @@ pub struct L2 {
     max_object: u64,
     breaker: Breaker,
     stats: L2Stats,
-    writes: mpsc::Sender<Write>,
+    writes: mpsc::Sender<Job>,
 }
 
 impl std::fmt::Debug for L2 {
@@ -271,10 +280,31 @@ impl L2 {
         }
     }
 
-    /// Deletes the L2 copies an event removes: called by the box where the
-    /// event started, before it is announced, so that no box refills from
-    /// a copy the event meant to remove.
-    pub(crate) async fn forget(&self, event: &CacheEvent) {
+    /// Deletes the L2 copies `event` removes once the writes queued before
+    /// it are done, and returns then: the box where the event started calls
+    /// it before announcing the event, so that no box refills from a copy
+    /// the event meant to remove.
+    pub(crate) async fn forget_after_writes(&self, event: &CacheEvent) {
+        let (done, deleted) = oneshot::channel();
+        if self
+            .writes
+            .send(Job::Forget(event.clone(), Some(done)))
+            .await
+            .is_ok()
+        {
+            let _ = deleted.await;
+        }
+    }
+
+    /// Deletes the L2 copies an event from another box removes, once the
+    /// writes this box queued before it are done (one of them may be a
+    /// copy the event meant to remove).
+    pub(crate) async fn forget_later(&self, event: &CacheEvent) {
+        let _ = self.writes.send(Job::Forget(event.clone(), None)).await;
+    }
+
+    /// Deletes the L2 copies `event` removes.
+    async fn forget(&self, event: &CacheEvent) {
         let (set, keep): (Vec<u8>, Removes) = match event {
             CacheEvent::PurgeUrl(url) => {
                 let (host, path) = hayate_cache::events::purged_host_and_path(url);
@@ -372,17 +402,26 @@ impl SecondTier for L2 {
             stored: stored.clone(),
             stale_window,
         };
-        if self.writes.try_send(write).is_err() {
+        if self.writes.try_send(Job::Write(write)).is_err() {
             bump(&self.stats.dropped);
         }
     }
 }
 
-/// The writer task: one write at a time, each bounded; ends with the tier.
-async fn write_all(l2: std::sync::Weak<L2>, mut rx: mpsc::Receiver<Write>) {
-    while let Some(w) = rx.recv().await {
+/// The writer task: one job at a time, each call bounded; ends with the
+/// tier.
+async fn write_all(l2: std::sync::Weak<L2>, mut rx: mpsc::Receiver<Job>) {
+    while let Some(job) = rx.recv().await {
         let Some(l2) = l2.upgrade() else { return };
-        l2.write(w).await;
+        match job {
+            Job::Write(w) => l2.write(w).await,
+            Job::Forget(event, done) => {
+                l2.forget(&event).await;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
+        }
     }
 }
 

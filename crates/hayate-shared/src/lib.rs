@@ -98,6 +98,7 @@ impl SharedTier {
             id.clone(),
             Box::new(apply),
             stats.clone(),
+            l2.clone(),
         ));
         Ok(SharedTier {
             id,

@@ -369,7 +369,11 @@ fn coalesced_misses_ask_redis_once_and_local_hits_never() {
     // Local hits never ask Redis.
     for _ in 0..3 {
         let hit = a.client().get("/busy", &[]);
-        assert!(cache_status(&hit).contains("; hit"), "{}", cache_status(&hit));
+        assert!(
+            cache_status(&hit).contains("; hit"),
+            "{}",
+            cache_status(&hit)
+        );
     }
     assert_eq!(metric("hayate_shared_l2_misses_total"), 1);
     assert_eq!(metric("hayate_shared_l2_hits_total"), 0);
