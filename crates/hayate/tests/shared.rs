@@ -378,4 +378,14 @@ fn coalesced_misses_ask_redis_once_and_local_hits_never() {
     assert_eq!(metric("hayate_shared_l2_misses_total"), 1);
     assert_eq!(metric("hayate_shared_l2_hits_total"), 0);
     assert_eq!(metric("hayate_shared_l2_breaker"), 0);
+    eventually("the fill written to Redis", || {
+        let n = metric("hayate_shared_l2_writes_total");
+        (n == 1).then_some(()).ok_or(format!("{n}"))
+    });
+    let status = hayate_testkit::unix_get(&admin, "/status.json");
+    let body = &status[status.find("\r\n\r\n").expect("a head") + 4..];
+    let doc: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    assert_eq!(doc["shared"]["breaker"], "closed", "{doc}");
+    assert_eq!(doc["shared"]["l2"]["misses"], 1, "{doc}");
+    assert_eq!(doc["shared"]["l2"]["writes"], 1, "{doc}");
 }
