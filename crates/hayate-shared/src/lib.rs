@@ -7,12 +7,13 @@
 //!   others (`record`: their binary form; `breaker`: the circuit breaker
 //!   that keeps a failing Redis off the request path).
 //!
-//! Redis is never on a request's path and never takes the site down: a box
-//! applies its own purges at once and hands the announcement to a publisher
-//! task through a bounded queue (full: dropped and counted, never waited
-//! on); every Redis call has a short timeout (`shared_timeout`); the
+//! Redis never takes the site down: the one call on a request's path is
+//! the L2 lookup of a local miss (once per fill), bounded by
+//! `shared_timeout` behind a circuit breaker; a box applies its own purges
+//! at once and hands writes and announcements to background tasks through
+//! bounded queues (full: dropped and counted, never waited on); the
 //! subscriber reconnects with a backoff doubling from 100 ms to 5 s; and
-//! `/metrics` says whether the tier is up.
+//! `/metrics`, `/status.json` and `hayate status` show the tier's state.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
