@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 mod breaker;
 mod events;
 mod l2;
-mod record;
+pub mod record;
 
 pub use breaker::BreakerState;
 pub use l2::L2;

@@ -25,6 +25,9 @@ use hayate_cache::{ResponseFacts, VaryKey};
 use hayate_core::{Fields, Status};
 
 const MAGIC: &[u8; 4] = b"HYL2";
+/// The largest age, TTL and lifetime a value may carry, in ms: 2^32 s,
+/// beyond the cache's own bound on delta-seconds (2^31).
+const MOST_MS: u64 = (u32::MAX as u64) * 1000;
 const VERSION: u8 = 1;
 const RESPONSE: u8 = 1;
 const VARIANTS: u8 = 2;
@@ -126,10 +129,9 @@ fn response(r: &mut Reader<'_>) -> Option<Record> {
     let status = Status::any(r.u16()?)?;
     // Ages and lifetimes as the cache counts them (delta-seconds, at most
     // 2^31 s): larger numbers are not hayate's, and would overflow sums.
-    let most = u64::from(u32::MAX);
-    let age_ms = r.u64().filter(|&n| n <= most * 1000)?;
-    let ttl_ms = r.u64().filter(|&n| n <= most * 1000)?;
-    let lifetime = Duration::from_secs(r.u64().filter(|&n| n <= most)?);
+    let age_ms = r.u64().filter(|&n| n <= MOST_MS)?;
+    let ttl_ms = r.u64().filter(|&n| n <= MOST_MS)?;
+    let lifetime = Duration::from_secs(r.u64().filter(|&n| n <= MOST_MS / 1000)?);
     let own_control = r
         .optional()?
         .map(|v| is_value(v).then(|| Bytes::copy_from_slice(v)))
@@ -172,8 +174,9 @@ impl Record {
     /// held it (RFC 9111 §4.2.3: it must not look younger than it is), so
     /// the boxes' clocks need not agree.
     pub fn into_stored(self, remaining_ms: u64, now: Instant) -> Stored {
-        let age_ms = self.age_ms + self.ttl_ms.saturating_sub(remaining_ms);
-        // (Both at most 2^32 s in ms, from `decode`: no overflow.)
+        // Both at most MOST_MS (`decode`): no overflow; and the sum kept
+        // within it, so the entry can be written and read again.
+        let age_ms = (self.age_ms + self.ttl_ms.saturating_sub(remaining_ms)).min(MOST_MS);
         let mut fields: Vec<(&[u8], &[u8])> = self.head.iter().collect();
         if let Some(own) = &self.own_control {
             fields.push((hayate_cache::targeted::OWN_FIELD, own));
@@ -398,5 +401,36 @@ mod tests {
         let at = v.len() - stored().body.len() - 4;
         v[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(decode(&v).is_none());
+    }
+
+    #[test]
+    fn mutated_values_never_panic_and_what_reads_writes_again() {
+        // The fuzz target's property (fuzz/fuzz_targets/l2_record.rs) over
+        // 20,000 single- and multi-byte mutations of a good value.
+        let good = encode_response(&stored(), 3_000, 60_000);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let now = Instant::now();
+        for _ in 0..20_000 {
+            let mut v = good.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % v.len() as u64) as usize;
+                v[at] = next() as u8;
+            }
+            let Some(Value::Response(r)) = decode(&v) else {
+                continue;
+            };
+            let s = r.into_stored(0, now);
+            let again = encode_response(&s, s.age(now) * 1000, 1000);
+            let Some(Value::Response(back)) = decode(&again) else {
+                panic!("read, but not readable once written again: {v:?}");
+            };
+            assert_eq!(back.into_stored(1000, now).head.wire(), s.head.wire());
+        }
     }
 }
