@@ -343,8 +343,9 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     ending.result
 }
 
-/// Starts the shared tier on the current runtime: other boxes' purges and
-/// invalidations are applied to whichever cache runs then.
+/// Starts the shared tier on the current runtime: purges and invalidations
+/// (other boxes', and this box's again once Redis's copies are gone) are
+/// applied to whichever cache runs then.
 fn start_shared_tier(
     url: &str,
     config: &Config,
@@ -359,7 +360,7 @@ fn start_shared_tier(
     hayate_shared::SharedTier::start(settings, move |event| {
         if let Some(cache) = cache.load_full() {
             let removed = cache.apply(event);
-            log::debug!("shared tier: {event:?} from another box removed {removed}");
+            log::debug!("shared tier: {event:?} removed {removed}");
         }
     })
     .map_err(io::Error::other)

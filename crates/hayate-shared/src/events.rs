@@ -22,15 +22,19 @@ const CHANNEL: &str = "hayate:cache-events";
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Deletes the L2 copies of each queued event, then publishes it; each
-/// call bounded by `timeout`.
+/// What applies an event to this box's cache.
+pub(crate) type Apply = Arc<dyn Fn(&CacheEvent) + Send + Sync>;
+
+/// Deletes the L2 copies of each queued event (this box applied it
+/// already), applies it again (a fill may have read one of them from Redis
+/// in between), then publishes it; each call bounded by `timeout`.
 pub(crate) async fn publish(
     client: redis::Client,
     timeout: Duration,
     id: Arc<str>,
     mut rx: mpsc::Receiver<CacheEvent>,
     stats: Arc<SharedStats>,
-    l2: Arc<crate::L2>,
+    (l2, apply): (Arc<crate::L2>, Apply),
 ) {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
@@ -42,6 +46,7 @@ pub(crate) async fn publish(
         // The L2 copies go first: a box that gets the event must not
         // refill from one.
         l2.forget_after_writes(&event).await;
+        apply(&event);
         if conn.is_none() {
             let connecting = client.get_connection_manager_with_config(config.clone());
             match tokio::time::timeout(timeout, connecting).await {
@@ -87,9 +92,8 @@ pub(crate) async fn subscribe(
     client: redis::Client,
     timeout: Duration,
     id: Arc<str>,
-    apply: Box<dyn Fn(&CacheEvent) + Send + Sync>,
     stats: Arc<SharedStats>,
-    l2: Arc<crate::L2>,
+    (l2, apply): (Arc<crate::L2>, Apply),
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -110,8 +114,11 @@ pub(crate) async fn subscribe(
                         Some((from, _)) if from == *id => {}
                         Some((_, event)) => {
                             stats.received.fetch_add(1, Ordering::Relaxed);
+                            // Its L2 copies first (this box's writes
+                            // queued before it included), so no fill
+                            // here reads one once it is applied.
+                            l2.forget_after_writes(&event).await;
                             apply(&event);
-                            l2.forget_later(&event).await;
                         }
                         None => log::warn!("shared tier: a message hayate cannot read"),
                     }

@@ -76,8 +76,8 @@ struct Write {
 /// those lands after them and outlives the purge.
 enum Job {
     Write(Write),
-    /// Delete what the event removes, then say so (when asked).
-    Forget(CacheEvent, Option<oneshot::Sender<()>>),
+    /// Delete what the event removes, then say so.
+    Forget(CacheEvent, oneshot::Sender<()>),
 }
 
 /// The L2 tier: looked up by the cache's fills, written by its stores.
@@ -280,27 +280,20 @@ impl L2 {
         }
     }
 
-    /// Deletes the L2 copies `event` removes once the writes queued before
-    /// it are done, and returns then: the box where the event started calls
-    /// it before announcing the event, so that no box refills from a copy
-    /// the event meant to remove.
+    /// Deletes the L2 copies `event` removes once the writes this box
+    /// queued before it are done, and returns then: every box calls it
+    /// before it applies an event (again, on the box where it started),
+    /// so that no box refills from a copy the event meant to remove.
     pub(crate) async fn forget_after_writes(&self, event: &CacheEvent) {
         let (done, deleted) = oneshot::channel();
         if self
             .writes
-            .send(Job::Forget(event.clone(), Some(done)))
+            .send(Job::Forget(event.clone(), done))
             .await
             .is_ok()
         {
             let _ = deleted.await;
         }
-    }
-
-    /// Deletes the L2 copies an event from another box removes, once the
-    /// writes this box queued before it are done (one of them may be a
-    /// copy the event meant to remove).
-    pub(crate) async fn forget_later(&self, event: &CacheEvent) {
-        let _ = self.writes.send(Job::Forget(event.clone(), None)).await;
     }
 
     /// Deletes the L2 copies `event` removes.
@@ -417,9 +410,7 @@ async fn write_all(l2: std::sync::Weak<L2>, mut rx: mpsc::Receiver<Job>) {
             Job::Write(w) => l2.write(w).await,
             Job::Forget(event, done) => {
                 l2.forget(&event).await;
-                if let Some(done) = done {
-                    let _ = done.send(());
-                }
+                let _ = done.send(());
             }
         }
     }

@@ -72,7 +72,9 @@ pub struct SharedTier {
 
 impl SharedTier {
     /// Starts the publisher and the subscriber on the current runtime
-    /// (they run while it runs); `apply` gets every other box's event.
+    /// (they run while it runs); `apply` gets every other box's event, and
+    /// this box's own again once their L2 copies are deleted (what a fill
+    /// read from Redis in between is dropped).
     /// Fails only on a URL the client cannot use; an unreachable Redis is
     /// retried in the background.
     pub fn start(
@@ -85,21 +87,21 @@ impl SharedTier {
         let stats = Arc::new(SharedStats::default());
         let (queue, rx) = mpsc::channel(QUEUE);
         let l2 = L2::start(client.clone(), settings.timeout, settings.max_object)?;
+        let apply: events::Apply = Arc::new(apply);
         tokio::spawn(events::publish(
             client.clone(),
             settings.timeout,
             id.clone(),
             rx,
             stats.clone(),
-            l2.clone(),
+            (l2.clone(), apply.clone()),
         ));
         tokio::spawn(events::subscribe(
             client,
             settings.timeout,
             id.clone(),
-            Box::new(apply),
             stats.clone(),
-            l2.clone(),
+            (l2.clone(), apply),
         ));
         Ok(SharedTier {
             id,

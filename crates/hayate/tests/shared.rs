@@ -195,6 +195,20 @@ fn vary_variants_are_shared_each_under_its_own_key() {
     assert_eq!(de.text(), "count 3\n");
     assert!(!from_shared_tier(&de), "{}", cache_status(&de));
     assert_eq!(origin.count(path), 3);
+
+    // A box that keys on a request field (cache_key_headers) never takes a
+    // copy stored without it: one key's answer is not another's.
+    let keyed = cached_with(
+        &origin,
+        &redis,
+        &dir.path().join("k.sock"),
+        &["--cache-key-headers", "x-api-key"],
+    );
+    let r = keyed
+        .client()
+        .get(path, &[("accept-language", "en"), ("x-api-key", "k1")]);
+    assert!(!from_shared_tier(&r), "{}", cache_status(&r));
+    assert_eq!(origin.count(path), 4);
 }
 
 #[test]

@@ -49,6 +49,13 @@ pub(super) async fn consult(
     let Some(stored) = tier.lookup(key, &vary).await else {
         return Consulted::Fetch(leader, None);
     };
+    // A copy stored by a box whose route keys on fewer fields
+    // (`cache_key_headers`) than this one's would answer one key's request
+    // with another's: not for this route.
+    let keyed = |k: &Vec<u8>| stored.vary.names().any(|n| n == &k[..]);
+    if !rc.key_headers.iter().all(keyed) {
+        return Consulted::Fetch(leader, None);
+    }
     let stored = Arc::new(stored);
     let now = Instant::now();
     let fresh = stored.freshness(
