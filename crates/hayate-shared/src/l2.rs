@@ -337,7 +337,10 @@ impl L2 {
             return;
         };
         let gone: Vec<&Vec<u8>> = members.iter().filter(|m| keep(m)).collect();
+        // In one transaction: no reader sees the keys gone but still in
+        // their sets.
         let mut pipe = redis::pipe();
+        pipe.atomic();
         if let CacheEvent::Invalidate { host, target } = event {
             pipe.cmd("DEL")
                 .arg(entry_key(&store::key(host, target)))

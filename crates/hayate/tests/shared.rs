@@ -166,9 +166,12 @@ fn purges_and_invalidations_reach_every_box_and_redis_down_takes_nothing_down() 
     purge(&control_a, "/again");
     eventually("B's copy purged after Redis came back", || {
         b.client().get("/again", &[]);
-        (origin.count("/again") == 2)
-            .then_some(())
-            .ok_or(format!("{} origin requests", origin.count("/again")))
+        (origin.count("/again") == 2).then_some(()).ok_or(format!(
+            "{} origin requests\nA: {}\nB: {}",
+            origin.count("/again"),
+            a.stderr(),
+            b.stderr()
+        ))
     });
 }
 
@@ -232,15 +235,17 @@ fn an_oversize_response_is_not_shared_and_a_corrupt_value_is_ignored() {
     assert_eq!(origin.count("/text?n=5000"), 2);
 
     // A value hayate cannot read is a miss: the origin answers.
-    for junk in [&b"HYL2\x01\x01garbage"[..], b"not hayate's at all"] {
-        let set = redis.command(&[b"SET", b"hayate:l2:e:test\0/junk", junk]);
+    for (path, junk) in [
+        ("/junk1", &b"HYL2\x01\x01garbage"[..]),
+        ("/junk2", b"not hayate's"),
+    ] {
+        let key = format!("hayate:l2:e:test\0{path}");
+        let set = redis.command(&[b"SET", key.as_bytes(), junk]);
         assert_eq!(set, Reply::Text(b"OK".to_vec()));
-        let before = origin.count("/junk");
-        let r = b.client().get("/junk", &[("x-fresh", "1")]);
+        let r = b.client().get(path, &[]);
         assert_eq!(r.status, 200);
         assert!(!from_shared_tier(&r), "{}", cache_status(&r));
-        assert_eq!(origin.count("/junk"), before + 1);
-        purge(&dir.path().join("b.sock"), "/junk");
+        assert_eq!(origin.count(path), 1);
     }
     eventually("the unreadable value logged", || {
         let log = b.stderr();
