@@ -3,8 +3,9 @@
 //!
 //! [`lookup`] answers a proxied request from the shared store when RFC 9111
 //! allows; otherwise [`from_origin`] fetches it — one fetch per key however many requests
-//! miss at once (`hayate_cache::fill`) — stores what may be stored and
-//! serves it. Every answer carries Cache-Status and tells the access log
+//! miss at once (`hayate_cache::fill`), whose leader first asks the shared
+//! tier of several boxes when there is one (`second_tier`) — stores what
+//! may be stored (handing it to that tier too) and serves it. Every answer carries Cache-Status and tells the access log
 //! what the cache did. The policy itself (what may be stored, for how
 //! long, what may answer) lives in hayate-cache; this module does the I/O.
 
