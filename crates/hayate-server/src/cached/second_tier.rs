@@ -106,3 +106,44 @@ pub(super) fn stale_window(policy: &RoutePolicy, stored: &Stored) -> Duration {
         .unwrap_or(policy.stale_if_error.as_secs());
     Duration::from_secs(swr.max(sie))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use hayate_cache::ResponseDirectives;
+    use hayate_core::{Fields, Status};
+
+    #[test]
+    fn the_stale_window_is_the_longer_of_the_responses_or_the_routes() {
+        let stored = |swr, sie| Stored {
+            status: Status::OK,
+            head: Arc::new(Fields::new()),
+            body: Bytes::new(),
+            vary: VaryKey::default(),
+            etag: None,
+            last_modified: None,
+            cc: ResponseDirectives {
+                stale_while_revalidate: swr,
+                stale_if_error: sie,
+                ..ResponseDirectives::default()
+            },
+            lifetime: Duration::from_secs(60),
+            initial_age: 0,
+            stored_at: Instant::now(),
+            tags: Box::new([]),
+            own_control: None,
+        };
+        let route = |swr, sie| RoutePolicy {
+            stale_while_revalidate: Duration::from_secs(swr),
+            stale_if_error: Duration::from_secs(sie),
+            ..RoutePolicy::default()
+        };
+        let secs = |p: &RoutePolicy, s: &Stored| stale_window(p, s).as_secs();
+        assert_eq!(secs(&route(0, 0), &stored(None, None)), 0);
+        assert_eq!(secs(&route(5, 30), &stored(None, None)), 30);
+        // The response's own windows replace the route's.
+        assert_eq!(secs(&route(5, 30), &stored(Some(10), Some(0))), 10);
+        assert_eq!(secs(&route(0, 0), &stored(None, Some(86_400))), 86_400);
+    }
+}
