@@ -418,3 +418,43 @@ fn coalesced_misses_ask_redis_once_and_local_hits_never() {
     assert_eq!(doc["shared"]["l2"]["misses"], 1, "{doc}");
     assert_eq!(doc["shared"]["l2"]["writes"], 1, "{doc}");
 }
+
+#[test]
+fn copies_from_redis_answer_stale_or_revalidate_under_the_usual_rules() {
+    let redis = Redis::start();
+    let origin = Origin::start(OriginOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = cached(&origin, &redis, &dir.path().join("a.sock"));
+    let b = cached(&origin, &redis, &dir.path().join("b.sock"));
+
+    // Stale on arrival (Age 5 > max-age 1) but within stale-while-revalidate:
+    // B answers with the copy from Redis and refreshes it in the background.
+    let swr =
+        "/script?h=Cache-Control%3A%20max-age%3D1%2C%20stale-while-revalidate%3D60&h=Age%3A%205";
+    a.client().get(swr, &[]);
+    in_redis(&redis, swr, 1);
+    let stale = b.client().get(swr, &[]);
+    let status = cache_status(&stale);
+    assert!(from_shared_tier(&stale), "{status}");
+    assert!(status.contains("ttl=-"), "{status}");
+    assert_eq!(stale.text(), "count 1\n");
+    assert!(
+        origin.wait_for(swr, 2, Duration::from_secs(5)),
+        "the refresh"
+    );
+
+    // A request that will not take a stored answer unvalidated (no-cache):
+    // the copy from Redis is revalidated with its ETag, and the origin's 304
+    // confirms it.
+    let tagged = "/script?h=Cache-Control%3A%20max-age%3D60&etag=v7";
+    a.client().get(tagged, &[]);
+    in_redis(&redis, tagged, 1);
+    let r = b.client().get(tagged, &[("cache-control", "no-cache")]);
+    let status = cache_status(&r);
+    assert!(
+        status.contains("fwd=stale") && status.contains("fwd-status=304"),
+        "{status}"
+    );
+    assert_eq!(r.text(), "count 1\n");
+    assert_eq!(origin.count(tagged), 2);
+}
