@@ -309,7 +309,7 @@ options! {
     shared: String = unset, "redis://HOST:PORT[/DB]",
         "Redis (or Valkey) that several hayates share: responses one box fetched serve the others (L2), and a purge or an invalidation on one box reaches every box's cache (off unless set)";
     shared_timeout: Dur = "50ms", "DURATION",
-        "Longest wait for any Redis call; Redis slower or down never delays a request";
+        "Longest wait for any Redis call: a local cache miss waits at most this for the shared tier, and a Redis slower or down delays nothing else";
     shared_max_object: Size = "1MiB", "SIZE",
         "Largest response body written to the shared cache tier (L2); larger ones stay in each box's own cache";
     app_user: String = unset, "USER",
