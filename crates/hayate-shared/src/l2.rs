@@ -298,32 +298,7 @@ impl L2 {
 
     /// Deletes the L2 copies `event` removes.
     async fn forget(&self, event: &CacheEvent) {
-        let (set, keep): (Vec<u8>, Removes) = match event {
-            CacheEvent::PurgeUrl(url) => {
-                let (host, path) = hayate_cache::events::purged_host_and_path(url);
-                let host = host.to_ascii_lowercase().into_bytes();
-                let prefixes = [entry_key(&host), variant_key_prefix(&host)];
-                let every_host = host.is_empty();
-                let on_host = move |m: &[u8]| {
-                    every_host
-                        || prefixes
-                            .iter()
-                            .any(|p| m.starts_with(p) && m.get(p.len()) == Some(&0))
-                };
-                (set_key(b"p:", path.as_bytes()), Box::new(on_host))
-            }
-            CacheEvent::PurgeTag(tag) => (tag_key(tag.as_bytes()), Box::new(|_: &[u8]| true)),
-            CacheEvent::Invalidate { host, target } => {
-                let key = store::key(host, target);
-                let entry = entry_key(&key);
-                let mut variants = variant_key_prefix(&key);
-                variants.push(0);
-                (
-                    path_key(&key),
-                    Box::new(move |m: &[u8]| m == entry || m.starts_with(&variants)),
-                )
-            }
-        };
+        let (set, keep) = removed_by(event);
         let mut conn = self.conn.clone();
         let Some(members) = self
             .call_anyway(async {
@@ -415,6 +390,36 @@ async fn write_all(l2: std::sync::Weak<L2>, mut rx: mpsc::Receiver<Job>) {
                 l2.forget(&event).await;
                 let _ = done.send(());
             }
+        }
+    }
+}
+
+/// The set of keys an event looks in, and which of its members it removes.
+fn removed_by(event: &CacheEvent) -> (Vec<u8>, Removes) {
+    match event {
+        CacheEvent::PurgeUrl(url) => {
+            let (host, path) = hayate_cache::events::purged_host_and_path(url);
+            let host = host.to_ascii_lowercase().into_bytes();
+            let prefixes = [entry_key(&host), variant_key_prefix(&host)];
+            let every_host = host.is_empty();
+            let on_host = move |m: &[u8]| {
+                every_host
+                    || prefixes
+                        .iter()
+                        .any(|p| m.starts_with(p) && m.get(p.len()) == Some(&0))
+            };
+            (set_key(b"p:", path.as_bytes()), Box::new(on_host))
+        }
+        CacheEvent::PurgeTag(tag) => (tag_key(tag.as_bytes()), Box::new(|_: &[u8]| true)),
+        CacheEvent::Invalidate { host, target } => {
+            let key = store::key(host, target);
+            let entry = entry_key(&key);
+            let mut variants = variant_key_prefix(&key);
+            variants.push(0);
+            (
+                path_key(&key),
+                Box::new(move |m: &[u8]| m == entry || m.starts_with(&variants)),
+            )
         }
     }
 }
@@ -545,6 +550,54 @@ impl MetricsSource for L2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_event_removes() {
+        let en = {
+            let names = vec![b"accept-language".to_vec()];
+            VaryKey::new(&names, |_: &[u8]| vec![&b"en"[..]])
+        };
+        let k = |host: &[u8], target: &[u8]| store::key(host, target);
+        let of = |event: CacheEvent, keys: &[Vec<u8>]| {
+            let (set, removes) = removed_by(&event);
+            let gone: Vec<bool> = keys.iter().map(|m| removes(m)).collect();
+            (String::from_utf8_lossy(&set).into_owned(), gone)
+        };
+        let keys = [
+            entry_key(&k(b"a.test", b"/p?x=1")),
+            variant_key(&k(b"a.test", b"/p?x=1"), &en),
+            entry_key(&k(b"a.test", b"/p?x=10")),
+            entry_key(&k(b"a.testx", b"/p")),
+            variant_key(&k(b"b.test", b"/p"), &en),
+        ];
+        let url = |u: &str| CacheEvent::PurgeUrl(u.into());
+        assert_eq!(
+            of(url("http://A.test/p?y"), &keys),
+            (
+                "hayate:l2:p:/p".into(),
+                vec![true, true, true, false, false]
+            )
+        );
+        assert_eq!(
+            of(url("/p"), &keys),
+            ("hayate:l2:p:/p".into(), vec![true; 5])
+        );
+        let invalidate = CacheEvent::Invalidate {
+            host: b"a.test".to_vec(),
+            target: b"/p?x=1".to_vec(),
+        };
+        assert_eq!(
+            of(invalidate, &keys),
+            (
+                "hayate:l2:p:/p".into(),
+                vec![true, true, false, false, false]
+            )
+        );
+        assert_eq!(
+            of(CacheEvent::PurgeTag("t".into()), &keys),
+            ("hayate:l2:t:t".into(), vec![true; 5])
+        );
+    }
 
     #[test]
     fn keys_of_a_url() {
