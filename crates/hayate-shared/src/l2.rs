@@ -251,12 +251,20 @@ impl L2 {
             return; // nothing another box could serve
         }
         let entry = entry_key(&w.key);
+        // In one transaction: a write cut short leaves no key without a TTL.
         let mut pipe = redis::pipe();
+        pipe.atomic();
         let target = if s.vary == VaryKey::default() {
             entry.clone()
         } else {
+            // The names stay as long as the longest-lived variant needs them.
             let names = record::encode_variants(s.vary.names().collect::<Vec<_>>().into_iter());
-            set(&mut pipe, &entry, &names, ttl_ms);
+            pipe.cmd("SET")
+                .arg(&entry)
+                .arg(names)
+                .arg("KEEPTTL")
+                .ignore();
+            lengthen(&mut pipe, &entry, ttl_ms);
             variant_key(&w.key, &s.vary)
         };
         set(
@@ -434,13 +442,18 @@ fn set(pipe: &mut redis::Pipeline, key: &[u8], value: &[u8], ttl_ms: u64) {
         .ignore();
 }
 
-/// Adds `members` to the set `set`, which then lives at least `ttl_ms`:
-/// `NX` sets a new set's TTL, `GT` only ever lengthens it (Redis 7).
+/// Adds `members` to the set `set`, which then lives at least `ttl_ms`.
 fn index(pipe: &mut redis::Pipeline, set: &[u8], members: &[&Vec<u8>], ttl_ms: u64) {
     pipe.cmd("SADD").arg(set).arg(members).ignore();
+    lengthen(pipe, set, ttl_ms);
+}
+
+/// Makes `key` live at least `ttl_ms` more: `NX` gives a key without a TTL
+/// one, `GT` only ever lengthens it (Redis 7).
+fn lengthen(pipe: &mut redis::Pipeline, key: &[u8], ttl_ms: u64) {
     for option in ["NX", "GT"] {
         pipe.cmd("PEXPIRE")
-            .arg(set)
+            .arg(key)
             .arg(ttl_ms)
             .arg(option)
             .ignore();

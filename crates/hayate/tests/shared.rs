@@ -188,6 +188,14 @@ fn vary_variants_are_shared_each_under_its_own_key() {
     assert_eq!(a.client().get(path, &lang("fr")).text(), "count 2\n");
     // The entry naming the Vary fields, and one key per variant.
     in_redis(&redis, path, 3);
+    // Every key expires (the names with the longest-lived variant).
+    for key in responses_in_redis(&redis, path) {
+        let ttl = redis.command(&[b"PTTL", &key]);
+        assert!(
+            matches!(ttl, Reply::Int(ms) if ms > 50_000 && ms <= 60_000),
+            "{ttl:?}"
+        );
+    }
     for (l, body) in [("en", "count 1\n"), ("fr", "count 2\n")] {
         let r = b.client().get(path, &lang(l));
         assert!(from_shared_tier(&r), "{l}: {}", cache_status(&r));
