@@ -14,8 +14,9 @@
 //! - `t:` + tag: the set of the keys of responses tagged so.
 //!
 //! Every key expires when its response can no longer answer: its freshness
-//! left plus its stale windows. A set lives as long as its longest-lived
-//! member (it may name keys already expired; deleting those is harmless).
+//! left plus its stale windows. A set, and a primary key naming Vary
+//! fields, lives as long as its longest-lived member (a set may name keys
+//! already expired; deleting those is harmless).
 //!
 //! Never a request's bottleneck: every call is bounded by the tier's
 //! timeout and goes through the [`Breaker`]; writes go through a bounded
