@@ -25,6 +25,24 @@ pub enum CacheEvent {
     },
 }
 
+/// The host (empty: every host) and the path (query dropped) a purge by
+/// URL names: `http://host/path`, or a path.
+pub fn purged_host_and_path(url: &str) -> (&str, &str) {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let (host, path) = match rest {
+        Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
+        None => ("", url),
+    };
+    let path = path
+        .split('?')
+        .next()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    (host, path)
+}
+
 /// Where a cache announces the events that started on its box.
 pub type Announce = Box<dyn Fn(&CacheEvent) + Send + Sync>;
 
@@ -47,18 +65,7 @@ impl ResponseCache {
     pub fn apply(&self, event: &CacheEvent) -> usize {
         match event {
             CacheEvent::PurgeUrl(url) => {
-                let rest = url
-                    .strip_prefix("http://")
-                    .or_else(|| url.strip_prefix("https://"));
-                let (host, path) = match rest {
-                    Some(r) => r.split_at(r.find('/').unwrap_or(r.len())),
-                    None => ("", url.as_str()),
-                };
-                let path = path
-                    .split('?')
-                    .next()
-                    .filter(|p| !p.is_empty())
-                    .unwrap_or("/");
+                let (host, path) = purged_host_and_path(url);
                 self.store.purge_url(host.as_bytes(), path.as_bytes())
             }
             CacheEvent::PurgeTag(tag) => self.store.purge_tag(tag.as_bytes()),

@@ -11,6 +11,7 @@
 //!   event).
 //! - [`serve`]: stored entries to responses and back (Age, 304s, updates).
 //! - [`status`]: Cache-Status (RFC 9211) and the access-log word.
+//! - [`tier`]: the second tier several boxes share (a Redis L2).
 //!
 //! The request flow that ties them to the proxy lives in hayate-server
 //! (`cached.rs`); this crate does no I/O and depends only on hayate-core.
@@ -24,6 +25,7 @@ pub mod serve;
 pub mod status;
 pub mod store;
 pub mod targeted;
+pub mod tier;
 pub mod vary;
 
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub use fill::{Fills, Outcome, Role, Streaming, Waited};
 pub use policy::{NotStored, ResponseFacts, RoutePolicy, Use};
 pub use status::{CacheOutcome, CacheStatus};
 pub use store::{Lookup, Stats, Store, Stored};
+pub use tier::SecondTier;
 pub use vary::VaryKey;
 
 /// Process-wide cache settings.
@@ -75,6 +78,8 @@ pub struct ResponseCache {
     pub limits: CacheLimits,
     /// Where purges and invalidations are announced to other boxes.
     announce: events::AnnounceSlot,
+    /// Where stored responses are shared with other boxes, when they are.
+    second: tier::TierSlot,
 }
 
 impl ResponseCache {
@@ -85,6 +90,7 @@ impl ResponseCache {
             fills: Arc::new(Fills::new(limits.max_waiters)),
             limits,
             announce: events::AnnounceSlot::default(),
+            second: tier::TierSlot::default(),
         }
     }
 

@@ -57,6 +57,22 @@ impl VaryKey {
         })
     }
 
+    /// The field names, lowercase, in the order the response named them.
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(|(n, _)| &n[..])
+    }
+
+    /// Each field name with the request's normalized value (`None`: the
+    /// request lacked the field), for a second tier that stores variants.
+    pub fn parts(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.0.iter().map(|(n, v)| (&n[..], v.as_deref()))
+    }
+
+    /// A key from [`VaryKey::parts`] read back (values already normalized).
+    pub fn from_parts(parts: Vec<(Box<[u8]>, Value)>) -> VaryKey {
+        VaryKey(parts.into_boxed_slice())
+    }
+
     /// Bytes held, for the store's budget.
     pub fn weight(&self) -> usize {
         self.0

@@ -309,9 +309,11 @@ options! {
     group: String = unset, "GROUP",
         "The group hayate runs as with user (default: the user's own group)";
     shared: String = unset, "redis://HOST:PORT[/DB]",
-        "Redis (or Valkey) that several hayates share: a purge or an invalidation on one box reaches every box's cache, and with tls = acme one box orders each certificate and every box serves it (off unless set)";
+        "Redis (or Valkey) that several hayates share: responses one box fetched serve the others (L2), a purge or an invalidation on one box reaches every box's cache, and with tls = acme one box orders each certificate and every box serves it (off unless set)";
     shared_timeout: Dur = "50ms", "DURATION",
-        "Longest wait for any Redis call; Redis slower or down never delays a request";
+        "Longest wait for any Redis call: a local cache miss waits at most this for the shared tier, and a Redis slower or down delays nothing else";
+    shared_max_object: Size = "1MiB", "SIZE",
+        "Largest response body written to the shared cache tier (L2); larger ones stay in each box's own cache";
     shared_key: String = unset, "HEX",
         "With shared and tls = acme: 64 hex digits (openssl rand -hex 32), the same on every box, that encrypt the ACME keys kept in Redis; give it as HAYATE_SHARED_KEY rather than on the command line";
     app_user: String = unset, "USER",

@@ -3,8 +3,9 @@
 //!
 //! [`lookup`] answers a proxied request from the shared store when RFC 9111
 //! allows; otherwise [`from_origin`] fetches it — one fetch per key however many requests
-//! miss at once (`hayate_cache::fill`) — stores what may be stored and
-//! serves it. Every answer carries Cache-Status and tells the access log
+//! miss at once (`hayate_cache::fill`), whose leader first asks the shared
+//! tier of several boxes when there is one (`second_tier`) — stores what
+//! may be stored (handing it to that tier too) and serves it. Every answer carries Cache-Status and tells the access log
 //! what the cache did. The policy itself (what may be stored, for how
 //! long, what may answer) lives in hayate-cache; this module does the I/O.
 
@@ -31,9 +32,11 @@ use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
 mod invalidate;
 mod revalidate;
+mod second_tier;
 use invalidate::invalidate_after_unsafe;
 pub use invalidate::purge;
 use revalidate::refresh_in_background;
+use second_tier::{stale_window, Consulted};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -223,7 +226,7 @@ pub fn lookup(
 /// however many requests miss at once, stored when it may be.
 pub async fn from_origin<B: ClientBody>(
     rc: &RouteCache,
-    group: &UpstreamGroup,
+    group: &Rc<UpstreamGroup>,
     req: &ProxyRequest<'_>,
     body: &mut B,
     miss: Miss,
@@ -256,6 +259,14 @@ pub async fn from_origin<B: ClientBody>(
     // The key is owned from here on (fills and the store keep it).
     let key = store::key(req.host.unwrap_or_default(), req.target);
     match rc.shared.fills.join(&key) {
+        Role::Leader(leader) if stale.is_none() => {
+            match second_tier::consult(rc, group, req, &key, leader).await {
+                Consulted::Answered(resp) => resp,
+                Consulted::Fetch(leader, stale) => {
+                    fetch(rc, group, req, body, &key, stale, Some(leader)).await
+                }
+            }
+        }
         Role::Leader(leader) => fetch(rc, group, req, body, &key, stale, Some(leader)).await,
         Role::Follower(follower) => {
             Stats::bump(&stats.coalesced);
@@ -453,9 +464,8 @@ async fn fetch<B: ClientBody>(
         status.ttl = Some(updated.ttl(age));
         let updated = Arc::new(updated);
         if lifetime.is_ok() {
-            status.stored = shared
-                .store
-                .insert_shared(key, updated.clone(), requested_at);
+            let window = stale_window(&rc.policy, &updated);
+            status.stored = shared.keep(key, &updated, requested_at, window);
             finish(leader, Outcome::Stored);
         } else {
             shared.store.remove(key);
@@ -566,9 +576,8 @@ async fn fetch<B: ClientBody>(
         admission(vary_key(&facts)),
     ));
     status.ttl = Some(stored.ttl(stored.initial_age));
-    status.stored = shared
-        .store
-        .insert_shared(key, stored.clone(), requested_at);
+    let window = stale_window(&rc.policy, &stored);
+    status.stored = shared.keep(key, &stored, requested_at, window);
     finish(leader, Outcome::Stored);
     let fetched = Fetched {
         head,
@@ -673,6 +682,7 @@ fn stream_fill(
     let key = key.clone();
     let target = String::from_utf8_lossy(req.target).into_owned();
     let max = shared.limits.max_object;
+    let window = stale_window(&rc.policy, &stored);
     tokio::task::spawn_local(async move {
         let mut received = 0u64;
         let mut leader = Some(leader);
@@ -705,9 +715,8 @@ fn stream_fill(
         };
         growing.finish(complete);
         if let (true, Some(leader)) = (complete, leader) {
-            shared
-                .store
-                .insert(&key, stored.with_body(growing.concat()), requested_at);
+            let whole = Arc::new(stored.with_body(growing.concat()));
+            shared.keep(&key, &whole, requested_at, window);
             leader.finish(Outcome::Stored);
         }
         // else: the leader dropped here releases whoever still waits.

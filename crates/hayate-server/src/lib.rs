@@ -174,6 +174,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         Some(url) => {
             let tier = signals.block_on(async { start_shared_tier(url, &config, &cache_slot) })?;
             hooks.metrics.register(tier.metrics());
+            hooks.metrics.register(tier.l2());
             if let Some(c) = &cache {
                 announce_to(c, &tier);
             }
@@ -367,8 +368,9 @@ fn shared_acme_store(
     Ok(Some(Arc::new(store)))
 }
 
-/// Starts the shared tier on the current runtime: other boxes' purges and
-/// invalidations are applied to whichever cache runs then.
+/// Starts the shared tier on the current runtime: purges and invalidations
+/// (other boxes', and this box's again once Redis's copies are gone) are
+/// applied to whichever cache runs then.
 fn start_shared_tier(
     url: &str,
     config: &Config,
@@ -378,18 +380,21 @@ fn start_shared_tier(
     let settings = hayate_shared::SharedSettings {
         url: url.to_string(),
         timeout: config.global.shared_timeout.0,
+        max_object: config.global.shared_max_object.0,
     };
     hayate_shared::SharedTier::start(settings, move |event| {
         if let Some(cache) = cache.load_full() {
             let removed = cache.apply(event);
-            log::debug!("shared tier: {event:?} from another box removed {removed}");
+            log::debug!("shared tier: {event:?} removed {removed}");
         }
     })
     .map_err(io::Error::other)
 }
 
-/// Makes `cache` announce this box's purges and invalidations to the others.
+/// Makes `cache` announce this box's purges and invalidations to the
+/// others, and share its responses through the L2 tier.
 pub(crate) fn announce_to(cache: &hayate_cache::ResponseCache, tier: &hayate_shared::SharedTier) {
+    cache.share_through(tier.l2());
     let tier = tier.clone();
     cache.announce_to(Box::new(move |event| tier.announce(event)));
 }

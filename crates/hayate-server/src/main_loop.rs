@@ -142,7 +142,11 @@ impl MainLoop<'_> {
         ending: &mut Ending,
     ) -> Result<String, String> {
         match command {
-            ControlCommand::Status => Ok(self.status.as_ref().map(|s| s()).unwrap_or_default()),
+            ControlCommand::Status => {
+                let mut answer = self.status.as_ref().map(|s| s()).unwrap_or_default();
+                answer.extend(self.reloader.shared_tier_summary());
+                Ok(answer)
+            }
             ControlCommand::Reload => {
                 log::info!("control: reloading");
                 let answer = reload(&mut self.reloader, self.on_reload).await;

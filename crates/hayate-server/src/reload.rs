@@ -55,6 +55,7 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("shared", "the shared tier is set up at start"),
     ("shared_timeout", "the shared tier is set up at start"),
     ("shared_key", "the TLS setup is built at start"),
+    ("shared_max_object", "the shared tier is set up at start"),
     ("cache_max_object", "the response cache is set up at start"),
     (
         "cache_lock_timeout",
@@ -158,6 +159,12 @@ pub struct ReloadParts<'a> {
 }
 
 impl<'a> Reloader<'a> {
+    /// The shared tier's state in one line, when there is one (`hayate
+    /// status`).
+    pub fn shared_tier_summary(&self) -> Option<String> {
+        self.shared_tier.as_ref().map(|t| t.summary())
+    }
+
     /// A reloader for the server running `parts.publish`'s blueprint.
     pub fn new(parts: ReloadParts<'a>) -> Reloader<'a> {
         let running = parts.publish.borrow().clone();

@@ -75,6 +75,7 @@ pub struct Status {
     cache: Option<Cache>,
     compression: Option<Compression>,
     tls: Option<Tls>,
+    shared: Option<Shared>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +137,14 @@ struct Cache {
     coalesced: u64,
     bytes: u64,
     entries: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Shared {
+    subscribed: bool,
+    breaker: &'static str,
+    l2: BTreeMap<&'static str, u64>,
+    events: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -243,6 +252,7 @@ fn build(samples: &[Sample], info: &ServerInfo, now: SystemTime) -> Status {
         cache: cache(&scrape),
         compression: compression(&scrape),
         tls: tls(&scrape),
+        shared: shared(&scrape),
     }
 }
 
@@ -441,6 +451,35 @@ fn cache(scrape: &Scrape<'_>) -> Option<Cache> {
     })
 }
 
+/// The shared tier (Redis): the subscription, the L2 breaker and counters.
+fn shared(scrape: &Scrape<'_>) -> Option<Shared> {
+    let up = scrape.value("hayate_shared_up")?;
+    let c = |name: &str| scrape.value(name).map_or(0, count);
+    let l2 = [
+        "hits",
+        "misses",
+        "writes",
+        "errors",
+        "skipped",
+        "too_large",
+        "unreadable",
+        "write_dropped",
+    ]
+    .map(|n| (n, c(&format!("hayate_shared_l2_{n}_total"))));
+    let events = ["published", "received", "dropped", "failures"]
+        .map(|n| (n, c(&format!("hayate_shared_{n}_total"))));
+    Some(Shared {
+        subscribed: up == 1.0,
+        breaker: match c("hayate_shared_l2_breaker") {
+            0 => "closed",
+            1 => "open",
+            _ => "half-open",
+        },
+        l2: l2.into_iter().collect(),
+        events: events.into_iter().collect(),
+    })
+}
+
 fn compression(scrape: &Scrape<'_>) -> Option<Compression> {
     let variants = count(scrape.value("hayate_compression_variants_total")?);
     let c = |name| scrape.value(name).map_or(0, count);
@@ -543,7 +582,14 @@ mod tests {
         assert_eq!(v["reloaded_at"], Value::Null);
         assert_eq!(v["routes"], json!([]));
         assert_eq!(v["upstreams"], json!([]));
-        for absent in ["app", "cache", "compression", "tls", "connections_open"] {
+        for absent in [
+            "app",
+            "cache",
+            "compression",
+            "tls",
+            "shared",
+            "connections_open",
+        ] {
             assert_eq!(v[absent], Value::Null, "{absent}");
         }
         info.reloaded();
@@ -732,5 +778,25 @@ mod tests {
             json!({"issued": 1, "failed": 0, "from_other_boxes": 2, "last_result": "issued",
                    "last_at": 1_700_000_000u64})
         );
+    }
+
+    #[test]
+    fn the_shared_tier_from_its_metrics() {
+        let m = Metrics::default();
+        m.register_fn(|out| {
+            sample(out, "hayate_shared_up", &[], 1);
+            sample(out, "hayate_shared_published_total", &[], 3);
+            sample(out, "hayate_shared_l2_hits_total", &[], 7);
+            sample(out, "hayate_shared_l2_errors_total", &[], 2);
+            sample(out, "hayate_shared_l2_breaker", &[], 1);
+        });
+        let v = doc(&m, &info(), Duration::ZERO);
+        let shared = &v["shared"];
+        assert_eq!(shared["subscribed"], true);
+        assert_eq!(shared["breaker"], "open");
+        assert_eq!(shared["l2"]["hits"], 7);
+        assert_eq!(shared["l2"]["errors"], 2);
+        assert_eq!(shared["l2"]["misses"], 0);
+        assert_eq!(shared["events"]["published"], 3);
     }
 }

@@ -18,17 +18,26 @@ use crate::{SharedStats, MAX_BACKOFF};
 /// The channel every box publishes to and subscribes on.
 const CHANNEL: &str = "hayate:cache-events";
 
-/// The subscriber's first wait before reconnecting; doubles up to
-/// [`MAX_BACKOFF`].
+/// Tries to publish one event before it is counted as a failure.
+const PUBLISH_ATTEMPTS: u32 = 4;
+
+/// The subscriber's first wait before reconnecting (and the publisher's
+/// before trying again); doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Publishes queued events, each bounded by `timeout`.
+/// What applies an event to this box's cache.
+pub(crate) type Apply = Arc<dyn Fn(&CacheEvent) + Send + Sync>;
+
+/// Deletes the L2 copies of each queued event (this box applied it
+/// already), applies it again (a fill may have read one of them from Redis
+/// in between), then publishes it; each call bounded by `timeout`.
 pub(crate) async fn publish(
     client: redis::Client,
     timeout: Duration,
     id: Arc<str>,
     mut rx: mpsc::Receiver<CacheEvent>,
     stats: Arc<SharedStats>,
+    (l2, apply): (Arc<crate::L2>, Apply),
 ) {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
@@ -37,42 +46,62 @@ pub(crate) async fn publish(
         .set_max_delay(MAX_BACKOFF);
     let mut conn: Option<redis::aio::ConnectionManager> = None;
     while let Some(event) = rx.recv().await {
-        if conn.is_none() {
-            let connecting = client.get_connection_manager_with_config(config.clone());
-            match tokio::time::timeout(timeout, connecting).await {
-                Ok(Ok(c)) => conn = Some(c),
-                Ok(Err(e)) => log::warn!("shared tier: cannot publish (Redis: {e})"),
-                Err(_) => {
-                    log::warn!("shared tier: cannot publish (Redis did not answer in {timeout:?})")
+        // The L2 copies go first: a box that gets the event must not
+        // refill from one.
+        l2.forget_after_writes(&event).await;
+        apply(&event);
+        let message = encode(&id, &event);
+        // A purge lost is a stale copy served on another box: a Redis that
+        // is reconnecting (the first call after it came back often is) gets
+        // a few more tries, 100 ms, 200 ms and 400 ms apart.
+        let mut wait = FIRST_BACKOFF;
+        for attempt in 1..=PUBLISH_ATTEMPTS {
+            match publish_once(&client, &config, &mut conn, timeout, &message).await {
+                Ok(()) => {
+                    stats.published.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) if attempt == PUBLISH_ATTEMPTS => {
+                    stats.failures.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("shared tier: publishing failed {attempt} times, the last: {e}");
+                }
+                Err(e) => {
+                    log::debug!("shared tier: publishing failed ({e}); again in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
                 }
             }
         }
-        let Some(c) = conn.as_mut() else {
-            stats.failures.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let message = encode(&id, &event);
-        let sent = tokio::time::timeout(
-            timeout,
-            redis::cmd("PUBLISH")
-                .arg(CHANNEL)
-                .arg(message)
-                .query_async::<i64>(c),
-        )
-        .await;
-        match sent {
-            Ok(Ok(_)) => {
-                stats.published.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Err(e)) => {
-                stats.failures.fetch_add(1, Ordering::Relaxed);
-                log::warn!("shared tier: publishing failed: {e}");
-            }
-            Err(_) => {
-                stats.failures.fetch_add(1, Ordering::Relaxed);
-                log::warn!("shared tier: publishing took longer than {timeout:?}");
-            }
-        }
+    }
+}
+
+/// Tries to publish an event once: connects first when there is no
+/// connection yet; every step bounded by `timeout`.
+async fn publish_once(
+    client: &redis::Client,
+    config: &redis::aio::ConnectionManagerConfig,
+    conn: &mut Option<redis::aio::ConnectionManager>,
+    timeout: Duration,
+    message: &[u8],
+) -> Result<(), String> {
+    if conn.is_none() {
+        let connecting = client.get_connection_manager_with_config(config.clone());
+        *conn = Some(
+            tokio::time::timeout(timeout, connecting)
+                .await
+                .map_err(|_| format!("Redis did not answer in {timeout:?}"))?
+                .map_err(|e| format!("Redis: {e}"))?,
+        );
+    }
+    let Some(c) = conn.as_mut() else {
+        return Err("no connection".into());
+    };
+    let mut publish = redis::cmd("PUBLISH");
+    publish.arg(CHANNEL).arg(message);
+    match tokio::time::timeout(timeout, publish.query_async::<i64>(c)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("took longer than {timeout:?}")),
     }
 }
 
@@ -82,8 +111,8 @@ pub(crate) async fn subscribe(
     client: redis::Client,
     timeout: Duration,
     id: Arc<str>,
-    apply: Box<dyn Fn(&CacheEvent) + Send + Sync>,
     stats: Arc<SharedStats>,
+    (l2, apply): (Arc<crate::L2>, Apply),
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -104,6 +133,10 @@ pub(crate) async fn subscribe(
                         Some((from, _)) if from == *id => {}
                         Some((_, event)) => {
                             stats.received.fetch_add(1, Ordering::Relaxed);
+                            // Its L2 copies first (this box's writes
+                            // queued before it included), so no fill
+                            // here reads one once it is applied.
+                            l2.forget_after_writes(&event).await;
                             apply(&event);
                         }
                         None => log::warn!("shared tier: a message hayate cannot read"),

@@ -6,13 +6,17 @@
 //! - [`acme_store`]: ACME's account, certificates, locks and challenge
 //!   answers, so one box orders a name's certificate and every box serves
 //!   it (private keys sealed by `sealing`).
+//! - `l2`: the shared cache tier, responses one box fetched served by the
+//!   others (`record`: their binary form; `breaker`: the circuit breaker
+//!   that keeps a failing Redis off the request path).
 //!
-//! Redis is never on a request's path and never takes the site down: a box
-//! applies its own purges at once and hands the announcement to a publisher
-//! task through a bounded queue (full: dropped and counted, never waited
-//! on); every Redis call has a short timeout (`shared_timeout`); the
+//! Redis never takes the site down: the one call on a request's path is
+//! the L2 lookup of a local miss (once per fill), bounded by
+//! `shared_timeout` behind a circuit breaker; a box applies its own purges
+//! at once and hands writes and announcements to background tasks through
+//! bounded queues (full: dropped and counted, never waited on); the
 //! subscriber reconnects with a backoff doubling from 100 ms to 5 s; and
-//! `/metrics` says whether the tier is up.
+//! `/metrics`, `/status.json` and `hayate status` show the tier's state.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,10 +27,15 @@ use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::mpsc;
 
 pub mod acme_store;
+mod breaker;
 mod events;
+mod l2;
+pub mod record;
 mod sealing;
 
 pub use acme_store::RedisAcmeStore;
+pub use breaker::BreakerState;
+pub use l2::L2;
 
 /// Announcements waiting for the publisher: a burst of invalidations
 /// beyond this while Redis is slow is dropped (counted), not queued
@@ -43,6 +52,8 @@ pub struct SharedSettings {
     pub url: String,
     /// The bound on every Redis call.
     pub timeout: Duration,
+    /// The largest response body written to the L2 tier.
+    pub max_object: u64,
 }
 
 /// The tier's counters, for `/metrics`.
@@ -62,11 +73,14 @@ pub struct SharedTier {
     id: Arc<str>,
     queue: mpsc::Sender<CacheEvent>,
     stats: Arc<SharedStats>,
+    l2: Arc<L2>,
 }
 
 impl SharedTier {
     /// Starts the publisher and the subscriber on the current runtime
-    /// (they run while it runs); `apply` gets every other box's event.
+    /// (they run while it runs); `apply` gets every other box's event, and
+    /// this box's own again once their L2 copies are deleted (what a fill
+    /// read from Redis in between is dropped).
     /// Fails only on a URL the client cannot use; an unreachable Redis is
     /// retried in the background.
     pub fn start(
@@ -78,21 +92,29 @@ impl SharedTier {
         let id: Arc<str> = format!("{}-{}", std::process::id(), random_suffix()).into();
         let stats = Arc::new(SharedStats::default());
         let (queue, rx) = mpsc::channel(QUEUE);
+        let l2 = L2::start(client.clone(), settings.timeout, settings.max_object)?;
+        let apply: events::Apply = Arc::new(apply);
         tokio::spawn(events::publish(
             client.clone(),
             settings.timeout,
             id.clone(),
             rx,
             stats.clone(),
+            (l2.clone(), apply.clone()),
         ));
         tokio::spawn(events::subscribe(
             client,
             settings.timeout,
             id.clone(),
-            Box::new(apply),
             stats.clone(),
+            (l2.clone(), apply),
         ));
-        Ok(SharedTier { id, queue, stats })
+        Ok(SharedTier {
+            id,
+            queue,
+            stats,
+            l2,
+        })
     }
 
     /// Announces an event of this box to the others (any thread; never
@@ -106,6 +128,20 @@ impl SharedTier {
     /// The tier's metrics source.
     pub fn metrics(&self) -> Arc<SharedStats> {
         self.stats.clone()
+    }
+
+    /// The shared cache tier (L2), for the response cache and `/metrics`.
+    pub fn l2(&self) -> Arc<L2> {
+        self.l2.clone()
+    }
+
+    /// The tier's state in one line, for `hayate status`.
+    pub fn summary(&self) -> String {
+        let up = match self.stats.up.load(Ordering::Relaxed) {
+            true => "subscribed",
+            false => "not subscribed (Redis unreachable)",
+        };
+        format!("shared tier: {up}; {}\n", self.l2.summary())
     }
 
     /// This box's id in the messages.
