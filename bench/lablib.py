@@ -404,24 +404,35 @@ def _big_only(column):
     return lambda s, r: column(s, r) if s.get("variant") == "100 MiB" else ""
 
 
-# The issue's targets for HTTP/2, hayate / nginx: variant -> (field, "<=" or ">=", ratio)
-H2_TARGETS = {
-    "static 1 KiB": ("us_cpu_per_req", "<=", 0.70),
-    "proxied 1 KiB": ("us_cpu_per_req", "<=", 0.85),
-    "100 MiB": ("mb_per_s", ">=", 1.00),
+# The issues' targets, hayate / nginx: (case, variant) -> (measure, "<=" or ">=", ratio).
+# "per core" is a rate on one core: the inverse of CPU per request, so it can be read
+# when the client's core, not the server's, limits the rate (case T's handshakes).
+TARGETS = {
+    ("H2", "static 1 KiB"): ("us_cpu_per_req", "<=", 0.70),
+    ("H2", "proxied 1 KiB"): ("us_cpu_per_req", "<=", 0.85),
+    ("H2", "100 MiB"): ("mb_per_s", ">=", 1.00),
+    ("T", "full handshake"): ("per core", ">=", 1.20),
+    ("T", "resumed handshake"): ("per core", ">=", 1.20),
+    ("T", "keep-alive 1 KiB"): ("us_cpu_per_req", "<=", 0.85),
+    ("T", "100 MiB"): ("mb_per_s", ">=", 1.00),
 }
 
 
-def target_met(variant, s, r):
-    """(text, met) for S against its reference R under H2_TARGETS, or None when VARIANT
-    has no target or a number is missing. Text: 'CPU ≤ 0.70×' or 'MB/s ≥ 1.00×'."""
-    if variant not in H2_TARGETS or r is None:
+def target_met(case, variant, s, r):
+    """(text, met) for S against its reference R under TARGETS, or None when the load
+    has no target or a number is missing. Text: 'CPU ≤ 0.70×', 'MB/s ≥ 1.00×' or
+    'per core ≥ 1.20×'."""
+    if (case, variant) not in TARGETS or r is None:
         return None
-    field, op, want = H2_TARGETS[variant]
-    x = ratio(med(s, field), med(r, field))
+    field, op, want = TARGETS[(case, variant)]
+    if field == "per core":
+        x = ratio(med(r, "us_cpu_per_req"), med(s, "us_cpu_per_req"))
+        what = "per core"
+    else:
+        x = ratio(med(s, field), med(r, field))
+        what = "CPU" if field == "us_cpu_per_req" else "MB/s"
     if x is None:
         return None
-    what = "CPU" if field == "us_cpu_per_req" else "MB/s"
     sign = "≤" if op == "<=" else "≥"
     # compared as printed (two decimals), so a cell reading 0.70× meets "≤ 0.70×"
     x = round(x, 2)
@@ -429,10 +440,23 @@ def target_met(variant, s, r):
 
 
 def _c_target(s, r):
-    t = target_met(s.get("variant"), s, r)
+    t = target_met(s.get("case"), s.get("variant"), s, r)
     if t is None:
         return ""
     return f"{t[0]}: {'met' if t[1] else '**missed**'}"
+
+
+def _c_per_core(s, r):
+    """Handshakes per second on one core: 1 / CPU per handshake (handshake rows)."""
+    c = med(s, "us_cpu_per_req")
+    return f"{1e6 / c:,.0f}" if c and s.get("variant", "").endswith("handshake") else ""
+
+
+def _c_per_core_ratio(s, r):
+    if not r or not s.get("variant", "").endswith("handshake"):
+        return ""
+    x = ratio(med(r, "us_cpu_per_req"), med(s, "us_cpu_per_req"))
+    return fmt_ratio(x) if x is not None else ""
 
 
 def _c_errors(s, r):
@@ -482,10 +506,12 @@ CASE_COLUMNS = {
           ("errors", _c_errors)],
     # one row per load: handshakes/s (one per request) or requests/s; MB/s for the large file
     "T": [("load", None), ("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
-          ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("MB/s", _big_only(_c_mbs)),
+          ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("per core/s", _c_per_core),
+          ("per core × ref", _c_per_core_ratio), ("MB/s", _big_only(_c_mbs)),
           ("MB/s × ref", _big_only(_c_mbs_ratio)), ("µs CPU/MB", _big_only(_c_cpu_mb)),
-          ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)), ("server %", _c_server_pct),
-          ("client %", _c_client_pct), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+          ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)), ("target (hayate / nginx)", _c_target),
+          ("server %", _c_server_pct), ("client %", _c_client_pct), ("peak RSS MB", _c_rss),
+          ("errors", _c_errors)],
     # HTTP/2: requests/s and CPU per request; MB/s for the large file; the issue's target per load
     "H2": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
            ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu),
@@ -612,7 +638,9 @@ CASE_TEXT = {
          "still, no certificate or signature), so rps there is handshakes/s and µs CPU/req the server's CPU per "
          "handshake + one small request. `keep-alive 1 KiB`: wrk over https, 100 connections (handshakes only at "
          "the start). `100 MiB`: tlsload bulk, 4 keep-alive connections, the client decrypts and drops the bodies. "
-         "When client % is near 100 the client limits rps: compare CPU per request (per MB) there.",
+         "When client % is near 100 the client limits rps: compare CPU per request (per MB) there. `per core/s` = "
+         "1 / µs CPU/req: what one core of the server answers per second (the issue's handshake targets are per "
+         "core).",
     "H2": "nginx (1 worker, `listen ... ssl http2`, its HTTP/2 defaults: 128 streams, 8k chunks; no sendfile "
           "under TLS) and hayate (--workers 1, --listen https://, HTTP/2 on by default: 128 streams, windows "
           "1 MiB per stream and 2 MiB per connection, files read 64 KiB at a time) with the same ECDSA P-256 "

@@ -2,7 +2,7 @@
  * burst: rounds of simultaneous GETs on pre-opened keep-alive connections, with
  * the latency of every request.
  *
- * usage: burst HOST:PORT CONNS ROUNDS PREFIX [PAUSE_MS] [TIMEOUT_MS]
+ * usage: burst HOST:PORT CONNS ROUNDS PREFIX [PAUSE_MS] [TIMEOUT_MS] [HOST_HEADER]
  *
  * Opens CONNS TCP connections to HOST:PORT (IPv4) and waits until all are
  * established. Then, ROUNDS times: writes "GET PREFIX<round> HTTP/1.1" on every
@@ -12,7 +12,8 @@
  * to first byte, from the same write() to the read() that brought the first
  * byte of its response. PAUSE_MS
  * (default 50) separates the rounds, and comes once before the first; a round
- * that is not complete after TIMEOUT_MS (default 5000) is an error.
+ * that is not complete after TIMEOUT_MS (default 5000) is an error. HOST_HEADER
+ * is the Host field sent (default HOST:PORT).
  *
  * Output (stdout), one line per request, then one summary line:
  *   req round=R conn=C status=S latency_us=N ttfb_us=N cache=collapsed|hit|other|none
@@ -200,8 +201,8 @@ static void on_readable(struct conn *c, int round) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 5 || argc > 7) {
-        fprintf(stderr, "usage: burst HOST:PORT CONNS ROUNDS PREFIX [PAUSE_MS] [TIMEOUT_MS]\n");
+    if (argc < 5 || argc > 8) {
+        fprintf(stderr, "usage: burst HOST:PORT CONNS ROUNDS PREFIX [PAUSE_MS] [TIMEOUT_MS] [HOST_HEADER]\n");
         return 2;
     }
     char host[64];
@@ -220,6 +221,8 @@ int main(int argc, char **argv) {
     int nconn = atoi(argv[2]), rounds = atoi(argv[3]);
     const char *prefix = argv[4];
     long pause_ms = argc > 5 ? atol(argv[5]) : 50, timeout_ms = argc > 6 ? atol(argv[6]) : 5000;
+    /* the Host field sent: HOST:PORT unless given (several servers answering for one site) */
+    const char *host_field = argc > 7 ? argv[7] : argv[1];
     if (nconn < 1 || nconn > MAX_CONNS || rounds < 1 || pause_ms < 0 || timeout_ms < 1 || prefix[0] != '/' ||
         strlen(prefix) > 900 || strpbrk(prefix, " \r\n")) {
         fprintf(stderr, "burst: bad arguments (CONNS 1..%d, ROUNDS >= 1, PREFIX starts with /, no blanks)\n",
@@ -285,7 +288,7 @@ int main(int argc, char **argv) {
     long long requests = 0;
     for (int r = 0; r < rounds && n_errors == 0; r++) {
         sleep_ms(pause_ms); /* before the first round too: lets the server accept them all */
-        int len = snprintf(req, sizeof req, "GET %s%d HTTP/1.1\r\nHost: %s\r\n\r\n", prefix, r, argv[1]);
+        int len = snprintf(req, sizeof req, "GET %s%d HTTP/1.1\r\nHost: %s\r\n\r\n", prefix, r, host_field);
         int waiting = 0;
         for (int i = 0; i < nconn; i++) {
             struct conn *c = &cs[i];

@@ -56,6 +56,8 @@ s.keepAliveTimeout = 65000;
 s.listen(Number(process.argv[2]), '127.0.0.1');
 """
 
+SITE = "fleet.test"
+
 UNIQUE_LUA = r"""
 -- a new URL for every request: every request is a miss in the box's own cache
 local prefix, n = "", 0
@@ -144,7 +146,8 @@ def cpu_seconds(pid):
 
 def burst_pass(burst, cpu, port, n, prefix):
     """n sequential requests for prefix0..prefix(n-1) on one connection."""
-    cmd = ["taskset", "-c", cpu, burst, f"127.0.0.1:{port}", "1", str(n), prefix, "0", "5000"]
+    # One Host for every box: they answer for one site, and the site's name is in the key.
+    cmd = ["taskset", "-c", cpu, burst, f"127.0.0.1:{port}", "1", str(n), prefix, "0", "5000", SITE]
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          timeout=n * 5 + 30)
     reqs, done = parse_burst(res.stdout)

@@ -1228,7 +1228,11 @@ fn a_pipelined_response_is_not_held_back_by_the_next_requests_upstream() {
     drop(held);
     let r = c.read_response(false);
     assert_eq!((r.status, r.text()), (200, "second".to_string()), "{r:?}");
-    assert_eq!(o.holds_expired(), 0, "the first answer came before the hold ran out");
+    assert_eq!(
+        o.holds_expired(),
+        0,
+        "the first answer came before the hold ran out"
+    );
     h.assert_no_errors();
 }
 
