@@ -28,6 +28,14 @@ const SENDFILE_CHUNK: usize = 2 << 20;
 /// Bytes per read of a file copied to a transport without zero-copy: 64 KiB
 /// is what sendfile's page-cache path moves per call on loopback too.
 const COPY_FILE_CHUNK: usize = 64 * 1024;
+/// Bytes of a streamed body written in one go before the connection lets
+/// the worker's other tasks run. A body already whole in memory (a cache
+/// fill that a hundred clients wait on) was written to each client in
+/// turn, all of it, before the next client got its first byte: 1 MiB to
+/// 100 clients put the last one's first byte 28-56 ms after the first's
+/// (`bench/cache/coalesce.py --body-bytes 1048576`). 64 KiB, a copy of
+/// some 15 µs on loopback, bounds that to about 100 × 64 KiB.
+const STREAM_FAIR_SHARE: u64 = 64 * 1024;
 
 impl Conn {
     /// Puts the response's head into the write buffer, with its body when
@@ -172,7 +180,12 @@ impl Conn {
         // request, kept for the connection loop): the body is dropped, and
         // with it the upstream's work (a FastCGI script is aborted).
         let mut watch = !matches!(self.transport, Transport::Tls(_));
+        let mut since_yield = 0u64;
         loop {
+            if since_yield >= STREAM_FAIR_SHARE {
+                tokio::task::yield_now().await;
+                since_yield = 0;
+            }
             let mut waited = false;
             let (transport, rbuf) = (&mut self.transport, &mut self.rbuf);
             let next = noting_waits(
@@ -196,9 +209,13 @@ impl Conn {
             )
             .await;
             self.clock_stale |= waited;
+            if waited {
+                since_yield = 0;
+            }
             match next {
                 Ok(Some(data)) if data.is_empty() => {}
                 Ok(Some(data)) => {
+                    since_yield += data.len() as u64;
                     if chunked {
                         let mut line = [0u8; 18];
                         self.wbuf
