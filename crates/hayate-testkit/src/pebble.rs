@@ -152,8 +152,12 @@ impl Pebble {
     /// one each start) to a file, for clients to trust.
     pub fn issuer_root(&self) -> PathBuf {
         let client = TlsClient::with_alpn(&self.api_ca, &[]);
-        let mut c = client.connect(self.management, "127.0.0.1");
-        let r = c.get("/roots/0", &[]);
+        // Accepting TCP is not yet serving TLS: under load pebble has reset
+        // a first handshake on its management port.
+        let r = crate::eventually("pebble's management port answering over TLS", || {
+            let mut c = client.try_connect(self.management, "127.0.0.1")?;
+            Ok(c.get("/roots/0", &[]))
+        });
         assert_eq!(r.status, 200, "pebble's root: {}", r.text());
         let path = self.dir.path().join("issuer-root.pem");
         std::fs::write(&path, &r.body).expect("write");
