@@ -8,7 +8,14 @@ response and stay open, idle. hayate's resident memory (VmRSS in
 15 s) before the first connection and after the last; the report is
 (after - before) / N, the RSS an idle keep-alive connection costs.
 
+--protocol picks what the connections speak: http1 (default), h2c (HTTP/2
+with prior knowledge on a plain listener) or h2 (HTTP/2 over TLS by ALPN,
+hayate's internal CA). An HTTP/2 connection sends the preface, its SETTINGS,
+one GET on stream 1, acknowledges the server's SETTINGS, and is idle once the
+response's last DATA frame has come.
+
 usage: bench/idle/idle.py [--hayate-bin PATH] [--conns 3000,6000,9000]
+                          [--protocol http1|h2c|h2]
 Raises its own open-file limit to the hard limit (hayate raises its own);
 load goes to 127.0.0.1 only; the hayate started here is stopped by pid.
 """
@@ -16,7 +23,9 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -72,35 +81,113 @@ def get(sock, path):
     return int(head.split(b" ", 2)[1])
 
 
+def h2_request(path, scheme):
+    """The client's first bytes: preface, empty SETTINGS, HEADERS for GET
+    `path` on stream 1 (HPACK: indexed :method GET and :scheme, literal
+    :path and :authority without indexing)."""
+    block = bytes([0x82, 0x87 if scheme == "https" else 0x86])
+    block += bytes([0x04, len(path)]) + path.encode()
+    block += bytes([0x01, 5]) + b"bench"
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    out += frame_head(0, 4, 0, 0)
+    out += frame_head(len(block), 1, 0x5, 1) + block  # END_STREAM | END_HEADERS
+    return out
+
+
+def frame_head(length, kind, flags, stream):
+    return length.to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
+
+
+def h2_get(sock, path, scheme):
+    """One GET as the only stream of a new HTTP/2 connection; returns the
+    :status (the first HEADERS must carry it as an indexed field or a
+    literal)."""
+    sock.sendall(h2_request(path, scheme))
+    buf, status = b"", None
+    while True:
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            length = int.from_bytes(buf[:3], "big")
+            kind, flags = buf[3], buf[4]
+            stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            payload, buf = buf[9:9 + length], buf[9 + length:]
+            if kind == 4 and not flags & 1:  # the server's SETTINGS: acknowledge
+                sock.sendall(frame_head(0, 4, 1, 0))
+            elif kind == 1 and stream == 1 and status is None:
+                status = hpack_status(payload)
+            elif kind == 0 and stream == 1 and flags & 1:
+                return status
+            elif kind == 7:
+                raise SystemExit("GOAWAY from the server")
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise SystemExit("connection closed before a response")
+        buf += chunk
+
+
+def hpack_status(block):
+    """The :status of a response header block whose first field is :status:
+    indexed (static entries 8-14), or a literal with the indexed name 8 and a
+    value not Huffman-coded. None otherwise."""
+    first = block[0]
+    if first & 0x80:
+        return {8: 200, 9: 204, 10: 206, 11: 304, 12: 400, 13: 404, 14: 500}.get(first & 0x7F)
+    name = first & 0x3F if first & 0x40 else first & 0x0F
+    if name != 8 or block[1] & 0x80:
+        return None
+    n = block[1] & 0x7F
+    return int(block[2:2 + n])
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def measure(binary, root, conns):
+def measure(binary, root, conns, protocol):
     port = free_port()
-    proc = subprocess.Popen(
-        [binary, root, "--listen", f"127.0.0.1:{port}", "--workers", "1", "--access-log", "off"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tempfile.mkdtemp(prefix="hayate-idle-")
+    listen = f"127.0.0.1:{port}"
+    args = [binary, root, "--workers", "1", "--access-log", "off"]
+    if protocol == "h2":
+        args += ["--listen", f"https://{listen}", "--tls", "internal", "--state-dir", state]
+    else:
+        args += ["--listen", listen]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tls = None
     held = []
+
+    def connect(timeout):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        return tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
+
+    def one_get(sock):
+        if protocol == "http1":
+            return get(sock, "/1k.txt")
+        return h2_get(sock, "/1k.txt", "https" if tls else "http")
+
     try:
         end = time.time() + 10
         while True:
             try:
-                warm = socket.create_connection(("127.0.0.1", port), timeout=1)
+                if protocol == "h2" and tls is None:
+                    tls = ssl.create_default_context(
+                        cafile=os.path.join(state, "local-ca", "ca.crt"))
+                    tls.set_alpn_protocols(["h2"])
+                warm = connect(1)
                 break
-            except OSError:
-                if time.time() > end:
+            except (OSError, ssl.SSLError):
+                tls = None
+                if time.time() > end or proc.poll() is not None:
                     raise SystemExit("hayate did not start")
                 time.sleep(0.05)
         # The first request fills the file cache (and the buffer pool).
         with warm:
-            assert get(warm, "/1k.txt") == 200
+            assert one_get(warm) == 200
         before = settled_rss(proc.pid)
         for _ in range(conns):
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            if get(s, "/1k.txt") != 200:
+            s = connect(10)
+            if one_get(s) != 200:
                 raise SystemExit("non-200 answer")
             held.append(s)
         after = settled_rss(proc.pid)
@@ -110,12 +197,14 @@ def measure(binary, root, conns):
             s.close()
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hayate-bin", default=os.path.join(REPO, "target/release/hayate"))
     p.add_argument("--conns", default="3000,6000,9000")
+    p.add_argument("--protocol", choices=["http1", "h2c", "h2"], default="http1")
     a = p.parse_args()
     if not os.access(a.hayate_bin, os.X_OK):
         raise SystemExit(f"{a.hayate_bin}: build it first (cargo build --release -p hayate)")
@@ -128,7 +217,7 @@ def main():
             f.write(b"x" * 1024)
         print("conns  rss_before_kib  rss_after_kib  bytes_per_conn")
         for n in counts:
-            before, after = measure(a.hayate_bin, root, n)
+            before, after = measure(a.hayate_bin, root, n, a.protocol)
             print(f"{n:5d}  {before:14d}  {after:13d}  {per_conn_bytes(before, after, n):14d}")
             sys.stdout.flush()
 

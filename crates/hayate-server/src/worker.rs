@@ -374,15 +374,19 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
                 let tls = tls.clone();
                 let worker = worker.clone();
                 // The handshake counts against the connection limits (the
-                // guard is held from accept). Boxed: its state is gone once
-                // it is done, instead of sizing every connection's task.
+                // guard is held from accept). Each stage is boxed: the task
+                // holds only the one it is in, so an HTTP/2 connection does
+                // not also carry an HTTP/1 connection's room (700 bytes).
                 tokio::task::spawn_local(async move {
                     match Box::pin(tls.handshake(tcp)).await {
                         Ok(t) if t.alpn() == Some(b"h2") => {
                             let tls = t.tls_info();
                             Box::pin(crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
                         }
-                        Ok(t) => Conn::new(t, peer, scheme, worker).run().await,
+                        Ok(t) => {
+                            Box::pin(async move { Conn::new(t, peer, scheme, worker).run().await })
+                                .await;
+                        }
                         Err(_) => {}
                     }
                     drop(guard);
