@@ -76,6 +76,7 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// idle connections are to fit in 128 MiB): it is an `async move` block,
 /// whose arguments are not also copied into locals as an `async fn`'s are,
 /// and it keeps only the timeout it still needs.
+#[allow(clippy::manual_async_fn)] // on purpose: see above (120 bytes).
 pub fn serve<T>(
     io: T,
     peer: Peer,
