@@ -97,11 +97,30 @@ impl Transport {
     /// Reads what is there now into `buf`, without waiting (`WouldBlock`
     /// when nothing is): the socket's bytes, or over TLS what they decrypt
     /// to.
+    ///
+    /// A short read (fewer bytes than `buf` had room for) drained the
+    /// socket: readiness is cleared, as tokio's own `poll_read` does, so the
+    /// next read or liveness probe waits for epoll instead of making a
+    /// syscall that returns EAGAIN. Kept set, it cost one such `recvfrom`
+    /// per proxied request: the pool's probe of the connection the last
+    /// response was read from (`looks_alive` at checkout).
     pub fn try_read_buf(&mut self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
-        match self {
-            Transport::Tcp(s) => s.try_read_buf(buf),
-            Transport::Unix(s) => s.try_read_buf(buf),
-            Transport::Tls(s) => tls::try_read_buf(s, buf),
+        if let Transport::Tls(s) = self {
+            return tls::try_read_buf(s, buf);
+        }
+        let room = buf.capacity() - buf.len();
+        let mut done = 0;
+        let result = each_socket!(self, s => s.try_io(Interest::READABLE, || {
+            let n = s.try_read_buf(buf)?;
+            done = n;
+            if n > 0 && n < room {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        }));
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => Ok(done),
+            other => other,
         }
     }
 
@@ -412,5 +431,57 @@ impl Listener {
                 Ok((Transport::Unix(s), peer))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn read_ready_now(t: &Transport) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        t.poll_read_ready(&mut cx).is_ready()
+    }
+
+    #[tokio::test]
+    async fn a_short_read_leaves_the_socket_waiting_for_epoll() {
+        let (ours, mut peer) = tokio::net::UnixStream::pair().expect("pair");
+        let mut t = Transport::Unix(ours);
+        peer.write_all(b"hello").await.expect("write");
+        t.readable().await.expect("readable");
+        let mut buf = bytes::BytesMut::with_capacity(64);
+        assert_eq!(t.try_read_buf(&mut buf).expect("read"), 5);
+        // Drained: the next look costs no syscall (it would find EAGAIN).
+        assert!(!read_ready_now(&t), "readiness kept after a short read");
+        assert_eq!(
+            t.try_read_buf(&mut buf).expect_err("nothing there").kind(),
+            io::ErrorKind::WouldBlock
+        );
+        assert!(t.looks_alive());
+        // What comes next is seen as it would be anyway.
+        peer.write_all(b"!").await.expect("write");
+        t.readable().await.expect("readable again");
+        assert_eq!(t.try_read_buf(&mut buf).expect("read"), 1);
+        assert_eq!(&buf[..], b"hello!");
+        // The peer's close too.
+        drop(peer);
+        t.readable().await.expect("readable at EOF");
+        assert!(!t.looks_alive());
+    }
+
+    #[tokio::test]
+    async fn a_read_that_fills_the_buffer_keeps_readiness() {
+        let (ours, mut peer) = tokio::net::UnixStream::pair().expect("pair");
+        let mut t = Transport::Unix(ours);
+        peer.write_all(&[7u8; 100]).await.expect("write");
+        t.readable().await.expect("readable");
+        let mut buf = bytes::BytesMut::with_capacity(64);
+        let room = buf.capacity();
+        assert_eq!(t.try_read_buf(&mut buf).expect("read"), room);
+        // More may be there: the next read tries the socket.
+        assert!(read_ready_now(&t));
+        buf.reserve(64);
+        assert_eq!(t.try_read_buf(&mut buf).expect("read the rest"), 100 - room);
     }
 }
