@@ -696,6 +696,13 @@ def make_report(run_dir):
                 "bench/shared/fleet.py: three hayate boxes (--workers 1, --cache 60s, --shared) and "
                 "redis-server pinned to the server core, the origin and the clients to the other. "
                 "Method in the script's header.", "", fleet.read_text().rstrip(), ""]
+    idle = run_dir / "M_idle.md"
+    if idle.exists():
+        out += ["## M. Memory of idle connections", "",
+                "bench/idle/idle.py: a fresh hayate (--workers 1) per row; each connection sends one "
+                "GET of a 1 KiB file and stays open; hayate's RSS once settled, before the first "
+                "connection and after the last. Method in the script's header.", "",
+                idle.read_text().rstrip(), ""]
     not_yet = [s for s in summaries if s["not_yet"]]
     if not_yet:
         out += ["## Not yet", ""]

@@ -15,7 +15,11 @@ one GET on stream 1, acknowledges the server's SETTINGS, and is idle once the
 response's last DATA frame has come.
 
 usage: bench/idle/idle.py [--hayate-bin PATH] [--conns 3000,6000,9000]
-                          [--protocol http1|h2c|h2]
+                          [--protocol http1|h2c|h2] [--markdown PATH]
+
+--markdown appends one table row per N to PATH (the lab's case M, with the
+issues' targets: an idle HTTP/1.1 connection in 2.5 KB, 10,000 idle HTTP/2
+connections in 128 MiB), writing the table's head first if PATH is new.
 Raises its own open-file limit to the hard limit (hayate raises its own);
 load goes to 127.0.0.1 only; the hayate started here is stopped by pid.
 """
@@ -138,6 +142,26 @@ def hpack_status(block):
     return int(block[2:2 + n])
 
 
+# Most bytes an idle connection may cost: 2.5 KB for HTTP/1.1 (issue 14),
+# 128 MiB for 10,000 HTTP/2 connections (issue 16).
+TARGETS = {"http1": 2560, "h2c": 128 * 1024 * 1024 // 10000, "h2": 128 * 1024 * 1024 // 10000}
+
+MARKDOWN_HEAD = ("| protocol | connections | RSS before (KiB) | RSS after (KiB) | bytes per connection "
+                 "| all of them (MiB) | target | |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+
+PROTOCOL_NAMES = {"http1": "HTTP/1.1", "h2c": "HTTP/2 (h2c)", "h2": "HTTP/2 over TLS"}
+
+
+def markdown_row(protocol, conns, before_kib, after_kib):
+    """One row of case M's table."""
+    per = per_conn_bytes(before_kib, after_kib, conns)
+    target = TARGETS[protocol]
+    verdict = "met" if per <= target else "missed"
+    all_mib = (after_kib - before_kib) / 1024
+    return (f"| {PROTOCOL_NAMES[protocol]} | {conns:,} | {before_kib:,} | {after_kib:,} | {per:,} "
+            f"| {all_mib:.1f} | ≤ {target:,} B | {verdict} |\n")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -205,6 +229,7 @@ def main():
     p.add_argument("--hayate-bin", default=os.path.join(REPO, "target/release/hayate"))
     p.add_argument("--conns", default="3000,6000,9000")
     p.add_argument("--protocol", choices=["http1", "h2c", "h2"], default="http1")
+    p.add_argument("--markdown", help="append the rows to this file (case M)")
     a = p.parse_args()
     if not os.access(a.hayate_bin, os.X_OK):
         raise SystemExit(f"{a.hayate_bin}: build it first (cargo build --release -p hayate)")
@@ -220,6 +245,10 @@ def main():
             before, after = measure(a.hayate_bin, root, n, a.protocol)
             print(f"{n:5d}  {before:14d}  {after:13d}  {per_conn_bytes(before, after, n):14d}")
             sys.stdout.flush()
+            if a.markdown:
+                new = not os.path.exists(a.markdown)
+                with open(a.markdown, "a") as f:
+                    f.write((MARKDOWN_HEAD if new else "") + markdown_row(a.protocol, n, before, after))
 
 
 if __name__ == "__main__":

@@ -69,6 +69,14 @@ def test_hpack_status():
     assert idle.hpack_status(bytes([0x0F, 0x10, 1]) + b"x") is None
 
 
+def test_markdown_row_judges_the_target():
+    row = idle.markdown_row("h2", 10000, 10912, 132392)
+    assert "HTTP/2 over TLS" in row and "12,440" in row and "118.6" in row
+    assert row.rstrip().endswith("| met |")
+    assert idle.markdown_row("http1", 9000, 5540, 17908).rstrip().endswith("| met |")
+    assert idle.markdown_row("http1", 9000, 5540, 65540).rstrip().endswith("| missed |")
+
+
 if __name__ == "__main__":
     from runner import run_tests
     run_tests(globals())
