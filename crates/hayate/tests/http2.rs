@@ -208,6 +208,39 @@ fn h2c_with_prior_knowledge_on_a_plain_listener() {
     h.assert_no_errors();
 }
 
+/// An idle connection first gives h2's memory back (a second without
+/// streams, `Release` in `h2_conn.rs`) and is closed with GOAWAY only at the
+/// keep-alive timeout, not when it gave its memory back.
+#[test]
+fn an_idle_connection_closes_with_goaway_at_the_keepalive_timeout() {
+    let root = site();
+    let h = Hayate::start(
+        BIN,
+        &[root.path().to_str().expect("path"), "--keepalive-timeout", "3s"],
+    );
+    on_local(async {
+        let tcp = TcpStream::connect(h.addr).await.expect("connect");
+        let (mut s, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        let ended = tokio::task::spawn_local(async move {
+            let result = conn.await;
+            (result, std::time::Instant::now())
+        });
+        let r = request(&mut s, "GET", "/hello.txt", &[], None).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+        let idle_since = std::time::Instant::now();
+        let (result, at) = tokio::time::timeout(std::time::Duration::from_secs(30), ended)
+            .await
+            .expect("closed within 30 s")
+            .expect("connection task");
+        // A graceful GOAWAY (NO_ERROR) ends the client's connection cleanly.
+        assert!(result.is_ok(), "{result:?}");
+        // Not at the memory release, a second in: at the timeout (a loaded
+        // machine can only make it later).
+        let idle = at - idle_since;
+        assert!(idle >= std::time::Duration::from_millis(2500), "closed after {idle:?}");
+    });
+}
+
 #[test]
 fn the_proxy_and_the_cache_over_h2() {
     let origin = Origin::start(OriginOptions::default());
