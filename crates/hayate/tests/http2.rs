@@ -216,7 +216,11 @@ fn an_idle_connection_closes_with_goaway_at_the_keepalive_timeout() {
     let root = site();
     let h = Hayate::start(
         BIN,
-        &[root.path().to_str().expect("path"), "--keepalive-timeout", "3s"],
+        &[
+            root.path().to_str().expect("path"),
+            "--keepalive-timeout",
+            "3s",
+        ],
     );
     on_local(async {
         let tcp = TcpStream::connect(h.addr).await.expect("connect");
@@ -237,7 +241,10 @@ fn an_idle_connection_closes_with_goaway_at_the_keepalive_timeout() {
         // Not at the memory release, a second in: at the timeout (a loaded
         // machine can only make it later).
         let idle = at - idle_since;
-        assert!(idle >= std::time::Duration::from_millis(2500), "closed after {idle:?}");
+        assert!(
+            idle >= std::time::Duration::from_millis(2500),
+            "closed after {idle:?}"
+        );
     });
 }
 
