@@ -42,6 +42,8 @@ use crate::worker::{Generation, Worker};
 
 mod held_writes;
 use held_writes::{Held, HeldWrites};
+mod release;
+use release::{Idle, Release, QUIET_AFTER};
 
 /// Streams a client may have open at once.
 const MAX_STREAMS: u32 = 128;
@@ -58,10 +60,6 @@ const MAX_PENDING_RESETS: usize = 20;
 /// Streams hayate may reset for protocol errors before the connection is
 /// closed.
 const MAX_ERROR_RESETS: usize = 1024;
-/// How often a busy connection may free h2's memory, and how long one
-/// without streams waits before freeing it if it has just done so
-/// ([`Release`]).
-const QUIET_AFTER: Duration = Duration::from_secs(1);
 /// Bytes of a file read per DATA write.
 const FILE_CHUNK: usize = 64 * 1024;
 
@@ -156,14 +154,6 @@ where
     }
 }
 
-/// What an idle connection's timer says.
-enum Idle {
-    /// No stream for [`QUIET_AFTER`]: its memory can go.
-    Quiet,
-    /// No stream for the keep-alive timeout: the connection closes.
-    Expired,
-}
-
 /// h2's server handshake within the header timeout: the connection, and the
 /// writes it holds (`held_writes`).
 async fn handshake<T>(
@@ -225,49 +215,6 @@ fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     next.map(|n| n.map(|r| r.map_err(io::Error::other)))
-}
-
-/// When a connection gives h2's memory back (vendor/h2).
-///
-/// Its buffers (28 KiB) go to a per-thread pool whenever it runs out of
-/// streams: what it gives back is what the next connection takes, and a
-/// pool's push and pop cost nothing measurable. Its stream tables (about
-/// 1 KiB per stream it ever had open at once) are freed at most once per
-/// [`QUIET_AFTER`]: a busy connection runs out of streams between every
-/// burst of them (about once per 8 requests under `h2load -c10 -m10`), and
-/// freeing and growing them again each time cost 0.3 µs per request there.
-/// A connection still without streams [`QUIET_AFTER`] on frees them then.
-#[derive(Default)]
-struct Release {
-    /// When the stream tables were last freed.
-    streams_freed: Option<Instant>,
-}
-
-impl Release {
-    /// The connection has no open stream and is about to wait.
-    fn now_idle<T: AsyncRead + AsyncWrite + Unpin>(
-        &mut self,
-        conn: &mut h2::server::Connection<T, Bytes>,
-    ) {
-        if !conn.release_idle_buffers() {
-            return;
-        }
-        let now = Instant::now();
-        if self.streams_freed.is_none_or(|t| now - t >= QUIET_AFTER) {
-            conn.release_idle_streams();
-            self.streams_freed = Some(now);
-        }
-    }
-
-    /// The connection has had no stream for [`QUIET_AFTER`].
-    fn quiet<T: AsyncRead + AsyncWrite + Unpin>(
-        &mut self,
-        conn: &mut h2::server::Connection<T, Bytes>,
-    ) {
-        if conn.release_idle_buffers() && conn.release_idle_streams() {
-            self.streams_freed = Some(Instant::now());
-        }
-    }
 }
 
 /// A connection whose first bytes were already read (an h2c preface seen by

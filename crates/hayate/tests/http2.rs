@@ -209,7 +209,7 @@ fn h2c_with_prior_knowledge_on_a_plain_listener() {
 }
 
 /// An idle connection first gives h2's memory back (a second without
-/// streams, `Release` in `h2_conn.rs`) and is closed with GOAWAY only at the
+/// streams, `Release` in `h2_conn/release.rs`) and is closed with GOAWAY only at the
 /// keep-alive timeout, not when it gave its memory back.
 #[test]
 fn an_idle_connection_closes_with_goaway_at_the_keepalive_timeout() {
