@@ -105,19 +105,26 @@ impl Transport {
     /// per proxied request: the pool's probe of the connection the last
     /// response was read from (`looks_alive` at checkout).
     pub fn try_read_buf(&mut self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
-        if let Transport::Tls(s) = self {
-            return tls::try_read_buf(s, buf);
-        }
         let room = buf.capacity() - buf.len();
         let mut done = 0;
-        let result = each_socket!(self, s => s.try_io(Interest::READABLE, || {
-            let n = s.try_read_buf(buf)?;
-            done = n;
-            if n > 0 && n < room {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
-        }));
+        // Tokio clears readiness when the closure says WouldBlock.
+        macro_rules! read_short {
+            ($s:expr) => {
+                $s.try_io(Interest::READABLE, || {
+                    let n = $s.try_read_buf(buf)?;
+                    done = n;
+                    if n > 0 && n < room {
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok(n)
+                })
+            };
+        }
+        let result = match self {
+            Transport::Tcp(s) => read_short!(s),
+            Transport::Unix(s) => read_short!(s),
+            Transport::Tls(s) => return tls::try_read_buf(s, buf),
+        };
         match result {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => Ok(done),
             other => other,

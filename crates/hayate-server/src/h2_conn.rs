@@ -141,7 +141,7 @@ where
                 }
                 why = idle_wait, if !closing => match why {
                     Idle::Quiet => {
-                        release.quiet(&mut conn);
+                        release.quiet(&mut conn, Instant::now());
                         quiet = true;
                     }
                     Idle::Expired => {
@@ -211,7 +211,7 @@ fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
             return Poll::Ready(Some(Err(e)));
         }
         if open.get() == 0 {
-            release.now_idle(conn);
+            release.now_idle(conn, Instant::now());
         }
     }
     next.map(|n| n.map(|r| r.map_err(io::Error::other)))

@@ -376,7 +376,8 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
                 // The handshake counts against the connection limits (the
                 // guard is held from accept). Each stage is boxed: the task
                 // holds only the one it is in, so an HTTP/2 connection does
-                // not also carry an HTTP/1 connection's room (700 bytes).
+                // not also carry an HTTP/1 connection's room (its task went from
+                // 892 to 384 bytes, massif).
                 tokio::task::spawn_local(async move {
                     match Box::pin(tls.handshake(tcp)).await {
                         Ok(t) if t.alpn() == Some(b"h2") => {
