@@ -21,10 +21,11 @@
 //! a no-op waker and reads Pending as "nothing there".
 
 use std::io;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 /// A TLS session over TCP: the server side of a client's connection, or
@@ -53,11 +54,15 @@ struct SocketWriter<'a>(&'a TcpStream);
 
 impl io::Write for SocketWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.try_write(buf)
+        let s = self.0;
+        s.try_io(Interest::WRITABLE, || Ok(super::send(s.as_fd(), buf)?))
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.0.try_write_vectored(bufs)
+        let s = self.0;
+        s.try_io(Interest::WRITABLE, || {
+            Ok(super::send_vectored(s.as_fd(), bufs)?)
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
