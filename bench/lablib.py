@@ -622,7 +622,9 @@ CASE_TEXT = {
     "P": "The proxy's own cost: the app is bench/ceiling (C epoll, a fixed 1 KiB answer in a few µs) on "
          "TCP or a Unix socket, sharing core 0 with the proxy; wrk on core 1, 100 connections. nginx: 1 worker, "
          "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
-         "hayate: --workers 1 --proxy, its defaults. proxy µs CPU/req counts the proxy's processes only.",
+         "hayate: --workers 1 --proxy, its defaults. The C relay (bench/ceiling/relay.c) is a proxy's floor: "
+         "it forwards bytes with the same four socket calls per request, parses nothing and pairs every "
+         "client with an upstream connection of its own. proxy µs CPU/req counts the proxy's processes only.",
     "L": "nginx (1 worker, worker_connections 25000) and hayate (1 worker) serving the 1 KiB file, h2load "
          "--h1 -t1 with a fixed number of connections, both started fresh for every step; the fd limit is "
          "raised inside the script only.",

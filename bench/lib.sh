@@ -244,14 +244,15 @@ bench_nginx_bin() {
     command -v nginx 2>/dev/null || echo /usr/sbin/nginx
 }
 
-# bench_build_c OUTDIR: gcc -O2 the ceiling responder and the sink client; sets
-# CEILING_BIN and SINK_BIN
+# bench_build_c OUTDIR: gcc -O2 the ceiling responder, the relay (a proxy's floor) and
+# the sink client; sets CEILING_BIN, RELAY_BIN and SINK_BIN
 bench_build_c() {
     local t
-    for t in ceiling sink; do
+    for t in ceiling relay sink; do
         gcc -O2 -Wall -o "$1/$t" "$BENCH_DIR/ceiling/$t.c" >&2 || die "building $t.c failed"
     done
     CEILING_BIN=$1/ceiling
+    RELAY_BIN=$1/relay
     SINK_BIN=$1/sink
 }
 
