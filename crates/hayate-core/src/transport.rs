@@ -137,7 +137,7 @@ impl Transport {
             return tls::try_write_vectored(s, bufs);
         }
         let total = bufs.iter().map(|b| b.len()).sum();
-        self.try_io_short(total, |fd| send_vectored(fd, bufs))
+        self.try_io_short(total, |fd| send_vectored(fd, bufs, total))
     }
 
     /// Sends up to `count` bytes of `file` from `offset` with sendfile(2),
@@ -285,8 +285,8 @@ pub(crate) fn send(fd: BorrowedFd<'_>, data: &[u8]) -> nix::Result<usize> {
     nix::sys::socket::send(fd.as_raw_fd(), data, MsgFlags::MSG_NOSIGNAL)
 }
 
-/// [`send`] from several buffers: a head and a body, or a request head
-/// and an empty body.
+/// [`send`] from several buffers (`total` bytes in all): a head and a
+/// body, or a request head and an empty body.
 ///
 /// sendmsg(2) reads a `msghdr` and imports an iovec array before the
 /// socket sees a byte: 0.2 µs per call in case P, where send(2) with
@@ -294,14 +294,17 @@ pub(crate) fn send(fd: BorrowedFd<'_>, data: &[u8]) -> nix::Result<usize> {
 /// that add up to less than [`JOIN_BELOW`] are copied into one and sent
 /// with send(2): copying a 1 KiB answer and its head costs less than
 /// the difference. Larger writes keep sendmsg(2): their copy would not.
-pub(crate) fn send_vectored(fd: BorrowedFd<'_>, bufs: &[io::IoSlice<'_>]) -> nix::Result<usize> {
+pub(crate) fn send_vectored(
+    fd: BorrowedFd<'_>,
+    bufs: &[io::IoSlice<'_>],
+    total: usize,
+) -> nix::Result<usize> {
     use nix::sys::socket::{MsgFlags, UnixAddr};
     let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
     match (nonempty.next(), nonempty.next()) {
         (None, _) => send(fd, &[]),
         (Some(one), None) => send(fd, one),
         _ => {
-            let total: usize = bufs.iter().map(|b| b.len()).sum();
             if total < JOIN_BELOW {
                 return JOINED.with_borrow_mut(|joined| {
                     joined.clear();
@@ -586,8 +589,26 @@ mod tests {
         assert_eq!(sent_whole(&[b"1", b"2"]).await, b"12");
     }
 
+    /// Whether SIGPIPE waits, blocked, for this thread (its `SigPnd` mask).
+    fn sigpipe_pending_here() -> bool {
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigPnd:"))
+            .expect("SigPnd line");
+        let mask = u64::from_str_radix(mask.trim(), 16).expect("hex mask");
+        mask & (1 << (nix::sys::signal::Signal::SIGPIPE as u64 - 1)) != 0
+    }
+
     #[tokio::test]
     async fn a_write_to_a_closed_peer_is_an_error_not_a_signal() {
+        use nix::sys::signal::{SigSet, Signal};
+        // Blocked, a SIGPIPE the writes raise stays pending where this
+        // thread can see it (ignored, as Rust's runtime sets it, it would
+        // vanish and the check would prove nothing).
+        let mut pipe = SigSet::empty();
+        pipe.add(Signal::SIGPIPE);
+        pipe.thread_block().expect("block SIGPIPE");
         let (ours, peer) = tokio::net::UnixStream::pair().expect("pair");
         let mut t = Transport::Unix(ours);
         drop(peer);
@@ -596,5 +617,14 @@ mod tests {
         let parts = [io::IoSlice::new(b"a"), io::IoSlice::new(b"b")];
         let e = t.try_write_vectored(&parts).expect_err("the peer is gone");
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        let big = vec![0u8; JOIN_BELOW];
+        let parts = [io::IoSlice::new(&big), io::IoSlice::new(b"b")];
+        let e = t.try_write_vectored(&parts).expect_err("the peer is gone");
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        let raised = sigpipe_pending_here();
+        // Unblocked, a pending SIGPIPE is discarded (its disposition is
+        // SIG_IGN in a Rust program).
+        pipe.thread_unblock().expect("unblock SIGPIPE");
+        assert!(!raised, "a write to a closed peer raised SIGPIPE");
     }
 }

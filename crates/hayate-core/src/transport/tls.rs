@@ -60,8 +60,9 @@ impl io::Write for SocketWriter<'_> {
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let s = self.0;
+        let total = bufs.iter().map(|b| b.len()).sum();
         s.try_io(Interest::WRITABLE, || {
-            Ok(super::send_vectored(s.as_fd(), bufs)?)
+            Ok(super::send_vectored(s.as_fd(), bufs, total)?)
         })
     }
 
