@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hayate_core::field::split_list;
+use hayate_core::field::{name_is, split_list};
 use hayate_core::{Body, BodySource, Coding, Fields, Response, Status, StreamBody};
 
 use crate::encode::Encoder;
@@ -168,13 +168,13 @@ impl<'r> Seen<'r> {
             varies: false,
         };
         for (name, value) in resp.all_fields() {
-            if name.eq_ignore_ascii_case(b"content-encoding") {
+            if name_is(name, b"content-encoding") {
                 seen.encoded = true;
-            } else if name.eq_ignore_ascii_case(b"cache-control") {
+            } else if name_is(name, b"cache-control") {
                 seen.no_transform |= has_token(value, b"no-transform");
-            } else if name.eq_ignore_ascii_case(b"content-type") {
+            } else if name_is(name, b"content-type") {
                 seen.content_type = seen.content_type.or(Some(value));
-            } else if name.eq_ignore_ascii_case(b"vary") {
+            } else if name_is(name, b"vary") {
                 seen.varies |= has_token(value, b"accept-encoding") || has_token(value, b"*");
             }
         }
@@ -197,10 +197,10 @@ fn rewrite(resp: &mut Response, coding: Option<Coding>, vary: bool) {
     let mut out = Fields::new();
     let mut weak = Vec::new();
     for (name, value) in resp.all_fields() {
-        if coding.is_some() && name.eq_ignore_ascii_case(b"accept-ranges") {
+        if coding.is_some() && name_is(name, b"accept-ranges") {
             continue;
         }
-        if name.eq_ignore_ascii_case(b"etag") && value.first() == Some(&b'"') {
+        if name_is(name, b"etag") && value.first() == Some(&b'"') {
             weak.clear();
             weak.extend_from_slice(b"W/");
             weak.extend_from_slice(value);

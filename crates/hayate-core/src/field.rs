@@ -13,6 +13,23 @@ pub fn trim_ows(s: &[u8]) -> &[u8] {
     &s[start..end.max(start)]
 }
 
+/// Whether the field name `name` is `lower` (lower-case letters and `-`)
+/// in any case, as `eq_ignore_ascii_case` tells, faster: on the hot paths
+/// every field's name is compared with a few known ones. Setting bit 5 of
+/// a byte lowers a letter and keeps `-`; only CR, never in a field, would
+/// become `-` too. The bytes are folded without an early exit, so the
+/// compiler compares them a vector at a time.
+#[inline]
+pub fn name_is(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert!(lower.iter().all(|b| b.is_ascii_lowercase() || *b == b'-'));
+    name.len() == lower.len()
+        && name
+            .iter()
+            .zip(lower)
+            .fold(0, |diff, (a, b)| diff | ((a | 0x20) ^ b))
+            == 0
+}
+
 /// The `(name, value)` pairs of a preformatted block of header lines
 /// (`Name: value\r\n`, as responses carry them), values trimmed.
 pub fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
@@ -116,7 +133,38 @@ pub fn strip_port(host: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::{etag_list_matches, hex_digit, parse_length, split_list, trim_ows, Comparison};
+    use super::{
+        etag_list_matches, hex_digit, name_is, parse_length, split_list, trim_ows, Comparison,
+    };
+
+    #[test]
+    fn name_is_agrees_with_eq_ignore_ascii_case() {
+        let known = [
+            "content-length",
+            "connection",
+            "te",
+            "x-forwarded-for",
+            "date",
+        ];
+        // Every byte a field may hold (no CR, LF or NUL), in every place
+        // of every known name, and the names in any case.
+        for k in known {
+            assert!(name_is(k.to_ascii_uppercase().as_bytes(), k.as_bytes()));
+            for i in 0..k.len() {
+                for b in (1..=255u8).filter(|b| !matches!(b, b'\r' | b'\n')) {
+                    let mut name = k.as_bytes().to_vec();
+                    name[i] = b;
+                    assert_eq!(
+                        name_is(&name, k.as_bytes()),
+                        name.eq_ignore_ascii_case(k.as_bytes()),
+                        "{k} with byte {b:#x} at {i}"
+                    );
+                }
+            }
+            assert!(!name_is(&k.as_bytes()[1..], k.as_bytes()));
+            assert!(!name_is(format!("{k}-").as_bytes(), k.as_bytes()));
+        }
+    }
 
     #[test]
     fn entity_tags() {

@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 
+use crate::field::name_is;
 use crate::transport::Scheme;
 
 /// The protocol version a request came in.
@@ -101,7 +102,7 @@ impl RequestHead {
     pub fn push_field(&mut self, name: &[u8], value: &[u8]) {
         let n = self.append(name);
         let v = self.append(value);
-        if self.authority.is_none() && name.eq_ignore_ascii_case(b"host") {
+        if self.authority.is_none() && name_is(name, b"host") {
             self.authority = Some(v.clone());
         }
         self.fields.push((n, v));

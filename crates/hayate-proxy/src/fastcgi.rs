@@ -350,7 +350,7 @@ async fn read_more(
             Failure::NoAnswer(e)
         }
     };
-    match tokio::time::timeout_at(deadline.into(), conn.read_buf(buf)).await {
+    match hayate_core::deadline::within(deadline, conn.read_buf(buf)).await {
         Ok(Ok(0)) => {
             let e = io::Error::new(
                 io::ErrorKind::UnexpectedEof,

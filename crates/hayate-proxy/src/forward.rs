@@ -88,7 +88,7 @@ impl UpstreamGroup {
         // then, however often it is woken.
         let mut queue_deadline: Option<Instant> = None;
         loop {
-            let mut now = Instant::now();
+            let mut now = hayate_core::loop_time::instant();
             // FIFO: a new request does not pass those already waiting.
             let picked = if queue_deadline.is_none() && self.waiting_any.get() > 0 {
                 Err(Busy::Full)
@@ -153,7 +153,7 @@ impl UpstreamGroup {
                     {
                         Ok(c) => {
                             // Connecting waited: the attempt starts now.
-                            now = Instant::now();
+                            now = hayate_core::loop_time::instant();
                             c
                         }
                         Err(e) => {

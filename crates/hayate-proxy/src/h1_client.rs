@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::deadline::within;
 use hayate_core::error::Error;
-use hayate_core::field::{parse_length, split_list, trim_ows as trim};
+use hayate_core::field::{name_is, parse_length, split_list, trim_ows as trim};
 use hayate_core::h1::body::{BodyDecoder, Decoded, Framing};
 use hayate_core::h1::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::h1::response;
@@ -28,8 +29,9 @@ use crate::hop_by_hop::{connection_listed, is_hop_by_hop, requested_upgrade};
 use crate::protocol::{Outgoing, UpstreamProtocol};
 use crate::request_head::RequestHead;
 use crate::retry::Failure;
-use crate::upstream_io::{Sending, StallRead};
+use crate::upstream_io::{read_buffer, recycle, Sending, StallRead};
 use crate::{ProxyRequest, UpstreamAddr};
+use smallvec::SmallVec;
 
 /// Most response header fields accepted from an upstream.
 const MAX_RESPONSE_HEADERS: usize = 128;
@@ -208,12 +210,12 @@ impl UpstreamProtocol for Http1 {
         // waiting on a slow app holds no read buffer (thousands of them cost
         // their sockets and little else). Readiness comes from epoll, no
         // syscall.
-        match tokio::time::timeout_at(deadline.into(), conn.readable()).await {
+        match within(deadline, conn.readable()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Failure::NoAnswer(e)),
             Err(_) => return Err(Failure::Upstream(header_timed_out())),
         }
-        let mut buf = BytesMut::with_capacity(8 * 1024);
+        let mut buf = read_buffer();
         let mut interim = 0;
         loop {
             // What `readable` reported is read without a timer (the head
@@ -222,7 +224,7 @@ impl UpstreamProtocol for Http1 {
             // request: 129 of 21,850 instructions (bench/instructions/run).
             let read = match conn.try_read_buf(&mut buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    tokio::time::timeout_at(deadline.into(), conn.read_buf(&mut buf)).await
+                    within(deadline, conn.read_buf(&mut buf)).await
                 }
                 now => Ok(now),
             };
@@ -424,23 +426,39 @@ fn parse_response(
 /// invalid one is replaced by hayate's (which §6.6.1 allows). Returns
 /// whether a Date was kept.
 pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) -> bool {
-    let listed = connection_listed(fields.iter().map(|h| (h.name.as_bytes(), h.value)));
+    // One pass. Connection fields are hop-by-hop themselves: the names
+    // they list are gathered on the way and their fields dropped after,
+    // which is rare (they hold `keep-alive` or `close`, skipped anyway). A
+    // pass to gather them first, then a pass to copy, cost 283 of a
+    // proxied request's 21,807 instructions (bench/instructions/run).
+    let mut listed: SmallVec<[&[u8]; 4]> = SmallVec::new();
     let mut has_date = false;
     for h in fields {
         let name = h.name.as_bytes();
-        if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"server")
-            || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
-        {
+        if is_hop_by_hop(name) {
+            if name_is(name, b"connection") {
+                listed.extend(
+                    split_list(h.value)
+                        .filter(|t| !is_hop_by_hop(t) && !t.eq_ignore_ascii_case(b"close")),
+                );
+            }
             continue;
         }
-        if name.eq_ignore_ascii_case(b"date") {
+        if name_is(name, b"server") {
+            continue;
+        }
+        if name_is(name, b"date") {
             if has_date || hayate_core::date::parse(h.value).is_none() {
                 continue;
             }
             has_date = true;
         }
         out.push(name, h.value);
+    }
+    if !listed.is_empty() {
+        let named = |name: &[u8]| listed.iter().any(|l| l.eq_ignore_ascii_case(name));
+        out.retain(|name, _| !named(name));
+        has_date &= !named(b"date");
     }
     has_date
 }
@@ -478,6 +496,12 @@ impl UpstreamBody {
             }
         }
         self.guard = None;
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.buf));
     }
 }
 
@@ -605,6 +629,19 @@ mod tests {
         };
         assert_eq!(h.fields.wire(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
         assert!(h.has_date);
+        // What Connection names goes, before or after it, Date too (then
+        // hayate's is sent); its own tokens and other fields stay.
+        let Ok(Some((Parsed::Final(h), _))) = parse(
+            "HTTP/1.1 200 OK\r\nX-Hop: 1\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+             X-App: y\r\nConnection: close, x-hop\r\nConnection: Date, keep-alive\r\n\
+             X-HOP: 2\r\nContent-Length: 0\r\n\r\n",
+            false,
+        ) else {
+            panic!("parse")
+        };
+        assert_eq!(h.fields.wire(), b"X-App: y\r\n");
+        assert!(!h.has_date);
+        assert_eq!(h.keep, None, "close");
         let Ok(Some((Parsed::Final(h), _))) = parse(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,

@@ -67,7 +67,7 @@ impl Member {
     /// Returns a connection to the pool for `keep` (the upstream's hint or
     /// the default idle time).
     pub(crate) fn checkin(&self, conn: Transport, keep: Duration, max_idle: usize, instance: u64) {
-        let now = Instant::now();
+        let now = hayate_core::loop_time::instant();
         let mut idle = self.idle.borrow_mut();
         // Oldest first: the expired ones go now rather than at a checkout
         // that may never reach them (checkout takes the most recent).

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::ops::Range;
 
 use hayate_core::client_body::BodyLength;
+use hayate_core::field::name_is;
 use hayate_core::h1::request::{write_field, write_framing, write_request_line};
 
 use crate::group::{HostPolicy, ProxySettings};
@@ -66,16 +67,16 @@ impl RequestHead {
         let mut request_id = None;
         for &(name, value) in &req.headers {
             if is_hop_by_hop(name)
-                || name.eq_ignore_ascii_case(b"host")
+                || name_is(name, b"host")
                 || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
-                || name.eq_ignore_ascii_case(b"x-forwarded-for")
-                || name.eq_ignore_ascii_case(b"x-forwarded-proto")
-                || name.eq_ignore_ascii_case(b"x-forwarded-host")
-                || name.eq_ignore_ascii_case(b"forwarded")
+                || name_is(name, b"x-forwarded-for")
+                || name_is(name, b"x-forwarded-proto")
+                || name_is(name, b"x-forwarded-host")
+                || name_is(name, b"forwarded")
             {
                 continue;
             }
-            if name.eq_ignore_ascii_case(b"x-request-id") {
+            if name_is(name, b"x-request-id") {
                 if valid_request_id(value) {
                     request_id = Some(value);
                 }

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use crate::buffers::BufferPool;
-use crate::deadline::{Deadline, Expired};
+use hayate_core::deadline::{Deadline, Expired};
 use hayate_core::h1::request::Spare;
 
 /// A connection's idea of the time: when its last read returned, or when
@@ -31,15 +31,14 @@ pub struct Clock {
 }
 
 impl Clock {
-    /// The time now.
+    /// The time now, as of the worker's event loop's last wake-up
+    /// (`hayate_core::loop_time`).
     pub fn current() -> Clock {
-        Clock {
-            now: Instant::now(),
-            wall: SystemTime::now(),
-        }
+        let (now, wall) = hayate_core::loop_time::now();
+        Clock { now, wall }
     }
 
-    /// Reads both clocks again.
+    /// Takes the time again.
     pub fn refresh(&mut self) {
         *self = Clock::current();
     }
@@ -219,7 +218,7 @@ pub async fn writable(transport: &Transport, send: Duration) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::deadline::Deadlines;
+    use hayate_core::deadline::Deadlines;
     use hayate_core::epoch;
     use std::rc::Rc;
     use tokio::io::AsyncWriteExt;

@@ -21,10 +21,10 @@ use hayate_core::{Body, Response, Status};
 
 use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
-use crate::deadline::{Deadline, Expired};
 use crate::pipeline::{self, Answer};
 use crate::worker::Worker;
 use hayate_core::client_body::ClientBody;
+use hayate_core::deadline::{Deadline, Expired};
 use hayate_core::h1::request::{self, Parsed, Refusal, Request, Spare};
 use hayate_core::h1::response::{self, HeadContext};
 use hayate_core::transport::{Peer, Scheme, Transport};

@@ -13,7 +13,7 @@ use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::h1::body::{BodyDecoder, Decoded};
 
 use crate::client_io::{self, Clock, Room};
-use crate::deadline::Deadline;
+use hayate_core::deadline::Deadline;
 use hayate_core::h1::request::Framing;
 use hayate_core::h1::response::{self, CONTINUE};
 use hayate_core::transport::Transport;

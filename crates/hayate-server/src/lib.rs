@@ -18,7 +18,6 @@ pub mod compression;
 mod conn;
 mod conn_body;
 pub mod control;
-mod deadline;
 mod h2_conn;
 mod h2_tunnel;
 pub mod handoff;

@@ -34,6 +34,7 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::client_body::ClientBody;
+use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
 use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
@@ -373,19 +374,19 @@ fn serve_file(
     let mut preconditions = Preconditions::default();
     let (mut range, mut accept_types) = (None, None);
     for (name, value) in req.fields() {
-        let slot = if name.eq_ignore_ascii_case(b"if-match") {
+        let slot = if name_is(name, b"if-match") {
             &mut preconditions.if_match
-        } else if name.eq_ignore_ascii_case(b"if-none-match") {
+        } else if name_is(name, b"if-none-match") {
             &mut preconditions.if_none_match
-        } else if name.eq_ignore_ascii_case(b"if-modified-since") {
+        } else if name_is(name, b"if-modified-since") {
             &mut preconditions.if_modified_since
-        } else if name.eq_ignore_ascii_case(b"if-unmodified-since") {
+        } else if name_is(name, b"if-unmodified-since") {
             &mut preconditions.if_unmodified_since
-        } else if name.eq_ignore_ascii_case(b"if-range") {
+        } else if name_is(name, b"if-range") {
             &mut preconditions.if_range
-        } else if name.eq_ignore_ascii_case(b"range") {
+        } else if name_is(name, b"range") {
             &mut range
-        } else if name.eq_ignore_ascii_case(b"accept") {
+        } else if name_is(name, b"accept") {
             &mut accept_types
         } else {
             continue;

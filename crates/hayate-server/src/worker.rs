@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::access_log::{AccessLog, Sink};
 use crate::buffers::BufferPool;
 use crate::conn::Conn;
-use crate::deadline::Deadlines;
 use crate::listen::BoundListener;
 use crate::request_metrics::{RequestMetrics, WorkerMetrics};
 use crate::router::Router;
+use hayate_core::deadline::Deadlines;
 use hayate_core::h1::request::HeadLimits;
 use hayate_core::h1::response::OVER_CAPACITY;
 use hayate_core::transport::{Listener, Scheme, Transport};
@@ -229,7 +229,9 @@ pub fn run(
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_unpark(hayate_core::loop_time::woke)
         .build()?;
+    hayate_core::loop_time::woke();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let mut blueprints = shared.blueprint.clone();
@@ -258,6 +260,7 @@ pub fn run(
                 }
             }
         });
+        worker.deadlines.install();
         tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
         tokio::task::spawn_local(follow_reloads(
             index,

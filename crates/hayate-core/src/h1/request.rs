@@ -10,7 +10,7 @@
 //! from request smuggling: a request is refused, and the connection closed,
 //! when its body length is ambiguous.
 
-use crate::field::{parse_length, trim_ows as trim};
+use crate::field::{name_is, parse_length, trim_ows as trim};
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -236,7 +236,7 @@ impl Request {
         for (name, value) in &fields {
             let name = &buf[name.clone()];
             let v = &buf[value.clone()];
-            if name.eq_ignore_ascii_case(b"content-length") {
+            if name_is(name, b"content-length") {
                 for part in v.split(|&b| b == b',') {
                     let n = parse_length(trim(part)).ok_or(bad("invalid Content-Length"))?;
                     if content_length.is_some_and(|old| old != n) {
@@ -244,7 +244,7 @@ impl Request {
                     }
                     content_length = Some(n);
                 }
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            } else if name_is(name, b"transfer-encoding") {
                 if transfer_encoding {
                     // Several fields are one list; only a single "chunked" is valid.
                     return Err(bad("repeated Transfer-Encoding"));
@@ -264,18 +264,18 @@ impl Request {
                     // Chunked applied twice, or not last (RFC 9112 §6.3).
                     _ => return Err(bad("Transfer-Encoding does not end in a single chunked")),
                 }
-            } else if name.eq_ignore_ascii_case(b"host") {
+            } else if name_is(name, b"host") {
                 hosts += 1;
                 if !valid_host(v) {
                     return Err(bad("invalid Host"));
                 }
                 host.get_or_insert(value.clone());
-            } else if name.eq_ignore_ascii_case(b"connection") {
+            } else if name_is(name, b"connection") {
                 for token in v.split(|&b| b == b',').map(trim) {
                     connection_close |= token.eq_ignore_ascii_case(b"close");
                     connection_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
                 }
-            } else if name.eq_ignore_ascii_case(b"expect") {
+            } else if name_is(name, b"expect") {
                 if trim(v).eq_ignore_ascii_case(b"100-continue") {
                     expect_continue = true;
                 } else {

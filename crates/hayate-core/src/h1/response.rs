@@ -7,7 +7,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::SystemTime;
 
-use crate::field::{parse_length, split_list, trim_ows as trim};
+use crate::field::{name_is, parse_length, split_list, trim_ows as trim};
 use crate::h1::body::Framing;
 use crate::{Response, Status};
 
@@ -128,17 +128,17 @@ pub fn parse_head<'b>(
     let mut close = resp.version != Some(1);
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if name_is(name, b"content-length") {
             match (parse_length(trim(h.value)), content_length) {
                 (Some(v), None) => content_length = Some(v),
                 (Some(v), Some(old)) if v == old => {}
                 _ => return Err(bad("Content-Length")),
             }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if name_is(name, b"transfer-encoding") {
             let last = split_list(h.value).last().unwrap_or_default();
             chunked = last.eq_ignore_ascii_case(b"chunked");
             other_coding = !chunked;
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if name_is(name, b"connection") {
             close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
         }
     }

@@ -3,6 +3,7 @@
 //! sendfile, streams relayed with back-pressure, chunked when their length
 //! is unknown), the access log line, and the flushes.
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::pin;
 use std::task::Poll;
@@ -67,31 +68,42 @@ impl Conn {
 
     /// Sends what [`Conn::start_response`] handed back: a large, file or
     /// streamed body, or a protocol switch.
-    pub(super) async fn finish_response(
-        &mut self,
+    ///
+    /// Its caller boxes it, so its size decides the allocator's path: a
+    /// plain function returning an `async move` block holds its arguments
+    /// once, where an async fn holds them twice (as arguments and as
+    /// locals), and files are sent from a box of their own. That keeps it
+    /// under glibc's per-thread cache limit (1,032 bytes): from 1,360
+    /// bytes, it saved 400 of a proxied request's 21,150 instructions in
+    /// `malloc` and `free` (bench/instructions/run).
+    #[allow(clippy::manual_async_fn)] // on purpose, see above
+    pub(super) fn finish_response<'a>(
+        &'a mut self,
         resp: Response,
         cx: HeadContext,
-        req: &Request,
+        req: &'a Request,
         started: Instant,
-    ) -> io::Result<()> {
-        let status = resp.status;
-        let cache = resp.cache_status;
-        if let Body::Upgrade(tunnel) = resp.body {
-            let flushed = self.flush().await;
-            self.log_access(req, status, cache, 0, started);
-            flushed?;
-            // Bytes the client sent after its head belong to the new protocol.
-            let early = self.rbuf.split().freeze();
-            if let Err(e) = tunnel.run(&mut self.transport, early).await {
-                log::debug!("tunnel from {} ended: {e}", self.peer);
+    ) -> impl Future<Output = io::Result<()>> + 'a {
+        async move {
+            let status = resp.status;
+            let cache = resp.cache_status;
+            if let Body::Upgrade(tunnel) = resp.body {
+                let flushed = self.flush().await;
+                self.log_access(req, status, cache, 0, started);
+                flushed?;
+                // Bytes the client sent after its head belong to the new protocol.
+                let early = self.rbuf.split().freeze();
+                if let Err(e) = tunnel.run(&mut self.transport, early).await {
+                    log::debug!("tunnel from {} ended: {e}", self.peer);
+                }
+                return Ok(());
             }
-            return Ok(());
+            let mut sent = 0;
+            let written = self.write_body(resp.body, cx.http10, &mut sent).await;
+            // A body that failed midway is logged too, with what was sent.
+            self.log_access(req, status, cache, sent, started);
+            written
         }
-        let mut sent = 0;
-        let written = self.write_body(resp.body, cx.http10, &mut sent).await;
-        // A body that failed midway is logged too, with what was sent.
-        self.log_access(req, status, cache, sent, started);
-        written
     }
 
     /// Writes (or buffers) a response body, adding to `sent` the bytes of
@@ -105,8 +117,10 @@ impl Conn {
         match body {
             Body::Empty => {}
             Body::Bytes(b) => self.write_bytes(&b, sent).await?,
+            // Boxed: a file's sending is as large as all the rest, and
+            // costs one allocation against a sendfile(2) per piece.
             Body::File(f) => {
-                self.send_file(&f).await?;
+                Box::pin(self.send_file(&f)).await?;
                 *sent += f.len;
             }
             Body::Parts(parts) => {
@@ -114,7 +128,7 @@ impl Conn {
                     match part {
                         Chunk::Bytes(b) => self.write_bytes(&b, sent).await?,
                         Chunk::File(f) => {
-                            self.send_file(&f).await?;
+                            Box::pin(self.send_file(&f)).await?;
                             *sent += f.len;
                         }
                     }

@@ -1,0 +1,94 @@
+//! The time as of a worker's event loop's last wake-up, as nginx keeps
+//! it (`ngx_time_update` after each `epoll_wait`).
+//!
+//! A proxied request read the clock six times (its head's read, the
+//! response's Date and deadlines after the upstream answered, the
+//! attempt's start, the pooled connection's check-in), each a vDSO
+//! `clock_gettime`: 1 % of its CPU time under load (`perf`, case P). A
+//! worker's event loop marks the time stale as it wakes up ([`woke`]);
+//! the first read after that reads the clocks, and every other read until
+//! the loop sleeps again takes the time from there. Under load one wake-up
+//! serves tens of requests, so a request costs a fraction of a read.
+//!
+//! How stale it can be: by the work of one wake-up (a fraction of a
+//! millisecond under load), or, when the loop never sleeps (its queue
+//! never empties), by one tick of the worker's deadline sweeper, which
+//! marks it too (`deadline::SWEEP`, 100 ms). Deadlines and Date are
+//! coarser than either. On a thread whose loop never calls [`woke`] (the
+//! main thread, tests), every read is a clock read.
+
+use std::cell::Cell;
+use std::time::{Instant, SystemTime};
+
+thread_local! {
+    /// This thread's event loop keeps the time ([`woke`] was called).
+    static KEPT: Cell<bool> = const { Cell::new(false) };
+    /// The time was read since the loop last woke up...
+    static FRESH: Cell<bool> = const { Cell::new(false) };
+    /// ...and this is it.
+    static LAST: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+}
+
+/// Marks that this thread's event loop woke up: the next read of the time
+/// reads the clocks.
+pub fn woke() {
+    KEPT.with(|k| k.set(true));
+    FRESH.with(|f| f.set(false));
+}
+
+/// The monotonic and the wall time, as of this thread's event loop's last
+/// wake-up.
+pub fn now() -> (Instant, SystemTime) {
+    if !KEPT.with(Cell::get) {
+        return (Instant::now(), SystemTime::now());
+    }
+    if FRESH.with(Cell::get) {
+        if let Some(kept) = LAST.with(Cell::get) {
+            return kept;
+        }
+    }
+    let read = (Instant::now(), SystemTime::now());
+    LAST.with(|l| l.set(Some(read)));
+    FRESH.with(|f| f.set(true));
+    read
+}
+
+/// The monotonic time, as of this thread's event loop's last wake-up.
+pub fn instant() -> Instant {
+    now().0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tick() {
+        let t = Instant::now();
+        while Instant::now() == t {}
+    }
+
+    #[test]
+    fn one_clock_read_per_wake_up() {
+        // Not kept on this thread: each read is the clock's.
+        let a = instant();
+        tick();
+        assert!(instant() > a);
+        std::thread::spawn(|| {
+            woke();
+            let first = now();
+            tick();
+            assert_eq!(now(), first, "the wake-up's time, not the clock's");
+            assert_eq!(instant(), first.0);
+            woke();
+            tick();
+            let second = now();
+            assert!(second.0 > first.0, "read again after the next wake-up");
+            tick();
+            assert_eq!(now(), second);
+        })
+        .join()
+        .expect("join");
+        // Another thread's loop is not this one's.
+        assert!(!KEPT.with(Cell::get));
+    }
+}
