@@ -30,6 +30,14 @@ pub fn name_is(name: &[u8], lower: &[u8]) -> bool {
             == 0
 }
 
+/// Whether the list-valued field `value` holds `lower` (a token in lower
+/// case: letters and `-`), in any case. A value of one member, as
+/// `Connection: keep-alive` is, is compared whole without splitting it.
+pub fn list_contains(value: &[u8], lower: &[u8]) -> bool {
+    name_is(trim_ows(value), lower)
+        || (value.contains(&b',') && split_list(value).any(|t| name_is(t, lower)))
+}
+
 /// The `(name, value)` pairs of a preformatted block of header lines
 /// (`Name: value\r\n`, as responses carry them), values trimmed.
 pub fn header_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
@@ -134,8 +142,21 @@ pub fn strip_port(host: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::{
-        etag_list_matches, hex_digit, name_is, parse_length, split_list, trim_ows, Comparison,
+        etag_list_matches, hex_digit, list_contains, name_is, parse_length, split_list, trim_ows,
+        Comparison,
     };
+
+    #[test]
+    fn list_members() {
+        assert!(list_contains(b"Keep-Alive", b"keep-alive"));
+        assert!(list_contains(b" close ", b"close"));
+        assert!(list_contains(b"x, CLOSE", b"close"));
+        assert!(list_contains(b"close,", b"close"));
+        assert!(!list_contains(b"closed", b"close"));
+        assert!(!list_contains(b"\"close\"", b"close"));
+        assert!(!list_contains(b"\"a,close\"", b"close"));
+        assert!(!list_contains(b"", b"close"));
+    }
 
     #[test]
     fn name_is_agrees_with_eq_ignore_ascii_case() {

@@ -437,10 +437,11 @@ pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>])
         let name = h.name.as_bytes();
         if is_hop_by_hop(name) {
             if name_is(name, b"connection") {
-                listed.extend(
-                    split_list(h.value)
-                        .filter(|t| !is_hop_by_hop(t) && !t.eq_ignore_ascii_case(b"close")),
-                );
+                // `keep-alive` or `close` alone lists no other field.
+                let plain = |t: &[u8]| is_hop_by_hop(t) || name_is(t, b"close");
+                if !plain(trim(h.value)) {
+                    listed.extend(split_list(h.value).filter(|t| !plain(t)));
+                }
             }
             continue;
         }

@@ -2,10 +2,12 @@
 //! makes it safe to send twice.
 
 use hayate_core::transport::Scheme;
-use smallvec::SmallVec;
 
-/// A request's header fields (inline: most requests carry fewer than 16).
-pub type RequestFields<'a> = SmallVec<[(&'a [u8], &'a [u8]); 16]>;
+/// A request's header fields. On the heap: inline, 16 of them made the
+/// request 672 bytes, copied as it was built and moved into the proxied
+/// request's future (152 of its 20,125 instructions in `memcpy`, against
+/// a small allocation from the allocator's per-thread cache).
+pub type RequestFields<'a> = Vec<(&'a [u8], &'a [u8])>;
 
 /// The request as the proxy needs it.
 #[derive(Debug)]
@@ -84,7 +86,7 @@ mod tests {
         ProxyRequest {
             method,
             target: b"/",
-            headers: headers.into(),
+            headers,
             client_ip: "127.0.0.1",
             host: None,
             scheme: Scheme::Http,

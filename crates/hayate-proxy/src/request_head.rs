@@ -222,7 +222,7 @@ mod tests {
         ProxyRequest {
             method: b"POST",
             target: b"/a?b",
-            headers: headers.into(),
+            headers,
             client_ip: "10.0.0.1",
             host: Some(b"example.com"),
             scheme: Scheme::Http,

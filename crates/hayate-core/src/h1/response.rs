@@ -7,7 +7,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::SystemTime;
 
-use crate::field::{name_is, parse_length, split_list, trim_ows as trim};
+use crate::field::{list_contains, name_is, parse_length, split_list, trim_ows as trim};
 use crate::h1::body::Framing;
 use crate::{Response, Status};
 
@@ -139,7 +139,7 @@ pub fn parse_head<'b>(
             chunked = last.eq_ignore_ascii_case(b"chunked");
             other_coding = !chunked;
         } else if name_is(name, b"connection") {
-            close |= split_list(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
+            close |= list_contains(h.value, b"close");
         }
     }
     let framing = if head_request || code < 200 || code == 204 || code == 304 {

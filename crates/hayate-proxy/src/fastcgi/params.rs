@@ -159,8 +159,7 @@ mod tests {
                 (b"cookie", b"b=2"),
                 (b"Accept", b"text/html"),
                 (b"X-Request-Id", b"spoofed"),
-            ]
-            .into(),
+            ],
             client_ip: "10.0.0.9",
             host: Some(b"example.com:8080"),
             scheme: Scheme::Https,
