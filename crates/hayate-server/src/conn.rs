@@ -21,7 +21,7 @@ use hayate_core::{Body, Response, Status};
 
 use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
-use crate::pipeline::{self, Answer, ToUpstream};
+use crate::pipeline::{self, Answer};
 use crate::worker::Worker;
 use hayate_core::client_body::ClientBody;
 use hayate_core::deadline::{Deadline, Expired};
@@ -181,11 +181,8 @@ impl Conn {
                 let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
                     Answer::Now(resp, route) => (resp, route),
                     // Boxed: the proxy's state stays out of the connection's.
-                    Answer::Upstream(to) => {
-                        let route = Some(to.route_index());
-                        let resp =
-                            Box::pin(self.ask_upstream(&req, to, &mut body, &mut waited)).await;
-                        (resp, route)
+                    upstream => {
+                        Box::pin(self.ask_upstream(&req, upstream, &mut body, &mut waited)).await
                     }
                 };
                 // A handler that waited (an upstream, the request body) may
@@ -249,39 +246,42 @@ impl Conn {
         }
     }
 
-    /// The answer of the request's route's upstream (boxed by the caller:
-    /// the proxy's state stays out of the connection's), noting in `waited`
-    /// whether it had to wait.
-    #[allow(clippy::manual_async_fn)] // one copy of its arguments, as `exchange`
-    fn ask_upstream<'a>(
-        &'a mut self,
-        req: &'a Request,
-        to: ToUpstream<'a>,
-        body: &'a mut BodyState,
-        waited: &'a mut bool,
-    ) -> impl Future<Output = Response> + 'a {
-        async move {
-            // Responses to earlier pipelined requests wait in the write buffer
-            // for their batch to end; an upstream may take seconds, so they
-            // leave now, as far as the client takes them without waiting (a
-            // failed write shows again at the next one).
-            if !self.wbuf.is_empty() {
-                let _ = self.flush_now();
-            }
-            let client = pipeline::Client { peer: &self.peer };
-            let mut view = ConnBody {
-                state: body,
-                transport: &mut self.transport,
-                rbuf: &mut self.rbuf,
-                wbuf: &mut self.wbuf,
-                deadline: &self.deadline,
-                clock: &mut self.clock,
-                send_timeout: self.worker.with_generation(|g| g.timeouts.send),
-                takes_interim: !req.http10(),
-            };
-            let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
-            noting_waits(handled, waited).await
+    /// The answer of the request's route's upstream, when `answer` says
+    /// the upstream must give it (boxed by the caller: the proxy's state
+    /// stays out of the connection's), noting in `waited` whether it had to
+    /// wait.
+    async fn ask_upstream(
+        &mut self,
+        req: &Request,
+        answer: Answer<'_>,
+        body: &mut BodyState,
+        waited: &mut bool,
+    ) -> (Response, Option<usize>) {
+        let to = match answer {
+            Answer::Now(resp, route) => return (resp, route),
+            Answer::Upstream(to) => to,
+        };
+        let route = Some(to.route_index());
+        // Responses to earlier pipelined requests wait in the write buffer
+        // for their batch to end; an upstream may take seconds, so they
+        // leave now, as far as the client takes them without waiting (a
+        // failed write shows again at the next one).
+        if !self.wbuf.is_empty() {
+            let _ = self.flush_now();
         }
+        let client = pipeline::Client { peer: &self.peer };
+        let mut view = ConnBody {
+            state: body,
+            transport: &mut self.transport,
+            rbuf: &mut self.rbuf,
+            wbuf: &mut self.wbuf,
+            deadline: &self.deadline,
+            clock: &mut self.clock,
+            send_timeout: self.worker.with_generation(|g| g.timeouts.send),
+            takes_interim: !req.http10(),
+        };
+        let handled = pin!(pipeline::upstream(&req.head, to, &mut view, client));
+        (noting_waits(handled, waited).await, route)
     }
 
     /// Reads until a complete head is buffered. `Ok(Err(_))` says how the
