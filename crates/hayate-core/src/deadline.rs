@@ -46,7 +46,7 @@ pub struct Deadlines {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired;
 
-/// A connection's slot; freed on drop.
+/// A slot: a connection's, or one wait's ([`within`]); freed on drop.
 #[derive(Debug)]
 pub struct Deadline {
     registry: Rc<Deadlines>,
@@ -54,7 +54,7 @@ pub struct Deadline {
 }
 
 impl Deadlines {
-    /// A slot for a new connection.
+    /// A slot for a new connection or wait.
     pub fn slot(self: &Rc<Self>) -> Deadline {
         let key = match self.free.borrow_mut().pop() {
             Some(k) => k,

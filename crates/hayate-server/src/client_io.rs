@@ -20,8 +20,10 @@ use hayate_core::deadline::{Deadline, Expired};
 use hayate_core::h1::request::Spare;
 
 /// A connection's idea of the time: when its last read returned, or when
-/// it last caught up after a wait (the time of every request it carried;
-/// two clock reads per socket read instead of per request).
+/// it last caught up after a wait (the time of every request it carried),
+/// as of the wake-up of the worker's event loop that ran it
+/// (`hayate_core::loop_time`: the clocks are read once per wake-up, not per
+/// read or request).
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     /// Monotonic time, for deadlines.
