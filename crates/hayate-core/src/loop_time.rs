@@ -20,37 +20,39 @@
 use std::cell::Cell;
 use std::time::{Instant, SystemTime};
 
+/// This thread's loop time.
+#[derive(Clone, Copy)]
+enum Kept {
+    /// Not kept: this thread's loop never called [`woke`].
+    No,
+    /// Not read since the loop last woke up.
+    Stale,
+    /// Read since the loop last woke up.
+    Read(Instant, SystemTime),
+}
+
 thread_local! {
-    /// This thread's event loop keeps the time ([`woke`] was called).
-    static KEPT: Cell<bool> = const { Cell::new(false) };
-    /// The time was read since the loop last woke up...
-    static FRESH: Cell<bool> = const { Cell::new(false) };
-    /// ...and this is it.
-    static LAST: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+    static KEPT: Cell<Kept> = const { Cell::new(Kept::No) };
 }
 
 /// Marks that this thread's event loop woke up: the next read of the time
 /// reads the clocks.
 pub fn woke() {
-    KEPT.with(|k| k.set(true));
-    FRESH.with(|f| f.set(false));
+    KEPT.with(|k| k.set(Kept::Stale));
 }
 
 /// The monotonic and the wall time, as of this thread's event loop's last
 /// wake-up.
 pub fn now() -> (Instant, SystemTime) {
-    if !KEPT.with(Cell::get) {
-        return (Instant::now(), SystemTime::now());
-    }
-    if FRESH.with(Cell::get) {
-        if let Some(kept) = LAST.with(Cell::get) {
-            return kept;
+    KEPT.with(|k| match k.get() {
+        Kept::Read(instant, wall) => (instant, wall),
+        Kept::No => (Instant::now(), SystemTime::now()),
+        Kept::Stale => {
+            let (instant, wall) = (Instant::now(), SystemTime::now());
+            k.set(Kept::Read(instant, wall));
+            (instant, wall)
         }
-    }
-    let read = (Instant::now(), SystemTime::now());
-    LAST.with(|l| l.set(Some(read)));
-    FRESH.with(|f| f.set(true));
-    read
+    })
 }
 
 /// The monotonic time, as of this thread's event loop's last wake-up.
@@ -89,6 +91,6 @@ mod tests {
         .join()
         .expect("join");
         // Another thread's loop is not this one's.
-        assert!(!KEPT.with(Cell::get));
+        assert!(matches!(KEPT.with(Cell::get), Kept::No));
     }
 }

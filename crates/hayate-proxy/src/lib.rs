@@ -37,6 +37,7 @@ mod queue;
 mod request;
 mod request_head;
 mod retry;
+mod spares;
 mod upconn;
 mod upstream_io;
 

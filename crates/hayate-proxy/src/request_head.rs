@@ -12,6 +12,7 @@ use hayate_core::h1::request::{write_field, write_framing, write_request_line};
 
 use crate::group::{HostPolicy, ProxySettings};
 use crate::hop_by_hop::is_hop_by_hop;
+use crate::spares::{self, Spares};
 use crate::{ProxyRequest, UpstreamAddr};
 
 /// The upstream request head, built once per request so that every attempt
@@ -171,16 +172,10 @@ impl RequestHead {
 impl Drop for RequestHead {
     fn drop(&mut self) {
         let mut bytes = std::mem::take(&mut self.bytes);
-        if bytes.capacity() > HEAD_CAPACITY {
-            return;
+        if bytes.capacity() <= HEAD_CAPACITY {
+            bytes.clear();
+            spares::keep(&SPARE_HEADS, bytes, KEPT_HEADS);
         }
-        bytes.clear();
-        SPARE_HEADS.with(|s| {
-            let mut spare = s.borrow_mut();
-            if spare.len() < KEPT_HEADS {
-                spare.push(bytes);
-            }
-        });
     }
 }
 
@@ -189,22 +184,17 @@ impl Drop for RequestHead {
 const HEAD_CAPACITY: usize = 512;
 
 /// Head buffers a worker's thread keeps for its next requests (64 KiB at
-/// most). A head lives until its response arrives, so with a hundred
-/// requests in flight a hundred of them do: more than glibc's per-thread
-/// cache holds of one size (7), and the rest took the allocator's slow
-/// path both ways (`perf`, case P).
+/// most; why: `crate::spares`).
 const KEPT_HEADS: usize = 128;
 
 thread_local! {
-    static SPARE_HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static SPARE_HEADS: Spares<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty buffer to build a head in: one a finished request gave back,
 /// or a new one. Heads that outgrew [`HEAD_CAPACITY`] are not kept.
 fn head_buffer() -> Vec<u8> {
-    SPARE_HEADS
-        .with(|s| s.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(HEAD_CAPACITY))
+    spares::take(&SPARE_HEADS).unwrap_or_else(|| Vec::with_capacity(HEAD_CAPACITY))
 }
 
 thread_local! {
@@ -271,7 +261,7 @@ mod tests {
 
     #[test]
     fn head_buffers_are_reused_unless_they_grew() {
-        let spare = || SPARE_HEADS.with(|s| s.borrow().len());
+        let spare = || spares::count(&SPARE_HEADS);
         let settings = ProxySettings::default();
         let head =
             |r: &ProxyRequest<'_>| RequestHead::new(r, BodyLength::None, &settings, &[], None);

@@ -17,6 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Sleep;
 
 use crate::retry::Failure;
+use crate::spares::{self, Spares};
 
 /// Capacity of a buffer a response is read into: most heads and a few KiB
 /// of body in one read.
@@ -29,15 +30,13 @@ const READ_BUFFER: usize = 8 * 1024;
 const KEPT_READ_BUFFERS: usize = 32;
 
 thread_local! {
-    static SPARE_READ_BUFFERS: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    static SPARE_READ_BUFFERS: Spares<BytesMut> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty buffer to read a response into: one a response before this
 /// gave back, or a new one.
 pub(crate) fn read_buffer() -> BytesMut {
-    SPARE_READ_BUFFERS
-        .with(|s| s.borrow_mut().pop())
-        .unwrap_or_else(|| BytesMut::with_capacity(READ_BUFFER))
+    spares::take(&SPARE_READ_BUFFERS).unwrap_or_else(|| BytesMut::with_capacity(READ_BUFFER))
 }
 
 /// Keeps `buf` for a later response when nothing else holds any of it
@@ -46,12 +45,7 @@ pub(crate) fn read_buffer() -> BytesMut {
 pub(crate) fn recycle(mut buf: BytesMut) {
     buf.clear();
     if buf.try_reclaim(READ_BUFFER) && buf.capacity() <= 2 * READ_BUFFER {
-        SPARE_READ_BUFFERS.with(|s| {
-            let mut spare = s.borrow_mut();
-            if spare.len() < KEPT_READ_BUFFERS {
-                spare.push(buf);
-            }
-        });
+        spares::keep(&SPARE_READ_BUFFERS, buf, KEPT_READ_BUFFERS);
     }
 }
 
@@ -180,7 +174,7 @@ mod tests {
     use super::*;
 
     fn spare() -> usize {
-        SPARE_READ_BUFFERS.with(|s| s.borrow().len())
+        spares::count(&SPARE_READ_BUFFERS)
     }
 
     #[test]
