@@ -2,6 +2,7 @@
 //! member) or Unix. The connection is a [`Transport`], the same type as a
 //! client's.
 
+use hayate_core::boxed::pinned;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -31,7 +32,7 @@ pub(crate) async fn connect(
                     // inline it would size every proxied request's future,
                     // plain ones too (84 instructions per plain proxied
                     // request, bench/instructions/run).
-                    Some(name) => Box::pin(handshake(tcp, name, tls)).await?,
+                    Some(name) => pinned(|| handshake(tcp, name, tls)).await?,
                     None => Transport::tcp(tcp)?,
                 }
             }

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use hayate_core::boxed::pinned;
 use hayate_core::error::Error;
 use hayate_core::{Body, Response, Status};
 
@@ -182,7 +183,7 @@ impl Conn {
                     Answer::Now(resp, route) => (resp, route),
                     // Boxed: the proxy's state stays out of the connection's.
                     upstream => {
-                        Box::pin(self.ask_upstream(&req, upstream, &mut body, &mut waited)).await
+                        pinned(|| self.ask_upstream(&req, upstream, &mut body, &mut waited)).await
                     }
                 };
                 // A handler that waited (an upstream, the request body) may
@@ -226,7 +227,7 @@ impl Conn {
                 (upgraded, keep_alive, cx, rest)
             };
             if let Some(finishing) =
-                rest.map(|rest| Box::pin(self.finish_response(rest, cx, &req, started)))
+                rest.map(|rest| pinned(|| self.finish_response(rest, cx, &req, started)))
             {
                 finishing.await?;
             }

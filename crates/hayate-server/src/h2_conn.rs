@@ -18,6 +18,7 @@
 //! cancelled with it. An idle connection is closed after the keep-alive
 //! timeout; shutdown sends GOAWAY and lets open streams finish.
 
+use hayate_core::boxed::pinned;
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
@@ -326,7 +327,7 @@ impl Stream {
                     body: &mut body,
                     respond: &respond,
                 };
-                let asked = Box::pin(pipeline::upstream(&head, to, &mut exchange, client));
+                let asked = pinned(|| pipeline::upstream(&head, to, &mut exchange, client));
                 // A client that resets the stream cancels the upstream
                 // request with it: dropping the exchange closes its
                 // connection (which is not pooled half-read).

@@ -28,6 +28,7 @@
 //! future ([`upstream`]). Files and cache hits, most requests, thus never
 //! pay for the proxy's and the cache fill's state.
 
+use hayate_core::boxed::pinned;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::time::Instant;
@@ -261,10 +262,7 @@ pub async fn upstream<B: ClientBody>(
     // bench/instructions/run.)
     let response = match to.cache {
         Some((cache, miss)) => {
-            Box::pin(crate::cached::from_origin(
-                cache, to.group, &proxied, body, miss,
-            ))
-            .await
+            pinned(|| crate::cached::from_origin(cache, to.group, &proxied, body, miss)).await
         }
         None => {
             let response = to.group.forward(&proxied, body).await;

@@ -2,6 +2,7 @@
 //! own route table and file caches. Nothing on the request path is shared
 //! with other workers except the connection counter.
 
+use hayate_core::boxed::pinned;
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
@@ -387,14 +388,16 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
                 // not also carry an HTTP/1 connection's room (its task went from
                 // 892 to 384 bytes, massif).
                 tokio::task::spawn_local(async move {
-                    match Box::pin(tls.handshake(tcp)).await {
+                    match pinned(|| tls.handshake(tcp)).await {
                         Ok(t) if t.alpn() == Some(b"h2") => {
                             let tls = t.tls_info();
-                            Box::pin(crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
+                            pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
                         }
                         Ok(t) => {
-                            Box::pin(async move { Conn::new(t, peer, scheme, worker).run().await })
-                                .await;
+                            pinned(
+                                || async move { Conn::new(t, peer, scheme, worker).run().await },
+                            )
+                            .await;
                         }
                         Err(_) => {}
                     }

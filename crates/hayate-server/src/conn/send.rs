@@ -3,6 +3,7 @@
 //! sendfile, streams relayed with back-pressure, chunked when their length
 //! is unknown), the access log line, and the flushes.
 
+use hayate_core::boxed::pinned;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::pin;
@@ -120,7 +121,7 @@ impl Conn {
             // Boxed: a file's sending is as large as all the rest, and
             // costs one allocation against a sendfile(2) per piece.
             Body::File(f) => {
-                Box::pin(self.send_file(&f)).await?;
+                pinned(|| self.send_file(&f)).await?;
                 *sent += f.len;
             }
             Body::Parts(parts) => {
@@ -128,7 +129,7 @@ impl Conn {
                     match part {
                         Chunk::Bytes(b) => self.write_bytes(&b, sent).await?,
                         Chunk::File(f) => {
-                            Box::pin(self.send_file(&f)).await?;
+                            pinned(|| self.send_file(&f)).await?;
                             *sent += f.len;
                         }
                     }
