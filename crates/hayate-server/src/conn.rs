@@ -182,8 +182,8 @@ impl Conn {
                 let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
                     Answer::Now(resp, route) => (resp, route),
                     // Boxed: the proxy's state stays out of the connection's.
-                    upstream => {
-                        pinned(|| self.ask_upstream(&req, upstream, &mut body, &mut waited)).await
+                    Answer::Upstream(to) => {
+                        pinned(|| self.ask_upstream(&req, to, &mut body, &mut waited)).await
                     }
                 };
                 // A handler that waited (an upstream, the request body) may
@@ -247,21 +247,18 @@ impl Conn {
         }
     }
 
-    /// The answer of the request's route's upstream, when `answer` says
-    /// the upstream must give it (boxed by the caller: the proxy's state
-    /// stays out of the connection's), noting in `waited` whether it had to
-    /// wait.
+    /// The answer of the request's route's upstream (boxed by the caller:
+    /// the proxy's state stays out of the connection's), noting in `waited`
+    /// whether it had to wait. It takes the upstream's half of the
+    /// [`Answer`] only: the whole (192 bytes, a response's room) was kept
+    /// twice in this future, as argument and as local.
     async fn ask_upstream(
         &mut self,
         req: &Request,
-        answer: Answer<'_>,
+        to: pipeline::ToUpstream<'_>,
         body: &mut BodyState,
         waited: &mut bool,
     ) -> (Response, Option<usize>) {
-        let to = match answer {
-            Answer::Now(resp, route) => return (resp, route),
-            Answer::Upstream(to) => to,
-        };
         let route = Some(to.route_index());
         // Responses to earlier pipelined requests wait in the write buffer
         // for their batch to end; an upstream may take seconds, so they

@@ -228,13 +228,12 @@ pub fn run(
     listeners: Vec<BoundListener>,
     shutdown: ShutdownWatch,
 ) -> io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let mut event_loop = tokio::runtime::Builder::new_current_thread();
+    event_loop
         .enable_all()
-        .on_thread_unpark(hayate_core::loop_time::woke)
-        .build()?;
+        .on_thread_unpark(hayate_core::loop_time::woke);
     hayate_core::loop_time::woke();
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
+    run_local(event_loop, async move {
         let mut blueprints = shared.blueprint.clone();
         let first = Generation::build(&blueprints.borrow_and_update(), &shared, None)?;
         for (route, group) in first.router.upstream_groups() {
@@ -298,7 +297,34 @@ pub fn run(
             log.flush();
         }
         Ok(())
-    })
+    })?
+}
+
+/// Runs `serve`, and the tasks it spawns with `spawn_local`, on this
+/// thread's event loop until it ends.
+///
+/// On tokio's `LocalRuntime` where the build has it (`--cfg tokio_unstable`,
+/// set in `.cargo/config.toml`; decision 0012): its scheduler queues a task
+/// that I/O wakes directly. A `LocalSet` on a current-thread runtime queues
+/// it, then wakes the set's own task, which the runtime then polls to poll
+/// the connection's: 646 more instructions per proxied request, 324 per
+/// static file (bench/instructions/run). A build without the flag (a
+/// `RUSTFLAGS` of its own replaces the config's: cargo-fuzz's) runs on the
+/// `LocalSet`, which serves the same.
+fn run_local<F: std::future::Future>(
+    mut event_loop: tokio::runtime::Builder,
+    serve: F,
+) -> io::Result<F::Output> {
+    #[cfg(tokio_unstable)]
+    {
+        let rt = event_loop.build_local(Default::default())?;
+        Ok(rt.block_on(serve))
+    }
+    #[cfg(not(tokio_unstable))]
+    {
+        let rt = event_loop.build()?;
+        Ok(tokio::task::LocalSet::new().block_on(&rt, serve))
+    }
 }
 
 /// Builds a generation from every blueprint a reload publishes, swaps it in
