@@ -4,7 +4,7 @@
 //! it into the box, though a future that has not started holds only its
 //! arguments: a proxied request's future is 2,480 bytes and the rest of its
 //! response's 976, the two largest copies a proxied request made (a probe on
-//! `memmove` under case P's load: 3.4 KiB of the request's 9.5 KiB of
+//! `memmove` under case P's load: 3.4 KiB of the request's 9.2 KiB of
 //! copies). Allocating first and building into the allocation lets the
 //! compiler write the arguments straight into the box.
 

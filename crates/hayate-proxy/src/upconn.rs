@@ -2,13 +2,13 @@
 //! member) or Unix. The connection is a [`Transport`], the same type as a
 //! client's.
 
-use hayate_core::boxed::pinned;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
 
 use std::sync::Arc;
 
+use hayate_core::boxed::pinned;
 use hayate_core::transport::{TlsStream, Transport};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls::pki_types::ServerName;

@@ -18,7 +18,6 @@
 //! cancelled with it. An idle connection is closed after the keep-alive
 //! timeout; shutdown sends GOAWAY and lets open streams finish.
 
-use hayate_core::boxed::pinned;
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
@@ -30,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
+use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
 use hayate_core::response::{FileRange, Tunnel};

@@ -28,12 +28,12 @@
 //! future ([`upstream`]). Files and cache hits, most requests, thus never
 //! pay for the proxy's and the cache fill's state.
 
-use hayate_core::boxed::pinned;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
+use hayate_core::boxed::pinned;
 use hayate_core::client_body::ClientBody;
 use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};

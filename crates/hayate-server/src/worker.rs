@@ -2,7 +2,6 @@
 //! own route table and file caches. Nothing on the request path is shared
 //! with other workers except the connection counter.
 
-use hayate_core::boxed::pinned;
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
@@ -12,6 +11,7 @@ use std::time::Duration;
 
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
+use hayate_core::boxed::pinned;
 use hayate_core::shutdown::ShutdownWatch;
 use hayate_proxy::UpstreamGroup;
 use tokio::sync::{mpsc, watch, Notify};

@@ -3,13 +3,13 @@
 //! sendfile, streams relayed with back-pressure, chunked when their length
 //! is unknown), the access log line, and the flushes.
 
-use hayate_core::boxed::pinned;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::pin;
 use std::task::Poll;
 use std::time::Instant;
 
+use hayate_core::boxed::pinned;
 use hayate_core::h1::chunked::chunk_size_line;
 use hayate_core::h1::request::Request;
 use hayate_core::h1::response::{self, HeadContext};
