@@ -11,14 +11,20 @@
 //!
 //! Locking: one mutex over the map, held for lookups and inserts only (never
 //! while reading or compressing a file).
+//!
+//! The thread runs while there is work: it starts with the first job and
+//! ends after [`COMPRESSOR_IDLE`] without one; the next job starts it again.
+//! A thread that outlived its work would keep a one-worker hayate from being
+//! a process of one thread, whose socket calls the kernel makes without a
+//! reference count on the file (decision 0005).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -51,11 +57,15 @@ pub struct Stats {
     pub bytes_out: u64,
 }
 
+/// How long the compressor thread waits for a job before it ends: a site
+/// deployed or warmed up asks for its variants within seconds of each other.
+pub const COMPRESSOR_IDLE: Duration = Duration::from_secs(10);
+
 /// The shared store; clone the `Arc` into every worker.
 pub struct VariantStore {
     shared: Arc<Shared>,
-    /// The compressor thread's queue, started with the first job.
-    jobs: OnceLock<SyncSender<Job>>,
+    /// [`COMPRESSOR_IDLE`]; shorter in tests.
+    idle: Duration,
 }
 
 struct Shared {
@@ -74,6 +84,10 @@ struct Map {
     bytes: u64,
     /// VariantState counter, for recency.
     clock: u64,
+    /// The compressor thread's queue while the thread runs. Sent on and
+    /// taken away under the map's lock, so a job is never sent to a thread
+    /// that is ending.
+    jobs: Option<SyncSender<Job>>,
 }
 
 struct FileSlot {
@@ -113,7 +127,7 @@ impl VariantStore {
                 bytes_in: AtomicU64::new(0),
                 bytes_out: AtomicU64::new(0),
             }),
-            jobs: OnceLock::new(),
+            idle: COMPRESSOR_IDLE,
         }
     }
 
@@ -129,7 +143,8 @@ impl VariantStore {
         if stamp.len > self.shared.limits.max_file {
             return VariantState::Never;
         }
-        let mut map = self.shared.lock();
+        let mut guard = self.shared.lock();
+        let map = &mut *guard;
         map.clock += 1;
         let clock = map.clock;
         let key = (stamp.dev, stamp.ino);
@@ -159,7 +174,7 @@ impl VariantStore {
             coding,
             level,
         };
-        match self.sender().try_send(job) {
+        match self.send(&mut map.jobs, job) {
             Ok(()) => file.variants.push(VariantSlot {
                 coding,
                 level,
@@ -207,20 +222,27 @@ impl VariantStore {
         }
     }
 
-    fn sender(&self) -> &SyncSender<Job> {
-        self.jobs.get_or_init(|| {
-            let (tx, rx) = sync_channel(self.shared.limits.queue.max(1));
-            let shared = self.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name("hayate-compress".into())
-                .spawn(move || compressor(&shared, &rx));
-            if let Err(e) = spawned {
-                // The receiver is dropped with the closure: every send fails
-                // and files are served uncompressed.
-                log::error!("cannot start the background compressor: {e}");
-            }
-            tx
-        })
+    /// Queues `job` for the compressor thread, starting it if it is not
+    /// running.
+    fn send(&self, queue: &mut Option<SyncSender<Job>>, job: Job) -> Result<(), TrySendError<Job>> {
+        if let Some(jobs) = queue {
+            return jobs.try_send(job);
+        }
+        let (tx, rx) = sync_channel(self.shared.limits.queue.max(1));
+        let shared = self.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hayate-compress".into())
+            .spawn({
+                let idle = self.idle;
+                move || compressor(&shared, &rx, idle)
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the background compressor: {e}");
+            return Err(TrySendError::Disconnected(job));
+        }
+        let sent = tx.try_send(job);
+        *queue = Some(tx);
+        sent
     }
 }
 
@@ -319,9 +341,26 @@ impl VariantSlot {
     }
 }
 
-/// The background thread: one job at a time, for the life of the process.
-fn compressor(shared: &Shared, jobs: &Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
+/// The background thread: one job at a time, until `idle` passes without
+/// one.
+fn compressor(shared: &Shared, jobs: &Receiver<Job>, idle: Duration) {
+    loop {
+        let job = match jobs.recv_timeout(idle) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                // Jobs are sent under the lock: none can arrive once the
+                // queue is taken away.
+                let mut map = shared.lock();
+                match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => {
+                        map.jobs = None;
+                        return;
+                    }
+                }
+            }
+        };
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(shared, &job)))
                 .unwrap_or_else(|_| {
@@ -453,6 +492,38 @@ mod tests {
         assert_eq!(again, VariantState::Ready(b.clone()));
         assert_eq!(store.stats().variants, 1, "compressed once");
         assert_eq!(store.bytes(), b.len() as u64);
+    }
+
+    #[test]
+    fn the_thread_ends_when_idle_and_the_next_job_starts_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.js"), dir.path().join("b.js"));
+        std::fs::write(&a, "let a = 1;\n".repeat(200)).unwrap();
+        std::fs::write(&b, "let b = 2;\n".repeat(200)).unwrap();
+        let mut store = VariantStore::new(limits());
+        store.idle = Duration::from_millis(20);
+        store.get(&a, stamp(&a), Coding::Gzip, 6);
+        assert!(matches!(
+            wait(&store, &a, Coding::Gzip, 6),
+            VariantState::Ready(_)
+        ));
+        let running = || store.shared.lock().jobs.is_some();
+        for _ in 0..1000 {
+            if !running() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!running(), "the compressor thread did not end when idle");
+        assert_eq!(
+            store.get(&b, stamp(&b), Coding::Gzip, 6),
+            VariantState::Pending
+        );
+        assert!(matches!(
+            wait(&store, &b, Coding::Gzip, 6),
+            VariantState::Ready(_)
+        ));
+        assert_eq!(store.stats().variants, 2);
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! millisecond under load), or, when the loop never sleeps (its queue
 //! never empties), by one tick of the worker's deadline sweeper, which
 //! marks it too (`deadline::SWEEP`, 100 ms). Deadlines and Date are
-//! coarser than either. On a thread whose loop never calls [`woke`] (the
-//! main thread, tests), every read is a clock read.
+//! coarser than either. On a thread whose loop never calls [`woke`]
+//! (tests), every read is a clock read.
 
 use std::cell::Cell;
 use std::time::{Instant, SystemTime};

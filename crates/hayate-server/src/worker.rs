@@ -221,87 +221,82 @@ fn start_group_tasks(route: usize, group: &Rc<UpstreamGroup>, shared: &Shared) {
     tokio::task::spawn_local(UpstreamGroup::run_pool_sweeper(Rc::downgrade(group)));
 }
 
-/// Runs a worker on the current thread until shutdown and drain.
-pub fn run(
+/// Serves as worker `index` on the current thread's [`EventLoop`] until
+/// shutdown and drain.
+pub async fn serve(
     index: usize,
     shared: Shared,
     listeners: Vec<BoundListener>,
     shutdown: ShutdownWatch,
 ) -> io::Result<()> {
-    let mut event_loop = tokio::runtime::Builder::new_current_thread();
-    event_loop
-        .enable_all()
-        .on_thread_unpark(hayate_core::loop_time::woke);
-    hayate_core::loop_time::woke();
-    run_local(event_loop, async move {
-        let mut blueprints = shared.blueprint.clone();
-        let first = Generation::build(&blueprints.borrow_and_update(), &shared, None)?;
-        for (route, group) in first.router.upstream_groups() {
-            start_group_tasks(route, group, &shared);
-        }
-        let worker = Rc::new(Worker {
-            generation: RefCell::new(Rc::new(first)),
-            shutdown: shutdown.clone(),
-            stopping: Cell::new(false),
-            deadlines: Rc::default(),
-            buffers: BufferPool::default(),
-            active: Cell::new(0),
-            idle: Notify::new(),
-            reloaded: Notify::new(),
-        });
-        start_accepting(listeners, &worker, &shared)?;
-        let flusher = worker.clone();
-        tokio::task::spawn_local(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                if let Some(log) = &flusher.generation().access_log {
-                    log.flush();
-                }
+    let mut blueprints = shared.blueprint.clone();
+    let first = Generation::build(&blueprints.borrow_and_update(), &shared, None)?;
+    for (route, group) in first.router.upstream_groups() {
+        start_group_tasks(route, group, &shared);
+    }
+    let worker = Rc::new(Worker {
+        generation: RefCell::new(Rc::new(first)),
+        shutdown: shutdown.clone(),
+        stopping: Cell::new(false),
+        deadlines: Rc::default(),
+        buffers: BufferPool::default(),
+        active: Cell::new(0),
+        idle: Notify::new(),
+        reloaded: Notify::new(),
+    });
+    start_accepting(listeners, &worker, &shared)?;
+    let flusher = worker.clone();
+    tokio::task::spawn_local(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if let Some(log) = &flusher.generation().access_log {
+                log.flush();
             }
-        });
-        worker.deadlines.install();
-        tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
-        tokio::task::spawn_local(follow_reloads(
-            index,
-            worker.clone(),
-            shared.clone(),
-            blueprints,
-        ));
-        // Waited for in a task of its own: this future is polled every time
-        // the event loop runs its tasks, and a shutdown watch's poll (a
-        // registration under a lock) costs more than a join handle's (a
-        // state check): 156 instructions per proxied request and 73 per
-        // static one when each wakes the loop (bench/instructions/run).
-        let mut stop = shutdown.clone();
-        let _ = tokio::task::spawn_local(async move { stop.wait().await }).await;
-        worker.stopping.set(true);
-        worker.deadlines.expire_idle();
-        // Listeners close as their accept loops see the signal; idle
-        // connections close at once; in-flight ones finish or are cut at the
-        // grace period.
-        let grace = worker.generation().config.global.grace_period.0;
-        let drained = tokio::time::timeout(grace, async {
-            while worker.active.get() > 0 {
-                worker.idle.notified().await;
-            }
-        })
-        .await;
-        if drained.is_err() {
-            log::warn!(
-                "worker {index}: {} connections cut at the grace period",
-                worker.active.get()
-            );
         }
-        if let Some(log) = &worker.generation().access_log {
-            log.flush();
+    });
+    worker.deadlines.install();
+    tokio::task::spawn_local(worker.deadlines.clone().run_sweeper());
+    tokio::task::spawn_local(follow_reloads(
+        index,
+        worker.clone(),
+        shared.clone(),
+        blueprints,
+    ));
+    // Waited for in a task of its own: this future is polled every time
+    // the event loop runs its tasks, and a shutdown watch's poll (a
+    // registration under a lock) costs more than a join handle's (a
+    // state check): 156 instructions per proxied request and 73 per
+    // static one when each wakes the loop (bench/instructions/run).
+    let mut stop = shutdown.clone();
+    let _ = tokio::task::spawn_local(async move { stop.wait().await }).await;
+    worker.stopping.set(true);
+    worker.deadlines.expire_idle();
+    // Listeners close as their accept loops see the signal; idle
+    // connections close at once; in-flight ones finish or are cut at the
+    // grace period.
+    let grace = worker.generation().config.global.grace_period.0;
+    let drained = tokio::time::timeout(grace, async {
+        while worker.active.get() > 0 {
+            worker.idle.notified().await;
         }
-        Ok(())
-    })?
+    })
+    .await;
+    if drained.is_err() {
+        log::warn!(
+            "worker {index}: {} connections cut at the grace period",
+            worker.active.get()
+        );
+    }
+    if let Some(log) = &worker.generation().access_log {
+        log.flush();
+    }
+    Ok(())
 }
 
-/// Runs `serve`, and the tasks it spawns with `spawn_local`, on this
-/// thread's event loop until it ends.
+/// A worker's event loop: one thread's runtime, on which [`serve`] and the
+/// tasks it spawns with `spawn_local` run. With one worker, the main
+/// thread's control loop runs on it too (`crate::run`).
 ///
 /// On tokio's `LocalRuntime` where the build has it (`--cfg tokio_unstable`,
 /// set in `.cargo/config.toml`; decision 0012): its scheduler queues a task
@@ -311,19 +306,49 @@ pub fn run(
 /// static file (bench/instructions/run). A build without the flag (a
 /// `RUSTFLAGS` of its own replaces the config's: cargo-fuzz's) runs on the
 /// `LocalSet`, which serves the same.
-fn run_local<F: std::future::Future>(
-    mut event_loop: tokio::runtime::Builder,
-    serve: F,
-) -> io::Result<F::Output> {
+pub struct EventLoop {
     #[cfg(tokio_unstable)]
-    {
-        let rt = event_loop.build_local(Default::default())?;
-        Ok(rt.block_on(serve))
-    }
+    runtime: tokio::runtime::LocalRuntime,
     #[cfg(not(tokio_unstable))]
-    {
-        let rt = event_loop.build()?;
-        Ok(tokio::task::LocalSet::new().block_on(&rt, serve))
+    runtime: tokio::runtime::Runtime,
+    #[cfg(not(tokio_unstable))]
+    local: tokio::task::LocalSet,
+}
+
+impl EventLoop {
+    /// Builds the current thread's event loop; the time is read once per
+    /// wake-up (`hayate_core::loop_time`).
+    pub fn new() -> io::Result<EventLoop> {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        builder
+            .enable_all()
+            .on_thread_unpark(hayate_core::loop_time::woke);
+        hayate_core::loop_time::woke();
+        Ok(EventLoop {
+            #[cfg(tokio_unstable)]
+            runtime: builder.build_local(Default::default())?,
+            #[cfg(not(tokio_unstable))]
+            runtime: builder.build()?,
+            #[cfg(not(tokio_unstable))]
+            local: tokio::task::LocalSet::new(),
+        })
+    }
+
+    /// Runs `future`, and the tasks spawned meanwhile, until it ends.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        #[cfg(tokio_unstable)]
+        {
+            self.runtime.block_on(future)
+        }
+        #[cfg(not(tokio_unstable))]
+        {
+            self.local.block_on(&self.runtime, future)
+        }
+    }
+
+    /// Where tasks that may move between threads are spawned.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Process lifecycle: graceful shutdown on SIGTERM/SIGINT (in-flight
 //! transfers finish, new connections are refused, idle ones close, the grace
-//! period bounds it all), worker threads, and the access log.
+//! period bounds it all), worker threads (one worker: the main thread), and
+//! the access log.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -219,6 +220,24 @@ fn workers_are_named_threads() {
     for _ in 0..20 {
         assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
     }
+    h.assert_no_errors();
+}
+
+#[test]
+fn one_worker_serves_on_the_main_thread() {
+    // A process of one thread: the kernel then reads its file table
+    // without a reference count on every socket call (decision 0005).
+    let (mut h, _dir) = start(&["--workers", "1"]);
+    let mut idle = h.client();
+    assert_eq!(idle.get("/hello.txt", &[]).status, 200);
+    let threads = std::fs::read_dir(format!("/proc/{}/task", h.pid()))
+        .expect("task dir")
+        .count();
+    assert_eq!(threads, 1, "threads of a one-worker hayate");
+    // The control loop shares the thread and still stops it gracefully.
+    signal(&h, "TERM");
+    assert!(idle.is_closed(), "keep-alive connection left open");
+    assert!(h.wait().success());
     h.assert_no_errors();
 }
 
