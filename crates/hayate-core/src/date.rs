@@ -5,7 +5,7 @@
 //! Formatting an IMF-fixdate costs ~100 ns; a cached copy costs a clock read
 //! (vDSO, ~20 ns) and a memcpy.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An HTTP-date field value (any of the three formats RFC 9110 §5.6.7
@@ -18,14 +18,31 @@ pub fn parse(raw: &[u8]) -> Option<SystemTime> {
     // allocating: a proxied response's Date is checked this way, which the
     // general path cost ~1,000 instructions per response
     // (bench/instructions/run, proxied TCP).
-    if let Some(t) = parse_imf_fixdate(raw) {
-        return Some(t);
+    if let Ok(fixed) = <[u8; 29]>::try_from(raw) {
+        // An upstream's Date changes once a second: the last IMF-fixdate
+        // read on this thread is remembered, and a proxied response's
+        // compares 29 bytes instead of reading them (143 of its 18,637
+        // instructions, bench/instructions/run).
+        if let Some((last, t)) = LAST_FIXDATE.get() {
+            if last == fixed {
+                return Some(t);
+            }
+        }
+        if let Some(t) = parse_imf_fixdate(raw) {
+            LAST_FIXDATE.set(Some((fixed, t)));
+            return Some(t);
+        }
     }
     let s = std::str::from_utf8(raw).ok()?;
     match rfc850_as_imf(s, SystemTime::now()) {
         Some(imf) => httpdate::parse_http_date(&imf).ok(),
         None => httpdate::parse_http_date(s).ok(),
     }
+}
+
+thread_local! {
+    /// The last IMF-fixdate [`parse`] read on this thread, and its time.
+    static LAST_FIXDATE: Cell<Option<([u8; 29], SystemTime)>> = const { Cell::new(None) };
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), checked whole: the
@@ -286,6 +303,23 @@ mod tests {
             );
         }
         assert!(parse_imf_fixdate(b"Thu, 29 Feb 2024 12:00:00 GMT").is_some());
+    }
+
+    #[test]
+    fn the_remembered_fixdate_answers_only_for_its_own_bytes() {
+        let first = b"Sun, 06 Nov 1994 08:49:37 GMT";
+        let next = b"Sun, 06 Nov 1994 08:49:38 GMT";
+        let want = |s: &[u8]| httpdate::parse_http_date(std::str::from_utf8(s).unwrap()).ok();
+        assert_eq!(parse(first), want(first));
+        assert_eq!(parse(first), want(first), "read again");
+        assert_eq!(parse(next), want(next), "the next second");
+        assert_eq!(
+            parse(b"Mon, 06 Nov 1994 08:49:38 GMT"),
+            None,
+            "wrong weekday"
+        );
+        assert_eq!(parse(next), want(next));
+        assert_eq!(parse(first), want(first), "an earlier one again");
     }
 
     #[test]

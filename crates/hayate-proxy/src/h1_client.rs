@@ -369,7 +369,7 @@ fn parse_response(
         let mut fields = Fields::new();
         fields.push(b"Connection", b"upgrade");
         fields.push(b"Upgrade", protocol.unwrap_or(b"websocket"));
-        let has_date = copy_end_to_end(&mut fields, parsed.fields);
+        let has_date = copy_end_to_end(&mut fields, parsed.fields).has_date;
         let head = Head {
             status,
             fields,
@@ -388,17 +388,16 @@ fn parse_response(
         copy_end_to_end(&mut fields, parsed.fields);
         return Ok(Some((Parsed::Interim(status, fields), len)));
     }
-    let mut keep = settings.idle_timeout;
-    for h in parsed.fields {
-        if h.name.eq_ignore_ascii_case("keep-alive") {
-            if let Some(t) = keep_alive_timeout(h.value) {
-                // Leave well before the upstream closes its end.
-                keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
-            }
-        }
-    }
     let mut fields = Fields::with_capacity(len);
-    let has_date = copy_end_to_end(&mut fields, parsed.fields);
+    let EndToEnd {
+        has_date,
+        keep_alive,
+    } = copy_end_to_end(&mut fields, parsed.fields);
+    let mut keep = settings.idle_timeout;
+    if let Some(t) = keep_alive.and_then(keep_alive_timeout) {
+        // Leave well before the upstream closes its end.
+        keep = keep.min(t.saturating_sub(Duration::from_secs(1)).max(t / 2));
+    }
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
     }
@@ -424,8 +423,12 @@ fn parse_response(
 /// valid HTTP-date (RFC 9110 §6.6.1: a recipient adds Date only when none
 /// was received; the cache's age calculation needs the origin's); an
 /// invalid one is replaced by hayate's (which §6.6.1 allows). Returns
-/// whether a Date was kept.
-pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>]) -> bool {
+/// whether a Date was kept, and the Keep-Alive hint seen on the way (one
+/// pass over the fields, not two).
+pub(crate) fn copy_end_to_end<'a>(
+    out: &mut Fields,
+    fields: &[httparse::Header<'a>],
+) -> EndToEnd<'a> {
     // One pass. Connection fields are hop-by-hop themselves: the names
     // they list are gathered on the way and their fields dropped after,
     // which is rare (they hold `keep-alive` or `close`, skipped anyway). A
@@ -433,10 +436,13 @@ pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>])
     // proxied request's 21,807 instructions (bench/instructions/run).
     let mut listed: SmallVec<[&[u8]; 4]> = SmallVec::new();
     let mut has_date = false;
+    let mut keep_alive = None;
     for h in fields {
         let name = h.name.as_bytes();
         if is_hop_by_hop(name) {
-            if name_is(name, b"connection") {
+            if name_is(name, b"keep-alive") {
+                keep_alive.get_or_insert(h.value);
+            } else if name_is(name, b"connection") {
                 // `keep-alive` or `close` alone lists no other field.
                 let plain = |t: &[u8]| is_hop_by_hop(t) || name_is(t, b"close");
                 if !plain(trim(h.value)) {
@@ -461,7 +467,18 @@ pub(crate) fn copy_end_to_end(out: &mut Fields, fields: &[httparse::Header<'_>])
         out.retain(|name, _| !named(name));
         has_date &= !named(b"date");
     }
-    has_date
+    EndToEnd {
+        has_date,
+        keep_alive,
+    }
+}
+
+/// What [`copy_end_to_end`] saw on the way.
+pub(crate) struct EndToEnd<'a> {
+    /// A valid Date was copied.
+    pub has_date: bool,
+    /// The first Keep-Alive field's value (hop-by-hop: not copied).
+    pub keep_alive: Option<&'a [u8]>,
 }
 
 /// `timeout=N` from a Keep-Alive field.

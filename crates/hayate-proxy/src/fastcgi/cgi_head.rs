@@ -63,7 +63,7 @@ pub(crate) fn parse(
     }
     let status = status.unwrap_or(if location { Status::FOUND } else { Status::OK });
     let mut fields = Fields::with_capacity(used);
-    let has_date = copy_end_to_end(&mut fields, parsed);
+    let has_date = copy_end_to_end(&mut fields, parsed).has_date;
     fields.retain(|name, _| !name.eq_ignore_ascii_case(b"status"));
     if settings.via {
         fields.push(b"Via", b"1.1 hayate");
