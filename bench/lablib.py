@@ -303,6 +303,9 @@ def summarize(rows):
             if req is not None and dur:
                 r["ok_requests"] = req - (bad or 0)
                 r["ok_rps"] = (req - (bad or 0)) / dur
+        # Each repetition's CPU per request, for ratios paired by repetition.
+        s["cpu_by_rep"] = {r.get("rep"): v for r in measured
+                           if (v := to_float(r.get("us_cpu_per_req"))) is not None}
         for f in FIELDS + ["ok_requests", "ok_rps"]:
             if f in s or f in ("rep", "note"):
                 continue
@@ -385,6 +388,20 @@ def _cell(key, digits=0, scale=1):
 def _ratio(key):
     """A column showing this row's median of KEY over its reference row's."""
     return lambda s, r: fmt_ratio(ratio(med(s, key), med(r, key))) if r else ""
+
+
+def paired_cpu_ratio(s, r):
+    """The median over repetitions of S's CPU per request over its reference R's in the same
+    repetition. Within a repetition the two ran minutes apart at most; across repetitions the
+    host's speed drifts (this VM: nginx 19-36 µs per proxied request within an hour), and a
+    ratio of medians mixes the repetitions' speeds where a median of ratios does not."""
+    a, b = s.get("cpu_by_rep") or {}, r.get("cpu_by_rep") or {}
+    ratios = [a[k] / b[k] for k in a if b.get(k)]
+    return median(ratios) if ratios else None
+
+
+def _c_cpu_paired(s, r):
+    return fmt_ratio(paired_cpu_ratio(s, r)) if r else ""
 
 
 _c_rps, _c_rps_ratio = _cell("rps"), _ratio("rps")
@@ -496,7 +513,8 @@ CASE_COLUMNS = {
             ("front CPU × ref", _c_cpu_ratio), ("µs CPU/req (front + php-fpm)", _c_setup_cpu), ("p99 ms", _c_p99),
             ("peak RSS MB (sum)", _c_rss), ("errors", _c_errors)],
     "P": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio), ("proxy µs CPU/req", _c_cpu),
-          ("proxy CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
+          ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
+          ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     "L": [("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("mean ms", _c_mean),
@@ -624,7 +642,9 @@ CASE_TEXT = {
          "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
          "hayate: --workers 1 --proxy, its defaults. The C relay (bench/ceiling/relay.c) is a proxy's floor: "
          "it forwards bytes with the same four socket calls per request, parses nothing and pairs every "
-         "client with an upstream connection of its own. proxy µs CPU/req counts the proxy's processes only.",
+         "client with an upstream connection of its own. proxy µs CPU/req counts the proxy's processes only. "
+         "paired × ref: the median of each repetition's CPU ratio to the reference, which ran in the same "
+         "repetition (the host's drift between repetitions cancels; proxy CPU × ref is the ratio of medians).",
     "L": "nginx (1 worker, worker_connections 25000) and hayate (1 worker) serving the 1 KiB file, h2load "
          "--h1 -t1 with a fixed number of connections, both started fresh for every step; the fd limit is "
          "raised inside the script only.",

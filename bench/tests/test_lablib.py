@@ -344,6 +344,24 @@ def test_ratio_against_reference_in_the_same_group():
     assert "| 1k.txt | 1 | **hayate** | 1,500 | 1.50× | 6.00 | 0.60× |" in table
 
 
+def test_paired_ratio_is_the_median_of_each_repetitions_ratio():
+    # The host slows down in repetition 2: a ratio of medians (12 / 20 = 0.6) mixes the
+    # repetitions' speeds; the paired ratio compares each repetition with itself.
+    rows = []
+    for rep, (ngx, hay) in enumerate([(10.0, 9.0), (40.0, 36.0), (20.0, 12.0)], start=1):
+        rows.append(_row(case="P", rep=rep, contender="nginx", us_cpu_per_req=ngx))
+        rows.append(_row(case="P", rep=rep, contender="hayate", ref="nginx", us_cpu_per_req=hay))
+    s = lablib.summarize([{k: str(v) for k, v in r.items()} for r in rows])
+    nginx, hayate = s
+    assert lablib.find_ref(s, hayate) is nginx
+    assert lablib.paired_cpu_ratio(hayate, nginx) == 0.9
+    assert lablib.ratio(lablib.med(hayate, "us_cpu_per_req"), lablib.med(nginx, "us_cpu_per_req")) == 0.6
+    assert "| 0.60× | 0.90× |" in "\n".join(lablib.case_table(s, "P"))
+    # A repetition the reference is missing from is left out.
+    del nginx["cpu_by_rep"]["3"]
+    assert lablib.paired_cpu_ratio(hayate, nginx) == 0.9
+
+
 def test_report_has_tables_ceiling_not_yet_errors_and_meta():
     with tempfile.TemporaryDirectory() as tmp:
         rows = [

@@ -1,7 +1,11 @@
 //! The main thread once the workers serve: control commands (`hayate
 //! status|reload|upgrade|stop|purge`), signals (TERM and INT stop, HUP
 //! reloads, USR1 reopens the logs) and a worker's failure, until hayate
-//! stops; then the drain, bounded by the grace period.
+//! stops; then the drain, bounded by the grace period. With one worker, the
+//! worker serves on this thread's event loop too (`crate::run`), and what
+//! runs here without waiting (a reload reading and checking the
+//! configuration, a purge) holds its requests for as long as it takes; an
+//! upgrade's wait for the new process runs on a blocking thread.
 
 use std::io;
 use std::path::PathBuf;
