@@ -84,12 +84,27 @@ fn read_head(s: &mut TcpStream) -> (String, Vec<u8>) {
 
 #[test]
 fn sigterm_lets_an_inflight_download_finish_and_refuses_new_connections() {
+    inflight_download_finishes(&[]);
+}
+
+#[test]
+fn one_worker_on_the_main_thread_drains_the_same_way() {
+    // The control loop that handles the signal and the worker that
+    // finishes the download share one thread.
+    inflight_download_finishes(&["--workers", "1"]);
+}
+
+/// SIGTERM while a download is read slowly: new connections are refused,
+/// the download finishes whole, then hayate exits 0.
+fn inflight_download_finishes(extra: &[&str]) {
     const LEN: usize = 16 << 20;
     let dir = site();
     let want = big_bytes(LEN);
     std::fs::write(dir.path().join("big16.bin"), &want).expect("write");
     let root = dir.path().to_str().expect("utf8");
-    let mut h = Hayate::start(BIN, &[root, "--file-cache-max-file", "64KiB"]);
+    let mut args = vec![root, "--file-cache-max-file", "64KiB"];
+    args.extend_from_slice(extra);
+    let mut h = Hayate::start(BIN, &args);
 
     let (started_tx, started_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
