@@ -251,7 +251,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             open.load(std::sync::atomic::Ordering::Relaxed),
         );
     });
-    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, io::Result<()>)>();
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<worker::Ended>();
     let mut on_main_thread = None;
     for (i, ls) in listeners.per_worker.into_iter().enumerate() {
         let shared = shared.clone();
@@ -263,12 +263,13 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         }
         std::thread::Builder::new()
             .name(format!("hayate-w{i}"))
-            .spawn(move || {
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    EventLoop::new()?.block_on(worker::serve(i, shared, ls, watch))
-                }))
-                .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
-                let _ = done.send((i, result));
+            .spawn(move || match EventLoop::new() {
+                Ok(event_loop) => {
+                    event_loop.block_on(worker::serve_and_report(i, shared, ls, watch, done))
+                }
+                Err(e) => {
+                    let _ = done.send((i, Err(e)));
+                }
             })?;
     }
     drop(done_tx);
@@ -310,13 +311,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     });
     let ending = event_loop.block_on(async {
         if let Some((ls, shared, watch, done)) = on_main_thread {
-            let serving = tokio::task::spawn_local(worker::serve(0, shared, ls, watch));
-            tokio::task::spawn_local(async move {
-                let result = serving
-                    .await
-                    .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
-                let _ = done.send((0, result));
-            });
+            tokio::task::spawn_local(worker::serve_and_report(0, shared, ls, watch, done));
         }
         MainLoop {
             control: control.as_ref().map(|(l, _)| l),

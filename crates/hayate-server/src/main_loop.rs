@@ -69,7 +69,7 @@ pub struct MainLoop<'a> {
     /// Tells the workers to stop.
     pub shutdown: Shutdown,
     /// Where a worker reports that it ended.
-    pub workers_done: mpsc::UnboundedReceiver<(usize, io::Result<()>)>,
+    pub workers_done: mpsc::UnboundedReceiver<crate::worker::Ended>,
 }
 
 /// How the loop ended.

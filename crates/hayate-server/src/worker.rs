@@ -221,6 +221,28 @@ fn start_group_tasks(route: usize, group: &Rc<UpstreamGroup>, shared: &Shared) {
     tokio::task::spawn_local(UpstreamGroup::run_pool_sweeper(Rc::downgrade(group)));
 }
 
+/// How a worker ended, reported to the main loop: its index, and why when
+/// it failed (a panic included).
+pub type Ended = (usize, io::Result<()>);
+
+/// Serves as worker `index` (see [`serve`]) in a task of its own on the
+/// current thread's [`EventLoop`], then reports how it ended on `done`: a
+/// panic ends the task, not the thread, so the report is sent either way,
+/// whether the worker has a thread of its own or shares the main one.
+pub async fn serve_and_report(
+    index: usize,
+    shared: Shared,
+    listeners: Vec<BoundListener>,
+    shutdown: ShutdownWatch,
+    done: mpsc::UnboundedSender<Ended>,
+) {
+    let serving = tokio::task::spawn_local(serve(index, shared, listeners, shutdown));
+    let result = serving
+        .await
+        .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
+    let _ = done.send((index, result));
+}
+
 /// Serves as worker `index` on the current thread's [`EventLoop`] until
 /// shutdown and drain.
 pub async fn serve(
