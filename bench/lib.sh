@@ -256,11 +256,19 @@ bench_build_c() {
     SINK_BIN=$1/sink
 }
 
-# bench_build_hayate -> prints the binary path (cargo build --release -p hayate)
+# bench_build_hayate -> prints the binary path: the profile-guided release build (pgo/build),
+# the one to deploy (docs/decisions/0013-pgo.md); with BENCH_PLAIN_BUILD=1, a plain
+# `cargo build --release -p hayate`
 bench_build_hayate() {
-    log "cargo build --release -p hayate"
-    (cd "$REPO_ROOT" && cargo build --release -p hayate >&2) || return 1
-    echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/hayate"
+    if [[ -n ${BENCH_PLAIN_BUILD:-} ]]; then
+        log "cargo build --release -p hayate"
+        (cd "$REPO_ROOT" && cargo build --release -p hayate >&2) || return 1
+        echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/hayate"
+        return
+    fi
+    log "pgo/build (a profile-guided release build: two builds and a training run)"
+    "$REPO_ROOT/pgo/build" "$REPO_ROOT/target/pgo/hayate" >/dev/null || return 1
+    echo "$REPO_ROOT/target/pgo/hayate"
 }
 
 # ---------------------------------------------------------------- content
