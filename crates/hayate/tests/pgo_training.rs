@@ -4,48 +4,28 @@
 //! training relies on shows here, not as a silently worse profile.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Command;
+
+use hayate_testkit::run_to_end;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// Runs `node pgo/train.mjs HAYATE --seconds 0.2`, bounded by a minute.
-fn train(hayate: &str) -> Output {
+/// Runs `node pgo/train.mjs HAYATE --seconds 0.2`: whether it succeeded, and
+/// its output. The script bounds itself (every answer within 10 s, every
+/// start within 30 s), so it ends whatever hayate does.
+fn train(hayate: &str) -> (bool, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pgo/train.mjs");
-    let child = Command::new("node")
-        .arg(&script)
-        .args([hayate, "--seconds", "0.2"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn node");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(out) => out.expect("wait for node"),
-        Err(_) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            panic!("pgo/train.mjs did not end within a minute");
-        }
-    }
+    run_to_end(
+        Command::new("node")
+            .arg(&script)
+            .args([hayate, "--seconds", "0.2"]),
+    )
 }
 
 #[test]
 fn the_training_run_serves_every_phase() {
-    let out = train(BIN);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "training failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, out) = train(BIN);
+    assert!(ok, "training failed: {out}");
     for phase in [
         "static 1 KiB",
         "static mixed",
@@ -59,18 +39,17 @@ fn the_training_run_serves_every_phase() {
         "cache hit",
     ] {
         assert!(
-            stdout.contains(&format!("pgo/train: {phase}: ")),
-            "no phase {phase}: {stdout}"
+            out.contains(&format!("pgo/train: {phase}: ")),
+            "no phase {phase}: {out}"
         );
     }
-    assert!(stdout.ends_with("pgo/train: done\n"), "{stdout}");
+    assert!(out.contains("pgo/train: done\n"), "{out}");
 }
 
 #[test]
 fn a_binary_that_does_not_serve_fails_the_training() {
     // `true` exits at once: the training must say so, not take a profile.
-    let out = train("true");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("pgo/train: front exited"), "{stderr}");
+    let (ok, out) = train("true");
+    assert!(!ok);
+    assert!(out.contains("pgo/train: front exited"), "{out}");
 }
