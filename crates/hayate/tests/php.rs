@@ -773,3 +773,52 @@ fn php_requests_are_logged_and_counted_per_route() {
         "{log}"
     );
 }
+
+/// HTTP/2 carries the host in `:authority`, not in a Host field: PHP must
+/// still see HTTP_HOST (WordPress builds every URL from it), and the
+/// protocol, scheme and port as nginx's fastcgi_params give them. The
+/// client is curl over TLS with ALPN h2, as a browser reaches WordPress.
+#[test]
+fn fastcgi_params_over_https_and_http2_name_the_host_scheme_and_protocol() {
+    let dir = app();
+    let fpm = php_fpm(2, 0);
+    let state = tempfile::tempdir().expect("state");
+    let h = hayate(
+        dir.path(),
+        &fpm,
+        &[
+            "--listen",
+            "https://127.0.0.1:0",
+            "--tls",
+            "internal",
+            "--state-dir",
+            state.path().to_str().expect("utf-8"),
+        ],
+    );
+    let ca = hayate_testkit::tls::local_ca(state.path());
+    let port = h.addr.port().to_string();
+    for (version, flag) in [("HTTP/2.0", "--http2"), ("HTTP/1.1", "--http1.1")] {
+        let url = format!("https://localhost:{port}/env.php");
+        let out = std::process::Command::new("curl")
+            .args(["-sS", flag, "--cacert", ca.to_str().expect("utf-8"), &url])
+            .output()
+            .expect("curl (installed by .ci/run)");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let var = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+        };
+        for (k, v) in [
+            ("SERVER_PROTOCOL", version),
+            ("HTTP_HOST", &*format!("localhost:{port}")),
+            ("SERVER_NAME", "localhost"),
+            ("SERVER_PORT", &*port),
+            ("HTTPS", "on"),
+            ("REQUEST_SCHEME", "https"),
+        ] {
+            assert_eq!(var(k), Some(v), "{k} over {version} in\n{text}");
+        }
+    }
+    h.assert_no_errors();
+}

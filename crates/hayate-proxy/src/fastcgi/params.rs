@@ -76,6 +76,12 @@ pub(crate) fn request_params(
     // PHP built with --enable-force-cgi-redirect runs only with it.
     pair("REDIRECT_STATUS", b"200");
     pair("HTTP_X_REQUEST_ID", request_id);
+    // The authority the request was routed by: the Host field on HTTP/1.1,
+    // `:authority` on HTTP/2, which has no Host field (without it, apps
+    // that read HTTP_HOST, WordPress among them, build `http:///` URLs).
+    if let Some(host) = req.host {
+        pair("HTTP_HOST", host);
+    }
     for (name, value) in http_variables(req) {
         push_pair(&mut out, &name, &value);
     }
@@ -89,6 +95,7 @@ fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
     for &(name, value) in &req.headers {
         if name.contains(&b'_')
             || name.eq_ignore_ascii_case(b"proxy")
+            || name.eq_ignore_ascii_case(b"host")
             || name.eq_ignore_ascii_case(b"content-type")
             || name.eq_ignore_ascii_case(b"content-length")
             || name.eq_ignore_ascii_case(b"x-request-id")
@@ -161,6 +168,7 @@ mod tests {
                 (b"X-Request-Id", b"spoofed"),
             ],
             client_ip: "10.0.0.9",
+            forwarded_chain: None,
             host: Some(b"example.com:8080"),
             scheme: Scheme::Https,
             cgi: None,
@@ -214,5 +222,47 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// HTTP/2 has no Host field: HTTP_HOST comes from `:authority`, once,
+    /// and a Host field never gives a second one.
+    #[test]
+    fn http_host_over_http2_is_the_authority() {
+        let script = CgiScript {
+            document_root: "/srv/app",
+            script_name: b"/index.php",
+            path_info: b"",
+            server_port: 443,
+            remote_port: None,
+            protocol: "HTTP/2.0",
+        };
+        let h2 = ProxyRequest {
+            method: b"GET",
+            target: b"/",
+            headers: vec![(&b"accept"[..], &b"*/*"[..])],
+            client_ip: "10.0.0.9",
+            forwarded_chain: None,
+            host: Some(b"blog.example"),
+            scheme: Scheme::Https,
+            cgi: None,
+        };
+        let vars = decode(&request_params(&h2, &script, None, b"id"));
+        let all = |k: &str| -> Vec<&str> {
+            vars.iter()
+                .filter(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(all("HTTP_HOST"), ["blog.example"]);
+        assert_eq!(all("SERVER_NAME"), ["blog.example"]);
+        assert_eq!(all("SERVER_PROTOCOL"), ["HTTP/2.0"]);
+        assert_eq!(all("REQUEST_SCHEME"), ["https"]);
+
+        let with_field = ProxyRequest {
+            headers: vec![(&b"host"[..], &b"blog.example"[..])],
+            ..h2
+        };
+        let vars = decode(&request_params(&with_field, &script, None, b"id"));
+        assert_eq!(vars.iter().filter(|(n, _)| n == "HTTP_HOST").count(), 1);
     }
 }
