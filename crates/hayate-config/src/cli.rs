@@ -71,6 +71,8 @@ pub fn heading(key: &str) -> &'static str {
         k if LIMITS.contains(&k) => "Limits and timeouts",
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
+        "trusted_proxies" | "allow" | "deny" => "Site policy",
+        _ if starts("basic_auth") => "Site policy",
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",
         _ if starts("tls_") || starts("acme_") => "TLS",
@@ -137,6 +139,8 @@ mod heading_tests {
         assert_eq!(of("app_log"), "App");
         assert_eq!(of("header_timeout"), "Limits and timeouts");
         assert_eq!(of("root"), "Files");
+        assert_eq!(of("trusted_proxies"), "Site policy");
+        assert_eq!(of("basic_auth_realm"), "Site policy");
         let files: Vec<_> = GLOBAL_OPTIONS
             .iter()
             .chain(ROUTE_OPTIONS)

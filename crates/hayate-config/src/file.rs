@@ -107,15 +107,15 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     }
     top_route.override_with(&overrides.route);
 
-    let top_root = root_offset(doc.get_ref());
+    let top_opened = opened_offsets(doc.get_ref(), &[]);
     let mut sites = Vec::new();
     for site in &site_tables {
-        sites.push(cx.site(site, &top_route, top_root)?);
+        sites.push(cx.site(site, &top_route, &top_opened)?);
     }
     if sites.is_empty() {
         // A file with no [[site]]: one site serving the top-level root at "/".
         let site_span = Spanned::new(0..0, DeTable::new());
-        sites.push(cx.site(&site_span, &top_route, top_root)?);
+        sites.push(cx.site(&site_span, &top_route, &top_opened)?);
     }
     let global = global.resolve();
     crate::check_tls(&global, &sites).map_err(|(key, message)| ConfigError {
@@ -436,9 +436,9 @@ impl Cx<'_> {
         &self,
         site: &Spanned<DeTable<'_>>,
         top_route: &RouteLayer,
-        top_root: Option<usize>,
+        top_opened: &[(&'static str, usize)],
     ) -> Result<Site, ConfigError> {
-        let site_root = root_offset(site.get_ref()).or(top_root);
+        let site_opened = opened_offsets(site.get_ref(), top_opened);
         let mut hosts = Vec::new();
         let mut layer = RouteLayer::default();
         let mut route_tables = Vec::new();
@@ -519,7 +519,7 @@ impl Cx<'_> {
             };
             if routes
                 .iter()
-                .any(|r: &(String, RouteLayer, usize, Option<usize>)| r.0 == prefix)
+                .any(|r: &(String, RouteLayer, usize, Vec<(&str, usize)>)| r.0 == prefix)
             {
                 return Err(self.err(
                     table.span().start,
@@ -529,8 +529,8 @@ impl Cx<'_> {
             }
             self.anchor(&mut route_layer);
             route_layer.inherit(&layer);
-            let root_at = root_offset(table.get_ref()).or(site_root);
-            routes.push((prefix, route_layer, table.span().start, root_at));
+            let opened_at = opened_offsets(table.get_ref(), &site_opened);
+            routes.push((prefix, route_layer, table.span().start, opened_at));
         }
         if !routes.iter().any(|r| r.0 == "/")
             && (layer.root.is_some()
@@ -538,7 +538,12 @@ impl Cx<'_> {
                 || layer.fastcgi.is_some()
                 || layer.app == Some(true))
         {
-            routes.push(("/".to_string(), layer.clone(), site.span().start, site_root));
+            routes.push((
+                "/".to_string(),
+                layer.clone(),
+                site.span().start,
+                site_opened.clone(),
+            ));
         }
         if routes.is_empty() {
             return Err(self.err(
@@ -548,7 +553,7 @@ impl Cx<'_> {
             ));
         }
         let mut out = Vec::new();
-        for (prefix, mut layer, offset, root_at) in routes {
+        for (prefix, mut layer, offset, opened_at) in routes {
             self.resolve_groups(&mut layer, offset)?;
             if layer.root.is_none()
                 && layer.proxy.is_none()
@@ -582,7 +587,10 @@ impl Cx<'_> {
             out.push(Route {
                 prefix,
                 options: layer.resolve(),
-                root_line: root_at.map(|o| self.line_of(o)),
+                lines: opened_at
+                    .iter()
+                    .map(|&(key, offset)| (key, self.line_of(offset)))
+                    .collect(),
             });
         }
         out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -635,11 +643,23 @@ impl Cx<'_> {
 }
 
 /// Where `root` is set in a table, as a byte offset.
-fn root_offset(table: &DeTable<'_>) -> Option<usize> {
-    table
+/// Where `table` sets each of [`crate::OPENED_KEYS`], else where `parent`
+/// (its site, or the top level) did.
+fn opened_offsets(
+    table: &DeTable<'_>,
+    parent: &[(&'static str, usize)],
+) -> Vec<(&'static str, usize)> {
+    crate::OPENED_KEYS
         .iter()
-        .find(|(k, _)| k.get_ref().as_ref() == "root")
-        .map(|(_, v)| v.span().start)
+        .filter_map(|&key| {
+            let own = table
+                .iter()
+                .find(|(k, _)| k.get_ref().as_ref() == key)
+                .map(|(_, v)| v.span().start);
+            let inherited = || parent.iter().find(|(k, _)| *k == key).map(|(_, o)| *o);
+            Some((key, own.or_else(inherited)?))
+        })
+        .collect()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

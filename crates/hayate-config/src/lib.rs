@@ -10,8 +10,13 @@
 pub mod app;
 pub mod cli;
 mod file;
+mod reference;
 pub mod table;
 pub mod values;
+
+pub use reference::{
+    markdown_reference, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG, EXAMPLE_POLICY_CONFIG,
+};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -63,9 +68,22 @@ pub struct Route {
     pub prefix: String,
     /// Options merged from top level, site and route.
     pub options: RouteOptions,
-    /// The config file line that set this route's root, for errors found
-    /// when the root is opened (`hayate check`).
-    pub root_line: Option<usize>,
+    /// The config file lines that set this route's keys whose values are
+    /// checked when opened ([`OPENED_KEYS`]: a root, an htpasswd file), for
+    /// `hayate check` to name.
+    pub lines: Vec<(&'static str, usize)>,
+}
+
+/// Route keys naming files or directories that are checked only when
+/// opened, whose config file lines a [`Route`] keeps.
+pub const OPENED_KEYS: &[&str] = &["root", "basic_auth"];
+
+impl Route {
+    /// The config file line that set `key` for this route (maybe in its
+    /// site or at the top level), when it came from a file.
+    pub fn line_of(&self, key: &str) -> Option<usize> {
+        self.lines.iter().find(|(k, _)| *k == key).map(|(_, l)| *l)
+    }
 }
 
 /// A configuration error, naming where it is: `hayate.toml:7: workers: ...`.
@@ -253,7 +271,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix,
             options: layer.resolve(),
-            root_line: None,
+            lines: Vec::new(),
         });
     }
     let fastcgi = base.fastcgi.take().unwrap_or_default();
@@ -276,7 +294,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix,
             options: layer.resolve(),
-            root_line: None,
+            lines: Vec::new(),
         });
     }
     let mut slash = base;
@@ -295,7 +313,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix: "/".into(),
             options: slash.resolve(),
-            root_line: None,
+            lines: Vec::new(),
         });
     }
     // --cache PREFIX=SPEC: that prefix's route caches as SPEC; a prefix
@@ -314,7 +332,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         routes.push(Route {
             prefix,
             options,
-            root_line: None,
+            lines: Vec::new(),
         });
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -392,120 +410,6 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
     }
     Ok(())
 }
-
-/// Renders the option table as Markdown (docs/config.md).
-pub fn markdown_reference() -> String {
-    let mut out = String::from(
-        "# hayate configuration reference\n\n\
-         Generated from the option table (`crates/hayate-config/src/table.rs`) by \
-         `hayate help-config`; a test keeps this file equal to its output.\n\n\
-         Every option can be given as a CLI flag, an environment variable or a key \
-         in the config file (TOML). Precedence, lowest first: default, file, \
-         environment, CLI.\n\n",
-    );
-    out.push_str("## Config file layout\n\n```toml\n");
-    out.push_str(EXAMPLE_CONFIG);
-    out.push_str("```\n\n");
-    out.push_str(
-        "A `[[site]]` takes `hosts` (names matched against Host; `*.example.com` for \
-         subdomains), route options (defaults for its routes), `[[site.route]]` tables, and \
-         its own HTTPS certificates: `tls = \"acme\"` or `\"internal\"` for automatic ones \
-         for its hosts, or `tls_cert`/`tls_key` files. The global `tls` covers the sites \
-         that choose nothing.\n\n",
-    );
-    for (title, intro, table) in [
-        ("Global options", "Top level of the file only.", GLOBAL_OPTIONS),
-        (
-            "Route options",
-            "At the top level (defaults for every route), in a `[[site]]` (defaults for its routes) \
-             or in a `[[site.route]]`.",
-            ROUTE_OPTIONS,
-        ),
-    ] {
-        out.push_str(&format!("## {title}\n\n{intro}\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n"));
-        for o in table {
-            option_row(&mut out, o.key, o);
-        }
-        out.push('\n');
-    }
-    out.push_str(
-        "## The `[app]` section\n\n\
-         The supervised app, as `hayate run -- CMD` runs it: `hayate --config FILE` with an \
-         `[app]` section supervises the app and serves it (files first where a route has a \
-         root, the app for the rest: routes default to `app = true`). Besides the keys below, \
-         every `app_*` global option is written here by its short name (`max_memory` is \
-         `app_max_memory`). Flags and environment variables override the file.\n\n```toml\n",
-    );
-    out.push_str(EXAMPLE_APP_CONFIG);
-    out.push_str("```\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n");
-    for (key, value, flag, help) in app::APP_SECTION_KEYS {
-        let flag = if flag.is_empty() { "file only" } else { flag };
-        out.push_str(&format!("| `{key} = {value}` | {flag} | | {help} |\n"));
-    }
-    for o in GLOBAL_OPTIONS {
-        if let Some(short) = o.key.strip_prefix("app_") {
-            option_row(&mut out, short, o);
-        }
-    }
-    out.push('\n');
-    out
-}
-
-/// One option's row of a reference table, under the file key `key`.
-fn option_row(out: &mut String, key: &str, o: &OptDef) {
-    let default = o
-        .default
-        .map(|d| format!("`{d}`"))
-        .unwrap_or_else(|| "unset".into());
-    out.push_str(&format!(
-        "| `{key}` | `--{} {}` / `{}` | {default} | {} |\n",
-        o.flag_name(),
-        o.value_name,
-        o.env_name(),
-        o.help
-    ));
-}
-
-/// An example `[app]` config, shown in docs and checked by a test.
-pub const EXAMPLE_APP_CONFIG: &str = r#"listen = "0.0.0.0:8080"
-root = "public"                   # files first, the app for the rest
-admin = "127.0.0.1:9100"          # GET /metrics and /status (off unless set)
-
-[app]
-command = ["node", "server.js"]   # told its socket (or port) in PORT
-instances = "auto"
-ready_path = "/healthz"
-max_memory = "512MiB"
-reload_parallel = 1               # instances replaced at once on reload
-
-[app.env]
-NODE_ENV = "production"
-"#;
-
-/// A commented example config, shown in docs and checked by a test.
-pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
-listen = ["https://0.0.0.0:443", "0.0.0.0:80", "unix:/tmp/hayate.sock"]
-tls_cert = ["/etc/ssl/example.com.pem"]   # SNI picks among them by name;
-tls_key = ["/etc/ssl/example.com.key"]    # or tls = "internal" (a local CA)
-hsts = "365d"                     # on HTTPS responses; plain HTTP redirects (308)
-workers = "auto"
-cache_control = "no-cache"
-
-[[site]]
-hosts = ["example.com", "www.example.com"]
-root = "/srv/example/public"      # a route at "/" for this site
-tls = "acme"                      # its certificates from Let's Encrypt
-
-[[site.route]]
-prefix = "/assets/"
-root = "/srv/example/dist"
-strip_prefix = true
-immutable = true
-
-[[site]]                          # no hosts: the default site
-root = "/srv/default"
-fallback = "index.html"           # single-page app
-"#;
 
 #[cfg(test)]
 mod tests {
@@ -689,48 +593,5 @@ compress_types = ["text/html", "application/json"]
                 o.key
             );
         }
-    }
-
-    #[test]
-    fn docs_config_md_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md");
-        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            on_disk == markdown_reference(),
-            "docs/config.md is out of date: run `cargo run -p hayate -- help-config > docs/config.md`"
-        );
-    }
-
-    #[test]
-    fn example_app_config_is_valid() {
-        let cfg = load_file(
-            "example.toml".as_ref(),
-            EXAMPLE_APP_CONFIG,
-            &Overrides::default(),
-        )
-        .expect("valid");
-        let app = cfg.app.expect("app section");
-        assert_eq!(app.command, vec!["node", "server.js"]);
-        assert_eq!(cfg.global.app_ready_path.as_deref(), Some("/healthz"));
-        assert!(cfg.global.admin.is_some());
-        assert!(cfg.sites[0].routes[0].options.app);
-    }
-
-    #[test]
-    fn example_config_is_valid() {
-        let cfg = load_file(
-            "example.toml".as_ref(),
-            EXAMPLE_CONFIG,
-            &Overrides::default(),
-        )
-        .expect("valid");
-        assert_eq!(cfg.sites.len(), 2);
-        assert_eq!(cfg.sites[0].routes[0].prefix, "/assets/");
-        assert!(cfg.sites[0].routes[0].options.immutable);
-        assert_eq!(
-            cfg.sites[0].routes[0].options.cache_control.as_deref(),
-            Some("no-cache")
-        );
-        assert_eq!(cfg.sites[0].routes[1].prefix, "/");
     }
 }

@@ -268,8 +268,10 @@ options! {
         "Probe every member with GET PATH; a member is used only while it answers 2xx";
     proxy_health_interval: Dur = "5s", "DURATION",
         "Time between health probes";
+    trusted_proxies: Vec<IpNet> = unset, "CIDR",
+        "Peers (a CDN, a load balancer) trusted to say who the client is: from them, the client is the right-most X-Forwarded-For (else Forwarded: for=) address that is not itself trusted, and X-Forwarded-Proto/-Host are kept; from anyone else these fields are ignored and replaced (default: none)";
     proxy_trusted: Vec<IpNet> = unset, "CIDR",
-        "Peers whose X-Forwarded-For/-Proto/-Host are kept and extended (default: none, they are replaced)";
+        "Former name of trusted_proxies (both lists are trusted)";
     proxy_tls_ca: PathBuf = unset, "FILE",
         "CA certificates (PEM) that https:// upstreams are verified against, instead of the system's";
     proxy_tls_verify: bool = "true", "BOOL",
@@ -368,6 +370,14 @@ options! {
         "Serve files and directories whose name starts with a dot (.well-known always is)";
     symlinks_outside_root: bool = "false", "BOOL",
         "Follow symbolic links that lead outside root";
+    allow: Vec<IpNet> = unset, "CIDR",
+        "Only clients in these blocks (IPv4 or IPv6, or single addresses) are served; everyone else gets 403 (deny wins over allow)";
+    deny: Vec<IpNet> = unset, "CIDR",
+        "Clients in these blocks get 403";
+    basic_auth: AuthFile = unset, "FILE|off",
+        "An htpasswd file (bcrypt, SHA-crypt or argon2id hashes, as htpasswd -B makes): requests need a user and password from it, else 401; reloaded when it changes; off: none on this route";
+    basic_auth_realm: String = "restricted", "TEXT",
+        "The realm basic_auth names in WWW-Authenticate (browsers show it)";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",

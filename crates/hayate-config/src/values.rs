@@ -496,6 +496,26 @@ impl OptValue for IpNet {
     }
 }
 
+/// The credentials file of `basic_auth`, or `off` (a route that turns off
+/// what its site set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthFile {
+    /// No authentication.
+    Off,
+    /// An htpasswd file.
+    File(PathBuf),
+}
+
+impl OptValue for AuthFile {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" => Err("expected an htpasswd file or off".into()),
+            "off" => Ok(AuthFile::Off),
+            path => Ok(AuthFile::File(PathBuf::from(path))),
+        }
+    }
+}
+
 /// Where the access log goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessLog {

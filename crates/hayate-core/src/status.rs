@@ -55,6 +55,7 @@ statuses! {
     TEMPORARY_REDIRECT = 307 "Temporary Redirect";
     PERMANENT_REDIRECT = 308 "Permanent Redirect";
     BAD_REQUEST = 400 "Bad Request";
+    UNAUTHORIZED = 401 "Unauthorized";
     FORBIDDEN = 403 "Forbidden";
     NOT_FOUND = 404 "Not Found";
     METHOD_NOT_ALLOWED = 405 "Method Not Allowed";
@@ -66,6 +67,7 @@ statuses! {
     URI_TOO_LONG = 414 "URI Too Long";
     RANGE_NOT_SATISFIABLE = 416 "Range Not Satisfiable";
     EXPECTATION_FAILED = 417 "Expectation Failed";
+    TOO_MANY_REQUESTS = 429 "Too Many Requests";
     REQUEST_HEADER_FIELDS_TOO_LARGE = 431 "Request Header Fields Too Large";
     INTERNAL_SERVER_ERROR = 500 "Internal Server Error";
     NOT_IMPLEMENTED = 501 "Not Implemented";

@@ -430,6 +430,9 @@ impl Scheme {
 pub struct Peer {
     /// The client's IP address as text, or `unix`.
     pub addr: String,
+    /// The same address, IPv4-mapped IPv6 ones as IPv4 (`None` on a Unix
+    /// socket): what address lists (trusted proxies, allow/deny) compare.
+    pub ip: Option<std::net::IpAddr>,
     /// The client's port (TCP).
     pub port: Option<u16>,
     /// The port it connected to (TCP).
@@ -486,8 +489,10 @@ impl Listener {
         match &self.socket {
             ListenSocket::Tcp(l) => {
                 let (s, addr) = l.accept().await?;
+                let ip = addr.ip().to_canonical();
                 let peer = Peer {
-                    addr: addr.ip().to_string(),
+                    addr: ip.to_string(),
+                    ip: Some(ip),
                     port: Some(addr.port()),
                     local_port: self.port,
                 };
@@ -497,6 +502,7 @@ impl Listener {
                 let (s, _) = l.accept().await?;
                 let peer = Peer {
                     addr: "unix".to_string(),
+                    ip: None,
                     port: None,
                     local_port: None,
                 };

@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hayate_core::app::{AppAddr, AppInstance, AppSlot, AppSlots};
-use hayate_core::net::IpNet;
 use tokio::sync::Notify;
 
 use crate::pool::Idle;
@@ -54,8 +53,6 @@ pub struct ProxySettings {
     pub health_interval: Duration,
     /// The Host sent upstream.
     pub host: HostPolicy,
-    /// Peers whose forwarding headers are kept and extended.
-    pub trusted: Vec<IpNet>,
     /// Add `Via: 1.1 hayate` both ways.
     pub via: bool,
     /// Most interim (1xx) responses passed on to the client per attempt;
@@ -113,7 +110,6 @@ impl Default for ProxySettings {
             health_check: None,
             health_interval: Duration::from_secs(5),
             host: HostPolicy::Pass,
-            trusted: Vec::new(),
             via: false,
             // A page sends one or two 103s (RFC 8297: one per set of hints
             // it learns); 16 leaves room for that and a long job's 102s,

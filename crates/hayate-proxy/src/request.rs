@@ -18,8 +18,14 @@ pub struct ProxyRequest<'a> {
     pub target: &'a [u8],
     /// Header fields as received.
     pub headers: RequestFields<'a>,
-    /// The client's address, for X-Forwarded-For (`unix` for Unix sockets).
+    /// The client's address (`unix` for Unix sockets): the peer's, or the
+    /// one a trusted proxy named.
     pub client_ip: &'a str,
+    /// When a trusted proxy named the client: the X-Forwarded-For to send,
+    /// from the client to the peer (`"client, proxy, peer"`); the incoming
+    /// X-Forwarded-Proto/-Host and Forwarded are then kept. `None`: the
+    /// client is the peer, and those fields are replaced.
+    pub forwarded_chain: Option<&'a str>,
     /// The Host the client asked for.
     pub host: Option<&'a [u8]>,
     /// What the client's listener speaks (X-Forwarded-Proto, Forwarded).
@@ -88,6 +94,7 @@ mod tests {
             target: b"/",
             headers,
             client_ip: "127.0.0.1",
+            forwarded_chain: None,
             host: None,
             scheme: Scheme::Http,
             cgi: None,

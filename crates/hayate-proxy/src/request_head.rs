@@ -48,13 +48,10 @@ impl RequestHead {
         }
         let host_range = host_start..h.len();
         h.extend_from_slice(b"\r\n");
-        // Forwarding fields from a trusted proxy are extended; from anyone else
-        // they are replaced, so a client cannot spoof its address.
-        let trusted = !settings.trusted.is_empty()
-            && req
-                .client_ip
-                .parse()
-                .is_ok_and(|ip| settings.trusted.iter().any(|n| n.contains(ip)));
+        // Forwarding fields from a trusted proxy (the server found the client
+        // in them) are kept and extended; from anyone else they are
+        // replaced, so a client cannot spoof its address.
+        let trusted = req.forwarded_chain.is_some();
         let incoming = |name: &[u8]| -> Option<&[u8]> {
             trusted
                 .then(|| {
@@ -85,13 +82,11 @@ impl RequestHead {
             }
             write_field(&mut h, name, value);
         }
-        let ip = req.client_ip;
+        // From the client to the peer: "client, proxy, ..., peer", or the
+        // client alone when it is the peer.
+        let chain = req.forwarded_chain.unwrap_or(req.client_ip);
         h.extend_from_slice(b"X-Forwarded-For: ");
-        if let Some(chain) = incoming(b"x-forwarded-for") {
-            h.extend_from_slice(chain);
-            h.extend_from_slice(b", ");
-        }
-        h.extend_from_slice(ip.as_bytes());
+        h.extend_from_slice(chain.as_bytes());
         h.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
         h.extend_from_slice(
             incoming(b"x-forwarded-proto").unwrap_or(req.scheme.as_str().as_bytes()),
@@ -104,19 +99,23 @@ impl RequestHead {
             h.extend_from_slice(b"\r\n");
         }
         h.extend_from_slice(b"Forwarded: ");
-        if let Some(chain) = incoming(b"forwarded") {
-            h.extend_from_slice(chain);
-            h.extend_from_slice(b", ");
-        }
-        h.extend_from_slice(b"for=");
-        if ip.contains(':') {
-            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-            h.extend_from_slice(b"\"[");
-            h.extend_from_slice(ip.as_bytes());
-            h.extend_from_slice(b"]\"");
-        } else {
-            h.extend_from_slice(ip.as_bytes());
-        }
+        let peer = match req.forwarded_chain {
+            None => req.client_ip,
+            Some(chain) => {
+                let (hops, peer) = chain.rsplit_once(", ").unwrap_or(("", chain));
+                if let Some(incoming) = incoming(b"forwarded") {
+                    h.extend_from_slice(incoming);
+                    h.extend_from_slice(b", ");
+                } else {
+                    for hop in hops.split(", ").filter(|hop| !hop.is_empty()) {
+                        write_forwarded_node(&mut h, hop);
+                        h.extend_from_slice(b", ");
+                    }
+                }
+                peer
+            }
+        };
+        write_forwarded_node(&mut h, peer);
         h.extend_from_slice(b";proto=");
         h.extend_from_slice(req.scheme.as_str().as_bytes());
         if !client_host.is_empty()
@@ -227,6 +226,19 @@ pub(crate) fn new_request_id() -> [u8; 16] {
     out
 }
 
+/// `for=NODE` of a Forwarded element (RFC 7239 §6: an IPv6 node is quoted
+/// and bracketed).
+fn write_forwarded_node(h: &mut Vec<u8>, ip: &str) {
+    h.extend_from_slice(b"for=");
+    if ip.contains(':') {
+        h.extend_from_slice(b"\"[");
+        h.extend_from_slice(ip.as_bytes());
+        h.extend_from_slice(b"]\"");
+    } else {
+        h.extend_from_slice(ip.as_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +265,7 @@ mod tests {
             target: b"/a?b",
             headers,
             client_ip: "10.0.0.1",
+            forwarded_chain: None,
             host: Some(b"example.com"),
             scheme: Scheme::Http,
             cgi: None,
@@ -352,16 +365,19 @@ mod tests {
             (b"Forwarded", b"for=1.1.1.1;proto=https"),
         ];
         let trusting = ProxySettings {
-            trusted: vec![hayate_core::net::IpNet {
-                addr: "10.0.0.0".parse().expect("ip"),
-                bits: 8,
-            }],
             host: HostPolicy::Upstream,
             via: true,
             ..Default::default()
         };
+        // The server found the client 1.1.1.1 in what the trusted peer
+        // 10.0.0.1 sent.
+        let named = ProxyRequest {
+            client_ip: "1.1.1.1",
+            forwarded_chain: Some("1.1.1.1, 10.0.0.1"),
+            ..req(headers.clone())
+        };
         let head = String::from_utf8(build_request_head(
-            &req(headers.clone()),
+            &named,
             BodyLength::None,
             &trusting,
             &member,
@@ -376,6 +392,23 @@ mod tests {
         ] {
             assert!(head.contains(want), "missing {want:?}:\n{head}");
         }
+        // Without an incoming Forwarded, the chain is written as one.
+        let without: Vec<(&[u8], &[u8])> = vec![(b"X-Forwarded-For", b"1.1.1.1")];
+        let head = String::from_utf8(build_request_head(
+            &ProxyRequest {
+                client_ip: "2001:db8::1",
+                forwarded_chain: Some("2001:db8::1, 10.0.0.1"),
+                ..req(without)
+            },
+            BodyLength::None,
+            &trusting,
+            &member,
+        ))
+        .expect("ascii");
+        assert!(
+            head.contains("Forwarded: for=\"[2001:db8::1]\", for=10.0.0.1;proto=http"),
+            "{head}"
+        );
         let strict = ProxySettings {
             host: HostPolicy::Fixed("app.internal".into()),
             ..Default::default()

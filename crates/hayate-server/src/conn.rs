@@ -23,6 +23,7 @@ use hayate_core::{Body, Response, Status};
 use crate::client_io::{self, Clock, Room};
 use crate::conn_body::{BodyState, ConnBody};
 use crate::pipeline::{self, Answer};
+use crate::policy::ForwardedClient;
 use crate::worker::Worker;
 use hayate_core::client_body::ClientBody;
 use hayate_core::deadline::{Deadline, Expired};
@@ -80,6 +81,10 @@ pub struct Conn {
     /// catches up before it is used again.
     clock_stale: bool,
     served: u64,
+    /// The client a trusted proxy named for the request in progress
+    /// (identify); `None`: the peer is the client. Boxed: an idle
+    /// connection keeps 8 bytes for it, not 72.
+    forwarded: Option<Box<ForwardedClient>>,
 }
 
 enum Read {
@@ -105,6 +110,7 @@ impl Conn {
             clock: Clock::current(),
             clock_stale: false,
             served: 0,
+            forwarded: None,
         }
     }
 
@@ -167,6 +173,8 @@ impl Conn {
             let started = self.clock.now;
             // This request's generation to its end, even across a reload.
             let w = self.worker.generation();
+            // Identify: who the client is, once for the whole exchange.
+            self.forwarded = w.router.client_of(&req.head, &self.peer).map(Box::new);
             let mut body = BodyState::new(
                 req.framing,
                 req.expect_continue,
@@ -178,7 +186,7 @@ impl Conn {
             // left to send) lives in this block and is moved whole into
             // what waits on it: the future keeps none of it across a wait.
             let (upgraded, keep_alive, cx, rest) = {
-                let client = pipeline::Client { peer: &self.peer };
+                let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
                 let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
                     Answer::Now(resp, route) => (resp, route),
                     // Boxed: the proxy's state stays out of the connection's.
@@ -267,7 +275,7 @@ impl Conn {
         if !self.wbuf.is_empty() {
             let _ = self.flush_now();
         }
-        let client = pipeline::Client { peer: &self.peer };
+        let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
         let mut view = ConnBody {
             state: body,
             transport: &mut self.transport,

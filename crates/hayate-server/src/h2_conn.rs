@@ -314,7 +314,9 @@ impl Stream {
         let head = request_head(&parts, self.scheme, websocket);
         // This stream's generation to its end, even across a reload.
         let w = self.worker.generation();
-        let client = pipeline::Client { peer: &self.peer };
+        // Identify: who the client is, once for the whole stream.
+        let forwarded = w.router.client_of(&head, &self.peer);
+        let client = pipeline::Client::new(&self.peer, forwarded.as_ref());
         let mut body = StreamBody::new(body, &parts.headers, websocket, &w);
         // Shared by the upstream's interim responses and the watch for a
         // reset, which never run at once (one task polls both).
@@ -355,7 +357,7 @@ impl Stream {
             match std::mem::take(&mut response.body) {
                 Body::Upgrade(tunnel) => {
                     self.tunnel(respond, tunnel, body.into_recv()).await;
-                    return self.log(&head, status, cache, 0, started);
+                    return self.log(&head, client.addr(), status, cache, 0, started);
                 }
                 other => response.body = other,
             }
@@ -367,7 +369,7 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
-        self.log(&head, status, cache, sent, started);
+        self.log(&head, client.addr(), status, cache, sent, started);
     }
 
     /// A WebSocket the upstream accepted: RFC 8441 §5 makes the switch a
@@ -397,6 +399,7 @@ impl Stream {
     fn log(
         &self,
         head: &RequestHead,
+        client: &str,
         status: Status,
         cache: Option<&'static str>,
         sent: u64,
@@ -405,7 +408,7 @@ impl Stream {
         self.worker.with_generation(|g| {
             if let Some(log) = &g.access_log {
                 let entry = access_log::Entry {
-                    peer: &self.peer.addr,
+                    peer: client,
                     status: status.code(),
                     bytes: sent,
                     duration: started.elapsed(),

@@ -24,6 +24,7 @@ pub mod handoff;
 pub mod listen;
 mod main_loop;
 pub mod pipeline;
+pub mod policy;
 pub mod reload;
 pub mod request_metrics;
 pub mod router;
@@ -162,6 +163,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         hooks
             .metrics
             .register_fn(move |out| compression::render_metrics(&v, out));
+        hooks.metrics.register_fn(policy::render_metrics);
     }
     let info = Arc::new(status_json::ServerInfo::new(
         workers,

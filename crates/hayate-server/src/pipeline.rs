@@ -4,7 +4,9 @@
 //!    (HTTP/1: `hayate_core::h1::request`, limits and framing) into a
 //!    protocol-neutral `RequestHead`; here the path is normalized and
 //!    refused with 400 if it is unsafe.
-//! 2. Route by Host and path prefix.
+//! 2. Route by Host and path prefix; the route's access policies
+//!    (`policy`: allow/deny, authentication) may answer instead, for the
+//!    client identify decided (`policy::client`, before this).
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
@@ -43,23 +45,49 @@ use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
+use crate::policy::{AccessRequest, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
 /// Where ACME's HTTP-01 challenges are fetched (RFC 8555 §8.3).
 const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
 
-/// Who sent the request, as forwarding tells the upstream.
+/// Who sent the request: the peer, or the client a trusted proxy named
+/// (decided once, by the identify phase: `policy::client`).
 #[derive(Debug, Clone, Copy)]
 pub struct Client<'a> {
-    /// The client's address (`unix` on a Unix socket) and ports.
+    /// The connection's other end: its address (`unix` on a Unix socket)
+    /// and ports.
     pub peer: &'a Peer,
+    /// The client a trusted proxy named; `None`: the client is the peer.
+    pub forwarded: Option<&'a ForwardedClient>,
 }
 
-impl Client<'_> {
+impl<'a> Client<'a> {
+    /// The client of a request from `peer`, as `forwarded` names it.
+    pub fn new(peer: &'a Peer, forwarded: Option<&'a ForwardedClient>) -> Client<'a> {
+        Client { peer, forwarded }
+    }
+
     /// Whether the client came through a Unix socket.
     pub fn over_unix_socket(&self) -> bool {
         self.peer.addr == "unix"
+    }
+
+    /// The client's address as text (`unix` for a Unix socket's peer).
+    pub fn addr(&self) -> &'a str {
+        match self.forwarded {
+            Some(f) => &f.text,
+            None => &self.peer.addr,
+        }
+    }
+
+    /// The client's address (`None` for a Unix socket's peer).
+    pub fn ip(&self) -> Option<std::net::IpAddr> {
+        match self.forwarded {
+            Some(f) => Some(f.ip),
+            None => self.peer.ip,
+        }
     }
 }
 
@@ -139,6 +167,19 @@ pub fn answer<'r>(
     let Some(route) = router.route(req.host(), &path) else {
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
+
+    // 2b. Access: the route's policies (allow/deny, authentication) decide
+    // who comes in, on the normalized path the route was chosen by.
+    if let Some(policies) = &route.policies {
+        let request = AccessRequest {
+            head: req,
+            client_ip: client.ip(),
+            now,
+        };
+        if let Some(refused) = policies.access(&request) {
+            return Answer::Now(with_hsts(refused, route, req), Some(route.index));
+        }
+    }
 
     // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
     // FastCGI route a path that names a script runs it (never served as a
@@ -249,7 +290,8 @@ pub async fn upstream<B: ClientBody>(
             script_name: &script.path[..script.end],
             path_info: &script.path[script.end..],
             server_port: client.peer.local_port.unwrap_or_else(|| server_port(req)),
-            remote_port: client.peer.port,
+            // The peer's port is not the client's when a proxy named it.
+            remote_port: client.peer.port.filter(|_| client.forwarded.is_none()),
             protocol: req.version.as_str(),
         });
     }
@@ -351,7 +393,8 @@ fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> Pr
         method: req.method(),
         target,
         headers: req.fields().collect(),
-        client_ip: &client.peer.addr,
+        client_ip: client.addr(),
+        forwarded_chain: client.forwarded.map(|f| f.chain.as_str()),
         scheme: req.scheme,
         host: req.host(),
         cgi: None,

@@ -23,6 +23,9 @@ use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
+use crate::policy::{ForwardedClient, RoutePolicies, TrustedProxies};
+use hayate_core::request::RequestHead;
+use hayate_core::transport::Peer;
 
 /// A route: a path prefix, its files and its upstream group. With both,
 /// a file that exists is served and everything else goes to the group
@@ -51,6 +54,9 @@ pub struct Route {
     pub compression: Option<Rc<Policy>>,
     /// The Strict-Transport-Security value its HTTPS responses carry.
     pub hsts: Option<Vec<u8>>,
+    /// Its site policies (allow/deny, authentication); `None`: it has none
+    /// and pays nothing for them.
+    pub policies: Option<Box<RoutePolicies>>,
     /// What its upstream group is made from, for a reload to find the
     /// group again (see [`Router::build`]).
     upstream_key: String,
@@ -72,6 +78,8 @@ pub struct Router {
     /// Answers to ACME's HTTP-01 challenges, when certificates come from
     /// ACME.
     acme: Option<Arc<Challenges>>,
+    /// The peers trusted to name the client (`trusted_proxies`).
+    trusted_proxies: TrustedProxies,
 }
 
 impl Router {
@@ -122,7 +130,6 @@ impl Router {
             health_interval: g.proxy_health_interval.0,
             // per route, below
             host: HostPolicy::Pass,
-            trusted: g.proxy_trusted.clone().unwrap_or_default(),
             via: g.proxy_via,
             max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
@@ -211,6 +218,9 @@ impl Router {
                     }
                     (None, false, _) => None,
                 };
+                let policies = RoutePolicies::build(&r.options)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                    .map(Box::new);
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 let position =
@@ -252,6 +262,7 @@ impl Router {
                         .options
                         .hsts
                         .map(|d| format!("max-age={}", d.0.as_secs()).into_bytes()),
+                    policies,
                 });
             }
             sites.push(Site {
@@ -264,11 +275,15 @@ impl Router {
             (Scheme::Https, ListenAddr::Tcp(a)) if g.https_redirect => Some(a.port()),
             _ => None,
         });
+        let trusted = [&g.trusted_proxies, &g.proxy_trusted];
         Ok(Router {
             sites,
             default_site,
             https_port,
             acme: None,
+            trusted_proxies: TrustedProxies::new(
+                trusted.into_iter().flatten().flatten().copied().collect(),
+            ),
         })
     }
 
@@ -282,6 +297,12 @@ impl Router {
     /// an order waits for it.
     pub fn acme_challenge(&self, token: &[u8]) -> Option<String> {
         self.acme.as_ref()?.http01(token)
+    }
+
+    /// Identify: the client a request from `peer` comes from, when a
+    /// trusted proxy names it (`None`: the peer is the client).
+    pub fn client_of(&self, head: &RequestHead, peer: &Peer) -> Option<ForwardedClient> {
+        self.trusted_proxies.client_of(head, peer)
     }
 
     /// Where plain-HTTP requests are redirected: the first https

@@ -763,23 +763,28 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         .unwrap_or_default();
     let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
     let config = hayate_config::load_file(&file, &text, &Overrides::default())?;
-    // Paths must exist too: a config that cannot start is not valid.
+    // Paths must exist too, and the files policies read must load: a config
+    // that cannot start is not valid.
     for site in &config.sites {
         for route in &site.routes {
+            let error_at = |key: &str, message: String| ConfigError {
+                file: Some(file.clone()),
+                line: route.line_of(key),
+                key: Some(key.into()),
+                message,
+            };
             if let Some(root) = &route.options.root {
                 if !root.is_dir() {
-                    return Err(ConfigError {
-                        file: Some(file.clone()),
-                        line: route.root_line,
-                        key: Some("root".into()),
-                        message: format!(
-                            "{} (route {:?}) is not a directory",
-                            root.display(),
-                            route.prefix
-                        ),
-                    }
-                    .into());
+                    let message = format!(
+                        "{} (route {:?}) is not a directory",
+                        root.display(),
+                        route.prefix
+                    );
+                    return Err(error_at("root", message).into());
                 }
+            }
+            if let Err(e) = hayate_server::policy::RoutePolicies::build(&route.options) {
+                return Err(error_at(e.key, e.message).into());
             }
         }
     }

@@ -30,6 +30,7 @@ pub(super) fn refresh_in_background(
     let target = req.target.to_vec();
     let host = req.host.map(<[u8]>::to_vec);
     let client_ip = req.client_ip.to_string();
+    let forwarded_chain = req.forwarded_chain.map(str::to_string);
     let scheme = req.scheme;
     let headers: Vec<(Vec<u8>, Vec<u8>)> = req
         .headers
@@ -56,6 +57,7 @@ pub(super) fn refresh_in_background(
             target: &target,
             headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
             client_ip: &client_ip,
+            forwarded_chain: forwarded_chain.as_deref(),
             host: host.as_deref(),
             scheme,
             cgi: cgi

@@ -20,6 +20,7 @@ use hayate_core::{Body, Chunk, Response, Status, StreamBody};
 use super::{client_left, noting_waits, Conn};
 use crate::access_log;
 use crate::client_io;
+use crate::pipeline;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
@@ -164,8 +165,9 @@ impl Conn {
     ) {
         self.worker.with_generation(|g| {
             if let Some(log) = &g.access_log {
+                let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
                 let entry = access_log::Entry {
-                    peer: &self.peer.addr,
+                    peer: client.addr(),
                     status: status.code(),
                     bytes,
                     duration: started.elapsed(),

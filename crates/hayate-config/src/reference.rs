@@ -1,0 +1,223 @@
+//! The configuration reference (docs/config.md, `hayate help-config`):
+//! rendered from the option table, with the example configs it shows, each
+//! checked by a test.
+
+use crate::app;
+use crate::table::{OptDef, GLOBAL_OPTIONS, ROUTE_OPTIONS};
+
+/// Renders the option table as Markdown (docs/config.md).
+pub fn markdown_reference() -> String {
+    let mut out = String::from(
+        "# hayate configuration reference\n\n\
+         Generated from the option table (`crates/hayate-config/src/table.rs`) by \
+         `hayate help-config`; a test keeps this file equal to its output.\n\n\
+         Every option can be given as a CLI flag, an environment variable or a key \
+         in the config file (TOML). Precedence, lowest first: default, file, \
+         environment, CLI.\n\n",
+    );
+    out.push_str("## Config file layout\n\n```toml\n");
+    out.push_str(EXAMPLE_CONFIG);
+    out.push_str("```\n\n");
+    out.push_str(
+        "A `[[site]]` takes `hosts` (names matched against Host; `*.example.com` for \
+         subdomains), route options (defaults for its routes), `[[site.route]]` tables, and \
+         its own HTTPS certificates: `tls = \"acme\"` or `\"internal\"` for automatic ones \
+         for its hosts, or `tls_cert`/`tls_key` files. The global `tls` covers the sites \
+         that choose nothing.\n\n",
+    );
+    for (title, intro, table) in [
+        ("Global options", "Top level of the file only.", GLOBAL_OPTIONS),
+        (
+            "Route options",
+            "At the top level (defaults for every route), in a `[[site]]` (defaults for its routes) \
+             or in a `[[site.route]]`.",
+            ROUTE_OPTIONS,
+        ),
+    ] {
+        out.push_str(&format!("## {title}\n\n{intro}\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n"));
+        for o in table {
+            option_row(&mut out, o.key, o);
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "## Protecting a site\n\n\
+         Who the client is (`trusted_proxies`), who may come in (`allow`, `deny`, \
+         `basic_auth`): per site or per route, checked on the normalized path the route \
+         was chosen by, the same over HTTP/1.1 and HTTP/2. `allow`/`deny`: deny wins, \
+         then an allow list admits only its own (403). `basic_auth`: an htpasswd file \
+         of bcrypt (`htpasswd -B`), SHA-crypt or argon2id hashes (MD5, SHA-1 and plain \
+         ones are refused at load, naming the line); 401 with `WWW-Authenticate`; a \
+         verified login is remembered for 5 minutes under a keyed hash, so a browser \
+         pays the hash once, not per request; the file is reloaded when it changes.\n\n\
+         ```toml\n",
+    );
+    out.push_str(EXAMPLE_POLICY_CONFIG);
+    out.push_str("```\n\n");
+    out.push_str(
+        "## The `[app]` section\n\n\
+         The supervised app, as `hayate run -- CMD` runs it: `hayate --config FILE` with an \
+         `[app]` section supervises the app and serves it (files first where a route has a \
+         root, the app for the rest: routes default to `app = true`). Besides the keys below, \
+         every `app_*` global option is written here by its short name (`max_memory` is \
+         `app_max_memory`). Flags and environment variables override the file.\n\n```toml\n",
+    );
+    out.push_str(EXAMPLE_APP_CONFIG);
+    out.push_str("```\n\n| key | flag / env | default | meaning |\n|---|---|---|---|\n");
+    for (key, value, flag, help) in app::APP_SECTION_KEYS {
+        let flag = if flag.is_empty() { "file only" } else { flag };
+        out.push_str(&format!("| `{key} = {value}` | {flag} | | {help} |\n"));
+    }
+    for o in GLOBAL_OPTIONS {
+        if let Some(short) = o.key.strip_prefix("app_") {
+            option_row(&mut out, short, o);
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// One option's row of a reference table, under the file key `key`.
+fn option_row(out: &mut String, key: &str, o: &OptDef) {
+    let default = o
+        .default
+        .map(|d| format!("`{d}`"))
+        .unwrap_or_else(|| "unset".into());
+    out.push_str(&format!(
+        "| `{key}` | `--{} {}` / `{}` | {default} | {} |\n",
+        o.flag_name(),
+        o.value_name,
+        o.env_name(),
+        o.help
+    ));
+}
+
+/// An example `[app]` config, shown in docs and checked by a test.
+pub const EXAMPLE_APP_CONFIG: &str = r#"listen = "0.0.0.0:8080"
+root = "public"                   # files first, the app for the rest
+admin = "127.0.0.1:9100"          # GET /metrics and /status (off unless set)
+
+[app]
+command = ["node", "server.js"]   # told its socket (or port) in PORT
+instances = "auto"
+ready_path = "/healthz"
+max_memory = "512MiB"
+reload_parallel = 1               # instances replaced at once on reload
+
+[app.env]
+NODE_ENV = "production"
+"#;
+
+/// An example of site policy, shown in docs and checked by a test.
+pub const EXAMPLE_POLICY_CONFIG: &str = r#"# Behind a CDN or a load balancer: its X-Forwarded-For names the client.
+trusted_proxies = ["10.0.0.0/8", "2001:db8:ffff::/48"]
+
+[[site]]
+hosts = ["example.com"]
+root = "/srv/example/public"
+proxy = ["http://127.0.0.1:3000"]
+deny = ["198.51.100.0/24"]                   # everywhere on the site
+
+[[site.route]]
+prefix = "/admin/"
+proxy = ["http://127.0.0.1:3000"]
+allow = ["192.0.2.0/24", "2001:db8::/32"]    # the office only
+basic_auth = "/etc/hayate/admins.htpasswd"   # htpasswd -B -c FILE USER
+basic_auth_realm = "admin"
+"#;
+
+/// A commented example config, shown in docs and checked by a test.
+pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
+listen = ["https://0.0.0.0:443", "0.0.0.0:80", "unix:/tmp/hayate.sock"]
+tls_cert = ["/etc/ssl/example.com.pem"]   # SNI picks among them by name;
+tls_key = ["/etc/ssl/example.com.key"]    # or tls = "internal" (a local CA)
+hsts = "365d"                     # on HTTPS responses; plain HTTP redirects (308)
+workers = "auto"
+cache_control = "no-cache"
+
+[[site]]
+hosts = ["example.com", "www.example.com"]
+root = "/srv/example/public"      # a route at "/" for this site
+tls = "acme"                      # its certificates from Let's Encrypt
+
+[[site.route]]
+prefix = "/assets/"
+root = "/srv/example/dist"
+strip_prefix = true
+immutable = true
+
+[[site]]                          # no hosts: the default site
+root = "/srv/default"
+fallback = "index.html"           # single-page app
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{load_file, Overrides};
+
+    #[test]
+    fn docs_config_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == markdown_reference(),
+            "docs/config.md is out of date: run `cargo run -p hayate -- help-config > docs/config.md`"
+        );
+    }
+
+    #[test]
+    fn example_app_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_APP_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let app = cfg.app.expect("app section");
+        assert_eq!(app.command, vec!["node", "server.js"]);
+        assert_eq!(cfg.global.app_ready_path.as_deref(), Some("/healthz"));
+        assert!(cfg.global.admin.is_some());
+        assert!(cfg.sites[0].routes[0].options.app);
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert_eq!(cfg.sites.len(), 2);
+        assert_eq!(cfg.sites[0].routes[0].prefix, "/assets/");
+        assert!(cfg.sites[0].routes[0].options.immutable);
+        assert_eq!(
+            cfg.sites[0].routes[0].options.cache_control.as_deref(),
+            Some("no-cache")
+        );
+        assert_eq!(cfg.sites[0].routes[1].prefix, "/");
+    }
+
+    #[test]
+    fn example_policy_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_POLICY_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert_eq!(cfg.global.trusted_proxies.as_ref().map(Vec::len), Some(2));
+        let admin = &cfg.sites[0].routes[0];
+        assert_eq!(admin.prefix, "/admin/");
+        assert_eq!(admin.options.allow.as_ref().map(Vec::len), Some(2));
+        assert_eq!(
+            admin.options.deny.as_ref().map(Vec::len),
+            Some(1),
+            "the site's"
+        );
+        assert_eq!(admin.options.basic_auth_realm, "admin");
+        let slash = &cfg.sites[0].routes[1];
+        assert!(slash.options.allow.is_none() && slash.options.basic_auth.is_none());
+    }
+}

@@ -1,0 +1,277 @@
+//! Identify: who the client is. Behind a CDN or a load balancer the peer
+//! is the proxy; the client is what the proxy says in X-Forwarded-For (or
+//! `Forwarded: for=`), believed only from peers in `trusted_proxies`.
+//!
+//! The chain is read from the right, the end the proxies we trust wrote:
+//! the client is the right-most address that is not itself trusted (each
+//! hop appends the address it saw, so everything left of that is whatever
+//! the client chose to send). An entry that is not an address (`unknown`,
+//! an obfuscated `_name`, garbage) stops the walk at the hop to its right,
+//! which is then the client: a proxy's address, never a spoofed one.
+//!
+//! The result is decided once per request and read by everything after:
+//! the access log, `hash:ip`, allow/deny, and what is forwarded upstream.
+
+use std::net::{IpAddr, SocketAddr};
+
+use hayate_core::field::name_is;
+use hayate_core::net::IpNet;
+use hayate_core::request::RequestHead;
+use hayate_core::transport::Peer;
+
+/// Most hops of a chain read (right to left): a chain longer than any real
+/// path of proxies costs no more than this.
+const MAX_HOPS: usize = 32;
+
+/// The peers trusted to name the client (`trusted_proxies`).
+#[derive(Debug, Clone, Default)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+/// The client a trusted proxy named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedClient {
+    /// Its address.
+    pub ip: IpAddr,
+    /// The same as text (the access log, X-Forwarded-For, REMOTE_ADDR).
+    pub text: String,
+    /// The X-Forwarded-For to send upstream: the chain from the client to
+    /// the peer, both included (what the client itself prepended is
+    /// dropped).
+    pub chain: String,
+}
+
+impl TrustedProxies {
+    /// Trusts `nets`.
+    pub fn new(nets: Vec<IpNet>) -> TrustedProxies {
+        TrustedProxies { nets }
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    fn trusts(&self, ip: IpAddr) -> bool {
+        self.nets.iter().any(|n| n.contains(ip))
+    }
+
+    /// The client `peer` names in `head`, when `peer` is trusted and names
+    /// one; `None`: the client is the peer.
+    pub fn client_of(&self, head: &RequestHead, peer: &Peer) -> Option<ForwardedClient> {
+        if self.nets.is_empty() {
+            return None;
+        }
+        let peer_ip = peer.ip.filter(|ip| self.trusts(*ip))?;
+        let mut hops: Vec<&[u8]> = Vec::new();
+        for value in head.headers_named(b"x-forwarded-for") {
+            hops.extend(value.split(|&b| b == b',').map(trim));
+        }
+        if hops.is_empty() {
+            for (name, value) in head.fields() {
+                if name_is(name, b"forwarded") {
+                    hops.extend(value.split(|&b| b == b',').map(forwarded_for));
+                }
+            }
+        }
+        let first = hops.len().saturating_sub(MAX_HOPS);
+        let mut client: Option<(usize, IpAddr)> = None;
+        for (i, hop) in hops.iter().enumerate().skip(first).rev() {
+            let Some(ip) = parse_hop(hop) else { break };
+            client = Some((i, ip));
+            if !self.trusts(ip) {
+                break;
+            }
+        }
+        let (from, ip) = client?;
+        let text = ip.to_string();
+        let mut chain = text.clone();
+        for hop in &hops[from + 1..] {
+            if let Some(ip) = parse_hop(hop) {
+                chain.push_str(", ");
+                chain.push_str(&ip.to_string());
+            }
+        }
+        chain.push_str(", ");
+        chain.push_str(&peer_ip.to_string());
+        Some(ForwardedClient { ip, text, chain })
+    }
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+/// The `for=` node of one `Forwarded` element (RFC 7239 §4), quotes
+/// removed; empty when it has none.
+fn forwarded_for(element: &[u8]) -> &[u8] {
+    element
+        .split(|&b| b == b';')
+        .map(trim)
+        .find_map(|pair| {
+            let (name, value) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+            name.eq_ignore_ascii_case(b"for").then(|| {
+                let value = &value[1..];
+                value
+                    .strip_prefix(b"\"")
+                    .and_then(|v| v.strip_suffix(b"\""))
+                    .unwrap_or(value)
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// One hop's address: `192.0.2.1`, `2001:db8::1`, with a port
+/// (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or bracketed; IPv4-mapped IPv6
+/// addresses as IPv4. `None` for anything else.
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(hop).ok()?;
+    let ip = text
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        .or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())?;
+    Some(ip.to_canonical())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_core::request::Version;
+    use hayate_core::transport::Scheme;
+
+    fn net(s: &str) -> IpNet {
+        let (addr, bits) = s.split_once('/').expect("cidr");
+        IpNet {
+            addr: addr.parse().expect("addr"),
+            bits: bits.parse().expect("bits"),
+        }
+    }
+
+    fn peer(ip: &str) -> Peer {
+        let ip: IpAddr = ip.parse().expect("ip");
+        Peer {
+            addr: ip.to_string(),
+            ip: Some(ip),
+            port: Some(1234),
+            local_port: Some(80),
+        }
+    }
+
+    fn head(fields: &[(&str, &str)]) -> RequestHead {
+        let mut h = RequestHead::new(b"GET", b"/", Version::Http11, Scheme::Http);
+        for (n, v) in fields {
+            h.push_field(n.as_bytes(), v.as_bytes());
+        }
+        h
+    }
+
+    fn trusted() -> TrustedProxies {
+        TrustedProxies::new(vec![net("10.0.0.0/8"), net("2001:db8:ffff::/48")])
+    }
+
+    fn client(fields: &[(&str, &str)], from: &str) -> Option<(String, String)> {
+        trusted()
+            .client_of(&head(fields), &peer(from))
+            .map(|c| (c.text, c.chain))
+    }
+
+    #[test]
+    fn the_right_most_untrusted_address_from_a_trusted_peer() {
+        let some = |a: &str, c: &str| Some((a.to_string(), c.to_string()));
+        // One proxy: the client is what it appended.
+        assert_eq!(
+            client(&[("X-Forwarded-For", "203.0.113.7")], "10.0.0.1"),
+            some("203.0.113.7", "203.0.113.7, 10.0.0.1")
+        );
+        // A spoofed left part is skipped and dropped from the chain.
+        assert_eq!(
+            client(
+                &[("X-Forwarded-For", "1.1.1.1, 203.0.113.7, 10.0.0.2")],
+                "10.0.0.1"
+            ),
+            some("203.0.113.7", "203.0.113.7, 10.0.0.2, 10.0.0.1")
+        );
+        // Repeated fields are one list, in order.
+        assert_eq!(
+            client(
+                &[
+                    ("X-Forwarded-For", "1.1.1.1"),
+                    ("X-Forwarded-For", "203.0.113.7")
+                ],
+                "10.0.0.1"
+            ),
+            some("203.0.113.7", "203.0.113.7, 10.0.0.1")
+        );
+        // Ports, brackets and IPv4-mapped addresses.
+        assert_eq!(
+            client(&[("X-Forwarded-For", "[2001:db8::5]:443")], "10.0.0.1"),
+            some("2001:db8::5", "2001:db8::5, 10.0.0.1")
+        );
+        assert_eq!(
+            client(&[("X-Forwarded-For", "::ffff:203.0.113.9")], "10.0.0.1"),
+            some("203.0.113.9", "203.0.113.9, 10.0.0.1")
+        );
+        // Forwarded when there is no X-Forwarded-For.
+        assert_eq!(
+            client(
+                &[(
+                    "Forwarded",
+                    "for=1.1.1.1, for=\"[2001:db8::7]:80\";proto=https"
+                )],
+                "2001:db8:ffff::1"
+            ),
+            some("2001:db8::7", "2001:db8::7, 2001:db8:ffff::1")
+        );
+        // Every hop trusted: the left-most.
+        assert_eq!(
+            client(&[("X-Forwarded-For", "10.1.1.1, 10.2.2.2")], "10.0.0.1"),
+            some("10.1.1.1", "10.1.1.1, 10.2.2.2, 10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn never_from_an_untrusted_peer_or_past_garbage() {
+        // From an untrusted peer the field is ignored.
+        assert_eq!(
+            client(&[("X-Forwarded-For", "203.0.113.7")], "198.51.100.1"),
+            None
+        );
+        // Nothing named.
+        assert_eq!(client(&[], "10.0.0.1"), None);
+        // An unparseable hop stops the walk at the trusted hop to its right.
+        assert_eq!(
+            client(
+                &[("X-Forwarded-For", "203.0.113.7, unknown, 10.0.0.2")],
+                "10.0.0.1"
+            ),
+            Some(("10.0.0.2".to_string(), "10.0.0.2, 10.0.0.1".to_string()))
+        );
+        assert_eq!(
+            client(&[("X-Forwarded-For", "not an address")], "10.0.0.1"),
+            None
+        );
+        assert_eq!(client(&[("Forwarded", "for=unknown")], "10.0.0.1"), None);
+        // A Unix socket's peer is never trusted by address.
+        let unix = Peer {
+            addr: "unix".into(),
+            ip: None,
+            port: None,
+            local_port: None,
+        };
+        let h = head(&[("X-Forwarded-For", "203.0.113.7")]);
+        assert_eq!(trusted().client_of(&h, &unix), None);
+        // No list: nothing is read.
+        assert_eq!(
+            TrustedProxies::default().client_of(&h, &peer("10.0.0.1")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_long_chain_is_read_only_so_far() {
+        let long = vec!["10.9.9.9"; 1000].join(", ");
+        let c = trusted()
+            .client_of(&head(&[("X-Forwarded-For", &long)]), &peer("10.0.0.1"))
+            .expect("client");
+        assert_eq!(c.text, "10.9.9.9");
+        assert_eq!(c.chain.matches(", ").count(), MAX_HOPS);
+    }
+}
