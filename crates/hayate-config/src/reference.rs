@@ -49,7 +49,9 @@ pub fn markdown_reference() -> String {
          of bcrypt (`htpasswd -B`), SHA-crypt or argon2id hashes (MD5, SHA-1 and plain \
          ones are refused at load, naming the line); 401 with `WWW-Authenticate`; a \
          verified login is remembered for 5 minutes under a keyed hash, so a browser \
-         pays the hash once, not per request; the file is reloaded when it changes.\n\n\
+         pays the hash once, not per request; the file is reloaded when it changes. \
+         `rate_limit`: per client (or header, cookie, route), for the whole box, 429 with \
+         `Retry-After` past it. They run in that order.\n\n\
          ```toml\n",
     );
     out.push_str(EXAMPLE_POLICY_CONFIG);
@@ -124,6 +126,11 @@ proxy = ["http://127.0.0.1:3000"]
 allow = ["192.0.2.0/24", "2001:db8::/32"]    # the office only
 basic_auth = "/etc/hayate/admins.htpasswd"   # htpasswd -B -c FILE USER
 basic_auth_realm = "admin"
+
+[[site.route]]
+prefix = "/api/"
+proxy = ["http://127.0.0.1:3000"]
+rate_limit = "10/s burst=20"                 # per client address (IPv6: per /64)
 "#;
 
 /// A commented example config, shown in docs and checked by a test.
@@ -217,7 +224,9 @@ mod tests {
             "the site's"
         );
         assert_eq!(admin.options.basic_auth_realm, "admin");
-        let slash = &cfg.sites[0].routes[1];
+        let api = &cfg.sites[0].routes[1];
+        assert_eq!(api.options.rate_limit.map(|r| r.burst), Some(20));
+        let slash = &cfg.sites[0].routes[2];
         assert!(slash.options.allow.is_none() && slash.options.basic_auth.is_none());
     }
 }

@@ -334,6 +334,8 @@ options! {
         "Memory for compressed variants of files, shared by every worker (least recently used go first)";
     compress_max_file: Size = "8MiB", "SIZE",
         "Largest file compressed in the background; larger ones are served as they are (or from a sibling)";
+    rate_limit_max_keys: u32 = "100000", "N",
+        "Most clients (keys) each rate_limit remembers; past it the least recently limited are forgotten (about 40 bytes each)";
     compress_queue: u32 = "1024", "N",
         "Files that may wait for the background compressor; more are served uncompressed and retried later";
 }
@@ -378,6 +380,12 @@ options! {
         "An htpasswd file (bcrypt, SHA-crypt or argon2id hashes, as htpasswd -B makes): requests need a user and password from it, else 401; reloaded when it changes; off: none on this route";
     basic_auth_realm: String = "restricted", "TEXT",
         "The realm basic_auth names in WWW-Authenticate (browsers show it)";
+    rate_limit: RateSpec = unset, "N/s|N/m [burst=B]|off",
+        "Requests per client (see rate_limit_key) and second or minute, with burst more taken at once; more get 429 with Retry-After; counted for the whole box, every worker together";
+    rate_limit_key: RateKey = "ip", "ip|header:NAME|cookie:NAME|route",
+        "What rate_limit counts by: the client's address (IPv6 by rate_limit_ipv6_prefix), a header's or a cookie's value (requests without it: by address), or the route as a whole";
+    rate_limit_ipv6_prefix: u8 = "64", "BITS",
+        "IPv6 clients are counted by this prefix (a host usually holds a whole /64, and could otherwise spray its addresses)";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",

@@ -13,7 +13,9 @@ pub use hayate_core::transport::Scheme;
 
 use toml::de::DeValue;
 
+mod policy;
 mod upstream;
+pub use policy::{AuthFile, RateKey, RateSpec};
 pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
 
 /// A type an option can hold.
@@ -59,6 +61,14 @@ impl OptValue for u32 {
         s.trim()
             .parse()
             .map_err(|_| format!("expected a whole number, got {s:?}"))
+    }
+}
+
+impl OptValue for u8 {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        s.trim()
+            .parse()
+            .map_err(|_| format!("expected a whole number from 0 to 255, got {s:?}"))
     }
 }
 
@@ -493,26 +503,6 @@ impl OptValue for IpNet {
             None => max,
         };
         Ok(IpNet { addr, bits })
-    }
-}
-
-/// The credentials file of `basic_auth`, or `off` (a route that turns off
-/// what its site set).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuthFile {
-    /// No authentication.
-    Off,
-    /// An htpasswd file.
-    File(PathBuf),
-}
-
-impl OptValue for AuthFile {
-    fn parse_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "" => Err("expected an htpasswd file or off".into()),
-            "off" => Ok(AuthFile::Off),
-            path => Ok(AuthFile::File(PathBuf::from(path))),
-        }
     }
 }
 

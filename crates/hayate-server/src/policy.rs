@@ -7,7 +7,7 @@
 //! ```text
 //! head read ─▶ identify (client.rs: trusted proxies → one client address)
 //!           ─▶ route
-//!           ─▶ access   (allow_deny.rs, basic_auth.rs)
+//!           ─▶ access   (allow_deny.rs, basic_auth.rs, rate_limit.rs)
 //!           ─▶ handler  (files | cache → upstream | FastCGI | app)
 //! ```
 //!
@@ -20,12 +20,13 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod rate_limit;
 
 use std::net::IpAddr;
 use std::time::Instant;
 
 use hayate_config::values::AuthFile;
-use hayate_config::RouteOptions;
+use hayate_config::{GlobalOptions, RouteOptions};
 use hayate_core::request::RequestHead;
 use hayate_core::Response;
 
@@ -56,8 +57,29 @@ pub trait AccessPolicy {
     fn check(&self, request: &AccessRequest<'_>) -> Access;
 }
 
+/// A route as metrics name it: its site's first host (`*` for none) and
+/// its prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteName {
+    /// The site.
+    pub site: String,
+    /// The route's prefix.
+    pub prefix: String,
+}
+
+impl RouteName {
+    /// The name of `route` of `site`.
+    pub fn of(site: &hayate_config::Site, route: &hayate_config::Route) -> RouteName {
+        RouteName {
+            site: site.hosts.first().map_or("*", String::as_str).to_string(),
+            prefix: route.prefix.clone(),
+        }
+    }
+}
+
 /// The policies' counters, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
+    rate_limit::render_metrics(out);
     use hayate_core::metrics::{family, sample, Kind};
     let name = "hayate_basic_auth_failures_total";
     let help = "Requests refused by basic_auth for missing or wrong credentials";
@@ -91,7 +113,11 @@ impl RoutePolicies {
     /// so the route pays nothing for this layer. Fails (with the option's
     /// key, and the file and line at fault) when a policy's file cannot be
     /// read or is refused.
-    pub fn build(options: &RouteOptions) -> Result<Option<RoutePolicies>, PolicyError> {
+    pub fn build(
+        route: &RouteName,
+        options: &RouteOptions,
+        global: &GlobalOptions,
+    ) -> Result<Option<RoutePolicies>, PolicyError> {
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
         if let Some(rule) = allow_deny::AllowDeny::from_options(options) {
             access.push(Box::new(rule));
@@ -104,6 +130,22 @@ impl RoutePolicies {
                 },
             )?;
             access.push(Box::new(auth));
+        }
+        // Last: a request refused for who it is does not use up the
+        // client's rate.
+        if let Some(spec) = options.rate_limit.filter(|s| s.requests > 0) {
+            let limit = rate_limit::RateLimit::new(
+                route,
+                spec,
+                options.rate_limit_key.clone(),
+                options.rate_limit_ipv6_prefix,
+                global.rate_limit_max_keys,
+            )
+            .map_err(|message| PolicyError {
+                key: "rate_limit_ipv6_prefix",
+                message,
+            })?;
+            access.push(Box::new(limit));
         }
         Ok((!access.is_empty()).then_some(RoutePolicies { access }))
     }

@@ -23,7 +23,7 @@ use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
-use crate::policy::{ForwardedClient, RoutePolicies, TrustedProxies};
+use crate::policy::{ForwardedClient, RouteName, RoutePolicies, TrustedProxies};
 use hayate_core::request::RequestHead;
 use hayate_core::transport::Peer;
 
@@ -218,7 +218,7 @@ impl Router {
                     }
                     (None, false, _) => None,
                 };
-                let policies = RoutePolicies::build(&r.options)
+                let policies = RoutePolicies::build(&RouteName::of(site, r), &r.options, g)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
                     .map(Box::new);
                 let spec = &r.options.cache;

@@ -783,7 +783,10 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
                     return Err(error_at("root", message).into());
                 }
             }
-            if let Err(e) = hayate_server::policy::RoutePolicies::build(&route.options) {
+            let name = hayate_server::policy::RouteName::of(site, route);
+            if let Err(e) =
+                hayate_server::policy::RoutePolicies::build(&name, &route.options, &config.global)
+            {
                 return Err(error_at(e.key, e.message).into());
             }
         }

@@ -275,3 +275,39 @@ fn check_refuses_a_weak_htpasswd_file_naming_it_and_its_line() {
     );
     assert!(!ok && out.contains("an MD5 hash is refused"), "{out}");
 }
+
+#[test]
+fn rate_limits_count_each_client_behind_the_cdn_once_for_the_whole_box() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let text = format!(
+        "trusted_proxies = [\"127.0.0.1\"]\nworkers = 2\nlisten = [\"127.0.0.1:0\"]\n\
+         [[site]]\nproxy = [\"{}\"]\nrate_limit = \"1/m burst=2\"\n",
+        o.url()
+    );
+    let h = start(dir.path(), &text);
+    // Six connections, spread over both workers: the client's burst (and
+    // its one request of the minute) is the box's, not each worker's.
+    let client = [("X-Forwarded-For", "203.0.113.7")];
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            let r = h.client().get("/echo", &client);
+            if r.status == 429 {
+                assert_eq!(r.header("retry-after"), Some("60"));
+                assert_eq!(r.header("ratelimit-policy"), Some("\"default\";q=3;w=60"));
+            }
+            r.status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    // HTTP/2 meets the same count.
+    assert_eq!(
+        curl(&h, "/echo", true, &["X-Forwarded-For: 203.0.113.7"]),
+        429
+    );
+    // Another client behind the same CDN has its own.
+    let other = [("X-Forwarded-For", "203.0.113.8")];
+    assert_eq!(h.client().get("/echo", &other).status, 200);
+    assert_eq!(o.count("/echo"), 4, "refused requests never reach the app");
+    h.assert_no_errors();
+}
