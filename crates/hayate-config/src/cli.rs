@@ -72,7 +72,9 @@ pub fn heading(key: &str) -> &'static str {
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
         "trusted_proxies" | "allow" | "deny" => "Site policy",
-        _ if starts("basic_auth") || starts("rate_limit") => "Site policy",
+        _ if starts("basic_auth") || starts("rate_limit") || starts("forward_auth") => {
+            "Site policy"
+        }
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",
         _ if starts("tls_") || starts("acme_") => "TLS",

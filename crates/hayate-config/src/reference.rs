@@ -51,7 +51,10 @@ pub fn markdown_reference() -> String {
          verified login is remembered for 5 minutes under a keyed hash, so a browser \
          pays the hash once, not per request; the file is reloaded when it changes. \
          `rate_limit`: per client (or header, cookie, route), for the whole box, 429 with \
-         `Retry-After` past it. They run in that order.\n\n\
+         `Retry-After` past it. `forward_auth`: an auth service's 2xx lets a request \
+         through (with the fields `forward_auth_copy` names), any other answer goes back \
+         to the client, and a service down, slow or failing refuses (503). They run in \
+         this order: rate_limit, allow/deny, basic_auth, forward_auth.\n\n\
          ```toml\n",
     );
     out.push_str(EXAMPLE_POLICY_CONFIG);

@@ -380,6 +380,14 @@ options! {
         "An htpasswd file (bcrypt, SHA-crypt or argon2id hashes, as htpasswd -B makes): requests need a user and password from it, else 401; reloaded when it changes; off: none on this route";
     basic_auth_realm: String = "restricted", "TEXT",
         "The realm basic_auth names in WWW-Authenticate (browsers show it)";
+    forward_auth: String = unset, "URL|off",
+        "An auth service (Authelia, Authentik, oauth2-proxy: http://HOST:PORT/PATH or https://...) asked about each request first: a 2xx lets it through, any other answer (401, 403, a redirect to a login page) goes back to the client as it came; the service down or slow refuses (503)";
+    forward_auth_headers: FieldNames = "cookie,authorization,accept", "LIST",
+        "Request header fields sent to forward_auth (with X-Forwarded-Method/-Uri/-Host/-Proto/-For and X-Original-URL)";
+    forward_auth_copy: FieldNames = "", "LIST",
+        "Header fields of forward_auth's 2xx answer copied into the request sent on (Remote-User, Remote-Groups, ...): a 2xx without one of them is refused (503); a client's own copies of these names are always removed";
+    forward_auth_timeout: Dur = "5s", "DURATION",
+        "Longest wait for forward_auth's answer (connect included); then the request is refused with 503";
     rate_limit: RateSpec = unset, "N/s|N/m [burst=B]|off",
         "Requests per client (see rate_limit_key) and second or minute, with burst more taken at once; more get 429 with Retry-After; counted for the whole box, every worker together";
     rate_limit_key: RateKey = "ip", "ip|header:NAME|cookie:NAME|route",

@@ -5,8 +5,10 @@
 //!    protocol-neutral `RequestHead`; here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix; the route's access policies
-//!    (`policy`: allow/deny, authentication) may answer instead, for the
-//!    client identify decided (`policy::client`, before this).
+//!    (`policy`: rate limits, allow/deny, basic auth) may answer instead,
+//!    for the client identify decided (`policy::client`, before this); on
+//!    a route behind an auth service (`policy::forward_auth`), the rest
+//!    waits for its verdict ([`upstream`] asks it).
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
@@ -45,6 +47,7 @@ use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
+use crate::policy::forward_auth::Verdict;
 use crate::policy::{AccessRequest, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
@@ -101,9 +104,26 @@ pub enum Answer<'r> {
     Upstream(ToUpstream<'r>),
 }
 
-/// A request on its way to its route's upstream group.
+/// A request whose answer waits: for its route's upstream group, or first
+/// for the route's auth service.
 pub struct ToUpstream<'r> {
     route: &'r Route,
+    step: Step<'r>,
+}
+
+/// What a [`ToUpstream`] waits for first.
+enum Step<'r> {
+    /// The route's upstream group.
+    Origin(Origin<'r>),
+    /// The route's auth service (`forward_auth`); if it lets the request
+    /// through, steps 3-4 run as for any other: files, the cache, the
+    /// upstream. The normalized path (borrowed when normalizing changed
+    /// nothing).
+    Authorize(Cow<'r, [u8]>),
+}
+
+/// What the route's upstream group is asked.
+struct Origin<'r> {
     group: &'r Rc<UpstreamGroup>,
     /// The target to send (see [`upstream_target`]).
     target: Cow<'r, [u8]>,
@@ -111,6 +131,12 @@ pub struct ToUpstream<'r> {
     cache: Option<(&'r RouteCache, Miss)>,
     /// On a FastCGI route, the script to run.
     script: Option<ScriptPath>,
+}
+
+/// What steps 3-4a decided: an answer, or the route's upstream.
+enum Served<'r> {
+    Now(Response),
+    Origin(Origin<'r>),
 }
 
 impl ToUpstream<'_> {
@@ -168,8 +194,9 @@ pub fn answer<'r>(
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
 
-    // 2b. Access: the route's policies (allow/deny, authentication) decide
-    // who comes in, on the normalized path the route was chosen by.
+    // 2b. Access: the route's policies (rate limits, allow/deny,
+    // authentication) decide who comes in, on the normalized path the route
+    // was chosen by. An auth service to ask makes the rest wait.
     if let Some(policies) = &route.policies {
         let request = AccessRequest {
             head: req,
@@ -179,21 +206,41 @@ pub fn answer<'r>(
         if let Some(refused) = policies.access(&request) {
             return Answer::Now(with_hsts(refused, route, req), Some(route.index));
         }
+        if policies.forward_auth().is_some() {
+            let step = Step::Authorize(path);
+            return Answer::Upstream(ToUpstream { route, step });
+        }
     }
 
+    match serve(req, route, path, now, client) {
+        Served::Now(response) => Answer::Now(response, Some(route.index)),
+        Served::Origin(origin) => Answer::Upstream(ToUpstream {
+            route,
+            step: Step::Origin(origin),
+        }),
+    }
+}
+
+/// Steps 3 and 4a on `route` for the normalized `path`: a file, a script,
+/// a cache hit, or else the upstream to ask.
+fn serve<'r>(
+    req: &'r RequestHead,
+    route: &'r Route,
+    path: Cow<'r, [u8]>,
+    now: Instant,
+    client: Client<'_>,
+) -> Served<'r> {
     // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
     // FastCGI route a path that names a script runs it (never served as a
     // file), or is a 404 when that script may not run.
+    let not_found = || Served::Now(with_hsts(Response::error(Status::NOT_FOUND), route, req));
     let handler_path = handler_path(route, &path);
     let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
         Some(Script::Found { end }) => Some(ScriptPath {
             path: handler_path.to_vec(),
             end,
         }),
-        Some(Script::Missing) => {
-            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
-            return Answer::Now(response, Some(route.index));
-        }
+        Some(Script::Missing) => return not_found(),
         Some(Script::NotAScript) | None => None,
     };
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
@@ -203,36 +250,31 @@ pub fn answer<'r>(
         .filter(|_| reads_files && script.is_none())
     {
         if let Some(response) = serve_file(files, req, &handler_path, now) {
-            return Answer::Now(with_hsts(response, route, req), Some(route.index));
+            return Served::Now(with_hsts(response, route, req));
         }
     }
     if let (Some(scripts), None) = (&route.scripts, &script) {
         // 3b. No file: a directory's index script, else the front controller.
         script = front_script(route, scripts, &handler_path, now);
         if script.is_none() {
-            let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
-            return Answer::Now(response, Some(route.index));
+            return not_found();
         }
     }
     let Some(group) = &route.upstream else {
-        let response = with_hsts(Response::error(Status::NOT_FOUND), route, req);
-        return Answer::Now(response, Some(route.index));
+        return not_found();
     };
     // 4a. The cache answers what it can.
     let target = upstream_target(req, path);
     let cache = match &route.cache {
         Some(cache) => {
             match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {
-                Ok(response) => {
-                    return Answer::Now(with_hsts(response, route, req), Some(route.index))
-                }
+                Ok(response) => return Served::Now(with_hsts(response, route, req)),
                 Err(miss) => Some((cache, miss)),
             }
         }
         None => None,
     };
-    Answer::Upstream(ToUpstream {
-        route,
+    Served::Origin(Origin {
         group,
         target,
         cache,
@@ -275,16 +317,42 @@ pub struct ScriptPath {
 }
 
 /// Step 4 for what [`answer`] could not answer: the route's upstream group,
-/// through the cache when the route caches. `body` is the request body;
-/// `client` says who sent it, for forwarding.
+/// through the cache when the route caches; on a route behind an auth
+/// service, that service first. `body` is the request body; `client` says
+/// who sent it, for forwarding.
 pub async fn upstream<B: ClientBody>(
     req: &RequestHead,
     to: ToUpstream<'_>,
     body: &mut B,
     client: Client<'_>,
 ) -> Response {
-    let mut proxied = proxied(req, &to.target, client);
-    if let (Some(script), Some(scripts)) = (&to.script, &to.route.scripts) {
+    let route = to.route;
+    let forward_auth = route.policies.as_ref().and_then(|p| p.forward_auth());
+    // Fields the auth service's answer adds to the request sent on.
+    let mut authorized = Vec::new();
+    let origin = match to.step {
+        Step::Origin(origin) => origin,
+        Step::Authorize(path) => {
+            let auth = forward_auth.expect("a route that authorizes has an auth service");
+            match auth.ask(req, client).await {
+                Verdict::Refuse(answer) => return with_hsts(answer, route, req),
+                Verdict::Allow(fields) => authorized = fields,
+            }
+            match serve(req, route, path, Instant::now(), client) {
+                Served::Now(response) => return response,
+                Served::Origin(origin) => origin,
+            }
+        }
+    };
+    let mut proxied = proxied(req, &origin.target, client);
+    if let Some(auth) = forward_auth {
+        // What the auth service vouches for comes from it alone.
+        proxied.headers.retain(|(name, _)| !auth.is_copied(name));
+        proxied
+            .headers
+            .extend(authorized.iter().map(|(n, v)| (&n[..], &v[..])));
+    }
+    if let (Some(script), Some(scripts)) = (&origin.script, &route.scripts) {
         proxied.cgi = Some(CgiScript {
             document_root: scripts.root(),
             script_name: &script.path[..script.end],
@@ -302,20 +370,20 @@ pub async fn upstream<B: ClientBody>(
     // own so an uncached request's stays small. (The forward was boxed too:
     // one allocation more per proxied request, 456 of 22,700 instructions,
     // bench/instructions/run.)
-    let response = match to.cache {
+    let response = match origin.cache {
         Some((cache, miss)) => {
-            pinned(|| crate::cached::from_origin(cache, to.group, &proxied, body, miss)).await
+            pinned(|| crate::cached::from_origin(cache, origin.group, &proxied, body, miss)).await
         }
         None => {
-            let response = to.group.forward(&proxied, body).await;
+            let response = origin.group.forward(&proxied, body).await;
             // 5. Compress the proxied body.
-            match &to.route.compression {
+            match &route.compression {
                 Some(policy) => crate::compression::compress_proxied(response, &proxied, policy),
                 None => response,
             }
         }
     };
-    with_hsts(response, to.route, req)
+    with_hsts(response, route, req)
 }
 
 /// Adds the route's Strict-Transport-Security to a response sent over

@@ -7,7 +7,8 @@
 //! ```text
 //! head read ─▶ identify (client.rs: trusted proxies → one client address)
 //!           ─▶ route
-//!           ─▶ access   (allow_deny.rs, basic_auth.rs, rate_limit.rs)
+//!           ─▶ access   (rate_limit.rs, allow_deny.rs, basic_auth.rs: without
+//!                        waiting; then forward_auth.rs, which asks a service)
 //!           ─▶ handler  (files | cache → upstream | FastCGI | app)
 //! ```
 //!
@@ -20,6 +21,7 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod forward_auth;
 pub mod rate_limit;
 
 use std::net::IpAddr;
@@ -106,6 +108,8 @@ impl std::fmt::Display for PolicyError {
 /// A route's policies, in the order they run.
 pub struct RoutePolicies {
     access: Vec<Box<dyn AccessPolicy>>,
+    /// The access policy that waits (for an auth service), after the others.
+    forward_auth: Option<forward_auth::ForwardAuth>,
 }
 
 impl RoutePolicies {
@@ -117,22 +121,12 @@ impl RoutePolicies {
         route: &RouteName,
         options: &RouteOptions,
         global: &GlobalOptions,
+        proxy: &hayate_proxy::ProxySettings,
     ) -> Result<Option<RoutePolicies>, PolicyError> {
+        let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
-        if let Some(rule) = allow_deny::AllowDeny::from_options(options) {
-            access.push(Box::new(rule));
-        }
-        if let Some(AuthFile::File(path)) = &options.basic_auth {
-            let auth = basic_auth::BasicAuth::load(path, &options.basic_auth_realm).map_err(
-                |message| PolicyError {
-                    key: "basic_auth",
-                    message,
-                },
-            )?;
-            access.push(Box::new(auth));
-        }
-        // Last: a request refused for who it is does not use up the
-        // client's rate.
+        // First, as nginx's preaccess phase: a limit counts refused attempts
+        // too, so it bounds password guessing and the auth service's load.
         if let Some(spec) = options.rate_limit.filter(|s| s.requests > 0) {
             let limit = rate_limit::RateLimit::new(
                 route,
@@ -141,13 +135,53 @@ impl RoutePolicies {
                 options.rate_limit_ipv6_prefix,
                 global.rate_limit_max_keys,
             )
-            .map_err(|message| PolicyError {
-                key: "rate_limit_ipv6_prefix",
-                message,
-            })?;
+            .map_err(at("rate_limit_ipv6_prefix"))?;
             access.push(Box::new(limit));
         }
-        Ok((!access.is_empty()).then_some(RoutePolicies { access }))
+        if let Some(rule) = allow_deny::AllowDeny::from_options(options) {
+            access.push(Box::new(rule));
+        }
+        if let Some(AuthFile::File(path)) = &options.basic_auth {
+            let auth = basic_auth::BasicAuth::load(path, &options.basic_auth_realm)
+                .map_err(at("basic_auth"))?;
+            access.push(Box::new(auth));
+        }
+        let forward_auth = match options.forward_auth.as_deref() {
+            None | Some("off") => None,
+            Some(url) => Some(
+                forward_auth::ForwardAuth::new(
+                    url,
+                    &options.forward_auth_headers.0,
+                    &options.forward_auth_copy.0,
+                    options.forward_auth_timeout.0,
+                    proxy,
+                )
+                .map_err(at("forward_auth"))?,
+            ),
+        };
+        if access.is_empty() && forward_auth.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(RoutePolicies {
+            access,
+            forward_auth,
+        }))
+    }
+
+    /// Whether a route's policies can be built (`hayate check`): their
+    /// files load, their values hold.
+    pub fn check(
+        route: &RouteName,
+        options: &RouteOptions,
+        global: &GlobalOptions,
+    ) -> Result<(), PolicyError> {
+        let proxy = hayate_proxy::ProxySettings::default();
+        RoutePolicies::build(route, options, global, &proxy).map(drop)
+    }
+
+    /// The auth service the access phase asks once the others passed.
+    pub fn forward_auth(&self) -> Option<&forward_auth::ForwardAuth> {
+        self.forward_auth.as_ref()
     }
 
     /// The access phase: the first refusal answers the request.

@@ -152,6 +152,9 @@ impl Router {
                     }
                     None => None,
                 };
+                let policies = RoutePolicies::build(&RouteName::of(site, r), &r.options, g, &proxy)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                    .map(Box::new);
                 let proxy = ProxySettings {
                     host: match r.options.proxy_host.as_str() {
                         "pass" => HostPolicy::Pass,
@@ -218,9 +221,6 @@ impl Router {
                     }
                     (None, false, _) => None,
                 };
-                let policies = RoutePolicies::build(&RouteName::of(site, r), &r.options, g)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
-                    .map(Box::new);
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 let position =

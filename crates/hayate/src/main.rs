@@ -785,7 +785,7 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
             }
             let name = hayate_server::policy::RouteName::of(site, route);
             if let Err(e) =
-                hayate_server::policy::RoutePolicies::build(&name, &route.options, &config.global)
+                hayate_server::policy::RoutePolicies::check(&name, &route.options, &config.global)
             {
                 return Err(error_at(e.key, e.message).into());
             }
