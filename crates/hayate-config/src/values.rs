@@ -257,20 +257,40 @@ pub struct Listen {
     pub addr: ListenAddr,
     /// `https://` listeners terminate TLS; a bare address is plain HTTP.
     pub scheme: Scheme,
+    /// Every connection starts with a PROXY protocol header (v1 or v2)
+    /// from a load balancer in `trusted_proxies` (` proxy_protocol` after
+    /// the address).
+    pub proxy_protocol: bool,
 }
 
 impl std::fmt::Display for Listen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.scheme {
-            Scheme::Https => write!(f, "https://{}", self.addr),
-            Scheme::Http => write!(f, "{}", self.addr),
+            Scheme::Https => write!(f, "https://{}", self.addr)?,
+            Scheme::Http => write!(f, "{}", self.addr)?,
         }
+        if self.proxy_protocol {
+            f.write_str(" proxy_protocol")?;
+        }
+        Ok(())
     }
 }
 
 impl OptValue for Listen {
     fn parse_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
+        let mut words = s.split_whitespace();
+        let t = words.next().unwrap_or_default();
+        let mut proxy_protocol = false;
+        for option in words {
+            match option {
+                "proxy_protocol" => proxy_protocol = true,
+                _ => {
+                    return Err(format!(
+                        "{s:?}: unknown listener option {option:?} (proxy_protocol is one)"
+                    ))
+                }
+            }
+        }
         let (scheme, rest) = if let Some(rest) = t.strip_prefix("https://") {
             (Scheme::Https, rest)
         } else if let Some(rest) = t.strip_prefix("http://") {
@@ -284,7 +304,16 @@ impl OptValue for Listen {
                 "{s:?}: TLS on a Unix socket is not supported; use https://HOST:PORT"
             ));
         }
-        Ok(Listen { addr, scheme })
+        if proxy_protocol && matches!(addr, ListenAddr::Unix(_)) {
+            return Err(format!(
+                "{s:?}: proxy_protocol is read on TCP listeners only"
+            ));
+        }
+        Ok(Listen {
+            addr,
+            scheme,
+            proxy_protocol,
+        })
     }
 }
 

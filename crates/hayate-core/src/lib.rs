@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod net;
 pub mod path;
+pub mod proxy_header;
 pub mod request;
 pub mod response;
 pub mod shutdown;

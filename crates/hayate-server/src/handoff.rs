@@ -40,7 +40,16 @@ const READY: &[u8] = b"ready\n";
 /// The key a listener is handed over by: as configured, so `:0` ports and
 /// names match across the two processes.
 pub fn listen_key(listen: &Listen) -> String {
-    format!("{}://{}", listen.scheme.as_str(), listen.addr)
+    let proxy_protocol = if listen.proxy_protocol {
+        " proxy_protocol"
+    } else {
+        ""
+    };
+    format!(
+        "{}://{}{proxy_protocol}",
+        listen.scheme.as_str(),
+        listen.addr
+    )
 }
 
 /// What a handed-over descriptor is.

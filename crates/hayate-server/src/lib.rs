@@ -25,6 +25,7 @@ pub mod listen;
 mod main_loop;
 pub mod pipeline;
 pub mod policy;
+mod proxy_protocol;
 pub mod reload;
 pub mod request_metrics;
 pub mod router;
@@ -164,6 +165,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             .metrics
             .register_fn(move |out| compression::render_metrics(&v, out));
         hooks.metrics.register_fn(policy::render_metrics);
+        hooks.metrics.register_fn(proxy_protocol::render_metrics);
     }
     let info = Arc::new(status_json::ServerInfo::new(
         workers,

@@ -34,6 +34,8 @@ pub struct BoundListener {
     pub socket: Socket,
     /// What its clients speak.
     pub scheme: Scheme,
+    /// Its connections start with a PROXY protocol header.
+    pub proxy_protocol: bool,
 }
 
 /// The sockets for every worker and what they are bound to.
@@ -60,21 +62,26 @@ pub fn bind_all(
     let mut addresses = Vec::new();
     let mut unix_paths = Vec::new();
     for listen in addrs {
-        let Listen { addr, scheme } = listen;
-        let scheme = *scheme;
+        let Listen {
+            addr,
+            scheme,
+            proxy_protocol,
+        } = listen;
+        let (scheme, proxy_protocol) = (*scheme, *proxy_protocol);
         let key: Arc<str> = listen_key(listen).into();
         if let Some(sockets) = inherited.take_listener(listen) {
             let bound = inherited_address(&sockets[0], addr)?;
             for socket in &sockets {
                 handoff.add_listener(listen, socket)?;
             }
-            share(&mut per_worker, sockets, &key, scheme)?;
+            share(&mut per_worker, sockets, &key, scheme, proxy_protocol)?;
             if let ListenAddr::Unix(path) = addr {
                 unix_paths.push(path.clone());
             }
             addresses.push(Listen {
                 addr: bound,
                 scheme,
+                proxy_protocol,
             });
             continue;
         }
@@ -89,11 +96,13 @@ pub fn bind_all(
                         key: key.clone(),
                         socket: l,
                         scheme,
+                        proxy_protocol,
                     });
                 }
                 addresses.push(Listen {
                     addr: ListenAddr::Tcp(bound),
                     scheme,
+                    proxy_protocol,
                 });
             }
             ListenAddr::Unix(path) => {
@@ -105,12 +114,14 @@ pub fn bind_all(
                         key: key.clone(),
                         socket: l.try_clone()?,
                         scheme,
+                        proxy_protocol,
                     });
                 }
                 unix_paths.push(path.clone());
                 addresses.push(Listen {
                     addr: addr.clone(),
                     scheme,
+                    proxy_protocol,
                 });
             }
         }
@@ -131,6 +142,7 @@ fn share(
     sockets: Vec<Socket>,
     key: &Arc<str>,
     scheme: Scheme,
+    proxy_protocol: bool,
 ) -> io::Result<()> {
     let workers = per_worker.len();
     let count = sockets.len();
@@ -140,6 +152,7 @@ fn share(
             key: key.clone(),
             socket,
             scheme,
+            proxy_protocol,
         });
     }
     for (i, socket) in sockets.into_iter().enumerate() {
@@ -148,6 +161,7 @@ fn share(
             key: key.clone(),
             socket,
             scheme,
+            proxy_protocol,
         });
     }
     Ok(())

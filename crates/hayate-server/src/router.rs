@@ -305,6 +305,12 @@ impl Router {
         self.trusted_proxies.client_of(head, peer)
     }
 
+    /// Whether `ip` is a trusted proxy's (a PROXY protocol header is read
+    /// from it).
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted_proxies.trusts(ip)
+    }
+
     /// Where plain-HTTP requests are redirected: the first https
     /// listener's port, when there is one and `https_redirect` is on.
     pub fn https_port(&self) -> Option<u16> {

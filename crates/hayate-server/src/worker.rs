@@ -25,7 +25,7 @@ use crate::router::Router;
 use hayate_core::deadline::Deadlines;
 use hayate_core::h1::request::HeadLimits;
 use hayate_core::h1::response::OVER_CAPACITY;
-use hayate_core::transport::{Listener, Scheme, Transport};
+use hayate_core::transport::{Listener, Peer, Scheme, Transport};
 
 /// Timeouts of a connection.
 #[derive(Debug, Clone, Copy)]
@@ -405,7 +405,14 @@ fn start_accepting(
 ) -> io::Result<()> {
     for l in listeners {
         let listener = Listener::new(l.socket, l.scheme)?;
-        tokio::task::spawn_local(accept_loop(listener, l.key, worker.clone(), shared.clone()));
+        let accepting = accept_loop(
+            listener,
+            l.key,
+            l.proxy_protocol,
+            worker.clone(),
+            shared.clone(),
+        );
+        tokio::task::spawn_local(accepting);
     }
     Ok(())
 }
@@ -413,7 +420,13 @@ fn start_accepting(
 /// Accepts connections until shutdown, or until a reload removes the
 /// listener configured as `key` (the socket closes with the last worker's
 /// loop).
-async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shared: Shared) {
+async fn accept_loop(
+    listener: Listener,
+    key: Arc<str>,
+    proxy_protocol: bool,
+    worker: Rc<Worker>,
+    shared: Shared,
+) {
     let mut shutdown = worker.shutdown.clone();
     let scheme = listener.scheme();
     loop {
@@ -452,28 +465,38 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
         };
         worker.active.set(worker.active.get() + 1);
         match (scheme, &shared.tls, transport) {
+            (_, tls, Transport::Tcp(tcp)) if proxy_protocol => {
+                let tls = tls.clone().filter(|_| scheme == Scheme::Https);
+                let worker = worker.clone();
+                // The header is read before anything else (TLS included),
+                // within the header timeout, from trusted peers only.
+                tokio::task::spawn_local(async move {
+                    let w = worker.generation();
+                    let trusted = peer.ip.is_some_and(|ip| w.router.trusts(ip));
+                    let timeout = w.timeouts.header;
+                    drop(w);
+                    let read =
+                        pinned(|| crate::proxy_protocol::accept(&tcp, peer, trusted, timeout));
+                    if let Some(peer) = read.await {
+                        match tls {
+                            Some(tls) => serve_tls(tls, tcp, peer, scheme, worker).await,
+                            None => {
+                                Conn::new(Transport::Tcp(tcp), peer, scheme, worker)
+                                    .run()
+                                    .await
+                            }
+                        }
+                    }
+                    drop(guard);
+                });
+            }
             (Scheme::Https, Some(tls), Transport::Tcp(tcp)) => {
                 let tls = tls.clone();
                 let worker = worker.clone();
                 // The handshake counts against the connection limits (the
-                // guard is held from accept). Each stage is boxed: the task
-                // holds only the one it is in, so an HTTP/2 connection does
-                // not also carry an HTTP/1 connection's room (its task went from
-                // 892 to 384 bytes, massif).
+                // guard is held from accept).
                 tokio::task::spawn_local(async move {
-                    match pinned(|| tls.handshake(tcp)).await {
-                        Ok(t) if t.alpn() == Some(b"h2") => {
-                            let tls = t.tls_info();
-                            pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
-                        }
-                        Ok(t) => {
-                            pinned(
-                                || async move { Conn::new(t, peer, scheme, worker).run().await },
-                            )
-                            .await;
-                        }
-                        Err(_) => {}
-                    }
+                    serve_tls(tls, tcp, peer, scheme, worker).await;
                     drop(guard);
                 });
             }
@@ -489,6 +512,29 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
                 });
             }
         }
+    }
+}
+
+/// An accepted connection on an https listener: the handshake, then
+/// HTTP/2 or HTTP/1.1 as ALPN chose. Each stage is boxed: the task holds
+/// only the one it is in, so an HTTP/2 connection does not also carry an
+/// HTTP/1 connection's room (its task went from 892 to 384 bytes, massif).
+async fn serve_tls(
+    tls: Arc<hayate_tls::TlsServer>,
+    tcp: tokio::net::TcpStream,
+    peer: Peer,
+    scheme: Scheme,
+    worker: Rc<Worker>,
+) {
+    match pinned(|| tls.handshake(tcp)).await {
+        Ok(t) if t.alpn() == Some(b"h2") => {
+            let tls = t.tls_info();
+            pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
+        }
+        Ok(t) => {
+            pinned(|| async move { Conn::new(t, peer, scheme, worker).run().await }).await;
+        }
+        Err(_) => {}
     }
 }
 

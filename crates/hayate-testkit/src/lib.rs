@@ -62,6 +62,13 @@ impl Hayate {
         }
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
+        } else if !args.iter().any(|a| a.starts_with("--control"))
+            && !envs.iter().any(|(k, _)| *k == "HAYATE_CONTROL")
+        {
+            // Hayates started from the same directory (every test of a
+            // file runs from the crate's) would meet on its default control
+            // socket: each gets its own, and never sees another's.
+            cmd.env("HAYATE_CONTROL", logs.path().join("control.sock"));
         }
         cmd.stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).expect("stderr file"));

@@ -49,7 +49,7 @@ impl TrustedProxies {
     }
 
     /// Whether `ip` is a trusted proxy.
-    fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.nets.iter().any(|n| n.contains(ip))
     }
 
