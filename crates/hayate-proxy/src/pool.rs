@@ -98,6 +98,20 @@ impl Member {
 }
 
 impl UpstreamGroup {
+    /// Closes the group's oldest idle connection, if it has one: short of
+    /// descriptors, a request about to connect needs one more than a
+    /// connection nobody is using (it would have taken a usable one).
+    pub(crate) fn release_oldest_idle(&self) {
+        let oldest = self
+            .members
+            .iter()
+            .filter_map(|m| Some((m.idle.borrow().front()?.since, m)))
+            .min_by_key(|(since, _)| *since);
+        if let Some((_, m)) = oldest {
+            m.idle.borrow_mut().pop_front();
+        }
+    }
+
     /// Sweeps the group's pools every [`SWEEP_EVERY`] while the group is in
     /// use (spawned per worker and group; held weakly, like the health
     /// checks).

@@ -1,0 +1,116 @@
+//! At the open-file limit (issue 43): hayate started with a small
+//! RLIMIT_NOFILE and more clients than its descriptors allow. A request
+//! that finds no descriptor waits (in the proxy's queue, or in the kernel's
+//! accept backlog) instead of failing, a local shortage is never blamed on
+//! the upstream, and what cannot wait gets 503 with Retry-After, never a
+//! 502, 404 or 500.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::sync::mpsc;
+
+use hayate_testkit::{eventually, Client, Hayate, Origin, OriginOptions, WAIT};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// The open-file limit the tests give hayate: a few hundred loopback
+/// connections reach it.
+const LIMIT: u64 = 256;
+
+/// An answer as a client thread saw it: status and Retry-After.
+type Seen = (u16, Option<String>);
+
+/// Sends `GET path` on each of `clients` from a thread of its own; each
+/// reports its answer on the returned channel, with its connection, which
+/// stays open as long as the receiver keeps it.
+fn request_from_each(clients: Vec<Client>, path: &str) -> mpsc::Receiver<(Seen, Client)> {
+    let (tx, rx) = mpsc::channel();
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+    for mut c in clients {
+        let (tx, raw) = (tx.clone(), raw.clone());
+        std::thread::spawn(move || {
+            c.send(raw.as_bytes());
+            let r = c.read_response(false);
+            let _ = tx.send(((r.status, r.header("retry-after").map(str::to_string)), c));
+        });
+    }
+    rx
+}
+
+/// The next `n` answers, and their connections, kept open.
+fn answers(rx: &mpsc::Receiver<(Seen, Client)>, n: usize) -> (Vec<Seen>, Vec<Client>) {
+    let mut out = (Vec::with_capacity(n), Vec::with_capacity(n));
+    while out.0.len() < n {
+        match rx.recv_timeout(WAIT) {
+            Ok((seen, c)) => {
+                out.0.push(seen);
+                out.1.push(c);
+            }
+            Err(_) => panic!("{} of {n} answers came", out.0.len()),
+        }
+    }
+    out
+}
+
+#[test]
+fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
+    let origin = Origin::start(OriginOptions::default());
+    let upstream = origin.url();
+    let h = Hayate::start_with_fd_limit(
+        BIN,
+        &[
+            "--proxy",
+            &upstream,
+            "--workers",
+            "1",
+            "--access-log",
+            "off",
+        ],
+        LIMIT,
+    );
+    // 150 clients, each served once, so that every one is accepted before
+    // the proxied requests begin: with hayate's own ~20 descriptors, about
+    // 85 are left for upstream connections, and 150 requests held at the
+    // origin need one each.
+    const CLIENTS: usize = 150;
+    let clients: Vec<Client> = (0..CLIENTS)
+        .map(|_| {
+            let mut c = h.client();
+            assert_eq!(c.get("/warm", &[]).status, 200);
+            c
+        })
+        .collect();
+    let held = origin.hold("/held");
+    let rx = request_from_each(clients, "/held");
+    // Waits for the shortage; an answer first is a failure (a 502).
+    let early = eventually("hayate to run short of descriptors", || {
+        if let Ok((seen, _)) = rx.try_recv() {
+            return Ok(Some(seen));
+        }
+        match h.stderr().contains("short of local resources") {
+            true => Ok(None),
+            false => Err("no shortage logged yet".to_string()),
+        }
+    });
+    assert_eq!(early, None, "answered before the origin let its answers go");
+    let reached = origin.count("/held");
+    assert!(
+        reached < CLIENTS as u64,
+        "{reached} requests reached the origin: no shortage"
+    );
+    drop(held);
+    let (got, _open) = answers(&rx, CLIENTS);
+    let not_ok: Vec<&Seen> = got.iter().filter(|(s, _)| *s != 200).collect();
+    assert!(not_ok.is_empty(), "answers other than 200: {not_ok:?}");
+    assert_eq!(origin.holds_expired(), 0);
+    let log = h.stderr();
+    assert!(
+        !log.contains("ejected"),
+        "the member was blamed for hayate's shortage:\n{log}"
+    );
+    // Counted, not a line per request.
+    let lines = log.matches("short of local resources").count();
+    assert!(lines <= 2, "{lines} shortage lines for one burst:\n{log}");
+    h.assert_no_errors();
+}
