@@ -69,11 +69,12 @@ fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
         ],
         LIMIT,
     );
-    // 150 clients, each served once, so that every one is accepted before
-    // the proxied requests begin: with hayate's own ~20 descriptors, about
-    // 85 are left for upstream connections, and 150 requests held at the
-    // origin need one each.
-    const CLIENTS: usize = 150;
+    // 130 clients, within the descriptor budget (140 at this limit), each
+    // served once, so that every one is accepted before the proxied
+    // requests begin: with hayate's own ~20 descriptors, about 105 are left
+    // for upstream connections, and 130 requests held at the origin need
+    // one each.
+    const CLIENTS: usize = 130;
     let clients: Vec<Client> = (0..CLIENTS)
         .map(|_| {
             let mut c = h.client();
@@ -113,4 +114,44 @@ fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
     let lines = log.matches("short of local resources").count();
     assert!(lines <= 2, "{lines} shortage lines for one burst:\n{log}");
     h.assert_no_errors();
+}
+
+#[test]
+fn more_clients_than_the_budget_wait_in_the_backlog_and_are_all_answered() {
+    let origin = Origin::start(OriginOptions::default());
+    let upstream = origin.url();
+    let h = Hayate::start_with_fd_limit(
+        BIN,
+        &[
+            "--proxy",
+            &upstream,
+            "--workers",
+            "1",
+            "--access-log",
+            "off",
+        ],
+        LIMIT,
+    );
+    assert!(
+        h.stderr()
+            .contains("open-file limit 256: hayate holds at most 140 client connections"),
+        "startup says what the limit allows:\n{}",
+        h.stderr()
+    );
+    // Twice the budget, connected at once, each kept open after its answer
+    // (the testkit client keeps the connection alive).
+    const CLIENTS: usize = 280;
+    let clients: Vec<Client> = (0..CLIENTS).map(|_| h.client()).collect();
+    let rx = request_from_each(clients, "/p");
+    let (got, open) = answers(&rx, CLIENTS);
+    let not_ok: Vec<&Seen> = got.iter().filter(|(s, _)| *s != 200).collect();
+    assert!(not_ok.is_empty(), "answers other than 200: {not_ok:?}");
+    assert_eq!(origin.count("/p"), CLIENTS as u64);
+    let log = h.stderr();
+    assert!(!log.contains("ejected"), "a member was blamed:\n{log}");
+    h.assert_no_errors();
+    // With the budget held by idle connections, a newcomer is served too:
+    // an idle one makes room for it.
+    assert_eq!(h.client().get("/new", &[]).status, 200);
+    drop(open);
 }
