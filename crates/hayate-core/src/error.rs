@@ -232,6 +232,7 @@ pub fn note_shortage(what: impl FnOnce() -> String) {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(Instant::now);
     let now = crate::loop_time::instant().saturating_duration_since(epoch);
+    SHORTAGES.fetch_add(1, Ordering::Relaxed);
     if let Some(n) = REPORT.note(now) {
         log::warn!(
             "short of local resources: {} ({n} such failures since the last report; \
@@ -239,6 +240,16 @@ pub fn note_shortage(what: impl FnOnce() -> String) {
             what()
         );
     }
+}
+
+/// Local shortages since the process started, every thread's.
+static SHORTAGES: AtomicU64 = AtomicU64::new(0);
+
+/// How many local shortages [`note_shortage`] has counted so far: what
+/// holds descriptors only to save work later (idle pooled connections)
+/// lets them go when this moved.
+pub fn shortages() -> u64 {
+    SHORTAGES.load(Ordering::Relaxed)
 }
 
 /// How often a local shortage is logged at most.

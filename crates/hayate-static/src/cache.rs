@@ -337,8 +337,12 @@ impl OpenFileCache {
                 let mut name = fs_path.as_os_str().to_owned();
                 name.push(suffix);
                 let sibling = PathBuf::from(name);
-                let Ok(f) = File::open(&sibling) else {
-                    continue;
+                let f = match File::open(&sibling) {
+                    Ok(f) => f,
+                    // No descriptor to look: the entry would go without a
+                    // sibling that exists, until revalidated.
+                    Err(e) if hayate_core::error::is_local_shortage(&e) => return Err(e),
+                    Err(_) => continue,
                 };
                 let Ok(m) = f.metadata() else { continue };
                 // A sibling older than the file is stale: never serve it.

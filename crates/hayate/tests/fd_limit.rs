@@ -155,3 +155,97 @@ fn more_clients_than_the_budget_wait_in_the_backlog_and_are_all_answered() {
     assert_eq!(h.client().get("/new", &[]).status, 200);
     drop(open);
 }
+
+#[test]
+fn file_opens_without_a_descriptor_answer_503_with_retry_after_then_200() {
+    let origin = Origin::start(OriginOptions::default());
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("warm.txt"), "warm").expect("write");
+    const FILES: usize = 8;
+    for i in 0..FILES {
+        let name = root.path().join(format!("f{i}.txt"));
+        std::fs::write(name, format!("file {i}")).expect("write");
+    }
+    let api = format!("/api={}", origin.url());
+    let h = Hayate::start_with_fd_limit(
+        BIN,
+        &[
+            root.path().to_str().expect("utf-8 path"),
+            "--proxy",
+            &api,
+            "--workers",
+            "1",
+            "--access-log",
+            "off",
+        ],
+        LIMIT,
+    );
+    // 125 clients whose proxied requests the origin holds and 8 that ask
+    // for files: 133, within the budget (140), each served once so that all
+    // are accepted before the descriptors run out; the held requests need
+    // more upstream connections than the ~100 descriptors left.
+    const HOLDERS: usize = 125;
+    let warmed = |n: usize| -> Vec<Client> {
+        (0..n)
+            .map(|_| {
+                let mut c = h.client();
+                assert_eq!(c.get("/warm.txt", &[]).status, 200);
+                c
+            })
+            .collect()
+    };
+    let holders = warmed(HOLDERS);
+    let mut readers = warmed(FILES);
+    let held = origin.hold("/api/held");
+    let rx = request_from_each(holders, "/api/held");
+    eventually("hayate to run short of descriptors", || {
+        match h.stderr().contains("short of local resources") {
+            true => Ok(()),
+            false => Err("no shortage logged yet".to_string()),
+        }
+    });
+    // A burst of requests for files not opened yet, with no descriptor
+    // left to open them.
+    let burst = |readers: &mut [Client]| -> Vec<(u16, Option<String>, Vec<u8>)> {
+        for (i, c) in readers.iter_mut().enumerate() {
+            c.send(format!("GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        }
+        readers
+            .iter_mut()
+            .map(|c| {
+                let r = c.read_response(false);
+                let retry_after = r.header("retry-after").map(str::to_string);
+                (r.status, retry_after, r.body)
+            })
+            .collect()
+    };
+    let short = burst(&mut readers);
+    assert!(
+        short
+            .iter()
+            .all(|(status, retry, _)| (*status, retry.as_deref()) == (503, Some("1"))),
+        "at the limit: {:?}",
+        short.iter().map(|(s, r, _)| (s, r)).collect::<Vec<_>>()
+    );
+    drop(held);
+    let (got, _open) = answers(&rx, HOLDERS);
+    assert!(got.iter().all(|(s, _)| *s == 200), "{got:?}");
+    // Descriptors back (the pools let their idle connections go at their
+    // next sweep, within the Retry-After): the same burst is served, on
+    // the same connections.
+    eventually("the files to be served", || {
+        let got = burst(&mut readers);
+        for (i, (status, retry, body)) in got.into_iter().enumerate() {
+            match status {
+                200 => assert_eq!(body, format!("file {i}").into_bytes()),
+                503 => {
+                    assert_eq!(retry.as_deref(), Some("1"));
+                    return Err(format!("/f{i}.txt: 503"));
+                }
+                other => panic!("/f{i}.txt: {other}"),
+            }
+        }
+        Ok(())
+    });
+    h.assert_no_errors();
+}
