@@ -59,6 +59,34 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// What a low limit allows, for the startup warning and `hayate
+    /// check`; `None` when the limit is not low.
+    pub fn low_limit_note(&self, max_connections: u32) -> Option<String> {
+        if self.limit >= LOW_LIMIT {
+            return None;
+        }
+        let cap = match max_connections as usize {
+            max if max < self.clients => format!("max_connections {max} refuses clients past it"),
+            max => format!("max_connections {max} is above that"),
+        };
+        Some(format!(
+            "open-file limit {}: hayate holds at most {} client connections at once ({cap}; \
+             {} descriptors are kept for upstream connections, files, listeners and logs); \
+             more clients wait in the listen backlog. Raise the limit (ulimit -n, \
+             LimitNOFILE=) to serve more",
+            self.limit, self.clients, self.reserve
+        ))
+    }
+}
+
+/// The open-file limit hayate runs under when started from this process's
+/// environment: the hard limit, to which it raises the soft one.
+pub fn limit_at_start() -> u64 {
+    use nix::sys::resource::{getrlimit, Resource};
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(_, hard)| hard)
+}
+
 /// Open client connections across workers, against the budget.
 #[derive(Debug)]
 pub struct Connections {

@@ -427,20 +427,7 @@ fn raise_fd_limit() -> u64 {
 
 /// Says, at startup, what a low open-file limit allows.
 fn warn_of_a_low_limit(budget: &budget::Budget, max_connections: u32) {
-    if budget.limit >= budget::LOW_LIMIT {
-        return;
+    if let Some(note) = budget.low_limit_note(max_connections) {
+        log::warn!("{note}");
     }
-    let cap = match max_connections as usize {
-        max if max < budget.clients => format!("max_connections {max} refuses clients past it"),
-        max => format!("max_connections {max} is above that"),
-    };
-    log::warn!(
-        "open-file limit {}: hayate holds at most {} client connections at once ({cap}; \
-         {} descriptors are kept for upstream connections, files, listeners and logs); \
-         more clients wait in the listen backlog. Raise the limit (ulimit -n, \
-         LimitNOFILE=) to serve more",
-        budget.limit,
-        budget.clients,
-        budget.reserve
-    );
 }

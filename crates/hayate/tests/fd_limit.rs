@@ -249,3 +249,35 @@ fn file_opens_without_a_descriptor_answer_503_with_retry_after_then_200() {
     });
     h.assert_no_errors();
 }
+
+#[test]
+fn check_says_what_a_low_limit_allows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("hayate.toml");
+    let root = dir.path().to_str().expect("utf-8 path");
+    std::fs::write(&file, format!("workers = 1\nroot = \"{root}\"\n")).expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    let check = |limit: u64| {
+        let script = "ulimit -n \"$1\" && shift && exec \"$@\"";
+        hayate_testkit::run_to_end(std::process::Command::new("sh").args([
+            "-c",
+            script,
+            "sh",
+            &limit.to_string(),
+            BIN,
+            "check",
+            file,
+        ]))
+    };
+    let (ok, text) = check(LIMIT);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("note: open-file limit 256: hayate holds at most 140 client connections"),
+        "{text}"
+    );
+    let (ok, text) = check(4096);
+    assert!(
+        ok && !text.contains("note:"),
+        "a limit that is not low: {text}"
+    );
+}
