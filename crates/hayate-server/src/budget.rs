@@ -87,6 +87,24 @@ pub fn limit_at_start() -> u64 {
     getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(_, hard)| hard)
 }
 
+/// The open-file limit in force now (the soft one; after start, raised to
+/// the hard one).
+pub fn current_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, Resource};
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(soft, _)| soft)
+}
+
+/// Descriptors one worker's open-file cache of one root may hold (a file
+/// larger than `file_cache_max_file` is served from one it keeps open):
+/// an eighth of the reserve's quarter for what requests open, shared by
+/// the workers, between 4 and the cache's bound of 8,192 entries. At 256
+/// and one worker, 8; at case B's 20,000, 625. Without it the cache of a
+/// site with many large files could hold them all (8,192 per worker).
+pub fn file_cache_descriptors(limit: u64, workers: usize) -> usize {
+    let share = limit / 32 / workers.max(1) as u64;
+    usize::try_from(share).unwrap_or(usize::MAX).clamp(4, 8192)
+}
+
 /// Open client connections across workers, against the budget.
 #[derive(Debug)]
 pub struct Connections {
@@ -174,6 +192,10 @@ mod tests {
         assert!(Budget::new(1 << 20, 2).clients > 700_000);
         // A limit below the fixed part still lets one client in.
         assert_eq!(Budget::new(40, 4).clients, 1);
+        assert_eq!(file_cache_descriptors(256, 1), 8);
+        assert_eq!(file_cache_descriptors(20_000, 1), 625);
+        assert_eq!(file_cache_descriptors(1 << 20, 2), 8192);
+        assert_eq!(file_cache_descriptors(64, 8), 4);
     }
 
     #[tokio::test(flavor = "current_thread")]
