@@ -510,9 +510,10 @@ async fn accept_loop(listener: Listener, key: Arc<str>, worker: Rc<Worker>, shar
     }
 }
 
-/// How long accepting pauses when accept(2) finds no descriptor: long
-/// enough that a loop does not spin on the error (each try is a syscall
-/// and a wake-up), short against the 1 s of a client's SYN retry.
+/// How long accepting pauses when accept(2) finds no descriptor: the loop
+/// does not spin on the error (50 tries a second at most, each a syscall
+/// and a wake-up), and a client in the backlog waits at most 20 ms more
+/// once a descriptor frees.
 const ACCEPT_SHORTAGE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Counts a connection until it is dropped.
