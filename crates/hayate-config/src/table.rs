@@ -205,7 +205,7 @@ options! {
     grace_period: Dur = "10s", "DURATION",
         "On SIGTERM/SIGINT, how long in-flight requests may run before exit";
     max_connections: u32 = "16384", "N",
-        "Open client connections across all workers; more are refused with 503";
+        "Open client connections across all workers; more are refused with 503. A low open-file limit lowers it: past what the limit allows (the limit less a reserve for upstream connections, files and logs; said at startup), clients wait in the listen backlog and idle keep-alive connections are closed to make room";
     header_timeout: Dur = "10s", "DURATION",
         "Time to receive a request's whole head once it has begun (408 after); a new connection that sends nothing is closed after it, without a response";
     keepalive_timeout: Dur = "75s", "DURATION",

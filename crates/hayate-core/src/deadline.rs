@@ -17,7 +17,7 @@
 //! Deadlines fire up to one sweep interval late; the timeouts they enforce
 //! are seconds long, and the tests that use short ones allow for it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -31,6 +31,9 @@ pub const SWEEP: Duration = Duration::from_millis(100);
 struct Slot {
     deadline: Option<Instant>,
     idle: bool,
+    /// A kept-alive connection's: it has served a request, so its idle
+    /// waits may be cut at the descriptor budget.
+    reusable: bool,
     expired: bool,
     waker: Option<Waker>,
 }
@@ -40,6 +43,9 @@ struct Slot {
 pub struct Deadlines {
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<usize>>,
+    /// Set while the worker is at the descriptor budget: a kept-alive
+    /// connection that goes idle closes at once, making room.
+    cutting: Cell<bool>,
 }
 
 /// Why a guarded wait ended early.
@@ -80,6 +86,56 @@ impl Deadlines {
         self.expire(|s| s.deadline.is_some() && s.idle);
     }
 
+    /// Expires some of the kept-alive connections waiting idle (never one
+    /// that has sent nothing yet, whose client would lose its first
+    /// request), the longest idle
+    /// first (their keep-alive deadlines are the soonest): an eighth of
+    /// them, 1 to 32, as nginx's `ngx_drain_connections` when it runs out
+    /// of connections. At the descriptor budget a client waiting in the
+    /// listen backlog needs a slot more than one that is not using its own
+    /// (which may reconnect: an idle keep-alive connection may close at
+    /// any time). Returns how many.
+    pub fn expire_longest_idle(&self) -> usize {
+        let mut idle: Vec<(Instant, usize)> = self
+            .slots
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.idle && s.reusable && !s.expired)
+            .filter_map(|(key, s)| Some((s.deadline?, key)))
+            .collect();
+        if idle.is_empty() {
+            return 0;
+        }
+        let n = (idle.len() / 8).clamp(1, 32);
+        idle.select_nth_unstable(n - 1);
+        let chosen: Vec<usize> = idle[..n].iter().map(|&(_, key)| key).collect();
+        self.expire_keys(&chosen);
+        n
+    }
+
+    /// While `on`, a kept-alive connection that goes idle is expired at
+    /// once (see [`Deadlines::expire_longest_idle`]): set while the worker
+    /// waits at the descriptor budget, for the connections that finish
+    /// their requests meanwhile.
+    pub fn cut_idle(&self, on: bool) {
+        self.cutting.set(on);
+    }
+
+    fn expire_keys(&self, keys: &[usize]) {
+        let mut wake = Vec::new();
+        {
+            let mut slots = self.slots.borrow_mut();
+            for &key in keys {
+                slots[key].expired = true;
+                wake.extend(slots[key].waker.take());
+            }
+        }
+        for w in wake {
+            w.wake();
+        }
+    }
+
     fn expire(&self, due: impl Fn(&Slot) -> bool) {
         let mut wake = Vec::new();
         for slot in self.slots.borrow_mut().iter_mut() {
@@ -114,6 +170,11 @@ impl Deadlines {
 }
 
 impl Deadline {
+    /// Marks the slot's connection as kept alive ([`Deadlines::expire_longest_idle`]).
+    pub fn mark_reusable(&self) {
+        self.registry.slots.borrow_mut()[self.key].reusable = true;
+    }
+
     /// Waits for `fut` until `deadline`; `idle` marks a wait that shutdown
     /// may cut short. The slot is armed when the wait is first polled and
     /// disarmed when it ends.
@@ -135,7 +196,7 @@ impl Deadline {
                 let s = &mut slots[self.key];
                 s.deadline = Some(deadline);
                 s.idle = idle;
-                s.expired = false;
+                s.expired = idle && s.reusable && self.registry.cutting.get();
             }
             let polled = Pin::new(&mut fut).poll(cx);
             let mut slots = self.registry.slots.borrow_mut();
@@ -245,6 +306,60 @@ mod tests {
             .await;
         // a's slot was reused by b: two slots in all, both free again.
         assert_eq!((reg.slots.borrow().len(), reg.free.borrow().len()), (2, 2));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn at_the_budget_the_longest_idle_connection_is_closed_first() {
+        let reg = Rc::new(Deadlines::default());
+        let now = Instant::now();
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async move {
+                // Kept-alive idle waits ending in 3, 1 and 2 s, a busy one
+                // (a request's head being read) and a new connection's
+                // first wait, both ending sooner.
+                let waits: Vec<_> = [(3, true, true), (1, true, true), (2, true, true)]
+                    .into_iter()
+                    .chain([(0, false, true), (0, true, false)])
+                    .map(|(s, idle, kept)| {
+                        let slot = reg.slot();
+                        if kept {
+                            slot.mark_reusable();
+                        }
+                        tokio::task::spawn_local(async move {
+                            let until = now + Duration::from_secs(s);
+                            slot.run(until, idle, std::future::pending::<()>()).await
+                        })
+                    })
+                    .collect();
+                tokio::task::yield_now().await;
+                assert_eq!(reg.expire_longest_idle(), 1, "an eighth of 3, at least 1");
+                tokio::task::yield_now().await;
+                let ended: Vec<bool> = waits.iter().map(|w| w.is_finished()).collect();
+                assert_eq!(ended, [false, true, false, false, false]);
+                // At the budget, a kept-alive connection going idle is cut
+                // at once; a new one is not.
+                reg.cut_idle(true);
+                let going_idle = |kept: bool| {
+                    let slot = reg.slot();
+                    if kept {
+                        slot.mark_reusable();
+                    }
+                    tokio::task::spawn_local(async move {
+                        let until = now + Duration::from_secs(60);
+                        slot.run(until, true, std::future::pending::<()>()).await
+                    })
+                };
+                let (kept, new) = (going_idle(true), going_idle(false));
+                tokio::task::yield_now().await;
+                assert!(kept.is_finished() && !new.is_finished());
+                new.abort();
+                for w in waits {
+                    w.abort();
+                }
+            })
+            .await;
+        assert_eq!(Deadlines::default().expire_longest_idle(), 0);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -5,8 +5,16 @@
 //! request got, which decides a retry) and hands an [`Error`] here when it
 //! gives up: its kind decides the status, who is to blame decides the log
 //! level, and message text is never matched on.
+//!
+//! A shortage of hayate's own (descriptors, socket buffers, memory: see
+//! [`is_local_shortage`]) is told by the error's number, never its text; it
+//! blames nobody else and is logged at most once a second, with a count
+//! ([`note_shortage`]), however many requests it touches.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use crate::{Response, Status};
 
@@ -51,6 +59,11 @@ pub enum ErrorKind {
     Forbidden,
     /// hayate's own failure (an I/O error on a file it could open): 500.
     Internal,
+    /// hayate ran short of a resource of its host (descriptors, socket
+    /// buffers, memory, local ports) and could not wait longer for one:
+    /// 503 with Retry-After, never blamed on an upstream, logged by
+    /// [`note_shortage`].
+    LocalShortage,
 }
 
 impl ErrorKind {
@@ -65,7 +78,7 @@ impl ErrorKind {
             | ErrorKind::UpstreamTimeout
             | ErrorKind::UpstreamBusy
             | ErrorKind::AppDown => Side::Upstream,
-            ErrorKind::Forbidden | ErrorKind::Internal => Side::Internal,
+            ErrorKind::Forbidden | ErrorKind::Internal | ErrorKind::LocalShortage => Side::Internal,
         }
     }
 
@@ -78,7 +91,9 @@ impl ErrorKind {
             ErrorKind::BodyTooLarge => Status::CONTENT_TOO_LARGE,
             ErrorKind::UpstreamFailed => Status::BAD_GATEWAY,
             ErrorKind::UpstreamTimeout => Status::GATEWAY_TIMEOUT,
-            ErrorKind::UpstreamBusy | ErrorKind::AppDown => Status::SERVICE_UNAVAILABLE,
+            ErrorKind::UpstreamBusy | ErrorKind::AppDown | ErrorKind::LocalShortage => {
+                Status::SERVICE_UNAVAILABLE
+            }
             ErrorKind::Forbidden => Status::FORBIDDEN,
             ErrorKind::Internal => Status::INTERNAL_SERVER_ERROR,
         }
@@ -86,7 +101,7 @@ impl ErrorKind {
 
     /// Whether the client may try again soon (Retry-After).
     pub fn retry_later(self) -> bool {
-        self == ErrorKind::UpstreamBusy
+        matches!(self, ErrorKind::UpstreamBusy | ErrorKind::LocalShortage)
     }
 }
 
@@ -123,10 +138,12 @@ impl Error {
         Error::new(kind, cause)
     }
 
-    /// A failure reading a file: permissions are a 403, anything else a 500.
+    /// A failure reading a file: permissions are a 403, no descriptor (or
+    /// memory) left a 503 with Retry-After, anything else a 500.
     pub fn file(cause: io::Error) -> Error {
         let kind = match cause.kind() {
             io::ErrorKind::PermissionDenied => ErrorKind::Forbidden,
+            _ if is_local_shortage(&cause) => ErrorKind::LocalShortage,
             _ => ErrorKind::Internal,
         };
         Error::new(kind, cause)
@@ -169,6 +186,9 @@ impl Error {
             (Side::Internal, _) if self.kind == ErrorKind::Forbidden => {
                 log::info!("{}: {}", status.code(), self.message())
             }
+            (Side::Internal, _) if self.kind == ErrorKind::LocalShortage => {
+                note_shortage(|| format!("{}: {}", status.code(), self.message()))
+            }
             (Side::Internal, _) => log::error!("{}", self.message()),
         }
         let mut r = Response::error(status);
@@ -183,6 +203,90 @@ impl Error {
         }
         r.close = self.kind.side() == Side::Client;
         r
+    }
+}
+
+/// Whether `cause` says that hayate's host is short of something hayate
+/// needs, rather than that a peer or a file failed: no descriptor left in
+/// the process (EMFILE) or the system (ENFILE), no socket buffer (ENOBUFS),
+/// no memory (ENOMEM), or no local port for a connect (EADDRNOTAVAIL: a
+/// connect binds none of its own, so it means the ephemeral ports are all
+/// in use). Such a failure passes when something else closes; it is waited
+/// out or answered 503, and counts against no upstream.
+pub fn is_local_shortage(cause: &io::Error) -> bool {
+    use nix::libc;
+    matches!(
+        cause.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    )
+}
+
+/// Counts a local shortage (`what` says where, with its cause) and logs it
+/// at warn at most once a [`SHORTAGE_REPORT_EVERY`], with how many there
+/// were since the last such line: under a shortage every request meets it,
+/// and a line per request would flood the log and cost the CPU the
+/// requests wait for (issue 43 measured 288,773 failed requests in 5 s,
+/// a line each).
+pub fn note_shortage(what: impl FnOnce() -> String) {
+    static REPORT: ShortageReport = ShortageReport::new();
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let now = crate::loop_time::instant().saturating_duration_since(epoch);
+    SHORTAGES.fetch_add(1, Ordering::Relaxed);
+    if let Some(n) = REPORT.note(now) {
+        log::warn!(
+            "short of local resources: {} ({n} such failures since the last report; \
+             requests wait for a descriptor or get 503, no upstream is blamed)",
+            what()
+        );
+    }
+}
+
+/// Local shortages since the process started, every thread's.
+static SHORTAGES: AtomicU64 = AtomicU64::new(0);
+
+/// How many local shortages [`note_shortage`] has counted so far: what
+/// holds descriptors only to save work later (idle pooled connections)
+/// lets them go when this moved.
+pub fn shortages() -> u64 {
+    SHORTAGES.load(Ordering::Relaxed)
+}
+
+/// How often a local shortage is logged at most.
+pub const SHORTAGE_REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// The count behind [`note_shortage`], shared by every thread.
+struct ShortageReport {
+    /// Shortages since the last report.
+    seen: AtomicU64,
+    /// When the last report was made, in milliseconds since the process's
+    /// first shortage; `u64::MAX` before any.
+    reported_at: AtomicU64,
+}
+
+impl ShortageReport {
+    const fn new() -> ShortageReport {
+        ShortageReport {
+            seen: AtomicU64::new(0),
+            reported_at: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Counts one shortage at `now`; returns the count to report, when a
+    /// report is due (the first one at once, then at most one a period).
+    fn note(&self, now: Duration) -> Option<u64> {
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        let now = u64::try_from(now.as_millis()).unwrap_or(u64::MAX - 1);
+        let last = self.reported_at.load(Ordering::Relaxed);
+        let every = SHORTAGE_REPORT_EVERY.as_millis() as u64;
+        if last != u64::MAX && now < last.saturating_add(every) {
+            return None;
+        }
+        // One thread reports; the others' counts go into its line or the next.
+        self.reported_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()?;
+        Some(self.seen.swap(0, Ordering::Relaxed))
     }
 }
 
@@ -222,6 +326,19 @@ mod tests {
             (Error::file(io(io::ErrorKind::PermissionDenied)), 403, false),
             (Error::file(io(io::ErrorKind::Other)), 500, false),
             (
+                Error::file(io::Error::from_raw_os_error(nix::libc::EMFILE)),
+                503,
+                false,
+            ),
+            (
+                Error::new(
+                    ErrorKind::LocalShortage,
+                    io::Error::from_raw_os_error(nix::libc::ENOBUFS),
+                ),
+                503,
+                false,
+            ),
+            (
                 Error::new(
                     ErrorKind::Refused(Status::REQUEST_HEADER_FIELDS_TOO_LARGE),
                     io(io::ErrorKind::InvalidData),
@@ -243,5 +360,37 @@ mod tests {
     fn the_log_line_names_the_place() {
         let e = Error::upstream(io(io::ErrorKind::ConnectionRefused)).context("upstream a:1");
         assert_eq!(e.message(), "upstream a:1: x");
+    }
+
+    #[test]
+    fn local_shortages_are_told_by_their_number() {
+        use nix::libc;
+        for n in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            assert!(is_local_shortage(&io::Error::from_raw_os_error(n)), "{n}");
+        }
+        for n in [
+            libc::ECONNREFUSED,
+            libc::ENOENT,
+            libc::EACCES,
+            libc::ECONNRESET,
+        ] {
+            assert!(!is_local_shortage(&io::Error::from_raw_os_error(n)), "{n}");
+        }
+        // Text is not API: a message that names the error is not one.
+        assert!(!is_local_shortage(&io::Error::other(
+            "Too many open files (os error 24)"
+        )));
+    }
+
+    #[test]
+    fn shortages_are_reported_at_most_once_a_second_with_their_count() {
+        let r = ShortageReport::new();
+        let ms = Duration::from_millis;
+        assert_eq!(r.note(ms(5_000)), Some(1), "the first at once");
+        assert_eq!(r.note(ms(5_001)), None);
+        assert_eq!(r.note(ms(5_999)), None);
+        assert_eq!(r.note(ms(6_000)), Some(3), "then a second later, counted");
+        assert_eq!(r.note(ms(6_500)), None);
+        assert_eq!(r.note(ms(9_000)), Some(2));
     }
 }

@@ -28,6 +28,14 @@ use crate::ProxyRequest;
 /// requests and a fresh connection is opened instead.
 const UNREPEATABLE_REUSE_WITHIN: Duration = Duration::from_secs(1);
 
+/// The first and the longest pause of a request that found no descriptor
+/// to connect with, between its tries while the queue holds it (doubling
+/// in between): the back-off of a connect to a full Unix listen queue
+/// (`upconn.rs`). A try costs one socket(2) that fails at once, and a
+/// request that a pooled connection frees is woken without waiting for it.
+const FIRST_SHORTAGE_PAUSE: Duration = Duration::from_millis(1);
+const MAX_SHORTAGE_PAUSE: Duration = Duration::from_millis(50);
+
 impl UpstreamGroup {
     /// Forwards a request and returns the response to write (errors
     /// included: 502, 503, 504, or the client's 400/408/413).
@@ -87,10 +95,16 @@ impl UpstreamGroup {
         // Set at the request's first wait in the queue: all its waits end by
         // then, however often it is woken.
         let mut queue_deadline: Option<Instant> = None;
+        // The last connect that found hayate short of descriptors (or
+        // buffers, memory, ports), and whether the request waits before it
+        // tries again; how long such a wait lasts at most.
+        let mut shortage: Option<io::Error> = None;
+        let mut wait_first = false;
+        let mut pause = FIRST_SHORTAGE_PAUSE;
         loop {
             let mut now = hayate_core::loop_time::instant();
             // FIFO: a new request does not pass those already waiting.
-            let picked = if queue_deadline.is_none() && self.waiting_any.get() > 0 {
+            let picked = if wait_first || (queue_deadline.is_none() && self.waiting_any.get() > 0) {
                 Err(Busy::Full)
             } else {
                 self.pick(now, &tried, key)
@@ -102,14 +116,34 @@ impl UpstreamGroup {
                     return Error::new(ErrorKind::UpstreamFailed, e).into_response();
                 }
                 Err(Busy::Full) => {
+                    wait_first = false;
                     let newcomer = queue_deadline.is_none();
                     let deadline = *queue_deadline.get_or_insert(now + self.settings.queue_timeout);
+                    let retry = self.short.get().then(|| {
+                        let p = pause;
+                        pause = (pause * 2).min(MAX_SHORTAGE_PAUSE);
+                        p
+                    });
                     match self
-                        .wait_in_queue(deadline, newcomer, tried.is_empty())
+                        .wait_in_queue(deadline, newcomer, tried.is_empty(), retry)
                         .await
                     {
                         Ok(()) => continue,
-                        Err(e) => return e.into_response(),
+                        // 503 with Retry-After either way; told apart in
+                        // the log, where a shortage is counted, not blamed.
+                        Err(e) => match shortage.take() {
+                            Some(cause) => {
+                                return Error::new(ErrorKind::LocalShortage, cause)
+                                    .context(format!(
+                                        "upstream connect: no descriptor freed within the \
+                                         queue's bounds ({:?}, {} waiting)",
+                                        self.settings.queue_timeout,
+                                        self.waiting.get()
+                                    ))
+                                    .into_response();
+                            }
+                            None => return e.into_response(),
+                        },
                     }
                 }
             };
@@ -150,13 +184,32 @@ impl UpstreamGroup {
                         self.settings.tls.as_ref(),
                     )
                     .await
+                    .map_err(Failure::connecting)
                     {
                         Ok(c) => {
+                            self.short.set(false);
                             // Connecting waited: the attempt starts now.
                             now = hayate_core::loop_time::instant();
                             c
                         }
-                        Err(e) => {
+                        Err(Failure::Local(e)) => {
+                            // hayate's own shortage, not the member's: no
+                            // failure counted (issue 43: 3 of them ejected
+                            // a healthy member), the request waits in the
+                            // queue for a pooled connection or a descriptor,
+                            // and one idle connection gives its descriptor.
+                            guard.withdraw();
+                            self.short.set(true);
+                            self.release_oldest_idle();
+                            hayate_core::error::note_shortage(|| {
+                                format!("upstream {}: connect: {e}", member.label)
+                            });
+                            shortage = Some(e);
+                            wait_first = true;
+                            continue;
+                        }
+                        Err(failure) => {
+                            let e = failure.into_cause();
                             // Nothing was sent: another member may take it. The
                             // error line is for a request that fails, not a retry.
                             member.failed(&self.settings);
@@ -222,14 +275,16 @@ impl UpstreamGroup {
                     fresh_only = false;
                 }
                 Next::GiveUp => {
-                    let (Failure::NotSent(e)
-                    | Failure::NoAnswer(e)
-                    | Failure::Upstream(e)
-                    | Failure::Client(e)) = failure;
                     member.failed(&self.settings);
-                    return Error::upstream(e)
+                    return Error::upstream(failure.into_cause())
                         .context(format!("upstream {}", member.label))
                         .into_response();
+                }
+                Next::Wait => {
+                    // As for a connect above: nobody's failure.
+                    self.short.set(true);
+                    shortage = Some(failure.into_cause());
+                    wait_first = true;
                 }
             }
         }

@@ -182,6 +182,11 @@ pub struct UpstreamGroup {
     /// do for them): a new request queues behind them rather than pass.
     pub(crate) waiting_any: Cell<usize>,
     pub(crate) freed: Rc<Notify>,
+    /// A connect found hayate short of descriptors (or buffers, memory,
+    /// ports) and none has succeeded since: queue waits also end after a
+    /// pause, to try again, since what frees one may be outside the group
+    /// (a client closing, another group's pool).
+    pub(crate) short: Cell<bool>,
     /// For a supervised app: its slots (raised when an instance becomes
     /// ready; down when every slot is in a crash loop).
     pub(crate) app: Option<AppSlots>,
@@ -221,6 +226,7 @@ impl UpstreamGroup {
             waiting: QueueGauge::default(),
             waiting_any: Cell::new(0),
             freed,
+            short: Cell::new(false),
             app: None,
             figures: std::cell::OnceCell::new(),
         }
@@ -474,9 +480,10 @@ impl Member {
 }
 
 /// Counts a request as outstanding on its member (and on its app instance,
-/// so a replaced instance is drained before it is stopped) until dropped.
+/// so a replaced instance is drained before it is stopped) until dropped;
+/// then wakes the queue, unless [withdrawn](Outstanding::withdraw).
 #[derive(Debug)]
-pub(crate) struct Outstanding(Rc<Member>, Option<Arc<AppInstance>>);
+pub(crate) struct Outstanding(Rc<Member>, Option<Arc<AppInstance>>, bool);
 
 impl Outstanding {
     pub(crate) fn new(member: Rc<Member>, instance: Option<Arc<AppInstance>>) -> Outstanding {
@@ -485,7 +492,14 @@ impl Outstanding {
             i.inflight.fetch_add(1, Ordering::AcqRel);
             i.served.fetch_add(1, Ordering::Relaxed);
         }
-        Outstanding(member, instance)
+        Outstanding(member, instance, true)
+    }
+
+    /// Ends the count without waking the queue: the attempt freed nothing
+    /// (its connect found no descriptor), and a wake-up would send the
+    /// next request, or this one, straight into the same failure.
+    pub(crate) fn withdraw(mut self) {
+        self.2 = false;
     }
 
     /// The member the request went to.
@@ -513,7 +527,9 @@ impl Drop for Outstanding {
             i.inflight.fetch_sub(1, Ordering::AcqRel);
         }
         // The first queued request (if any) may go now.
-        self.0.freed.notify_one();
+        if self.2 {
+            self.0.freed.notify_one();
+        }
     }
 }
 

@@ -40,6 +40,12 @@ impl UpstreamGroup {
                 )
                 .await;
                 match (ok, m.probe_down.get()) {
+                    // hayate's own shortage says nothing of the member.
+                    (Err(e), _) if hayate_core::error::is_local_shortage(&e) => {
+                        hayate_core::error::note_shortage(|| {
+                            format!("upstream {}: health check: {e}", m.label)
+                        });
+                    }
                     (Ok(()), true) => {
                         log::info!("upstream {} is healthy again", m.label);
                         m.probe_down.set(false);

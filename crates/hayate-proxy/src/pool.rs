@@ -98,19 +98,50 @@ impl Member {
 }
 
 impl UpstreamGroup {
+    /// Closes the group's oldest idle connection, if it has one: short of
+    /// descriptors, a request about to connect needs one more than a
+    /// connection nobody is using (it would have taken a usable one).
+    pub(crate) fn release_oldest_idle(&self) {
+        let oldest = self
+            .members
+            .iter()
+            .filter_map(|m| Some((m.idle.borrow().front()?.since, m)))
+            .min_by_key(|(since, _)| *since);
+        if let Some((_, m)) = oldest {
+            m.idle.borrow_mut().pop_front();
+        }
+    }
+
+    /// Closes the idle connections that expired or that their upstream
+    /// closed; every one, when hayate was `short` of descriptors since the
+    /// last sweep.
+    pub(crate) fn sweep_pools(&self, now: Instant, short: bool) {
+        for m in &self.members {
+            if short {
+                m.idle.borrow_mut().clear();
+            }
+            m.sweep(now);
+        }
+    }
+
     /// Sweeps the group's pools every [`SWEEP_EVERY`] while the group is in
     /// use (spawned per worker and group; held weakly, like the health
-    /// checks).
+    /// checks). After hayate ran short of descriptors anywhere (a file
+    /// open, another group's connect, an accept), the sweep closes every
+    /// idle connection: one nobody took meanwhile is a descriptor held for
+    /// later while a request needs it now (a 503's Retry-After of 1 s
+    /// finds it free).
     pub async fn run_pool_sweeper(group: Weak<Self>) {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shortages = hayate_core::error::shortages();
         loop {
             tick.tick().await;
             let Some(this) = group.upgrade() else { return };
             let now = Instant::now();
-            for m in &this.members {
-                m.sweep(now);
-            }
+            let seen = hayate_core::error::shortages();
+            this.sweep_pools(now, seen != shortages);
+            shortages = seen;
             this.publish_figures(now);
         }
     }
@@ -170,6 +201,29 @@ mod tests {
             );
             m.checkin(pair(), long, 0, 0);
             assert_eq!(m.idle.borrow().len(), 0, "a cap of 0 keeps none");
+        });
+    }
+
+    #[test]
+    fn after_a_shortage_the_sweep_lets_every_idle_connection_go() {
+        runtime().block_on(async {
+            let g = group(2);
+            let mut peers = Vec::new();
+            for m in &g.members {
+                let (a, b) = tokio::net::UnixStream::pair().expect("pair");
+                peers.push(b);
+                m.checkin(Transport::Unix(a), Duration::from_secs(600), 4, 0);
+            }
+            let idle = || {
+                g.members
+                    .iter()
+                    .map(|m| m.idle.borrow().len())
+                    .sum::<usize>()
+            };
+            g.sweep_pools(Instant::now(), false);
+            assert_eq!(idle(), 2, "live and unexpired: kept");
+            g.sweep_pools(Instant::now(), true);
+            assert_eq!(idle(), 0, "let go after a shortage");
         });
     }
 

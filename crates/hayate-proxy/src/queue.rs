@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::io;
 
@@ -55,12 +55,15 @@ impl UpstreamGroup {
     /// become ready): FIFO, bounded in depth, and in time by `deadline`, set
     /// once per request. Overflow and timeout answer 503 with Retry-After
     /// (distinct from the 502 of a failing upstream). `newcomer`: the
-    /// request's first wait; `any_member`: it has tried no member yet.
+    /// request's first wait; `any_member`: it has tried no member yet;
+    /// `retry`: the wait also ends after this long (hayate was short of
+    /// descriptors, and what frees one may not wake the queue).
     pub(crate) async fn wait_in_queue(
         &self,
         deadline: Instant,
         newcomer: bool,
         any_member: bool,
+        retry: Option<Duration>,
     ) -> Result<(), Error> {
         let busy = |why: String| Error::new(ErrorKind::UpstreamBusy, io::Error::other(why));
         if self.app.as_ref().is_some_and(AppSlots::is_down) {
@@ -89,10 +92,17 @@ impl UpstreamGroup {
                 None => std::future::pending().await,
             }
         };
+        let pause = async {
+            match retry {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
         let woken = tokio::time::timeout_at(deadline.into(), async {
             tokio::select! {
                 _ = self.freed.notified() => {}
                 _ = ready => {}
+                _ = pause => {}
             }
         })
         .await;

@@ -4,6 +4,8 @@
 //! answer only if it is [`repeatable`](crate::ProxyRequest::repeatable)
 //! (the upstream may have acted on it before dying); nothing is tried again
 //! once an answer began, nor without the whole body at hand to resend.
+//! A failure of hayate's own (no descriptor for a connect) is nobody's: the
+//! request waits for one, and no member is blamed.
 
 use std::io;
 
@@ -19,6 +21,33 @@ pub(crate) enum Failure {
     NoAnswer(io::Error),
     /// The upstream failed after it began to answer, or sent garbage.
     Upstream(io::Error),
+    /// hayate was short of a descriptor, socket buffer, memory or local
+    /// port for the attempt (`hayate_core::error::is_local_shortage`): no
+    /// byte was sent, and the upstream is not to blame.
+    Local(io::Error),
+}
+
+impl Failure {
+    /// A connect's failure: hayate's own shortage, or the upstream's
+    /// (refused, unreachable, timed out) with nothing sent.
+    pub(crate) fn connecting(e: io::Error) -> Failure {
+        if hayate_core::error::is_local_shortage(&e) {
+            Failure::Local(e)
+        } else {
+            Failure::NotSent(e)
+        }
+    }
+
+    /// The cause.
+    pub(crate) fn into_cause(self) -> io::Error {
+        match self {
+            Failure::Client(e)
+            | Failure::NotSent(e)
+            | Failure::NoAnswer(e)
+            | Failure::Upstream(e)
+            | Failure::Local(e) => e,
+        }
+    }
 }
 
 /// What was true of a failed attempt, besides its [`Failure`].
@@ -44,11 +73,15 @@ pub(crate) enum Next {
     OtherMember,
     /// Answer with the error.
     GiveUp,
+    /// Wait in the group's queue for a descriptor or a pooled connection,
+    /// then try again; no member counts a failure.
+    Wait,
 }
 
 /// The retry policy.
 pub(crate) fn after(failure: &Failure, attempt: Attempt) -> Next {
     let may_resend = match failure {
+        Failure::Local(_) => return Next::Wait,
         Failure::Client(_) | Failure::Upstream(_) => false,
         Failure::NotSent(_) => attempt.body_buffered,
         Failure::NoAnswer(_) => attempt.body_buffered && attempt.repeatable,
@@ -89,7 +122,7 @@ mod tests {
             reused: false,
             ..base
         };
-        let cases: [(&str, Failure, Attempt, Next); 11] = [
+        let cases: [(&str, Failure, Attempt, Next); 13] = [
             (
                 "GET, reused, no answer: the pool race",
                 Failure::NoAnswer(e()),
@@ -156,6 +189,22 @@ mod tests {
                 Failure::Client(e()),
                 base,
                 GiveUp,
+            ),
+            (
+                "no descriptor for a connect: wait, whatever the request",
+                // EMFILE (Linux): the process has no descriptor left.
+                Failure::connecting(io::Error::from_raw_os_error(24)),
+                post,
+                Wait,
+            ),
+            (
+                "a refused connect is the upstream's",
+                Failure::connecting(io::ErrorKind::ConnectionRefused.into()),
+                Attempt {
+                    reused: false,
+                    ..post
+                },
+                OtherMember,
             ),
             (
                 "POST with an Idempotency-Key counts as repeatable",

@@ -200,6 +200,12 @@ impl Conn {
                 self.clock_stale |= waited;
                 self.catch_up_clock();
                 self.served += 1;
+                if self.served == 1 {
+                    // Kept alive from now on: its idle waits may be cut
+                    // to make room at the descriptor budget (a new one
+                    // that has sent nothing yet is never).
+                    self.deadline.mark_reusable();
+                }
                 if let Some(m) = &w.metrics {
                     m.record(
                         route,
@@ -399,10 +405,11 @@ impl Conn {
             .await
         };
         match read {
-            Err(Expired) => Ok(match self.expired(idle) {
-                Read::Shutdown => self.last_look(),
-                timeout => timeout,
-            }),
+            // Shutdown, the keep-alive timeout, or room made at the
+            // descriptor budget: a request that has already arrived is
+            // answered rather than dropped unanswered.
+            Err(Expired) if idle => Ok(self.last_look()),
+            Err(Expired) => Ok(Read::Timeout),
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(_)) => {
                 self.clock_stale = false;
@@ -420,10 +427,11 @@ impl Conn {
         }
     }
 
-    /// An idle connection's last look before shutdown closes it: a request
-    /// that has already arrived (the client sent it as the listener closed,
-    /// or on a connection accepted just before) is answered rather than
-    /// dropped unanswered.
+    /// An idle connection's last look before it closes (shutdown, the
+    /// keep-alive timeout, room made at the budget): a request that has
+    /// already arrived (the client sent it as the listener closed, or on a
+    /// connection accepted just before) is answered rather than dropped
+    /// unanswered.
     fn last_look(&mut self) -> Read {
         self.rbuf.reserve(HEAD_ROOM.first);
         match self.transport.try_read_buf(&mut self.rbuf) {
@@ -432,16 +440,6 @@ impl Conn {
                 Read::Data
             }
             _ => Read::Shutdown,
-        }
-    }
-
-    /// What an expired wait means: shutdown for an idle wait once the worker
-    /// stops, a timeout otherwise.
-    fn expired(&self, idle: bool) -> Read {
-        if idle && self.worker.stopping.get() {
-            Read::Shutdown
-        } else {
-            Read::Timeout
         }
     }
 

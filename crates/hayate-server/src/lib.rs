@@ -10,6 +10,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod budget;
 mod buffers;
 pub mod cached;
 mod cached_range;
@@ -36,7 +37,6 @@ mod worker;
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use hayate_config::app::AdminAddr;
@@ -92,7 +92,8 @@ pub struct Hooks<'a> {
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
 /// `app` is the supervised app's slots, for routes that send to it.
 pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> io::Result<()> {
-    raise_fd_limit();
+    let budget = budget::Budget::new(raise_fd_limit(), config.global.workers.get());
+    warn_of_a_low_limit(&budget, config.global.max_connections);
     // What an upgrade starts: this binary's path as it was at start (a new
     // build installed there since is what runs), with the same arguments.
     let executable = std::env::current_exe()?;
@@ -237,7 +238,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     let shared = Shared {
         blueprint,
         built: built_tx,
-        connections: Arc::new(AtomicUsize::new(0)),
+        connections: Arc::new(budget::Connections::new(budget.clients)),
         app,
         request_metrics,
         upstream_metrics,
@@ -248,12 +249,11 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     hooks.metrics.register_fn(move |out| {
         let name = "hayate_connections_open";
         family(out, name, "Open client connections", Kind::Gauge);
-        sample(
-            out,
-            name,
-            &[],
-            open.load(std::sync::atomic::Ordering::Relaxed),
-        );
+        sample(out, name, &[], open.open());
+        let name = "hayate_connections_budget";
+        let help = "Client connections held at once: what the open-file limit allows";
+        family(out, name, help, Kind::Gauge);
+        sample(out, name, &[], budget.clients);
     });
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<worker::Ended>();
     let mut on_main_thread = None;
@@ -413,13 +413,25 @@ pub(crate) fn announce_to(cache: &hayate_cache::ResponseCache, tier: &hayate_sha
     cache.announce_to(Box::new(move |event| tier.announce(event)));
 }
 
-/// Raises the soft open-file limit to the hard limit: each connection is a
-/// descriptor, and the usual soft limit (1024) is below max_connections.
-fn raise_fd_limit() {
+/// Raises the soft open-file limit to the hard limit (each connection is a
+/// descriptor, and the usual soft limit, 1024, is below max_connections);
+/// returns the soft limit then in force.
+fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(_) => soft,
+        },
+        Ok((soft, _)) => soft,
+        // Unknown: no budget of ours below the kernel's own refusals.
+        Err(_) => u64::MAX,
+    }
+}
+
+/// Says, at startup, what a low open-file limit allows.
+fn warn_of_a_low_limit(budget: &budget::Budget, max_connections: u32) {
+    if let Some(note) = budget.low_limit_note(max_connections) {
+        log::warn!("{note}");
     }
 }

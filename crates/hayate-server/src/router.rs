@@ -105,6 +105,10 @@ impl Router {
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
             max_file: g.file_cache_max_file.0,
+            max_open: crate::budget::file_cache_descriptors(
+                crate::budget::current_limit(),
+                g.workers.get(),
+            ),
             revalidate: g.file_cache_revalidate.0,
         };
         let proxy = ProxySettings {

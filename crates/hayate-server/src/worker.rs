@@ -5,7 +5,6 @@
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,8 +112,9 @@ pub struct Shared {
     pub blueprint: watch::Receiver<Arc<Blueprint>>,
     /// Where workers report each generation they built.
     pub built: mpsc::UnboundedSender<Built>,
-    /// Open client connections across workers.
-    pub connections: Arc<AtomicUsize>,
+    /// Open client connections across workers, against the descriptor
+    /// budget.
+    pub connections: Arc<crate::budget::Connections>,
     /// The supervised app's slots, if one runs.
     pub app: Option<AppSlots>,
     /// Request counters of every worker, when the admin listener is on.
@@ -430,8 +430,17 @@ async fn accept_loop(
     let mut shutdown = worker.shutdown.clone();
     let scheme = listener.scheme();
     loop {
+        let full = shared.connections.full();
+        // At the descriptor budget: the next client waits in the listen
+        // backlog, and kept-alive connections idle now, or once they have
+        // answered, make room.
+        worker.deadlines.cut_idle(full);
+        if full {
+            worker.deadlines.expire_longest_idle();
+        }
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = listener.accept(), if !full => a,
+            _ = shared.connections.room(), if full => continue,
             _ = shutdown.wait() => return,
             _ = worker.reloaded.notified() => {
                 if worker.with_generation(|g| g.listen_keys.contains(&key)) {
@@ -443,16 +452,25 @@ async fn accept_loop(
         };
         let (mut transport, peer) = match accepted {
             Ok(a) => a,
+            Err(e) if hayate_core::error::is_local_shortage(&e) => {
+                // No descriptor for the connection, which stays in the
+                // backlog (accept(2) takes it only with one): back off
+                // while something closes, and make room as at the budget.
+                hayate_core::error::note_shortage(|| format!("accept: {e}"));
+                worker.deadlines.expire_longest_idle();
+                tokio::time::sleep(ACCEPT_SHORTAGE_PAUSE).await;
+                continue;
+            }
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
+                // Back off instead of spinning on an error that stays.
                 log::error!("accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
         let max = worker.generation().config.global.max_connections as usize;
-        if shared.connections.fetch_add(1, Ordering::Relaxed) >= max {
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
+        if shared.connections.opened() >= max {
+            shared.connections.closed();
             log::warn!("connection from {peer} refused: max_connections ({max}) reached");
             if scheme == Scheme::Http {
                 let _ = transport.try_write(OVER_CAPACITY);
@@ -538,15 +556,21 @@ async fn serve_tls(
     }
 }
 
+/// How long accepting pauses when accept(2) finds no descriptor: the loop
+/// does not spin on the error (50 tries a second at most, each a syscall
+/// and a wake-up), and a client in the backlog waits at most 20 ms more
+/// once a descriptor frees.
+const ACCEPT_SHORTAGE_PAUSE: Duration = Duration::from_millis(20);
+
 /// Counts a connection until it is dropped.
 struct ConnGuard {
     worker: Rc<Worker>,
-    connections: Arc<AtomicUsize>,
+    connections: Arc<crate::budget::Connections>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.connections.fetch_sub(1, Ordering::Relaxed);
+        self.connections.closed();
         let n = self.worker.active.get() - 1;
         self.worker.active.set(n);
         if n == 0 {

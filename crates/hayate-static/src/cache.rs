@@ -29,6 +29,7 @@
 //! fit serves it without keeping it. An entry dropped because its file
 //! changed tells the source, so the old variants go too.
 
+mod entry;
 mod queue;
 
 use std::cell::{Cell, RefCell};
@@ -45,7 +46,7 @@ use bytes::Bytes;
 use hayate_core::variant::FileStamp;
 use hayate_core::{Coding, Fields};
 
-use crate::{VariantSource, VariantState};
+use crate::VariantSource;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use queue::Queue;
 
@@ -117,6 +118,9 @@ pub(crate) struct Entry {
 struct Held {
     bytes: Cell<u64>,
     budget: u64,
+    /// Descriptors held by the entries (large files), and their bound.
+    files: Cell<usize>,
+    max_open: usize,
 }
 
 /// Settings of a cache.
@@ -126,6 +130,11 @@ pub struct CacheLimits {
     pub budget: u64,
     /// Largest file kept in memory.
     pub max_file: u64,
+    /// Most descriptors the entries hold (a larger file is served from
+    /// one): part of the open-file limit's reserve for what requests open
+    /// (issue 43), so the cache cannot take the descriptors that upstream
+    /// connections and other files need.
+    pub max_open: usize,
     /// Fallback re-check interval.
     pub revalidate: Duration,
 }
@@ -222,6 +231,8 @@ impl OpenFileCache {
             held: Rc::new(Held {
                 bytes: Cell::new(0),
                 budget: limits.budget,
+                files: Cell::new(0),
+                max_open: limits.max_open,
             }),
             checked_epoch: Cell::new(u64::MAX),
             limits,
@@ -337,8 +348,12 @@ impl OpenFileCache {
                 let mut name = fs_path.as_os_str().to_owned();
                 name.push(suffix);
                 let sibling = PathBuf::from(name);
-                let Ok(f) = File::open(&sibling) else {
-                    continue;
+                let f = match File::open(&sibling) {
+                    Ok(f) => f,
+                    // No descriptor to look: the entry would go without a
+                    // sibling that exists, until revalidated.
+                    Err(e) if hayate_core::error::is_local_shortage(&e) => return Err(e),
+                    Err(_) => continue,
                 };
                 let Ok(m) = f.metadata() else { continue };
                 // A sibling older than the file is stale: never serve it.
@@ -402,8 +417,10 @@ impl OpenFileCache {
             entry.resident.set(false);
             return Ok(entry);
         }
-        self.make_room(mem_bytes);
+        let files = entry.open_files();
+        self.make_room(mem_bytes, files);
         self.held.bytes.set(self.held.bytes.get() + mem_bytes);
+        self.held.files.set(self.held.files.get() + files);
         self.entries
             .borrow_mut()
             .insert(key.to_vec(), entry.clone());
@@ -600,6 +617,8 @@ impl OpenFileCache {
             old.resident.set(false);
             let bytes = &self.held.bytes;
             bytes.set(bytes.get().saturating_sub(old.mem_bytes.get()));
+            let files = &self.held.files;
+            files.set(files.get().saturating_sub(old.open_files()));
         }
     }
 
@@ -609,18 +628,30 @@ impl OpenFileCache {
             e.1.resident.set(false);
         }
         self.held.bytes.set(0);
+        self.held.files.set(0);
     }
 
     /// Evicts arbitrary entries (HashMap order is randomized) until `incoming`
-    /// bytes fit in the budget and the entry count is under its bound.
-    fn make_room(&self, incoming: u64) {
+    /// bytes fit in the budget, `files` descriptors in theirs, and the
+    /// entry count is under its bound.
+    fn make_room(&self, incoming: u64, files: usize) {
         loop {
             let over_budget = self.held.bytes.get() + incoming > self.limits.budget;
+            let over_files = files > 0 && self.held.files.get() + files > self.held.max_open;
             let over_count = self.entries.borrow().len() >= MAX_ENTRIES;
-            if !(over_budget || over_count) {
+            if !(over_budget || over_files || over_count) {
                 return;
             }
-            let victim = self.entries.borrow().keys().next().cloned();
+            let entries = self.entries.borrow();
+            // Past the descriptor bound only, an entry that holds one goes.
+            let victim = match over_budget || over_count {
+                true => entries.keys().next().cloned(),
+                false => entries
+                    .iter()
+                    .find(|(_, e)| e.open_files() > 0)
+                    .map(|(k, _)| k.clone()),
+            };
+            drop(entries);
             match victim {
                 Some(k) => self.remove(&k),
                 None => return,
@@ -654,134 +685,10 @@ impl OpenFileCache {
     pub fn held_bytes(&self) -> u64 {
         self.held.bytes.get()
     }
-}
 
-impl Entry {
-    /// The generated variant in `coding`, asking `source` when this entry
-    /// has none yet (which queues its build); `None` while it is not ready.
-    pub fn generated(&self, coding: Coding, source: &dyn VariantSource) -> Option<Rc<Variant>> {
-        if let Some((_, v)) = self.generated.borrow().iter().find(|(c, _)| *c == coding) {
-            return v.clone();
-        }
-        let (fs_path, stamp) = &self.stamps[0];
-        let bytes = match source.variant(fs_path, *stamp, coding) {
-            VariantState::Ready(b) => b,
-            VariantState::Pending => return None,
-            VariantState::Never => {
-                self.generated.borrow_mut().push((coding, None));
-                return None;
-            }
-        };
-        // The file suffix names the coding in the tag: -br, -zst, -gz.
-        let suffix = coding.file_suffix()?.trim_start_matches('.');
-        // The identity tag with the coding inside the quotes.
-        let base = self.identity.etag.trim_end_matches('"');
-        let etag = format!("{base}-{suffix}\"");
-        let len = bytes.len() as u64;
-        let variant = Rc::new(Variant::new(
-            coding,
-            len,
-            etag,
-            Source::Memory(bytes),
-            &self.content_type,
-            self.cache_control.as_deref(),
-            self.last_modified,
-            true,
-        ));
-        // Kept only within the budget; otherwise served this once, and
-        // asked for again next time.
-        let held = &self.held.bytes;
-        if self.resident.get() && held.get() + len <= self.held.budget {
-            held.set(held.get() + len);
-            self.mem_bytes.set(self.mem_bytes.get() + len);
-            self.generated
-                .borrow_mut()
-                .push((coding, Some(variant.clone())));
-        }
-        Some(variant)
-    }
-
-    /// The generated variant in `coding` if this entry already holds it.
-    pub fn generated_ready(&self, coding: Coding) -> Option<Rc<Variant>> {
-        self.generated
-            .borrow()
-            .iter()
-            .find(|(c, _)| *c == coding)
-            .and_then(|(_, v)| v.clone())
-    }
-
-    /// Re-checks every file of the entry with `stat`.
-    fn still_current(&self) -> bool {
-        self.stamps
-            .iter()
-            .all(|(path, stamp)| std::fs::metadata(path).is_ok_and(|m| FileStamp::of(&m) == *stamp))
-            && self.no_new_siblings()
-    }
-
-    /// A sibling created after the entry was built makes it outdated too;
-    /// only checked on the slow (stat) path.
-    fn no_new_siblings(&self) -> bool {
-        if self.encoded.len() + 1 == self.stamps.len() && !self.stamps.is_empty() {
-            let have: HashSet<Coding> = self.encoded.iter().map(|v| v.coding).collect();
-            return Coding::COMPRESSED
-                .iter()
-                .filter(|c| !have.contains(c))
-                .all(|c| {
-                    let mut name = self.fs_path.as_os_str().to_owned();
-                    name.push(c.file_suffix().unwrap_or_default());
-                    std::fs::metadata(PathBuf::from(name)).is_err()
-                });
-        }
-        true
-    }
-}
-
-impl Variant {
-    /// A variant with its header blocks.
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        coding: Coding,
-        len: u64,
-        etag: String,
-        source: Source,
-        content_type: &str,
-        cache_control: Option<&str>,
-        last_modified: SystemTime,
-        vary: bool,
-    ) -> Variant {
-        let lm = httpdate::fmt_http_date(last_modified);
-        let mut common = Fields::with_capacity(160);
-        common.push(b"Last-Modified", lm.as_bytes());
-        common.push(b"ETag", etag.as_bytes());
-        if let Some(cc) = cache_control {
-            common.push(b"Cache-Control", cc.as_bytes());
-        }
-        if vary {
-            common.push(b"Vary", b"Accept-Encoding");
-        }
-        let mut no_type = common.clone();
-        no_type.push(b"Accept-Ranges", b"bytes");
-        if coding != Coding::Identity {
-            no_type.push(b"Content-Encoding", coding.as_str().as_bytes());
-        }
-        let mut head = Fields::with_capacity(no_type.wire().len() + 64);
-        head.push(b"Content-Type", content_type.as_bytes());
-        head.extend(&no_type);
-        Variant {
-            coding,
-            len,
-            etag,
-            head: Arc::new(head),
-            head_no_type: Arc::new(no_type),
-            head_304: Arc::new(common),
-            source,
-        }
-    }
-
-    fn mem_len(&self) -> u64 {
-        match &self.source {
-            Source::Memory(b) => b.len() as u64,
-            Source::File(_) => 0,
-        }
+    /// Descriptors the entries hold.
+    #[cfg(test)]
+    pub fn held_files(&self) -> usize {
+        self.held.files.get()
     }
 }

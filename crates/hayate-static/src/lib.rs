@@ -527,7 +527,12 @@ fn is_missing(e: &io::Error) -> bool {
 }
 
 fn io_error(e: &io::Error) -> Response {
-    let cause = io::Error::new(e.kind(), e.to_string());
+    // The error's number kept: it tells a lack of descriptors (503 with
+    // Retry-After) from a file's own failure (500).
+    let cause = match e.raw_os_error() {
+        Some(n) => io::Error::from_raw_os_error(n),
+        None => io::Error::new(e.kind(), e.to_string()),
+    };
     Error::file(cause).context("static file").into_response()
 }
 

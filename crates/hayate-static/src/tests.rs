@@ -26,6 +26,7 @@ fn options(root: &Path) -> StaticOptions {
         cache: CacheLimits {
             budget: 1 << 20,
             max_file: 64,
+            max_open: 64,
             revalidate: Duration::from_secs(3600),
         },
         encodings: Coding::COMPRESSED.to_vec(),
@@ -687,4 +688,22 @@ fn hashed_names() {
     ] {
         assert_eq!(looks_hashed(name.as_bytes()), want, "{name}");
     }
+}
+
+#[test]
+fn the_cache_holds_no_more_descriptors_than_its_bound() {
+    let f = fixture(|o| o.cache.max_open = 2);
+    assert_eq!(body(&get(&f, "/hello.txt")), b"hello world\n");
+    for i in 0..5u8 {
+        let name = f.dir.path().join(format!("big{i}.bin"));
+        std::fs::write(name, vec![i; 1000]).expect("write");
+    }
+    for i in 0..5u8 {
+        let r = get(&f, &format!("/big{i}.bin"));
+        assert!(matches!(r.body, Body::File(_)), "served from a descriptor");
+        assert_eq!(body(&r), vec![i; 1000]);
+        assert!(f.root.cache.held_files() <= 2, "after big{i}.bin");
+    }
+    // Files kept in memory hold none, and stay: the large ones made room.
+    assert_eq!((f.root.cache.held_files(), f.root.cache.len()), (2, 3));
 }

@@ -43,9 +43,30 @@ impl Hayate {
 
     /// Like [`Hayate::start`], with environment variables and a working dir.
     pub fn start_in(bin: &str, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Hayate {
+        Hayate::launch(Command::new(bin), args, envs, cwd)
+    }
+
+    /// Like [`Hayate::start`], in a process whose open-file limit (soft
+    /// and hard) is `limit`: the shell's `ulimit -n` before it `exec`s
+    /// hayate, so the pid is hayate's (workspace code forbids the unsafe
+    /// `pre_exec` that a `setrlimit` in the child would need).
+    pub fn start_with_fd_limit(bin: &str, args: &[&str], limit: u64) -> Hayate {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "ulimit -n \"$1\" && shift && exec \"$@\"", "sh"])
+            .arg(limit.to_string())
+            .arg(bin);
+        Hayate::launch(cmd, args, &[], None)
+    }
+
+    /// Starts `cmd` (hayate, or what `exec`s it) with `args` appended.
+    fn launch(
+        mut cmd: Command,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        cwd: Option<&Path>,
+    ) -> Hayate {
         let logs = tempfile::tempdir().expect("tempdir");
         let stderr_path = logs.path().join("stderr");
-        let mut cmd = Command::new(bin);
         cmd.args(args);
         let has_listen = args
             .iter()

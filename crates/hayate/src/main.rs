@@ -803,5 +803,10 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         }
     }
     println!("{}: ok", file.display());
+    let limit = hayate_server::budget::limit_at_start();
+    let budget = hayate_server::budget::Budget::new(limit, config.global.workers.get());
+    if let Some(note) = budget.low_limit_note(config.global.max_connections) {
+        println!("note: {note}");
+    }
     Ok(())
 }
