@@ -267,7 +267,7 @@ options! {
     proxy_health_check: String = unset, "PATH",
         "Probe every member with GET PATH; a member is used only while it answers 2xx";
     proxy_health_interval: Dur = "5s", "DURATION",
-        "Time between health probes";
+        "Time between health probes (each waits for its answer up to proxy_connect_timeout)";
     trusted_proxies: Vec<IpNet> = unset, "CIDR",
         "Peers (a CDN, a load balancer) trusted to say who the client is: from them, the client is the right-most X-Forwarded-For (else Forwarded: for=) address that is not itself trusted, and X-Forwarded-Proto/-Host are kept; from anyone else these fields are ignored and replaced (default: none)";
     proxy_trusted: Vec<IpNet> = unset, "CIDR",

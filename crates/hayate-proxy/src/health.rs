@@ -30,13 +30,15 @@ impl UpstreamGroup {
                 };
                 let target = m.target(instance.as_deref());
                 drop(instance);
+                // Within the connect timeout, not the interval: probes run
+                // one after another, so a slow one only delays the next
+                // round, while one cut at a short interval (100 ms) failed a
+                // healthy app that a loaded machine made wait.
                 let ok = probe(
                     &target,
                     this.settings.tls.as_ref(),
                     &path,
-                    this.settings
-                        .connect_timeout
-                        .min(this.settings.health_interval),
+                    this.settings.connect_timeout,
                 )
                 .await;
                 match (ok, m.probe_down.get()) {

@@ -83,12 +83,16 @@ impl Hayate {
         }
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
-        } else if !args.iter().any(|a| a.starts_with("--control"))
+        } else if !args
+            .iter()
+            .any(|a| a.starts_with("--control") || a.starts_with("--config"))
             && !envs.iter().any(|(k, _)| *k == "HAYATE_CONTROL")
         {
             // Hayates started from the same directory (every test of a
             // file runs from the crate's) would meet on its default control
-            // socket: each gets its own, and never sees another's.
+            // socket: each gets its own, and never sees another's. (A config
+            // file may name its own, which the environment would override:
+            // tests with one start in a directory of their own.)
             cmd.env("HAYATE_CONTROL", logs.path().join("control.sock"));
         }
         cmd.stdout(Stdio::piped())

@@ -125,7 +125,12 @@ fn start(dir: &Path, app: &Origin, auth_url: &str, extra: &str) -> Hayate {
     );
     let file = dir.join("hayate.toml");
     std::fs::write(&file, text).expect("write");
-    Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")])
+    Hayate::start_in(
+        BIN,
+        &["--config", file.to_str().expect("utf-8")],
+        &[],
+        Some(dir),
+    )
 }
 
 /// curl over h2c: status and body.

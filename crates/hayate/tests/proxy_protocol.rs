@@ -30,7 +30,12 @@ fn start(dir: &Path, origin: &Origin, trusted: &str, extra: &str) -> (Hayate, So
     );
     let file = dir.join("hayate.toml");
     std::fs::write(&file, text).expect("write");
-    let h = Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")]);
+    let h = Hayate::start_in(
+        BIN,
+        &["--config", file.to_str().expect("utf-8")],
+        &[],
+        Some(dir),
+    );
     let (_, tls) = h.next_address();
     (h, tls)
 }

@@ -18,7 +18,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 fn start(dir: &Path, text: &str) -> Hayate {
     let file = dir.join("hayate.toml");
     std::fs::write(&file, text).expect("write config");
-    Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")])
+    Hayate::start_in(
+        BIN,
+        &["--config", file.to_str().expect("utf-8")],
+        &[],
+        Some(dir),
+    )
 }
 
 /// A site: files under `dir/www` (with `/private/secret.txt`), `/admin/`

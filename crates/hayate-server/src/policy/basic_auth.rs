@@ -261,6 +261,12 @@ impl BasicAuth {
         }
     }
 
+    /// A refusal of credentials that were sent: counted.
+    fn fail(&self) -> Access {
+        FAILURES.fetch_add(1, Ordering::Relaxed);
+        self.refuse()
+    }
+
     fn refuse(&self) -> Access {
         let mut r = Response::error(Status::UNAUTHORIZED);
         r.header("WWW-Authenticate", &self.challenge);
@@ -299,12 +305,13 @@ impl AccessPolicy for BasicAuth {
         let Some(value) = request.head.headers_named(b"authorization").next() else {
             return self.refuse();
         };
+        // From here every refusal is a failed attempt (counted).
         let token = match value.split_at_checked(6) {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"basic ") => rest.trim_ascii(),
-            _ => return self.refuse(),
+            _ => return self.fail(),
         };
         if token.is_empty() || token.len() > MAX_TOKEN {
-            return self.refuse();
+            return self.fail();
         }
         let tag: [u8; 32] = hmac::sign(&self.key, token)
             .as_ref()
@@ -324,8 +331,7 @@ impl AccessPolicy for BasicAuth {
             .decode(token)
             .is_ok_and(|credential| self.verify(&state, &credential));
         if !passed {
-            FAILURES.fetch_add(1, Ordering::Relaxed);
-            return self.refuse();
+            return self.fail();
         }
         if state.remembered.len() >= REMEMBER_MAX {
             state.remembered.clear();
@@ -410,7 +416,7 @@ mod tests {
         }
         assert_eq!(status(&auth, None, now), 401);
         // Every refusal is counted for /metrics (other tests count too).
-        assert!(FAILURES.load(Ordering::Relaxed) >= failures_before + 6);
+        assert!(FAILURES.load(Ordering::Relaxed) >= failures_before + 8);
         let mut metrics = String::new();
         super::super::render_metrics(&mut metrics);
         assert!(
