@@ -316,3 +316,51 @@ fn rate_limits_count_each_client_behind_the_cdn_once_for_the_whole_box() {
     assert_eq!(o.count("/echo"), 4, "refused requests never reach the app");
     h.assert_no_errors();
 }
+
+#[test]
+fn a_reload_applies_new_rules_and_keeps_the_counts_of_unchanged_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let control = dir.path().join("control.sock");
+    let text = |deny: &str| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\ncontrol = \"{control}\"\n[[site]]\nproxy = [\"{origin}\"]\n\
+             [[site.route]]\nprefix = \"/limited/\"\nproxy = [\"{origin}\"]\nrate_limit = \"1/m\"\n\
+             [[site.route]]\nprefix = \"/open/\"\nproxy = [\"{origin}\"]\n{deny}\n",
+            control = control.display(),
+            origin = o.url(),
+        )
+    };
+    let h = start(dir.path(), &text(""));
+    let mut c = h.client();
+    assert_eq!(c.get("/limited/echo", &[]).status, 200);
+    assert_eq!(c.get("/limited/echo", &[]).status, 429);
+    assert_eq!(c.get("/open/echo", &[]).status, 200);
+
+    let file = dir.path().join("hayate.toml");
+    std::fs::write(&file, text("deny = [\"127.0.0.0/8\"]")).expect("write");
+    let (ok, said) = run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(ok, "{said}");
+    // The new rule holds on the connection opened before the reload too;
+    // the unchanged limit still remembers the request of this minute.
+    assert_eq!(c.get("/open/echo", &[]).status, 403);
+    assert_eq!(h.client().get("/open/echo", &[]).status, 403);
+    assert_eq!(h.client().get("/limited/echo", &[]).status, 429);
+
+    // A broken htpasswd file is refused whole; the running rules stay.
+    let bad = dir.path().join("bad.htpasswd");
+    std::fs::write(&bad, "bob:plain\n").expect("write");
+    let auth = format!("basic_auth = \"{}\"", bad.display());
+    std::fs::write(&file, text(&auth)).expect("write");
+    let (ok, said) = run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(!ok && said.contains("plain password"), "{said}");
+    assert_eq!(h.client().get("/open/echo", &[]).status, 403);
+}
