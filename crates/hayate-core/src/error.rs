@@ -44,6 +44,10 @@ pub enum ErrorKind {
     ClientTimeout,
     /// The request body is larger than allowed: 413, connection closed.
     BodyTooLarge,
+    /// The client closed its connection before the answer came: the
+    /// upstream's work was cancelled. Logged as 499 (nginx's "client
+    /// closed request"); nobody is there to receive it.
+    ClientGone,
     /// No upstream could be reached, or its answer was broken: 502.
     UpstreamFailed,
     /// The upstream did not connect or answer in time: 504.
@@ -73,7 +77,8 @@ impl ErrorKind {
             ErrorKind::Refused(_)
             | ErrorKind::BadRequest
             | ErrorKind::ClientTimeout
-            | ErrorKind::BodyTooLarge => Side::Client,
+            | ErrorKind::BodyTooLarge
+            | ErrorKind::ClientGone => Side::Client,
             ErrorKind::UpstreamFailed
             | ErrorKind::UpstreamTimeout
             | ErrorKind::UpstreamBusy
@@ -89,6 +94,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => Status::BAD_REQUEST,
             ErrorKind::ClientTimeout => Status::REQUEST_TIMEOUT,
             ErrorKind::BodyTooLarge => Status::CONTENT_TOO_LARGE,
+            ErrorKind::ClientGone => Status::CLIENT_CLOSED_REQUEST,
             ErrorKind::UpstreamFailed => Status::BAD_GATEWAY,
             ErrorKind::UpstreamTimeout => Status::GATEWAY_TIMEOUT,
             ErrorKind::UpstreamBusy | ErrorKind::AppDown | ErrorKind::LocalShortage => {
@@ -133,6 +139,7 @@ impl Error {
         let kind = match cause.kind() {
             io::ErrorKind::TimedOut => ErrorKind::ClientTimeout,
             io::ErrorKind::InvalidInput => ErrorKind::BodyTooLarge,
+            io::ErrorKind::ConnectionAborted => ErrorKind::ClientGone,
             _ => ErrorKind::BadRequest,
         };
         Error::new(kind, cause)

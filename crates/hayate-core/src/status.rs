@@ -69,6 +69,7 @@ statuses! {
     EXPECTATION_FAILED = 417 "Expectation Failed";
     TOO_MANY_REQUESTS = 429 "Too Many Requests";
     REQUEST_HEADER_FIELDS_TOO_LARGE = 431 "Request Header Fields Too Large";
+    CLIENT_CLOSED_REQUEST = 499 "Client Closed Request";
     INTERNAL_SERVER_ERROR = 500 "Internal Server Error";
     NOT_IMPLEMENTED = 501 "Not Implemented";
     BAD_GATEWAY = 502 "Bad Gateway";

@@ -210,7 +210,16 @@ impl UpstreamProtocol for Http1 {
         // waiting on a slow app holds no read buffer (thousands of them cost
         // their sockets and little else). Readiness comes from epoll, no
         // syscall.
-        match within(deadline, conn.readable()).await {
+        // A client that leaves meanwhile cancels the request: the upstream
+        // connection closes (it is not pooled mid-request), so the app sees
+        // it and stops working for nobody, as nginx does (499). Polled
+        // second: an answer already there costs no watch.
+        let answered = tokio::select! {
+            biased;
+            ready = within(deadline, conn.readable()) => ready,
+            () = body.gone() => return Err(Failure::Client(client_left())),
+        };
+        match answered {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Failure::NoAnswer(e)),
             Err(_) => return Err(Failure::Upstream(header_timed_out())),
@@ -327,6 +336,15 @@ impl UpstreamProtocol for Http1 {
         };
         r
     }
+}
+
+/// The failure of a request whose client closed its connection while it
+/// waited for the upstream's answer.
+fn client_left() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the client left before the upstream answered",
+    )
 }
 
 fn header_timed_out() -> io::Error {

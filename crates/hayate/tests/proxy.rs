@@ -1265,3 +1265,44 @@ fn a_pipelined_requests_103_follows_the_earlier_response_whole() {
     assert_eq!(o.holds_expired(), 0);
     h.assert_no_errors();
 }
+
+/// A client that leaves while its request waits for the upstream cancels
+/// it: the upstream connection closes at once (the app stops working for
+/// nobody), and the access log says 499, as nginx's does.
+#[test]
+fn a_client_that_leaves_cancels_its_upstream_request() {
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", upstream.local_addr().expect("addr"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("accept");
+        let mut head = Vec::new();
+        read_through_blank_line(&mut s, &mut head).expect("head");
+        tx.send("request arrived").expect("send");
+        // Never answers; what ends this read is hayate closing.
+        s.set_read_timeout(Some(hayate_testkit::WAIT))
+            .expect("timeout");
+        let mut rest = [0u8; 64];
+        let said = match std::io::Read::read(&mut s, &mut rest) {
+            Ok(0) => "closed",
+            Ok(_) => "more bytes",
+            Err(_) => "still open",
+        };
+        tx.send(said).expect("send");
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let h = proxy(&url, &["--access-log", log.to_str().expect("utf-8")]);
+    let mut c = h.client();
+    c.send(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n");
+    let wait = hayate_testkit::WAIT;
+    assert_eq!(rx.recv_timeout(wait), Ok("request arrived"));
+    drop(c);
+    assert_eq!(rx.recv_timeout(wait), Ok("closed"));
+    hayate_testkit::eventually("a 499 in the access log", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("\"GET /slow HTTP/1.1\" 499 ")
+            .then_some(())
+            .ok_or(text)
+    });
+}
