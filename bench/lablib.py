@@ -373,6 +373,7 @@ CASE_TITLES = {
     "C": "C. Workers (Node cluster; hayate supervising N instances)",
     "D": "D. In front of an app (Express, 1 KiB JSON)",
     "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
+    "G": "G. A protected route (real IP, allow list, basic auth, rate limit; the C ceiling as the app)",
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
@@ -516,6 +517,9 @@ CASE_COLUMNS = {
           ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
           ("µs CPU/req (proxy + app)", _c_setup_cpu), ("p99 ms", _c_p99),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    "G": [("setup", None), ("concurrency", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+          ("proxy µs CPU/req", _c_cpu), ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
+          ("p99 ms", _c_p99), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     "L": [("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("mean ms", _c_mean),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
@@ -645,6 +649,15 @@ CASE_TEXT = {
          "client with an upstream connection of its own. proxy µs CPU/req counts the proxy's processes only. "
          "paired × ref: the median of each repetition's CPU ratio to the reference, which ran in the same "
          "repetition (the host's drift between repetitions cancels; proxy CPU × ref is the ratio of medians).",
+    "G": "A route as a site protects an admin area, in front of bench/ceiling on TCP (core 0 with the proxy; "
+         "wrk on core 1): the client from X-Forwarded-For behind a trusted proxy (127.0.0.1), an allow list "
+         "holding it, basic auth from an htpasswd file made by `htpasswd -B -C 10` (bcrypt, cost 10) with the "
+         "right credentials on every request, and a per-client rate limit too high to trigger. nginx (1 "
+         "worker, upstream keepalive 1024): set_real_ip_from + real_ip_header, allow/deny, auth_basic with "
+         "the same file, limit_req ... nodelay; it checks bcrypt on every request, so every row runs at 10 "
+         "connections (nginx's queue then stays within wrk's timeout). hayate (--workers 1): the same four, each also alone (reference: the bare "
+         "proxied route; the issue's target: each ≤ 1.05 ×), and together (reference: nginx protected; "
+         "target ≤ 0.5 ×). Every request carries the same X-Forwarded-For and Authorization.",
     "L": "nginx (1 worker, worker_connections 25000) and hayate (1 worker) serving the 1 KiB file, h2load "
          "--h1 -t1 with a fixed number of connections, both started fresh for every step; the fd limit is "
          "raised inside the script only.",
@@ -704,7 +717,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "PHP", "C", "D", "P", "L", "E", "T", "H2"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "G", "L", "E", "T", "H2"):
         t = case_table(summaries, case)
         if not t:
             continue
