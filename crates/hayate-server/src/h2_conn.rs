@@ -16,7 +16,9 @@
 //! streams reset before hayate accepts them, and 1,024 reset for errors,
 //! then GOAWAY). A reset stream drops its task, so its upstream request is
 //! cancelled with it. An idle connection is closed after the keep-alive
-//! timeout; shutdown sends GOAWAY and lets open streams finish.
+//! timeout; shutdown sends GOAWAY and lets open streams finish. Either way
+//! the GOAWAY's PING then has `http2_goaway_timeout` (after the last
+//! stream) to be answered before the connection is dropped.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -89,6 +91,7 @@ where
     async move {
         let timeouts = worker.generation().timeouts;
         let keepalive = timeouts.keepalive;
+        let goaway_timeout = timeouts.goaway;
         // Boxed: h2's handshake future is as large as the connection (1.2 KB)
         // and, inline, would sit beside it in every connection's future.
         let Some((mut conn, held)) = Box::pin(handshake(io, &peer, timeouts.header)).await else {
@@ -140,6 +143,10 @@ where
                     closing = true;
                     conn.graceful_shutdown();
                 }
+                _ = unanswered_goaway(&open, &idle, goaway_timeout), if closing => {
+                    log::debug!("HTTP/2 from {peer}: GOAWAY's PING not answered in {goaway_timeout:?}, dropped");
+                    break;
+                }
                 why = idle_wait, if !closing => match why {
                     Idle::Quiet => {
                         release.quiet(&mut conn, Instant::now());
@@ -153,6 +160,18 @@ where
             }
         }
     }
+}
+
+/// Waits for a closing connection to run out of streams, then for `timeout`
+/// more: h2 sent GOAWAY and a PING, and closes the connection only once the
+/// PING is answered (the round trip RFC 9113 §6.8 asks a server to allow
+/// for streams already in flight), which a client that stopped reading
+/// never does. Its streams' last frames are written in that time too.
+async fn unanswered_goaway(open: &Cell<usize>, idle: &tokio::sync::Notify, timeout: Duration) {
+    if open.get() > 0 {
+        idle.notified().await;
+    }
+    tokio::time::sleep(timeout).await;
 }
 
 /// h2's server handshake within the header timeout: the connection, and the
