@@ -18,25 +18,28 @@
 //! cancelled with it. An idle connection is closed after the keep-alive
 //! timeout; shutdown sends GOAWAY and lets open streams finish. Either way
 //! the GOAWAY's PING then has `http2_goaway_timeout` (after the last
-//! stream) to be answered before the connection is dropped.
+//! stream) to be answered before the connection is dropped. Writes have
+//! the send timeout: a connection whose writes stall that long is dropped,
+//! at once if the client keeps sending PINGs or SETTINGS meanwhile
+//! (`stall.rs`), and a stream whose window stays shut that long is reset
+//! (`send.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
+use h2::RecvStream;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
-use hayate_core::response::{FileRange, Tunnel};
+use hayate_core::response::Tunnel;
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
-use hayate_core::{Body, Chunk, Fields, Response, Status};
+use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log;
@@ -47,6 +50,10 @@ mod held_writes;
 use held_writes::{Held, HeldWrites};
 mod release;
 use release::{Idle, Release, QUIET_AFTER};
+mod send;
+use send::send;
+mod stall;
+use stall::{Stall, Stalled};
 
 /// Streams a client may have open at once.
 const MAX_STREAMS: u32 = 128;
@@ -63,8 +70,6 @@ const MAX_PENDING_RESETS: usize = 20;
 /// Streams hayate may reset for protocol errors before the connection is
 /// closed.
 const MAX_ERROR_RESETS: usize = 1024;
-/// Bytes of a file read per DATA write.
-const FILE_CHUNK: usize = 64 * 1024;
 
 /// The protocol's opening bytes, which a plain-HTTP listener recognises
 /// (RFC 9113 §3.4).
@@ -94,9 +99,12 @@ where
         let goaway_timeout = timeouts.goaway;
         // Boxed: h2's handshake future is as large as the connection (1.2 KB)
         // and, inline, would sit beside it in every connection's future.
-        let Some((mut conn, held)) = Box::pin(handshake(io, &peer, timeouts.header)).await else {
+        let stall = Stall::new(worker.deadlines.slot());
+        let handshake = handshake(io, &peer, timeouts.header, stall);
+        let Some((mut conn, held)) = Box::pin(handshake).await else {
             return;
         };
+        let send_timeout = timeouts.send;
         let peer = Rc::new(peer);
         let open = Rc::new(Cell::new(0usize));
         let idle = Rc::new(tokio::sync::Notify::new());
@@ -119,7 +127,7 @@ where
                 }
             };
             tokio::select! {
-                next = poll_fn(|cx| next_stream(&mut conn, &held, &open, &mut release, cx)) => match next {
+                next = poll_fn(|cx| next_stream(&mut conn, &held, &open, &mut release, send_timeout, &peer, cx)) => match next {
                     Some(Ok((request, respond))) => {
                         let stream = Stream {
                             peer: peer.clone(),
@@ -180,6 +188,7 @@ async fn handshake<T>(
     io: T,
     peer: &Peer,
     timeout: Duration,
+    stall: Stall,
 ) -> Option<(
     h2::server::Connection<HeldWrites<T>, Bytes>,
     Rc<RefCell<Held<T>>>,
@@ -198,7 +207,7 @@ where
         // WebSocket over HTTP/2 (RFC 8441): streams opened by CONNECT with
         // :protocol, for routes whose upstream switches protocols.
         .enable_connect_protocol();
-    let (io, held) = HeldWrites::new(io);
+    let (io, held) = HeldWrites::new(io, stall);
     match tokio::time::timeout(timeout, builder.handshake(io)).await {
         Ok(Ok(conn)) => Some((conn, held)),
         Ok(Err(e)) => {
@@ -217,18 +226,48 @@ type NewStream = (http::Request<RecvStream>, SendResponse<Bytes>);
 
 /// The connection's next stream. When there is none yet the connection is
 /// about to wait, so what h2 wrote is written out now, all of it together
-/// (`held_writes`).
+/// (`held_writes`), and writes that stalled are judged (`stall`): an error
+/// ends the connection.
 fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut h2::server::Connection<HeldWrites<T>, Bytes>,
     held: &RefCell<Held<T>>,
     open: &Cell<usize>,
     release: &mut Release,
+    send_timeout: Duration,
+    peer: &Peer,
     cx: &mut Context<'_>,
 ) -> Poll<Option<io::Result<NewStream>>> {
     let next = conn.poll_accept(cx);
     if next.is_pending() {
-        if let Poll::Ready(Err(e)) = held.borrow_mut().write_out(cx) {
+        let mut writes = held.borrow_mut();
+        if let Poll::Ready(Err(e)) = writes.write_out(cx) {
             return Poll::Ready(Some(Err(e)));
+        }
+        let judged = writes
+            .stall
+            .judge(conn.control_frames_received(), send_timeout, cx);
+        drop(writes);
+        match judged {
+            Ok(()) => {}
+            Err(Stalled::SendTimeout) => {
+                let e = io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took no bytes for {send_timeout:?} (send_timeout)"),
+                );
+                return Poll::Ready(Some(Err(e)));
+            }
+            Err(Stalled::Flood) => {
+                // The GOAWAY goes out only if the transport has room left;
+                // the connection ends either way.
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = conn.poll_accept(cx);
+                let _ = held.borrow_mut().write_out(cx);
+                log::info!(
+                    "HTTP/2 from {peer}: PING/SETTINGS flood (more than {} while it read none of the answers), ended with ENHANCE_YOUR_CALM",
+                    stall::MAX_CONTROL_FRAMES_WHILE_STALLED
+                );
+                return Poll::Ready(None);
+            }
         }
         if open.get() == 0 {
             release.now_idle(conn, Instant::now());
@@ -379,7 +418,8 @@ impl Stream {
                 other => response.body = other,
             }
         }
-        if let Err(e) = send(respond, response, head_request, &mut sent).await {
+        let send_timeout = w.timeouts.send;
+        if let Err(e) = send(respond, response, head_request, send_timeout, &mut sent).await {
             log::debug!("HTTP/2 stream from {}: {e}", self.peer);
         }
         // What the client still sends of a body nobody read is read (within
@@ -640,150 +680,4 @@ fn connection_specific(name: &[u8]) -> bool {
         b"te",
     ];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
-/// Sends a response: HEADERS (with Date, Server and the length when known),
-/// then the body within the client's window, then trailers. `sent` counts
-/// the body bytes written.
-async fn send(
-    mut respond: SendResponse<Bytes>,
-    response: Response,
-    head_request: bool,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    let body_allowed = !response.status.forbids_body();
-    let mut head = http::Response::builder().status(response.status.code());
-    if !response.has_date {
-        let mut date = Vec::with_capacity(40);
-        hayate_core::date::append_date_line(&mut date, SystemTime::now());
-        if let Some(value) = date
-            .strip_prefix(b"Date: ")
-            .and_then(|d| d.strip_suffix(b"\r\n"))
-        {
-            head = head.header(http::header::DATE, value);
-        }
-    }
-    head = head.header(http::header::SERVER, "hayate");
-    for (name, value) in response.all_fields() {
-        if !connection_specific(name) {
-            head = head.header(name, value);
-        }
-    }
-    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
-        head = head.header(http::header::CONTENT_LENGTH, len);
-    }
-    let head = match head.body(()) {
-        Ok(h) => h,
-        Err(e) => {
-            log::error!("response head not valid for HTTP/2: {e}");
-            let fallback = http::Response::builder()
-                .status(Status::BAD_GATEWAY.code())
-                .body(())
-                .expect("a bare status");
-            respond.send_response(fallback, true)?;
-            return Ok(());
-        }
-    };
-    let no_body = !body_allowed || head_request || matches!(response.body, Body::Empty);
-    let mut out = respond.send_response(head, no_body)?;
-    if no_body {
-        return Ok(());
-    }
-    match response.body {
-        Body::Empty | Body::Upgrade(_) => {}
-        Body::Bytes(b) => send_bytes(&mut out, b, sent).await?,
-        Body::File(f) => send_file(&mut out, &f, sent).await?,
-        Body::Parts(parts) => {
-            for part in parts {
-                match part {
-                    Chunk::Bytes(b) => send_bytes(&mut out, b, sent).await?,
-                    Chunk::File(f) => send_file(&mut out, &f, sent).await?,
-                }
-            }
-        }
-        Body::Stream(mut stream) => loop {
-            match std::future::poll_fn(|cx| stream.source.poll_chunk(cx)).await {
-                Ok(Some(data)) => send_bytes(&mut out, data, sent).await?,
-                Ok(None) => {
-                    if let Some(trailers) = stream.source.trailers() {
-                        return out.send_trailers(trailer_map(&trailers));
-                    }
-                    break;
-                }
-                Err(e) => {
-                    log::error!("response body from upstream failed after {sent} bytes: {e}");
-                    out.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Ok(());
-                }
-            }
-        },
-    }
-    out.send_data(Bytes::new(), true)
-}
-
-/// Sends `data` as the client's window allows: never more buffered than
-/// the window it granted.
-async fn send_bytes(
-    out: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    while !data.is_empty() {
-        out.reserve_capacity(data.len());
-        let granted = match std::future::poll_fn(|cx| out.poll_capacity(cx)).await {
-            Some(granted) => granted?,
-            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
-        };
-        let piece = data.split_to(granted.min(data.len()));
-        *sent += piece.len() as u64;
-        out.send_data(piece, false)?;
-    }
-    Ok(())
-}
-
-/// Sends a range of a file, read a chunk at a time as the window opens.
-async fn send_file(
-    out: &mut SendStream<Bytes>,
-    f: &FileRange,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    let mut offset = f.offset;
-    let end = f.offset + f.len;
-    while offset < end {
-        let want = usize::try_from(end - offset)
-            .unwrap_or(usize::MAX)
-            .min(FILE_CHUNK);
-        let mut buf = vec![0; want];
-        let n = match f.file.read_at(&mut buf, offset) {
-            Ok(0) | Err(_) => {
-                log::error!("file read failed while sending it over HTTP/2");
-                out.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Ok(());
-            }
-            Ok(n) => n,
-        };
-        buf.truncate(n);
-        send_bytes(out, buf.into(), sent).await?;
-        offset += n as u64;
-    }
-    Ok(())
-}
-
-/// Trailer lines as a header map (invalid lines dropped).
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for line in lines.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = http::HeaderName::from_bytes(&line[..colon]);
-        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            if !connection_specific(name.as_str().as_bytes()) {
-                map.append(name, value);
-            }
-        }
-    }
-    map
 }
