@@ -377,7 +377,11 @@ impl Stream {
         // Shared by the upstream's interim responses and the watch for a
         // reset, which never run at once (one task polls both).
         let respond = RefCell::new(respond);
-        let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
+        let answer = match padded_field(&parts.headers) {
+            Some(name) => Answer::Now(malformed(name, &self.peer), None),
+            None => pipeline::answer(&head, &w.router, started, client),
+        };
+        let (response, route) = match answer {
             Answer::Now(response, route) => (response, route),
             Answer::Upstream(to) => {
                 let route = Some(to.route_index());
@@ -506,6 +510,31 @@ fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -
         head.push_field(name.as_str().as_bytes(), value.as_bytes());
     }
     head
+}
+
+/// The name of a field whose value begins or ends with whitespace: RFC
+/// 9113 §8.2.1 makes such a request malformed. HTTP/2 has no optional
+/// whitespace around values to trim (HTTP/1's parser trims it), and a value
+/// passed on padded would reach an HTTP/1 upstream, or a cache key, as a
+/// different value than a peer that trims it sees.
+fn padded_field(headers: &http::HeaderMap) -> Option<&http::HeaderName> {
+    headers
+        .iter()
+        .find(|(_, v)| matches!(v.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']))
+        .map(|(name, _)| name)
+}
+
+/// The 400 of a malformed request (RFC 9113 §8.1.1 allows a response
+/// before the stream ends), logged like HTTP/1's refusals.
+fn malformed(name: &http::HeaderName, peer: &Peer) -> hayate_core::Response {
+    let why = format!("{name} value begins or ends with whitespace (RFC 9113 §8.2.1)");
+    let cause = io::Error::new(io::ErrorKind::InvalidData, why);
+    hayate_core::error::Error::new(
+        hayate_core::error::ErrorKind::Refused(Status::BAD_REQUEST),
+        cause,
+    )
+    .context(format!("HTTP/2 request from {peer}"))
+    .into_response()
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the

@@ -208,6 +208,45 @@ fn h2c_with_prior_knowledge_on_a_plain_listener() {
     h.assert_no_errors();
 }
 
+/// RFC 9113 §8.2.1: a field value that begins or ends with whitespace makes
+/// the request malformed; it is answered 400 (it was passed on, padded, to
+/// the handler and upstream), and the connection serves on.
+#[test]
+fn whitespace_around_a_field_value_is_a_malformed_request() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let root = site();
+    let h = Hayate::start(
+        BIN,
+        &[
+            root.path().to_str().expect("path"),
+            "--proxy",
+            &format!("/api={url}"),
+        ],
+    );
+    on_local(async {
+        let tcp = TcpStream::connect(h.addr).await.expect("connect");
+        let mut s = handshake(tcp).await;
+        for value in [" leading", "trailing ", "\ttab", "tab\t"] {
+            let r = request(&mut s, "GET", "/api/echo", &[("x-padded", value)], None).await;
+            assert_eq!(r.status, 400, "{value:?}");
+            let r = request(&mut s, "GET", "/hello.txt", &[("x-padded", value)], None).await;
+            assert_eq!(r.status, 400, "{value:?}");
+        }
+        // Inner whitespace is a value like any other; the connection is fine.
+        let r = request(&mut s, "GET", "/hello.txt", &[("x-inner", "a b")], None).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+        let r = request(&mut s, "GET", "/api/echo", &[("x-inner", "a b")], None).await;
+        assert_eq!(r.status, 200);
+    });
+    assert_eq!(
+        origin.requests(),
+        1,
+        "no malformed request reached the upstream"
+    );
+    h.assert_no_errors();
+}
+
 /// An idle connection first gives h2's memory back (a second without
 /// streams, `Release` in `h2_conn/release.rs`) and is closed with GOAWAY only at the
 /// keep-alive timeout, not when it gave its memory back.
