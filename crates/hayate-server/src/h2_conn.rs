@@ -71,9 +71,14 @@ const MAX_PENDING_RESETS: usize = 20;
 /// closed.
 const MAX_ERROR_RESETS: usize = 1024;
 
-/// The protocol's opening bytes, which a plain-HTTP listener recognises
-/// (RFC 9113 §3.4).
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The first line of the protocol's opening bytes (RFC 9113 §3.4), which a
+/// plain-HTTP listener recognises. Bytes that begin with it are HTTP/2's,
+/// a valid preface or not: no HTTP/1 request has the version HTTP/2.0, and
+/// the PRI method is reserved for the preface (RFC 7540 §11.6). So h2
+/// reads them, and answers an invalid preface with GOAWAY, not HTTP/1 with
+/// a 400; and a preface split across reads is no longer taken for an
+/// HTTP/1 head once its first 18 bytes (`PRI * HTTP/2.0\r\n\r\n`) came.
+pub const PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
 
 /// Serves an HTTP/2 connection until it closes. `tls`: what its TLS
 /// session negotiated, for the access log.
@@ -212,12 +217,32 @@ where
         Ok(Ok(conn)) => Some((conn, held)),
         Ok(Err(e)) => {
             log::debug!("HTTP/2 from {peer}: handshake failed: {e}");
+            if e.is_go_away() && e.reason() == Some(h2::Reason::PROTOCOL_ERROR) {
+                refuse_preface(&mut held.borrow_mut());
+            }
             None
         }
         Err(_) => {
             log::debug!("HTTP/2 from {peer}: no preface in time");
             None
         }
+    }
+}
+
+/// Answers an invalid client preface as RFC 9113 §3.4 asks, with a
+/// connection error: GOAWAY (last stream 0, PROTOCOL_ERROR) after the
+/// SETTINGS h2 already queued, where h2 closes without a word. Nothing is
+/// waited for: these are the connection's first bytes, which the transport
+/// takes at once, and what the client sent is read as far as it has
+/// arrived, so that closing does not reset the connection under the
+/// GOAWAY.
+fn refuse_preface<T: AsyncRead + AsyncWrite + Unpin>(held: &mut Held<T>) {
+    const GOAWAY: [u8; 17] = [0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x1];
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    held.push(&GOAWAY);
+    if let Poll::Ready(Ok(())) = held.write_out(&mut cx) {
+        held.drain_arrived(&mut cx);
+        let _ = held.shutdown(&mut cx);
     }
 }
 

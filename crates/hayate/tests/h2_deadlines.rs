@@ -3,7 +3,8 @@
 //! knowledge, each holding one state an attacker can choose. Every test
 //! waits for the event that proves the close (a read that returns 0 or an
 //! error, a write that fails), bounded by a failure timeout, and then checks
-//! how long it took.
+//! how long it took. And the answer to an invalid preface on a port shared
+//! with HTTP/1.1.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -324,5 +325,28 @@ fn ping_and_settings_floods_without_reading_are_ended() {
         2,
         "both floods ended by the guard:\n{log}"
     );
+    h.assert_no_errors();
+}
+
+/// On a plain port that serves HTTP/1.1 and h2c, bytes that begin like the
+/// HTTP/2 preface but are not one get HTTP/2's connection error (RFC 9113
+/// §3.4: GOAWAY PROTOCOL_ERROR) and the close, not an HTTP/1.1 answer.
+#[test]
+fn an_invalid_preface_on_a_shared_port_gets_goaway_protocol_error() {
+    let root = site();
+    let h = Hayate::start(BIN, &[root.path().to_str().expect("path")]);
+    let (tcp, _) = connect(h.addr, b"PRI * HTTP/2.0\r\n\r\nXY\r\n\r\n");
+    let (got, _) = read_until_closed(tcp);
+    assert!(
+        !got.starts_with(b"HTTP/1"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let got = frames(&got);
+    let goaway = got.iter().find(|f| f.0 == GOAWAY).expect("a GOAWAY");
+    const PROTOCOL_ERROR: u32 = 0x1;
+    assert_eq!(goaway_code(&goaway.2), PROTOCOL_ERROR, "{got:?}");
+    // HTTP/1.1 on the same port is untouched.
+    assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
     h.assert_no_errors();
 }

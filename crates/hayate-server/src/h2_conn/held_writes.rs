@@ -85,6 +85,30 @@ impl<T: AsyncWrite + Unpin> Held<T> {
         let flushed = Pin::new(&mut self.io).poll_flush(cx);
         noted(&mut self.stall, flushed)
     }
+
+    /// Holds `bytes` after what h2 wrote (a frame hayate writes itself).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// Shuts the transport's writing down (a TLS close_notify, a FIN).
+    pub fn shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl<T: AsyncRead + Unpin> Held<T> {
+    /// Reads and drops what has arrived, up to 64 KiB, without waiting.
+    pub fn drain_arrived(&mut self, cx: &mut Context<'_>) {
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            let mut buf = ReadBuf::new(&mut sink);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {}
+                _ => return,
+            }
+        }
+    }
 }
 
 /// A write of the transport, told to the stall: whether it went through.
