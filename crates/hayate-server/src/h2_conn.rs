@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
+use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
@@ -472,7 +473,11 @@ impl Stream {
             .expect("a bare status");
         match respond.send_response(accepted, false) {
             Ok(send) => {
-                let mut pipe = crate::h2_tunnel::StreamPipe::new(send, recv);
+                let pipe = crate::h2_tunnel::StreamPipe::new(send, recv);
+                // A window the client keeps shut ends the tunnel after the
+                // send timeout; a quiet tunnel stays (decision 0014).
+                let send_timeout = self.worker.with_generation(|g| g.timeouts.send);
+                let mut pipe = BoundedWrites::new(pipe, send_timeout);
                 if let Err(e) = tunnel.run(&mut pipe, Bytes::new()).await {
                     log::debug!("WebSocket over HTTP/2 from {}: {e}", self.peer);
                 }
