@@ -120,11 +120,21 @@ where
         let mut quiet = false;
         let mut release = Release::default();
         loop {
+            // One timer for the idle phases and the closing one: a branch
+            // of its own would add its timer to every connection's future.
             let idle_wait = async {
                 if open.get() > 0 {
                     idle.notified().await;
                 }
-                if quiet {
+                if closing {
+                    // h2 sent GOAWAY and a PING, and closes the connection
+                    // only once the PING is answered (the round trip RFC
+                    // 9113 §6.8 allows for streams in flight), which a
+                    // client that stopped reading never does. The last
+                    // stream's frames are written in this time too.
+                    tokio::time::sleep(goaway_timeout).await;
+                    Idle::Unanswered
+                } else if quiet {
                     tokio::time::sleep(keepalive.saturating_sub(QUIET_AFTER)).await;
                     Idle::Expired
                 } else {
@@ -157,11 +167,7 @@ where
                     closing = true;
                     conn.graceful_shutdown();
                 }
-                _ = unanswered_goaway(&open, &idle, goaway_timeout), if closing => {
-                    log::debug!("HTTP/2 from {peer}: GOAWAY's PING not answered in {goaway_timeout:?}, dropped");
-                    break;
-                }
-                why = idle_wait, if !closing => match why {
+                why = idle_wait => match why {
                     Idle::Quiet => {
                         release.quiet(&mut conn, Instant::now());
                         quiet = true;
@@ -170,22 +176,14 @@ where
                         closing = true;
                         conn.graceful_shutdown();
                     }
+                    Idle::Unanswered => {
+                        log::debug!("HTTP/2 from {peer}: GOAWAY's PING not answered in {goaway_timeout:?}, dropped");
+                        break;
+                    }
                 },
             }
         }
     }
-}
-
-/// Waits for a closing connection to run out of streams, then for `timeout`
-/// more: h2 sent GOAWAY and a PING, and closes the connection only once the
-/// PING is answered (the round trip RFC 9113 §6.8 asks a server to allow
-/// for streams already in flight), which a client that stopped reading
-/// never does. Its streams' last frames are written in that time too.
-async fn unanswered_goaway(open: &Cell<usize>, idle: &tokio::sync::Notify, timeout: Duration) {
-    if open.get() > 0 {
-        idle.notified().await;
-    }
-    tokio::time::sleep(timeout).await;
 }
 
 /// h2's server handshake within the header timeout: the connection, and the
