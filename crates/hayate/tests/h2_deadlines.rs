@@ -13,57 +13,14 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use hayate_testkit::h2_frames::*;
 use hayate_testkit::{site, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// The client's connection preface (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Frame types (RFC 9113 §6).
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
 /// How long a test waits for a close that should come much sooner: a
 /// failure bound, never what orders events.
 const FAILURE_BOUND: Duration = Duration::from_secs(30);
-
-/// A frame's bytes: 9-byte header, then `payload`.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).expect("small frame");
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend_from_slice(&[kind, flags]);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-/// The (type, flags, payload) of each whole frame in what a server sent
-/// after its preface.
-fn frames(mut bytes: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
-    let mut out = Vec::new();
-    while bytes.len() >= 9 {
-        let len = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize;
-        if bytes.len() < 9 + len {
-            break;
-        }
-        out.push((bytes[3], bytes[4], bytes[9..9 + len].to_vec()));
-        bytes = &bytes[9 + len..];
-    }
-    out
-}
-
-/// Frames as (type, flags, payload length), for failure messages.
-fn summary(bytes: &[u8]) -> Vec<(u8, u8, usize)> {
-    frames(bytes)
-        .into_iter()
-        .map(|(t, f, p)| (t, f, p.len()))
-        .collect()
-}
-
-/// The error code of a GOAWAY frame's payload.
-fn goaway_code(payload: &[u8]) -> u32 {
-    u32::from_be_bytes(payload[4..8].try_into().expect("GOAWAY payload"))
-}
 
 /// Reads everything until the server closes (a read returns 0 or fails):
 /// the bytes and when the close was seen.
@@ -141,22 +98,6 @@ fn a_client_that_never_answers_the_goaway_ping_is_dropped() {
     h.assert_no_errors();
 }
 
-const WINDOW_UPDATE: u8 = 0x8;
-const HEADERS: u8 = 0x1;
-const DATA: u8 = 0x0;
-const RST_STREAM: u8 = 0x3;
-
-/// HEADERS (END_STREAM | END_HEADERS) of `GET path` on stream 1, HPACK
-/// without Huffman: indexed :method GET and :scheme http, literal :path and
-/// :authority.
-fn get(path: &str) -> Vec<u8> {
-    let mut block = vec![0x82, 0x86, 0x04, u8::try_from(path.len()).expect("short")];
-    block.extend_from_slice(path.as_bytes());
-    block.extend_from_slice(&[0x01, 9]);
-    block.extend_from_slice(b"localhost");
-    frame(HEADERS, 0x5, 1, &block)
-}
-
 /// hayate serving `root` with an admin socket and `args`; the socket.
 fn start_with_admin(root: &std::path::Path, args: &[&str]) -> (Hayate, std::path::PathBuf) {
     let admin = root.join("admin.sock");
@@ -205,16 +146,7 @@ fn a_download_the_client_stops_reading_is_closed_after_the_send_timeout() {
     const LARGE: usize = 64 << 20;
     std::fs::write(root.path().join("large.bin"), vec![7u8; LARGE]).expect("write");
     let (h, admin) = start_with_admin(root.path(), &["--send-timeout", "1s"]);
-    let max_window = 0x7fff_ffffu32;
-    let mut settings = 0x4u16.to_be_bytes().to_vec(); // INITIAL_WINDOW_SIZE
-    settings.extend_from_slice(&max_window.to_be_bytes());
-    let opening = [
-        PREFACE,
-        &frame(SETTINGS, 0, 0, &settings),
-        &frame(WINDOW_UPDATE, 0, 0, &(max_window - 65_535).to_be_bytes()),
-        &get("/large.bin"),
-    ]
-    .concat();
+    let opening = [wide_open(), get("/large.bin")].concat();
     let (mut tcp, _) = connect(h.addr, &opening);
     // The response has begun: its HEADERS and some DATA came.
     tcp.set_read_timeout(Some(FAILURE_BOUND)).expect("timeout");
