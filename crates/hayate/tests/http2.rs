@@ -535,3 +535,59 @@ fn websocket_over_h2_becomes_an_upgrade_upstream() {
         assert!(head.contains(field), "{field} in {head}");
     }
 }
+
+/// A WebSocket over HTTP/2 whose client stops reading (it never gives its
+/// window back) is ended once hayate's writes to it wait `send_timeout`
+/// (decision 0014): the stream is reset, the upstream's connection closed.
+/// Before, the tunnel held both for good.
+#[test]
+fn a_websocket_over_h2_whose_client_stops_reading_is_reset_after_the_send_timeout() {
+    let (port, seen) = hayate_testkit::upgrade_echo_server();
+    let url = format!("http://127.0.0.1:{port}");
+    let (h, state, _root) = start(&["--proxy", &url, "--send-timeout", "1s"]);
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let s = connect_tls(h.addr, &ca).await;
+        let mut s = s.ready().await.expect("ready");
+        let req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("https://localhost/ws")
+            .extension(h2::ext::Protocol::from_static("websocket"))
+            .header("sec-websocket-version", "13")
+            .body(())
+            .expect("request");
+        let (response, mut send) = s.send_request(req, false).expect("extended CONNECT");
+        let response = response.await.expect("response");
+        assert_eq!(response.status(), 200);
+        // Kept, never read: the echo fills the client's 64 KiB window.
+        let _recv = response.into_body();
+        let started = std::time::Instant::now();
+        let mut rest = Bytes::from(vec![7u8; 200_000]);
+        send.reserve_capacity(rest.len());
+        while !rest.is_empty() {
+            let Some(Ok(n)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await else {
+                break;
+            };
+            if send
+                .send_data(rest.split_to(n.min(rest.len())), false)
+                .is_err()
+            {
+                break;
+            }
+        }
+        let bound = std::time::Duration::from_secs(30);
+        let reset = tokio::time::timeout(bound, std::future::poll_fn(|cx| send.poll_reset(cx)))
+            .await
+            .expect("reset within the failure bound");
+        assert_eq!(reset.expect("a reset"), h2::Reason::CANCEL);
+        let after = started.elapsed();
+        assert!(
+            after >= std::time::Duration::from_secs(1),
+            "reset after {after:?}"
+        );
+    });
+    // The upstream's connection ended with it.
+    let head = seen.join().expect("upstream");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    h.assert_no_errors();
+}
