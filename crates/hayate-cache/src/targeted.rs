@@ -6,7 +6,13 @@
 //! A targeted field is a Structured Field Dictionary (RFC 8941 §3.2): a
 //! value that does not parse as one, or an empty one, is ignored as if
 //! absent (RFC 9213 §2.1), and the next field of the target list is
-//! tried. Directives are then read with the Cache-Control parser.
+//! tried. So is one whose delta-seconds directives (`max-age`, `s-maxage`,
+//! `stale-while-revalidate`, `stale-if-error`) are not Integers: RFC 9213
+//! maps a Cache-Control token to an Integer and a quoted-string to a
+//! String, so `max-age="10000"` is a String where only an Integer means
+//! anything, and the field is invalid whole (cache-tests' `cdn-max-age-
+//! quoted`: `Cache-Control: no-store` then decides). Directives are then
+//! read with the Cache-Control parser.
 //!
 //! Forwarding: `CDN-Cache-Control` goes on downstream unchanged (other CDN
 //! layers in front of hayate are its targets too); `Hayate-Cache-Control`
@@ -42,10 +48,12 @@ pub fn is_nonempty_dictionary(value: &[u8]) -> bool {
         return false;
     }
     loop {
-        if p.key().is_none() {
+        let Some(key) = p.key() else {
             return false;
-        }
-        let ok = if p.eat(b'=') {
+        };
+        let ok = if DELTA_SECONDS.contains(&key) {
+            p.eat(b'=') && p.non_negative_integer() && p.parameters()
+        } else if p.eat(b'=') {
             p.member_value()
         } else {
             p.parameters()
@@ -66,6 +74,15 @@ pub fn is_nonempty_dictionary(value: &[u8]) -> bool {
         }
     }
 }
+
+/// Directives whose value is a number of seconds: an Integer in a
+/// targeted field (RFC 9213 §2.1), nothing else.
+const DELTA_SECONDS: [&[u8]; 4] = [
+    b"max-age",
+    b"s-maxage",
+    b"stale-while-revalidate",
+    b"stale-if-error",
+];
 
 fn is_ows(b: u8) -> bool {
     b == b' ' || b == b'\t'
@@ -100,7 +117,8 @@ impl Parser<'_> {
     }
 
     /// key = ( lcalpha / "*" ) *( lcalpha / DIGIT / "_" / "-" / "." / "*" )
-    fn key(&mut self) -> Option<()> {
+    fn key(&mut self) -> Option<&[u8]> {
+        let start = self.at;
         let first = self.peek()?;
         if !(first.is_ascii_lowercase() || first == b'*') {
             return None;
@@ -108,7 +126,7 @@ impl Parser<'_> {
         self.skip(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.' | b'*')
         });
-        Some(())
+        Some(&self.s[start..self.at])
     }
 
     fn member_value(&mut self) -> bool {
@@ -188,6 +206,11 @@ impl Parser<'_> {
         int <= 12 && (1..=3).contains(&frac)
     }
 
+    /// An Integer that is not negative (a number of seconds).
+    fn non_negative_integer(&mut self) -> bool {
+        self.peek().is_some_and(|b| b.is_ascii_digit()) && self.integer()
+    }
+
     fn integer(&mut self) -> bool {
         self.eat(b'-');
         (1..=15).contains(&self.skip(|b| b.is_ascii_digit())) && self.peek() != Some(b'.')
@@ -263,6 +286,8 @@ mod tests {
             "  max-age=1  ",
             "a=@1700000000, b=%\"caf%c3%a9\"",
             "a=(), b=( 1  2 )",
+            "max-age=0, s-maxage=60;p=1, stale-if-error=5, stale-while-revalidate=3",
+            "no-cache=\"set-cookie\", max-ages=\"x\"",
         ];
         for v in valid {
             assert!(is_nonempty_dictionary(v.as_bytes()), "{v}");
@@ -289,6 +314,15 @@ mod tests {
             "a=%\"%C3\"",
             "a=b c",
             "a=\u{e9}",
+            // Delta-seconds directives take an Integer, nothing else.
+            "max-age=\"10000\"",
+            "no-store, max-age=\"10000\"",
+            "s-maxage=1.5",
+            "stale-while-revalidate=-1",
+            "stale-if-error=soon",
+            "max-age",
+            "max-age=?1",
+            "max-age=(60)",
         ];
         for v in invalid {
             assert!(!is_nonempty_dictionary(v.as_bytes()), "{v:?}");
@@ -311,6 +345,12 @@ mod tests {
             "an invalid field is skipped"
         );
         assert_eq!(select([bad, &[]]), None);
+        let quoted: &[&[u8]] = &[b"max-age=\"10000\""];
+        assert_eq!(
+            select([&[], quoted]),
+            None,
+            "a String max-age: invalid whole"
+        );
         assert_eq!(select([&[], &[b""]]), None, "an empty value is no value");
     }
 }

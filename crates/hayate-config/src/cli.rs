@@ -48,6 +48,7 @@ pub fn heading(key: &str) -> &'static str {
         "keepalive_timeout",
         "body_timeout",
         "send_timeout",
+        "http2_goaway_timeout",
         "max_request_line",
         "max_header_bytes",
         "max_headers",

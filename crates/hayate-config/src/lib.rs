@@ -456,6 +456,23 @@ mod tests {
     }
 
     #[test]
+    fn http2_goaway_timeout_defaults_to_two_seconds() {
+        use std::time::Duration;
+        let g = GlobalLayer::default().resolve();
+        assert_eq!(g.http2_goaway_timeout.0, Duration::from_secs(2));
+        let cfg = load_file(
+            "c.toml".as_ref(),
+            "root = \"/srv/a\"\nhttp2_goaway_timeout = \"500ms\"\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert_eq!(
+            cfg.global.http2_goaway_timeout.0,
+            Duration::from_millis(500)
+        );
+    }
+
+    #[test]
     fn shared_key_is_64_hex_digits() {
         let load = |text: &str| {
             let text = format!("root = \"/srv/a\"\n{text}");

@@ -214,6 +214,8 @@ options! {
         "Longest pause between two reads of a request body (408 after)";
     send_timeout: Dur = "60s", "DURATION",
         "Longest pause of a client that does not read its response before it is closed";
+    http2_goaway_timeout: Dur = "2s", "DURATION",
+        "How long an HTTP/2 connection being closed (idle past keepalive_timeout, or at shutdown once its streams are done) waits for the client to answer the GOAWAY's PING before it is dropped";
     max_request_line: Size = "8KiB", "SIZE",
         "Longest request line (method, target, version); longer gets 414";
     max_header_bytes: Size = "32KiB", "SIZE",

@@ -219,6 +219,41 @@ impl Deadline {
     }
 }
 
+impl Deadline {
+    /// The slot as a deadline of its own, with no future to guard: for a
+    /// connection whose deadline moves with its state (an HTTP/2
+    /// connection's stalled writes), which polls it each time it is about
+    /// to wait. Arms the slot for `until` (again only if `until` changed)
+    /// and is ready once a sweep passed it; the task is woken then.
+    pub fn poll_at(&self, until: Instant, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let mut slots = self.registry.slots.borrow_mut();
+        let s = &mut slots[self.key];
+        if s.deadline != Some(until) {
+            s.deadline = Some(until);
+            s.idle = false;
+            s.expired = false;
+        }
+        if s.expired {
+            return Poll::Ready(());
+        }
+        match &s.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => s.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Disarms what [`Deadline::poll_at`] armed (nothing to do when it
+    /// is not armed, the common case: one borrow and a compare).
+    pub fn disarm(&self) {
+        let mut slots = self.registry.slots.borrow_mut();
+        let s = &mut slots[self.key];
+        if s.deadline.is_some() {
+            *s = Slot::default();
+        }
+    }
+}
+
 thread_local! {
     /// The registry a worker installed on its thread.
     static THIS_THREAD: RefCell<Option<Rc<Deadlines>>> = const { RefCell::new(None) };
@@ -306,6 +341,44 @@ mod tests {
             .await;
         // a's slot was reused by b: two slots in all, both free again.
         assert_eq!((reg.slots.borrow().len(), reg.free.borrow().len()), (2, 2));
+    }
+
+    /// A waker that records being woken.
+    struct Flag(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_polled_deadline_moves_expires_on_sweep_and_disarms() {
+        let reg = Rc::new(Deadlines::default());
+        let slot = reg.slot();
+        let flag = std::sync::Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let woken = || flag.0.swap(false, std::sync::atomic::Ordering::SeqCst);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        assert!(slot.poll_at(ms(5), &mut cx).is_pending());
+        reg.sweep(t0);
+        assert!(!woken(), "not due yet");
+        // Moved later before it was due: the old instant no longer counts.
+        assert!(slot.poll_at(ms(50), &mut cx).is_pending());
+        reg.sweep(ms(5));
+        assert!(!woken());
+        assert!(slot.poll_at(ms(50), &mut cx).is_pending());
+        reg.sweep(ms(50));
+        assert!(woken(), "the sweep wakes the task");
+        assert!(slot.poll_at(ms(50), &mut cx).is_ready());
+        // Disarmed, a sweep passes it by.
+        slot.disarm();
+        reg.sweep(ms(60_000));
+        assert!(!woken());
+        let slots = reg.slots.borrow();
+        assert!(slots[slot.key].deadline.is_none() && !slots[slot.key].expired);
     }
 
     #[tokio::test(flavor = "current_thread")]

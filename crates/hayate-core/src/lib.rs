@@ -5,6 +5,7 @@
 //! This crate owns no I/O policy and must not depend on any other hayate crate.
 
 pub mod app;
+pub mod bounded_writes;
 pub mod boxed;
 pub mod client_body;
 pub mod coding;

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::deadline::within;
 use hayate_core::error::Error;
@@ -296,6 +297,7 @@ impl UpstreamProtocol for Http1 {
             r.body = Body::Upgrade(Box::new(UpstreamTunnel {
                 conn,
                 rest: rest.freeze(),
+                write_limit: settings.io_timeout,
                 _guard: guard,
             }));
             return r;
@@ -589,11 +591,15 @@ impl UpstreamBody {
 
 /// An upgraded upstream connection (WebSocket): relayed byte for byte with
 /// the client until either side closes. Reloads never cut it: it belongs to
-/// its connection task, not to a route table generation.
+/// its connection task, not to a route table generation. Nor does quiet;
+/// an upstream that stops taking bytes does, after `proxy_timeout` (the
+/// client's side is bounded by its connection: decision 0014).
 struct UpstreamTunnel {
     conn: Transport,
     /// Upstream bytes read past the 101 head.
     rest: Bytes,
+    /// Longest wait for the upstream to take more (`proxy_timeout`).
+    write_limit: Duration,
     _guard: Outstanding,
 }
 
@@ -605,10 +611,12 @@ impl Tunnel for UpstreamTunnel {
     ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
         Box::pin(async move {
             let UpstreamTunnel {
-                mut conn,
+                conn,
                 rest,
+                write_limit,
                 _guard,
             } = *self;
+            let mut conn = BoundedWrites::new(conn, write_limit);
             if !rest.is_empty() {
                 client.write_all(&rest).await?;
             }

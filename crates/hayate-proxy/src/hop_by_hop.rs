@@ -41,6 +41,12 @@ pub(crate) fn connection_listed<'h>(
 
 /// The protocol a client asks to switch to (`Upgrade` with `Connection:
 /// upgrade`), e.g. `websocket`; `listed` is what its Connection fields name.
+///
+/// Never `h2c`: that asks hayate itself for HTTP/2 on this connection
+/// (RFC 7540 §3.2, withdrawn by RFC 9113 §3.1), which hayate declines by
+/// answering in HTTP/1.1 as RFC 9110 §7.8 allows; passed on, it would ask
+/// the upstream to switch the pooled connection to HTTP/2. An offer that
+/// names it among others is declined whole (an Upgrade may be ignored).
 pub(crate) fn requested_upgrade<'h>(
     headers: &[(&'h [u8], &'h [u8])],
     listed: &[&[u8]],
@@ -52,11 +58,33 @@ pub(crate) fn requested_upgrade<'h>(
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(b"upgrade"))
         .map(|(_, v)| *v)
+        .filter(|v| !split_list(v).any(|p| p.eq_ignore_ascii_case(b"h2c")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upgrade_to_h2c_is_never_passed_on() {
+        let ask = |connection: &'static [u8], upgrade: &'static [u8]| {
+            let headers: Vec<(&[u8], &[u8])> = vec![
+                (b"Connection", connection),
+                (b"Upgrade", upgrade),
+                (b"HTTP2-Settings", b"AAMAAABkAAQCAAAAAAIAAAAA"),
+            ];
+            let listed = connection_listed(headers.iter().copied());
+            requested_upgrade(&headers, &listed)
+        };
+        assert_eq!(ask(b"Upgrade, HTTP2-Settings", b"h2c"), None);
+        assert_eq!(ask(b"upgrade", b"H2C"), None);
+        assert_eq!(ask(b"upgrade", b"websocket, h2c"), None);
+        assert_eq!(
+            ask(b"keep-alive, Upgrade", b"websocket"),
+            Some(&b"websocket"[..])
+        );
+        assert_eq!(ask(b"keep-alive", b"websocket"), None, "not listed");
+    }
 
     #[test]
     fn hop_by_hop_names_in_any_case_and_nothing_else() {

@@ -306,6 +306,25 @@ mod tests {
     }
 
     #[test]
+    fn an_h2c_upgrade_offer_is_dropped_from_the_upstream_head() {
+        let r = req(vec![
+            (b"Host", b"example.com"),
+            (b"Connection", b"Upgrade, HTTP2-Settings"),
+            (b"Upgrade", b"h2c"),
+            (b"HTTP2-Settings", b"AAMAAABkAAQCAAAAAAIAAAAA"),
+            (b"Accept", b"*/*"),
+        ]);
+        let s = ProxySettings::default();
+        let member = UpstreamAddr::parse("127.0.0.1:9").expect("addr");
+        let head = String::from_utf8(build_request_head(&r, BodyLength::None, &s, &member))
+            .expect("ascii");
+        for gone in ["Upgrade", "upgrade", "h2c", "HTTP2-Settings", "Connection"] {
+            assert!(!head.contains(gone), "{gone} passed on:\n{head}");
+        }
+        assert!(head.contains("Accept: */*\r\n"), "{head}");
+    }
+
+    #[test]
     fn request_head_drops_hop_by_hop_and_sets_forwarding() {
         let r = req(vec![
             (b"Host", b"example.com"),

@@ -42,6 +42,10 @@ const LIMITS: HeadLimits = HeadLimits {
 };
 /// Time to send the request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time to take the answer: a client that never reads a response larger
+/// than its socket holds (/metrics of many routes) would keep its slot, and
+/// 16 of them every slot (decision 0014).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds the admin address (inside a runtime), or takes the socket a
 /// replaced hayate handed over; returns the listening socket and where it
@@ -148,8 +152,17 @@ async fn answer(mut s: Transport, ctx: &Context<'_>) -> io::Result<()> {
         ),
     };
     let out = serialize(resp, head_request);
-    s.write_all(&out).await?;
-    s.shutdown().await
+    let written = tokio::time::timeout(ANSWER_TIMEOUT, async {
+        s.write_all(&out).await?;
+        s.shutdown().await
+    })
+    .await;
+    written.unwrap_or_else(|_| {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client did not take the answer",
+        ))
+    })
 }
 
 /// The answer in HTTP/1 (the connection closes after it).

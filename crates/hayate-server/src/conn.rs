@@ -313,7 +313,7 @@ impl Conn {
             if self.wbuf.len() >= WRITE_BUFFER_FLUSH {
                 self.flush().await?;
             }
-            if self.served == 0 && w.http2 && self.rbuf.starts_with(crate::h2_conn::PREFACE) {
+            if self.served == 0 && w.http2 && self.rbuf.starts_with(crate::h2_conn::PREFACE_LINE) {
                 return Ok(Err(End::Http2));
             }
             if !self.rbuf.is_empty() {

@@ -1,13 +1,23 @@
 //! The control socket: a Unix socket (owner-only permissions) on which
 //! `hayate status`, `hayate reload`, `hayate stop` and `hayate purge` send
 //! one command line and read the answer until the server closes.
+//!
+//! The main loop serves one control client at a time, between signals and
+//! worker reports: a client has [`CLIENT_TIMEOUT`] to send its command and
+//! again to take the answer, so one that connects and says nothing, or
+//! never reads, cannot hold the loop (and every later reload and stop).
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
+
+/// Time a control client has to send its command line, and to read the
+/// answer: `hayate status` and the others send at once and read at once.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A command received on the control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +111,7 @@ pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(Control
     let mut line = String::new();
     // Bounded: a client cannot make hayate buffer without end.
     let mut reader = tokio::io::AsyncReadExt::take(BufReader::new(read), 1024);
-    reader.read_line(&mut line).await?;
+    within_client_timeout(reader.read_line(&mut line)).await?;
     let pending = Pending { write };
     match ControlCommand::parse(&line) {
         Some(c) => Ok((c, pending)),
@@ -127,9 +137,25 @@ impl Pending {
             Ok(text) => (OK, text),
             Err(text) => (ERROR, text),
         };
-        self.write.write_all(status.as_bytes()).await?;
-        self.write.write_all(text.as_bytes()).await?;
-        self.write.shutdown().await
+        within_client_timeout(async {
+            self.write.write_all(status.as_bytes()).await?;
+            self.write.write_all(text.as_bytes()).await?;
+            self.write.shutdown().await
+        })
+        .await
+    }
+}
+
+/// A control client's read or write, within [`CLIENT_TIMEOUT`].
+async fn within_client_timeout<T>(
+    io: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(CLIENT_TIMEOUT, io).await {
+        Ok(done) => done,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("control client silent for {CLIENT_TIMEOUT:?}"),
+        )),
     }
 }
 

@@ -16,25 +16,31 @@
 //! streams reset before hayate accepts them, and 1,024 reset for errors,
 //! then GOAWAY). A reset stream drops its task, so its upstream request is
 //! cancelled with it. An idle connection is closed after the keep-alive
-//! timeout; shutdown sends GOAWAY and lets open streams finish.
+//! timeout; shutdown sends GOAWAY and lets open streams finish. Either way
+//! the GOAWAY's PING then has `http2_goaway_timeout` (after the last
+//! stream) to be answered before the connection is dropped. Writes have
+//! the send timeout: a connection whose writes stall that long is dropped,
+//! at once if the client keeps sending PINGs or SETTINGS meanwhile
+//! (`stall.rs`), and a stream whose window stays shut that long is reset
+//! (`send.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
+use h2::RecvStream;
+use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
-use hayate_core::response::{FileRange, Tunnel};
+use hayate_core::response::Tunnel;
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
-use hayate_core::{Body, Chunk, Fields, Response, Status};
+use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log;
@@ -45,6 +51,10 @@ mod held_writes;
 use held_writes::{Held, HeldWrites};
 mod release;
 use release::{Idle, Release, QUIET_AFTER};
+mod send;
+use send::send;
+mod stall;
+use stall::{Stall, Stalled};
 
 /// Streams a client may have open at once.
 const MAX_STREAMS: u32 = 128;
@@ -61,12 +71,15 @@ const MAX_PENDING_RESETS: usize = 20;
 /// Streams hayate may reset for protocol errors before the connection is
 /// closed.
 const MAX_ERROR_RESETS: usize = 1024;
-/// Bytes of a file read per DATA write.
-const FILE_CHUNK: usize = 64 * 1024;
 
-/// The protocol's opening bytes, which a plain-HTTP listener recognises
-/// (RFC 9113 §3.4).
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The first line of the protocol's opening bytes (RFC 9113 §3.4), which a
+/// plain-HTTP listener recognises. Bytes that begin with it are HTTP/2's,
+/// a valid preface or not: no HTTP/1 request has the version HTTP/2.0, and
+/// the PRI method is reserved for the preface (RFC 7540 §11.6). So h2
+/// reads them, and answers an invalid preface with GOAWAY, not HTTP/1 with
+/// a 400; and a preface split across reads is no longer taken for an
+/// HTTP/1 head once its first 18 bytes (`PRI * HTTP/2.0\r\n\r\n`) came.
+pub const PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
 
 /// Serves an HTTP/2 connection until it closes. `tls`: what its TLS
 /// session negotiated, for the access log.
@@ -89,11 +102,15 @@ where
     async move {
         let timeouts = worker.generation().timeouts;
         let keepalive = timeouts.keepalive;
+        let goaway_timeout = timeouts.goaway;
         // Boxed: h2's handshake future is as large as the connection (1.2 KB)
         // and, inline, would sit beside it in every connection's future.
-        let Some((mut conn, held)) = Box::pin(handshake(io, &peer, timeouts.header)).await else {
+        let stall = Stall::new(worker.deadlines.slot());
+        let handshake = handshake(io, &peer, timeouts.header, stall);
+        let Some((mut conn, held)) = Box::pin(handshake).await else {
             return;
         };
+        let send_timeout = timeouts.send;
         let peer = Rc::new(peer);
         let open = Rc::new(Cell::new(0usize));
         let idle = Rc::new(tokio::sync::Notify::new());
@@ -103,11 +120,21 @@ where
         let mut quiet = false;
         let mut release = Release::default();
         loop {
+            // One timer for the idle phases and the closing one: a branch
+            // of its own would add its timer to every connection's future.
             let idle_wait = async {
                 if open.get() > 0 {
                     idle.notified().await;
                 }
-                if quiet {
+                if closing {
+                    // h2 sent GOAWAY and a PING, and closes the connection
+                    // only once the PING is answered (the round trip RFC
+                    // 9113 §6.8 allows for streams in flight), which a
+                    // client that stopped reading never does. The last
+                    // stream's frames are written in this time too.
+                    tokio::time::sleep(goaway_timeout).await;
+                    Idle::Unanswered
+                } else if quiet {
                     tokio::time::sleep(keepalive.saturating_sub(QUIET_AFTER)).await;
                     Idle::Expired
                 } else {
@@ -116,7 +143,7 @@ where
                 }
             };
             tokio::select! {
-                next = poll_fn(|cx| next_stream(&mut conn, &held, &open, &mut release, cx)) => match next {
+                next = poll_fn(|cx| next_stream(&mut conn, &held, &open, &mut release, send_timeout, &peer, cx)) => match next {
                     Some(Ok((request, respond))) => {
                         let stream = Stream {
                             peer: peer.clone(),
@@ -140,7 +167,7 @@ where
                     closing = true;
                     conn.graceful_shutdown();
                 }
-                why = idle_wait, if !closing => match why {
+                why = idle_wait => match why {
                     Idle::Quiet => {
                         release.quiet(&mut conn, Instant::now());
                         quiet = true;
@@ -148,6 +175,10 @@ where
                     Idle::Expired => {
                         closing = true;
                         conn.graceful_shutdown();
+                    }
+                    Idle::Unanswered => {
+                        log::debug!("HTTP/2 from {peer}: GOAWAY's PING not answered in {goaway_timeout:?}, dropped");
+                        break;
                     }
                 },
             }
@@ -161,6 +192,7 @@ async fn handshake<T>(
     io: T,
     peer: &Peer,
     timeout: Duration,
+    stall: Stall,
 ) -> Option<(
     h2::server::Connection<HeldWrites<T>, Bytes>,
     Rc<RefCell<Held<T>>>,
@@ -179,11 +211,14 @@ where
         // WebSocket over HTTP/2 (RFC 8441): streams opened by CONNECT with
         // :protocol, for routes whose upstream switches protocols.
         .enable_connect_protocol();
-    let (io, held) = HeldWrites::new(io);
+    let (io, held) = HeldWrites::new(io, stall);
     match tokio::time::timeout(timeout, builder.handshake(io)).await {
         Ok(Ok(conn)) => Some((conn, held)),
         Ok(Err(e)) => {
             log::debug!("HTTP/2 from {peer}: handshake failed: {e}");
+            if e.is_go_away() && e.reason() == Some(h2::Reason::PROTOCOL_ERROR) {
+                refuse_preface(&mut held.borrow_mut());
+            }
             None
         }
         Err(_) => {
@@ -193,23 +228,70 @@ where
     }
 }
 
+/// Answers an invalid client preface as RFC 9113 §3.4 asks, with a
+/// connection error: GOAWAY (last stream 0, PROTOCOL_ERROR) after the
+/// SETTINGS h2 already queued, where h2 closes without a word. Nothing is
+/// waited for: these are the connection's first bytes, which the transport
+/// takes at once, and what the client sent is read as far as it has
+/// arrived, so that closing does not reset the connection under the
+/// GOAWAY.
+fn refuse_preface<T: AsyncRead + AsyncWrite + Unpin>(held: &mut Held<T>) {
+    const GOAWAY: [u8; 17] = [0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x1];
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    held.push(&GOAWAY);
+    if let Poll::Ready(Ok(())) = held.write_out(&mut cx) {
+        held.drain_arrived(&mut cx);
+        let _ = held.shutdown(&mut cx);
+    }
+}
+
 /// A stream the client opened: its request and the handle to answer it.
 type NewStream = (http::Request<RecvStream>, SendResponse<Bytes>);
 
 /// The connection's next stream. When there is none yet the connection is
 /// about to wait, so what h2 wrote is written out now, all of it together
-/// (`held_writes`).
+/// (`held_writes`), and writes that stalled are judged (`stall`): an error
+/// ends the connection.
 fn next_stream<T: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut h2::server::Connection<HeldWrites<T>, Bytes>,
     held: &RefCell<Held<T>>,
     open: &Cell<usize>,
     release: &mut Release,
+    send_timeout: Duration,
+    peer: &Peer,
     cx: &mut Context<'_>,
 ) -> Poll<Option<io::Result<NewStream>>> {
     let next = conn.poll_accept(cx);
     if next.is_pending() {
-        if let Poll::Ready(Err(e)) = held.borrow_mut().write_out(cx) {
+        let mut writes = held.borrow_mut();
+        if let Poll::Ready(Err(e)) = writes.write_out(cx) {
             return Poll::Ready(Some(Err(e)));
+        }
+        let judged = writes
+            .stall
+            .judge(conn.control_frames_received(), send_timeout, cx);
+        drop(writes);
+        match judged {
+            Ok(()) => {}
+            Err(Stalled::SendTimeout) => {
+                let e = io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took no bytes for {send_timeout:?} (send_timeout)"),
+                );
+                return Poll::Ready(Some(Err(e)));
+            }
+            Err(Stalled::Flood) => {
+                // The GOAWAY goes out only if the transport has room left;
+                // the connection ends either way.
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = conn.poll_accept(cx);
+                let _ = held.borrow_mut().write_out(cx);
+                log::info!(
+                    "HTTP/2 from {peer}: PING/SETTINGS flood (more than {} while it read none of the answers), ended with ENHANCE_YOUR_CALM",
+                    stall::MAX_CONTROL_FRAMES_WHILE_STALLED
+                );
+                return Poll::Ready(None);
+            }
         }
         if open.get() == 0 {
             release.now_idle(conn, Instant::now());
@@ -321,7 +403,11 @@ impl Stream {
         // Shared by the upstream's interim responses and the watch for a
         // reset, which never run at once (one task polls both).
         let respond = RefCell::new(respond);
-        let (response, route) = match pipeline::answer(&head, &w.router, started, client) {
+        let answer = match padded_field(&parts.headers) {
+            Some(name) => Answer::Now(malformed(name, &self.peer), None),
+            None => pipeline::answer(&head, &w.router, started, client),
+        };
+        let (response, route) = match answer {
             Answer::Now(response, route) => (response, route),
             Answer::Upstream(to) => {
                 let route = Some(to.route_index());
@@ -362,7 +448,8 @@ impl Stream {
                 other => response.body = other,
             }
         }
-        if let Err(e) = send(respond, response, head_request, &mut sent).await {
+        let send_timeout = w.timeouts.send;
+        if let Err(e) = send(respond, response, head_request, send_timeout, &mut sent).await {
             log::debug!("HTTP/2 stream from {}: {e}", self.peer);
         }
         // What the client still sends of a body nobody read is read (within
@@ -386,7 +473,11 @@ impl Stream {
             .expect("a bare status");
         match respond.send_response(accepted, false) {
             Ok(send) => {
-                let mut pipe = crate::h2_tunnel::StreamPipe::new(send, recv);
+                let pipe = crate::h2_tunnel::StreamPipe::new(send, recv);
+                // A window the client keeps shut ends the tunnel after the
+                // send timeout; a quiet tunnel stays (decision 0014).
+                let send_timeout = self.worker.with_generation(|g| g.timeouts.send);
+                let mut pipe = BoundedWrites::new(pipe, send_timeout);
                 if let Err(e) = tunnel.run(&mut pipe, Bytes::new()).await {
                     log::debug!("WebSocket over HTTP/2 from {}: {e}", self.peer);
                 }
@@ -450,6 +541,31 @@ fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -
         head.push_field(name.as_str().as_bytes(), value.as_bytes());
     }
     head
+}
+
+/// The name of a field whose value begins or ends with whitespace: RFC
+/// 9113 §8.2.1 makes such a request malformed. HTTP/2 has no optional
+/// whitespace around values to trim (HTTP/1's parser trims it), and a value
+/// passed on padded would reach an HTTP/1 upstream, or a cache key, as a
+/// different value than a peer that trims it sees.
+fn padded_field(headers: &http::HeaderMap) -> Option<&http::HeaderName> {
+    headers
+        .iter()
+        .find(|(_, v)| matches!(v.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']))
+        .map(|(name, _)| name)
+}
+
+/// The 400 of a malformed request (RFC 9113 §8.1.1 allows a response
+/// before the stream ends), logged like HTTP/1's refusals.
+fn malformed(name: &http::HeaderName, peer: &Peer) -> hayate_core::Response {
+    let why = format!("{name} value begins or ends with whitespace (RFC 9113 §8.2.1)");
+    let cause = io::Error::new(io::ErrorKind::InvalidData, why);
+    hayate_core::error::Error::new(
+        hayate_core::error::ErrorKind::Refused(Status::BAD_REQUEST),
+        cause,
+    )
+    .context(format!("HTTP/2 request from {peer}"))
+    .into_response()
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the
@@ -624,150 +740,4 @@ fn connection_specific(name: &[u8]) -> bool {
         b"te",
     ];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
-/// Sends a response: HEADERS (with Date, Server and the length when known),
-/// then the body within the client's window, then trailers. `sent` counts
-/// the body bytes written.
-async fn send(
-    mut respond: SendResponse<Bytes>,
-    response: Response,
-    head_request: bool,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    let body_allowed = !response.status.forbids_body();
-    let mut head = http::Response::builder().status(response.status.code());
-    if !response.has_date {
-        let mut date = Vec::with_capacity(40);
-        hayate_core::date::append_date_line(&mut date, SystemTime::now());
-        if let Some(value) = date
-            .strip_prefix(b"Date: ")
-            .and_then(|d| d.strip_suffix(b"\r\n"))
-        {
-            head = head.header(http::header::DATE, value);
-        }
-    }
-    head = head.header(http::header::SERVER, "hayate");
-    for (name, value) in response.all_fields() {
-        if !connection_specific(name) {
-            head = head.header(name, value);
-        }
-    }
-    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
-        head = head.header(http::header::CONTENT_LENGTH, len);
-    }
-    let head = match head.body(()) {
-        Ok(h) => h,
-        Err(e) => {
-            log::error!("response head not valid for HTTP/2: {e}");
-            let fallback = http::Response::builder()
-                .status(Status::BAD_GATEWAY.code())
-                .body(())
-                .expect("a bare status");
-            respond.send_response(fallback, true)?;
-            return Ok(());
-        }
-    };
-    let no_body = !body_allowed || head_request || matches!(response.body, Body::Empty);
-    let mut out = respond.send_response(head, no_body)?;
-    if no_body {
-        return Ok(());
-    }
-    match response.body {
-        Body::Empty | Body::Upgrade(_) => {}
-        Body::Bytes(b) => send_bytes(&mut out, b, sent).await?,
-        Body::File(f) => send_file(&mut out, &f, sent).await?,
-        Body::Parts(parts) => {
-            for part in parts {
-                match part {
-                    Chunk::Bytes(b) => send_bytes(&mut out, b, sent).await?,
-                    Chunk::File(f) => send_file(&mut out, &f, sent).await?,
-                }
-            }
-        }
-        Body::Stream(mut stream) => loop {
-            match std::future::poll_fn(|cx| stream.source.poll_chunk(cx)).await {
-                Ok(Some(data)) => send_bytes(&mut out, data, sent).await?,
-                Ok(None) => {
-                    if let Some(trailers) = stream.source.trailers() {
-                        return out.send_trailers(trailer_map(&trailers));
-                    }
-                    break;
-                }
-                Err(e) => {
-                    log::error!("response body from upstream failed after {sent} bytes: {e}");
-                    out.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Ok(());
-                }
-            }
-        },
-    }
-    out.send_data(Bytes::new(), true)
-}
-
-/// Sends `data` as the client's window allows: never more buffered than
-/// the window it granted.
-async fn send_bytes(
-    out: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    while !data.is_empty() {
-        out.reserve_capacity(data.len());
-        let granted = match std::future::poll_fn(|cx| out.poll_capacity(cx)).await {
-            Some(granted) => granted?,
-            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
-        };
-        let piece = data.split_to(granted.min(data.len()));
-        *sent += piece.len() as u64;
-        out.send_data(piece, false)?;
-    }
-    Ok(())
-}
-
-/// Sends a range of a file, read a chunk at a time as the window opens.
-async fn send_file(
-    out: &mut SendStream<Bytes>,
-    f: &FileRange,
-    sent: &mut u64,
-) -> Result<(), h2::Error> {
-    let mut offset = f.offset;
-    let end = f.offset + f.len;
-    while offset < end {
-        let want = usize::try_from(end - offset)
-            .unwrap_or(usize::MAX)
-            .min(FILE_CHUNK);
-        let mut buf = vec![0; want];
-        let n = match f.file.read_at(&mut buf, offset) {
-            Ok(0) | Err(_) => {
-                log::error!("file read failed while sending it over HTTP/2");
-                out.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Ok(());
-            }
-            Ok(n) => n,
-        };
-        buf.truncate(n);
-        send_bytes(out, buf.into(), sent).await?;
-        offset += n as u64;
-    }
-    Ok(())
-}
-
-/// Trailer lines as a header map (invalid lines dropped).
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for line in lines.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = http::HeaderName::from_bytes(&line[..colon]);
-        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            if !connection_specific(name.as_str().as_bytes()) {
-                map.append(name, value);
-            }
-        }
-    }
-    map
 }

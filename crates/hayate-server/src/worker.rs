@@ -37,6 +37,8 @@ pub struct Timeouts {
     pub body: Duration,
     /// Between writes of a response.
     pub send: Duration,
+    /// An HTTP/2 connection's wait for the answer to its closing GOAWAY.
+    pub goaway: Duration,
 }
 
 /// What one configuration gives a worker: its routes, limits, timeouts and
@@ -161,6 +163,7 @@ impl Generation {
                 keepalive: g.keepalive_timeout.0,
                 body: g.body_timeout.0,
                 send: g.send_timeout.0,
+                goaway: g.http2_goaway_timeout.0,
             },
             access_log: plan
                 .log_sink

@@ -629,6 +629,30 @@ fn targeted_cache_control_takes_precedence() {
     h.assert_no_errors();
 }
 
+/// RFC 9213 §2.1: a targeted field whose max-age is a String (quoted),
+/// not an Integer, is invalid and ignored whole, so Cache-Control decides:
+/// `no-store` wins (cache-tests' cdn-max-age-quoted). It was obeyed, and
+/// the response stored for 10,000 s.
+#[test]
+fn a_targeted_field_with_a_quoted_max_age_is_ignored_whole() {
+    let o = origin();
+    let h = cached(&o, "on", &[]);
+    let mut c = h.client();
+    for targeted in [
+        "CDN-Cache-Control: max-age=\"10000\"",
+        "Hayate-Cache-Control: s-maxage=1.5",
+    ] {
+        let path = script(&[("h", "Cache-Control: no-store"), ("h", targeted)]);
+        for _ in 0..2 {
+            let r = c.get(&path, &[]);
+            assert!(!fresh_hit(&r), "{targeted}: {r:?}");
+            assert!(!cache_status(&r).contains("stored"), "{targeted}: {r:?}");
+        }
+        assert_eq!(o.count(&path), 2, "{targeted}: both reached the origin");
+    }
+    h.assert_no_errors();
+}
+
 /// §5.2.2.3: must-understand with no-store is stored for a status code
 /// whose caching rules hayate implements, never for one it does not.
 #[test]

@@ -208,6 +208,45 @@ fn h2c_with_prior_knowledge_on_a_plain_listener() {
     h.assert_no_errors();
 }
 
+/// RFC 9113 §8.2.1: a field value that begins or ends with whitespace makes
+/// the request malformed; it is answered 400 (it was passed on, padded, to
+/// the handler and upstream), and the connection serves on.
+#[test]
+fn whitespace_around_a_field_value_is_a_malformed_request() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let root = site();
+    let h = Hayate::start(
+        BIN,
+        &[
+            root.path().to_str().expect("path"),
+            "--proxy",
+            &format!("/api={url}"),
+        ],
+    );
+    on_local(async {
+        let tcp = TcpStream::connect(h.addr).await.expect("connect");
+        let mut s = handshake(tcp).await;
+        for value in [" leading", "trailing ", "\ttab", "tab\t"] {
+            let r = request(&mut s, "GET", "/api/echo", &[("x-padded", value)], None).await;
+            assert_eq!(r.status, 400, "{value:?}");
+            let r = request(&mut s, "GET", "/hello.txt", &[("x-padded", value)], None).await;
+            assert_eq!(r.status, 400, "{value:?}");
+        }
+        // Inner whitespace is a value like any other; the connection is fine.
+        let r = request(&mut s, "GET", "/hello.txt", &[("x-inner", "a b")], None).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world\n"[..]));
+        let r = request(&mut s, "GET", "/api/echo", &[("x-inner", "a b")], None).await;
+        assert_eq!(r.status, 200);
+    });
+    assert_eq!(
+        origin.requests(),
+        1,
+        "no malformed request reached the upstream"
+    );
+    h.assert_no_errors();
+}
+
 /// An idle connection first gives h2's memory back (a second without
 /// streams, `Release` in `h2_conn/release.rs`) and is closed with GOAWAY only at the
 /// keep-alive timeout, not when it gave its memory back.
@@ -495,4 +534,60 @@ fn websocket_over_h2_becomes_an_upgrade_upstream() {
     ] {
         assert!(head.contains(field), "{field} in {head}");
     }
+}
+
+/// A WebSocket over HTTP/2 whose client stops reading (it never gives its
+/// window back) is ended once hayate's writes to it wait `send_timeout`
+/// (decision 0014): the stream is reset, the upstream's connection closed.
+/// Before, the tunnel held both for good.
+#[test]
+fn a_websocket_over_h2_whose_client_stops_reading_is_reset_after_the_send_timeout() {
+    let (port, seen) = hayate_testkit::upgrade_echo_server();
+    let url = format!("http://127.0.0.1:{port}");
+    let (h, state, _root) = start(&["--proxy", &url, "--send-timeout", "1s"]);
+    let ca = state.path().join("local-ca/ca.crt");
+    on_local(async {
+        let s = connect_tls(h.addr, &ca).await;
+        let mut s = s.ready().await.expect("ready");
+        let req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("https://localhost/ws")
+            .extension(h2::ext::Protocol::from_static("websocket"))
+            .header("sec-websocket-version", "13")
+            .body(())
+            .expect("request");
+        let (response, mut send) = s.send_request(req, false).expect("extended CONNECT");
+        let response = response.await.expect("response");
+        assert_eq!(response.status(), 200);
+        // Kept, never read: the echo fills the client's 64 KiB window.
+        let _recv = response.into_body();
+        let started = std::time::Instant::now();
+        let mut rest = Bytes::from(vec![7u8; 200_000]);
+        send.reserve_capacity(rest.len());
+        while !rest.is_empty() {
+            let Some(Ok(n)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await else {
+                break;
+            };
+            if send
+                .send_data(rest.split_to(n.min(rest.len())), false)
+                .is_err()
+            {
+                break;
+            }
+        }
+        let bound = std::time::Duration::from_secs(30);
+        let reset = tokio::time::timeout(bound, std::future::poll_fn(|cx| send.poll_reset(cx)))
+            .await
+            .expect("reset within the failure bound");
+        assert_eq!(reset.expect("a reset"), h2::Reason::CANCEL);
+        let after = started.elapsed();
+        assert!(
+            after >= std::time::Duration::from_secs(1),
+            "reset after {after:?}"
+        );
+    });
+    // The upstream's connection ended with it.
+    let head = seen.join().expect("upstream");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    h.assert_no_errors();
 }

@@ -387,6 +387,58 @@ fn plain_http_garbage_and_stalled_handshakes_on_the_tls_port_end_cleanly() {
 /// the no_renegotiation alert: hayate never renegotiates (rustls has no
 /// renegotiation), the connection is not torn down by the attempt, and
 /// other clients are served meanwhile.
+/// The suite a rustls client offering `provider`'s suites, in their order,
+/// over `version` only, negotiates with hayate.
+fn negotiated_suite(
+    addr: SocketAddr,
+    ca: &Path,
+    provider: rustls::crypto::CryptoProvider,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> rustls::CipherSuite {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).expect("CA file") {
+        roots.add(cert.expect("CA certificate")).expect("trust");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_protocol_versions(&[version])
+        .expect("version")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("client");
+    let mut sock = raw(addr);
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).expect("handshake");
+    }
+    conn.negotiated_cipher_suite().expect("a suite").suite()
+}
+
+/// hayate chooses the cipher suite by its own order, strongest first, not
+/// by the client's (issue 35: a TLS scanner flags TLS 1.2 without a server
+/// preference order). A client that lists ChaCha20 first and AES-256-GCM
+/// last still gets AES-256-GCM, over TLS 1.2 and, as rustls applies the
+/// order to both, TLS 1.3.
+#[test]
+fn cipher_suites_follow_the_servers_order_not_the_clients() {
+    use rustls::CipherSuite;
+    let (h, state, _root) = with_local_ca("5s", &[]);
+    let ca = hayate_testkit::tls::local_ca(state.path());
+    let reversed = || {
+        let mut p = rustls::crypto::aws_lc_rs::default_provider();
+        p.cipher_suites.reverse();
+        let first = p.cipher_suites[0].suite();
+        assert!(format!("{first:?}").contains("CHACHA20"), "{first:?}");
+        p
+    };
+    let tls12 = negotiated_suite(h.addr, &ca, reversed(), &rustls::version::TLS12);
+    assert_eq!(tls12, CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384);
+    let tls13 = negotiated_suite(h.addr, &ca, reversed(), &rustls::version::TLS13);
+    assert_eq!(tls13, CipherSuite::TLS13_AES_256_GCM_SHA384);
+    h.assert_no_errors();
+}
+
 #[test]
 fn a_renegotiation_attempt_gets_the_no_renegotiation_alert() {
     use std::io::BufRead;

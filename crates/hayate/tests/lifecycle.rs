@@ -542,3 +542,29 @@ fn hayate_logs_prints_and_follows_the_log_files_across_rotations() {
     assert!(logs.path().join("access.log.1").exists(), "it rotated");
     assert!(h.stop().success());
 }
+
+/// A control client that connects and says nothing (or never reads its
+/// answer) holds the main loop only for the control socket's client timeout:
+/// the next command is answered after it. It held the loop for good, and
+/// with it every later `hayate status`, `reload` and `stop`.
+#[test]
+fn a_silent_control_client_does_not_hold_the_main_loop() {
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let control = dir.path().join("control.sock");
+    let (mut h, _site) = start(&["--control", control.to_str().expect("utf8")]);
+    // Accepted first: the listen queue is first in, first out.
+    let silent = UnixStream::connect(&control).expect("connect");
+    let mut next = UnixStream::connect(&control).expect("connect");
+    next.write_all(b"status\n").expect("command");
+    next.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut answer = String::new();
+    match next.read_to_string(&mut answer) {
+        Ok(_) => {}
+        Err(e) => panic!("no answer within 30 s behind a silent client: {e}"),
+    }
+    assert!(answer.starts_with("ok\n"), "{answer}");
+    drop(silent);
+    assert!(h.stop().success());
+}

@@ -1306,3 +1306,47 @@ fn a_client_that_leaves_cancels_its_upstream_request() {
             .ok_or(text)
     });
 }
+
+/// A WebSocket tunnel whose client keeps sending but stops reading what
+/// the upstream sends back is closed once hayate's writes to it wait
+/// `send_timeout` (decision 0014): it held the client's connection and the
+/// upstream's for good. Waits for the client's write to fail (hayate closed
+/// and reset what it still sent), bounded by a failure timeout.
+#[test]
+fn a_tunnel_whose_client_stops_reading_is_closed_after_the_send_timeout() {
+    use std::io::Write;
+    let (port, echo) = hayate_testkit::upgrade_echo_server();
+    let upstream = format!("http://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &upstream, "--send-timeout", "1s"]);
+    let mut c = h.client();
+    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    assert_eq!(c.read_response(true).status, 101);
+    // The echo comes back; the client never reads it.
+    let mut sock = c.stream().try_clone().expect("clone");
+    let bound = Duration::from_secs(30);
+    sock.set_write_timeout(Some(bound)).expect("timeout");
+    let started = Instant::now();
+    let chunk = [b'x'; 64 * 1024];
+    let ended = loop {
+        match sock.write_all(&chunk) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("writes blocked for {bound:?}: the tunnel was neither read nor closed")
+            }
+            Err(_) => break started.elapsed(),
+        }
+    };
+    assert!(
+        ended >= Duration::from_secs(1) && ended < Duration::from_secs(20),
+        "ended after {ended:?}"
+    );
+    // The upstream's side ended with it.
+    let head = echo.join().expect("echo server");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    h.assert_no_errors();
+}

@@ -573,6 +573,18 @@ where
         self.connection.release_idle_streams()
     }
 
+    /// How many PING and SETTINGS frames (not ACKs) the peer has sent: each
+    /// asks for an ACK.
+    ///
+    /// Added by hayate: h2 stops reading while it cannot write, so a peer
+    /// that sends such frames without reading their ACKs only stalls the
+    /// connection; a server that sees its writes stall can tell from this
+    /// count whether the peer kept asking for answers meanwhile (the
+    /// PING and SETTINGS floods of CVE-2019-9512 and CVE-2019-9515).
+    pub fn control_frames_received(&self) -> u64 {
+        self.connection.control_frames_received()
+    }
+
     /// Takes a `PingPong` instance from the connection.
     ///
     /// # Note

@@ -9,6 +9,7 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Instant;
 
+use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::boxed::pinned;
 use hayate_core::h1::chunked::chunk_size_line;
 use hayate_core::h1::request::Request;
@@ -95,7 +96,11 @@ impl Conn {
                 flushed?;
                 // Bytes the client sent after its head belong to the new protocol.
                 let early = self.rbuf.split().freeze();
-                if let Err(e) = tunnel.run(&mut self.transport, early).await {
+                // A quiet tunnel stays; one whose client stops reading
+                // does not hold the connection (decision 0014).
+                let send = self.worker.with_generation(|g| g.timeouts.send);
+                let mut client = BoundedWrites::new(&mut self.transport, send);
+                if let Err(e) = tunnel.run(&mut client, early).await {
                     log::debug!("tunnel from {} ended: {e}", self.peer);
                 }
                 return Ok(());

@@ -16,6 +16,9 @@
 //! stream for it, which is the moment the connection would wait. Shutdown
 //! writes out what is held first. The buffer is released once written, so
 //! an idle connection holds none.
+//!
+//! Every write to the transport passes here, so here the connection's
+//! [`Stall`] learns when writes stop and start making progress.
 
 use std::cell::RefCell;
 use std::io;
@@ -25,6 +28,8 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::stall::Stall;
 
 /// Bytes held before they are written without waiting for the connection
 /// to go quiet: one TLS record's plaintext (2^14, RFC 8446 §5.1), so a
@@ -41,14 +46,17 @@ pub struct HeldWrites<T> {
 pub struct Held<T> {
     io: T,
     out: BytesMut,
+    /// Whether writes are making progress.
+    pub stall: Stall,
 }
 
 impl<T> HeldWrites<T> {
     /// Wraps `io`; the second half is the serving loop's handle.
-    pub fn new(io: T) -> (HeldWrites<T>, Rc<RefCell<Held<T>>>) {
+    pub fn new(io: T, stall: Stall) -> (HeldWrites<T>, Rc<RefCell<Held<T>>>) {
         let shared = Rc::new(RefCell::new(Held {
             io,
             out: BytesMut::new(),
+            stall,
         }));
         (
             HeldWrites {
@@ -64,7 +72,8 @@ impl<T: AsyncWrite + Unpin> Held<T> {
     /// writes its records there).
     pub fn write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.out.is_empty() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out))?;
+            let polled = Pin::new(&mut self.io).poll_write(cx, &self.out);
+            let n = ready!(noted(&mut self.stall, polled))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -73,8 +82,42 @@ impl<T: AsyncWrite + Unpin> Held<T> {
         if self.out.capacity() > 0 {
             self.out = BytesMut::new();
         }
-        Pin::new(&mut self.io).poll_flush(cx)
+        let flushed = Pin::new(&mut self.io).poll_flush(cx);
+        noted(&mut self.stall, flushed)
     }
+
+    /// Holds `bytes` after what h2 wrote (a frame hayate writes itself).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// Shuts the transport's writing down (a TLS close_notify, a FIN).
+    pub fn shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl<T: AsyncRead + Unpin> Held<T> {
+    /// Reads and drops what has arrived, up to 64 KiB, without waiting.
+    pub fn drain_arrived(&mut self, cx: &mut Context<'_>) {
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            let mut buf = ReadBuf::new(&mut sink);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {}
+                _ => return,
+            }
+        }
+    }
+}
+
+/// A write of the transport, told to the stall: whether it went through.
+fn noted<R>(stall: &mut Stall, polled: Poll<R>) -> Poll<R> {
+    match polled {
+        Poll::Pending => stall.blocked(),
+        Poll::Ready(_) => stall.progressed(),
+    }
+    polled
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for HeldWrites<T> {
@@ -106,7 +149,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeldWrites<T> {
         if held.out.len() + total > HOLD {
             ready!(held.write_out(cx))?;
             if total >= HOLD {
-                return Pin::new(&mut held.io).poll_write_vectored(cx, bufs);
+                let polled = Pin::new(&mut held.io).poll_write_vectored(cx, bufs);
+                return noted(&mut held.stall, polled);
             }
         }
         for b in bufs {
@@ -134,8 +178,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeldWrites<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hayate_core::deadline::Deadlines;
     use std::future::poll_fn;
     use tokio::io::AsyncWriteExt;
+
+    fn held(io: Writes) -> (HeldWrites<Writes>, Rc<RefCell<Held<Writes>>>) {
+        HeldWrites::new(io, Stall::new(Rc::new(Deadlines::default()).slot()))
+    }
 
     /// A transport that records each write it is given.
     #[derive(Default)]
@@ -160,7 +209,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_writes_and_flushes_become_one_write_out() {
-        let (mut h2_side, held) = HeldWrites::new(Writes::default());
+        let (mut h2_side, held) = held(Writes::default());
         for i in 0..10u8 {
             h2_side.write_all(&[i; 1033]).await.unwrap();
             h2_side.flush().await.unwrap();
@@ -178,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_write_goes_through_after_what_is_held() {
-        let (mut h2_side, held) = HeldWrites::new(Writes::default());
+        let (mut h2_side, held) = held(Writes::default());
         h2_side.write_all(b"head").await.unwrap();
         h2_side.write_all(&vec![7; HOLD]).await.unwrap();
         h2_side.shutdown().await.unwrap();

@@ -18,6 +18,9 @@ pub(super) enum Idle {
     Quiet,
     /// No stream for the keep-alive timeout: the connection closes.
     Expired,
+    /// Closing, no stream, and the GOAWAY's PING unanswered for
+    /// `http2_goaway_timeout`: the connection is dropped.
+    Unanswered,
 }
 
 /// When a connection gives h2's memory back (vendor/h2).

@@ -51,6 +51,10 @@ where
     /// Ping/pong handler
     ping_pong: PingPong,
 
+    /// hayate: PING and SETTINGS frames received that each ask for an ACK
+    /// (see `server::Connection::control_frames_received`).
+    control_frames_received: u64,
+
     /// Connection settings
     settings: Settings,
 
@@ -74,6 +78,8 @@ struct DynConnection<'a, B: Buf = Bytes> {
     error: &'a mut Option<frame::GoAway>,
 
     ping_pong: &'a mut PingPong,
+
+    control_frames_received: &'a mut u64,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +171,7 @@ where
                 go_away: GoAway::new(),
                 pending_refusal: None,
                 ping_pong: PingPong::new(),
+                control_frames_received: 0,
                 settings: Settings::new(config.settings),
                 streams,
                 span,
@@ -425,6 +432,7 @@ where
             streams,
             error,
             ping_pong,
+            control_frames_received,
             ..
         } = self;
         let streams = streams.as_dyn();
@@ -434,6 +442,7 @@ where
             streams,
             error,
             ping_pong,
+            control_frames_received,
         }
     }
 }
@@ -584,6 +593,9 @@ where
             }
             Some(Settings(frame)) => {
                 tracing::trace!(?frame, "recv SETTINGS");
+                if !frame.is_ack() {
+                    *self.control_frames_received += 1;
+                }
                 return Ok(ReceivedFrame::Settings(frame));
             }
             Some(GoAway(frame)) => {
@@ -597,6 +609,9 @@ where
             }
             Some(Ping(frame)) => {
                 tracing::trace!(?frame, "recv PING");
+                if !frame.is_ack() {
+                    *self.control_frames_received += 1;
+                }
                 let status = self.ping_pong.recv_ping(frame);
                 if status.is_shutdown() {
                     assert!(
@@ -650,6 +665,11 @@ where
 {
     pub fn next_incoming(&mut self) -> Option<StreamRef<B>> {
         self.inner.streams.next_incoming()
+    }
+
+    /// hayate: see `server::Connection::control_frames_received`.
+    pub fn control_frames_received(&self) -> u64 {
+        self.inner.control_frames_received
     }
 
     /// hayate: see `server::Connection::release_idle_buffers`.

@@ -1,0 +1,200 @@
+//! A stream's response out: HEADERS, then the body as DATA within the
+//! client's flow-control window, then trailers.
+//!
+//! A window the client keeps shut is waited for at most the send timeout,
+//! as HTTP/1 waits for a socket the client does not read (`conn/send.rs`;
+//! nginx's `send_timeout` covers an HTTP/2 stream's exhausted window the
+//! same way): a client that stopped reading one download never returns
+//! WINDOW_UPDATEs, and without the bound its stream, the response it holds
+//! and the connection under it were kept for good. The wait is on the
+//! worker's deadline slots, armed only when the window is found shut.
+
+use std::future::poll_fn;
+use std::os::unix::fs::FileExt;
+use std::task::Poll;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::SendStream;
+use hayate_core::deadline::within;
+use hayate_core::response::FileRange;
+use hayate_core::{Body, Chunk, Response, Status};
+
+use super::connection_specific;
+
+/// Bytes of a file read per DATA write.
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// Sends a response: HEADERS (with Date, Server and the length when known),
+/// then the body within the client's window, then trailers. `sent` counts
+/// the body bytes written.
+pub(super) async fn send(
+    mut respond: SendResponse<Bytes>,
+    response: Response,
+    head_request: bool,
+    send_timeout: Duration,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    let body_allowed = !response.status.forbids_body();
+    let mut head = http::Response::builder().status(response.status.code());
+    if !response.has_date {
+        let mut date = Vec::with_capacity(40);
+        hayate_core::date::append_date_line(&mut date, SystemTime::now());
+        if let Some(value) = date
+            .strip_prefix(b"Date: ")
+            .and_then(|d| d.strip_suffix(b"\r\n"))
+        {
+            head = head.header(http::header::DATE, value);
+        }
+    }
+    head = head.header(http::header::SERVER, "hayate");
+    for (name, value) in response.all_fields() {
+        if !connection_specific(name) {
+            head = head.header(name, value);
+        }
+    }
+    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
+        head = head.header(http::header::CONTENT_LENGTH, len);
+    }
+    let head = match head.body(()) {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("response head not valid for HTTP/2: {e}");
+            let fallback = http::Response::builder()
+                .status(Status::BAD_GATEWAY.code())
+                .body(())
+                .expect("a bare status");
+            respond.send_response(fallback, true)?;
+            return Ok(());
+        }
+    };
+    let no_body = !body_allowed || head_request || matches!(response.body, Body::Empty);
+    let mut out = respond.send_response(head, no_body)?;
+    if no_body {
+        return Ok(());
+    }
+    match response.body {
+        Body::Empty | Body::Upgrade(_) => {}
+        Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
+        Body::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+        Body::Parts(parts) => {
+            for part in parts {
+                match part {
+                    Chunk::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
+                    Chunk::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+                }
+            }
+        }
+        Body::Stream(mut stream) => loop {
+            match poll_fn(|cx| stream.source.poll_chunk(cx)).await {
+                Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent).await?,
+                Ok(None) => {
+                    if let Some(trailers) = stream.source.trailers() {
+                        return out.send_trailers(trailer_map(&trailers));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    log::error!("response body from upstream failed after {sent} bytes: {e}");
+                    out.send_reset(h2::Reason::INTERNAL_ERROR);
+                    return Ok(());
+                }
+            }
+        },
+    }
+    out.send_data(Bytes::new(), true)
+}
+
+/// Sends `data` as the client's window allows: never more buffered than
+/// the window it granted.
+async fn send_bytes(
+    out: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    send_timeout: Duration,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        out.reserve_capacity(data.len());
+        let granted = match window(out, send_timeout).await {
+            Some(granted) => granted?,
+            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+        };
+        let piece = data.split_to(granted.min(data.len()));
+        *sent += piece.len() as u64;
+        out.send_data(piece, false)?;
+    }
+    Ok(())
+}
+
+/// The room h2 grants `out` (`poll_capacity`), waiting at most
+/// `send_timeout` once the client's window is found shut; then the stream
+/// is reset (CANCEL) and `None` ends the response.
+async fn window(
+    out: &mut SendStream<Bytes>,
+    send_timeout: Duration,
+) -> Option<Result<usize, h2::Error>> {
+    // Polled once without a deadline: the window is open most of the time.
+    if let Poll::Ready(granted) = poll_fn(|cx| Poll::Ready(out.poll_capacity(cx))).await {
+        return granted;
+    }
+    let until = hayate_core::loop_time::instant() + send_timeout;
+    match within(until, poll_fn(|cx| out.poll_capacity(cx))).await {
+        Ok(granted) => granted,
+        Err(_) => {
+            log::debug!(
+                "HTTP/2 stream reset: its window stayed shut for {send_timeout:?} (send_timeout)"
+            );
+            out.send_reset(h2::Reason::CANCEL);
+            None
+        }
+    }
+}
+
+/// Sends a range of a file, read a chunk at a time as the window opens.
+async fn send_file(
+    out: &mut SendStream<Bytes>,
+    f: &FileRange,
+    send_timeout: Duration,
+    sent: &mut u64,
+) -> Result<(), h2::Error> {
+    let mut offset = f.offset;
+    let end = f.offset + f.len;
+    while offset < end {
+        let want = usize::try_from(end - offset)
+            .unwrap_or(usize::MAX)
+            .min(FILE_CHUNK);
+        let mut buf = vec![0; want];
+        let n = match f.file.read_at(&mut buf, offset) {
+            Ok(0) | Err(_) => {
+                log::error!("file read failed while sending it over HTTP/2");
+                out.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Ok(());
+            }
+            Ok(n) => n,
+        };
+        buf.truncate(n);
+        send_bytes(out, buf.into(), send_timeout, sent).await?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Trailer lines as a header map (invalid lines dropped).
+fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = http::HeaderName::from_bytes(&line[..colon]);
+        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
+        if let (Ok(name), Ok(value)) = (name, value) {
+            if !connection_specific(name.as_str().as_bytes()) {
+                map.append(name, value);
+            }
+        }
+    }
+    map
+}
