@@ -390,8 +390,8 @@ options! {
         "Header fields of forward_auth's 2xx answer copied into the request sent on (Remote-User, Remote-Groups, ...): a 2xx without one of them is refused (503); a client's own copies of these names are always removed";
     forward_auth_timeout: Dur = "5s", "DURATION",
         "Longest wait for forward_auth's answer (connect included); then the request is refused with 503";
-    rate_limit: RateSpec = unset, "N/s|N/m [burst=B]|off",
-        "Requests per client (see rate_limit_key) and second or minute, with burst more taken at once; more get 429 with Retry-After; counted for the whole box, every worker together";
+    rate_limit: RateSpec = unset, "N/s|N/m [burst=B] [delay]|off",
+        "Requests per client (see rate_limit_key) and second or minute, with burst more taken at once (with delay: made to wait their turn, as nginx's limit_req without nodelay); more get 429 with Retry-After; counted for the whole box, every worker together";
     rate_limit_key: RateKey = "ip", "ip|header:NAME|cookie:NAME|route",
         "What rate_limit counts by: the client's address (IPv6 by rate_limit_ipv6_prefix), a header's or a cookie's value (requests without it: by address), or the route as a whole";
     rate_limit_ipv6_prefix: u8 = "64", "BITS",

@@ -7,8 +7,8 @@
 //! 2. Route by Host and path prefix; the route's access policies
 //!    (`policy`: rate limits, allow/deny, basic auth) may answer instead,
 //!    for the client identify decided (`policy::client`, before this); on
-//!    a route behind an auth service (`policy::forward_auth`), the rest
-//!    waits for its verdict ([`upstream`] asks it).
+//!    a route behind an auth service (`policy::forward_auth`), or for a
+//!    request a rate limit delays, the rest waits ([`upstream`] waits).
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
@@ -115,11 +115,15 @@ pub struct ToUpstream<'r> {
 enum Step<'r> {
     /// The route's upstream group.
     Origin(Origin<'r>),
-    /// The route's auth service (`forward_auth`); if it lets the request
-    /// through, steps 3-4 run as for any other: files, the cache, the
-    /// upstream. The normalized path (borrowed when normalizing changed
-    /// nothing).
-    Authorize(Cow<'r, [u8]>),
+    /// The access phase waits: for the request's turn at its rate (`delay`,
+    /// when not zero), then for the route's auth service (`forward_auth`)
+    /// when it has one; then steps 3-4 run as for any other request:
+    /// files, the cache, the upstream. `path` is the normalized path
+    /// (borrowed when normalizing changed nothing).
+    Admit {
+        path: Cow<'r, [u8]>,
+        delay: std::time::Duration,
+    },
 }
 
 /// What the route's upstream group is asked.
@@ -203,11 +207,12 @@ pub fn answer<'r>(
             client_ip: client.ip(),
             now,
         };
-        if let Some(refused) = policies.access(&request) {
-            return Answer::Now(with_hsts(refused, route, req), Some(route.index));
-        }
-        if policies.forward_auth().is_some() {
-            let step = Step::Authorize(path);
+        let delay = match policies.access(&request) {
+            Ok(delay) => delay,
+            Err(refused) => return Answer::Now(with_hsts(refused, route, req), Some(route.index)),
+        };
+        if !delay.is_zero() || policies.forward_auth().is_some() {
+            let step = Step::Admit { path, delay };
             return Answer::Upstream(ToUpstream { route, step });
         }
     }
@@ -332,11 +337,15 @@ pub async fn upstream<B: ClientBody>(
     let mut authorized = Vec::new();
     let origin = match to.step {
         Step::Origin(origin) => origin,
-        Step::Authorize(path) => {
-            let auth = forward_auth.expect("a route that authorizes has an auth service");
-            match auth.ask(req, client).await {
-                Verdict::Refuse(answer) => return with_hsts(answer, route, req),
-                Verdict::Allow(fields) => authorized = fields,
+        Step::Admit { path, delay } => {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if let Some(auth) = forward_auth {
+                match auth.ask(req, client).await {
+                    Verdict::Refuse(answer) => return with_hsts(answer, route, req),
+                    Verdict::Allow(fields) => authorized = fields,
+                }
             }
             match serve(req, route, path, Instant::now(), client) {
                 Served::Now(response) => return response,

@@ -49,6 +49,8 @@ pub struct AccessRequest<'a> {
 pub enum Access {
     /// The next policy (or the handler) decides.
     Pass,
+    /// In, after this wait (a rate limit's burst in `delay` mode).
+    Delay(std::time::Duration),
     /// The request is answered with this (403, 401, 429, ...).
     Refuse(Response),
 }
@@ -184,11 +186,18 @@ impl RoutePolicies {
         self.forward_auth.as_ref()
     }
 
-    /// The access phase: the first refusal answers the request.
-    pub fn access(&self, request: &AccessRequest<'_>) -> Option<Response> {
-        self.access.iter().find_map(|p| match p.check(request) {
-            Access::Pass => None,
-            Access::Refuse(r) => Some(r),
-        })
+    /// The access phase without waiting: the first refusal answers the
+    /// request; otherwise how long it must wait first (`Duration::ZERO`:
+    /// not at all), the longest any policy asked.
+    pub fn access(&self, request: &AccessRequest<'_>) -> Result<std::time::Duration, Response> {
+        let mut wait = std::time::Duration::ZERO;
+        for policy in &self.access {
+            match policy.check(request) {
+                Access::Pass => {}
+                Access::Delay(d) => wait = wait.max(d),
+                Access::Refuse(r) => return Err(r),
+            }
+        }
+        Ok(wait)
     }
 }

@@ -364,3 +364,39 @@ fn a_reload_applies_new_rules_and_keeps_the_counts_of_unchanged_limits() {
     assert!(!ok && said.contains("plain password"), "{said}");
     assert_eq!(h.client().get("/open/echo", &[]).status, 403);
 }
+
+#[test]
+fn in_delay_mode_a_burst_is_queued_to_the_rate_not_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\n[[site]]\nproxy = [\"{}\"]\nrate_limit = \"1/s burst=2 delay\"\n",
+        o.url()
+    );
+    let h = start(dir.path(), &text);
+    let addr = h.addr;
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let r = hayate_testkit::Client::connect(addr).get("/echo", &[]);
+                (r.status, started.elapsed())
+            })
+        })
+        .collect();
+    let mut answers: Vec<(u16, std::time::Duration)> = clients
+        .into_iter()
+        .map(|t| t.join().expect("client"))
+        .collect();
+    answers.sort();
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [200, 200, 200, 429], "{answers:?}");
+    // The third admitted waited two turns of a second: a lower bound only
+    // (a slow machine makes it later, never sooner).
+    let slowest = answers[..3].iter().map(|a| a.1).max().expect("answers");
+    assert!(
+        slowest >= std::time::Duration::from_millis(1800),
+        "{answers:?}"
+    );
+    h.assert_no_errors();
+}

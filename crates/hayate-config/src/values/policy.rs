@@ -27,7 +27,9 @@ impl OptValue for AuthFile {
 }
 
 /// `rate_limit`: `N/s` or `N/m` (nginx's `10r/s` too), then optionally
-/// `burst=B` (requests allowed ahead of the rate, default 0), or `off`.
+/// `burst=B` (requests allowed ahead of the rate, default 0) and `delay`
+/// (the burst waits its turn instead of going through at once: nginx's
+/// `limit_req` without `nodelay`), or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateSpec {
     /// Requests per `per`; 0: no limit (`off`).
@@ -36,6 +38,8 @@ pub struct RateSpec {
     pub per: Duration,
     /// Requests taken at once beyond the rate.
     pub burst: u32,
+    /// The burst is delayed to the rate rather than let through at once.
+    pub delay: bool,
 }
 
 impl RateSpec {
@@ -55,6 +59,7 @@ impl OptValue for RateSpec {
                 requests: 0,
                 per: Duration::from_secs(1),
                 burst: 0,
+                delay: false,
             });
         }
         let (count, unit) = rate.split_once('/').ok_or_else(bad)?;
@@ -70,10 +75,12 @@ impl OptValue for RateSpec {
             "h" => Duration::from_secs(3600),
             _ => return Err(bad()),
         };
-        let mut burst = 0;
+        let (mut burst, mut delay) = (0, false);
         for word in words {
-            match word.split_once('=') {
-                Some(("burst", n)) => burst = n.parse().map_err(|_| bad())?,
+            match (word, word.split_once('=')) {
+                (_, Some(("burst", n))) => burst = n.parse().map_err(|_| bad())?,
+                ("delay", _) => delay = true,
+                ("nodelay", _) => delay = false,
                 _ => return Err(format!("{}: unknown {word:?}", bad())),
             }
         }
@@ -81,6 +88,7 @@ impl OptValue for RateSpec {
             requests,
             per,
             burst,
+            delay,
         })
     }
 }
@@ -131,13 +139,20 @@ mod tests {
         let r = RateSpec::parse_str("30r/m").expect("nginx form");
         assert_eq!(r.interval(), Duration::from_secs(2));
         assert_eq!(RateSpec::parse_str("off").expect("off").requests, 0);
+        let r = RateSpec::parse_str("10/s burst=5 delay").expect("delay");
+        assert!(r.delay && r.burst == 5);
+        assert!(
+            !RateSpec::parse_str("10/s burst=5 nodelay")
+                .expect("nodelay")
+                .delay
+        );
         for bad in [
             "",
             "10",
             "0/s",
             "10/day",
             "10/s burst=x",
-            "10/s nodelay",
+            "10/s later",
             "-1/s",
         ] {
             assert!(RateSpec::parse_str(bad).is_err(), "{bad:?}");

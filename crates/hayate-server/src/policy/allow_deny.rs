@@ -69,7 +69,7 @@ mod tests {
             now: Instant::now(),
         };
         match rule.check(&request) {
-            Access::Pass => 200,
+            Access::Pass | Access::Delay(_) => 200,
             Access::Refuse(r) => r.status.code(),
         }
     }

@@ -46,6 +46,8 @@ pub struct Limiter {
     interval: u64,
     /// How far ahead of now a bucket may be: `burst` intervals.
     tolerance: u64,
+    /// A request admitted ahead of the rate waits its turn (`delay`).
+    delay: bool,
     /// Keys kept per shard.
     max_per_shard: usize,
     /// The origin of the times kept (nanoseconds since it).
@@ -77,6 +79,7 @@ impl Limiter {
             route: route.clone(),
             interval,
             tolerance: interval.saturating_mul(u64::from(spec.burst)),
+            delay: spec.delay,
             max_per_shard: (max_keys as usize).div_ceil(SHARDS).max(1),
             epoch: Instant::now(),
             hasher: foldhash::fast::RandomState::default(),
@@ -87,9 +90,11 @@ impl Limiter {
         limiter
     }
 
-    /// Counts one request of `key` at `now`: `Ok` when it may come in,
-    /// `Err(wait)` with how long until it could.
-    fn take(&self, key: u64, now: Instant) -> Result<(), Duration> {
+    /// Counts one request of `key` at `now`: `Ok(wait)` when it may come
+    /// in, after `wait` (zero but in `delay` mode, where a request of the
+    /// burst waits for its turn at the rate); `Err(wait)` when it may not,
+    /// with how long until it could.
+    fn take(&self, key: u64, now: Instant) -> Result<Duration, Duration> {
         let now =
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         let shard = &self.shards[(key % SHARDS as u64) as usize];
@@ -106,7 +111,9 @@ impl Limiter {
             make_room(&mut buckets, now, self.max_per_shard);
         }
         buckets.insert(key, next);
-        Ok(())
+        // Its turn comes when the bucket it found was empty: `empty_at`.
+        let wait = if self.delay { empty_at - now } else { 0 };
+        Ok(Duration::from_nanos(wait))
     }
 
     /// Keys remembered now, every shard.
@@ -225,7 +232,8 @@ fn cookie<'a>(request: &AccessRequest<'a>, name: &[u8]) -> Option<&'a [u8]> {
 impl AccessPolicy for RateLimit {
     fn check(&self, request: &AccessRequest<'_>) -> Access {
         match self.limiter.take(self.key_of(request), request.now) {
-            Ok(()) => Access::Pass,
+            Ok(wait) if wait.is_zero() => Access::Pass,
+            Ok(wait) => Access::Delay(wait),
             Err(wait) => {
                 // Whole seconds, rounded up: a client retrying at once
                 // after a shorter wait would only be refused again.
@@ -305,7 +313,7 @@ mod tests {
             now,
         };
         match limit.check(&request) {
-            Access::Pass => 200,
+            Access::Pass | Access::Delay(_) => 200,
             Access::Refuse(r) => {
                 assert!(r.field(b"retry-after").is_some());
                 r.status.code()
@@ -395,12 +403,40 @@ mod tests {
             RateLimit::new(&route("/g"), spec("1/m"), RateKey::Ip, 64, 10_000).expect("limit");
         let t0 = Instant::now();
         for key in 0..1_000_000u64 {
-            assert!(limit.limiter.take(key, t0).is_ok());
+            assert_eq!(limit.limiter.take(key, t0), Ok(Duration::ZERO));
         }
         let keys = limit.limiter.keys();
         assert!(keys <= 10_000, "{keys}");
         // A client just seen is still remembered.
         assert!(limit.limiter.take(999_999, t0).is_err());
+    }
+
+    #[test]
+    fn in_delay_mode_the_burst_waits_its_turn_at_the_rate() {
+        let limit = RateLimit::new(
+            &route("/i"),
+            spec("10/s burst=3 delay"),
+            RateKey::Ip,
+            64,
+            100,
+        )
+        .expect("limit");
+        let t0 = Instant::now();
+        let key = 7;
+        let waits: Vec<_> = (0..5).map(|_| limit.limiter.take(key, t0)).collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            waits,
+            [
+                Ok(ms(0)),
+                Ok(ms(100)),
+                Ok(ms(200)),
+                Ok(ms(300)),
+                Err(ms(100))
+            ]
+        );
+        // Later, the queue has drained by the time passed.
+        assert_eq!(limit.limiter.take(key, t0 + ms(250)), Ok(ms(150)));
     }
 
     #[test]
