@@ -48,7 +48,7 @@ use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
 use crate::policy::forward_auth::Verdict;
-use crate::policy::{AccessRequest, ForwardedClient};
+use crate::policy::{AccessRequest, Admission, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
@@ -208,8 +208,10 @@ pub fn answer<'r>(
             now,
         };
         let delay = match policies.access(&request) {
-            Ok(delay) => delay,
-            Err(refused) => return Answer::Now(with_hsts(refused, route, req), Some(route.index)),
+            Admission::After(delay) => delay,
+            Admission::Refused(r) => {
+                return Answer::Now(with_hsts(r, route, req), Some(route.index))
+            }
         };
         if !delay.is_zero() || policies.forward_auth().is_some() {
             let step = Step::Admit { path, delay };

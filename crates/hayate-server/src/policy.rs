@@ -55,6 +55,14 @@ pub enum Access {
     Refuse(Response),
 }
 
+/// What the access phase decided without waiting.
+pub enum Admission {
+    /// In, after this wait (zero: at once).
+    After(std::time::Duration),
+    /// Answered with this.
+    Refused(Response),
+}
+
 /// A policy of the access phase: who may come in.
 pub trait AccessPolicy {
     /// Decides for one request, without waiting.
@@ -187,17 +195,17 @@ impl RoutePolicies {
     }
 
     /// The access phase without waiting: the first refusal answers the
-    /// request; otherwise how long it must wait first (`Duration::ZERO`:
-    /// not at all), the longest any policy asked.
-    pub fn access(&self, request: &AccessRequest<'_>) -> Result<std::time::Duration, Response> {
+    /// request; otherwise it comes in after the longest wait any policy
+    /// asked (`Duration::ZERO`: at once).
+    pub fn access(&self, request: &AccessRequest<'_>) -> Admission {
         let mut wait = std::time::Duration::ZERO;
         for policy in &self.access {
             match policy.check(request) {
                 Access::Pass => {}
                 Access::Delay(d) => wait = wait.max(d),
-                Access::Refuse(r) => return Err(r),
+                Access::Refuse(r) => return Admission::Refused(r),
             }
         }
-        Ok(wait)
+        Admission::After(wait)
     }
 }
