@@ -228,6 +228,7 @@ pub(crate) fn new_request_id() -> [u8; 16] {
 
 /// `for=NODE` of a Forwarded element (RFC 7239 §6: an IPv6 node is quoted
 /// and bracketed).
+#[inline]
 fn write_forwarded_node(h: &mut Vec<u8>, ip: &str) {
     h.extend_from_slice(b"for=");
     if ip.contains(':') {

@@ -305,7 +305,13 @@ impl Router {
 
     /// Identify: the client a request from `peer` comes from, when a
     /// trusted proxy names it (`None`: the peer is the client).
+    #[inline(always)]
     pub fn client_of(&self, head: &RequestHead, peer: &Peer) -> Option<ForwardedClient> {
+        // Inlined test first: without trusted proxies (most sites) the call
+        // cost every request 22 instructions (bench/instructions/run).
+        if self.trusted_proxies.is_empty() {
+            return None;
+        }
         self.trusted_proxies.client_of(head, peer)
     }
 

@@ -159,7 +159,11 @@ impl Conn {
         Ok(())
     }
 
-    /// Records one exchange in the access log, if there is one.
+    /// Records one exchange in the access log, if there is one. Only the
+    /// check is inlined into the writers: with the record's making beside
+    /// it, this stopped being inlined and cost every request 22
+    /// instructions more with the log off (bench/instructions/run).
+    #[inline(always)]
     pub(super) fn log_access(
         &self,
         req: &Request,
@@ -170,18 +174,32 @@ impl Conn {
     ) {
         self.worker.with_generation(|g| {
             if let Some(log) = &g.access_log {
-                let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
-                let entry = access_log::Entry {
-                    peer: client.addr(),
-                    status: status.code(),
-                    bytes,
-                    duration: started.elapsed(),
-                    cache,
-                    tls: self.transport.tls_info(),
-                };
-                log.record(&req.head, &entry);
+                self.record_access(log, req, status, cache, bytes, started);
             }
         });
+    }
+
+    /// The access log's record of one exchange.
+    #[inline(never)]
+    fn record_access(
+        &self,
+        log: &access_log::AccessLog,
+        req: &Request,
+        status: Status,
+        cache: Option<&'static str>,
+        bytes: u64,
+        started: Instant,
+    ) {
+        let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
+        let entry = access_log::Entry {
+            peer: client.addr(),
+            status: status.code(),
+            bytes,
+            duration: started.elapsed(),
+            cache,
+            tls: self.transport.tls_info(),
+        };
+        log.record(&req.head, &entry);
     }
 
     /// Relays a streamed body chunk by chunk, in chunked coding when its

@@ -48,6 +48,11 @@ impl TrustedProxies {
         TrustedProxies { nets }
     }
 
+    /// Whether no peer is trusted (nothing to read in any request).
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
     /// Whether `ip` is a trusted proxy.
     pub fn trusts(&self, ip: IpAddr) -> bool {
         self.nets.iter().any(|n| n.contains(ip))
@@ -55,6 +60,7 @@ impl TrustedProxies {
 
     /// The client `peer` names in `head`, when `peer` is trusted and names
     /// one; `None`: the client is the peer.
+    #[inline(never)]
     pub fn client_of(&self, head: &RequestHead, peer: &Peer) -> Option<ForwardedClient> {
         if self.nets.is_empty() {
             return None;
