@@ -573,8 +573,15 @@ pub fn upgrade_echo_server() -> (u16, std::thread::JoinHandle<String>) {
 fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
     let (before, rest) = line.split_once("://")?;
     let scheme = before.rsplit(' ').next()?.to_string();
-    let addr = rest.split('/').next()?.replace("localhost", "127.0.0.1");
-    Some((scheme, addr.parse().ok()?))
+    let mut addr: SocketAddr = rest.split('/').next()?.parse().ok()?;
+    // Bound to every interface: reached on loopback.
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Some((scheme, addr))
 }
 
 /// Runs `cmd` to its end: whether it succeeded, and its stdout then stderr
