@@ -305,7 +305,7 @@ options! {
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
     control: PathBuf = unset, "PATH",
-        "Control socket for hayate status, reload, stop and purge (default: one per user and directory, in the temp dir)";
+        "Control socket for hayate status, reload, upgrade, stop, logs and purge (default: one per user and directory in $XDG_RUNTIME_DIR/hayate, /run/hayate for root, else the temp dir; a further hayate started in the same directory gets its own)";
     user: String = unset, "USER",
         "Once its sockets are bound (ports below 1024 need root), hayate runs as this user (name or uid), and so does its app";
     group: String = unset, "GROUP",

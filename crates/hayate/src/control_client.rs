@@ -1,18 +1,46 @@
 //! The control client: `hayate status|reload|upgrade|stop|logs|purge` find
-//! the running hayate's control socket and send it one command line.
+//! the running hayate's control socket and send it one command line, saying
+//! which hayate they address; `hayate list` shows every running hayate.
+//!
+//! A command reaches a hayate started in the current directory, or the one
+//! it is told (`--control PATH`, `--pid N`): never one started elsewhere by
+//! guess, and never one of several.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
+use hayate_server::control::{self, PidFile};
 
+/// A control command's own arguments: which hayate.
 pub fn control_command(name: &'static str, about: &'static str) -> Command {
-    Command::new(name).about(about).arg(
-        Arg::new("control")
-            .long("control")
-            .value_name("PATH")
-            .env("HAYATE_CONTROL")
-            .help("Control socket [default: the one of the hayate run started in this directory]"),
+    Command::new(name)
+        .about(about)
+        .arg(
+            Arg::new("control")
+                .long("control")
+                .value_name("PATH")
+                .env("HAYATE_CONTROL")
+                .help(
+                    "Control socket of the hayate to address [default: that of the hayate \
+                     started in this directory; with several, pick one with --pid]",
+                ),
+        )
+        .arg(
+            Arg::new("pid")
+                .long("pid")
+                .value_name("N")
+                .value_parser(clap::value_parser!(u32))
+                .conflicts_with("control")
+                .help("The hayate of this process id (hayate list shows them)"),
+        )
+}
+
+/// `hayate list`.
+pub fn list_command() -> Command {
+    Command::new("list").about(
+        "Show every running hayate of this user (root: the services'): pid, the directory it \
+         was started in, its config file, its listeners and control socket",
     )
 }
 
@@ -38,54 +66,116 @@ pub fn default_control_path(dir: &Path) -> PathBuf {
     control_dir().join(format!("{h:016x}.sock"))
 }
 
-/// The control socket a command talks to: `--control`, else the one of the
-/// hayate started in this directory, else the only one answering in
-/// [`control_dir`] (with several, the error lists them).
-pub fn find_control(given: Option<&String>) -> anyhow::Result<PathBuf> {
-    if let Some(path) = given {
-        return Ok(PathBuf::from(path));
+/// A running hayate, as its control socket and pid file say.
+pub struct Target {
+    /// Its control socket.
+    pub socket: PathBuf,
+    /// Its pid file (`None` from a hayate that wrote none).
+    pub about: Option<PidFile>,
+}
+
+impl Target {
+    fn of(socket: PathBuf) -> Target {
+        let about = PidFile::read(&socket);
+        Target { socket, about }
     }
-    let here = default_control_path(Path::new("."));
-    if std::os::unix::net::UnixStream::connect(&here).is_ok() {
-        return Ok(here);
-    }
-    let live: Vec<PathBuf> = std::fs::read_dir(control_dir())
-        .into_iter()
-        .flatten()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "sock"))
-        .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
-        .collect();
-    match live.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => anyhow::bail!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            here.display()
-        ),
-        several => {
-            let list: Vec<String> = several
-                .iter()
-                .map(|p| {
-                    let about =
-                        std::fs::read_to_string(p.with_extension("pid")).unwrap_or_default();
-                    let mut lines = about.lines();
-                    let (pid, dir) = (lines.next().unwrap_or("?"), lines.next().unwrap_or("?"));
-                    format!("  --control {}  (pid {pid}, started in {dir})", p.display())
-                })
-                .collect();
-            anyhow::bail!(
-                "{} hayates answer; run this in the directory of one, or pick one:\n{}",
-                several.len(),
-                list.join("\n")
-            )
+
+    /// Which hayate this is, in a line: pid, directory, config file.
+    pub fn describe(&self) -> String {
+        match &self.about {
+            Some(a) => format!(
+                "hayate pid {}, started in {}, config {}",
+                a.pid,
+                a.dir.display(),
+                a.config
+                    .as_ref()
+                    .map_or("none".into(), |c| c.display().to_string())
+            ),
+            None => format!("hayate on {} (no pid file)", self.socket.display()),
         }
     }
 }
 
+/// Every hayate answering on a control socket in [`control_dir`].
+fn running() -> Vec<Target> {
+    let mut targets: Vec<Target> = std::fs::read_dir(control_dir())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "sock"))
+        .filter(|p| control::answers(p))
+        .map(Target::of)
+        .collect();
+    targets.sort_by_key(|t| t.about.as_ref().map(|a| a.pid));
+    targets
+}
+
+/// One line per hayate, `--pid N (started in DIR, config FILE)`, to pick
+/// from.
+fn choices(targets: &[Target]) -> String {
+    targets
+        .iter()
+        .map(|t| match &t.about {
+            Some(a) => format!(
+                "  --pid {}  (started in {}, config {})",
+                a.pid,
+                a.dir.display(),
+                a.config
+                    .as_ref()
+                    .map_or("none".into(), |c| c.display().to_string())
+            ),
+            None => format!("  --control {}", t.socket.display()),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The hayate a command addresses: `--control PATH`; else `--pid N`; else
+/// the one started in this directory. Several started here, or none here
+/// (however many run elsewhere), is an error that lists them.
+pub fn find_control(m: &ArgMatches) -> anyhow::Result<Target> {
+    if let Some(path) = m.get_one::<String>("control") {
+        return Ok(Target::of(PathBuf::from(path)));
+    }
+    if let Some(&pid) = m.get_one::<u32>("pid") {
+        return running()
+            .into_iter()
+            .find(|t| t.about.as_ref().is_some_and(|a| a.pid == pid))
+            .with_context(|| {
+                format!(
+                    "no hayate with pid {pid} answers in {} (one whose control socket is \
+                     elsewhere is reached with --control PATH)",
+                    control_dir().display()
+                )
+            });
+    }
+    let first = default_control_path(Path::new("."));
+    let (mut here, elsewhere): (Vec<Target>, Vec<Target>) = running()
+        .into_iter()
+        .partition(|t| control::in_family(&first, &t.socket));
+    let cwd = std::env::current_dir().unwrap_or_default();
+    match here.len() {
+        1 => Ok(here.remove(0)),
+        0 if elsewhere.is_empty() => {
+            anyhow::bail!("no hayate runs (none was started in {})", cwd.display())
+        }
+        0 => anyhow::bail!(
+            "no hayate was started in {}; to address one started elsewhere, say which:\n{}",
+            cwd.display(),
+            choices(&elsewhere)
+        ),
+        n => anyhow::bail!(
+            "{n} hayates were started in {}; say which:\n{}",
+            cwd.display(),
+            choices(&here)
+        ),
+    }
+}
+
 /// `hayate status|reload|upgrade|stop|purge`: one command on the control
-/// socket; its answer printed, and exit 1 when it failed.
+/// socket, with a line naming the hayate it addresses; its answer
+/// printed, and exit 1 when it failed.
 pub fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
-    let path = find_control(m.get_one::<String>("control"))?;
     let line = match (
         m.try_get_one::<String>("url"),
         m.try_get_one::<String>("tag"),
@@ -96,10 +186,22 @@ pub fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     };
     // The line the server will parse: refuse here what it would refuse.
     anyhow::ensure!(
-        hayate_server::control::ControlCommand::parse(&line).is_some(),
+        control::ControlCommand::parse(&line).is_some(),
         "a URL or tag must be one word, without spaces"
     );
-    match ask(&path, &line) {
+    let target = find_control(m)?;
+    // Which hayate: for status, part of its report; for a command that
+    // acts, said on stderr, so that its stdout stays the server's answer
+    // (`purged 3`) for scripts.
+    if name == "status" {
+        println!("{}", target.describe());
+        for l in target.about.iter().flat_map(|a| &a.listen) {
+            println!("listening on {l}");
+        }
+    } else {
+        eprintln!("{name}: {}", target.describe());
+    }
+    match ask(&target.socket, &line) {
         Ok(text) => {
             print!("{text}");
             Ok(())
@@ -111,16 +213,54 @@ pub fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     }
 }
 
+/// `hayate list`: every hayate answering in [`control_dir`], a line each.
+pub fn list() -> anyhow::Result<()> {
+    let targets = running();
+    if targets.is_empty() {
+        println!(
+            "no hayate runs (none answers in {})",
+            control_dir().display()
+        );
+        return Ok(());
+    }
+    let rows: Vec<[String; 5]> = targets
+        .iter()
+        .map(|t| {
+            let a = t.about.clone().unwrap_or_default();
+            let pid = t.about.as_ref().map_or("?".into(), |a| a.pid.to_string());
+            [
+                pid,
+                a.dir.display().to_string(),
+                a.config.map_or("-".into(), |c| c.display().to_string()),
+                a.listen.join(","),
+                t.socket.display().to_string(),
+            ]
+        })
+        .collect();
+    let header = ["PID", "DIRECTORY", "CONFIG", "LISTEN", "CONTROL"].map(String::from);
+    let mut widths = [0; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+    Ok(())
+}
+
 /// Sends one command line on the control socket at `path`: `Ok` with the
 /// answer, or `Err` with what the server said went wrong.
 pub fn ask(path: &Path, line: &str) -> anyhow::Result<String> {
     use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(path).with_context(|| {
-        format!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            path.display()
-        )
-    })?;
+    let mut s = std::os::unix::net::UnixStream::connect(path)
+        .with_context(|| format!("no hayate answers on {}", path.display()))?;
     s.write_all(line.as_bytes())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;

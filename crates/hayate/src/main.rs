@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{Listen, ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
+use hayate_server::control::ControlPlace;
 use hayate_server::handoff::Inherited;
 
 use crate::control_client::{ask, control, control_command, default_control_path, find_control};
@@ -97,7 +98,9 @@ fn command() -> Command {
         )
         .subcommand(control_command(
             "status",
-            "Show the app's instances (state, pid, uptime, restarts, memory, requests) and its queue",
+            "Show which hayate answers (pid, directory, config file, listeners), its app's \
+             instances (state, pid, uptime, restarts, memory, requests) and queue, and the \
+             shared tier",
         ))
         .subcommand(control_command(
             "reload",
@@ -111,7 +114,11 @@ fn command() -> Command {
              connection refused); once it serves, this one drains and exits. Exits 1 if the new \
              one fails (this one keeps serving)",
         ))
-        .subcommand(control_command("stop", "Stop hayate gracefully"))
+        .subcommand(control_command(
+            "stop",
+            "Stop hayate gracefully: no new connection; requests in flight finish within \
+             grace_period",
+        ))
         .subcommand(
             control_command(
                 "logs",
@@ -154,6 +161,7 @@ fn command() -> Command {
                     .help("Remove every response whose Surrogate-Key names TAG"),
             ),
         )
+        .subcommand(control_client::list_command())
         .subcommand(service_command())
         .subcommand(
             Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
@@ -282,8 +290,8 @@ fn main() -> ExitCode {
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m, inherited),
         Some(("php", m)) => php(m, inherited),
-        Some(("logs", m)) => find_control(m.get_one::<String>("control"))
-            .and_then(|path| ask(&path, "logs\n"))
+        Some(("logs", m)) => find_control(m)
+            .and_then(|target| ask(&target.socket, "logs\n"))
             .and_then(|files| {
                 logs::run(
                     &files,
@@ -292,6 +300,7 @@ fn main() -> ExitCode {
                 )
             }),
         Some((name @ ("status" | "reload" | "upgrade" | "stop" | "purge"), m)) => control(name, m),
+        Some(("list", _)) => control_client::list(),
         Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
@@ -354,14 +363,6 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     init_log(&config)?;
     let what = describe(&config);
     let on_reload = |_: &Config| String::new();
-    // A cache is purged and a config file reloaded through the control
-    // socket; without either there is nothing to control but stop.
-    let controlled = m.get_one::<String>("config").is_some()
-        || config
-            .sites
-            .iter()
-            .flat_map(|s| &s.routes)
-            .any(|r| r.options.cache.enabled);
     let mut hooks = hooks(
         &config,
         m.get_one::<String>("config"),
@@ -370,22 +371,6 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         None,
         hayate_core::metrics::Metrics::default(),
     );
-    hooks.control = match config.global.control.clone() {
-        Some(p) => Some(p),
-        None if controlled => {
-            let p = default_control_path(Path::new("."));
-            if std::os::unix::net::UnixStream::connect(&p).is_ok() {
-                log::warn!(
-                    "another hayate answers on {}: running without a control socket (set --control)",
-                    p.display()
-                );
-                None
-            } else {
-                Some(p)
-            }
-        }
-        None => None,
-    };
     hooks.reread = rereader(m, overrides);
     hooks.inherited = inherited;
     hayate_server::run(config, None, hooks).context("server failed")
@@ -584,18 +569,21 @@ fn supervise(
     if let Some(log) = app_log {
         hooks.on_reopen_logs = Box::new(move || log.reopen());
     }
-    hooks.control = Some(
-        config
-            .global
-            .control
-            .clone()
-            .unwrap_or_else(|| default_control_path(Path::new("."))),
-    );
     let result =
         hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
     drop(supervisor); // stops every instance and waits
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
+}
+
+/// Where a serving hayate's control socket goes: `--control` (or the
+/// file's `control`), else the directory's default. Every hayate has one,
+/// so `hayate stop` and `hayate list` know every hayate.
+fn control_place(config: &Config) -> ControlPlace {
+    match &config.global.control {
+        Some(path) => ControlPlace::Given(path.clone()),
+        None => ControlPlace::Default(default_control_path(Path::new("."))),
+    }
 }
 
 /// Who the app runs as: `app_user`, else hayate's own `user` (a hayate that
@@ -662,7 +650,7 @@ fn hooks<'a>(
         reread: None,
         inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),
-        control: None,
+        control: Some(control_place(config)),
         config_file: config_file.map(PathBuf::from),
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,

@@ -101,7 +101,7 @@ fn an_upgrade_under_load_refuses_no_connection_and_fails_no_request() {
     let (ok, said) = control("upgrade", &sock);
     assert!(ok, "{said}");
     let new_pid: u32 = said
-        .split("pid ")
+        .split("upgraded: pid ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .and_then(|p| p.parse().ok())
