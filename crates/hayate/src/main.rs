@@ -281,10 +281,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Started by `hayate upgrade`: a failure is told to it, not only logged.
+    let mut start_failure = inherited.start_failure();
     let args = cli::join_bool_values(std::env::args_os());
-    let matches = command()
-        .try_get_matches_from(args)
-        .unwrap_or_else(|e| with_a_true_tip(e).exit());
+    let matches = command().try_get_matches_from(args).unwrap_or_else(|e| {
+        let e = with_a_true_tip(e);
+        if let Some(failure) = start_failure.take() {
+            failure.tell(&e.render().to_string());
+        }
+        e.exit()
+    });
     let result = match matches.subcommand() {
         Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
@@ -312,6 +318,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hayate: {e:#}");
+            if let Some(failure) = start_failure {
+                failure.tell(&format!("{e:#}\n"));
+            }
             ExitCode::FAILURE
         }
     }
