@@ -85,6 +85,7 @@ impl Hayate {
             cmd.current_dir(dir);
         } else if !args.iter().any(|a| a.starts_with("--control"))
             && !envs.iter().any(|(k, _)| *k == "HAYATE_CONTROL")
+            && !config_names_control(args)
         {
             // Hayates started from the same directory (every test of a
             // file runs from the crate's) would meet on its default control
@@ -567,6 +568,25 @@ pub fn upgrade_echo_server() -> (u16, std::thread::JoinHandle<String>) {
         String::from_utf8_lossy(&head).to_ascii_lowercase()
     });
     (port, done)
+}
+
+/// Whether the config file in `args` (`--config FILE`, `-c FILE`) sets
+/// `control`: the test then talks to that socket, which HAYATE_CONTROL
+/// would override.
+fn config_names_control(args: &[&str]) -> bool {
+    let file = args
+        .windows(2)
+        .find(|w| w[0] == "--config" || w[0] == "-c")
+        .map(|w| w[1])
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--config=")));
+    file.and_then(|f| std::fs::read_to_string(f).ok())
+        .is_some_and(|text| {
+            text.lines().any(|l| {
+                l.trim_start()
+                    .strip_prefix("control")
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+        })
 }
 
 /// The scheme and address of a "serving ... on http(s)://ADDR/" line.
