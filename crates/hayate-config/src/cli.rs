@@ -31,12 +31,65 @@ fn option_arg(o: &OptDef) -> Arg {
             ArgAction::Set
         });
     if o.flag {
+        // `--x` and `--x=false` here; `--x false` is joined into
+        // `--x=false` before clap sees it ([`join_bool_values`]), so that
+        // clap never takes a DIR after `--listing` for its value.
         arg = arg
             .num_args(0..=1)
             .default_missing_value("true")
             .require_equals(true);
     }
     arg
+}
+
+/// The words a boolean option's value may be (`bool`'s `parse_str`).
+const BOOL_WORDS: &[&str] = &["true", "false", "on", "off", "yes", "no", "1", "0"];
+
+/// Rewrites `--x WORD` into `--x=WORD` for every boolean option `x` when
+/// WORD is one of true/false/on/off/yes/no/1/0 (any case); any other word
+/// after `--x` stays an argument of its own (`hayate --listing ./public`
+/// serves ./public with listings). Clap alone cannot decide this: with an
+/// optional value it takes whatever word follows. So a directory named
+/// `true` is given as `./true`. Nothing after `--` (the app's command) is
+/// touched.
+pub fn join_bool_values<I>(args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString>,
+{
+    let bool_flags: Vec<String> = GLOBAL_OPTIONS
+        .iter()
+        .chain(ROUTE_OPTIONS)
+        .filter(|o| o.flag)
+        .map(|o| format!("--{}", o.flag_name()))
+        .collect();
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut args = args.into_iter().map(Into::into).peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(args);
+            break;
+        }
+        let is_bool_flag = arg
+            .to_str()
+            .is_some_and(|a| bool_flags.iter().any(|f| f == a));
+        let value = args
+            .peek()
+            .and_then(|v| v.to_str())
+            .filter(|v| BOOL_WORDS.contains(&v.to_ascii_lowercase().as_str()));
+        match value {
+            Some(value) if is_bool_flag => {
+                let mut joined = arg;
+                joined.push("=");
+                joined.push(value);
+                out.push(joined);
+                args.next();
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
 }
 
 /// The `--help` section of an option, by what it is about.
@@ -118,6 +171,79 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
         }
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod bool_value_tests {
+    use super::join_bool_values;
+
+    fn joined(args: &[&str]) -> Vec<String> {
+        join_bool_values(args.iter().copied())
+            .into_iter()
+            .map(|a| a.into_string().expect("utf-8"))
+            .collect()
+    }
+
+    #[test]
+    fn a_boolean_word_after_a_boolean_flag_is_its_value() {
+        let table: &[(&[&str], &[&str])] = &[
+            (
+                &["hayate", "--http2", "false"],
+                &["hayate", "--http2=false"],
+            ),
+            (
+                &["hayate", "--listing", "TRUE", "d"],
+                &["hayate", "--listing=TRUE", "d"],
+            ),
+            (
+                &["hayate", "--listing", "off"],
+                &["hayate", "--listing=off"],
+            ),
+            // A directory after a bare boolean flag stays the directory.
+            (
+                &["hayate", "--listing", "./public"],
+                &["hayate", "--listing", "./public"],
+            ),
+            (
+                &["hayate", "./public", "--listing"],
+                &["hayate", "./public", "--listing"],
+            ),
+            (
+                &["hayate", "--listing=no", "1"],
+                &["hayate", "--listing=no", "1"],
+            ),
+            // Only boolean options take a word so.
+            (&["hayate", "--workers", "1"], &["hayate", "--workers", "1"]),
+            (
+                &["hayate", "--index", "true"],
+                &["hayate", "--index", "true"],
+            ),
+            // The app's command is the app's.
+            (
+                &[
+                    "hayate",
+                    "run",
+                    "--listing",
+                    "--",
+                    "app",
+                    "--listing",
+                    "false",
+                ],
+                &[
+                    "hayate",
+                    "run",
+                    "--listing",
+                    "--",
+                    "app",
+                    "--listing",
+                    "false",
+                ],
+            ),
+        ];
+        for (args, want) in table {
+            assert_eq!(joined(args), *want, "{args:?}");
+        }
+    }
 }
 
 #[cfg(test)]

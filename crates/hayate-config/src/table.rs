@@ -175,7 +175,7 @@ options! {
     resolved GlobalOptions;
     table GLOBAL_OPTIONS;
     listen: Vec<Listen> = "127.0.0.1:8080", "ADDR",
-        "Address to listen on: HOST:PORT, [V6]:PORT or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more; ADDR proxy_protocol: every connection starts with a PROXY protocol header (v1 or v2, before TLS) from a trusted_proxies peer, and the client it names is the client";
+        "Address to listen on: HOST:PORT, [V6]:PORT, localhost:PORT (127.0.0.1), PORT (every interface, 0.0.0.0) or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more; ADDR proxy_protocol: every connection starts with a PROXY protocol header (v1 or v2, before TLS) from a trusted_proxies peer, and the client it names is the client";
     http2: bool = "true", "BOOL",
         "Serve HTTP/2: over TLS when the client offers it (ALPN h2), and h2c with prior knowledge on plain listeners";
     tls: TlsMode = unset, "internal|acme",
@@ -307,7 +307,7 @@ options! {
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
     control: PathBuf = unset, "PATH",
-        "Control socket for hayate status, reload, stop and purge (default: one per user and directory, in the temp dir)";
+        "Control socket for hayate status, reload, upgrade, stop, logs and purge (default: one per user and directory in $XDG_RUNTIME_DIR/hayate, /run/hayate for root, else the temp dir; a further hayate started in the same directory gets its own)";
     user: String = unset, "USER",
         "Once its sockets are bound (ports below 1024 need root), hayate runs as this user (name or uid), and so does its app";
     group: String = unset, "GROUP",

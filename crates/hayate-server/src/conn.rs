@@ -50,6 +50,13 @@ const HEAD_ROOM: Room = Room {
 /// dropped (so the kernel does not reset it under the last response).
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
+/// How long, at shutdown, a connection that has sent nothing yet waits for
+/// its first request (`first_request_at_shutdown`). A request trails its
+/// connection's handshake by the client's own step, not a round trip (the
+/// client sends once its connect returns); one second is a bound chosen far
+/// above that, not a measurement, and is all that a socket a browser
+/// preconnected and holds unused adds to a drain.
+const FIRST_REQUEST_AT_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// Why the connection loop ended.
 #[derive(Debug)]
@@ -382,7 +389,10 @@ impl Conn {
     /// to the worker's pool until the client sends (`buffers.rs`).
     async fn read_more(&mut self, deadline: Instant, idle: bool) -> io::Result<Read> {
         if idle && self.worker.stopping.get() {
-            return Ok(self.last_look());
+            return Ok(match self.served {
+                0 => self.first_request_at_shutdown(deadline).await?,
+                _ => self.last_look(),
+            });
         }
         let read = if idle {
             client_io::read_lending(
@@ -408,6 +418,11 @@ impl Conn {
             .await
         };
         match read {
+            // A connection that has sent nothing yet, cut by the shutdown
+            // while it waited: its client has just connected.
+            Err(Expired) if idle && self.served == 0 && self.worker.stopping.get() => {
+                self.first_request_at_shutdown(deadline).await
+            }
             // Shutdown, the keep-alive timeout, or room made at the
             // descriptor budget: a request that has already arrived is
             // answered rather than dropped unanswered.
@@ -427,6 +442,39 @@ impl Conn {
         if self.clock_stale {
             self.clock.refresh();
             self.clock_stale = false;
+        }
+    }
+
+    /// Shutdown came to a connection that has sent nothing yet: it waits a
+    /// moment more for its first request (bounded by the header timeout's
+    /// `deadline`), which shutdown no longer cuts short. Its client connected
+    /// before the listener closed (or the upgrade's new hayate took it
+    /// over), and its request is on its way: the connect returned to the
+    /// client once the handshake completed, and the request follows at the
+    /// client's pace. Closing such a connection at once lost that request,
+    /// with no retry (browsers retry only on a connection they reused): the
+    /// one request in 26,795 an upgrade under load lost (issue 33). A kept
+    /// connection is different: its client knows it may close at any time.
+    async fn first_request_at_shutdown(&mut self, deadline: Instant) -> io::Result<Read> {
+        let until = deadline.min(Instant::now() + FIRST_REQUEST_AT_SHUTDOWN);
+        let read = client_io::read(
+            &mut self.transport,
+            &mut self.rbuf,
+            &self.deadline,
+            until,
+            false,
+            HEAD_ROOM,
+            &mut self.clock,
+        )
+        .await;
+        match read {
+            Ok(Ok(0)) => Ok(Read::Eof),
+            Ok(Ok(_)) => {
+                self.clock_stale = false;
+                Ok(Read::Data)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(Expired) => Ok(Read::Shutdown),
         }
     }
 

@@ -7,8 +7,10 @@
 //!
 //! The new hayate says `ready` on a socket pair once its workers accept (and
 //! its app is ready); the old one then stops accepting, drains and exits. If
-//! the new one fails or is not ready in time, the old one keeps serving and
-//! `hayate upgrade` says why.
+//! the new one cannot start, it says `error` and its error on the pair (a
+//! config file that no longer loads: its file:line) before it exits; if it
+//! fails so or is not ready in time, the old one keeps serving and `hayate
+//! upgrade` prints why.
 //!
 //! Descriptors travel as in systemd's socket activation (`LISTEN_FDS`, from
 //! fd 3; command-fds maps them in the child, listenfd takes them), described
@@ -36,6 +38,9 @@ const FIRST_FD: i32 = 3;
 
 /// What the new hayate says once it serves.
 const READY: &[u8] = b"ready\n";
+
+/// What the new hayate says, followed by its error, when it cannot start.
+const FAILED: &[u8] = b"error\n";
 
 /// The key a listener is handed over by: as configured, so `:0` ports and
 /// names match across the two processes.
@@ -149,7 +154,7 @@ impl HandoffSet {
         args: &[std::ffi::OsString],
         timeout: Duration,
     ) -> io::Result<u32> {
-        let (mut ours, theirs) = UnixStream::pair()?;
+        let (ours, theirs) = UnixStream::pair()?;
         let mut lines = Vec::new();
         let mut mappings = Vec::new();
         let handed = std::iter::once((Kind::Ready, OwnedFd::from(theirs)));
@@ -180,9 +185,8 @@ impl HandoffSet {
         // now, so that the pair's end of file means the child is gone.
         drop(cmd);
         ours.set_read_timeout(Some(timeout))?;
-        let mut said = [0u8; READY.len()];
-        match ours.read_exact(&mut said) {
-            Ok(()) if said == READY => Ok(child.id()),
+        match read_verdict(&ours) {
+            Ok(Verdict::Ready) => Ok(child.id()),
             result => {
                 stop(&mut child);
                 Err(match result {
@@ -197,12 +201,54 @@ impl HandoffSet {
                             format!("the new hayate was not ready in {timeout:?}"),
                         )
                     }
-                    _ => io::Error::other(
-                        "the new hayate exited before it was ready (its reason is in the log)",
-                    ),
+                    Ok(Verdict::Failed(why)) => {
+                        io::Error::other(format!("the new hayate failed: {}", why.trim_end()))
+                    }
+                    _ => io::Error::other(format!(
+                        "the new hayate exited before it was ready ({}; hayate's error log may say why)",
+                        exit_status(&mut child)
+                    )),
                 })
             }
         }
+    }
+}
+
+/// What the new hayate said on the pair.
+enum Verdict {
+    /// It serves.
+    Ready,
+    /// It could not start, and why (its error, as it printed it).
+    Failed(String),
+}
+
+/// Reads the new hayate's verdict: `ready`, or `error` and its reason up to
+/// its end (it exits once it has said it). Only the first line is read
+/// before deciding: a hayate that serves keeps the pair open.
+fn read_verdict(pair: &UnixStream) -> io::Result<Verdict> {
+    let mut reader = io::BufReader::new(pair);
+    let mut first = String::new();
+    io::BufRead::read_line(&mut reader, &mut first)?;
+    if first.as_bytes() == READY {
+        return Ok(Verdict::Ready);
+    }
+    if first.as_bytes() == FAILED {
+        let mut why = String::new();
+        // Bounded: what a failed start prints, not a stream.
+        io::Read::take(reader, 64 * 1024).read_to_string(&mut why)?;
+        return Ok(Verdict::Failed(why));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "no verdict from the new hayate",
+    ))
+}
+
+/// How a stopped successor ended, for the error.
+fn exit_status(child: &mut Child) -> String {
+    match child.try_wait() {
+        Ok(Some(status)) => status.to_string(),
+        _ => "its exit status unknown".into(),
     }
 }
 
@@ -296,11 +342,36 @@ impl Inherited {
         self.admin.take()
     }
 
+    /// Where to tell the old hayate why this one could not start
+    /// ([`StartFailure::tell`]); `None` when this one does not replace
+    /// another. Taken first thing, so that an error anywhere before the
+    /// `ready` (a config file that no longer loads, a socket) reaches the
+    /// `hayate upgrade` that started it.
+    pub fn start_failure(&self) -> Option<StartFailure> {
+        let pair = self.ready.as_ref()?.try_clone().ok()?;
+        Some(StartFailure(pair))
+    }
+
     /// Tells the old hayate that this one serves.
     pub fn say_ready(&mut self) {
         if let Some(mut pair) = self.ready.take() {
             let _ = pair.write_all(READY);
         }
+    }
+}
+
+/// The pair on which a hayate started by an upgrade tells the old one why
+/// it failed.
+#[derive(Debug)]
+pub struct StartFailure(UnixStream);
+
+impl StartFailure {
+    /// Sends `why` (the error as printed on stderr). After `ready` nobody
+    /// reads it any more: the write fails, unseen, as it should.
+    pub fn tell(mut self, why: &str) {
+        let mut text = FAILED.to_vec();
+        text.extend_from_slice(why.as_bytes());
+        let _ = self.0.write_all(&text);
     }
 }
 

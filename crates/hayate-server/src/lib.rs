@@ -79,8 +79,8 @@ pub struct Hooks<'a> {
     pub on_reopen_logs: Box<dyn Fn() -> io::Result<()> + 'a>,
     /// The `--config` file, if any (shown by the admin status page).
     pub config_file: Option<PathBuf>,
-    /// The control socket, if any.
-    pub control: Option<PathBuf>,
+    /// Where the control socket goes, if there is one.
+    pub control: Option<control::ControlPlace>,
     /// What `status` answers.
     pub status: Option<StatusFn>,
     /// The metrics registry served on the admin listener. The server adds
@@ -194,17 +194,32 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     let signals_seen = event_loop.block_on(async { main_loop::Signals::register() })?;
 
     let control = match &hooks.control {
-        Some(path) => {
-            let listener = match inherited.take_control() {
+        Some(place) => {
+            let (listener, path) = match inherited.take_control() {
                 Some(l) => {
+                    // Where the hayate this one replaces had bound it (a
+                    // directory's second hayate has `HASH-2.sock`).
+                    let path = match l.local_addr()?.as_pathname() {
+                        Some(p) => p.to_path_buf(),
+                        None => {
+                            return Err(io::Error::other(
+                                "the control socket handed over has no path",
+                            ))
+                        }
+                    };
                     l.set_nonblocking(true)?;
-                    event_loop.block_on(async { tokio::net::UnixListener::from_std(l) })?
+                    let l = event_loop.block_on(async { tokio::net::UnixListener::from_std(l) })?;
+                    (l, path)
                 }
-                None => event_loop.block_on(async { control::bind(path) })?,
+                None => event_loop.block_on(async { control::bind_control(place) })?,
             };
             handoff.set_control(&listener)?;
-            control::write_pid_file(path)?;
-            Some((listener, path.clone()))
+            let about = control::PidFile::of_this_process(
+                hooks.config_file.as_deref(),
+                &listeners.addresses,
+            );
+            about.write(&path)?;
+            Some((listener, path, about))
         }
         None => None,
     };
@@ -318,7 +333,10 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             tokio::task::spawn_local(worker::serve_and_report(0, shared, ls, watch, done));
         }
         MainLoop {
-            control: control.as_ref().map(|(l, _)| l),
+            control: control.as_ref().map(|(l, _, _)| l),
+            pid_file: control
+                .as_ref()
+                .map(|(_, path, about)| (path.clone(), about.clone())),
             signals: signals_seen,
             status: hooks.status.clone(),
             on_reload: &hooks.on_reload,
@@ -346,7 +364,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     }
     // Socket files handed over belong to the new hayate now.
     if !ending.handed_over {
-        if let Some((_, path)) = &control {
+        if let Some((_, path, _)) = &control {
             let _ = std::fs::remove_file(path);
             let _ = std::fs::remove_file(path.with_extension("pid"));
         }

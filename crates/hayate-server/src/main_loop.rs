@@ -47,6 +47,9 @@ impl Signals {
 pub struct MainLoop<'a> {
     /// The control socket, when there is one.
     pub control: Option<&'a tokio::net::UnixListener>,
+    /// The control socket's path and what its pid file says, rewritten
+    /// when a reload changes the listeners.
+    pub pid_file: Option<(PathBuf, control::PidFile)>,
     /// The signals it handles.
     pub signals: Signals,
     /// What `status` answers.
@@ -116,7 +119,7 @@ impl MainLoop<'_> {
                 _ = s.hup.recv() => {
                     log::info!("SIGHUP: reloading");
                     if reload(&mut self.reloader, self.on_reload).await.is_ok() {
-                        self.info.reloaded();
+                        self.reloaded();
                     }
                     continue;
                 }
@@ -155,7 +158,7 @@ impl MainLoop<'_> {
                 log::info!("control: reloading");
                 let answer = reload(&mut self.reloader, self.on_reload).await;
                 if answer.is_ok() {
-                    self.info.reloaded();
+                    self.reloaded();
                 }
                 answer
             }
@@ -177,6 +180,22 @@ impl MainLoop<'_> {
             }
             ControlCommand::PurgeTag(tag) => {
                 Ok(cached::purge(self.cache.load().as_deref(), None, Some(tag)))
+            }
+        }
+    }
+
+    /// After a reload that applied: the status page's time, and the pid
+    /// file's listeners.
+    fn reloaded(&mut self) {
+        self.info.reloaded();
+        let listen = &self.reloader.config().global.listen;
+        if let Some((path, about)) = &mut self.pid_file {
+            let now: Vec<String> = listen.iter().map(crate::handoff::listen_key).collect();
+            if about.listen != now {
+                about.listen = now;
+                if let Err(e) = about.write(path) {
+                    log::warn!("{e}");
+                }
             }
         }
     }

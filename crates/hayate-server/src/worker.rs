@@ -297,9 +297,10 @@ pub async fn serve(
     let _ = tokio::task::spawn_local(async move { stop.wait().await }).await;
     worker.stopping.set(true);
     worker.deadlines.expire_idle();
-    // Listeners close as their accept loops see the signal; idle
-    // connections close at once; in-flight ones finish or are cut at the
-    // grace period.
+    // Listeners close as their accept loops see the signal; idle kept-alive
+    // connections close at once, one that has sent nothing yet after its
+    // first request or a second (`conn.rs`, FIRST_REQUEST_AT_SHUTDOWN);
+    // in-flight ones finish or are cut at the grace period.
     let grace = worker.generation().config.global.grace_period.0;
     let drained = tokio::time::timeout(grace, async {
         while worker.active.get() > 0 {

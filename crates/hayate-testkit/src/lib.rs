@@ -84,16 +84,13 @@ impl Hayate {
         }
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
-        } else if !args
-            .iter()
-            .any(|a| a.starts_with("--control") || a.starts_with("--config"))
+        } else if !args.iter().any(|a| a.starts_with("--control"))
             && !envs.iter().any(|(k, _)| *k == "HAYATE_CONTROL")
+            && !config_names_control(args)
         {
             // Hayates started from the same directory (every test of a
-            // file runs from the crate's) would meet on its default control
-            // socket: each gets its own, and never sees another's. (A config
-            // file may name its own, which the environment would override:
-            // tests with one start in a directory of their own.)
+            // file runs from the crate's) each get a control socket of their
+            // own, and never see another's.
             cmd.env("HAYATE_CONTROL", logs.path().join("control.sock"));
         }
         cmd.stdout(Stdio::piped())
@@ -574,12 +571,38 @@ pub fn upgrade_echo_server() -> (u16, std::thread::JoinHandle<String>) {
     (port, done)
 }
 
+/// Whether the config file in `args` (`--config FILE`, `-c FILE`) sets
+/// `control`: the test then talks to that socket, which HAYATE_CONTROL
+/// would override.
+fn config_names_control(args: &[&str]) -> bool {
+    let file = args
+        .windows(2)
+        .find(|w| w[0] == "--config" || w[0] == "-c")
+        .map(|w| w[1])
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--config=")));
+    file.and_then(|f| std::fs::read_to_string(f).ok())
+        .is_some_and(|text| {
+            text.lines().any(|l| {
+                l.trim_start()
+                    .strip_prefix("control")
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+        })
+}
+
 /// The scheme and address of a "serving ... on http(s)://ADDR/" line.
 fn listen_address(line: &str) -> Option<(String, SocketAddr)> {
     let (before, rest) = line.split_once("://")?;
     let scheme = before.rsplit(' ').next()?.to_string();
-    let addr = rest.split('/').next()?.replace("localhost", "127.0.0.1");
-    Some((scheme, addr.parse().ok()?))
+    let mut addr: SocketAddr = rest.split('/').next()?.parse().ok()?;
+    // Bound to every interface: reached on loopback.
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Some((scheme, addr))
 }
 
 /// Runs `cmd` to its end: whether it succeeded, and its stdout then stderr

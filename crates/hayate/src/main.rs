@@ -1,6 +1,7 @@
 //! The `hayate` binary: parses the command line, loads the configuration and
 //! runs the server. Everything else lives in the library crates.
 
+mod control_client;
 mod logs;
 mod service;
 
@@ -11,16 +12,17 @@ use anyhow::Context;
 use clap::{Arg, ArgMatches, Command};
 use hayate_config::values::{Listen, ListenAddr, LogLevel};
 use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
+use hayate_server::control::ControlPlace;
 use hayate_server::handoff::Inherited;
+
+use crate::control_client::{ask, control, control_command, default_control_path, find_control};
 
 /// The arguments of serving: a directory, a config file, every option.
 fn with_serve_args(cmd: Command) -> Command {
     cli::add_option_args(
-        cmd.arg(
-            Arg::new("dir")
-                .value_name("DIR")
-                .help("Directory to serve [default: the current directory]"),
-        )
+        cmd.arg(Arg::new("dir").value_name("DIR").help(
+            "Directory to serve [default: the config file's root, else the current directory]",
+        ))
         .arg(
             Arg::new("config")
                 .long("config")
@@ -46,6 +48,13 @@ fn command() -> Command {
                 "Run N instances of an app (each told its Unix socket or TCP port in PORT) and \
                  serve it: files first, the app for the rest; SIGHUP reloads it instance by instance",
             ))
+            .mut_arg("dir", |a| {
+                a.help(
+                    "Directory whose files are served before the app [default: the config file's \
+                     root; without a file, ./public when it exists, else none: every request goes \
+                     to the app]",
+                )
+            })
             .arg(
                 Arg::new("instances")
                     .long("instances")
@@ -64,22 +73,34 @@ fn command() -> Command {
                     ),
             ),
         )
-        .subcommand(with_serve_args(Command::new("php").about(
-            "Serve a PHP app: php-fpm supervised (a pool sized to this machine on a private Unix \
-             socket, restarted on crash, replaced gracefully on SIGHUP) behind hayate: files first, \
-             then .php scripts, then index.php with the original URI",
-        )))
+        .subcommand(
+            with_serve_args(Command::new("php").about(
+                "Serve a PHP app: php-fpm supervised (a pool sized to this machine on a private \
+                 Unix socket, restarted on crash, replaced gracefully on SIGHUP) behind hayate: \
+                 files first, then .php scripts, then index.php with the original URI",
+            ))
+            .mut_arg("dir", |a| {
+                a.help("The app's document root: its files and scripts [default: the current directory]")
+            }),
+        )
         .subcommand(
             Command::new("check")
                 .about(
                     "Validate a config file: exit 0 when valid; exit 1 with every error \
                      (file:line: key: reason) when not; exit 2 on a usage error",
                 )
-                .arg(Arg::new("file").value_name("FILE").required(true)),
+                .arg(
+                    Arg::new("file")
+                        .value_name("FILE")
+                        .required(true)
+                        .help("The config file (TOML)"),
+                ),
         )
         .subcommand(control_command(
             "status",
-            "Show the app's instances (state, pid, uptime, restarts, memory, requests) and its queue",
+            "Show which hayate answers (pid, directory, config file, listeners), its app's \
+             instances (state, pid, uptime, restarts, memory, requests) and queue, and the \
+             shared tier",
         ))
         .subcommand(control_command(
             "reload",
@@ -93,7 +114,11 @@ fn command() -> Command {
              connection refused); once it serves, this one drains and exits. Exits 1 if the new \
              one fails (this one keeps serving)",
         ))
-        .subcommand(control_command("stop", "Stop hayate gracefully"))
+        .subcommand(control_command(
+            "stop",
+            "Stop hayate gracefully: no new connection; requests in flight finish within \
+             grace_period",
+        ))
         .subcommand(
             control_command(
                 "logs",
@@ -136,6 +161,7 @@ fn command() -> Command {
                     .help("Remove every response whose Surrogate-Key names TAG"),
             ),
         )
+        .subcommand(control_client::list_command())
         .subcommand(service_command())
         .subcommand(
             Command::new("help-config").about("Print the configuration reference (docs/config.md)"),
@@ -220,127 +246,30 @@ fn service(m: &ArgMatches) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn control_command(name: &'static str, about: &'static str) -> Command {
-    Command::new(name).about(about).arg(
-        Arg::new("control")
-            .long("control")
-            .value_name("PATH")
-            .env("HAYATE_CONTROL")
-            .help("Control socket [default: the one of the hayate run started in this directory]"),
-    )
-}
-
-/// Where control sockets live: `$XDG_RUNTIME_DIR/hayate` in a user's
-/// session, `/run/hayate` for root (a service), else the temp dir's
-/// `hayate-UID`.
-fn control_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("hayate"),
-        _ if nix::unistd::Uid::effective().is_root() => PathBuf::from("/run/hayate"),
-        _ => std::env::temp_dir().join(format!("hayate-{}", nix::unistd::getuid())),
+/// Clap's error, with its tip for an unknown flag that resembles none
+/// ("to pass '--x' as a value, use '-- --x'") replaced: after `--` a word
+/// is the app's command (`hayate run`) or the directory, never what a
+/// mistyped flag meant. A flag close to a real one keeps clap's "a similar
+/// argument exists" (the `suggestions` feature).
+fn with_a_true_tip(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
     }
-}
-
-/// The control socket of a hayate started in `dir`: one per user and
-/// directory, so `hayate status` run in the app's directory finds it.
-fn default_control_path(dir: &Path) -> PathBuf {
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in dir.as_os_str().as_encoded_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    control_dir().join(format!("{h:016x}.sock"))
-}
-
-/// The control socket a command talks to: `--control`, else the one of the
-/// hayate started in this directory, else the only one answering in
-/// [`control_dir`] (with several, the error lists them).
-fn find_control(given: Option<&String>) -> anyhow::Result<PathBuf> {
-    if let Some(path) = given {
-        return Ok(PathBuf::from(path));
-    }
-    let here = default_control_path(Path::new("."));
-    if std::os::unix::net::UnixStream::connect(&here).is_ok() {
-        return Ok(here);
-    }
-    let live: Vec<PathBuf> = std::fs::read_dir(control_dir())
-        .into_iter()
-        .flatten()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "sock"))
-        .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
-        .collect();
-    match live.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => anyhow::bail!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            here.display()
-        ),
-        several => {
-            let list: Vec<String> = several
-                .iter()
-                .map(|p| {
-                    let about =
-                        std::fs::read_to_string(p.with_extension("pid")).unwrap_or_default();
-                    let mut lines = about.lines();
-                    let (pid, dir) = (lines.next().unwrap_or("?"), lines.next().unwrap_or("?"));
-                    format!("  --control {}  (pid {pid}, started in {dir})", p.display())
-                })
-                .collect();
-            anyhow::bail!(
-                "{} hayates answer; run this in the directory of one, or pick one:\n{}",
-                several.len(),
-                list.join("\n")
-            )
-        }
-    }
-}
-
-/// `hayate status|reload|upgrade|stop|purge`: one command on the control
-/// socket; its answer printed, and exit 1 when it failed.
-fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
-    let path = find_control(m.get_one::<String>("control"))?;
-    let line = match (
-        m.try_get_one::<String>("url"),
-        m.try_get_one::<String>("tag"),
-    ) {
-        (Ok(Some(url)), _) => format!("{name} url {url}\n"),
-        (_, Ok(Some(tag))) => format!("{name} tag {tag}\n"),
-        _ => format!("{name}\n"),
+    let mut tips = match e.remove(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(tips)) => tips,
+        _ => Vec::new(),
     };
-    // The line the server will parse: refuse here what it would refuse.
-    anyhow::ensure!(
-        hayate_server::control::ControlCommand::parse(&line).is_some(),
-        "a URL or tag must be one word, without spaces"
-    );
-    match ask(&path, &line) {
-        Ok(text) => {
-            print!("{text}");
-            Ok(())
-        }
-        Err(e) => {
-            eprint!("{e}");
-            anyhow::bail!("{name} failed")
-        }
+    tips.retain(|t| !t.to_string().contains("as a value, use"));
+    if tips.is_empty() && e.get(ContextKind::SuggestedArg).is_none() {
+        tips.push(
+            "no option has this name: --help lists them (hayate help-config with their file keys \
+             and variables)"
+                .into(),
+        );
     }
-}
-
-/// Sends one command line on the control socket at `path`: `Ok` with the
-/// answer, or `Err` with what the server said went wrong.
-fn ask(path: &Path, line: &str) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(path).with_context(|| {
-        format!(
-            "no hayate run answers on {} (start it here, or pass --control)",
-            path.display()
-        )
-    })?;
-    s.write_all(line.as_bytes())?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)?;
-    let (ok, text) = hayate_server::control::parse_answer(&answer);
-    anyhow::ensure!(ok, "{text}");
-    Ok(text.to_string())
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    e
 }
 
 fn main() -> ExitCode {
@@ -352,14 +281,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let matches = command().get_matches();
+    // Started by `hayate upgrade`: a failure is told to it, not only logged.
+    let mut start_failure = inherited.start_failure();
+    let args = cli::join_bool_values(std::env::args_os());
+    let matches = command().try_get_matches_from(args).unwrap_or_else(|e| {
+        let e = with_a_true_tip(e);
+        if let Some(failure) = start_failure.take() {
+            failure.tell(&e.render().to_string());
+        }
+        e.exit()
+    });
     let result = match matches.subcommand() {
         Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m, inherited),
         Some(("php", m)) => php(m, inherited),
-        Some(("logs", m)) => find_control(m.get_one::<String>("control"))
-            .and_then(|path| ask(&path, "logs\n"))
+        Some(("logs", m)) => find_control(m)
+            .and_then(|target| ask(&target.socket, "logs\n"))
             .and_then(|files| {
                 logs::run(
                     &files,
@@ -368,6 +306,7 @@ fn main() -> ExitCode {
                 )
             }),
         Some((name @ ("status" | "reload" | "upgrade" | "stop" | "purge"), m)) => control(name, m),
+        Some(("list", _)) => control_client::list(),
         Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
@@ -379,6 +318,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hayate: {e:#}");
+            if let Some(failure) = start_failure {
+                failure.tell(&format!("{e:#}\n"));
+            }
             ExitCode::FAILURE
         }
     }
@@ -430,14 +372,6 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     init_log(&config)?;
     let what = describe(&config);
     let on_reload = |_: &Config| String::new();
-    // A cache is purged and a config file reloaded through the control
-    // socket; without either there is nothing to control but stop.
-    let controlled = m.get_one::<String>("config").is_some()
-        || config
-            .sites
-            .iter()
-            .flat_map(|s| &s.routes)
-            .any(|r| r.options.cache.enabled);
     let mut hooks = hooks(
         &config,
         m.get_one::<String>("config"),
@@ -446,22 +380,6 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         None,
         hayate_core::metrics::Metrics::default(),
     );
-    hooks.control = match config.global.control.clone() {
-        Some(p) => Some(p),
-        None if controlled => {
-            let p = default_control_path(Path::new("."));
-            if std::os::unix::net::UnixStream::connect(&p).is_ok() {
-                log::warn!(
-                    "another hayate answers on {}: running without a control socket (set --control)",
-                    p.display()
-                );
-                None
-            } else {
-                Some(p)
-            }
-        }
-        None => None,
-    };
     hooks.reread = rereader(m, overrides);
     hooks.inherited = inherited;
     hayate_server::run(config, None, hooks).context("server failed")
@@ -660,18 +578,21 @@ fn supervise(
     if let Some(log) = app_log {
         hooks.on_reopen_logs = Box::new(move || log.reopen());
     }
-    hooks.control = Some(
-        config
-            .global
-            .control
-            .clone()
-            .unwrap_or_else(|| default_control_path(Path::new("."))),
-    );
     let result =
         hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
     drop(supervisor); // stops every instance and waits
     let _ = std::fs::remove_dir_all(&socket_dir);
     result
+}
+
+/// Where a serving hayate's control socket goes: `--control` (or the
+/// file's `control`), else the directory's default. Every hayate has one,
+/// so `hayate stop` and `hayate list` know every hayate.
+fn control_place(config: &Config) -> ControlPlace {
+    match &config.global.control {
+        Some(path) => ControlPlace::Given(path.clone()),
+        None => ControlPlace::Default(default_control_path(Path::new("."))),
+    }
 }
 
 /// Who the app runs as: `app_user`, else hayate's own `user` (a hayate that
@@ -722,21 +643,23 @@ fn hooks<'a>(
         on_listening: Box::new(move |addrs: &[Listen]| {
             for a in addrs {
                 let scheme = a.scheme.as_str();
-                let url = match &a.addr {
+                // The address bound, as bound: 0.0.0.0 says that every
+                // interface is served, which "localhost" would hide.
+                let (url, reach) = match &a.addr {
                     ListenAddr::Tcp(sa) if sa.ip().is_unspecified() => {
-                        format!("{scheme}://localhost:{}/", sa.port())
+                        (format!("{scheme}://{sa}/"), "every interface, ")
                     }
-                    ListenAddr::Tcp(sa) => format!("{scheme}://{sa}/"),
-                    ListenAddr::Unix(p) => format!("unix:{}", p.display()),
+                    ListenAddr::Tcp(sa) => (format!("{scheme}://{sa}/"), ""),
+                    ListenAddr::Unix(p) => (format!("unix:{}", p.display()), ""),
                 };
-                println!("hayate: serving {what} on {url} ({workers} workers)");
+                println!("hayate: serving {what} on {url} ({reach}{workers} workers)");
             }
         }),
         on_reload: Box::new(on_reload),
         reread: None,
         inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),
-        control: None,
+        control: Some(control_place(config)),
         config_file: config_file.map(PathBuf::from),
         status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
         metrics,

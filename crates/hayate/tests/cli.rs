@@ -529,3 +529,102 @@ fn the_systemd_unit_is_valid_and_install_writes_it_once() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
     assert!(install("/etc/hayate/other.toml", true).status.success());
 }
+
+#[test]
+fn boolean_flags_take_their_value_with_or_without_equals() {
+    let dir = site();
+    let d = utf8(dir.path());
+    // (args, whether /docs/ is listed); /docs/ has no index file.
+    let table: [(&[&str], bool); 7] = [
+        (&[d, "--listing"], true),
+        // A directory after a bare boolean flag is the directory.
+        (&["--listing", d], true),
+        (&[d, "--listing=false"], false),
+        (&[d, "--listing", "false"], false),
+        (&["--listing", "true", d], true),
+        (&["--listing", "off", d], false),
+        (&[d, "--listing", "YES"], true),
+    ];
+    for (args, listed) in table {
+        let h = Hayate::start(BIN, args);
+        let status = h.client().get("/docs/", &[]).status;
+        assert_eq!(status == 200, listed, "{args:?}: {status}");
+        h.assert_no_errors();
+    }
+    // `--http2 false` as help-config writes it: h2c's preface is then not
+    // HTTP/2 to this hayate, which answers in HTTP/1.1.
+    for (args, h2) in [(&[d][..], true), (&[d, "--http2", "false"][..], false)] {
+        let h = Hayate::start(BIN, args);
+        let mut c = h.client();
+        c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        let mut first = [0u8; 8];
+        std::io::Read::read_exact(&mut c.stream(), &mut first).expect("an answer");
+        assert_eq!(&first != b"HTTP/1.1", h2, "{args:?}: {first:?}");
+    }
+}
+
+#[test]
+fn a_mistyped_flag_is_told_the_closest_real_one() {
+    for (args, closest) in [
+        (&["--listng"][..], "'--listing'"),
+        (&["run", "--lisen", "x", "--", "true"][..], "'--listen'"),
+        (&["status", "--contrl", "x"][..], "'--control'"),
+    ] {
+        let r = run(args, &[]);
+        assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+        assert!(r.stderr.contains(closest), "{args:?}: {}", r.stderr);
+        // "use '-- --lisen'" would make it the app's command or the directory.
+        assert!(!r.stderr.contains("as a value"), "{args:?}: {}", r.stderr);
+    }
+    let r = run(&["--xyzzy"], &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(!r.stderr.contains("as a value"), "{}", r.stderr);
+    assert!(r.stderr.contains("--help lists them"), "{}", r.stderr);
+}
+
+#[test]
+fn the_startup_line_names_the_address_bound() {
+    let dir = site();
+    let mut child = Command::new(BIN)
+        .args([utf8(dir.path()), "--listen", "0", "--workers", "1"])
+        .env_remove("HAYATE_LISTEN")
+        .env("HAYATE_CONTROL", dir.path().join("control.sock"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn hayate");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .next()
+        .expect("a line")
+        .expect("utf-8");
+    let _ = child.kill();
+    let _ = child.wait();
+    // A bare port binds every interface, and the line says so.
+    assert!(line.contains(" on http://0.0.0.0:"), "{line}");
+    assert!(line.contains("every interface"), "{line}");
+    assert!(!line.contains("localhost"), "{line}");
+    // The test launcher reaches such a hayate on loopback.
+    let h = Hayate::start(BIN, &[utf8(dir.path()), "--listen", "0"]);
+    assert!(h.addr.ip().is_loopback(), "{}", h.addr);
+    assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
+}
+
+#[test]
+fn each_command_names_its_default_directory() {
+    let help = |cmd: &str| run(&[cmd, "--help"], &[]).stdout;
+    let dir_line = |text: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("[DIR]"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    // hayate run never serves the app's own directory: ./public, or none.
+    let run_dir = dir_line(&help("run"));
+    assert!(run_dir.contains("./public"), "{run_dir}");
+    assert!(!run_dir.contains("the current directory"), "{run_dir}");
+    let php_dir = dir_line(&help("php"));
+    assert!(php_dir.contains("the current directory"), "{php_dir}");
+    let serve_dir = dir_line(&help("serve"));
+    assert!(serve_dir.contains("the current directory"), "{serve_dir}");
+}

@@ -212,6 +212,39 @@ fn idle_connections_are_closed_at_shutdown() {
 }
 
 #[test]
+fn a_connection_accepted_before_shutdown_has_its_first_request_answered() {
+    // Regression (issue 33, the request an upgrade under load lost): a
+    // connection accepted just before the drain began, whose request had not
+    // arrived yet, was closed with the idle ones, and its client (who had
+    // just connected) lost the request.
+    for workers in ["1", "2"] {
+        let (mut h, _dir) = start(&["--workers", workers]);
+        let mut fresh = h.client();
+        // Accepted: with one listener per worker, a connection made after
+        // it and answered on every worker proves it left the accept queues.
+        // (SO_REUSEPORT spreads connections; one answered per worker is
+        // enough with at most a few tries each.)
+        for _ in 0..16 {
+            assert_eq!(h.client().get("/hello.txt", &[]).status, 200);
+        }
+        let t0 = Instant::now();
+        signal(&h, "TERM");
+        assert!(
+            eventually(WAIT, || refused(h.addr)),
+            "the listeners did not close"
+        );
+        // The drain has begun; now the request arrives.
+        let r = fresh.get("/hello.txt", &[]);
+        assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+        assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+        assert!(fresh.is_closed());
+        assert!(h.wait().success());
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        h.assert_no_errors();
+    }
+}
+
+#[test]
 fn workers_are_named_threads() {
     let (h, _dir) = start(&["--workers", "3"]);
     let task_dir = format!("/proc/{}/task", h.pid());

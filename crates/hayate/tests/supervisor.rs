@@ -601,7 +601,7 @@ fn status_reload_and_stop_over_the_control_socket() {
     assert!(ok && answer.contains("stopping"), "{answer}");
     assert!(h.wait().success());
     let (ok, answer) = hayate_in(dir.path(), &["status"]);
-    assert!(!ok && answer.contains("no hayate run answers"), "{answer}");
+    assert!(!ok && answer.contains("no hayate"), "{answer}");
 }
 
 fn answer_of(h: &Hayate) -> Answer {
@@ -1146,7 +1146,7 @@ fn run_with_a_config_file_without_an_app_section_takes_the_command_line() {
 }
 
 #[test]
-fn control_commands_find_the_only_hayate_from_any_directory() {
+fn control_commands_reach_a_hayate_started_elsewhere_only_when_told() {
     // A runtime directory of this test's own: other tests' hayates are not
     // in it.
     let runtime = tempfile::tempdir().expect("tempdir");
@@ -1173,9 +1173,19 @@ fn control_commands_find_the_only_hayate_from_any_directory() {
         "node",
         "app.js",
     ];
-    let h = Hayate::start_in(BIN, &args, &env, Some(first.path()));
-    let (ok, status) = in_dir(elsewhere.path(), &["status"]);
+    let mut h = Hayate::start_in(BIN, &args, &env, Some(first.path()));
+    // The only hayate, but started elsewhere: named, not stopped.
+    let (ok, said) = in_dir(elsewhere.path(), &["stop"]);
+    assert!(!ok && said.contains("no hayate was started in"), "{said}");
+    assert!(said.contains(&format!("--pid {} ", h.pid())), "{said}");
+    assert!(h.is_running());
+    let pid = h.pid().to_string();
+    let (ok, status) = in_dir(elsewhere.path(), &["status", "--pid", &pid]);
     assert!(ok && status.contains(" ready "), "{status}");
+    assert!(
+        status.starts_with(&format!("hayate pid {pid}, started in ")),
+        "{status}"
+    );
     let pid_files: Vec<String> = std::fs::read_dir(runtime.path().join("hayate"))
         .expect("control dir")
         .filter_map(|e| e.ok())
@@ -1191,11 +1201,15 @@ fn control_commands_find_the_only_hayate_from_any_directory() {
     let second = app_dir("v2");
     let _h2 = Hayate::start_in(BIN, &args, &env, Some(second.path()));
     let (ok, said) = in_dir(elsewhere.path(), &["status"]);
-    assert!(!ok && said.contains("2 hayates answer"), "{said}");
-    assert_eq!(said.matches("--control ").count(), 2, "{said}");
+    assert!(!ok && said.contains("no hayate was started in"), "{said}");
+    assert_eq!(said.matches("--pid ").count(), 2, "{said}");
     // In its own directory, each finds its own.
     let (ok, status) = in_dir(second.path(), &["status"]);
     assert!(ok && status.contains(" ready "), "{status}");
+    assert!(
+        status.starts_with(&format!("hayate pid {}, ", _h2.pid())),
+        "{status}"
+    );
 }
 
 #[test]
