@@ -117,6 +117,7 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
             });
         }
     }
+    o.route.take_old_spellings();
     Ok(o)
 }
 
@@ -159,6 +160,7 @@ mod heading_tests {
                         "listing",
                         "fallback",
                         "dotfiles",
+                        "symlinks",
                         "symlinks_outside_root",
                         "immutable",
                         "strip_prefix",

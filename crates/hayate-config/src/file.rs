@@ -253,8 +253,10 @@ impl Cx<'_> {
         Ok(())
     }
 
-    /// Relative roots in a file are relative to the file's directory.
+    /// Relative roots in a file are relative to the file's directory; old
+    /// spellings of options become the new ones, layer by layer.
     fn anchor(&self, layer: &mut RouteLayer) {
+        layer.take_old_spellings();
         let dir = self.path.parent().unwrap_or(Path::new(""));
         if let Some(root) = &mut layer.root {
             if root.is_relative() {

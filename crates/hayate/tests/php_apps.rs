@@ -1,10 +1,13 @@
 //! `hayate php` as packaged PHP apps need it (issue 33), with a real
-//! php-fpm: PHP never running as root unless asked for by name.
+//! php-fpm: trees of symlinks out of the root followed when link and
+//! target have one owner, and refused (403, a warning naming the file and
+//! the option, never the front controller) when not; PHP never running as
+//! root unless asked for by name.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{lchown, symlink, PermissionsExt};
 use std::path::Path;
 
 use hayate_testkit::Hayate;
@@ -106,4 +109,134 @@ fn php_never_runs_as_root_unless_asked_for_by_name() {
         log.contains("WARN") && log.contains("PHP runs as root"),
         "{log}"
     );
+}
+
+/// A packaged app: its root links into shared trees, as phpMyAdmin's does
+/// into /usr/share/javascript and /etc.
+fn packaged_app(base: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = base.join("app");
+    let shared = base.join("share");
+    write_tree(
+        &root,
+        &[
+            (
+                "index.php",
+                "<?php echo 'front controller for ', $_SERVER['REQUEST_URI'];\n",
+            ),
+            ("own.css", "own"),
+        ],
+    );
+    write_tree(
+        &shared,
+        &[
+            ("javascript/jquery/jquery.js", "jquery"),
+            ("themes/style.css", "body{}"),
+            ("tool.php", "<?php echo 'tool ran';\n"),
+            ("secret.txt", "root's secret"),
+            ("secret.php", "<?php echo 'secret ran';\n"),
+        ],
+    );
+    // Links of one owner (the test's) to files of that owner.
+    symlink(shared.join("javascript/jquery"), root.join("jquery")).expect("symlink");
+    symlink(shared.join("themes/style.css"), root.join("style.css")).expect("symlink");
+    symlink(shared.join("tool.php"), root.join("tool.php")).expect("symlink");
+    (root, shared)
+}
+
+#[test]
+fn symlinks_out_of_the_root_are_followed_when_link_and_target_share_an_owner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (root, shared) = packaged_app(dir.path());
+    let root_arg = root.to_str().expect("utf-8");
+    let start = |args: &[&str]| {
+        let mut all = vec!["php", root_arg, "--workers", "1"];
+        all.extend_from_slice(args);
+        Hayate::start(BIN, &all)
+    };
+    let h = start(&[]);
+    let mut c = h.client();
+    let r = c.get("/jquery/jquery.js", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "jquery"));
+    assert!(r.header("etag").is_some(), "served as a file");
+    assert_eq!(c.get("/style.css", &[]).text(), "body{}");
+    assert_eq!(c.get("/tool.php", &[]).text(), "tool ran");
+    assert_eq!(
+        c.get("/nothing/here", &[]).text(),
+        "front controller for /nothing/here"
+    );
+    h.assert_no_errors();
+    drop(h);
+
+    if is_root() {
+        // What a web user uploads: its own links to files of root's.
+        let nobody = uid_of("nobody");
+        symlink(shared.join("secret.txt"), root.join("passwd.css")).expect("symlink");
+        symlink(shared.join("secret.php"), root.join("evil.php")).expect("symlink");
+        symlink(shared.join("themes"), root.join("uploaded")).expect("symlink");
+        for link in ["passwd.css", "evil.php", "uploaded"] {
+            lchown(root.join(link), Some(nobody), None).expect("lchown");
+        }
+        let h = start(&[]);
+        let mut c = h.client();
+        for (path, refused) in [
+            ("/passwd.css", root.join("passwd.css")),
+            ("/evil.php", root.join("evil.php")),
+            ("/uploaded/style.css", root.join("uploaded/style.css")),
+        ] {
+            let r = c.get(path, &[]);
+            assert_eq!(r.status, 403, "{path}: {}", r.text());
+            assert!(!r.text().contains("front controller"), "{path}");
+            assert!(!r.text().contains("secret"), "{path}");
+            warned(&h, &refused.display().to_string(), "symlinks = \"always\"");
+        }
+        // The packaged links still work beside them.
+        assert_eq!(c.get("/jquery/jquery.js", &[]).text(), "jquery");
+        drop(h);
+        // `always` follows them all; so does the old spelling's `true`.
+        for args in [
+            &["--symlinks", "always"][..],
+            &["--symlinks-outside-root"][..],
+        ] {
+            let h = start(args);
+            let mut c = h.client();
+            assert_eq!(
+                c.get("/passwd.css", &[]).text(),
+                "root's secret",
+                "{args:?}"
+            );
+            assert_eq!(c.get("/evil.php", &[]).text(), "secret ran", "{args:?}");
+        }
+    }
+
+    // `never` refuses even a packaged app's links, and says so.
+    for args in [
+        &["--symlinks", "never"][..],
+        &["--symlinks-outside-root=false"][..],
+    ] {
+        let h = start(args);
+        let mut c = h.client();
+        for path in ["/jquery/jquery.js", "/style.css", "/tool.php"] {
+            let r = c.get(path, &[]);
+            assert_eq!(r.status, 403, "{args:?} {path}: {}", r.text());
+        }
+        assert_eq!(c.get("/own.css", &[]).text(), "own");
+        warned(&h, "style.css", "symlinks = \"never\"");
+    }
+}
+
+/// Waits for a warning that a file was refused, naming `file` and `text`
+/// (the setting, what to change).
+fn warned(h: &Hayate, file: &str, text: &str) {
+    hayate_testkit::eventually("the warning", || {
+        let log = h.stderr();
+        log.lines()
+            .any(|l| {
+                l.contains(" WARN ")
+                    && l.contains("refused")
+                    && l.contains(file)
+                    && l.contains(text)
+            })
+            .then_some(())
+            .ok_or(log)
+    });
 }

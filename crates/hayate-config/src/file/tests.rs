@@ -243,3 +243,39 @@ fn overrides_beat_the_file() {
     let cfg = load_file("h.toml".as_ref(), "workers = 2\nroot = \".\"\n", &o).expect("valid");
     assert_eq!(cfg.global.workers, crate::values::Workers::Count(3));
 }
+
+#[test]
+fn symlinks_default_to_owner_and_the_old_spelling_still_loads() {
+    use crate::values::Symlinks;
+    let route = |cfg: &Config, prefix: &str| {
+        let r = cfg.sites[0].routes.iter().find(|r| r.prefix == prefix);
+        r.expect("route").options.symlinks
+    };
+    let cfg = load("root = \"/srv\"\n").expect("valid");
+    assert_eq!(route(&cfg, "/"), Symlinks::Owner);
+    for (text, want) in [
+        ("symlinks = \"never\"", Symlinks::Never),
+        ("symlinks = \"always\"", Symlinks::Always),
+        ("symlinks_outside_root = true", Symlinks::Always),
+        ("symlinks_outside_root = false", Symlinks::Never),
+        // Both in one place: the new name wins.
+        (
+            "symlinks = \"owner\"\nsymlinks_outside_root = true",
+            Symlinks::Owner,
+        ),
+    ] {
+        let cfg = load(&format!("root = \"/srv\"\n{text}\n")).expect(text);
+        assert_eq!(route(&cfg, "/"), want, "{text}");
+    }
+    // Each layer's spelling overrides its parent's, whichever it uses.
+    let cfg = load(
+        "symlinks = \"never\"\n[[site]]\nroot = \"/srv\"\nsymlinks_outside_root = true\n\
+         [[site.route]]\nprefix = \"/a/\"\nroot = \"/a\"\nsymlinks = \"owner\"\n\
+         [[site.route]]\nprefix = \"/b/\"\nroot = \"/b\"\n",
+    )
+    .expect("valid");
+    assert_eq!(route(&cfg, "/"), Symlinks::Always);
+    assert_eq!(route(&cfg, "/a/"), Symlinks::Owner);
+    assert_eq!(route(&cfg, "/b/"), Symlinks::Always);
+    assert!(err("root = \"/srv\"\nsymlinks = true\n").contains("owner, never or always"));
+}
