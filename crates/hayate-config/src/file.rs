@@ -105,6 +105,17 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
                 .into(),
         });
     }
+    if let Some((prefix, _)) = overrides.roots.first() {
+        return Err(ConfigError {
+            file: Some(path.into()),
+            line: None,
+            key: Some("--root".into()),
+            message: format!(
+                "PREFIX=DIR is for use without a config file: give {prefix:?} its own \
+                 [[site.route]] with root and strip_prefix = true"
+            ),
+        });
+    }
     top_route.override_with(&overrides.route);
 
     let top_opened = opened_offsets(doc.get_ref(), &[]);

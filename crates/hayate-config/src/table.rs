@@ -348,8 +348,8 @@ options! {
     /// Route options with defaults applied.
     resolved RouteOptions;
     table ROUTE_OPTIONS;
-    root: PathBuf = unset, "DIR",
-        "Directory served (by default the request path is looked up under it)";
+    root: PathBuf = unset, "[PREFIX=]DIR",
+        "Directory served (by default the request path is looked up under it); on the command line also PREFIX=DIR, repeatable: PREFIX's files and scripts come from DIR (a route of its own with the prefix stripped, as nginx's alias; a missing file there is a 404; in a file: a [[site.route]] with prefix, root and strip_prefix = true)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
         "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
     fastcgi: Vec<FastCgiSpec> = unset, "[PREFIX=]unix:PATH|HOST:PORT[,ADDR]",

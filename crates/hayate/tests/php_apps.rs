@@ -2,7 +2,8 @@
 //! php-fpm: trees of symlinks out of the root followed when link and
 //! target have one owner, and refused (403, a warning naming the file and
 //! the option, never the front controller) when not; PHP never running as
-//! root unless asked for by name.
+//! root unless asked for by name; `--root PREFIX=DIR` serving a prefix's
+//! files and scripts from another directory (Debian's WordPress).
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -239,4 +240,85 @@ fn warned(h: &Hayate, file: &str, text: &str) {
             .then_some(())
             .ok_or(log)
     });
+}
+
+#[test]
+fn root_prefix_dir_serves_a_prefix_and_its_scripts_from_another_directory() {
+    // Debian's WordPress: /usr/share/wordpress, with wp-content in
+    // /var/lib/wordpress/wp-content.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let main = dir.path().join("wordpress");
+    let content = dir.path().join("wp-content");
+    write_tree(
+        &main,
+        &[(
+            "index.php",
+            "<?php echo 'front for ', $_SERVER['REQUEST_URI'];\n",
+        )],
+    );
+    write_tree(
+        &content,
+        &[
+            ("index.php", "<?php // Silence is golden.\n"),
+            ("themes/t/style.css", "theme css"),
+            (
+                "plugins/p/ajax.php",
+                "<?php echo 'plugin ', $_SERVER['SCRIPT_FILENAME'];\n",
+            ),
+        ],
+    );
+    let prefix = format!("/wp-content/={}", content.display());
+    let cli = Hayate::start(
+        BIN,
+        &[
+            "php",
+            main.to_str().expect("utf-8"),
+            "--root",
+            &prefix,
+            "--workers",
+            "1",
+        ],
+    );
+    // The same in a config file: a route with its prefix, root and
+    // strip_prefix (and no front controller of its own).
+    let file = dir.path().join("wordpress.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 1\n[[site]]\nroot = \"{}\"\n\
+             [[site.route]]\nprefix = \"/wp-content/\"\nroot = \"{}\"\n\
+             strip_prefix = true\nfastcgi_index = \"\"\n",
+            main.display(),
+            content.display()
+        ),
+    )
+    .expect("write");
+    let from_file = Hayate::start_in(
+        BIN,
+        &["php", "--config", file.to_str().expect("utf-8")],
+        &[],
+        Some(dir.path()),
+    );
+    for h in [cli, from_file] {
+        wordpress_layout(&h, &content);
+    }
+}
+
+/// What a WordPress with its wp-content in `content` needs of `h`.
+fn wordpress_layout(h: &Hayate, content: &Path) {
+    let mut c = h.client();
+    let r = c.get("/wp-content/themes/t/style.css", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "theme css"));
+    let canonical = std::fs::canonicalize(content).expect("canonical");
+    assert_eq!(
+        c.get("/wp-content/plugins/p/ajax.php", &[]).text(),
+        format!("plugin {}/plugins/p/ajax.php", canonical.display())
+    );
+    // A missing file under the prefix is a 404, not a front controller.
+    let r = c.get("/wp-content/uploads/missing.png", &[]);
+    assert_eq!(r.status, 404, "{}", r.text());
+    // The rest is the main root's, front controller included.
+    assert_eq!(c.get("/2024/hello/", &[]).text(), "front for /2024/hello/");
+    assert_eq!(c.get("/wp-contentx", &[]).text(), "front for /wp-contentx");
+    h.assert_no_errors();
 }

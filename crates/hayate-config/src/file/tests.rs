@@ -279,3 +279,33 @@ fn symlinks_default_to_owner_and_the_old_spelling_still_loads() {
     assert_eq!(route(&cfg, "/b/"), Symlinks::Always);
     assert!(err("root = \"/srv\"\nsymlinks = true\n").contains("owner, never or always"));
 }
+
+#[test]
+fn root_prefix_dir_makes_a_route_that_strips_its_prefix() {
+    let m = crate::cli::add_option_args(clap::Command::new("t")).get_matches_from([
+        "t",
+        "--root",
+        "/srv/app",
+        "--root",
+        "/wp-content/=/var/lib/wordpress/wp-content",
+        "--symlinks-outside-root",
+    ]);
+    let o = crate::cli::overrides_from(&m).expect("valid");
+    assert_eq!(o.route.root.as_deref(), Some(Path::new("/srv/app")));
+    let cfg = crate::without_file(&o).expect("valid");
+    let routes = &cfg.sites[0].routes;
+    let wp = routes.iter().find(|r| r.prefix == "/wp-content/");
+    let wp = &wp.expect("a route for the prefix").options;
+    assert_eq!(
+        wp.root.as_deref(),
+        Some(Path::new("/var/lib/wordpress/wp-content"))
+    );
+    assert!(wp.strip_prefix);
+    assert_eq!(wp.fastcgi_index, "", "a missing file there is a 404");
+    assert_eq!(wp.symlinks, crate::values::Symlinks::Always);
+    let slash = routes.iter().find(|r| r.prefix == "/").expect("/");
+    assert_eq!(slash.options.root.as_deref(), Some(Path::new("/srv/app")));
+    // With a file, a prefix is the file's own route.
+    let e = load_file("h.toml".as_ref(), "root = \"/srv\"\n", &o).expect_err("refused");
+    assert!(e.to_string().contains("[[site.route]]"), "{e}");
+}
