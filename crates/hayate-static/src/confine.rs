@@ -63,15 +63,19 @@ pub struct Refusal {
 impl Refusal {
     /// One line for the log: what was refused, why, and what to change.
     pub fn describe(&self, what: &str, requested: &Path) -> String {
-        let why = match self.owners {
-            Some((link, target)) => format!(
-                "its owner (uid {link}) is not the owner of what it leads to (uid {target})"
+        let (why, change) = match self.owners {
+            Some((link, target)) => (
+                format!(", and its owner (uid {link}) is not its target's (uid {target})"),
+                "symlinks = \"always\" follows it; or give the link its target's owner",
             ),
-            None => "it leads outside the root".to_string(),
+            None => (
+                String::new(),
+                "symlinks = \"owner\" follows a link that has its target's owner, \"always\" any",
+            ),
         };
         format!(
-            "refused {what} {}: the symlink {} -> {} leaves the root and {why}; \
-             symlinks = \"{}\" (set symlinks = \"always\" to follow it, or fix the link's owner)",
+            "refused {what} {}: the symlink {} -> {} leaves the root{why}, and the route has \
+             symlinks = \"{}\" ({change})",
             requested.display(),
             self.link.display(),
             self.target.display(),
@@ -141,7 +145,12 @@ pub(crate) fn resolve(root: &Path, rel: &[u8], setting: Symlinks) -> io::Result<
         if links > MAX_LINKS {
             return Ok(Resolved::Missing);
         }
-        let target = std::fs::read_link(&next)?;
+        let target = match std::fs::read_link(&next) {
+            Ok(t) => t,
+            // Removed since its lstat: as missing as it now is.
+            Err(e) if crate::is_missing(&e) => return Ok(Resolved::Missing),
+            Err(e) => return Err(e),
+        };
         steps.push_front(Step::EndOfLink {
             link: next,
             uid: next_meta.uid(),
