@@ -25,7 +25,7 @@ fn option_arg(o: &OptDef) -> Arg {
         .value_name(o.value_name)
         .env(o.env_name())
         .help(help)
-        .action(if o.repeated {
+        .action(if o.repeated || o.key == "root" {
             ArgAction::Append
         } else {
             ArgAction::Set
@@ -149,7 +149,22 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
         let Some(values) = matches.get_many::<String>(def.key) else {
             continue;
         };
-        let values: Vec<String> = values.cloned().collect();
+        let mut values: Vec<String> = values.cloned().collect();
+        if def.key == "root" {
+            // `--root PREFIX=DIR` (repeatable) serves PREFIX from DIR: a
+            // route of its own (`without_file`); the last plain DIR is `/`'s.
+            let (prefixed, plain): (Vec<_>, Vec<_>) =
+                values.into_iter().partition(|v| prefixed_root(v).is_some());
+            for v in &prefixed {
+                let (prefix, dir) = prefixed_root(v).expect("partitioned");
+                o.roots.retain(|(p, _)| *p != prefix);
+                o.roots.push((prefix, dir));
+            }
+            if plain.is_empty() {
+                continue;
+            }
+            values = plain;
+        }
         let set = o.global.set_strs(def.key, &values).and_then(|known| {
             if known {
                 Ok(true)
@@ -170,7 +185,15 @@ pub fn overrides_from(matches: &ArgMatches) -> Result<Overrides, ConfigError> {
             });
         }
     }
+    o.route.take_old_spellings();
     Ok(o)
+}
+
+/// `PREFIX=DIR`: a prefix that starts with `/` and a non-empty directory.
+/// (A directory whose own path holds `=` is given in a config file.)
+fn prefixed_root(value: &str) -> Option<(String, std::path::PathBuf)> {
+    let (prefix, dir) = value.split_once('=')?;
+    (prefix.starts_with('/') && !dir.is_empty()).then(|| (prefix.to_string(), dir.into()))
 }
 
 #[cfg(test)]
@@ -285,6 +308,7 @@ mod heading_tests {
                         "listing",
                         "fallback",
                         "dotfiles",
+                        "symlinks",
                         "symlinks_outside_root",
                         "immutable",
                         "strip_prefix",

@@ -105,6 +105,17 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
                 .into(),
         });
     }
+    if let Some((prefix, _)) = overrides.roots.first() {
+        return Err(ConfigError {
+            file: Some(path.into()),
+            line: None,
+            key: Some("--root".into()),
+            message: format!(
+                "PREFIX=DIR is for use without a config file: give {prefix:?} its own \
+                 [[site.route]] with root and strip_prefix = true"
+            ),
+        });
+    }
     top_route.override_with(&overrides.route);
 
     let top_opened = opened_offsets(doc.get_ref(), &[]);
@@ -253,8 +264,10 @@ impl Cx<'_> {
         Ok(())
     }
 
-    /// Relative roots in a file are relative to the file's directory.
+    /// Relative roots in a file are relative to the file's directory; old
+    /// spellings of options become the new ones, layer by layer.
     fn anchor(&self, layer: &mut RouteLayer) {
+        layer.take_old_spellings();
         let dir = self.path.parent().unwrap_or(Path::new(""));
         if let Some(root) = &mut layer.root {
             if root.is_relative() {

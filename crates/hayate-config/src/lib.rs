@@ -149,6 +149,10 @@ pub struct Overrides {
     pub global: GlobalLayer,
     /// Route defaults.
     pub route: RouteLayer,
+    /// `--root PREFIX=DIR`: each prefix served from its directory by a
+    /// route of its own, as `/` is served otherwise (its prefix stripped,
+    /// as nginx's `alias`).
+    pub roots: Vec<(String, PathBuf)>,
 }
 
 /// `user`, `group` and `app_user` together: a hayate that dropped to `user`
@@ -308,6 +312,28 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     } else if slash.root.is_none() && !app {
         // Only without an app: never serve an app's own directory by accident.
         slash.root = Some(PathBuf::from("."));
+    }
+    // --root PREFIX=DIR: served as `/` is (files, then the app's scripts
+    // under DIR), with the prefix stripped; a missing file there is a 404,
+    // not `/`'s front controller looked for under DIR.
+    for (prefix, dir) in &overrides.roots {
+        if routes.iter().any(|r: &Route| r.prefix == *prefix) {
+            return Err(ConfigError {
+                file: None,
+                line: None,
+                key: Some("--root".into()),
+                message: format!("prefix {prefix:?} already has a route of its own"),
+            });
+        }
+        let mut layer = slash.clone();
+        layer.root = Some(dir.clone());
+        layer.strip_prefix = Some(true);
+        layer.fastcgi_index = Some(String::new());
+        routes.push(Route {
+            prefix: prefix.clone(),
+            options: layer.resolve(),
+            lines: Vec::new(),
+        });
     }
     if !routes.iter().any(|r| r.prefix == "/") {
         routes.push(Route {

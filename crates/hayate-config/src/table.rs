@@ -348,8 +348,8 @@ options! {
     /// Route options with defaults applied.
     resolved RouteOptions;
     table ROUTE_OPTIONS;
-    root: PathBuf = unset, "DIR",
-        "Directory served (by default the request path is looked up under it)";
+    root: PathBuf = unset, "[PREFIX=]DIR",
+        "Directory served (by default the request path is looked up under it); on the command line also PREFIX=DIR, repeatable: PREFIX's files and scripts come from DIR (a route of its own with the prefix stripped, as nginx's alias; a missing file there is a 404; in a file: a [[site.route]] with prefix, root and strip_prefix = true)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
         "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
     fastcgi: Vec<FastCgiSpec> = unset, "[PREFIX=]unix:PATH|HOST:PORT[,ADDR]",
@@ -372,8 +372,10 @@ options! {
         "SPA fallback: a file under root answered with 200 for paths that match no file";
     dotfiles: bool = "false", "BOOL",
         "Serve files and directories whose name starts with a dot (.well-known always is)";
-    symlinks_outside_root: bool = "false", "BOOL",
-        "Follow symbolic links that lead outside root";
+    symlinks: Symlinks = "owner", "owner|never|always",
+        "Symbolic links that lead outside root: owner follows one when the link and what it leads to have the same owner (every link on the path; nginx's disable_symlinks if_not_owner), so a packaged app's links into /usr/share work and an uploaded link to a system file does not; never refuses them; always follows them. A file or script refused is a 403, with a warning naming it";
+    symlinks_outside_root: bool = unset, "BOOL",
+        "Old spelling of symlinks: true is always, false is never (where both are set, symlinks wins)";
     allow: Vec<IpNet> = unset, "CIDR",
         "Only clients in these blocks (IPv4 or IPv6, or single addresses) are served; everyone else gets 403 (deny wins over allow)";
     deny: Vec<IpNet> = unset, "CIDR",
@@ -422,4 +424,18 @@ options! {
         "Levels of the compress-once variants of files (CPU paid once per file)";
     compress_dynamic_levels: CodingLevels = "br:4,zstd:3,gzip:5", "LEVELS",
         "Levels of proxied bodies compressed while they stream (CPU paid per response)";
+}
+
+impl RouteLayer {
+    /// Takes the old spelling `symlinks_outside_root` into `symlinks` (where
+    /// this layer does not set `symlinks` itself), so a layer that says
+    /// either overrides its parent's either.
+    pub fn take_old_spellings(&mut self) {
+        if let Some(outside) = self.symlinks_outside_root.take() {
+            self.symlinks.get_or_insert(match outside {
+                true => Symlinks::Always,
+                false => Symlinks::Never,
+            });
+        }
+    }
 }

@@ -13,8 +13,10 @@ pub use hayate_core::transport::Scheme;
 
 use toml::de::DeValue;
 
+mod files;
 mod policy;
 mod upstream;
+pub use files::Symlinks;
 pub use policy::{AuthFile, RateKey, RateSpec};
 pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
 

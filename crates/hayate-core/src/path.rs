@@ -10,6 +10,33 @@
 use crate::field::hex_digit;
 use std::borrow::Cow;
 
+/// Which symbolic links that lead out of a route's root are followed (the
+/// `symlinks` option; links that stay under the root always are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Symlinks {
+    /// When the link and what it leads to have the same owner (nginx's
+    /// `disable_symlinks if_not_owner`): a packaged app's links into
+    /// /usr/share are followed, a link the web user made to a file of
+    /// root's is not.
+    #[default]
+    Owner,
+    /// Never.
+    Never,
+    /// Always.
+    Always,
+}
+
+impl Symlinks {
+    /// The option's value for this setting.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Symlinks::Owner => "owner",
+            Symlinks::Never => "never",
+            Symlinks::Always => "always",
+        }
+    }
+}
+
 /// Why a request path was refused; each maps to 400.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathError {

@@ -12,9 +12,10 @@
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
-//!    script that may not run is a 404: `hayate_static::scripts`), and one
-//!    that matches no file runs the directory's index script or the front
-//!    controller. Else
+//!    script that may not run is a 404: `hayate_static::scripts`; a file or
+//!    script behind a symlink the route does not follow is a 403, never
+//!    "no file"), and one that matches no file runs the directory's index
+//!    script or the front controller. Else
 //! 4. the route's upstream group (try_files), through the response cache
 //!    when the route caches (`cached.rs`: lookup, coalesced fetch, store);
 //!    non-GET methods go straight to the upstream when there is one.
@@ -244,6 +245,7 @@ fn serve<'r>(
     // FastCGI route a path that names a script runs it (never served as a
     // file), or is a 404 when that script may not run.
     let not_found = || Served::Now(with_hsts(Response::error(Status::NOT_FOUND), route, req));
+    let forbidden = || Served::Now(with_hsts(Response::error(Status::FORBIDDEN), route, req));
     let handler_path = handler_path(route, &path);
     let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
         Some(Script::Found { end }) => Some(ScriptPath {
@@ -251,6 +253,7 @@ fn serve<'r>(
             end,
         }),
         Some(Script::Missing) => return not_found(),
+        Some(Script::Refused) => return forbidden(),
         Some(Script::NotAScript) | None => None,
     };
     let reads_files = matches!(req.method(), b"GET" | b"HEAD") || route.upstream.is_none();
@@ -265,10 +268,11 @@ fn serve<'r>(
     }
     if let (Some(scripts), None) = (&route.scripts, &script) {
         // 3b. No file: a directory's index script, else the front controller.
-        script = front_script(route, scripts, &handler_path, now);
-        if script.is_none() {
-            return not_found();
-        }
+        script = match front_script(route, scripts, &handler_path, now) {
+            Ok(Some(front)) => Some(front),
+            Ok(None) => return not_found(),
+            Err(Refused) => return forbidden(),
+        };
     }
     let Some(group) = &route.upstream else {
         return not_found();
@@ -295,29 +299,38 @@ fn serve<'r>(
 /// The script a FastCGI route runs for a path that names none and matches
 /// no file: the directory's index script (`/blog/` → `/blog/index.php`),
 /// else the front controller with the original URI (nginx's `try_files
-/// $uri $uri/ /index.php?$query_string`). `None`: nothing runs (404).
+/// $uri $uri/ /index.php?$query_string`). `None`: nothing runs (404);
+/// `Refused`: the script is behind a symlink the route does not follow.
 fn front_script(
     route: &Route,
     scripts: &ScriptRoot,
     path: &[u8],
     now: Instant,
-) -> Option<ScriptPath> {
-    let front = route.front_controller.as_deref()?;
+) -> Result<Option<ScriptPath>, Refused> {
+    let Some(front) = route.front_controller.as_deref() else {
+        return Ok(None);
+    };
     if path.ends_with(b"/") {
         let name = front.rsplit(|&b| b == b'/').next().unwrap_or(front);
         let index = [path, name].concat();
-        if let Script::Found { end } = scripts.find(&index, now) {
-            return Some(ScriptPath { path: index, end });
+        match scripts.find(&index, now) {
+            Script::Found { end } => return Ok(Some(ScriptPath { path: index, end })),
+            Script::Refused => return Err(Refused),
+            Script::Missing | Script::NotAScript => {}
         }
     }
     match scripts.find(front, now) {
-        Script::Found { end } => Some(ScriptPath {
+        Script::Found { end } => Ok(Some(ScriptPath {
             path: front.to_vec(),
             end,
-        }),
-        Script::Missing | Script::NotAScript => None,
+        })),
+        Script::Refused => Err(Refused),
+        Script::Missing | Script::NotAScript => Ok(None),
     }
 }
+
+/// A script refused by the route's symlink setting (warned where found).
+struct Refused;
 
 /// The script a FastCGI request runs: `path[..end]` (SCRIPT_NAME), then
 /// its PATH_INFO.

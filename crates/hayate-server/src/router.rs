@@ -177,7 +177,7 @@ impl Router {
                         root,
                         &r.options.fastcgi_extensions,
                         r.options.dotfiles,
-                        r.options.symlinks_outside_root,
+                        r.options.symlinks,
                     )?),
                     _ => None,
                 };
@@ -498,7 +498,7 @@ fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> Static
         listing: o.listing,
         fallback: o.fallback.clone(),
         dotfiles: o.dotfiles,
-        symlinks_outside_root: o.symlinks_outside_root,
+        symlinks: o.symlinks,
         cache_control: o.cache_control.clone(),
         immutable: o.immutable,
         precompressed: o.precompressed,

@@ -206,6 +206,10 @@ pub(crate) struct BuildSpec<'a> {
     pub preference: &'a [Coding],
     /// Whether inotify can cover the file (it is reached without symlinks).
     pub watchable: bool,
+    /// Precompressed siblings found, each opened as the file was (under
+    /// the route's symlink setting): its coding, its path as requested
+    /// (re-checked by `stat`), the open file.
+    pub siblings: Vec<(Coding, PathBuf, File)>,
 }
 
 impl OpenFileCache {
@@ -333,36 +337,22 @@ impl OpenFileCache {
         fs_path: &Path,
         file: File,
         meta: &Metadata,
-        spec: BuildSpec<'_>,
+        mut spec: BuildSpec<'_>,
         now: Instant,
     ) -> std::io::Result<Rc<Entry>> {
         let mut stamps = vec![(fs_path.to_path_buf(), FileStamp::of(meta))];
         let last_modified = meta.modified()?;
         let vary = spec.precompressed;
         let mut encoded = Vec::new();
-        if spec.precompressed {
-            for coding in Coding::COMPRESSED {
-                let Some(suffix) = coding.file_suffix() else {
-                    continue;
-                };
-                let mut name = fs_path.as_os_str().to_owned();
-                name.push(suffix);
-                let sibling = PathBuf::from(name);
-                let f = match File::open(&sibling) {
-                    Ok(f) => f,
-                    // No descriptor to look: the entry would go without a
-                    // sibling that exists, until revalidated.
-                    Err(e) if hayate_core::error::is_local_shortage(&e) => return Err(e),
-                    Err(_) => continue,
-                };
-                let Ok(m) = f.metadata() else { continue };
-                // A sibling older than the file is stale: never serve it.
-                if !m.is_file() || m.modified()? < last_modified {
-                    continue;
-                }
-                stamps.push((sibling, FileStamp::of(&m)));
-                encoded.push(self.variant(coding, f, &m, &spec, last_modified, vary)?);
+        let siblings = std::mem::take(&mut spec.siblings);
+        for (coding, sibling, f) in siblings {
+            let Ok(m) = f.metadata() else { continue };
+            // A sibling older than the file is stale: never serve it.
+            if !m.is_file() || m.modified()? < last_modified {
+                continue;
             }
+            stamps.push((sibling, FileStamp::of(&m)));
+            encoded.push(self.variant(coding, f, &m, &spec, last_modified, vary)?);
         }
         // Siblings and generated codings in the route's order (codings it
         // does not list last): a preferred coding is generated even next to

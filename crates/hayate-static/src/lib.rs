@@ -10,6 +10,7 @@
 
 mod cache;
 pub mod conditional;
+pub mod confine;
 mod listing;
 pub mod mime;
 pub mod range;
@@ -30,6 +31,8 @@ use hayate_core::{Body, Chunk, Coding, Response, Status};
 pub use cache::CacheLimits;
 use cache::{BuildSpec, Entry, Known, OpenFileCache, Source, Variant};
 pub use conditional::{Preconditions, Verdict};
+pub use confine::Symlinks;
+use confine::{Refusal, Resolved};
 pub use hayate_core::variant::{FileStamp, VariantState};
 use range::RangeDecision;
 
@@ -46,8 +49,8 @@ pub struct StaticOptions {
     pub fallback: Option<String>,
     /// Serve dotfiles.
     pub dotfiles: bool,
-    /// Follow symlinks out of root.
-    pub symlinks_outside_root: bool,
+    /// Which symlinks out of root are followed.
+    pub symlinks: Symlinks,
     /// Cache-Control for files.
     pub cache_control: Option<String>,
     /// Long-lived, immutable Cache-Control for hashed file names.
@@ -112,6 +115,9 @@ enum Lookup {
     File(Rc<Entry>),
     Dir,
     Missing,
+    /// Behind a symlink the route does not follow: 403, never "missing"
+    /// (a front controller would answer for the file).
+    Refused(Refusal),
 }
 
 impl StaticRoot {
@@ -174,6 +180,7 @@ impl StaticRoot {
         };
         let entry = match lookup {
             Lookup::File(entry) => entry,
+            Lookup::Refused(refusal) => return Some(self.refuse(&refusal, req.path)),
             Lookup::Dir => match self.directory(req) {
                 Ok(Some(Ok(entry))) => entry,
                 Ok(Some(Err(response))) => return Some(response),
@@ -222,11 +229,21 @@ impl StaticRoot {
             heap = [req.path, index].concat();
             &heap
         };
-        if let Lookup::File(entry) = self.resolve(req.path, index_path, req.now)? {
-            return Ok(Some(Ok(entry)));
+        match self.resolve(req.path, index_path, req.now)? {
+            Lookup::File(entry) => return Ok(Some(Ok(entry))),
+            Lookup::Refused(refusal) => return Ok(Some(Err(self.refuse(&refusal, index_path)))),
+            Lookup::Dir | Lookup::Missing => {}
         }
         if self.opts.listing {
-            let dir = self.fs_path(req.path);
+            // Listed by its real path, checked now: what a remembered
+            // directory's links lead to may have changed since.
+            let dir = match confine::resolve(&self.opts.root, req.path, self.opts.symlinks)? {
+                Resolved::Found { real, meta } if meta.is_dir() => real,
+                Resolved::Refused(refusal) => {
+                    return Ok(Some(Err(self.refuse(&refusal, req.path))))
+                }
+                _ => return Ok(None),
+            };
             let body = listing::render(&dir, req.path, req.wants_json, self.opts.dotfiles)?;
             let mut r = Response::new(Status::OK);
             let ct: &[u8] = if req.wants_json {
@@ -252,6 +269,10 @@ impl StaticRoot {
         }
         match self.lookup(key.as_bytes(), key.as_bytes(), req.now)? {
             Lookup::File(entry) => Ok(Some(entry)),
+            Lookup::Refused(refusal) => {
+                let _ = self.refuse(&refusal, key.as_bytes());
+                Ok(None)
+            }
             _ => {
                 log::error!(
                     "fallback file {key} is missing under {}",
@@ -284,7 +305,7 @@ impl StaticRoot {
         let known = match found {
             Lookup::Missing => Known::Missing,
             Lookup::Dir => Known::Dir,
-            Lookup::File(_) => return Ok(found),
+            Lookup::File(_) | Lookup::Refused(_) => return Ok(found),
         };
         self.cache.remember(path, &self.fs_path(path), known, now);
         Ok(found)
@@ -292,41 +313,38 @@ impl StaticRoot {
 
     fn lookup(&self, key: &[u8], path: &[u8], now: Instant) -> io::Result<Lookup> {
         let fs_path = self.fs_path(path);
-        let meta = match std::fs::metadata(&fs_path) {
-            Ok(m) => m,
-            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
-            Err(e) => return Err(e),
-        };
-        // Confinement: the real path must stay under the real root.
-        let real = match std::fs::canonicalize(&fs_path) {
-            Ok(p) => p,
-            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
-            Err(e) => return Err(e),
-        };
-        let inside = real.starts_with(&self.opts.root);
-        if !inside && !self.opts.symlinks_outside_root {
-            log::info!(
-                "refused {}: a symlink leads outside the root",
-                fs_path.display()
-            );
+        // Twice at most: a file replaced between its check and its opening
+        // (a deploy renaming over it) is looked up once more.
+        let mut opened = None;
+        for _ in 0..2 {
+            let (real, meta) = match confine::resolve(&self.opts.root, path, self.opts.symlinks)? {
+                Resolved::Found { real, meta } => (real, meta),
+                Resolved::Missing => return Ok(Lookup::Missing),
+                Resolved::Refused(refusal) => return Ok(Lookup::Refused(refusal)),
+            };
+            if meta.is_dir() {
+                return Ok(Lookup::Dir);
+            }
+            if !meta.is_file() {
+                return Ok(Lookup::Missing);
+            }
+            if let Some(file) = confine::open_checked(&real, &meta)? {
+                opened = Some((real, file));
+                break;
+            }
+        }
+        let Some((real, file)) = opened else {
             return Ok(Lookup::Missing);
-        }
-        if meta.is_dir() {
-            return Ok(Lookup::Dir);
-        }
-        if !meta.is_file() {
-            return Ok(Lookup::Missing);
-        }
-        let file = match File::open(&fs_path) {
-            Ok(f) => f,
-            Err(e) if is_missing(&e) => return Ok(Lookup::Missing),
-            Err(e) => return Err(e),
         };
         let meta = file.metadata()?;
         let content_type = mime::content_type(&fs_path);
         let generate = match &self.opts.variants {
             Some(v) => v.codings(&content_type, meta.len()),
             None => Vec::new(),
+        };
+        let siblings = match self.opts.precompressed {
+            true => self.siblings(path, &fs_path)?,
+            false => Vec::new(),
         };
         let spec = BuildSpec {
             content_type,
@@ -335,9 +353,51 @@ impl StaticRoot {
             generate,
             preference: &self.opts.encodings,
             watchable: real == fs_path,
+            siblings,
         };
         let entry = self.cache.insert(key, &fs_path, file, &meta, spec, now)?;
         Ok(Lookup::File(entry))
+    }
+
+    /// The precompressed siblings of the file at `path` (`fs_path` on
+    /// disk), each a path of its own under the symlink setting.
+    fn siblings(&self, path: &[u8], fs_path: &Path) -> io::Result<Vec<(Coding, PathBuf, File)>> {
+        let mut found = Vec::new();
+        for coding in Coding::COMPRESSED {
+            let Some(suffix) = coding.file_suffix() else {
+                continue;
+            };
+            let name = [path, suffix.as_bytes()].concat();
+            let opened = match confine::resolve(&self.opts.root, &name, self.opts.symlinks) {
+                Ok(Resolved::Found { real, meta }) if meta.is_file() => {
+                    confine::open_checked(&real, &meta)
+                }
+                Ok(Resolved::Refused(refusal)) => {
+                    let _ = self.refuse(&refusal, &name);
+                    Ok(None)
+                }
+                Ok(_) => Ok(None),
+                Err(e) => Err(e),
+            };
+            let file = match opened {
+                Ok(Some(f)) => f,
+                // No descriptor to look: the entry would go without a
+                // sibling that exists, until revalidated.
+                Err(e) if hayate_core::error::is_local_shortage(&e) => return Err(e),
+                Ok(None) | Err(_) => continue,
+            };
+            let mut sibling = fs_path.as_os_str().to_owned();
+            sibling.push(suffix);
+            found.push((coding, PathBuf::from(sibling), file));
+        }
+        Ok(found)
+    }
+
+    /// A 403 for `path`, refused by the symlink setting, with the warning
+    /// that says which link and what to change.
+    fn refuse(&self, refusal: &Refusal, path: &[u8]) -> Response {
+        log::warn!("{}", refusal.describe("file", &self.fs_path(path)));
+        Response::error(Status::FORBIDDEN)
     }
 
     fn cache_control_for(&self, fs_path: &Path) -> Option<&str> {

@@ -6,9 +6,13 @@
 //! A path names a script when one of its segments ends with a script
 //! extension (`.php`, compared without case so `x.PHP` is never sent as
 //! source): the path up to that segment is the script, the rest its
-//! PATH_INFO. The script must be a regular file under the root (a symlink
-//! out of it counts as missing unless the route allows it) and no segment
-//! up to it may be hidden; otherwise the path is a 404 and nothing runs.
+//! PATH_INFO. The script must be a regular file under the root, reached
+//! through symlinks the route's setting follows (`crate::confine`: a link
+//! it refuses makes a 403, with a warning), and no segment up to it may be
+//! hidden; otherwise the path is a 404 and nothing runs. php-fpm opens the
+//! script itself, by its path: a link swapped after the check (within
+//! [`RECHECK_AFTER`] for a script found before) is followed by php-fpm,
+//! which hayate cannot see; only a user who may write the tree can do so.
 //! So `/uploads/evil.jpg/x.php` is a missing script, not `evil.jpg` run as
 //! PHP, and `/uploads/evil.jpg` names no script at all (a file, at most).
 
@@ -18,6 +22,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::confine::{self, Resolved, Symlinks};
 
 /// How long a script found runnable is believed without looking again.
 /// Checking costs a `realpath` (a readlink per path component) and a stat:
@@ -40,8 +46,8 @@ pub struct ScriptRoot {
     extensions: Vec<Vec<u8>>,
     /// Scripts under hidden directories or named with a dot run too.
     dotfiles: bool,
-    /// Symlinks may lead out of the root.
-    symlinks_outside_root: bool,
+    /// Which symlinks out of the root are followed.
+    symlinks: Symlinks,
     /// Scripts found runnable, and when (this worker's; see
     /// [`RECHECK_AFTER`]).
     runnable: RefCell<HashMap<Vec<u8>, Instant>>,
@@ -58,6 +64,8 @@ pub enum Script {
     },
     /// A script that does not exist, or that may not run: 404.
     Missing,
+    /// Behind a symlink the route does not follow: 403 (warned).
+    Refused,
     /// No script: a file, a directory, or the front controller's.
     NotAScript,
 }
@@ -69,7 +77,7 @@ impl ScriptRoot {
         root: &Path,
         extensions: &[String],
         dotfiles: bool,
-        symlinks_outside_root: bool,
+        symlinks: Symlinks,
     ) -> io::Result<ScriptRoot> {
         let real = std::fs::canonicalize(root).map_err(|e| {
             io::Error::new(e.kind(), format!("FastCGI root {}: {e}", root.display()))
@@ -95,7 +103,7 @@ impl ScriptRoot {
             root: text.to_string(),
             extensions,
             dotfiles,
-            symlinks_outside_root,
+            symlinks,
             runnable: RefCell::new(HashMap::new()),
         })
     }
@@ -142,11 +150,15 @@ impl ScriptRoot {
         {
             return Script::Found { end };
         }
-        let fs_path = self.fs_path(script);
-        let runs = std::fs::canonicalize(&fs_path).is_ok_and(|real| {
-            (self.symlinks_outside_root || real.starts_with(&self.root))
-                && std::fs::metadata(&real).is_ok_and(|m| m.is_file())
-        });
+        let runs = match confine::resolve(Path::new(&self.root), script, self.symlinks) {
+            Ok(Resolved::Found { meta, .. }) => meta.is_file(),
+            Ok(Resolved::Refused(refusal)) => {
+                runnable.remove(script);
+                log::warn!("{}", refusal.describe("script", &self.fs_path(script)));
+                return Script::Refused;
+            }
+            Ok(Resolved::Missing) | Err(_) => false,
+        };
         if !runs {
             runnable.remove(script);
             return Script::Missing;
@@ -182,7 +194,8 @@ mod tests {
         std::fs::write(outside.path().join("out.php"), "<?php").expect("write");
         std::os::unix::fs::symlink(outside.path().join("out.php"), root.join("link.php"))
             .expect("symlink");
-        let scripts = ScriptRoot::new(root, &[".php".into()], false, false).expect("root");
+        let scripts =
+            ScriptRoot::new(root, &[".php".into()], false, Symlinks::Never).expect("root");
         let table: [(&str, Script); 13] = [
             ("/index.php", Script::Found { end: 10 }),
             ("/index.php/a/b", Script::Found { end: 10 }),
@@ -195,14 +208,14 @@ mod tests {
             ("/uploads/", Script::NotAScript),
             ("/.git/x.php", Script::Missing),
             ("/dir.php", Script::Missing),
-            ("/link.php", Script::Missing),
+            ("/link.php", Script::Refused),
             ("/index.phpx", Script::NotAScript),
         ];
         let now = Instant::now();
         for (path, want) in table {
             assert_eq!(scripts.find(path.as_bytes(), now), want, "{path}");
         }
-        assert!(ScriptRoot::new(root, &[], false, false).is_err());
+        assert!(ScriptRoot::new(root, &[], false, Symlinks::Never).is_err());
 
         // Found is believed for a second; after it, a removed script is gone.
         std::fs::remove_file(root.join("A.PHP")).expect("rm");

@@ -19,7 +19,7 @@ fn options(root: &Path) -> StaticOptions {
         listing: false,
         fallback: None,
         dotfiles: false,
-        symlinks_outside_root: false,
+        symlinks: Symlinks::Owner,
         cache_control: None,
         immutable: false,
         precompressed: true,
@@ -231,38 +231,76 @@ fn dotfiles_hidden_but_well_known_served() {
 }
 
 #[test]
-fn symlinks_out_of_root_are_refused_unless_allowed() {
+fn symlinks_out_of_root_follow_the_setting() {
+    use std::os::unix::fs::symlink;
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("secret.txt"), "secret").expect("write");
-    let f = fixture(|_| {});
-    std::os::unix::fs::symlink(
-        outside.path().join("secret.txt"),
-        f.dir.path().join("link.txt"),
-    )
-    .expect("symlink");
-    std::os::unix::fs::symlink(outside.path(), f.dir.path().join("linkdir")).expect("symlink");
-    std::os::unix::fs::symlink(
-        f.dir.path().join("hello.txt"),
-        f.dir.path().join("inside.txt"),
-    )
-    .expect("symlink");
-    assert_eq!(get(&f, "/link.txt").status, Status::NOT_FOUND);
-    assert_eq!(get(&f, "/linkdir/secret.txt").status, Status::NOT_FOUND);
-    assert_eq!(
-        get(&f, "/inside.txt").status,
-        Status::OK,
-        "links within the root are fine"
-    );
-    let opts = {
-        let mut o = options(f.dir.path());
-        o.symlinks_outside_root = true;
-        o
+    let with = |symlinks: Symlinks| {
+        let f = fixture(|o| o.symlinks = symlinks);
+        let d = f.dir.path();
+        symlink(outside.path().join("secret.txt"), d.join("link.txt")).expect("symlink");
+        symlink(outside.path(), d.join("linkdir")).expect("symlink");
+        symlink(d.join("hello.txt"), d.join("inside.txt")).expect("symlink");
+        // A sibling is a path of its own: a link out of the root is judged.
+        // (Written after the file: an older sibling is stale.)
+        std::fs::write(outside.path().join("other.gz"), "GZ").expect("write");
+        symlink(outside.path().join("other.gz"), d.join("hello.txt.gz")).expect("symlink");
+        f
     };
-    let open = Fixture {
-        root: StaticRoot::new(opts).expect("root"),
-        dir: tempfile::tempdir().expect("tempdir"),
+    let gzip = |f: &Fixture| {
+        let r = serve(
+            f,
+            Req {
+                path: "/hello.txt",
+                accept: Some(Coding::Gzip),
+                ..Default::default()
+            },
+        );
+        header(&r, "Content-Encoding")
     };
-    assert_eq!(body(&get(&open, "/link.txt")), b"secret");
+    // The test's files all have one owner: `owner` follows, as `always`.
+    for setting in [Symlinks::Owner, Symlinks::Always] {
+        let f = with(setting);
+        assert_eq!(body(&get(&f, "/link.txt")), b"secret", "{setting:?}");
+        assert_eq!(body(&get(&f, "/linkdir/secret.txt")), b"secret");
+        assert_eq!(gzip(&f).as_deref(), Some("gzip"), "{setting:?}");
+    }
+    let f = with(Symlinks::Never);
+    assert_eq!(get(&f, "/link.txt").status, Status::FORBIDDEN);
+    assert_eq!(get(&f, "/linkdir/secret.txt").status, Status::FORBIDDEN);
+    assert_eq!(get(&f, "/linkdir/").status, Status::FORBIDDEN);
+    assert_eq!(gzip(&f), None, "the sibling behind a refused link");
+    let inside = get(&f, "/inside.txt");
+    assert_eq!(inside.status, Status::OK, "links within the root are fine");
+    // Refused is not missing: a route with an app does not get the path.
+    let req = StaticRequest {
+        method: b"GET",
+        path: b"/link.txt",
+        raw_path: b"/link.txt",
+        query: None,
+        preconditions: Preconditions::default(),
+        range: None,
+        choose_coding: &|_| None,
+        wants_json: false,
+        now: Instant::now(),
+    };
+    let refused = f.root.try_serve(&req).map(|r| r.status);
+    assert_eq!(refused, Some(Status::FORBIDDEN));
+    if nix::unistd::Uid::effective().is_root() {
+        // A link of another user's (nobody's) to a file of root's.
+        let nobody = nix::unistd::User::from_name("nobody")
+            .expect("user db")
+            .expect("nobody")
+            .uid
+            .as_raw();
+        let f = with(Symlinks::Owner);
+        std::os::unix::fs::lchown(f.dir.path().join("link.txt"), Some(nobody), None)
+            .expect("lchown");
+        std::os::unix::fs::lchown(f.dir.path().join("hello.txt.gz"), Some(nobody), None)
+            .expect("lchown");
+        assert_eq!(get(&f, "/link.txt").status, Status::FORBIDDEN);
+        assert_eq!(gzip(&f), None);
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use hayate_core::app::{AppAddr, AppInstance};
 use hayate_core::h1;
+use hayate_core::identity::Identity;
 use hayate_core::transport::Transport;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -85,10 +86,14 @@ impl Running {
             .env_remove("HAYATE_SHARED_KEY")
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        let other = spec
+            .run_as
+            .as_ref()
+            .filter(|who| who.uid != nix::unistd::geteuid().as_raw());
+        let (out, err) = (output_pipe(other)?, output_pipe(other)?);
+        cmd.stdout(out.0).stderr(err.0);
         if let Some(who) = &spec.run_as {
             cmd.uid(who.uid)
                 .gid(who.gid)
@@ -96,16 +101,12 @@ impl Running {
                 .env("USER", &who.name)
                 .env("LOGNAME", &who.name);
         }
-        let mut child = cmd
+        let child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
         let pid = child.id().unwrap_or(0);
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(relay_lines(out, index, pid, "stdout", spec.log.clone()));
-        }
-        if let Some(err) = child.stderr.take() {
-            tokio::spawn(relay_lines(err, index, pid, "stderr", spec.log.clone()));
-        }
+        tokio::spawn(relay_lines(out.1, index, pid, "stdout", spec.log.clone()));
+        tokio::spawn(relay_lines(err.1, index, pid, "stderr", spec.log.clone()));
         let mut run = Running {
             child,
             pid,
@@ -248,6 +249,20 @@ fn describe(status: ExitStatus) -> String {
 
 /// Copies an instance's output, a line at a time, tagged with time,
 /// instance and pid, to the app log file or hayate's log.
+/// A pipe for the app's stdout or stderr: the end it writes, the end
+/// hayate reads. For an app that runs as `other`, a user other than
+/// hayate's, the pipe is made its own: a pipe belongs to whoever made it,
+/// mode 0600, and an app that opens `/proc/self/fd/2` again (php-fpm's
+/// `error_log`, as Docker images log) would otherwise be refused.
+fn output_pipe(other: Option<&Identity>) -> io::Result<(Stdio, tokio::net::unix::pipe::Receiver)> {
+    let (write, read) = tokio::net::unix::pipe::pipe()?;
+    let write = write.into_blocking_fd()?;
+    if let Some(who) = other {
+        std::os::unix::fs::fchown(&write, Some(who.uid), Some(who.gid))?;
+    }
+    Ok((Stdio::from(write), read))
+}
+
 async fn relay_lines(
     out: impl AsyncRead + Unpin,
     index: usize,

@@ -93,16 +93,17 @@ impl PhpPool {
     }
 
     /// The command that runs php-fpm on the configuration file `conf`, in
-    /// the foreground; as root it must be told so (`-R`: its children then
-    /// run as root too, as hayate does).
-    pub fn command(binary: &Path, conf: &Path) -> Vec<String> {
+    /// the foreground; run `as_root`, it must be told so (`-R`: its
+    /// children then run as root too). `hayate php` does so only when root
+    /// is asked for by name.
+    pub fn command(binary: &Path, conf: &Path, as_root: bool) -> Vec<String> {
         let mut cmd = vec![
             binary.display().to_string(),
             "-F".into(),
             "-y".into(),
             conf.display().to_string(),
         ];
-        if nix::unistd::geteuid().is_root() {
+        if as_root {
             cmd.push("-R".into());
         }
         cmd
@@ -128,7 +129,17 @@ mod tests {
         let conf = pool.config();
         assert!(conf.contains("listen = ${PORT}\n"), "{conf}");
         assert!(conf.contains(&format!("pm.max_children = {}\n", pool.children)));
-        let cmd = PhpPool::command(Path::new("/usr/sbin/php-fpm"), Path::new("/tmp/p.conf"));
-        assert_eq!(cmd[..4], ["/usr/sbin/php-fpm", "-F", "-y", "/tmp/p.conf"]);
+        let cmd = PhpPool::command(
+            Path::new("/usr/sbin/php-fpm"),
+            Path::new("/tmp/p.conf"),
+            false,
+        );
+        assert_eq!(cmd, ["/usr/sbin/php-fpm", "-F", "-y", "/tmp/p.conf"]);
+        let cmd = PhpPool::command(
+            Path::new("/usr/sbin/php-fpm"),
+            Path::new("/tmp/p.conf"),
+            true,
+        );
+        assert_eq!(cmd.last().map(String::as_str), Some("-R"));
     }
 }

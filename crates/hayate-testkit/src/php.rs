@@ -74,7 +74,9 @@ impl PhpFpm {
     /// and waits until it accepts.
     pub fn start_again(&mut self) {
         let binary = php_fpm_binary().expect("php-fpm not found: apt-get install php-fpm");
-        let cmd = PhpPool::command(&binary, &self.conf);
+        // As the test's user, root included (a test's scripts are its own).
+        let as_root = nix::unistd::geteuid().is_root();
+        let cmd = PhpPool::command(&binary, &self.conf, as_root);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

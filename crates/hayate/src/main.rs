@@ -3,6 +3,7 @@
 
 mod control_client;
 mod logs;
+mod php;
 mod service;
 
 use std::path::{Path, PathBuf};
@@ -295,7 +296,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => serve(m, inherited),
         Some(("check", m)) => check(m),
         Some(("run", m)) => run_app(m, inherited),
-        Some(("php", m)) => php(m, inherited),
+        Some(("php", m)) => php::run(m, inherited),
         Some(("logs", m)) => find_control(m)
             .and_then(|target| ask(&target.socket, "logs\n"))
             .and_then(|files| {
@@ -337,7 +338,7 @@ fn serve_overrides(m: &ArgMatches) -> Result<Overrides, ConfigError> {
 
 /// How a reload reads the configuration again: the same file with the same
 /// flags and environment; `None` without a file.
-fn rereader<'a>(
+pub(crate) fn rereader<'a>(
     m: &'a ArgMatches,
     overrides: Overrides,
 ) -> Option<hayate_server::reload::Reread<'a>> {
@@ -345,7 +346,7 @@ fn rereader<'a>(
     Some(Box::new(move || load_with(m, &overrides)))
 }
 
-fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+pub(crate) fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config, ConfigErrors> {
     match m.get_one::<String>("config") {
         Some(path) => {
             let path = Path::new(path);
@@ -447,52 +448,8 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
 /// serves (see [`supervise`]).
 const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// `hayate php [DIR] [options]`: php-fpm as the supervised app, speaking
-/// FastCGI, with a pool generated for this machine
-/// ([`hayate_supervisor::php::PhpPool`]); DIR (default: the current
-/// directory) is the document root: files first, then scripts, then the
-/// front controller.
-fn php(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
-    use hayate_config::app::{AppProtocol, AppSection, Instances};
-    use hayate_supervisor::php::{php_fpm_binary, PhpPool};
-    let binary = php_fpm_binary()
-        .context("php-fpm not found on PATH or in /usr/sbin (Debian: apt-get install php-fpm)")?;
-    let mut overrides: Overrides = cli::overrides_from(m)?;
-    let root = PathBuf::from(m.get_one::<String>("dir").map_or(".", String::as_str));
-    overrides.route.root = Some(root.clone());
-    overrides.route.app = Some(true);
-    overrides.global.app_protocol = Some(AppProtocol::FastCgi);
-    let pool = PhpPool::sized_to_machine();
-    // Every child may hold a kept connection: hayate's bound is the pool.
-    overrides
-        .global
-        .fastcgi_max_conns
-        .get_or_insert(pool.children);
-    let mut config = load_with(m, &overrides)?;
-    let reread = rereader(m, overrides);
-    // Readiness is the socket accepting: php-fpm answers no HTTP probe.
-    config.global.app_ready_path = None;
-    // The pool's file, private to this hayate (its socket comes in PORT).
-    let dir = std::env::temp_dir().join(format!("hayate-php-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    let conf = dir.join("php-fpm.conf");
-    std::fs::write(&conf, pool.config()).with_context(|| format!("{}", conf.display()))?;
-    let app = AppSection {
-        command: PhpPool::command(&binary, &conf),
-        cwd: Some(root),
-        env: Vec::new(),
-        // One master: php-fpm runs its children itself.
-        instances: Some(Instances::Count(1)),
-    };
-    let file = m.get_one::<String>("config");
-    let result = supervise(config, app, file, reread, inherited);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
 /// Starts the supervisor for `app` and serves until stopped.
-fn supervise(
+pub(crate) fn supervise(
     config: Config,
     app: hayate_config::app::AppSection,
     config_file: Option<&String>,
@@ -597,7 +554,9 @@ fn control_place(config: &Config) -> ControlPlace {
 
 /// Who the app runs as: `app_user`, else hayate's own `user` (a hayate that
 /// dropped to it cannot start the app as anyone else), else hayate's user.
-fn app_identity(config: &Config) -> anyhow::Result<Option<hayate_core::identity::Identity>> {
+pub(crate) fn app_identity(
+    config: &Config,
+) -> anyhow::Result<Option<hayate_core::identity::Identity>> {
     use hayate_core::identity::Identity;
     let g = &config.global;
     Ok(match (&g.app_user, &g.user) {
@@ -613,7 +572,7 @@ fn app_identity(config: &Config) -> anyhow::Result<Option<hayate_core::identity:
 }
 
 /// Sets the error log up: its level, and its file when `error_log` names one.
-fn init_log(config: &Config) -> anyhow::Result<()> {
+pub(crate) fn init_log(config: &Config) -> anyhow::Result<()> {
     if let Some(path) = &config.global.error_log {
         let file = hayate_core::logfile::RotatingLog::open(path, u64::MAX, 0)
             .with_context(|| format!("error_log {}", path.display()))?;

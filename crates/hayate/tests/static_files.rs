@@ -502,33 +502,75 @@ fn dotfiles_are_hidden_unless_asked_for() {
 }
 
 #[test]
-fn symlinks_out_of_the_root_need_the_option() {
+fn symlinks_out_of_the_root_follow_the_symlinks_setting() {
     let (base, root) = confined();
     std::os::unix::fs::symlink(base.path().join("secret.txt"), root.join("link.txt"))
         .expect("symlink");
     std::os::unix::fs::symlink("../outdir", root.join("linkdir")).expect("symlink");
     std::os::unix::fs::symlink("docs/a.txt", root.join("inside-link.txt")).expect("symlink");
     std::os::unix::fs::symlink("nowhere", root.join("broken")).expect("symlink");
-    let h = start_on(&root, &[]);
-    let mut c = h.client();
-    for (path, status) in [
-        ("/link.txt", 404),
-        ("/linkdir/o.txt", 404),
-        ("/broken", 404),
-        ("/inside-link.txt", 200),
+    let warned = |h: &Hayate, file: &str, setting: &str| {
+        hayate_testkit::eventually("the warning", || {
+            let log = h.stderr();
+            log.lines()
+                .any(|l| {
+                    l.contains(" WARN ")
+                        && l.contains(&format!("refused file {}", root.join(file).display()))
+                        && l.contains(&format!("symlinks = \"{setting}\""))
+                })
+                .then_some(())
+                .ok_or(log)
+        })
+    };
+    // The default, owner: the test's links and files have one owner.
+    for args in [
+        &[][..],
+        &["--symlinks", "always"],
+        &["--symlinks-outside-root"],
     ] {
-        let r = c.get(path, &[]);
-        assert_eq!(r.status, status, "{path}");
-        assert!(!r.text().contains("OUTSIDE"), "{path}");
+        let h = start_on(&root, args);
+        let mut c = h.client();
+        assert_eq!(c.get("/link.txt", &[]).text(), "OUTSIDE-SECRET", "{args:?}");
+        assert_eq!(c.get("/linkdir/o.txt", &[]).text(), "OUTSIDE-DIR");
+        assert_eq!(c.get("/inside-link.txt", &[]).text(), "inside a");
+        assert_eq!(c.get("/broken", &[]).status, 404);
+        h.assert_no_errors();
     }
-    drop(h);
-    let h = start_on(&root, &["--symlinks-outside-root"]);
-    let mut c = h.client();
-    assert_eq!(c.get("/link.txt", &[]).text(), "OUTSIDE-SECRET");
-    assert_eq!(c.get("/linkdir/o.txt", &[]).text(), "OUTSIDE-DIR");
-    assert_eq!(c.get("/inside-link.txt", &[]).text(), "inside a");
-    assert_eq!(c.get("/broken", &[]).status, 404);
-    h.assert_no_errors();
+    for args in [
+        &["--symlinks", "never"][..],
+        &["--symlinks-outside-root=false"],
+    ] {
+        let h = start_on(&root, args);
+        let mut c = h.client();
+        for (path, status) in [
+            ("/link.txt", 403),
+            ("/linkdir/o.txt", 403),
+            ("/broken", 404),
+            ("/inside-link.txt", 200),
+        ] {
+            let r = c.get(path, &[]);
+            assert_eq!(r.status, status, "{path} {args:?}");
+            assert!(!r.text().contains("OUTSIDE"), "{path}");
+        }
+        warned(&h, "link.txt", "never");
+        warned(&h, "linkdir/o.txt", "never");
+    }
+    if nix::unistd::Uid::effective().is_root() {
+        // A link of another user's (nobody's) to a file of root's.
+        let nobody = nix::unistd::User::from_name("nobody")
+            .expect("user db")
+            .expect("nobody")
+            .uid
+            .as_raw();
+        std::os::unix::fs::lchown(root.join("link.txt"), Some(nobody), None).expect("lchown");
+        let h = start_on(&root, &[]);
+        let mut c = h.client();
+        let r = c.get("/link.txt", &[]);
+        assert_eq!(r.status, 403);
+        assert!(!r.text().contains("OUTSIDE"));
+        warned(&h, "link.txt", "owner");
+        assert_eq!(c.get("/linkdir/o.txt", &[]).text(), "OUTSIDE-DIR");
+    }
 }
 
 #[test]

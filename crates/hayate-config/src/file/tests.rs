@@ -243,3 +243,69 @@ fn overrides_beat_the_file() {
     let cfg = load_file("h.toml".as_ref(), "workers = 2\nroot = \".\"\n", &o).expect("valid");
     assert_eq!(cfg.global.workers, crate::values::Workers::Count(3));
 }
+
+#[test]
+fn symlinks_default_to_owner_and_the_old_spelling_still_loads() {
+    use crate::values::Symlinks;
+    let route = |cfg: &Config, prefix: &str| {
+        let r = cfg.sites[0].routes.iter().find(|r| r.prefix == prefix);
+        r.expect("route").options.symlinks
+    };
+    let cfg = load("root = \"/srv\"\n").expect("valid");
+    assert_eq!(route(&cfg, "/"), Symlinks::Owner);
+    for (text, want) in [
+        ("symlinks = \"never\"", Symlinks::Never),
+        ("symlinks = \"always\"", Symlinks::Always),
+        ("symlinks_outside_root = true", Symlinks::Always),
+        ("symlinks_outside_root = false", Symlinks::Never),
+        // Both in one place: the new name wins.
+        (
+            "symlinks = \"owner\"\nsymlinks_outside_root = true",
+            Symlinks::Owner,
+        ),
+    ] {
+        let cfg = load(&format!("root = \"/srv\"\n{text}\n")).expect(text);
+        assert_eq!(route(&cfg, "/"), want, "{text}");
+    }
+    // Each layer's spelling overrides its parent's, whichever it uses.
+    let cfg = load(
+        "symlinks = \"never\"\n[[site]]\nroot = \"/srv\"\nsymlinks_outside_root = true\n\
+         [[site.route]]\nprefix = \"/a/\"\nroot = \"/a\"\nsymlinks = \"owner\"\n\
+         [[site.route]]\nprefix = \"/b/\"\nroot = \"/b\"\n",
+    )
+    .expect("valid");
+    assert_eq!(route(&cfg, "/"), Symlinks::Always);
+    assert_eq!(route(&cfg, "/a/"), Symlinks::Owner);
+    assert_eq!(route(&cfg, "/b/"), Symlinks::Always);
+    assert!(err("root = \"/srv\"\nsymlinks = true\n").contains("owner, never or always"));
+}
+
+#[test]
+fn root_prefix_dir_makes_a_route_that_strips_its_prefix() {
+    let m = crate::cli::add_option_args(clap::Command::new("t")).get_matches_from([
+        "t",
+        "--root",
+        "/srv/app",
+        "--root",
+        "/wp-content/=/var/lib/wordpress/wp-content",
+        "--symlinks-outside-root",
+    ]);
+    let o = crate::cli::overrides_from(&m).expect("valid");
+    assert_eq!(o.route.root.as_deref(), Some(Path::new("/srv/app")));
+    let cfg = crate::without_file(&o).expect("valid");
+    let routes = &cfg.sites[0].routes;
+    let wp = routes.iter().find(|r| r.prefix == "/wp-content/");
+    let wp = &wp.expect("a route for the prefix").options;
+    assert_eq!(
+        wp.root.as_deref(),
+        Some(Path::new("/var/lib/wordpress/wp-content"))
+    );
+    assert!(wp.strip_prefix);
+    assert_eq!(wp.fastcgi_index, "", "a missing file there is a 404");
+    assert_eq!(wp.symlinks, crate::values::Symlinks::Always);
+    let slash = routes.iter().find(|r| r.prefix == "/").expect("/");
+    assert_eq!(slash.options.root.as_deref(), Some(Path::new("/srv/app")));
+    // With a file, a prefix is the file's own route.
+    let e = load_file("h.toml".as_ref(), "root = \"/srv\"\n", &o).expect_err("refused");
+    assert!(e.to_string().contains("[[site.route]]"), "{e}");
+}

@@ -138,6 +138,7 @@ fn a_file_changed_before_its_directory_was_watched_is_not_kept() {
         generate: Vec::new(),
         preference: &[],
         watchable: true,
+        siblings: Vec::new(),
     };
     let served = f
         .root
