@@ -41,8 +41,13 @@ pub struct ProxyRequest<'a> {
 pub struct CgiScript<'a> {
     /// The root the script lives under, absolute (DOCUMENT_ROOT).
     pub document_root: &'a str,
-    /// The script's path under the root, from `/` (SCRIPT_NAME); the
-    /// server checked that it names an existing file it may run.
+    /// What the URL has before the path under the root: a route's prefix
+    /// when it is stripped (`/wp-content` of a route serving
+    /// `/wp-content/` from another directory), else empty.
+    pub url_prefix: &'a [u8],
+    /// The script's path under the root, from `/`: SCRIPT_NAME after
+    /// `url_prefix`, SCRIPT_FILENAME after the root; the server checked
+    /// that it names an existing file it may run.
     pub script_name: &'a [u8],
     /// What follows the script in the path (PATH_INFO), maybe empty.
     pub path_info: &'a [u8],

@@ -380,8 +380,13 @@ pub async fn upstream<B: ClientBody>(
             .extend(authorized.iter().map(|(n, v)| (&n[..], &v[..])));
     }
     if let (Some(script), Some(scripts)) = (&origin.script, &route.scripts) {
+        let url_prefix = match route.strip_prefix {
+            true => route.prefix.strip_suffix(b"/").unwrap_or(&route.prefix),
+            false => &b""[..],
+        };
         proxied.cgi = Some(CgiScript {
             document_root: scripts.root(),
+            url_prefix,
             script_name: &script.path[..script.end],
             path_info: &script.path[script.end..],
             server_port: client.peer.local_port.unwrap_or_else(|| server_port(req)),

@@ -263,7 +263,7 @@ fn root_prefix_dir_serves_a_prefix_and_its_scripts_from_another_directory() {
             ("themes/t/style.css", "theme css"),
             (
                 "plugins/p/ajax.php",
-                "<?php echo 'plugin ', $_SERVER['SCRIPT_FILENAME'];\n",
+                "<?php echo 'plugin ', $_SERVER['SCRIPT_FILENAME'], ' as ', $_SERVER['SCRIPT_NAME'];\n",
             ),
         ],
     );
@@ -312,7 +312,10 @@ fn wordpress_layout(h: &Hayate, content: &Path) {
     let canonical = std::fs::canonicalize(content).expect("canonical");
     assert_eq!(
         c.get("/wp-content/plugins/p/ajax.php", &[]).text(),
-        format!("plugin {}/plugins/p/ajax.php", canonical.display())
+        format!(
+            "plugin {}/plugins/p/ajax.php as /wp-content/plugins/p/ajax.php",
+            canonical.display()
+        )
     );
     // A missing file under the prefix is a 404, not a front controller.
     let r = c.get("/wp-content/uploads/missing.png", &[]);

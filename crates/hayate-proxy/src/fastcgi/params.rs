@@ -44,10 +44,13 @@ pub(crate) fn request_params(
     pair("QUERY_STRING", query);
     pair("DOCUMENT_ROOT", root);
     pair("SCRIPT_FILENAME", &joined(script.script_name));
-    pair("SCRIPT_NAME", script.script_name);
+    pair(
+        "SCRIPT_NAME",
+        &[script.url_prefix, script.script_name].concat(),
+    );
     pair(
         "DOCUMENT_URI",
-        &[script.script_name, script.path_info].concat(),
+        &[script.url_prefix, script.script_name, script.path_info].concat(),
     );
     pair("PATH_INFO", script.path_info);
     if !script.path_info.is_empty() {
@@ -175,6 +178,7 @@ mod tests {
         };
         let script = CgiScript {
             document_root: "/srv/app",
+            url_prefix: b"",
             script_name: b"/index.php",
             path_info: b"/a/b",
             server_port: 8080,
@@ -230,6 +234,7 @@ mod tests {
     fn http_host_over_http2_is_the_authority() {
         let script = CgiScript {
             document_root: "/srv/app",
+            url_prefix: b"",
             script_name: b"/index.php",
             path_info: b"",
             server_port: 443,
@@ -264,5 +269,40 @@ mod tests {
         };
         let vars = decode(&request_params(&with_field, &script, None, b"id"));
         assert_eq!(vars.iter().filter(|(n, _)| n == "HTTP_HOST").count(), 1);
+    }
+
+    /// A route that serves a prefix from another directory (`--root
+    /// /wp-content/=DIR`): the file is under that directory, the URL keeps
+    /// the prefix.
+    #[test]
+    fn a_stripped_prefix_stays_in_the_script_name() {
+        let req = ProxyRequest {
+            method: b"GET",
+            target: b"/wp-content/plugins/x.php/more",
+            headers: vec![],
+            client_ip: "10.0.0.9",
+            forwarded_chain: None,
+            host: Some(b"blog.example"),
+            scheme: Scheme::Http,
+            cgi: None,
+        };
+        let script = CgiScript {
+            document_root: "/var/lib/wordpress/wp-content",
+            url_prefix: b"/wp-content",
+            script_name: b"/plugins/x.php",
+            path_info: b"/more",
+            server_port: 80,
+            remote_port: None,
+            protocol: "HTTP/1.1",
+        };
+        let vars = decode(&request_params(&req, &script, None, b"id"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SCRIPT_NAME"), Some("/wp-content/plugins/x.php"));
+        assert_eq!(
+            get("SCRIPT_FILENAME"),
+            Some("/var/lib/wordpress/wp-content/plugins/x.php")
+        );
+        assert_eq!(get("DOCUMENT_URI"), Some("/wp-content/plugins/x.php/more"));
+        assert_eq!(get("PATH_INFO"), Some("/more"));
     }
 }

@@ -39,13 +39,14 @@ pub(super) fn refresh_in_background(
         .collect();
     // A FastCGI request's script, owned for the task.
     let cgi = req.cgi.map(|c| {
-        let path = [c.script_name, c.path_info].concat();
-        let script_end = c.script_name.len();
+        let path = [c.url_prefix, c.script_name, c.path_info].concat();
+        let (prefix_end, script_end) =
+            (c.url_prefix.len(), c.url_prefix.len() + c.script_name.len());
         let root = c.document_root.to_string();
         (
             root,
             path,
-            script_end,
+            (prefix_end, script_end),
             c.server_port,
             c.remote_port,
             c.protocol,
@@ -60,18 +61,17 @@ pub(super) fn refresh_in_background(
             forwarded_chain: forwarded_chain.as_deref(),
             host: host.as_deref(),
             scheme,
-            cgi: cgi
-                .as_ref()
-                .map(
-                    |(root, path, end, server_port, remote_port, protocol)| CgiScript {
-                        document_root: root,
-                        script_name: &path[..*end],
-                        path_info: &path[*end..],
-                        server_port: *server_port,
-                        remote_port: *remote_port,
-                        protocol,
-                    },
-                ),
+            cgi: cgi.as_ref().map(
+                |(root, path, (prefix_end, end), server_port, remote_port, protocol)| CgiScript {
+                    document_root: root,
+                    url_prefix: &path[..*prefix_end],
+                    script_name: &path[*prefix_end..*end],
+                    path_info: &path[*end..],
+                    server_port: *server_port,
+                    remote_port: *remote_port,
+                    protocol,
+                },
+            ),
         };
         let stale_if_error = false;
         let _ = fetch(
