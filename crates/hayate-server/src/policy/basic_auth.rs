@@ -430,6 +430,25 @@ mod tests {
     }
 
     #[test]
+    fn argon2id_hashes_are_read() {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let salt = SaltString::encode_b64(b"a salt of 16 b..").expect("salt");
+        let hash = argon2::Argon2::default()
+            .hash_password(b"open sesame", &salt)
+            .expect("hash")
+            .to_string();
+        assert!(hash.starts_with("$argon2id$"), "{hash}");
+        let f = file(&format!("erin:{hash}\n"));
+        let auth = BasicAuth::load(f.path(), "admin \"area\"").expect("load");
+        let now = Instant::now();
+        assert_eq!(status(&auth, Some(&basic("erin:open sesame")), now), 200);
+        assert_eq!(status(&auth, Some(&basic("erin:open says me")), now), 401);
+        let broken = file("erin:$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$\n");
+        let err = BasicAuth::load(broken.path(), "r").err().expect("refused");
+        assert!(err.contains("malformed"), "{err}");
+    }
+
+    #[test]
     fn weak_and_malformed_hashes_are_refused_at_load_naming_the_line() {
         for (text, says) in [
             ("bob:$apr1$abc$def\n", "line 1 (user \"bob\"): an MD5 hash"),
