@@ -81,7 +81,7 @@ impl<'a> Client<'a> {
     /// The client's address as text (`unix` for a Unix socket's peer).
     pub fn addr(&self) -> &'a str {
         match self.forwarded {
-            Some(f) => &f.text,
+            Some(f) => f.text(),
             None => &self.peer.addr,
         }
     }

@@ -34,12 +34,19 @@ pub struct TrustedProxies {
 pub struct ForwardedClient {
     /// Its address.
     pub ip: IpAddr,
-    /// The same as text (the access log, X-Forwarded-For, REMOTE_ADDR).
-    pub text: String,
     /// The X-Forwarded-For to send upstream: the chain from the client to
     /// the peer, both included (what the client itself prepended is
-    /// dropped).
+    /// dropped). The client's address as text is its start.
     pub chain: String,
+    /// Where the client's address ends in `chain`.
+    client_len: usize,
+}
+
+impl ForwardedClient {
+    /// The client's address as text (the access log, REMOTE_ADDR).
+    pub fn text(&self) -> &str {
+        &self.chain[..self.client_len]
+    }
 }
 
 impl TrustedProxies {
@@ -66,7 +73,9 @@ impl TrustedProxies {
             return None;
         }
         let peer_ip = peer.ip.filter(|ip| self.trusts(*ip))?;
-        let mut hops: Vec<&[u8]> = Vec::new();
+        // On the stack for the usual chains (a CDN and a balancer or two):
+        // this runs for every request behind a trusted proxy.
+        let mut hops: smallvec::SmallVec<[&[u8]; 8]> = smallvec::SmallVec::new();
         for value in head.headers_named(b"x-forwarded-for") {
             hops.extend(value.split(|&b| b == b',').map(trim));
         }
@@ -87,17 +96,21 @@ impl TrustedProxies {
             }
         }
         let (from, ip) = client?;
-        let text = ip.to_string();
-        let mut chain = text.clone();
+        use std::fmt::Write;
+        let mut chain = String::with_capacity(64);
+        let _ = write!(chain, "{ip}");
+        let client_len = chain.len();
         for hop in &hops[from + 1..] {
             if let Some(ip) = parse_hop(hop) {
-                chain.push_str(", ");
-                chain.push_str(&ip.to_string());
+                let _ = write!(chain, ", {ip}");
             }
         }
-        chain.push_str(", ");
-        chain.push_str(&peer_ip.to_string());
-        Some(ForwardedClient { ip, text, chain })
+        let _ = write!(chain, ", {peer_ip}");
+        Some(ForwardedClient {
+            ip,
+            chain,
+            client_len,
+        })
     }
 }
 
@@ -176,7 +189,7 @@ mod tests {
     fn client(fields: &[(&str, &str)], from: &str) -> Option<(String, String)> {
         trusted()
             .client_of(&head(fields), &peer(from))
-            .map(|c| (c.text, c.chain))
+            .map(|c| (c.text().to_string(), c.chain))
     }
 
     #[test]
@@ -277,7 +290,7 @@ mod tests {
         let c = trusted()
             .client_of(&head(&[("X-Forwarded-For", &long)]), &peer("10.0.0.1"))
             .expect("client");
-        assert_eq!(c.text, "10.9.9.9");
+        assert_eq!(c.text(), "10.9.9.9");
         assert_eq!(c.chain.matches(", ").count(), MAX_HOPS);
     }
 }
