@@ -58,6 +58,8 @@ pub struct Limiter {
     shards: Box<[Mutex<HashMap<u64, u64>>]>,
     /// Requests refused since it was made.
     limited: AtomicU64,
+    /// The latest time any worker counted at (nanoseconds since `epoch`).
+    latest: AtomicU64,
 }
 
 impl Limiter {
@@ -85,6 +87,7 @@ impl Limiter {
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             limited: AtomicU64::new(0),
+            latest: AtomicU64::new(0),
         });
         all.push((identity, Arc::downgrade(&limiter)));
         limiter
@@ -97,6 +100,11 @@ impl Limiter {
     fn take(&self, key: u64, now: Instant) -> Result<Duration, Duration> {
         let now =
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        // Workers read the clock once per event-loop turn, so one worker's
+        // `now` may lag another's by a turn: never let it go back, or a
+        // request exactly at the edge of the burst is refused on one worker
+        // and let in on the other.
+        let now = self.latest.fetch_max(now, Ordering::Relaxed).max(now);
         let shard = &self.shards[(key % SHARDS as u64) as usize];
         let mut buckets = shard.lock().unwrap_or_else(|e| e.into_inner());
         let empty_at = buckets.get(&key).copied().unwrap_or(now).max(now);
