@@ -11,6 +11,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
+use crate::rules::{parse_rule, Rule};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
 use crate::values::{OptValue, ProxySpec, TlsMode};
 use crate::{Config, ConfigError, ConfigErrors, Overrides, Route, Site, SiteTls};
@@ -47,6 +48,7 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut global = GlobalLayer::default();
     let mut top_route = RouteLayer::default();
     let mut site_tables = Vec::new();
+    let mut top_rules = Vec::new();
     let mut app = None;
     for (key, value) in doc.get_ref() {
         let k = key.get_ref().as_ref();
@@ -56,6 +58,10 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
         }
         if k == "site" {
             site_tables = cx.tables(key, value)?;
+            continue;
+        }
+        if k == "rule" {
+            top_rules = cx.rules(key, value)?;
             continue;
         }
         if k == "upstream" {
@@ -80,7 +86,7 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
         });
         match set {
             Ok(true) => {}
-            Ok(false) => cx.note(cx.unknown(key, &["site", "upstream", "app"])),
+            Ok(false) => cx.note(cx.unknown(key, &["site", "upstream", "app", "rule"])),
             Err(msg) => cx.note(cx.err(value.span().start, k, msg)),
         }
     }
@@ -127,6 +133,10 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
         // A file with no [[site]]: one site serving the top-level root at "/".
         let site_span = Spanned::new(0..0, DeTable::new());
         sites.push(cx.site(&site_span, &top_route, &top_opened)?);
+    }
+    // Top-level rules run first, for every site.
+    for site in &mut sites {
+        site.rules.splice(0..0, top_rules.iter().cloned());
     }
     let global = global.resolve();
     crate::check_tls(&global, &sites).map_err(|(key, message)| ConfigError {
@@ -456,6 +466,7 @@ impl Cx<'_> {
         let mut layer = RouteLayer::default();
         let mut route_tables = Vec::new();
         let mut tls = SiteTls::default();
+        let mut rules = Vec::new();
         let (mut certs, mut keys) = (Vec::new(), Vec::new());
         for (key, value) in site.get_ref() {
             let k = key.get_ref().as_ref();
@@ -463,6 +474,7 @@ impl Cx<'_> {
             match k {
                 "hosts" => hosts = self.hosts(value)?,
                 "route" => route_tables = self.tables(key, value)?,
+                "rule" => rules = self.rules(key, value)?,
                 "tls" => {
                     let mode =
                         TlsMode::parse_toml(value.get_ref()).map_err(|m| self.err(at, k, m))?;
@@ -479,7 +491,7 @@ impl Cx<'_> {
                 _ => match layer.set_toml(k, value.get_ref()) {
                     Ok(true) => {}
                     Ok(false) => {
-                        let site_keys = ["hosts", "route", "tls", "tls_cert", "tls_key"];
+                        let site_keys = ["hosts", "route", "rule", "tls", "tls_cert", "tls_key"];
                         self.note(self.unknown(key, &site_keys));
                     }
                     Err(msg) => self.note(self.err(at, k, msg)),
@@ -611,7 +623,25 @@ impl Cx<'_> {
             hosts,
             routes: out,
             tls,
+            rules,
         })
+    }
+
+    /// `[[rule]]` or `[[site.rule]]` tables, in order.
+    fn rules(
+        &self,
+        key: &Spanned<std::borrow::Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<Vec<Rule>, ConfigError> {
+        let mut rules = Vec::new();
+        for table in self.tables(key, value)? {
+            let at = table.span().start;
+            match parse_rule(table.get_ref(), at, self.line_of(at)) {
+                Ok(rule) => rules.push(rule),
+                Err((offset, key, message)) => self.note(self.err(offset, key, message)),
+            }
+        }
+        Ok(rules)
     }
 
     fn hosts(&self, value: &Spanned<DeValue<'_>>) -> Result<Vec<String>, ConfigError> {

@@ -11,6 +11,7 @@ pub mod app;
 pub mod cli;
 mod file;
 mod reference;
+pub mod rules;
 pub mod table;
 pub mod values;
 
@@ -49,6 +50,8 @@ pub struct Site {
     /// The site's own HTTPS certificates (`tls`, `tls_cert`, `tls_key` in
     /// its `[[site]]`).
     pub tls: SiteTls,
+    /// Its rules (`[[rule]]`, then `[[site.rule]]`), in order.
+    pub rules: Vec<rules::Rule>,
 }
 
 /// A site's HTTPS settings, beside the global ones.
@@ -235,6 +238,23 @@ pub fn changes(old: &Config, new: &Config) -> Vec<String> {
             lines.push(format!("route {prefix} of site {site}: removed"));
         }
     }
+    // Rules by what they say (their lines may move with the file).
+    let rules = |s: &Site| {
+        let said: Vec<String> = s
+            .rules
+            .iter()
+            .map(|r| format!("{:?} {:?}", r.when, r.action))
+            .collect();
+        (s.hosts.join(" "), said)
+    };
+    for site in &new.sites {
+        let (hosts, said) = rules(site);
+        let was = old.sites.iter().map(rules).find(|(h, _)| *h == hosts);
+        if was.is_some_and(|(_, w)| w != said) {
+            let name = if hosts.is_empty() { "*" } else { &hosts };
+            lines.push(format!("rules of site {name}: changed"));
+        }
+    }
     lines
 }
 
@@ -392,6 +412,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             hosts: Vec::new(),
             routes,
             tls: SiteTls::default(),
+            rules: Vec::new(),
         }],
         app: None,
     })

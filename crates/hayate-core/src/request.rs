@@ -44,6 +44,8 @@ pub struct RequestHead {
     buf: Vec<u8>,
     method: Range<usize>,
     target: Range<usize>,
+    /// The target as the client sent it, once a rule rewrote it.
+    original_target: Option<Range<usize>>,
     authority: Option<Range<usize>>,
     fields: FieldRanges,
     /// The version it came in.
@@ -76,6 +78,7 @@ impl RequestHead {
         RequestHead {
             method: 0..method.len(),
             target: method.len()..buf.len(),
+            original_target: None,
             buf,
             authority: None,
             fields: Vec::new(),
@@ -91,6 +94,7 @@ impl RequestHead {
             buf,
             method: parts.method,
             target: parts.target,
+            original_target: None,
             authority: parts.authority,
             fields,
             version: parts.version,
@@ -111,6 +115,24 @@ impl RequestHead {
     /// Sets the authority (HTTP/2's `:authority`).
     pub fn set_authority(&mut self, authority: &[u8]) {
         self.authority = Some(self.append(authority));
+    }
+
+    /// Replaces the target (a site rule's rewrite); the one the client
+    /// sent stays as [`RequestHead::original_target`].
+    pub fn rewrite_target(&mut self, target: &[u8]) {
+        let new = self.append(target);
+        let old = std::mem::replace(&mut self.target, new);
+        self.original_target.get_or_insert(old);
+    }
+
+    /// The target as the client sent it (for logs, REQUEST_URI, redirects
+    /// to HTTPS), whatever a rule rewrote it to.
+    pub fn original_target(&self) -> &[u8] {
+        match &self.original_target {
+            Some(r) if !r.is_empty() => &self.buf[r.clone()],
+            Some(_) => b"/",
+            None => self.target(),
+        }
     }
 
     fn append(&mut self, bytes: &[u8]) -> Range<usize> {
@@ -197,6 +219,17 @@ mod tests {
         assert_eq!(h.host(), Some(&b"example.com"[..]));
         assert_eq!(h.headers_named(b"ACCEPT").count(), 2);
         assert_eq!(h.header(b"accept"), Some(&b"*/*"[..]));
+        h.rewrite_target(b"/index.php?p=a");
+        assert_eq!(
+            (h.path(), h.query()),
+            (&b"/index.php"[..], Some(&b"p=a"[..]))
+        );
+        assert_eq!(h.original_target(), b"/a/b?x=1");
+        h.rewrite_target(b"/c");
+        assert_eq!(
+            (h.target(), h.original_target()),
+            (&b"/c"[..], &b"/a/b?x=1"[..])
+        );
         h.set_authority(b"other.example");
         assert_eq!(h.host(), Some(&b"other.example"[..]));
         assert_eq!(h.fields().count(), 3);

@@ -41,6 +41,9 @@ pub struct ProxyRequest<'a> {
 pub struct CgiScript<'a> {
     /// The root the script lives under, absolute (DOCUMENT_ROOT).
     pub document_root: &'a str,
+    /// The target as the client sent it (REQUEST_URI), which a site rule
+    /// may have rewritten into the one sent (QUERY_STRING comes from that).
+    pub request_uri: &'a [u8],
     /// What the URL has before the path under the root: a route's prefix
     /// when it is stripped (`/wp-content` of a route serving
     /// `/wp-content/` from another directory), else empty.

@@ -173,7 +173,7 @@ fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     out.extend_from_slice(b"] \"");
     escape(out, req.method());
     out.push(b' ');
-    escape(out, req.target());
+    escape(out, req.original_target());
     out.push(b' ');
     out.extend_from_slice(req.version.as_str().as_bytes());
     out.extend_from_slice(b"\" ");
@@ -202,7 +202,7 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     out.extend_from_slice(b"\",\"method\":\"");
     json_escape(out, req.method());
     out.extend_from_slice(b"\",\"uri\":\"");
-    json_escape(out, req.target());
+    json_escape(out, req.original_target());
     out.extend_from_slice(b"\",\"protocol\":\"");
     out.extend_from_slice(req.version.as_str().as_bytes());
     out.extend_from_slice(b"\",\"host\":\"");

@@ -175,7 +175,7 @@ impl Conn {
     /// An async block rather than an async fn, whose future would hold a
     /// second copy of the request.
     #[allow(clippy::manual_async_fn)] // on purpose, see above
-    fn exchange(&mut self, req: Request) -> impl Future<Output = io::Result<Option<End>>> + '_ {
+    fn exchange(&mut self, mut req: Request) -> impl Future<Output = io::Result<Option<End>>> + '_ {
         async move {
             let started = self.clock.now;
             // This request's generation to its end, even across a reload.
@@ -197,7 +197,11 @@ impl Conn {
             // what waits on it: the future keeps none of it across a wait.
             let (upgraded, keep_alive, cx, rest) = {
                 let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
-                let (resp, route) = match pipeline::answer(&req.head, &w.router, started, client) {
+                let answer = match pipeline::rewrite(&mut req.head, &w.router, started, client) {
+                    Some(answered) => Answer::Now(answered, None),
+                    None => pipeline::answer(&req.head, &w.router, started, client),
+                };
+                let (resp, route) = match answer {
                     Answer::Now(resp, route) => (resp, route),
                     // Boxed: the proxy's state stays out of the connection's.
                     Answer::Upstream(to) => {

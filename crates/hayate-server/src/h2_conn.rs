@@ -393,7 +393,7 @@ impl Stream {
                 .extensions
                 .get::<h2::ext::Protocol>()
                 .is_some_and(|p| p.as_str() == crate::h2_tunnel::WEBSOCKET);
-        let head = request_head(&parts, self.scheme, websocket);
+        let mut head = request_head(&parts, self.scheme, websocket);
         // This stream's generation to its end, even across a reload.
         let w = self.worker.generation();
         // Identify: who the client is, once for the whole stream.
@@ -405,7 +405,10 @@ impl Stream {
         let respond = RefCell::new(respond);
         let answer = match padded_field(&parts.headers) {
             Some(name) => Answer::Now(malformed(name, &self.peer), None),
-            None => pipeline::answer(&head, &w.router, started, client),
+            None => match pipeline::rewrite(&mut head, &w.router, started, client) {
+                Some(answered) => Answer::Now(answered, None),
+                None => pipeline::answer(&head, &w.router, started, client),
+            },
         };
         let (response, route) = match answer {
             Answer::Now(response, route) => (response, route),

@@ -49,6 +49,7 @@ use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
 use crate::policy::forward_auth::Verdict;
+use crate::policy::rewrite::Rewritten;
 use crate::policy::{AccessRequest, Admission, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
@@ -148,6 +149,38 @@ impl ToUpstream<'_> {
     /// The route's index, for the per-route metrics.
     pub fn route_index(&self) -> usize {
         self.route.index
+    }
+}
+
+/// Step 1a, the rewrite phase: the site's rules (`policy::rewrite`) on the
+/// request as it came, before [`answer`] routes it. A rewrite replaces
+/// `req`'s target (the client's stays its `original_target`, for logs and
+/// REQUEST_URI); a redirect or a respond is the answer. Plain HTTP that is
+/// redirected to HTTPS and ACME's challenges are left alone: the rules see
+/// the HTTPS request, and a challenge is never rewritten away.
+#[inline(always)]
+pub fn rewrite(
+    req: &mut RequestHead,
+    router: &Router,
+    now: Instant,
+    client: Client<'_>,
+) -> Option<Response> {
+    // A site without rules pays this test only.
+    if !router.has_rules() {
+        return None;
+    }
+    let to_https =
+        router.https_port().is_some() && req.scheme == Scheme::Http && !client.over_unix_socket();
+    if to_https || req.path().starts_with(ACME_CHALLENGE_PATH) {
+        return None;
+    }
+    match router.rewrite(req, client.addr(), now) {
+        Rewritten::Unchanged => None,
+        Rewritten::Target(target) => {
+            req.rewrite_target(&target);
+            None
+        }
+        Rewritten::Answer(response) => Some(response),
     }
 }
 
@@ -386,6 +419,7 @@ pub async fn upstream<B: ClientBody>(
         };
         proxied.cgi = Some(CgiScript {
             document_root: scripts.root(),
+            request_uri: req.original_target(),
             url_prefix,
             script_name: &script.path[..script.end],
             path_info: &script.path[script.end..],
@@ -449,7 +483,7 @@ fn https_redirect(req: &RequestHead, port: u16) -> Response {
         location.push(b':');
         location.extend_from_slice(port.to_string().as_bytes());
     }
-    location.extend_from_slice(req.target());
+    location.extend_from_slice(req.original_target());
     let mut r = Response::new(Status::PERMANENT_REDIRECT);
     r.header("Location", &location);
     r

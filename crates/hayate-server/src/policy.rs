@@ -23,6 +23,7 @@ pub mod basic_auth;
 pub mod client;
 pub mod forward_auth;
 pub mod rate_limit;
+pub mod rewrite;
 
 use std::net::IpAddr;
 use std::time::Instant;

@@ -7,6 +7,7 @@ use std::io;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use hayate_compress::{Policy, VariantStore};
 
@@ -23,6 +24,7 @@ use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
+use crate::policy::rewrite::{Rewritten, RuleRequest, SiteRules};
 use crate::policy::{ForwardedClient, RouteName, RoutePolicies, TrustedProxies};
 use hayate_core::request::RequestHead;
 use hayate_core::transport::Peer;
@@ -66,6 +68,8 @@ struct Site {
     hosts: Vec<String>,
     /// Longest prefix first.
     routes: Vec<Route>,
+    /// Its rules (`[[site.rule]]`); `None`: it has none.
+    rules: Option<SiteRules>,
 }
 
 /// Sites and their routes.
@@ -80,6 +84,8 @@ pub struct Router {
     acme: Option<Arc<Challenges>>,
     /// The peers trusted to name the client (`trusted_proxies`).
     trusted_proxies: TrustedProxies,
+    /// Some site has rules: the rewrite phase runs.
+    has_rules: bool,
 }
 
 impl Router {
@@ -272,6 +278,7 @@ impl Router {
             sites.push(Site {
                 hosts: site.hosts.clone(),
                 routes,
+                rules: SiteRules::new(&site.rules),
             });
         }
         let default_site = sites.iter().position(|s| s.hosts.is_empty()).unwrap_or(0);
@@ -281,6 +288,7 @@ impl Router {
         });
         let trusted = [&g.trusted_proxies, &g.proxy_trusted];
         Ok(Router {
+            has_rules: sites.iter().any(|s| s.rules.is_some()),
             sites,
             default_site,
             https_port,
@@ -339,14 +347,44 @@ impl Router {
     /// Finds the route for `host` (as sent, maybe with a port) and the
     /// normalized `path`.
     pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Option<&Route> {
-        let site = host
-            .and_then(|h| self.site_for(h))
-            .unwrap_or(self.default_site);
-        self.sites
-            .get(site)?
+        self.site(host)?
             .routes
             .iter()
             .find(|r| prefix_matches(&r.prefix, path))
+    }
+
+    fn site(&self, host: Option<&[u8]>) -> Option<&Site> {
+        let site = host
+            .and_then(|h| self.site_for(h))
+            .unwrap_or(self.default_site);
+        self.sites.get(site)
+    }
+
+    /// Whether some site has rules (the rewrite phase has work).
+    #[inline(always)]
+    pub fn has_rules(&self) -> bool {
+        self.has_rules
+    }
+
+    /// The rewrite phase: the rules of `head`'s site, for the client at
+    /// `client_ip`.
+    pub fn rewrite(&self, head: &RequestHead, client_ip: &str, now: Instant) -> Rewritten {
+        let Some(rules) = self.site(head.host()).and_then(|s| s.rules.as_ref()) else {
+            return Rewritten::Unchanged;
+        };
+        // The `file` condition: under the root of the route the path goes to.
+        let file_exists = |path: &[u8]| {
+            let Some(route) = self.route(head.host(), path) else {
+                return false;
+            };
+            let files = route.files.as_ref();
+            files.is_some_and(|f| f.exists(&handler_path(route, path), now))
+        };
+        rules.apply(&RuleRequest {
+            head,
+            client_ip,
+            file_exists: &file_exists,
+        })
     }
 
     fn site_for(&self, host: &[u8]) -> Option<usize> {

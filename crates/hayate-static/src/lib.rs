@@ -196,6 +196,21 @@ impl StaticRoot {
         Some(respond(&entry, req, head, self.opts.variants.as_deref()))
     }
 
+    /// Whether a file or directory this root would serve is at `path` (a
+    /// site rule's `file` condition); the answer is cached as a request's.
+    pub fn exists(&self, path: &[u8], now: Instant) -> bool {
+        if !self.opts.dotfiles && is_hidden(path) {
+            return false;
+        }
+        if self.cache.get(path, now).is_some() {
+            return true;
+        }
+        matches!(
+            self.resolve(path, path, now),
+            Ok(Lookup::File(_) | Lookup::Dir)
+        )
+    }
+
     /// A directory: redirect to the slash form, its index, a listing, or
     /// `None` (nothing to serve).
     fn directory(

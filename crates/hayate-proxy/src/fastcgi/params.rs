@@ -35,7 +35,7 @@ pub(crate) fn request_params(
     pair("SERVER_SOFTWARE", b"hayate");
     pair("SERVER_PROTOCOL", script.protocol.as_bytes());
     pair("REQUEST_METHOD", req.method);
-    pair("REQUEST_URI", req.target);
+    pair("REQUEST_URI", script.request_uri);
     let query = req
         .target
         .iter()
@@ -178,6 +178,7 @@ mod tests {
         };
         let script = CgiScript {
             document_root: "/srv/app",
+            request_uri: req.target,
             url_prefix: b"",
             script_name: b"/index.php",
             path_info: b"/a/b",
@@ -234,6 +235,7 @@ mod tests {
     fn http_host_over_http2_is_the_authority() {
         let script = CgiScript {
             document_root: "/srv/app",
+            request_uri: b"/",
             url_prefix: b"",
             script_name: b"/index.php",
             path_info: b"",
@@ -288,6 +290,7 @@ mod tests {
         };
         let script = CgiScript {
             document_root: "/var/lib/wordpress/wp-content",
+            request_uri: req.target,
             url_prefix: b"/wp-content",
             script_name: b"/plugins/x.php",
             path_info: b"/more",

@@ -44,7 +44,7 @@ pub(super) fn refresh_in_background(
             (c.url_prefix.len(), c.url_prefix.len() + c.script_name.len());
         let root = c.document_root.to_string();
         (
-            root,
+            (root, c.request_uri.to_vec()),
             path,
             (prefix_end, script_end),
             c.server_port,
@@ -62,8 +62,16 @@ pub(super) fn refresh_in_background(
             host: host.as_deref(),
             scheme,
             cgi: cgi.as_ref().map(
-                |(root, path, (prefix_end, end), server_port, remote_port, protocol)| CgiScript {
+                |(
+                    (root, request_uri),
+                    path,
+                    (prefix_end, end),
+                    server_port,
+                    remote_port,
+                    protocol,
+                )| CgiScript {
                     document_root: root,
+                    request_uri,
                     url_prefix: &path[..*prefix_end],
                     script_name: &path[*prefix_end..*end],
                     path_info: &path[*end..],

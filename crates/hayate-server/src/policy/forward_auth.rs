@@ -109,7 +109,7 @@ impl ForwardAuth {
             req.scheme.as_str().as_bytes(),
             b"://",
             req.host().unwrap_or_default(),
-            req.target(),
+            req.original_target(),
         ]
         .concat();
         let mut headers: Vec<(&[u8], &[u8])> = req
@@ -117,7 +117,7 @@ impl ForwardAuth {
             .filter(|(n, _)| self.send.iter().any(|s| s.eq_ignore_ascii_case(n)))
             .collect();
         headers.push((b"X-Forwarded-Method", req.method()));
-        headers.push((b"X-Forwarded-Uri", req.target()));
+        headers.push((b"X-Forwarded-Uri", req.original_target()));
         headers.push((b"X-Original-URL", &original_url));
         headers.push((b"X-Original-Method", req.method()));
         let subrequest = ProxyRequest {
