@@ -129,6 +129,8 @@ pub fn heading(key: &str) -> &'static str {
         _ if starts("basic_auth") || starts("rate_limit") || starts("forward_auth") => {
             "Site policy"
         }
+        "response_headers" | "request_headers" | "security_headers" => "Headers",
+        _ if starts("cors_") => "Headers",
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",
         _ if starts("tls_") || starts("acme_") => "TLS",

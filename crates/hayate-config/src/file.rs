@@ -508,7 +508,7 @@ impl Cx<'_> {
         }
         tls.certs = certs.into_iter().zip(keys).collect();
         self.anchor(&mut layer);
-        layer.inherit(top_route);
+        layer.merge_from(top_route);
 
         let mut routes = Vec::new();
         for table in &route_tables {
@@ -553,7 +553,7 @@ impl Cx<'_> {
                 ));
             }
             self.anchor(&mut route_layer);
-            route_layer.inherit(&layer);
+            route_layer.merge_from(&layer);
             let opened_at = opened_offsets(table.get_ref(), &site_opened);
             routes.push((prefix, route_layer, table.span().start, opened_at));
         }

@@ -17,6 +17,7 @@ pub mod values;
 
 pub use reference::{
     markdown_reference, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG, EXAMPLE_POLICY_CONFIG,
+    EXAMPLE_RULES_CONFIG,
 };
 
 use std::fmt;

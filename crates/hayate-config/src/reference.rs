@@ -59,6 +59,10 @@ pub fn markdown_reference() -> String {
     );
     out.push_str(EXAMPLE_POLICY_CONFIG);
     out.push_str("```\n\n");
+    out.push_str(RULES_INTRO);
+    out.push_str("```toml\n");
+    out.push_str(EXAMPLE_RULES_CONFIG);
+    out.push_str("```\n\n");
     out.push_str(
         "## The `[app]` section\n\n\
          The supervised app, as `hayate run -- CMD` runs it: `hayate --config FILE` with an \
@@ -136,6 +140,76 @@ proxy = ["http://127.0.0.1:3000"]
 rate_limit = "10/s burst=20"                 # per client address (IPv6: per /64)
 "#;
 
+/// What the rules section of the reference says before its example.
+const RULES_INTRO: &str = "## Rules: redirects, rewrites, headers\n\n\
+Each `[[site.rule]]` (or `[[rule]]` at the top level, for every site, before the \
+sites' own) has conditions, all of which must hold, and one action. They run in order \
+before the request is routed, on the normalized path (so no `%2e`, `//` or `%2F` walks \
+around them); the first rule that holds acts.\n\n\
+- Conditions: `match` (a regex on the path, with captures; linear-time, no ReDoS), \
+`prefix` (a plain path prefix), `host` (names, `*.example.com`), `method`, `header = { \
+Name = \"regex\" }`, `query` (a regex on the raw query), `scheme` (`http`/`https`), `file` \
+(`exists` or `missing` under the root of the route the path goes to). A regex written \
+`!regex` holds when it does not match (a negated header regex also holds when the field \
+is missing).\n\
+- Actions: `redirect = \"URL\"` (status 302 unless `status` says 301, 303, 307 or 308: a \
+mistaken permanent redirect stays in browsers' caches, so permanence is asked for), \
+`redirect_prefix = \"/new/\"` (with `prefix`: the prefix replaced, the rest and the query \
+kept), `rewrite = \"/path?query\"` (the request goes on with that target, routed anew, and \
+the rules run again from the top, at most 10 times, then 500 naming the rule; `last = \
+true` stops them after this one), `respond = 404` or `respond = \"text\"` (with `status`).\n\
+- Templates name captures (`$1`..`$9`, `$name`, `${name}`) and variables: `$request_uri` \
+(as the client sent it), `$host`, `$scheme`, `$query`, `$client_ip`, `$path`; `$$` is a \
+dollar sign. Captures and `$path` are percent-encoded for where they go (a query value \
+escapes `&`, `=` and `#` too). A template without `?` keeps the request's query; one with \
+`?` says the whole query (write `$query` to keep it). A URL longer than 8 KiB is a 500.\n\
+- The client's own target stays what the access log, a FastCGI script's `REQUEST_URI` \
+and `forward_auth` see; the upstream gets the rewritten one.\n\n\
+Header rules (`response_headers`, `request_headers`) and `cors` are route options (by \
+site or route); a route's header rules come after its site's, which come after the top \
+level's.\n\n";
+
+/// An example of rules and header rules, shown in docs and checked by a test.
+pub const EXAMPLE_RULES_CONFIG: &str = r#"[[rule]]                                  # every site: no VCS metadata
+match = "^/\\.(git|svn|hg)(/|$)"
+respond = 404
+
+[[site]]
+hosts = ["www.example.com"]
+root = "/srv/empty"
+
+[[site.rule]]                             # www to the bare domain
+redirect = "https://example.com$request_uri"
+status = 301
+
+[[site]]
+hosts = ["example.com"]
+root = "/srv/example/public"
+proxy = ["http://127.0.0.1:3000"]
+security_headers = true                   # nosniff, Referrer-Policy, frames, HSTS
+response_headers = { "-X-Powered-By" = "", "Permissions-Policy" = "camera=()" }
+request_headers = { "X-Real-IP" = "$client_ip" }
+
+[[site.rule]]                             # old blog URLs, for good
+match = "^/blog/(\\d+)/?$"
+redirect = "/posts/$1"
+status = 301
+
+[[site.rule]]                             # a moved section, no regex
+prefix = "/docs/v1/"
+redirect_prefix = "/docs/v2/"
+
+[[site.rule]]                             # pretty URLs for the app
+match = "^/p/(?P<slug>[a-z0-9-]+)$"
+rewrite = "/index.php?p=$slug"
+
+[[site.route]]
+prefix = "/api/"
+proxy = ["http://127.0.0.1:3000"]
+cors = ["https://app.example.com"]        # preflights answered by hayate
+cors_credentials = true
+"#;
+
 /// A commented example config, shown in docs and checked by a test.
 pub const EXAMPLE_CONFIG: &str = r#"# Global options and route defaults at the top level.
 listen = ["https://0.0.0.0:443", "0.0.0.0:80", "unix:/tmp/hayate.sock"]
@@ -207,6 +281,26 @@ mod tests {
             Some("no-cache")
         );
         assert_eq!(cfg.sites[0].routes[1].prefix, "/");
+    }
+
+    #[test]
+    fn example_rules_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_RULES_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        // The top-level rule first, in every site.
+        assert_eq!(cfg.sites[0].rules.len(), 2);
+        assert_eq!(cfg.sites[1].rules.len(), 4);
+        let api = &cfg.sites[1].routes[0];
+        assert_eq!(api.prefix, "/api/");
+        assert_eq!(
+            api.options.response_headers.as_ref().map(|h| h.0.len()),
+            Some(2)
+        );
+        assert!(api.options.cors.is_some());
     }
 
     #[test]

@@ -410,12 +410,21 @@ fn pattern(source: &str) -> Result<Pattern, String> {
     Ok(Pattern { regex, negated })
 }
 
-/// Parses a template, checking every reference against `when`'s regex.
+/// Parses a URL template, checking every reference against `when`'s regex.
 fn template(source: &str, when: &Conditions) -> Result<Template, String> {
     if source.bytes().any(|b| b.is_ascii_control() || b == b' ') {
         return Err("a URL has no spaces or control characters (write %20)".into());
     }
     let regex = when.path.as_ref().filter(|p| !p.negated).map(|p| &p.regex);
+    parse_parts(source, regex)
+}
+
+/// Parses a template that may name variables only (a header rule's value).
+pub fn parse_template(source: &str) -> Result<Template, String> {
+    parse_parts(source, None)
+}
+
+fn parse_parts(source: &str, regex: Option<&Regex>) -> Result<Template, String> {
     let mut parts = Vec::new();
     let mut literal = String::new();
     let mut rest = source;

@@ -398,6 +398,24 @@ options! {
         "What rate_limit counts by: the client's address (IPv6 by rate_limit_ipv6_prefix), a header's or a cookie's value (requests without it: by address), or the route as a whole";
     rate_limit_ipv6_prefix: u8 = "64", "BITS",
         "IPv6 clients are counted by this prefix (a host usually holds a whole /64, and could otherwise spray its addresses)";
+    response_headers: HeaderRules = unset, "NAME: VALUE",
+        "Header fields of this route's responses, every status (hayate's own errors too): Name = \"v\" sets, +Name adds a value, ?Name sets where the response has none, -Name removes (Server too); values may name $client_ip, $host, $scheme, $request_uri, $query and $path; a route's rules come after its site's (they add up, unlike nginx's add_header)";
+    request_headers: HeaderRules = unset, "NAME: VALUE",
+        "Header fields of the requests sent to this route's upstream, as response_headers (X-Real-IP = \"$client_ip\")";
+    security_headers: bool = "false", "BOOL",
+        "Adds X-Content-Type-Options: nosniff, Referrer-Policy: strict-origin-when-cross-origin, X-Frame-Options: SAMEORIGIN and, over HTTPS, Strict-Transport-Security (1 year) to responses that set none of their own";
+    cors: CorsOrigins = unset, "ORIGIN[,ORIGIN]|*|off",
+        "Origins whose pages may call this route (https://app.example.com, or * for any): their preflights (OPTIONS with Access-Control-Request-Method) are answered by hayate, before any auth, and answers to them carry Access-Control-Allow-Origin; other origins get neither";
+    cors_methods: String = "GET, HEAD, POST, PUT, PATCH, DELETE", "LIST",
+        "Methods a cors preflight allows";
+    cors_headers: String = unset, "LIST",
+        "Request header fields a cors preflight allows (default: the ones it asks for)";
+    cors_expose: String = unset, "LIST",
+        "Response header fields cors pages may read beyond the basic ones (Access-Control-Expose-Headers)";
+    cors_credentials: bool = "false", "BOOL",
+        "cors requests may carry cookies and Authorization (never with cors = *: the origin is then named)";
+    cors_max_age: Dur = "10m", "DURATION",
+        "How long browsers keep a cors preflight's answer (Chrome keeps at most 2h)";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",
@@ -427,6 +445,21 @@ options! {
 }
 
 impl RouteLayer {
+    /// Fills every unset option from `parent`, as `inherit`, but header
+    /// rules add up: the parent's first, then this layer's.
+    pub fn merge_from(&mut self, parent: &RouteLayer) {
+        let lists = [
+            (&mut self.response_headers, &parent.response_headers),
+            (&mut self.request_headers, &parent.request_headers),
+        ];
+        for (own, theirs) in lists {
+            if let (Some(own), Some(theirs)) = (own.as_mut(), theirs) {
+                *own = own.after(theirs);
+            }
+        }
+        self.inherit(parent);
+    }
+
     /// Takes the old spelling `symlinks_outside_root` into `symlinks` (where
     /// this layer does not set `symlinks` itself), so a layer that says
     /// either overrides its parent's either.

@@ -14,9 +14,11 @@ pub use hayate_core::transport::Scheme;
 use toml::de::DeValue;
 
 mod files;
+mod headers;
 mod policy;
 mod upstream;
 pub use files::Symlinks;
+pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use policy::{AuthFile, RateKey, RateSpec};
 pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
 

@@ -42,6 +42,9 @@ pub struct Response {
     /// either, rather than a length of 0 or a chunked body the GET may not
     /// have (RFC 9110 §9.3.2 lets a HEAD answer omit them).
     pub unknown_framing: bool,
+    /// The writer sends no `Server: hayate` (a header rule removed it or
+    /// set its own).
+    pub no_server: bool,
 }
 
 /// A response body.
@@ -187,6 +190,7 @@ impl Response {
             cache_status: None,
             has_date: false,
             unknown_framing: false,
+            no_server: false,
         }
     }
 
@@ -221,6 +225,17 @@ impl Response {
         self.all_fields()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v)
+    }
+
+    /// Removes every value of field `name` (shared ones too: the shared
+    /// fields become this response's own, less those).
+    pub fn remove_field(&mut self, name: &[u8]) {
+        if let Some(shared) = self.shared.take_if(|s| s.contains(name)) {
+            let mut own = Fields::clone(&shared);
+            own.extend(&self.fields);
+            self.fields = own;
+        }
+        self.fields.retain(|n, _| !n.eq_ignore_ascii_case(name));
     }
 
     /// Builder form of [`Response::header`].

@@ -49,8 +49,9 @@ use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
 use crate::policy::forward_auth::Verdict;
+use crate::policy::headers::RequestFieldChanges;
 use crate::policy::rewrite::Rewritten;
-use crate::policy::{AccessRequest, Admission, ForwardedClient};
+use crate::policy::{AccessRequest, Admission, ForwardedClient, ResponseRequest};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
@@ -244,7 +245,7 @@ pub fn answer<'r>(
         let delay = match policies.access(&request) {
             Admission::After(delay) => delay,
             Admission::Refused(r) => {
-                return Answer::Now(with_hsts(r, route, req), Some(route.index))
+                return Answer::Now(finish(r, route, req, client), Some(route.index))
             }
         };
         if !delay.is_zero() || policies.forward_auth().is_some() {
@@ -277,8 +278,22 @@ fn serve<'r>(
     // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
     // FastCGI route a path that names a script runs it (never served as a
     // file), or is a 404 when that script may not run.
-    let not_found = || Served::Now(with_hsts(Response::error(Status::NOT_FOUND), route, req));
-    let forbidden = || Served::Now(with_hsts(Response::error(Status::FORBIDDEN), route, req));
+    let not_found = || {
+        Served::Now(finish(
+            Response::error(Status::NOT_FOUND),
+            route,
+            req,
+            client,
+        ))
+    };
+    let forbidden = || {
+        Served::Now(finish(
+            Response::error(Status::FORBIDDEN),
+            route,
+            req,
+            client,
+        ))
+    };
     let handler_path = handler_path(route, &path);
     let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
         Some(Script::Found { end }) => Some(ScriptPath {
@@ -296,7 +311,7 @@ fn serve<'r>(
         .filter(|_| reads_files && script.is_none())
     {
         if let Some(response) = serve_file(files, req, &handler_path, now) {
-            return Served::Now(with_hsts(response, route, req));
+            return Served::Now(finish(response, route, req, client));
         }
     }
     if let (Some(scripts), None) = (&route.scripts, &script) {
@@ -315,7 +330,7 @@ fn serve<'r>(
     let cache = match &route.cache {
         Some(cache) => {
             match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {
-                Ok(response) => return Served::Now(with_hsts(response, route, req)),
+                Ok(response) => return Served::Now(finish(response, route, req, client)),
                 Err(miss) => Some((cache, miss)),
             }
         }
@@ -394,7 +409,7 @@ pub async fn upstream<B: ClientBody>(
             }
             if let Some(auth) = forward_auth {
                 match auth.ask(req, client).await {
-                    Verdict::Refuse(answer) => return with_hsts(answer, route, req),
+                    Verdict::Refuse(answer) => return finish(answer, route, req, client),
                     Verdict::Allow(fields) => authorized = fields,
                 }
             }
@@ -412,6 +427,19 @@ pub async fn upstream<B: ClientBody>(
             .headers
             .extend(authorized.iter().map(|(n, v)| (&n[..], &v[..])));
     }
+    // The route's request header rules, on what goes upstream.
+    let rules = route.policies.as_ref().and_then(|p| p.request_headers());
+    let RequestFieldChanges { removed, added } = match rules {
+        Some(rules) => rules.request_fields(req, client.addr()),
+        None => Default::default(),
+    };
+    if !removed.is_empty() {
+        let kept = |name: &[u8]| !removed.iter().any(|r| r.eq_ignore_ascii_case(name));
+        proxied.headers.retain(|(name, _)| kept(name));
+    }
+    proxied
+        .headers
+        .extend(added.iter().map(|(n, v)| (&n[..], &v[..])));
     if let (Some(script), Some(scripts)) = (&origin.script, &route.scripts) {
         let url_prefix = match route.strip_prefix {
             true => route.prefix.strip_suffix(b"/").unwrap_or(&route.prefix),
@@ -449,17 +477,31 @@ pub async fn upstream<B: ClientBody>(
             }
         }
     };
-    with_hsts(response, route, req)
+    finish(response, route, req, client)
 }
 
-/// Adds the route's Strict-Transport-Security to a response sent over
-/// HTTPS (RFC 6797 §7.2: never over plain HTTP), unless the app set its own.
+/// The response phase, for every answer of a route: its
+/// Strict-Transport-Security over HTTPS (RFC 6797 §7.2: never over plain
+/// HTTP) unless the app set its own, then its response policies (header
+/// rules, CORS).
 #[inline(always)]
-fn with_hsts(mut response: Response, route: &Route, req: &RequestHead) -> Response {
+fn finish(
+    mut response: Response,
+    route: &Route,
+    req: &RequestHead,
+    client: Client<'_>,
+) -> Response {
     if let (Some(value), Scheme::Https) = (&route.hsts, req.scheme) {
         if response.field(b"strict-transport-security").is_none() {
             response.header("Strict-Transport-Security", value);
         }
+    }
+    if let Some(policies) = &route.policies {
+        let request = ResponseRequest {
+            head: req,
+            client_ip: client.addr(),
+        };
+        policies.respond(&mut response, &request);
     }
     response
 }

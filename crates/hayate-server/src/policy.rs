@@ -21,7 +21,9 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod cors;
 pub mod forward_auth;
+pub mod headers;
 pub mod rate_limit;
 pub mod rewrite;
 
@@ -68,6 +70,22 @@ pub enum Admission {
 pub trait AccessPolicy {
     /// Decides for one request, without waiting.
     fn check(&self, request: &AccessRequest<'_>) -> Access;
+}
+
+/// What a response policy sees of the request it answers.
+pub struct ResponseRequest<'a> {
+    /// The request's head.
+    pub head: &'a RequestHead,
+    /// The client's address as text, as identify decided it.
+    pub client_ip: &'a str,
+}
+
+/// A policy of the response phase: what every answer of the route carries
+/// (header rules, CORS), whoever made it (a file, the cache, an upstream,
+/// an error of hayate's own).
+pub trait ResponsePolicy {
+    /// Adds to, or takes from, the response's head.
+    fn respond(&self, response: &mut Response, request: &ResponseRequest<'_>);
 }
 
 /// A route as metrics name it: its site's first host (`*` for none) and
@@ -121,6 +139,10 @@ pub struct RoutePolicies {
     access: Vec<Box<dyn AccessPolicy>>,
     /// The access policy that waits (for an auth service), after the others.
     forward_auth: Option<forward_auth::ForwardAuth>,
+    /// The response phase's.
+    response: Vec<Box<dyn ResponsePolicy>>,
+    /// The fields set on requests sent upstream (`request_headers`).
+    request_headers: Option<headers::HeaderPolicy>,
 }
 
 impl RoutePolicies {
@@ -136,7 +158,13 @@ impl RoutePolicies {
     ) -> Result<Option<RoutePolicies>, PolicyError> {
         let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
-        // First, as nginx's preaccess phase: a limit counts refused attempts
+        let mut response: Vec<Box<dyn ResponsePolicy>> = Vec::new();
+        // CORS preflights first: browsers send them without credentials.
+        if let Some(cors) = cors::Cors::from_options(options) {
+            access.push(Box::new(cors.clone()));
+            response.push(Box::new(cors));
+        }
+        // Then, as nginx's preaccess phase: a limit counts refused attempts
         // too, so it bounds password guessing and the auth service's load.
         if let Some(spec) = options.rate_limit.filter(|s| s.requests > 0) {
             let limit = rate_limit::RateLimit::new(
@@ -170,12 +198,24 @@ impl RoutePolicies {
                 .map_err(at("forward_auth"))?,
             ),
         };
-        if access.is_empty() && forward_auth.is_none() {
+        // Header rules last: what the user wrote has the last word.
+        let rules = options.response_headers.as_ref();
+        if let Some(h) = headers::HeaderPolicy::for_responses(rules, options.security_headers) {
+            response.push(Box::new(h));
+        }
+        let request_headers = headers::HeaderPolicy::for_requests(options.request_headers.as_ref());
+        if access.is_empty()
+            && forward_auth.is_none()
+            && response.is_empty()
+            && request_headers.is_none()
+        {
             return Ok(None);
         }
         Ok(Some(RoutePolicies {
             access,
             forward_auth,
+            response,
+            request_headers,
         }))
     }
 
@@ -193,6 +233,18 @@ impl RoutePolicies {
     /// The auth service the access phase asks once the others passed.
     pub fn forward_auth(&self) -> Option<&forward_auth::ForwardAuth> {
         self.forward_auth.as_ref()
+    }
+
+    /// The response phase: each response policy, in order.
+    pub fn respond(&self, response: &mut Response, request: &ResponseRequest<'_>) {
+        for policy in &self.response {
+            policy.respond(response, request);
+        }
+    }
+
+    /// The rules for requests sent upstream (`request_headers`).
+    pub fn request_headers(&self) -> Option<&headers::HeaderPolicy> {
+        self.request_headers.as_ref()
     }
 
     /// The access phase without waiting: the first refusal answers the

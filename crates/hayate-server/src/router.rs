@@ -64,6 +64,9 @@ pub struct Route {
     upstream_key: String,
 }
 
+/// The Strict-Transport-Security max-age of `security_headers`.
+const SECURITY_HSTS: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
+
 struct Site {
     hosts: Vec<String>,
     /// Longest prefix first.
@@ -271,7 +274,11 @@ impl Router {
                     hsts: r
                         .options
                         .hsts
-                        .map(|d| format!("max-age={}", d.0.as_secs()).into_bytes()),
+                        .map(|d| d.0)
+                        // The security_headers preset's: a year (RFC 6797's
+                        // example, and what hstspreload.org asks at least).
+                        .or(r.options.security_headers.then_some(SECURITY_HSTS))
+                        .map(|d| format!("max-age={}", d.as_secs()).into_bytes()),
                     policies,
                 });
             }

@@ -28,7 +28,9 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, cx: HeadContext, now: Syst
     if !resp.has_date {
         crate::date::append_date_line(out, now);
     }
-    out.extend_from_slice(b"Server: hayate\r\n");
+    if !resp.no_server {
+        out.extend_from_slice(b"Server: hayate\r\n");
+    }
     if let Some(shared) = &resp.shared {
         out.extend_from_slice(shared.wire());
     }

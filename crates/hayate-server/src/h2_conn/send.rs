@@ -48,7 +48,9 @@ pub(super) async fn send(
             head = head.header(http::header::DATE, value);
         }
     }
-    head = head.header(http::header::SERVER, "hayate");
+    if !response.no_server {
+        head = head.header(http::header::SERVER, "hayate");
+    }
     for (name, value) in response.all_fields() {
         if !connection_specific(name) {
             head = head.header(name, value);
