@@ -130,6 +130,7 @@ pub fn heading(key: &str) -> &'static str {
             "Site policy"
         }
         "response_headers" | "request_headers" | "security_headers" => "Headers",
+        "error_pages" | "intercept_errors" => "Headers",
         _ if starts("cors_") => "Headers",
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",

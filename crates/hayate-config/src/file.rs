@@ -284,6 +284,11 @@ impl Cx<'_> {
                 *root = dir.join(&*root);
             }
         }
+        for (_, page) in layer.error_pages.iter_mut().flat_map(|p| &mut p.0) {
+            if page.is_relative() {
+                *page = dir.join(&*page);
+            }
+        }
     }
 
     fn line_of(&self, offset: usize) -> usize {

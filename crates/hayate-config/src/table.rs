@@ -416,6 +416,10 @@ options! {
         "cors requests may carry cookies and Authorization (never with cors = *: the origin is then named)";
     cors_max_age: Dur = "10m", "DURATION",
         "How long browsers keep a cors preflight's answer (Chrome keeps at most 2h)";
+    error_pages: ErrorPages = unset, "STATUS=FILE",
+        "Pages answered instead of hayate's own error text on this route (404 = \"errors/404.html\", \"5xx\" = \"errors/50x.html\"; a status wins over its class): read at start and on reload (at most 1 MiB each, relative to the config file), status and fields kept, Content-Type from the file's name; clients that prefer JSON get a small JSON error instead of an HTML page";
+    intercept_errors: bool = "false", "BOOL",
+        "error_pages also replace the upstream's own 4xx and 5xx answers (their bodies are never sent on)";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",

@@ -13,10 +13,12 @@ pub use hayate_core::transport::Scheme;
 
 use toml::de::DeValue;
 
+mod error_pages;
 mod files;
 mod headers;
 mod policy;
 mod upstream;
+pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use policy::{AuthFile, RateKey, RateSpec};

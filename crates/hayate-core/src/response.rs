@@ -45,6 +45,9 @@ pub struct Response {
     /// The writer sends no `Server: hayate` (a header rule removed it or
     /// set its own).
     pub no_server: bool,
+    /// hayate made this answer itself (an error of its own, not an
+    /// upstream's or a file's): error pages replace its body.
+    pub generated: bool,
 }
 
 /// A response body.
@@ -191,12 +194,14 @@ impl Response {
             has_date: false,
             unknown_framing: false,
             no_server: false,
+            generated: false,
         }
     }
 
     /// A short plain-text error page, `404 Not Found\n`.
     pub fn error(status: Status) -> Response {
         let mut r = Response::new(status);
+        r.generated = true;
         r.header("Content-Type", b"text/plain; charset=utf-8");
         r.body = Body::Bytes(Bytes::from(format!(
             "{} {}\n",

@@ -627,8 +627,9 @@ fn serve_file(
     })
 }
 
-/// Whether the client prefers JSON (directory listings), by its Accept.
-fn wants_json(accept: Option<&[u8]>) -> bool {
+/// Whether the client prefers JSON (directory listings, error answers), by
+/// its Accept.
+pub(crate) fn wants_json(accept: Option<&[u8]>) -> bool {
     accept.is_some_and(|a| {
         let a = String::from_utf8_lossy(a);
         a.contains("application/json") && !a.contains("text/html")

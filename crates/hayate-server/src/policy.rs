@@ -22,6 +22,7 @@ pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
 pub mod cors;
+pub mod error_pages;
 pub mod forward_auth;
 pub mod headers;
 pub mod rate_limit;
@@ -159,6 +160,16 @@ impl RoutePolicies {
         let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
         let mut response: Vec<Box<dyn ResponsePolicy>> = Vec::new();
+        // Error pages first in the response phase: the header rules and
+        // CORS then apply to the page as to any answer.
+        let pages = error_pages::ErrorPagesPolicy::load(
+            options.error_pages.as_ref(),
+            options.intercept_errors,
+        )
+        .map_err(at("error_pages"))?;
+        if let Some(pages) = pages {
+            response.push(Box::new(pages));
+        }
         // CORS preflights first: browsers send them without credentials.
         if let Some(cors) = cors::Cors::from_options(options) {
             access.push(Box::new(cors.clone()));

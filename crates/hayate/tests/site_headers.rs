@@ -241,3 +241,77 @@ fn cors_preflights_are_answered_before_auth_and_only_listed_origins_are_named() 
     );
     h.assert_no_errors();
 }
+
+#[test]
+fn error_pages_replace_hayates_own_errors_and_with_intercept_the_upstreams() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let errors = dir.path().join("errors");
+    std::fs::create_dir_all(&errors).expect("mkdir");
+    std::fs::write(errors.join("404.html"), "<h1>lost</h1>\n").expect("write");
+    std::fs::write(errors.join("4xx.html"), "<h1>no</h1>\n").expect("write");
+    std::fs::write(errors.join("5xx.html"), "<h1>down</h1>\n").expect("write");
+    let pages = "error_pages = { 404 = \"errors/404.html\", \"4xx\" = \"errors/4xx.html\", \"5xx\" = \"errors/5xx.html\" }";
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).expect("mkdir");
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nhttp2 = true\n{pages}\n\
+         [[site]]\nroot = \"{www}\"\n\
+         [[site.route]]\nprefix = \"/office/\"\nroot = \"{www}\"\nallow = [\"192.0.2.0/24\"]\n\
+         [[site.route]]\nprefix = \"/down/\"\nproxy = [\"http://127.0.0.1:1\"]\n\
+         [[site.route]]\nprefix = \"/script\"\nproxy = [\"{origin}\"]\n\
+         [[site.route]]\nprefix = \"/status\"\nproxy = [\"{origin}\"]\nintercept_errors = true\n",
+        www = www.display(),
+        origin = o.url(),
+    );
+    let h = start(dir.path(), &text);
+    let mut c = h.client();
+
+    let r = c.get("/nothing-here", &[]);
+    assert_eq!((r.status, r.text().as_str()), (404, "<h1>lost</h1>\n"));
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let r = c.get("/office/x", &[]);
+    assert_eq!((r.status, r.text().as_str()), (403, "<h1>no</h1>\n"));
+    let r = c.get("/down/x", &[]);
+    assert_eq!((r.status, r.text().as_str()), (502, "<h1>down</h1>\n"));
+    // A client that wants JSON gets JSON.
+    let r = c.get("/nothing-here", &[("Accept", "application/json")]);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.text(), "{\"status\":404,\"error\":\"Not Found\"}\n");
+
+    // An upstream's own error is its own, unless intercepted.
+    let r = c.get("/script?status=503&body=upstream-text", &[]);
+    assert_eq!((r.status, r.text().as_str()), (503, "upstream-text"));
+    let r = c.get("/status?code=500", &[]);
+    assert_eq!((r.status, r.text().as_str()), (500, "<h1>down</h1>\n"));
+    let r = c.get("/status?code=401", &[]);
+    assert_eq!((r.status, r.text().as_str()), (401, "<h1>no</h1>\n"));
+    assert_eq!(c.get("/status?code=200", &[]).status, 200);
+
+    // HTTP/2 alike.
+    let head = curl_head(h.addr.port(), "/nothing-here", true, &[]);
+    assert!(head.starts_with("http/2 404"), "{head}");
+    assert!(head.contains("content-type: text/html"), "{head}");
+}
+
+#[test]
+fn a_missing_error_page_is_named_at_start_and_by_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("hayate.toml");
+    std::fs::write(
+        &file,
+        "root = \".\"\nerror_pages = { 404 = \"errors/nope.html\" }\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .args(["check", file.to_str().expect("utf-8")])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("error_pages") && err.contains("nope.html"),
+        "{err}"
+    );
+}
