@@ -50,6 +50,10 @@ pub struct ResponseFacts {
     pub tags: Vec<Vec<u8>>,
     /// The media type is text/event-stream (never stored: it never ends).
     pub event_stream: bool,
+    /// X-Accel-Redirect or X-Sendfile: an answer for the server to follow,
+    /// per request (never stored: the app decides each time who may have
+    /// the file).
+    pub internal_redirect: bool,
 }
 
 impl ResponseFacts {
@@ -101,6 +105,7 @@ impl ResponseFacts {
                     }
                 }
                 b"set-cookie" => f.set_cookie = true,
+                b"x-accel-redirect" | b"x-sendfile" => f.internal_redirect = true,
                 b"surrogate-key" | b"cache-tag" => f.tags.extend(
                     value
                         .split(|&b| b == b' ' || b == b',')
@@ -199,6 +204,8 @@ pub enum NotStored {
     EventStream,
     /// Larger than the object size cap.
     TooLarge,
+    /// X-Accel-Redirect or X-Sendfile.
+    InternalRedirect,
 }
 
 impl NotStored {
@@ -216,6 +223,7 @@ impl NotStored {
             NotStored::NoFreshness => "no-freshness",
             NotStored::EventStream => "event-stream",
             NotStored::TooLarge => "too-large",
+            NotStored::InternalRedirect => "internal-redirect",
         }
     }
 
@@ -268,6 +276,9 @@ pub fn storable(
     }
     if facts.event_stream {
         return Err(NotStored::EventStream);
+    }
+    if facts.internal_redirect {
+        return Err(NotStored::InternalRedirect);
     }
     let lifetime = match facts.explicit_lifetime(response_time) {
         Some(l) => l,

@@ -131,6 +131,7 @@ pub fn heading(key: &str) -> &'static str {
         }
         "response_headers" | "request_headers" | "security_headers" => "Headers",
         "error_pages" | "intercept_errors" => "Headers",
+        "internal" | "x_sendfile" => "Proxy",
         _ if starts("cors_") => "Headers",
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",

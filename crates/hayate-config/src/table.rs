@@ -416,6 +416,10 @@ options! {
         "cors requests may carry cookies and Authorization (never with cors = *: the origin is then named)";
     cors_max_age: Dur = "10m", "DURATION",
         "How long browsers keep a cors preflight's answer (Chrome keeps at most 2h)";
+    internal: bool = "false", "BOOL",
+        "Only for X-Accel-Redirect from an upstream (and a site rule's rewrite): a client asking for this route directly gets 404 (nginx's internal). Its files are served with full static semantics (ranges, conditionals, compression); an upstream route is asked with GET";
+    x_sendfile: PathBuf = unset, "DIR",
+        "The directory under which this route's upstream may name a file with X-Sendfile: /abs/path (anything else is a 500 with a log line); X-Accel-Redirect needs no setting (it names an internal route)";
     error_pages: ErrorPages = unset, "STATUS=FILE",
         "Pages answered instead of hayate's own error text on this route (404 = \"errors/404.html\", \"5xx\" = \"errors/50x.html\"; a status wins over its class): read at start and on reload (at most 1 MiB each, relative to the config file), status and fields kept, Content-Type from the file's name; clients that prefer JSON get a small JSON error instead of an HTML page";
     intercept_errors: bool = "false", "BOOL",

@@ -125,6 +125,11 @@ impl RequestHead {
         self.original_target.get_or_insert(old);
     }
 
+    /// Whether a site rule rewrote the target.
+    pub fn was_rewritten(&self) -> bool {
+        self.original_target.is_some()
+    }
+
     /// The target as the client sent it (for logs, REQUEST_URI, redirects
     /// to HTTPS), whatever a rule rewrote it to.
     pub fn original_target(&self) -> &[u8] {

@@ -8,6 +8,7 @@
 //! sendfile(2), and the codec enforces the framing rules itself. The
 //! measurements behind that choice are in docs/decisions/0001-http-engine.md.
 
+mod accel;
 pub mod access_log;
 pub mod admin;
 pub mod budget;

@@ -112,6 +112,8 @@ pub enum Answer<'r> {
 pub struct ToUpstream<'r> {
     route: &'r Route,
     step: Step<'r>,
+    /// For an X-Accel-Redirect to another route of the site.
+    router: &'r Router,
 }
 
 /// What a [`ToUpstream`] waits for first.
@@ -228,10 +230,15 @@ pub fn answer<'r>(
         }
     }
 
-    // 2. Route.
+    // 2. Route. An internal route is there for X-Accel-Redirect and for
+    // the site's rewrites only.
     let Some(route) = router.route(req.host(), &path) else {
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
+    if route.internal && !req.was_rewritten() {
+        let answer = finish(Response::error(Status::NOT_FOUND), route, req, client);
+        return Answer::Now(answer, Some(route.index));
+    }
 
     // 2b. Access: the route's policies (rate limits, allow/deny,
     // authentication) decide who comes in, on the normalized path the route
@@ -250,7 +257,11 @@ pub fn answer<'r>(
         };
         if !delay.is_zero() || policies.forward_auth().is_some() {
             let step = Step::Admit { path, delay };
-            return Answer::Upstream(ToUpstream { route, step });
+            return Answer::Upstream(ToUpstream {
+                route,
+                step,
+                router,
+            });
         }
     }
 
@@ -259,6 +270,7 @@ pub fn answer<'r>(
         Served::Origin(origin) => Answer::Upstream(ToUpstream {
             route,
             step: Step::Origin(origin),
+            router,
         }),
     }
 }
@@ -310,7 +322,7 @@ fn serve<'r>(
         .as_ref()
         .filter(|_| reads_files && script.is_none())
     {
-        if let Some(response) = serve_file(files, req, &handler_path, now) {
+        if let Some(response) = serve_file(files, req, req.method(), &handler_path, now) {
             return Served::Now(finish(response, route, req, client));
         }
     }
@@ -464,18 +476,31 @@ pub async fn upstream<B: ClientBody>(
     // own so an uncached request's stays small. (The forward was boxed too:
     // one allocation more per proxied request, 456 of 22,700 instructions,
     // bench/instructions/run.)
+    let caches = origin.cache.is_some();
     let response = match origin.cache {
         Some((cache, miss)) => {
             pinned(|| crate::cached::from_origin(cache, origin.group, &proxied, body, miss)).await
         }
-        None => {
-            let response = origin.group.forward(&proxied, body).await;
-            // 5. Compress the proxied body.
-            match &route.compression {
-                Some(policy) => crate::compression::compress_proxied(response, &proxied, policy),
-                None => response,
-            }
+        None => origin.group.forward(&proxied, body).await,
+    };
+    // 4b. The app hands a file back to the server (X-Accel-Redirect,
+    // X-Sendfile): looked for only where one could be followed.
+    let redirect = match route.follows_internal_redirects {
+        true => crate::accel::asked(&response),
+        false => None,
+    };
+    let response = match redirect {
+        Some(redirect) => {
+            let follow = crate::accel::follow(req, to.router, route, response, redirect, client);
+            Box::pin(follow).await
         }
+        // 5. Compress the proxied body (in the cache's fill when it caches).
+        None => match (&route.compression, caches) {
+            (Some(policy), false) => {
+                crate::compression::compress_proxied(response, &proxied, policy)
+            }
+            _ => response,
+        },
     };
     finish(response, route, req, client)
 }
@@ -565,7 +590,11 @@ fn server_port(req: &RequestHead) -> u16 {
 }
 
 /// The request as the proxy and the cache see it.
-fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> ProxyRequest<'r> {
+pub(crate) fn proxied<'r>(
+    req: &'r RequestHead,
+    target: &'r [u8],
+    client: Client<'r>,
+) -> ProxyRequest<'r> {
     ProxyRequest {
         method: req.method(),
         target,
@@ -580,10 +609,12 @@ fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> Pr
 
 /// Inlined: once `serve` was inlined into `answer`, this stopped being
 /// and cost a file 92 instructions more (bench/instructions/run).
+/// `method` is the request's, or GET for an X-Accel-Redirect (`accel`).
 #[inline(always)]
-fn serve_file(
+pub(crate) fn serve_file(
     files: &StaticRoot,
     req: &RequestHead,
+    method: &[u8],
     path: &[u8],
     now: Instant,
 ) -> Option<Response> {
@@ -615,7 +646,7 @@ fn serve_file(
         slot.get_or_insert(value);
     }
     files.try_serve(&StaticRequest {
-        method: req.method(),
+        method,
         path,
         raw_path: req.path(),
         query: req.query(),

@@ -59,6 +59,13 @@ pub struct Route {
     /// Its site policies (allow/deny, authentication); `None`: it has none
     /// and pays nothing for them.
     pub policies: Option<Box<RoutePolicies>>,
+    /// Reached only by X-Accel-Redirect or a rule's rewrite (`internal`).
+    pub internal: bool,
+    /// Its upstream's answers are looked at for X-Accel-Redirect (its site
+    /// has an internal route) or X-Sendfile (`x_sendfile`).
+    pub follows_internal_redirects: bool,
+    /// Where X-Sendfile may name files (`x_sendfile`).
+    pub sendfile: Option<StaticRoot>,
     /// What its upstream group is made from, for a reload to find the
     /// group again (see [`Router::build`]).
     upstream_key: String,
@@ -150,6 +157,7 @@ impl Router {
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
+            let has_internal = site.routes.iter().any(|r| r.options.internal);
             for r in &site.routes {
                 let compression = crate::compression::policy(&r.options).map(Rc::new);
                 let files = match &r.options.root {
@@ -280,6 +288,18 @@ impl Router {
                         .or(r.options.security_headers.then_some(SECURITY_HSTS))
                         .map(|d| format!("max-age={}", d.as_secs()).into_bytes()),
                     policies,
+                    internal: r.options.internal,
+                    follows_internal_redirects: has_internal || r.options.x_sendfile.is_some(),
+                    sendfile: match &r.options.x_sendfile {
+                        // Files named one by one: no index, listing or fallback.
+                        Some(dir) => Some(StaticRoot::new(StaticOptions {
+                            index: String::new(),
+                            listing: false,
+                            fallback: None,
+                            ..static_options(dir, &r.options, &limits)
+                        })?),
+                        None => None,
+                    },
                 });
             }
             sites.push(Site {

@@ -73,6 +73,16 @@ fn storability_table() {
         ),
         (
             200,
+            "Cache-Control: public, max-age=60\r\nX-Accel-Redirect: /protected/a\r\n".into(),
+            Err(InternalRedirect),
+        ),
+        (
+            200,
+            "Cache-Control: public, max-age=60\r\nX-Sendfile: /srv/a\r\n".into(),
+            Err(InternalRedirect),
+        ),
+        (
+            200,
             "Cache-Control: no-cache, max-age=60\r\n".into(),
             Err(NoFreshness),
         ),
