@@ -222,8 +222,6 @@ options! {
         "Largest request head (request line and headers); larger gets 431";
     max_headers: u32 = "100", "N",
         "Most request header fields; more gets 431";
-    max_body_size: Size = "1MiB", "SIZE",
-        "Largest request body accepted; larger gets 413";
     access_log: AccessLog = "stdout", "off|stdout|stderr|PATH",
         "Where the access log goes";
     access_log_format: LogFormat = "combined", "combined|json",
@@ -416,6 +414,8 @@ options! {
         "cors requests may carry cookies and Authorization (never with cors = *: the origin is then named)";
     cors_max_age: Dur = "10m", "DURATION",
         "How long browsers keep a cors preflight's answer (Chrome keeps at most 2h)";
+    max_body_size: Size = "1MiB", "SIZE",
+        "Largest request body accepted; larger gets 413 (per site or route: large uploads only where they belong)";
     internal: bool = "false", "BOOL",
         "Only for X-Accel-Redirect from an upstream (and a site rule's rewrite): a client asking for this route directly gets 404 (nginx's internal). Its files are served with full static semantics (ranges, conditionals, compression); an upstream route is asked with GET";
     x_sendfile: PathBuf = unset, "DIR",

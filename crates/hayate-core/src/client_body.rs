@@ -57,6 +57,10 @@ pub trait ClientBody {
     /// cannot take one (HTTP/1.0, RFC 9110 §15.2) or the request has no
     /// client to send it to (a background refresh). Never stored.
     fn interim(&mut self, _status: Status, _fields: &Fields) {}
+
+    /// Lowers the size limit to `max` bytes (a route's `max_body_size`,
+    /// below the connection's): past it, reading fails as over the limit.
+    fn limit(&mut self, _max: u64) {}
 }
 
 /// A body that is empty (tests, internal requests).

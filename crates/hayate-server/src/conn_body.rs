@@ -156,6 +156,10 @@ impl ConnBody<'_> {
 }
 
 impl ClientBody for ConnBody<'_> {
+    fn limit(&mut self, max: u64) {
+        self.state.max = self.state.max.min(max);
+    }
+
     fn length(&self) -> BodyLength {
         match self.state.decoder.framing() {
             Framing::Empty => BodyLength::None,

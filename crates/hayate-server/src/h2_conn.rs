@@ -697,6 +697,10 @@ impl ClientBody for Exchange<'_> {
         self.body.gone().await
     }
 
+    fn limit(&mut self, max: u64) {
+        self.body.max = self.body.max.min(max);
+    }
+
     fn interim(&mut self, status: Status, fields: &Fields) {
         let mut head = http::Response::builder().status(status.code());
         for (name, value) in fields.iter() {

@@ -66,6 +66,9 @@ pub struct Route {
     pub follows_internal_redirects: bool,
     /// Where X-Sendfile may name files (`x_sendfile`).
     pub sendfile: Option<StaticRoot>,
+    /// Its `max_body_size`, when below the largest of any route (which
+    /// the connection's reading enforces for all of them).
+    pub max_body_size: Option<u64>,
     /// What its upstream group is made from, for a reload to find the
     /// group again (see [`Router::build`]).
     upstream_key: String,
@@ -154,6 +157,13 @@ impl Router {
             max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
         };
+        let largest_body = config
+            .sites
+            .iter()
+            .flat_map(|s| &s.routes)
+            .map(|r| r.options.max_body_size.0)
+            .max()
+            .unwrap_or(0);
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
@@ -289,6 +299,7 @@ impl Router {
                         .map(|d| format!("max-age={}", d.as_secs()).into_bytes()),
                     policies,
                     internal: r.options.internal,
+                    max_body_size: Some(r.options.max_body_size.0).filter(|&m| m < largest_body),
                     follows_internal_redirects: has_internal || r.options.x_sendfile.is_some(),
                     sendfile: match &r.options.x_sendfile {
                         // Files named one by one: no index, listing or fallback.

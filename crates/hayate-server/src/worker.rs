@@ -156,7 +156,16 @@ impl Generation {
                 max_request_line: usize::try_from(g.max_request_line.0).unwrap_or(usize::MAX),
                 max_header_bytes: usize::try_from(g.max_header_bytes.0).unwrap_or(usize::MAX),
                 max_headers: g.max_headers as usize,
-                max_body_size: g.max_body_size.0,
+                // The largest any route takes; a route with less lowers it
+                // for its own requests (`Route::max_body_size`).
+                max_body_size: plan
+                    .config
+                    .sites
+                    .iter()
+                    .flat_map(|s| &s.routes)
+                    .map(|r| r.options.max_body_size.0)
+                    .max()
+                    .unwrap_or(0),
             },
             timeouts: Timeouts {
                 header: g.header_timeout.0,

@@ -317,3 +317,54 @@ fn check_names_the_line_of_a_bad_rule() {
         "{err}"
     );
 }
+
+#[test]
+fn max_body_size_per_route_lets_uploads_in_where_they_belong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nhttp2 = true\nmax_body_size = \"1KiB\"\n\
+         [[site]]\nproxy = [\"{origin}\"]\n\
+         [[site.route]]\nprefix = \"/upload/\"\nproxy = [\"{origin}\"]\nmax_body_size = \"64KiB\"\n",
+        origin = o.url()
+    );
+    let h = start(dir.path(), &text);
+    let body = vec![b'x'; 4096];
+    let mut c = h.client();
+    let r = c.post("/upload/file", &[], &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(Echo::parse(&r.text()).body_len, 4096);
+    let mut c = h.client();
+    assert_eq!(c.post("/api/form", &[], &body).status, 413);
+    // Chunked, and over HTTP/2, alike.
+    let chunked = |path: &str, http2: bool| {
+        let url = format!("http://127.0.0.1:{}{path}", h.addr.port());
+        let version = if http2 {
+            "--http2-prior-knowledge"
+        } else {
+            "--http1.1"
+        };
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", version])
+            .args(["-H", "Transfer-Encoding: chunked", "--data-binary", "@-"])
+            .arg(&url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(&vec![b'y'; 4096])?;
+                child.wait_with_output()
+            })
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert_eq!(chunked("/upload/a", false), "200");
+    assert_eq!(chunked("/api/a", false), "413");
+    assert_eq!(chunked("/upload/a", true), "200");
+    assert_eq!(chunked("/api/a", true), "413");
+}
