@@ -283,6 +283,27 @@ mod tests {
         assert_eq!(cfg.sites[0].routes[1].prefix, "/");
     }
 
+    /// The README's example sites for rules load as written.
+    #[test]
+    fn readme_rules_examples_are_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(path).expect("README.md");
+        let start = readme.find("\n## Rules:").expect("the rules section");
+        let end = readme[start + 1..].find("\n## ").map_or(readme.len(), |e| start + 1 + e);
+        let section = &readme[start..end];
+        let blocks: Vec<&str> = section
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap_or_default())
+            .collect();
+        assert_eq!(blocks.len(), 3, "WordPress, Laravel, single-page app");
+        for block in blocks {
+            let cfg = load_file("README.toml".as_ref(), block, &Overrides::default())
+                .unwrap_or_else(|e| panic!("{e}\n{block}"));
+            assert!(!cfg.sites[0].rules.is_empty(), "{block}");
+        }
+    }
+
     #[test]
     fn example_rules_config_is_valid() {
         let cfg = load_file(
