@@ -289,7 +289,9 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
         let readme = std::fs::read_to_string(path).expect("README.md");
         let start = readme.find("\n## Rules:").expect("the rules section");
-        let end = readme[start + 1..].find("\n## ").map_or(readme.len(), |e| start + 1 + e);
+        let end = readme[start + 1..]
+            .find("\n## ")
+            .map_or(readme.len(), |e| start + 1 + e);
         let section = &readme[start..end];
         let blocks: Vec<&str> = section
             .split("```toml\n")

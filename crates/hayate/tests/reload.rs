@@ -313,3 +313,51 @@ fn a_reload_adds_and_removes_listeners_and_keeps_open_connections() {
     assert_eq!(Client::connect(addr(b)).get("/hello.txt", &[]).status, 200);
     assert!(h.stderr().contains("reload refused"), "{}", h.stderr());
 }
+
+#[test]
+fn a_reload_swaps_the_rules_with_no_failed_request() {
+    let origin = Origin::start(OriginOptions::default());
+    let root = site();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, control) = (dir.path().join("hayate.toml"), dir.path().join("c.sock"));
+    let rules = |generation: &str, more: &str| {
+        format!(
+            "response_headers = {{ \"X-Generation\" = \"{generation}\" }}\n\
+             [[site.rule]]\nmatch = \"^/old/(.*)$\"\nrewrite = \"/$1\"\n{more}"
+        )
+    };
+    let text = |extra: &str| config(root.path(), &control, &origin, "1s", extra);
+    // The header rule is the /x/ route's; the [[site.rule]] tables after
+    // it are the site's.
+    let first = format!(
+        "[[site.route]]\nprefix = \"/x/\"\nroot = \"{}\"\n{}",
+        root.path().display(),
+        rules("1", "")
+    );
+    std::fs::write(&file, text(&first)).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("utf-8")]);
+    let mut c = h.client();
+    assert_eq!(c.get("/old/index.html", &[]).status, 200);
+    assert_eq!(c.get("/gone", &[]).status, 404);
+
+    let load = Load::start(&h, &["/old/index.html", "/index.html"]);
+    load.wait_for_more(200);
+    let second = format!(
+        "[[site.route]]\nprefix = \"/x/\"\nroot = \"{}\"\n{}",
+        root.path().display(),
+        rules("2", "[[site.rule]]\nmatch = \"^/gone$\"\nrespond = 410\n")
+    );
+    std::fs::write(&file, text(&second)).expect("write");
+    let (ok, said) = reload(&control);
+    assert!(ok, "{said}");
+    assert!(said.contains("rules of site *: changed"), "{said}");
+    load.wait_for_more(200);
+    let (answered, failed) = load.finish();
+    assert_eq!(failed, 0, "{failed} of {answered} requests failed");
+
+    let mut c = h.client();
+    assert_eq!(c.get("/gone", &[]).status, 410);
+    let r = c.get("/x/index.html", &[]);
+    assert_eq!(r.header("x-generation"), Some("2"));
+    h.assert_no_errors();
+}
