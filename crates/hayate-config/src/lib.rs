@@ -467,13 +467,13 @@ mod tests {
         let o = super::Overrides::default();
         let old = super::load_file(
             Path::new("a.toml"),
-            "proxy_timeout = \"5s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"1s\"\n[[site.route]]\nprefix = \"/old/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            "proxy_keepalive = \"5s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"1s\"\n[[site.route]]\nprefix = \"/old/\"\nproxy = \"http://127.0.0.1:3001\"\n",
             &o,
         )
         .unwrap();
         let new = super::load_file(
             Path::new("a.toml"),
-            "proxy_timeout = \"9s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"60s\"\n[[site.route]]\nprefix = \"/new/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            "proxy_keepalive = \"9s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"60s\"\n[[site.route]]\nprefix = \"/new/\"\nproxy = \"http://127.0.0.1:3001\"\n",
             &o,
         )
         .unwrap();
@@ -481,7 +481,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "proxy_timeout: changed",
+                "proxy_keepalive: changed",
                 "route /api/ of site *: cache changed",
                 "route /new/ of site *: added",
                 "route /old/ of site *: removed",

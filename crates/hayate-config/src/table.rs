@@ -244,8 +244,6 @@ options! {
         "Fallback re-check of cached files for file systems without change events";
     proxy_connect_timeout: Dur = "5s", "DURATION",
         "Time to connect to an upstream member; then the next member is tried (504 when none is left)";
-    proxy_timeout: Dur = "60s", "DURATION",
-        "Time for an upstream's response head, and longest pause in a proxied body (504)";
     proxy_keepalive: Dur = "4s", "DURATION",
         "Idle time of pooled upstream connections when the upstream sends no Keep-Alive hint";
     proxy_idle: u32 = "1024", "N",
@@ -358,6 +356,8 @@ options! {
         "File name endings run by the FastCGI application; any other file is only ever served as a file (repeat for more)";
     app: bool = "false", "BOOL",
         "Send what matches no file to the supervised app (set by hayate run)";
+    proxy_timeout: Dur = "60s", "DURATION",
+        "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
     strip_prefix: bool = "false", "BOOL",

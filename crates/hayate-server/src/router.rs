@@ -132,8 +132,9 @@ impl Router {
         };
         let proxy = ProxySettings {
             connect_timeout: g.proxy_connect_timeout.0,
-            header_timeout: g.proxy_timeout.0,
-            io_timeout: g.proxy_timeout.0,
+            // per route, below
+            header_timeout: std::time::Duration::ZERO,
+            io_timeout: std::time::Duration::ZERO,
             idle_timeout: g.proxy_keepalive.0,
             max_idle: g.proxy_idle as usize,
             replay_buffer: g.proxy_replay_buffer.0,
@@ -187,6 +188,8 @@ impl Router {
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
                     .map(Box::new);
                 let proxy = ProxySettings {
+                    header_timeout: r.options.proxy_timeout.0,
+                    io_timeout: r.options.proxy_timeout.0,
                     host: match r.options.proxy_host.as_str() {
                         "pass" => HostPolicy::Pass,
                         "upstream" => HostPolicy::Upstream,
@@ -209,12 +212,13 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {}",
+                    "{:?} {} {:?} {:?} {} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
                     r.options.fastcgi,
-                    app_fastcgi
+                    app_fastcgi,
+                    r.options.proxy_timeout,
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {

@@ -247,11 +247,11 @@ fn upstream_connections_outlive_a_reload_that_keeps_their_settings() {
     // A changed proxy option makes new groups: a new connection.
     std::fs::write(
         &file,
-        format!("proxy_timeout = \"9s\"\n{}", one_worker(route)),
+        format!("proxy_keepalive = \"9s\"\n{}", one_worker(route)),
     )
     .expect("write");
     let (ok, said) = reload(&control);
-    assert!(ok && said.contains("proxy_timeout: changed"), "{said}");
+    assert!(ok && said.contains("proxy_keepalive: changed"), "{said}");
     assert_eq!(h.client().get("/api/three", &[]).status, 200);
     assert_eq!(origin.connections(), 2);
 }

@@ -368,3 +368,21 @@ fn max_body_size_per_route_lets_uploads_in_where_they_belong() {
     assert_eq!(chunked("/upload/a", true), "200");
     assert_eq!(chunked("/api/a", true), "413");
 }
+
+#[test]
+fn proxy_timeout_per_route_lets_a_slow_endpoint_take_longer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nproxy_timeout = \"300ms\"\n\
+         [[site]]\nproxy = [\"{origin}\"]\n\
+         [[site.route]]\nprefix = \"/slow\"\nproxy = [\"{origin}\"]\nproxy_timeout = \"10s\"\n",
+        origin = o.url()
+    );
+    let h = start(dir.path(), &text);
+    let mut c = h.client();
+    assert_eq!(c.get("/script?ms=1000&body=late", &[]).status, 504);
+    let mut c = h.client();
+    let r = c.get("/slow?ms=1000", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "slow\n"));
+}
