@@ -315,3 +315,54 @@ fn a_missing_error_page_is_named_at_start_and_by_check() {
         "{err}"
     );
 }
+
+#[test]
+fn error_pages_keep_the_fields_that_say_how_to_get_past_the_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    std::fs::write(dir.path().join("4xx.html"), "<p>4xx page</p>\n").expect("write");
+    std::fs::write(dir.path().join("5xx.html"), "<p>5xx page</p>\n").expect("write");
+    let htpasswd = dir.path().join("htpasswd");
+    let mut cmd = Command::new("htpasswd");
+    cmd.args(["-c", "-b", "-B"])
+        .arg(&htpasswd)
+        .args(["ann", "pw"]);
+    let (ok, out) = run_to_end(&mut cmd);
+    assert!(
+        ok,
+        "htpasswd (apache2-utils, installed by scripts/test): {out}"
+    );
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nproxy_timeout = \"300ms\"\n\
+         error_pages = {{ \"4xx\" = \"4xx.html\", \"5xx\" = \"5xx.html\" }}\n\
+         [[site]]\nproxy = [\"{origin}\"]\n\
+         [[site.route]]\nprefix = \"/auth/\"\nproxy = [\"{origin}\"]\nbasic_auth = \"{auth}\"\n\
+         [[site.route]]\nprefix = \"/limited/\"\nproxy = [\"{origin}\"]\nrate_limit = \"1/m\"\n\
+         [[site.route]]\nprefix = \"/small/\"\nproxy = [\"{origin}\"]\nmax_body_size = \"10\"\n",
+        origin = o.url(),
+        auth = htpasswd.display()
+    );
+    let h = start(dir.path(), &text);
+    let page = |r: &hayate_testkit::Response, status: u16, text: &str| {
+        assert_eq!((r.status, r.text().as_str()), (status, text));
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    };
+    let mut c = h.client();
+    let r = c.get("/auth/x", &[]);
+    page(&r, 401, "<p>4xx page</p>\n");
+    assert!(r
+        .header("www-authenticate")
+        .is_some_and(|v| v.starts_with("Basic")));
+    assert_eq!(c.get("/limited/x", &[]).status, 200);
+    let r = c.get("/limited/x", &[]);
+    page(&r, 429, "<p>4xx page</p>\n");
+    assert!(r.header("retry-after").is_some());
+    let mut c = h.client();
+    page(
+        &c.post("/small/x", &[], &[b'x'; 100]),
+        413,
+        "<p>4xx page</p>\n",
+    );
+    let mut c = h.client();
+    page(&c.get("/script?ms=1000", &[]), 504, "<p>5xx page</p>\n");
+}
