@@ -374,6 +374,7 @@ CASE_TITLES = {
     "D": "D. In front of an app (Express, 1 KiB JSON)",
     "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
     "G": "G. A protected route (real IP, allow list, basic auth, rate limit; the C ceiling as the app)",
+    "R": "R. Site rules passed through (20 rules, no match; the C ceiling as the app)",
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
@@ -520,6 +521,9 @@ CASE_COLUMNS = {
     "G": [("setup", None), ("concurrency", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("proxy µs CPU/req", _c_cpu), ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
           ("p99 ms", _c_p99), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    "R": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+          ("proxy µs CPU/req", _c_cpu), ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
+          ("p99 ms", _c_p99), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     "L": [("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("mean ms", _c_mean),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
@@ -649,6 +653,12 @@ CASE_TEXT = {
          "client with an upstream connection of its own. proxy µs CPU/req counts the proxy's processes only. "
          "paired × ref: the median of each repetition's CPU ratio to the reference, which ran in the same "
          "repetition (the host's drift between repetitions cancels; proxy CPU × ref is the ratio of medians).",
+    "R": "A site with 20 rules a request passes through without a match, in front of bench/ceiling on TCP "
+         "(core 0 with the proxy; wrk on core 1): 5 prefix redirects, 10 regex redirects and 5 response "
+         "header rules. nginx (1 worker, upstream keepalive 1024): 10 server-level rewrite ... redirect, 5 "
+         "prefix locations with a rewrite, 5 add_header ... always. hayate (--workers 1): [[rule]] tables "
+         "and response_headers in a config file. The issue's targets: hayate with rules ≤ 1.1 × hayate "
+         "without (compare the two hayate rows' proxy µs CPU/req), and ≤ 0.8 × nginx with the same set.",
     "G": "A route as a site protects an admin area, in front of bench/ceiling on TCP (core 0 with the proxy; "
          "wrk on core 1): the client from X-Forwarded-For behind a trusted proxy (127.0.0.1), an allow list "
          "holding it, basic auth from an htpasswd file made by `htpasswd -B -C 10` (bcrypt, cost 10) with the "
@@ -717,7 +727,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "PHP", "C", "D", "P", "G", "L", "E", "T", "H2"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "G", "R", "L", "E", "T", "H2"):
         t = case_table(summaries, case)
         if not t:
             continue

@@ -7,6 +7,8 @@
 //! bytes the request's parser let through (no CR, LF or NUL), and a value
 //! that still came out with one is dropped with a warning, never sent.
 
+use std::borrow::Cow;
+
 use hayate_config::rules::{Part, Template, Var};
 use hayate_config::values::{HeaderOp, HeaderRule, HeaderRules};
 use hayate_core::field::strip_port;
@@ -29,6 +31,36 @@ const SECURITY_HEADERS: [(&str, &str); 3] = [
 /// A route's header rules for one direction.
 pub struct HeaderPolicy {
     rules: Vec<HeaderRule>,
+    /// Each rule's value when it names no variable: sent as it is, with
+    /// nothing to fill in per request.
+    literals: Vec<Option<Vec<u8>>>,
+}
+
+impl HeaderPolicy {
+    fn new(rules: Vec<HeaderRule>) -> HeaderPolicy {
+        let literals = rules
+            .iter()
+            .map(|r| {
+                let mut text = Vec::new();
+                for part in &r.value.parts {
+                    match part {
+                        Part::Text(t) => text.extend_from_slice(t.as_bytes()),
+                        _ => return None,
+                    }
+                }
+                Some(text)
+            })
+            .collect();
+        HeaderPolicy { rules, literals }
+    }
+
+    /// Rule `i`'s value for this request.
+    fn value<'a>(&'a self, i: usize, head: &RequestHead, client_ip: &str) -> Option<Cow<'a, [u8]>> {
+        match &self.literals[i] {
+            Some(literal) => Some(Cow::Borrowed(literal)),
+            None => render(&self.rules[i].value, head, client_ip).map(Cow::Owned),
+        }
+    }
 }
 
 impl HeaderPolicy {
@@ -47,19 +79,19 @@ impl HeaderPolicy {
                 },
             }));
         }
-        (!all.is_empty()).then_some(HeaderPolicy { rules: all })
+        (!all.is_empty()).then(|| HeaderPolicy::new(all))
     }
 
     /// The request rules of a route (`request_headers`).
     pub fn for_requests(rules: Option<&HeaderRules>) -> Option<HeaderPolicy> {
         let rules = rules.map_or_else(Vec::new, |r| r.0.clone());
-        (!rules.is_empty()).then_some(HeaderPolicy { rules })
+        (!rules.is_empty()).then(|| HeaderPolicy::new(rules))
     }
 
     /// Applies the rules to the fields of a request sent upstream.
     pub fn request_fields(&self, head: &RequestHead, client_ip: &str) -> RequestFieldChanges {
         let (mut removed, mut added) = (Vec::new(), Vec::<(Vec<u8>, Vec<u8>)>::new());
-        for rule in &self.rules {
+        for (i, rule) in self.rules.iter().enumerate() {
             let name = rule.name.as_bytes();
             let present = || {
                 head.header(name).is_some()
@@ -71,8 +103,8 @@ impl HeaderPolicy {
             let value = match rule.op {
                 HeaderOp::Remove => None,
                 HeaderOp::Default if present() => continue,
-                _ => match render(&rule.value, head, client_ip) {
-                    Some(v) => Some(v),
+                _ => match self.value(i, head, client_ip) {
+                    Some(v) => Some(v.into_owned()),
                     None => continue,
                 },
             };
@@ -99,7 +131,7 @@ pub struct RequestFieldChanges {
 
 impl ResponsePolicy for HeaderPolicy {
     fn respond(&self, response: &mut Response, request: &ResponseRequest<'_>) {
-        for rule in &self.rules {
+        for (i, rule) in self.rules.iter().enumerate() {
             let name = rule.name.as_bytes();
             let is_server = name.eq_ignore_ascii_case(b"server");
             match rule.op {
@@ -112,7 +144,7 @@ impl ResponsePolicy for HeaderPolicy {
                 HeaderOp::Set => response.remove_field(name),
                 HeaderOp::Add | HeaderOp::Default => {}
             }
-            if let Some(value) = render(&rule.value, request.head, request.client_ip) {
+            if let Some(value) = self.value(i, request.head, request.client_ip) {
                 response.header(&rule.name, &value);
                 response.no_server |= is_server;
             }

@@ -19,7 +19,7 @@ use hayate_core::field::strip_port;
 use hayate_core::request::RequestHead;
 use hayate_core::transport::Scheme;
 use hayate_core::{Response, Status};
-use regex::bytes::Captures;
+use regex::bytes::{Captures, RegexSet};
 
 /// Rewrites one request may go through. A rule whose result matches
 /// itself again would loop forever; nginx stops at 10 too.
@@ -33,6 +33,13 @@ pub const MAX_URL: usize = 8 * 1024;
 /// A site's rules, in order.
 pub struct SiteRules {
     rules: Vec<Rule>,
+    /// Every rule's `match` regex in one set, matched once per pass: a
+    /// request that no rule's regex matches pays one scan of its path,
+    /// not one per rule (and captures are taken only for the rule that
+    /// acts). `None` when no rule has one.
+    regexes: Option<RegexSet>,
+    /// For each rule, its regex's index in `regexes`.
+    in_set: Vec<Option<usize>>,
 }
 
 /// What a rule needs beyond the head.
@@ -59,8 +66,31 @@ pub enum Rewritten {
 impl SiteRules {
     /// The rules, or `None` for a site with none.
     pub fn new(rules: &[Rule]) -> Option<SiteRules> {
-        (!rules.is_empty()).then(|| SiteRules {
+        if rules.is_empty() {
+            return None;
+        }
+        let mut sources = Vec::new();
+        let in_set = rules
+            .iter()
+            .map(|r| {
+                let p = r.when.path.as_ref()?;
+                sources.push(p.regex.as_str().to_string());
+                Some(sources.len() - 1)
+            })
+            .collect();
+        // Without the set (none of the rules has a regex, or together they
+        // pass its size bound), each regex is matched on its own.
+        let regexes = match sources.is_empty() {
+            true => None,
+            false => regex::bytes::RegexSetBuilder::new(&sources)
+                .size_limit(16 << 20)
+                .build()
+                .ok(),
+        };
+        Some(SiteRules {
             rules: rules.to_vec(),
+            regexes,
+            in_set,
         })
     }
 
@@ -150,67 +180,77 @@ impl SiteRules {
         query: Option<&[u8]>,
         req: &RuleRequest<'_>,
     ) -> Option<(&Rule, Option<Captures<'p>>)> {
-        self.rules.iter().find_map(|rule| {
-            let when = &rule.when;
-            if let Some(prefix) = &when.prefix {
-                if !segment_prefix(prefix.as_bytes(), path) {
-                    return None;
-                }
-            }
-            if !when.hosts.is_empty() {
-                let host = req.head.host().map(strip_port).unwrap_or_default();
-                if !when.hosts.iter().any(|h| host_matches(h, host)) {
-                    return None;
-                }
-            }
-            if !when.methods.is_empty()
-                && !when
-                    .methods
-                    .iter()
-                    .any(|m| m.as_bytes() == req.head.method())
-            {
-                return None;
-            }
-            if let Some(scheme) = &when.scheme {
-                let is = match req.head.scheme {
-                    Scheme::Https => "https",
-                    Scheme::Http => "http",
-                };
-                if scheme != is {
-                    return None;
-                }
-            }
-            if let Some(q) = &when.query {
-                if !q.holds(query.unwrap_or_default()) {
-                    return None;
-                }
-            }
-            for (name, pattern) in &when.headers {
-                let holds = match req.head.header(name.as_bytes()) {
-                    Some(value) => pattern.holds(value),
-                    None => pattern.negated,
-                };
-                if !holds {
-                    return None;
-                }
-            }
-            let captures = match &when.path {
-                Some(p) if p.negated => {
-                    if p.regex.is_match(path) {
+        let matched = self.regexes.as_ref().map(|set| set.matches(path));
+        self.rules
+            .iter()
+            .zip(&self.in_set)
+            .find_map(|(rule, in_set)| {
+                let when = &rule.when;
+                if let Some(prefix) = &when.prefix {
+                    if !segment_prefix(prefix.as_bytes(), path) {
                         return None;
                     }
-                    None
                 }
-                Some(p) => Some(p.regex.captures(path)?),
-                None => None,
-            };
-            if let Some(test) = when.file {
-                if (req.file_exists)(path) != (test == FileTest::Exists) {
+                if !when.hosts.is_empty() {
+                    let host = req.head.host().map(strip_port).unwrap_or_default();
+                    if !when.hosts.iter().any(|h| host_matches(h, host)) {
+                        return None;
+                    }
+                }
+                if !when.methods.is_empty()
+                    && !when
+                        .methods
+                        .iter()
+                        .any(|m| m.as_bytes() == req.head.method())
+                {
                     return None;
                 }
-            }
-            Some((rule, captures))
-        })
+                if let Some(scheme) = &when.scheme {
+                    let is = match req.head.scheme {
+                        Scheme::Https => "https",
+                        Scheme::Http => "http",
+                    };
+                    if scheme != is {
+                        return None;
+                    }
+                }
+                if let Some(q) = &when.query {
+                    if !q.holds(query.unwrap_or_default()) {
+                        return None;
+                    }
+                }
+                for (name, pattern) in &when.headers {
+                    let holds = match req.head.header(name.as_bytes()) {
+                        Some(value) => pattern.holds(value),
+                        None => pattern.negated,
+                    };
+                    if !holds {
+                        return None;
+                    }
+                }
+                let captures = match &when.path {
+                    None => None,
+                    Some(p) => {
+                        let hit = match (in_set, &matched) {
+                            (Some(i), Some(m)) => m.matched(*i),
+                            _ => p.regex.is_match(path),
+                        };
+                        if hit == p.negated {
+                            return None;
+                        }
+                        match p.negated {
+                            true => None,
+                            false => Some(p.regex.captures(path)?),
+                        }
+                    }
+                };
+                if let Some(test) = when.file {
+                    if (req.file_exists)(path) != (test == FileTest::Exists) {
+                        return None;
+                    }
+                }
+                Some((rule, captures))
+            })
     }
 }
 
