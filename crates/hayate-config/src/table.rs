@@ -244,6 +244,8 @@ options! {
         "Fallback re-check of cached files for file systems without change events";
     proxy_connect_timeout: Dur = "5s", "DURATION",
         "Time to connect to an upstream member; then the next member is tried (504 when none is left)";
+    proxy_tunnel_timeout: Dur = "1h", "DURATION",
+        "An upgraded connection (WebSocket) quiet both ways this long is closed (HAProxy's timeout tunnel; apps that ping, as socket.io does every 25 s, never meet it)";
     proxy_keepalive: Dur = "4s", "DURATION",
         "Idle time of pooled upstream connections when the upstream sends no Keep-Alive hint";
     proxy_idle: u32 = "1024", "N",

@@ -61,6 +61,9 @@ pub struct ProxySettings {
     /// TLS to `https://` members (trust, ALPN, session resumption); set
     /// when the group has such members.
     pub tls: Option<Arc<ClientConfig>>,
+    /// An upgraded connection (WebSocket) with no byte either way for this
+    /// long is closed.
+    pub tunnel_idle_timeout: Duration,
 }
 
 /// How a group spreads requests.
@@ -119,6 +122,7 @@ impl Default for ProxySettings {
             // when the client reads slowly).
             max_interim: 16,
             tls: None,
+            tunnel_idle_timeout: Duration::from_secs(3600),
         }
     }
 }

@@ -5,15 +5,12 @@
 //! [`UpstreamBody`], which returns the connection to its member's pool once
 //! the body was read whole.
 
-use std::future::Future;
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::deadline::within;
 use hayate_core::error::Error;
@@ -22,14 +19,15 @@ use hayate_core::h1::body::{BodyDecoder, Decoded, Framing};
 use hayate_core::h1::chunked::{chunk_size_line, passable_trailers};
 use hayate_core::h1::response;
 use hayate_core::transport::Transport;
-use hayate_core::{Body, BodySource, Duplex, Fields, Response, Status, StreamBody, Tunnel};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
+use tokio::io::AsyncReadExt;
 
 use crate::group::{Outstanding, ProxySettings};
 use crate::hop_by_hop::{connection_listed, is_hop_by_hop, requested_upgrade};
 use crate::protocol::{Outgoing, UpstreamProtocol};
 use crate::request_head::RequestHead;
 use crate::retry::Failure;
+use crate::tunnel::UpstreamTunnel;
 use crate::upstream_io::{read_buffer, recycle, Sending, StallRead};
 use crate::{ProxyRequest, UpstreamAddr};
 use smallvec::SmallVec;
@@ -305,6 +303,7 @@ impl UpstreamProtocol for Http1 {
                 conn,
                 rest: rest.freeze(),
                 write_limit: settings.io_timeout,
+                idle_limit: settings.tunnel_idle_timeout,
                 _guard: guard,
             }));
             return r;
@@ -597,47 +596,6 @@ impl UpstreamBody {
                 Poll::Ready(Ok(_)) => {}
             }
         }
-    }
-}
-
-/// An upgraded upstream connection (WebSocket): relayed byte for byte with
-/// the client until either side closes. Reloads never cut it: it belongs to
-/// its connection task, not to a route table generation. Nor does quiet;
-/// an upstream that stops taking bytes does, after `proxy_timeout` (the
-/// client's side is bounded by its connection: decision 0014).
-struct UpstreamTunnel {
-    conn: Transport,
-    /// Upstream bytes read past the 101 head.
-    rest: Bytes,
-    /// Longest wait for the upstream to take more (`proxy_timeout`).
-    write_limit: Duration,
-    _guard: Outstanding,
-}
-
-impl Tunnel for UpstreamTunnel {
-    fn run<'a>(
-        self: Box<Self>,
-        client: &'a mut dyn Duplex,
-        early: Bytes,
-    ) -> Pin<Box<dyn Future<Output = io::Result<()>> + 'a>> {
-        Box::pin(async move {
-            let UpstreamTunnel {
-                conn,
-                rest,
-                write_limit,
-                _guard,
-            } = *self;
-            let mut conn = BoundedWrites::new(conn, write_limit);
-            if !rest.is_empty() {
-                client.write_all(&rest).await?;
-            }
-            if !early.is_empty() {
-                conn.write_all(&early).await?;
-            }
-            tokio::io::copy_bidirectional(client, &mut conn)
-                .await
-                .map(|_| ())
-        })
     }
 }
 

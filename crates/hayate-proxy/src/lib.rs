@@ -38,6 +38,7 @@ mod request;
 mod request_head;
 mod retry;
 mod spares;
+mod tunnel;
 mod upconn;
 mod upstream_io;
 

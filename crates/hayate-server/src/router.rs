@@ -157,6 +157,7 @@ impl Router {
             via: g.proxy_via,
             max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
+            tunnel_idle_timeout: g.proxy_tunnel_timeout.0,
         };
         let largest_body = config
             .sites

@@ -1350,3 +1350,41 @@ fn a_tunnel_whose_client_stops_reading_is_closed_after_the_send_timeout() {
     assert!(head.contains("upgrade: websocket"), "{head}");
     h.assert_no_errors();
 }
+
+/// A WebSocket tunnel quiet both ways is closed after
+/// `proxy_tunnel_timeout`, while one whose bytes keep flowing stays open
+/// past it. Waits for the close (EOF), bounded by a failure timeout.
+#[test]
+fn a_tunnel_quiet_both_ways_is_closed_after_the_tunnel_timeout() {
+    use std::io::{Read, Write};
+    let (port, echo) = hayate_testkit::upgrade_echo_server();
+    let upstream = format!("http://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &upstream, "--proxy-tunnel-timeout", "1s"]);
+    let mut c = h.client();
+    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    assert_eq!(c.read_response(true).status, 101);
+    let mut sock = c.stream().try_clone().expect("clone");
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    // Bytes every 200 ms for 2 s: twice the timeout, and still open.
+    let mut buf = [0u8; 16];
+    for _ in 0..10 {
+        sock.write_all(b"ping").expect("write");
+        sock.read_exact(&mut buf[..4]).expect("the echo");
+        assert_eq!(&buf[..4], b"ping");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Then quiet: closed by hayate, not by the 30 s read timeout.
+    let started = Instant::now();
+    match sock.read(&mut buf) {
+        Ok(0) => {}
+        other => panic!("expected the tunnel closed, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    echo.join().expect("echo server");
+    h.assert_no_errors();
+}
