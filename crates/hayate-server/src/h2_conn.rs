@@ -118,6 +118,11 @@ where
         let mut closing = false;
         // Whether the connection gave its memory back since its last stream.
         let mut quiet = false;
+        // Whether a request came yet: until one does, the client has the
+        // header timeout to send it, as a new HTTP/1.1 connection has (not
+        // the keep-alive time a connection that answered earns).
+        let mut asked = false;
+        let header_timeout = timeouts.header;
         let mut release = Release::default();
         loop {
             // One timer for the idle phases and the closing one: a branch
@@ -134,6 +139,9 @@ where
                     // stream's frames are written in this time too.
                     tokio::time::sleep(goaway_timeout).await;
                     Idle::Unanswered
+                } else if !asked {
+                    tokio::time::sleep(header_timeout).await;
+                    Idle::Expired
                 } else if quiet {
                     tokio::time::sleep(keepalive.saturating_sub(QUIET_AFTER)).await;
                     Idle::Expired
@@ -155,6 +163,7 @@ where
                         };
                         open.set(open.get() + 1);
                         quiet = false;
+                        asked = true;
                         tokio::task::spawn_local(stream.serve(request, respond));
                     }
                     Some(Err(e)) => {

@@ -53,10 +53,12 @@ fn connect(addr: SocketAddr, opening: &[u8]) -> (TcpStream, Instant) {
 
 /// A client that opened the connection and then never answers (neither
 /// the server's SETTINGS nor its closing GOAWAY's PING) is closed at the
-/// keep-alive timeout plus `http2_goaway_timeout`, not kept: without that
-/// bound it was held for good, and such connections at the connection limit
-/// kept every other client out. Both a client that sent its SETTINGS and one
-/// that sent only the preface's magic.
+/// header timeout (it never sent a request: a new HTTP/1.1 connection gets
+/// no longer, and the keep-alive time here is far longer) plus
+/// `http2_goaway_timeout`, not kept: without that bound it was held for
+/// good, and such connections at the connection limit kept every other
+/// client out. Both a client that sent its SETTINGS and one that sent only
+/// the preface's magic.
 #[test]
 fn a_client_that_never_answers_the_goaway_ping_is_dropped() {
     let root = site();
@@ -65,6 +67,8 @@ fn a_client_that_never_answers_the_goaway_ping_is_dropped() {
         &[
             root.path().to_str().expect("path"),
             "--keepalive-timeout",
+            "60s",
+            "--header-timeout",
             "1s",
             "--http2-goaway-timeout",
             "1s",

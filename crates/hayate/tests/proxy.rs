@@ -1366,7 +1366,8 @@ fn a_tunnel_quiet_both_ways_is_closed_after_the_tunnel_timeout() {
     let mut sock = c.stream().try_clone().expect("clone");
     sock.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
-    // Bytes every 200 ms for 2 s: twice the timeout, and still open.
+    // Bytes every 200 ms for 2 s, twice the timeout, and still open (the
+    // sleep paces the traffic; it decides no ordering).
     let mut buf = [0u8; 16];
     for _ in 0..10 {
         sock.write_all(b"ping").expect("write");
