@@ -175,7 +175,7 @@ options! {
     resolved GlobalOptions;
     table GLOBAL_OPTIONS;
     listen: Vec<Listen> = "127.0.0.1:8080", "ADDR",
-        "Address to listen on: HOST:PORT, [V6]:PORT, localhost:PORT (127.0.0.1), PORT (every interface, 0.0.0.0) or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more; ADDR proxy_protocol: every connection starts with a PROXY protocol header (v1 or v2, before TLS) from a trusted_proxies peer, and the client it names is the client";
+        "Address to listen on: HOST:PORT, [V6]:PORT, localhost:PORT (127.0.0.1), PORT (every interface, 0.0.0.0) or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more; ADDR proxy_protocol: every connection starts with a PROXY protocol header (v1 or v2, before TLS) from a trusted_proxies peer, and the client it names is the client; ADDR h2c: plain HTTP/2 only, with prior knowledge (gRPC and other h2c clients; no HTTP/1.1)";
     http2: bool = "true", "BOOL",
         "Serve HTTP/2: over TLS when the client offers it (ALPN h2), and h2c with prior knowledge on plain listeners";
     tls: TlsMode = unset, "internal|acme",

@@ -267,6 +267,11 @@ pub struct Listen {
     /// from a load balancer in `trusted_proxies` (` proxy_protocol` after
     /// the address).
     pub proxy_protocol: bool,
+    /// A plain listener that speaks HTTP/2 only, with prior knowledge
+    /// (` h2c` after the address): no HTTP/1.1, so whatever a client sends
+    /// first is read as the HTTP/2 preface (a shared port answers bytes
+    /// that do not begin like one as HTTP/1.1).
+    pub http2_only: bool,
 }
 
 impl std::fmt::Display for Listen {
@@ -278,6 +283,9 @@ impl std::fmt::Display for Listen {
         if self.proxy_protocol {
             f.write_str(" proxy_protocol")?;
         }
+        if self.http2_only {
+            f.write_str(" h2c")?;
+        }
         Ok(())
     }
 }
@@ -286,13 +294,14 @@ impl OptValue for Listen {
     fn parse_str(s: &str) -> Result<Self, String> {
         let mut words = s.split_whitespace();
         let t = words.next().unwrap_or_default();
-        let mut proxy_protocol = false;
+        let (mut proxy_protocol, mut http2_only) = (false, false);
         for option in words {
             match option {
                 "proxy_protocol" => proxy_protocol = true,
+                "h2c" => http2_only = true,
                 _ => {
                     return Err(format!(
-                        "{s:?}: unknown listener option {option:?} (proxy_protocol is one)"
+                        "{s:?}: unknown listener option {option:?} (proxy_protocol and h2c are)"
                     ))
                 }
             }
@@ -315,10 +324,16 @@ impl OptValue for Listen {
                 "{s:?}: proxy_protocol is read on TCP listeners only"
             ));
         }
+        if http2_only && scheme == Scheme::Https {
+            return Err(format!(
+                "{s:?}: h2c is for plain listeners (over TLS, ALPN chooses HTTP/2)"
+            ));
+        }
         Ok(Listen {
             addr,
             scheme,
             proxy_protocol,
+            http2_only,
         })
     }
 }

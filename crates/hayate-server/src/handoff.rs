@@ -50,8 +50,9 @@ pub fn listen_key(listen: &Listen) -> String {
     } else {
         ""
     };
+    let h2c = if listen.http2_only { " h2c" } else { "" };
     format!(
-        "{}://{}{proxy_protocol}",
+        "{}://{}{proxy_protocol}{h2c}",
         listen.scheme.as_str(),
         listen.addr
     )

@@ -36,6 +36,8 @@ pub struct BoundListener {
     pub scheme: Scheme,
     /// Its connections start with a PROXY protocol header.
     pub proxy_protocol: bool,
+    /// It speaks HTTP/2 only (`h2c`).
+    pub http2_only: bool,
 }
 
 /// The sockets for every worker and what they are bound to.
@@ -66,22 +68,22 @@ pub fn bind_all(
             addr,
             scheme,
             proxy_protocol,
+            http2_only,
         } = listen;
-        let (scheme, proxy_protocol) = (*scheme, *proxy_protocol);
+        let (scheme, proxy_protocol, http2_only) = (*scheme, *proxy_protocol, *http2_only);
         let key: Arc<str> = listen_key(listen).into();
         if let Some(sockets) = inherited.take_listener(listen) {
             let bound = inherited_address(&sockets[0], addr)?;
             for socket in &sockets {
                 handoff.add_listener(listen, socket)?;
             }
-            share(&mut per_worker, sockets, &key, scheme, proxy_protocol)?;
+            share(&mut per_worker, sockets, &key, listen)?;
             if let ListenAddr::Unix(path) = addr {
                 unix_paths.push(path.clone());
             }
             addresses.push(Listen {
                 addr: bound,
-                scheme,
-                proxy_protocol,
+                ..listen.clone()
             });
             continue;
         }
@@ -97,12 +99,14 @@ pub fn bind_all(
                         socket: l,
                         scheme,
                         proxy_protocol,
+                        http2_only,
                     });
                 }
                 addresses.push(Listen {
                     addr: ListenAddr::Tcp(bound),
                     scheme,
                     proxy_protocol,
+                    http2_only,
                 });
             }
             ListenAddr::Unix(path) => {
@@ -115,6 +119,7 @@ pub fn bind_all(
                         socket: l.try_clone()?,
                         scheme,
                         proxy_protocol,
+                        http2_only,
                     });
                 }
                 unix_paths.push(path.clone());
@@ -122,6 +127,7 @@ pub fn bind_all(
                     addr: addr.clone(),
                     scheme,
                     proxy_protocol,
+                    http2_only,
                 });
             }
         }
@@ -141,9 +147,10 @@ fn share(
     per_worker: &mut [Vec<BoundListener>],
     sockets: Vec<Socket>,
     key: &Arc<str>,
-    scheme: Scheme,
-    proxy_protocol: bool,
+    listen: &Listen,
 ) -> io::Result<()> {
+    let (scheme, proxy_protocol, http2_only) =
+        (listen.scheme, listen.proxy_protocol, listen.http2_only);
     let workers = per_worker.len();
     let count = sockets.len();
     for w in 0..workers.saturating_sub(count) {
@@ -153,6 +160,7 @@ fn share(
             socket,
             scheme,
             proxy_protocol,
+            http2_only,
         });
     }
     for (i, socket) in sockets.into_iter().enumerate() {
@@ -162,6 +170,7 @@ fn share(
             socket,
             scheme,
             proxy_protocol,
+            http2_only,
         });
     }
     Ok(())

@@ -418,16 +418,23 @@ fn start_accepting(
 ) -> io::Result<()> {
     for l in listeners {
         let listener = Listener::new(l.socket, l.scheme)?;
-        let accepting = accept_loop(
-            listener,
-            l.key,
-            l.proxy_protocol,
-            worker.clone(),
-            shared.clone(),
-        );
+        let speaks = Speaks {
+            proxy_protocol: l.proxy_protocol,
+            http2_only: l.http2_only,
+        };
+        let accepting = accept_loop(listener, l.key, speaks, worker.clone(), shared.clone());
         tokio::task::spawn_local(accepting);
     }
     Ok(())
+}
+
+/// What a listener's clients send first, besides its scheme.
+#[derive(Clone, Copy)]
+struct Speaks {
+    /// A PROXY protocol header (`proxy_protocol`).
+    proxy_protocol: bool,
+    /// HTTP/2 only, with prior knowledge (`h2c`).
+    http2_only: bool,
 }
 
 /// Accepts connections until shutdown, or until a reload removes the
@@ -436,7 +443,7 @@ fn start_accepting(
 async fn accept_loop(
     listener: Listener,
     key: Arc<str>,
-    proxy_protocol: bool,
+    speaks: Speaks,
     worker: Rc<Worker>,
     shared: Shared,
 ) {
@@ -496,7 +503,7 @@ async fn accept_loop(
         };
         worker.active.set(worker.active.get() + 1);
         match (scheme, &shared.tls, transport) {
-            (_, tls, Transport::Tcp(tcp)) if proxy_protocol => {
+            (_, tls, Transport::Tcp(tcp)) if speaks.proxy_protocol => {
                 let tls = tls.clone().filter(|_| scheme == Scheme::Https);
                 let worker = worker.clone();
                 // The header is read before anything else (TLS included),
@@ -511,6 +518,11 @@ async fn accept_loop(
                     if let Some(peer) = read.await {
                         match tls {
                             Some(tls) => serve_tls(tls, tcp, peer, scheme, worker).await,
+                            None if speaks.http2_only => {
+                                let serving =
+                                    crate::h2_conn::serve(tcp, peer, scheme, None, worker);
+                                pinned(|| serving).await
+                            }
                             None => {
                                 Conn::new(Transport::Tcp(tcp), peer, scheme, worker)
                                     .run()
@@ -528,6 +540,16 @@ async fn accept_loop(
                 // guard is held from accept).
                 tokio::task::spawn_local(async move {
                     serve_tls(tls, tcp, peer, scheme, worker).await;
+                    drop(guard);
+                });
+            }
+            (_, _, transport) if speaks.http2_only => {
+                // No HTTP/1.1 here: the first bytes are the preface or a
+                // connection error (RFC 9113 §3.4).
+                let worker = worker.clone();
+                tokio::task::spawn_local(async move {
+                    let serving = crate::h2_conn::serve(transport, peer, scheme, None, worker);
+                    pinned(|| serving).await;
                     drop(guard);
                 });
             }

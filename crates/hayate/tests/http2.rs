@@ -483,6 +483,56 @@ fn h2spec_passes() {
     );
 }
 
+/// h2spec over h2c on a listener that speaks only HTTP/2 (`ADDR h2c`):
+/// every case, 3.5/2's invalid preface included (a port shared with
+/// HTTP/1.1 answers bytes that do not begin like a preface as HTTP/1.1);
+/// and an HTTP/1.1 request there gets HTTP/2's connection error, not an
+/// answer.
+#[test]
+fn h2spec_passes_over_h2c_on_an_http2_only_listener() {
+    use std::io::{Read, Write};
+    let root = hayate_testkit::site();
+    std::fs::write(root.path().join("big.bin"), vec![b'x'; 1 << 20]).expect("write");
+    let path = root.path().to_str().expect("utf-8");
+    let h = Hayate::start(
+        BIN,
+        &[path, "--listen", "127.0.0.1:0 h2c", "--access-log", "off"],
+    );
+    let bin = hayate_testkit::pebble::go_binary(
+        "h2spec",
+        "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
+    );
+    let out = std::process::Command::new(bin)
+        .args(["-h", "127.0.0.1", "-o", "5", "-P", "/big.bin"])
+        .args(["-p", &h.addr.port().to_string()])
+        .output()
+        .expect("run h2spec");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tests,"))
+        .unwrap_or_default();
+    assert!(
+        out.status.success() && summary.contains(" 0 failed") && summary.contains(" 0 skipped"),
+        "{text}"
+    );
+    let mut tcp = std::net::TcpStream::connect(h.addr).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    tcp.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("write");
+    let mut got = Vec::new();
+    let _ = tcp.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"HTTP/1.1"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // A SETTINGS frame (type 4) then GOAWAY (type 7) with PROTOCOL_ERROR.
+    assert!(got.windows(4).any(|w| w == [0, 0, 0, 1]), "{got:?}");
+}
+
 #[test]
 fn websocket_over_h2_becomes_an_upgrade_upstream() {
     let (port, seen) = hayate_testkit::upgrade_echo_server();
