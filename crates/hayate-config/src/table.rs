@@ -338,6 +338,8 @@ options! {
         "Largest file compressed in the background; larger ones are served as they are (or from a sibling)";
     rate_limit_max_keys: u32 = "100000", "N",
         "Most clients (keys) each rate_limit remembers; past it the least recently limited are forgotten (about 40 bytes each)";
+    conn_limit_max_keys: u32 = "100000", "N",
+        "Most clients (keys) each conn_limit counts at once (one per client with a request in flight, about 40 bytes each); a new client past it gets 503 with Retry-After";
     compress_queue: u32 = "1024", "N",
         "Files that may wait for the background compressor; more are served uncompressed and retried later";
 }
@@ -398,6 +400,10 @@ options! {
         "What rate_limit counts by: the client's address (IPv6 by rate_limit_ipv6_prefix), a header's or a cookie's value (requests without it: by address), or the route as a whole";
     rate_limit_ipv6_prefix: u8 = "64", "BITS",
         "IPv6 clients are counted by this prefix (a host usually holds a whole /64, and could otherwise spray its addresses)";
+    rate_limit_scope: RateScope = "box", "box|fleet",
+        "Where rate_limit counts: on each box, or (fleet, with shared = redis://...) in Redis for every box sharing it, one round trip of at most shared_timeout per request; Redis slow or down: each box's own limit applies (never no limit)";
+    conn_limit: u32 = unset, "N|0",
+        "Requests in flight at once per client (counted by rate_limit_key, as rate_limit), for the whole box: a request holds its slot until its response is sent, a long download or a WebSocket included; more get 429 with Retry-After (nginx's limit_conn, which answers 503); 0: none";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",

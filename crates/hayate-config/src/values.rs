@@ -17,7 +17,7 @@ mod files;
 mod policy;
 mod upstream;
 pub use files::Symlinks;
-pub use policy::{AuthFile, RateKey, RateSpec};
+pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
 pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
 
 /// A type an option can hold.

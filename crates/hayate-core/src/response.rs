@@ -42,6 +42,21 @@ pub struct Response {
     /// either, rather than a length of 0 or a chunked body the GET may not
     /// have (RFC 9110 §9.3.2 lets a HEAD answer omit them).
     pub unknown_framing: bool,
+    /// What must live until the response is sent, and no longer (a
+    /// conn_limit's slot): the protocol's writer drops the response once
+    /// its body is written, or when the client is gone. `None` but on
+    /// routes with such a policy.
+    pub holds: Option<Held>,
+}
+
+/// Something a [`Response`] keeps alive while it is sent (boxed: a
+/// response without one carries one pointer's room).
+pub struct Held(Box<dyn std::any::Any + Send>);
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Held")
+    }
 }
 
 /// A response body.
@@ -187,7 +202,18 @@ impl Response {
             cache_status: None,
             has_date: false,
             unknown_framing: false,
+            holds: None,
         }
+    }
+
+    /// This response, keeping `what` alive until it is sent (see
+    /// [`Response::holds`]); a second thing held joins the first.
+    pub fn holding(mut self, what: impl std::any::Any + Send) -> Response {
+        self.holds = Some(Held(match self.holds.take() {
+            None => Box::new(what),
+            Some(Held(first)) => Box::new((first, what)),
+        }));
+        self
     }
 
     /// A short plain-text error page, `404 Not Found\n`.

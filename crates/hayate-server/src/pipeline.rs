@@ -48,6 +48,7 @@ use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
+use crate::policy::conn_limit::ConnSlot;
 use crate::policy::forward_auth::Verdict;
 use crate::policy::{AccessRequest, Admission, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
@@ -110,6 +111,8 @@ pub enum Answer<'r> {
 pub struct ToUpstream<'r> {
     route: &'r Route,
     step: Step<'r>,
+    /// The request's conn_limit slot, which its response holds.
+    slot: Option<ConnSlot>,
 }
 
 /// What a [`ToUpstream`] waits for first.
@@ -201,7 +204,9 @@ pub fn answer<'r>(
 
     // 2b. Access: the route's policies (rate limits, allow/deny,
     // authentication) decide who comes in, on the normalized path the route
-    // was chosen by. An auth service to ask makes the rest wait.
+    // was chosen by; a conn_limit's slot goes with the response. An auth
+    // service to ask makes the rest wait.
+    let mut slot = None;
     if let Some(policies) = &route.policies {
         let request = AccessRequest {
             head: req,
@@ -209,22 +214,26 @@ pub fn answer<'r>(
             now,
         };
         let delay = match policies.access(&request) {
-            Admission::After(delay) => delay,
+            Admission::After(delay, taken) => {
+                slot = taken;
+                delay
+            }
             Admission::Refused(r) => {
                 return Answer::Now(with_hsts(r, route, req), Some(route.index))
             }
         };
-        if !delay.is_zero() || policies.forward_auth().is_some() {
+        if !delay.is_zero() || policies.waits() {
             let step = Step::Admit { path, delay };
-            return Answer::Upstream(ToUpstream { route, step });
+            return Answer::Upstream(ToUpstream { route, step, slot });
         }
     }
 
     match serve(req, route, path, now, client) {
-        Served::Now(response) => Answer::Now(response, Some(route.index)),
+        Served::Now(response) => Answer::Now(holding(response, slot), Some(route.index)),
         Served::Origin(origin) => Answer::Upstream(ToUpstream {
             route,
             step: Step::Origin(origin),
+            slot,
         }),
     }
 }
@@ -349,11 +358,11 @@ pub async fn upstream<B: ClientBody>(
     body: &mut B,
     client: Client<'_>,
 ) -> Response {
-    let route = to.route;
+    let ToUpstream { route, step, slot } = to;
     let forward_auth = route.policies.as_ref().and_then(|p| p.forward_auth());
     // Fields the auth service's answer adds to the request sent on.
     let mut authorized = Vec::new();
-    let origin = match to.step {
+    let origin = match step {
         Step::Origin(origin) => origin,
         Step::Admit { path, delay } => {
             if !delay.is_zero() {
@@ -366,7 +375,7 @@ pub async fn upstream<B: ClientBody>(
                 }
             }
             match serve(req, route, path, Instant::now(), client) {
-                Served::Now(response) => return response,
+                Served::Now(response) => return holding(response, slot),
                 Served::Origin(origin) => origin,
             }
         }
@@ -415,7 +424,17 @@ pub async fn upstream<B: ClientBody>(
             }
         }
     };
-    with_hsts(response, route, req)
+    holding(with_hsts(response, route, req), slot)
+}
+
+/// `response`, holding the request's conn_limit slot (if any) until it is
+/// sent.
+#[inline(always)]
+fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
+    match slot {
+        Some(slot) => response.holding(slot),
+        None => response,
+    }
 }
 
 /// Adds the route's Strict-Transport-Security to a response sent over

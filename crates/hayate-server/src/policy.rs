@@ -8,7 +8,9 @@
 //! head read ─▶ identify (client.rs: trusted proxies → one client address)
 //!           ─▶ route
 //!           ─▶ access   (rate_limit.rs, allow_deny.rs, basic_auth.rs: without
-//!                        waiting; then forward_auth.rs, which asks a service)
+//!                        waiting; then conn_limit.rs takes a slot the
+//!                        response holds until it is sent; then what waits:
+//!                        a fleet rate limit's count in Redis, forward_auth.rs)
 //!           ─▶ handler  (files | cache → upstream | FastCGI | app)
 //! ```
 //!
@@ -21,8 +23,11 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod conn_limit;
 pub mod forward_auth;
+pub mod limit_key;
 pub mod rate_limit;
+mod registry;
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -57,8 +62,9 @@ pub enum Access {
 
 /// What the access phase decided without waiting.
 pub enum Admission {
-    /// In, after this wait (zero: at once).
-    After(std::time::Duration),
+    /// In, after this wait (zero: at once), holding this slot among its
+    /// client's requests in flight (conn_limit) until its response is sent.
+    After(std::time::Duration, Option<conn_limit::ConnSlot>),
     /// Answered with this.
     Refused(Response),
 }
@@ -92,6 +98,7 @@ impl RouteName {
 /// The policies' counters, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
     rate_limit::render_metrics(out);
+    conn_limit::render_metrics(out);
     use hayate_core::metrics::{family, sample, Kind};
     let name = "hayate_basic_auth_failures_total";
     let help = "Requests refused by basic_auth for missing or wrong credentials";
@@ -118,6 +125,9 @@ impl std::fmt::Display for PolicyError {
 /// A route's policies, in the order they run.
 pub struct RoutePolicies {
     access: Vec<Box<dyn AccessPolicy>>,
+    /// Taken once the others let a request in: a request they refuse
+    /// holds no slot.
+    conn_limit: Option<conn_limit::ConnLimit>,
     /// The access policy that waits (for an auth service), after the others.
     forward_auth: Option<forward_auth::ForwardAuth>,
 }
@@ -169,11 +179,25 @@ impl RoutePolicies {
                 .map_err(at("forward_auth"))?,
             ),
         };
-        if access.is_empty() && forward_auth.is_none() {
+        let conn_limit = match options.conn_limit.filter(|n| *n > 0) {
+            None => None,
+            Some(n) => Some(
+                conn_limit::ConnLimit::new(
+                    route,
+                    n,
+                    options.rate_limit_key.clone(),
+                    options.rate_limit_ipv6_prefix,
+                    global.conn_limit_max_keys,
+                )
+                .map_err(at("rate_limit_ipv6_prefix"))?,
+            ),
+        };
+        if access.is_empty() && forward_auth.is_none() && conn_limit.is_none() {
             return Ok(None);
         }
         Ok(Some(RoutePolicies {
             access,
+            conn_limit,
             forward_auth,
         }))
     }
@@ -189,6 +213,12 @@ impl RoutePolicies {
         RoutePolicies::build(route, options, global, &proxy).map(drop)
     }
 
+    /// Whether the access phase waits once the others passed (for an auth
+    /// service, or for Redis's count of a fleet-wide rate limit).
+    pub fn waits(&self) -> bool {
+        self.forward_auth.is_some()
+    }
+
     /// The auth service the access phase asks once the others passed.
     pub fn forward_auth(&self) -> Option<&forward_auth::ForwardAuth> {
         self.forward_auth.as_ref()
@@ -196,7 +226,7 @@ impl RoutePolicies {
 
     /// The access phase without waiting: the first refusal answers the
     /// request; otherwise it comes in after the longest wait any policy
-    /// asked (`Duration::ZERO`: at once).
+    /// asked (`Duration::ZERO`: at once), with its conn_limit slot.
     pub fn access(&self, request: &AccessRequest<'_>) -> Admission {
         let mut wait = std::time::Duration::ZERO;
         for policy in &self.access {
@@ -206,6 +236,11 @@ impl RoutePolicies {
                 Access::Refuse(r) => return Admission::Refused(r),
             }
         }
-        Admission::After(wait)
+        let slot = match self.conn_limit.as_ref().map(|c| c.admit(request)) {
+            None => None,
+            Some(Ok(slot)) => Some(slot),
+            Some(Err(refused)) => return Admission::Refused(refused),
+        };
+        Admission::After(wait, slot)
     }
 }
