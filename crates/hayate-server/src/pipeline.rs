@@ -50,7 +50,7 @@ use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 use crate::cached::{Miss, RouteCache};
 use crate::policy::conn_limit::ConnSlot;
 use crate::policy::forward_auth::Verdict;
-use crate::policy::{AccessRequest, Admission, ForwardedClient};
+use crate::policy::{Access, AccessRequest, Admission, ForwardedClient};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
@@ -119,9 +119,9 @@ pub struct ToUpstream<'r> {
 enum Step<'r> {
     /// The route's upstream group.
     Origin(Origin<'r>),
-    /// The access phase waits: for the request's turn at its rate (`delay`,
-    /// when not zero), then for the route's auth service (`forward_auth`)
-    /// when it has one; then steps 3-4 run as for any other request:
+    /// The access phase waits: for Redis's count of a fleet-wide rate
+    /// limit, for the request's turn at its rate (`delay`, when not zero),
+    /// then for the route's auth service (`forward_auth`) when it has one; then steps 3-4 run as for any other request:
     /// files, the cache, the upstream. `path` is the normalized path
     /// (borrowed when normalizing changed nothing).
     Admit {
@@ -364,7 +364,20 @@ pub async fn upstream<B: ClientBody>(
     let mut authorized = Vec::new();
     let origin = match step {
         Step::Origin(origin) => origin,
-        Step::Admit { path, delay } => {
+        Step::Admit { path, mut delay } => {
+            if let Some(fleet) = route.policies.as_ref().and_then(|p| p.fleet_rate()) {
+                let request = AccessRequest {
+                    head: req,
+                    client_ip: client.ip(),
+                    now: Instant::now(),
+                };
+                // Boxed: most requests never count in Redis.
+                match Box::pin(fleet.check(&request)).await {
+                    Access::Pass => {}
+                    Access::Delay(wait) => delay = delay.max(wait),
+                    Access::Refuse(answer) => return with_hsts(answer, route, req),
+                }
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }

@@ -24,6 +24,7 @@ pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
 pub mod conn_limit;
+pub mod fleet_rate;
 pub mod forward_auth;
 pub mod limit_key;
 pub mod rate_limit;
@@ -32,7 +33,7 @@ mod registry;
 use std::net::IpAddr;
 use std::time::Instant;
 
-use hayate_config::values::AuthFile;
+use hayate_config::values::{AuthFile, RateScope};
 use hayate_config::{GlobalOptions, RouteOptions};
 use hayate_core::request::RequestHead;
 use hayate_core::Response;
@@ -128,6 +129,9 @@ pub struct RoutePolicies {
     /// Taken once the others let a request in: a request they refuse
     /// holds no slot.
     conn_limit: Option<conn_limit::ConnLimit>,
+    /// A rate limit counted for the fleet, in Redis: it waits, so it runs
+    /// after the others, before forward_auth.
+    fleet_rate: Option<fleet_rate::FleetRate>,
     /// The access policy that waits (for an auth service), after the others.
     forward_auth: Option<forward_auth::ForwardAuth>,
 }
@@ -145,18 +149,34 @@ impl RoutePolicies {
     ) -> Result<Option<RoutePolicies>, PolicyError> {
         let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
+        let mut fleet_rate = None;
         // First, as nginx's preaccess phase: a limit counts refused attempts
         // too, so it bounds password guessing and the auth service's load.
         if let Some(spec) = options.rate_limit.filter(|s| s.requests > 0) {
-            let limit = rate_limit::RateLimit::new(
-                route,
-                spec,
+            let (key, bits) = (
                 options.rate_limit_key.clone(),
                 options.rate_limit_ipv6_prefix,
-                global.rate_limit_max_keys,
-            )
-            .map_err(at("rate_limit_ipv6_prefix"))?;
-            access.push(Box::new(limit));
+            );
+            let max_keys = global.rate_limit_max_keys;
+            match options.rate_limit_scope {
+                RateScope::Box => {
+                    let limit = rate_limit::RateLimit::new(route, spec, key, bits, max_keys)
+                        .map_err(at("rate_limit_ipv6_prefix"))?;
+                    access.push(Box::new(limit));
+                }
+                RateScope::Fleet if global.shared.is_none() => {
+                    return Err(PolicyError {
+                        key: "rate_limit_scope",
+                        message: "fleet counts in Redis: it needs shared = \"redis://HOST:PORT\""
+                            .into(),
+                    })
+                }
+                RateScope::Fleet => {
+                    let limit = fleet_rate::FleetRate::new(route, spec, key, bits, max_keys)
+                        .map_err(at("rate_limit_ipv6_prefix"))?;
+                    fleet_rate = Some(limit);
+                }
+            }
         }
         if let Some(rule) = allow_deny::AllowDeny::from_options(options) {
             access.push(Box::new(rule));
@@ -192,12 +212,17 @@ impl RoutePolicies {
                 .map_err(at("rate_limit_ipv6_prefix"))?,
             ),
         };
-        if access.is_empty() && forward_auth.is_none() && conn_limit.is_none() {
+        if access.is_empty()
+            && forward_auth.is_none()
+            && conn_limit.is_none()
+            && fleet_rate.is_none()
+        {
             return Ok(None);
         }
         Ok(Some(RoutePolicies {
             access,
             conn_limit,
+            fleet_rate,
             forward_auth,
         }))
     }
@@ -216,7 +241,12 @@ impl RoutePolicies {
     /// Whether the access phase waits once the others passed (for an auth
     /// service, or for Redis's count of a fleet-wide rate limit).
     pub fn waits(&self) -> bool {
-        self.forward_auth.is_some()
+        self.forward_auth.is_some() || self.fleet_rate.is_some()
+    }
+
+    /// The rate limit counted for the fleet, asked once the others passed.
+    pub fn fleet_rate(&self) -> Option<&fleet_rate::FleetRate> {
+        self.fleet_rate.as_ref()
     }
 
     /// The auth service the access phase asks once the others passed.
@@ -239,7 +269,7 @@ impl RoutePolicies {
         let slot = match self.conn_limit.as_ref().map(|c| c.admit(request)) {
             None => None,
             Some(Ok(slot)) => Some(slot),
-            Some(Err(refused)) => return Admission::Refused(refused),
+            Some(Err(status)) => return Admission::Refused(conn_limit::refusal(status)),
         };
         Admission::After(wait, slot)
     }

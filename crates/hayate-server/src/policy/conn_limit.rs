@@ -169,15 +169,19 @@ impl ConnLimit {
         Ok(ConnLimit { counter, key })
     }
 
-    /// A slot for `request`, or the answer that refuses it.
-    pub fn admit(&self, request: &AccessRequest<'_>) -> Result<ConnSlot, Response> {
+    /// A slot for `request`, or the status that refuses it (see
+    /// [`refusal`]).
+    pub fn admit(&self, request: &AccessRequest<'_>) -> Result<ConnSlot, Status> {
         let key = self.key.hash(request, &self.counter.hasher);
-        self.counter.take(key).map_err(|status| {
-            // A slot frees when a response ends, which for most is well
-            // within a second.
-            Response::error(status).with_header("Retry-After", b"1")
-        })
+        self.counter.take(key)
     }
+}
+
+/// The answer to a request [`ConnLimit::admit`] refused with `status`.
+pub fn refusal(status: Status) -> Response {
+    // A slot frees when a response ends, which for most is well within a
+    // second.
+    Response::error(status).with_header("Retry-After", b"1")
 }
 
 /// Every counter alive, for `/metrics` and the status page.
@@ -233,7 +237,8 @@ mod tests {
             client_ip: Some(ip.parse().expect("ip")),
             now: Instant::now(),
         };
-        limit.admit(&request).map_err(|r| {
+        limit.admit(&request).map_err(|status| {
+            let r = refusal(status);
             assert_eq!(r.field(b"retry-after"), Some(&b"1"[..]));
             r.status.code()
         })

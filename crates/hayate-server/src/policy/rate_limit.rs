@@ -181,8 +181,13 @@ impl RateLimit {
         r
     }
 
-    /// What the box's own count says of `request`.
-    fn decide(&self, taken: Result<Duration, Duration>) -> Access {
+    /// What it counts by.
+    pub(super) fn key(&self) -> &LimitKey {
+        &self.key
+    }
+
+    /// What a count (`Limiter::take`'s, or the fleet's) says of a request.
+    pub(super) fn decide(&self, taken: Result<Duration, Duration>) -> Access {
         match taken {
             Ok(wait) if wait.is_zero() => Access::Pass,
             Ok(wait) => Access::Delay(wait),
