@@ -32,14 +32,32 @@ fn start(dir: &Path, text: &str) -> Hayate {
 }
 
 /// Two workers, everything proxied to `origin` with at most `limit`
-/// requests in flight per client.
+/// requests in flight per client (and `/rated/` at most one a minute);
+/// the admin socket at `dir/admin.sock`.
 fn limited(dir: &Path, origin: &Origin, limit: u32) -> Hayate {
     let text = format!(
         "listen = [\"127.0.0.1:0\"]\nworkers = 2\ntrusted_proxies = [\"127.0.0.1\"]\n\
-         [[site]]\nproxy = [\"{}\"]\nconn_limit = {limit}\n",
-        origin.url()
+         admin = \"unix:{admin}\"\n\
+         [[site]]\nproxy = [\"{origin}\"]\nconn_limit = {limit}\n\
+         [[site.route]]\nprefix = \"/rated/\"\nproxy = [\"{origin}\"]\nrate_limit = \"1/m\"\n",
+        admin = dir.join("admin.sock").display(),
+        origin = origin.url()
     );
     start(dir, &text)
+}
+
+/// Route `prefix`'s `field` in the status document.
+fn status_of_route(dir: &Path, prefix: &str, field: &str) -> u64 {
+    let text = hayate_testkit::unix_get(&dir.join("admin.sock"), "/status.json");
+    let body = &text[text.find("\r\n\r\n").expect("head") + 4..];
+    let doc: serde_json::Value = serde_json::from_str(body).expect("json");
+    let route = doc["routes"]
+        .as_array()
+        .expect("routes")
+        .iter()
+        .find(|r| r["route"] == prefix)
+        .unwrap_or_else(|| panic!("no {prefix} in {doc}"));
+    route[field].as_u64().expect("a count")
 }
 
 /// curl's status and Retry-After for `path` on `h` (HTTP/2 with prior
@@ -118,6 +136,12 @@ fn a_client_has_n_requests_in_flight_over_http1_and_http2_and_others_are_not_cou
     assert_eq!(curl(&h, "/echo", false, "203.0.113.7").0, 429);
     drop(held);
     assert_eq!(o.holds_expired(), 0);
+    // The refusals by route, on the status page's document as on /metrics.
+    assert_eq!(curl(&h, "/rated/echo", false, "203.0.113.9").0, 200);
+    assert_eq!(curl(&h, "/rated/echo", true, "203.0.113.9").0, 429);
+    assert_eq!(status_of_route(dir.path(), "/", "conn_limited"), 3);
+    assert_eq!(status_of_route(dir.path(), "/rated/", "rate_limited"), 1);
+    assert_eq!(status_of_route(dir.path(), "/rated/", "conn_limited"), 0);
     h.assert_no_errors();
 }
 
