@@ -49,9 +49,11 @@ pub struct Response {
     pub holds: Option<Held>,
 }
 
-/// Something a [`Response`] keeps alive while it is sent (boxed: a
-/// response without one carries one pointer's room).
-pub struct Held(Box<dyn std::any::Any + Send>);
+/// Something a [`Response`] keeps alive while it is sent. Boxed twice: a
+/// thin pointer, so every response grows by 8 bytes for it (176 to 184),
+/// not by a trait object's 16 (to 192); only responses that hold something
+/// pay the second allocation.
+pub struct Held(Box<Box<dyn std::any::Any + Send>>);
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,10 +211,10 @@ impl Response {
     /// This response, keeping `what` alive until it is sent (see
     /// [`Response::holds`]); a second thing held joins the first.
     pub fn holding(mut self, what: impl std::any::Any + Send) -> Response {
-        self.holds = Some(Held(match self.holds.take() {
+        self.holds = Some(Held(Box::new(match self.holds.take() {
             None => Box::new(what),
             Some(Held(first)) => Box::new((first, what)),
-        }));
+        })));
         self
     }
 
@@ -253,5 +255,23 @@ impl Response {
     pub fn with_header(mut self, name: &str, value: &[u8]) -> Response {
         self.header(name, value);
         self
+    }
+}
+
+#[cfg(test)]
+mod holding_tests {
+    use super::*;
+
+    #[test]
+    fn a_response_holds_what_it_is_given_until_dropped_and_stays_small() {
+        let held = Arc::new(());
+        let r = Response::new(Status::OK)
+            .holding(held.clone())
+            .holding(held.clone());
+        assert_eq!(Arc::strong_count(&held), 3);
+        drop(r);
+        assert_eq!(Arc::strong_count(&held), 1);
+        // One pointer's room more than before responses could hold anything.
+        assert_eq!(std::mem::size_of::<Option<Held>>(), 8);
     }
 }
