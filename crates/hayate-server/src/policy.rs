@@ -108,6 +108,26 @@ pub fn render_metrics(out: &mut String) {
     sample(out, name, &[], failures);
 }
 
+/// One metric family with a sample per limiter of `all`, labelled by the
+/// route it limits: `figure` gives the route and the value.
+fn per_route<T>(
+    out: &mut String,
+    (name, help, kind): (&str, &str, hayate_core::metrics::Kind),
+    all: &[std::sync::Arc<T>],
+    figure: impl Fn(&T) -> (&RouteName, u64),
+) {
+    use hayate_core::metrics::{family, sample};
+    family(out, name, help, kind);
+    for limiter in all {
+        let (route, value) = figure(limiter);
+        let labels = [
+            ("site", route.site.as_str()),
+            ("route", route.prefix.as_str()),
+        ];
+        sample(out, name, &labels, value);
+    }
+}
+
 /// A policy that cannot be built from its options.
 #[derive(Debug)]
 pub struct PolicyError {

@@ -61,10 +61,7 @@ pub struct FleetLimits {
 
 impl std::fmt::Debug for FleetLimits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FleetLimits")
-            .field("timeout", &self.timeout)
-            .field("breaker", &self.breaker.state(Instant::now()))
-            .finish_non_exhaustive()
+        write!(f, "FleetLimits({:?})", self.breaker.state(Instant::now()))
     }
 }
 
@@ -74,13 +71,7 @@ impl FleetLimits {
         client: redis::Client,
         timeout: Duration,
     ) -> Result<Arc<FleetLimits>, String> {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(crate::MAX_BACKOFF);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("shared tier: {e}"))?;
+        let conn = crate::connection(client, timeout)?;
         let digest = aws_lc_rs::digest::digest(
             &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
             GCRA.as_bytes(),

@@ -162,6 +162,23 @@ impl SharedTier {
     }
 }
 
+/// A connection to Redis for calls on a request's path (the L2 tier's,
+/// the fleet's rate limits: one each, so neither queues behind the
+/// other): made on first use and again after Redis went away, every call
+/// bounded by `timeout`.
+fn connection(
+    client: redis::Client,
+    timeout: Duration,
+) -> Result<redis::aio::ConnectionManager, String> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(MAX_BACKOFF);
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+        .map_err(|e| format!("shared tier: {e}"))
+}
+
 /// A per-process suffix for the box id: two processes with one pid (two
 /// hosts, or containers) do not take each other's messages for their own.
 fn random_suffix() -> u64 {

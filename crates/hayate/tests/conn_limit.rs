@@ -21,14 +21,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
 /// A config file in `dir` made of `text`, started.
 fn start(dir: &Path, text: &str) -> Hayate {
-    let file = dir.join("hayate.toml");
-    std::fs::write(&file, text).expect("write config");
-    Hayate::start_in(
-        BIN,
-        &["--config", file.to_str().expect("utf-8")],
-        &[],
-        Some(dir),
-    )
+    Hayate::start_config(BIN, &dir.join("hayate.toml"), text)
 }
 
 /// Two workers, everything proxied to `origin` with at most `limit`
@@ -195,32 +188,34 @@ fn a_client_that_leaves_gives_its_slot_back_over_http1_and_http2() {
         })
     };
 
+    // A slow request held, and its client's slot taken; `nth` slow
+    // request to reach the origin.
+    let held_slow = |client: TcpStream, nth: u64, http2: bool| {
+        assert!(o.wait_for("/slow", nth, Duration::from_secs(10)));
+        assert_eq!(curl(&h, "/echo", http2, "127.0.0.1").0, 429);
+        client
+    };
+    let h2_slow = || {
+        let mut s = TcpStream::connect(h.addr).expect("connect");
+        s.write_all(&wide_open()).expect("preface");
+        s.write_all(&get("/slow")).expect("headers");
+        s
+    };
+
     // HTTP/1.1: the client closes while its request waits for the origin
     // (hayate watches for that once an answer is late).
-    let gone = send_get(&h, "/slow", "127.0.0.1");
-    assert!(o.wait_for("/slow", 1, Duration::from_secs(10)));
-    assert_eq!(curl(&h, "/echo", false, "127.0.0.1").0, 429);
-    drop(gone);
+    drop(held_slow(send_get(&h, "/slow", "127.0.0.1"), 1, false));
     free_again("the HTTP/1.1 client's slot given back");
 
     // HTTP/2: the client resets the stream, its connection open.
-    let mut s = TcpStream::connect(h.addr).expect("connect");
-    s.write_all(&wide_open()).expect("preface");
-    s.write_all(&get("/slow")).expect("headers");
-    assert!(o.wait_for("/slow", 2, Duration::from_secs(10)));
-    assert_eq!(curl(&h, "/echo", true, "127.0.0.1").0, 429);
+    let mut s = held_slow(h2_slow(), 2, true);
     let cancel = 0x8u32.to_be_bytes();
     s.write_all(&frame(RST_STREAM, 0, 1, &cancel))
         .expect("reset");
     free_again("the reset stream's slot given back");
 
     // HTTP/2: the client's connection closes under a stream.
-    let mut s = TcpStream::connect(h.addr).expect("connect");
-    s.write_all(&wide_open()).expect("preface");
-    s.write_all(&get("/slow")).expect("headers");
-    assert!(o.wait_for("/slow", 3, Duration::from_secs(10)));
-    assert_eq!(curl(&h, "/echo", false, "127.0.0.1").0, 429);
-    drop(s);
+    drop(held_slow(h2_slow(), 3, false));
     free_again("the closed connection's slot given back");
     h.assert_no_errors();
 }

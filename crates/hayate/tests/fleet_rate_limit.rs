@@ -26,7 +26,6 @@ fn box_of(dir: &Path, name: &str, redis: &Redis) -> Hayate {
     let www = dir.join("www");
     std::fs::create_dir_all(&www).expect("mkdir");
     std::fs::write(www.join("index.html"), "hi\n").expect("write");
-    let file = dir.join(format!("{name}.toml"));
     let text = format!(
         "listen = [\"127.0.0.1:0\"]\nadmin = \"unix:{admin}\"\nshared = \"{redis}\"\n\
          # A debug build on a busy machine: Redis's answers may be late by\n\
@@ -37,13 +36,7 @@ fn box_of(dir: &Path, name: &str, redis: &Redis) -> Hayate {
         redis = redis.url(),
         www = www.display(),
     );
-    std::fs::write(&file, text).expect("write config");
-    Hayate::start_in(
-        BIN,
-        &["--config", file.to_str().expect("utf-8")],
-        &[],
-        Some(dir),
-    )
+    Hayate::start_config(BIN, &dir.join(format!("{name}.toml")), &text)
 }
 
 /// Sends `per_second` requests a second for `run` over `threads`

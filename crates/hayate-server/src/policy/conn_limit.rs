@@ -28,7 +28,7 @@ use hayate_core::{Response, Status};
 
 use super::limit_key::LimitKey;
 use super::registry::Registry;
-use super::{AccessRequest, RouteName};
+use super::{per_route, AccessRequest, RouteName};
 
 /// Shards of a counter's keys: workers (one per core) rarely meet on one.
 const SHARDS: usize = 16;
@@ -191,28 +191,18 @@ pub fn counters() -> Vec<Arc<ConnCounter>> {
 
 /// The counters' figures, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
-    use hayate_core::metrics::{family, sample, Kind};
+    use hayate_core::metrics::Kind;
     let alive = counters();
-    let limited = "hayate_conn_limited_total";
+    let name = "hayate_conn_limited_total";
     let help = "Requests refused by conn_limit (429, or 503 when conn_limit_max_keys clients are in flight)";
-    family(out, limited, help, Kind::Counter);
-    for c in &alive {
-        let labels = [
-            ("site", c.route.site.as_str()),
-            ("route", c.route.prefix.as_str()),
-        ];
-        sample(out, limited, &labels, c.limited());
-    }
-    let in_flight = "hayate_conn_limit_in_flight";
+    per_route(out, (name, help, Kind::Counter), &alive, |c| {
+        (&c.route, c.limited())
+    });
+    let name = "hayate_conn_limit_in_flight";
     let help = "Requests holding a conn_limit slot now";
-    family(out, in_flight, help, Kind::Gauge);
-    for c in &alive {
-        let labels = [
-            ("site", c.route.site.as_str()),
-            ("route", c.route.prefix.as_str()),
-        ];
-        sample(out, in_flight, &labels, c.in_flight());
-    }
+    per_route(out, (name, help, Kind::Gauge), &alive, |c| {
+        (&c.route, c.in_flight())
+    });
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use hayate_core::{Response, Status};
 
 use super::limit_key::LimitKey;
 use super::registry::Registry;
-use super::{Access, AccessPolicy, AccessRequest, RouteName};
+use super::{per_route, Access, AccessPolicy, AccessRequest, RouteName};
 
 /// Shards of a limiter's keys: workers (one per core) rarely meet on one.
 const SHARDS: usize = 16;
@@ -205,32 +205,20 @@ impl AccessPolicy for RateLimit {
 
 /// The limiters' counters, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
-    use hayate_core::metrics::{family, sample, Kind};
+    use hayate_core::metrics::Kind;
     let alive = LIMITERS.alive();
-    let limited = "hayate_rate_limited_total";
-    family(
-        out,
-        limited,
+    let (name, help) = (
+        "hayate_rate_limited_total",
         "Requests refused by rate_limit (429)",
-        Kind::Counter,
     );
-    for l in &alive {
-        let labels = [
-            ("site", l.route.site.as_str()),
-            ("route", l.route.prefix.as_str()),
-        ];
-        sample(out, limited, &labels, l.limited.load(Ordering::Relaxed));
-    }
-    let keys = "hayate_rate_limit_keys";
+    per_route(out, (name, help, Kind::Counter), &alive, |l| {
+        (&l.route, l.limited.load(Ordering::Relaxed))
+    });
+    let name = "hayate_rate_limit_keys";
     let help = "Clients (keys) a rate_limit remembers now (at most rate_limit_max_keys)";
-    family(out, keys, help, Kind::Gauge);
-    for l in &alive {
-        let labels = [
-            ("site", l.route.site.as_str()),
-            ("route", l.route.prefix.as_str()),
-        ];
-        sample(out, keys, &labels, l.keys());
-    }
+    per_route(out, (name, help, Kind::Gauge), &alive, |l| {
+        (&l.route, l.keys() as u64)
+    });
 }
 
 #[cfg(test)]
