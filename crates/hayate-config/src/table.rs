@@ -364,6 +364,8 @@ options! {
         "Send what matches no file to the supervised app (set by hayate run)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
+    proxy_protocol: UpstreamProxyProtocol = "off", "off|v2",
+        "v2: each connection to this route's upstream starts with a PROXY protocol v2 header naming the client (for upstreams that read it: HAProxy, nginx's listen ... proxy_protocol, another hayate); such a connection carries one client's request and is closed after it, never pooled";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",

@@ -18,7 +18,7 @@ mod policy;
 mod upstream;
 pub use files::Symlinks;
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
-pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
+pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamProxyProtocol};
 
 /// A type an option can hold.
 pub trait OptValue: Sized + Clone {

@@ -61,6 +61,10 @@ pub struct ProxySettings {
     /// TLS to `https://` members (trust, ALPN, session resumption); set
     /// when the group has such members.
     pub tls: Option<Arc<ClientConfig>>,
+    /// Each connection starts with a PROXY protocol v2 header naming the
+    /// client (`proxy_protocol = "v2"`). Such a connection speaks for one
+    /// client, so it is never pooled: `max_idle` is 0 in such a group.
+    pub proxy_protocol: bool,
 }
 
 /// How a group spreads requests.
@@ -119,6 +123,7 @@ impl Default for ProxySettings {
             // when the client reads slowly).
             max_interim: 16,
             tls: None,
+            proxy_protocol: false,
         }
     }
 }
@@ -197,7 +202,14 @@ pub struct UpstreamGroup {
 
 impl UpstreamGroup {
     /// A group of `addrs`.
-    pub fn new(addrs: &[UpstreamAddr], settings: ProxySettings) -> UpstreamGroup {
+    pub fn new(addrs: &[UpstreamAddr], mut settings: ProxySettings) -> UpstreamGroup {
+        if settings.proxy_protocol {
+            // A connection whose PROXY header named one client cannot
+            // carry another's request, and pooling per client would keep
+            // a connection per client; closed after its one exchange, as
+            // HAProxy's send-proxy connections are private to their client.
+            settings.max_idle = 0;
+        }
         let freed = Rc::new(Notify::new());
         let members = addrs
             .iter()

@@ -43,7 +43,7 @@ use hayate_core::client_body::ClientBody;
 use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
-use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
+use hayate_proxy::{CgiScript, ClientPorts, ProxyRequest, UpstreamGroup};
 use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
@@ -531,6 +531,11 @@ fn proxied<'r>(req: &'r RequestHead, target: &'r [u8], client: Client<'r>) -> Pr
         scheme: req.scheme,
         host: req.host(),
         cgi: None,
+        ports: ClientPorts {
+            // The peer's port is not the client's when a proxy named it.
+            client: client.peer.port.filter(|_| client.forwarded.is_none()),
+            local: client.peer.local_port,
+        },
     }
 }
 

@@ -12,7 +12,9 @@ use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::app::AppProtocol;
-use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
+use hayate_config::values::{
+    BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamProxyProtocol,
+};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_core::field::strip_port;
@@ -137,6 +139,8 @@ impl Router {
             via: g.proxy_via,
             max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
+            // per route, below
+            proxy_protocol: false,
         };
         let mut sites = Vec::new();
         for site in &config.sites {
@@ -165,6 +169,7 @@ impl Router {
                         "upstream" => HostPolicy::Upstream,
                         name => HostPolicy::Fixed(name.to_string()),
                     },
+                    proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
                     ..proxy.clone()
                 };
                 // php-fpm as the supervised app (`hayate php`) runs the
@@ -182,12 +187,13 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {}",
+                    "{:?} {} {:?} {:?} {} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
                     r.options.fastcgi,
-                    app_fastcgi
+                    app_fastcgi,
+                    r.options.proxy_protocol,
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {
