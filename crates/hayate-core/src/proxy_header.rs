@@ -148,23 +148,22 @@ fn parse_v2(buf: &[u8]) -> ProxyHeader {
 /// which tells the upstream to take the connection's own ends.
 pub fn v2_header(client: Option<SocketAddr>, local_port: u16) -> Vec<u8> {
     let mut h = V2_SIGNATURE.to_vec();
-    let (command_family, addrs): (u16, Vec<u8>) = match client {
+    // Version 2 and PROXY (or LOCAL), then the family: TCP over IPv4 or 6.
+    let (command_family, mut addrs): (u16, Vec<u8>) = match client.map(|c| c.ip()) {
         None => (0x2000, Vec::new()),
-        Some(SocketAddr::V4(c)) => {
-            let mut a = c.ip().octets().to_vec();
-            a.extend_from_slice(&Ipv4Addr::UNSPECIFIED.octets());
-            a.extend_from_slice(&c.port().to_be_bytes());
-            a.extend_from_slice(&local_port.to_be_bytes());
-            (0x2111, a)
-        }
-        Some(SocketAddr::V6(c)) => {
-            let mut a = c.ip().octets().to_vec();
-            a.extend_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
-            a.extend_from_slice(&c.port().to_be_bytes());
-            a.extend_from_slice(&local_port.to_be_bytes());
-            (0x2121, a)
-        }
+        Some(IpAddr::V4(ip)) => (
+            0x2111,
+            [ip.octets(), Ipv4Addr::UNSPECIFIED.octets()].concat(),
+        ),
+        Some(IpAddr::V6(ip)) => (
+            0x2121,
+            [ip.octets(), Ipv6Addr::UNSPECIFIED.octets()].concat(),
+        ),
     };
+    if let Some(c) = client {
+        addrs.extend_from_slice(&c.port().to_be_bytes());
+        addrs.extend_from_slice(&local_port.to_be_bytes());
+    }
     h.extend_from_slice(&command_family.to_be_bytes());
     h.extend_from_slice(&(addrs.len() as u16).to_be_bytes());
     h.extend_from_slice(&addrs);
