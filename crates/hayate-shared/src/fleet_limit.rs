@@ -167,6 +167,16 @@ impl FleetLimits {
     pub fn state(&self) -> BreakerState {
         self.breaker.state(Instant::now())
     }
+
+    /// Its state in a few words, for `hayate status`.
+    pub fn summary(&self) -> String {
+        format!(
+            "fleet rate limits: breaker {}, {} counted in Redis, {} on the box",
+            self.state().as_str(),
+            self.counted.load(Ordering::Relaxed),
+            self.fallbacks.load(Ordering::Relaxed)
+        )
+    }
 }
 
 impl MetricsSource for FleetLimits {

@@ -153,7 +153,11 @@ impl SharedTier {
             true => "subscribed",
             false => "not subscribed (Redis unreachable)",
         };
-        format!("shared tier: {up}; {}\n", self.l2.summary())
+        format!(
+            "shared tier: {up}; {}; {}\n",
+            self.l2.summary(),
+            self.fleet.summary()
+        )
     }
 
     /// This box's id in the messages.
