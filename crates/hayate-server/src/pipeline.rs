@@ -5,10 +5,13 @@
 //!    protocol-neutral `RequestHead`; here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix; the route's access policies
-//!    (`policy`: rate limits, allow/deny, basic auth) may answer instead,
-//!    for the client identify decided (`policy::client`, before this); on
-//!    a route behind an auth service (`policy::forward_auth`), or for a
-//!    request a rate limit delays, the rest waits ([`upstream`] waits).
+//!    (`policy`: rate and connection limits, allow/deny, basic auth) may
+//!    answer instead, for the client identify decided (`policy::client`,
+//!    before this); a request a conn_limit lets in has its slot held by its
+//!    response until that is sent. On a route behind an auth service
+//!    (`policy::forward_auth`) or a fleet-wide rate limit (counted in
+//!    Redis), or for a request a rate limit delays, the rest waits
+//!    ([`upstream`] waits).
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
@@ -121,8 +124,9 @@ enum Step<'r> {
     Origin(Origin<'r>),
     /// The access phase waits: for Redis's count of a fleet-wide rate
     /// limit, for the request's turn at its rate (`delay`, when not zero),
-    /// then for the route's auth service (`forward_auth`) when it has one; then steps 3-4 run as for any other request:
-    /// files, the cache, the upstream. `path` is the normalized path
+    /// then for the route's auth service (`forward_auth`) when it has one;
+    /// then steps 3-4 run as for any other request: files, the cache, the
+    /// upstream. `path` is the normalized path
     /// (borrowed when normalizing changed nothing).
     Admit {
         path: Cow<'r, [u8]>,
