@@ -219,3 +219,44 @@ fn a_client_that_leaves_gives_its_slot_back_over_http1_and_http2() {
     free_again("the closed connection's slot given back");
     h.assert_no_errors();
 }
+
+#[test]
+fn a_reload_keeps_the_slots_of_requests_in_flight_while_the_limit_is_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let control = dir.path().join("control.sock");
+    let text = |extra: &str| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\ncontrol = \"{}\"\n[[site]]\nproxy = [\"{}\"]\nconn_limit = 1\n{extra}",
+            control.display(),
+            o.url()
+        )
+    };
+    let h = start(dir.path(), &text(""));
+    let held = o.hold("/slow");
+    let mut slow = send_get(&h, "/slow", "ignored");
+    assert!(o.wait_for("/slow", 1, Duration::from_secs(10)));
+    // Another rule changes; the limit does not.
+    std::fs::write(
+        dir.path().join("hayate.toml"),
+        text("deny = [\"192.0.2.0/24\"]"),
+    )
+    .expect("write");
+    let (ok, said) = hayate_testkit::run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(ok, "{said}");
+    // The request begun before the reload still holds the client's slot.
+    assert_eq!(curl(&h, "/echo", false, "ignored").0, 429);
+    drop(held);
+    assert_eq!(status_of(&mut slow), 200);
+    eventually("the slot given back across the reload", || {
+        match curl(&h, "/echo", false, "ignored").0 {
+            200 => Ok(()),
+            s => Err(format!("{s}")),
+        }
+    });
+    h.assert_no_errors();
+}
