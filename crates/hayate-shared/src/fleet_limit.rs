@@ -195,3 +195,56 @@ impl MetricsSource for FleetLimits {
         sample(out, breaker, &[], self.state().gauge());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_testkit::redis::Redis;
+
+    #[test]
+    fn the_script_counts_a_burst_its_waits_and_its_refusal_and_survives_a_script_flush() {
+        let redis = Redis::start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let client = redis::Client::open(redis.url()).expect("client");
+            let fleet = FleetLimits::start(client, Duration::from_secs(2)).expect("fleet");
+            let ms = Duration::from_millis;
+            // 10/s with a burst of 3: four in (each a turn later than the
+            // last), the fifth refused for about a turn.
+            let mut taken = Vec::new();
+            for _ in 0..5 {
+                taken.push(fleet.take(b"k".to_vec(), ms(100), ms(300)).await);
+            }
+            let turns: Vec<_> = taken
+                .iter()
+                .map(|t| match t.expect("Redis answered") {
+                    Ok(wait) => (true, (wait.as_millis() + 50) / 100),
+                    Err(wait) => (false, (wait.as_millis() + 50) / 100),
+                })
+                .collect();
+            assert_eq!(
+                turns,
+                [(true, 0), (true, 1), (true, 2), (true, 3), (false, 1)]
+            );
+            // Another key has its own bucket; the key expires once empty.
+            assert_eq!(
+                fleet.take(b"other".to_vec(), ms(100), ms(300)).await,
+                Some(Ok(Duration::ZERO))
+            );
+            let pttl = redis.command(&[b"PTTL", b"k"]);
+            assert!(
+                matches!(pttl, hayate_testkit::redis::Reply::Int(n) if (300..=410).contains(&n)),
+                "{pttl:?}"
+            );
+            // Redis forgot the script (a restart, SCRIPT FLUSH): EVAL once.
+            redis.command(&[b"SCRIPT", b"FLUSH"]);
+            let again = fleet.take(b"third".to_vec(), ms(100), ms(300)).await;
+            assert_eq!(again, Some(Ok(Duration::ZERO)));
+            assert_eq!(fleet.fallbacks.load(Ordering::Relaxed), 0);
+            assert_eq!(fleet.counted.load(Ordering::Relaxed), 7);
+        });
+    }
+}
