@@ -126,7 +126,11 @@ pub fn heading(key: &str) -> &'static str {
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
         "trusted_proxies" | "allow" | "deny" => "Site policy",
-        _ if starts("basic_auth") || starts("rate_limit") || starts("forward_auth") => {
+        _ if starts("basic_auth")
+            || starts("rate_limit")
+            || starts("conn_limit")
+            || starts("forward_auth") =>
+        {
             "Site policy"
         }
         "response_headers" | "request_headers" | "security_headers" => "Headers",

@@ -427,6 +427,8 @@ pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
         Some("fastcgi needs root: the scripts it runs are files under it")
     } else if route.proxy.is_some() || route.app == Some(true) {
         Some("a route sends to one of proxy, app or fastcgi")
+    } else if route.proxy_protocol == Some(values::UpstreamProxyProtocol::V2) {
+        Some("proxy_protocol is for HTTP upstreams: php-fpm does not read a PROXY header")
     } else {
         None
     }

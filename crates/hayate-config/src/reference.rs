@@ -50,11 +50,15 @@ pub fn markdown_reference() -> String {
          ones are refused at load, naming the line); 401 with `WWW-Authenticate`; a \
          verified login is remembered for 5 minutes under a keyed hash, so a browser \
          pays the hash once, not per request; the file is reloaded when it changes. \
-         `rate_limit`: per client (or header, cookie, route), for the whole box, 429 with \
-         `Retry-After` past it. `forward_auth`: an auth service's 2xx lets a request \
+         `rate_limit`: per client (or header, cookie, route), for the whole box (or, with \
+         `rate_limit_scope = \"fleet\"` and `shared`, for every box sharing the Redis, each \
+         box's own limit applying while Redis does not answer), 429 with `Retry-After` past \
+         it. `conn_limit`: requests in flight per client (the same keys), each holding its \
+         slot until its response is sent, 429 past it. `forward_auth`: an auth service's 2xx lets a request \
          through (with the fields `forward_auth_copy` names), any other answer goes back \
          to the client, and a service down, slow or failing refuses (503). They run in \
-         this order: rate_limit, allow/deny, basic_auth, forward_auth.\n\n\
+         this order: rate_limit, allow/deny, basic_auth, conn_limit, a fleet-wide \
+         rate_limit, forward_auth.\n\n\
          ```toml\n",
     );
     out.push_str(EXAMPLE_POLICY_CONFIG);
@@ -138,6 +142,7 @@ basic_auth_realm = "admin"
 prefix = "/api/"
 proxy = ["http://127.0.0.1:3000"]
 rate_limit = "10/s burst=20"                 # per client address (IPv6: per /64)
+conn_limit = 10                              # requests in flight per client address
 "#;
 
 /// What the rules section of the reference says before its example.

@@ -336,6 +336,8 @@ options! {
         "Largest file compressed in the background; larger ones are served as they are (or from a sibling)";
     rate_limit_max_keys: u32 = "100000", "N",
         "Most clients (keys) each rate_limit remembers; past it the least recently limited are forgotten (about 40 bytes each)";
+    conn_limit_max_keys: u32 = "100000", "N",
+        "Most clients (keys) each conn_limit counts at once (one per client with a request in flight, about 40 bytes each); a new client past it gets 503 with Retry-After";
     compress_queue: u32 = "1024", "N",
         "Files that may wait for the background compressor; more are served uncompressed and retried later";
 }
@@ -362,6 +364,8 @@ options! {
         "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
+    proxy_protocol: UpstreamProxyProtocol = "off", "off|v2",
+        "v2: each connection to this route's upstream starts with a PROXY protocol v2 header naming the client (for upstreams that read it: HAProxy, nginx's listen ... proxy_protocol, another hayate); such a connection carries one client's request and is closed after it, never pooled";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",
@@ -426,6 +430,10 @@ options! {
         "Pages answered instead of hayate's own error text on this route (404 = \"errors/404.html\", \"5xx\" = \"errors/50x.html\"; a status wins over its class): read at start and on reload (at most 1 MiB each, relative to the config file), status and fields kept, Content-Type from the file's name; clients that prefer JSON get a small JSON error instead of an HTML page";
     intercept_errors: bool = "false", "BOOL",
         "error_pages also replace the upstream's own 4xx and 5xx answers (their bodies are never sent on)";
+    rate_limit_scope: RateScope = "box", "box|fleet",
+        "Where rate_limit counts: on each box, or (fleet, with shared = redis://...) in Redis for every box sharing it, one round trip of at most shared_timeout per request; Redis slow or down: each box's own limit applies (never no limit)";
+    conn_limit: u32 = unset, "N|0",
+        "Requests in flight at once per client (counted by rate_limit_key, as rate_limit), for the whole box: a request holds its slot until its response is sent, a long download or a WebSocket included; more get 429 with Retry-After (nginx's limit_conn, which answers 503); 0: none";
     hsts: Dur = unset, "DURATION",
         "Strict-Transport-Security max-age on HTTPS responses of this route (off unless set; 365d is usual once HTTPS works)";
     cache_control: String = unset, "VALUE",

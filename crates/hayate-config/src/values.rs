@@ -21,8 +21,8 @@ mod upstream;
 pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
-pub use policy::{AuthFile, RateKey, RateSpec};
-pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec};
+pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
+pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamProxyProtocol};
 
 /// A type an option can hold.
 pub trait OptValue: Sized + Clone {

@@ -1,7 +1,9 @@
 //! The PROXY protocol's header (HAProxy's spec, versions 1 and 2): what a
 //! load balancer in front says about the client before the connection's
-//! own bytes (HTTP, or a TLS ClientHello). Parsing only; whether to believe
-//! it is the listener's business (only from `trusted_proxies`).
+//! own bytes (HTTP, or a TLS ClientHello). Parsed on listeners (whether to
+//! believe it is the listener's business: only from `trusted_proxies`),
+//! and written, version 2, ahead of an upstream connection's bytes for a
+//! route with `proxy_protocol = "v2"` ([`v2_header`]).
 //!
 //! Version 1 is one text line of at most 107 bytes; version 2 a 16-byte
 //! binary head and its announced length of addresses and TLVs. TLVs are
@@ -138,9 +140,51 @@ fn parse_v2(buf: &[u8]) -> ProxyHeader {
     ProxyHeader::Complete { len, source }
 }
 
+/// The version 2 header of a connection made for `client` (PROXY, TCP):
+/// the client as the source, and as the destination the port it
+/// connected to (`local_port`) on the unspecified address of its family
+/// (which of hayate's addresses it reached is not asked of the kernel per
+/// connection). Without a client address (a Unix socket's peer): LOCAL,
+/// which tells the upstream to take the connection's own ends.
+pub fn v2_header(client: Option<SocketAddr>, local_port: u16) -> Vec<u8> {
+    let mut h = V2_SIGNATURE.to_vec();
+    // Version 2 and PROXY (or LOCAL), then the family: TCP over IPv4 or 6.
+    let (command_family, mut addrs): (u16, Vec<u8>) = match client.map(|c| c.ip()) {
+        None => (0x2000, Vec::new()),
+        Some(IpAddr::V4(ip)) => (
+            0x2111,
+            [ip.octets(), Ipv4Addr::UNSPECIFIED.octets()].concat(),
+        ),
+        Some(IpAddr::V6(ip)) => (
+            0x2121,
+            [ip.octets(), Ipv6Addr::UNSPECIFIED.octets()].concat(),
+        ),
+    };
+    if let Some(c) = client {
+        addrs.extend_from_slice(&c.port().to_be_bytes());
+        addrs.extend_from_slice(&local_port.to_be_bytes());
+    }
+    h.extend_from_slice(&command_family.to_be_bytes());
+    h.extend_from_slice(&(addrs.len() as u16).to_be_bytes());
+    h.extend_from_slice(&addrs);
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_written_read_back_as_the_client_they_name() {
+        for client in ["192.0.2.7:51000", "[2001:db8::7]:443"] {
+            let addr: SocketAddr = client.parse().expect("addr");
+            let h = v2_header(Some(addr), 8443);
+            assert_eq!(complete(&h), (h.len(), Some(addr.to_string())));
+        }
+        let local = v2_header(None, 80);
+        assert_eq!(complete(&local), (16, None));
+        assert_eq!(local[12], 0x20, "LOCAL");
+    }
 
     fn complete(buf: &[u8]) -> (usize, Option<String>) {
         match parse(buf) {

@@ -178,10 +178,12 @@ impl UpstreamGroup {
                         member.make_room(self.settings.max_conns);
                     }
                     let target = member.target(guard.instance());
+                    let preamble = self.settings.proxy_protocol.then(|| req.proxy_header());
                     match crate::upconn::connect(
                         &target,
                         self.settings.connect_timeout,
                         self.settings.tls.as_ref(),
+                        preamble.as_deref(),
                     )
                     .await
                     .map_err(Failure::connecting)

@@ -64,6 +64,10 @@ pub struct ProxySettings {
     /// An upgraded connection (WebSocket) with no byte either way for this
     /// long is closed.
     pub tunnel_idle_timeout: Duration,
+    /// Each connection starts with a PROXY protocol v2 header naming the
+    /// client (`proxy_protocol = "v2"`). Such a connection speaks for one
+    /// client, so it is never pooled: `max_idle` is 0 in such a group.
+    pub proxy_protocol: bool,
 }
 
 /// How a group spreads requests.
@@ -123,6 +127,7 @@ impl Default for ProxySettings {
             max_interim: 16,
             tls: None,
             tunnel_idle_timeout: Duration::from_secs(3600),
+            proxy_protocol: false,
         }
     }
 }
@@ -201,7 +206,14 @@ pub struct UpstreamGroup {
 
 impl UpstreamGroup {
     /// A group of `addrs`.
-    pub fn new(addrs: &[UpstreamAddr], settings: ProxySettings) -> UpstreamGroup {
+    pub fn new(addrs: &[UpstreamAddr], mut settings: ProxySettings) -> UpstreamGroup {
+        if settings.proxy_protocol {
+            // A connection whose PROXY header named one client cannot
+            // carry another's request, and pooling per client would keep
+            // a connection per client; closed after its one exchange, as
+            // HAProxy's send-proxy connections are private to their client.
+            settings.max_idle = 0;
+        }
         let freed = Rc::new(Notify::new());
         let members = addrs
             .iter()

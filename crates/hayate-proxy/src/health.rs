@@ -34,9 +34,13 @@ impl UpstreamGroup {
                 // one after another, so a slow one only delays the next
                 // round, while one cut at a short interval (100 ms) failed a
                 // healthy app that a loaded machine made wait.
+                // To a member that reads a PROXY header first, a probe is
+                // hayate's own connection: LOCAL (HAProxy's check-send-proxy).
+                let local = hayate_core::proxy_header::v2_header(None, 0);
                 let ok = probe(
                     &target,
                     this.settings.tls.as_ref(),
+                    this.settings.proxy_protocol.then_some(&local[..]),
                     &path,
                     this.settings.connect_timeout,
                 )
@@ -69,11 +73,12 @@ impl UpstreamGroup {
 async fn probe(
     addr: &UpstreamAddr,
     tls: Option<&std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
+    preamble: Option<&[u8]>,
     path: &str,
     limit: Duration,
 ) -> std::io::Result<()> {
     let attempt = async {
-        let mut conn = crate::upconn::connect(addr, limit, tls).await?;
+        let mut conn = crate::upconn::connect(addr, limit, tls, preamble).await?;
         let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
         if status.is_success() {
             Ok(())

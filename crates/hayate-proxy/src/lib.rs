@@ -47,4 +47,4 @@ pub use addr::UpstreamAddr;
 pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
-pub use request::{CgiScript, ProxyRequest, RequestFields};
+pub use request::{CgiScript, ClientPorts, ProxyRequest, RequestFields};

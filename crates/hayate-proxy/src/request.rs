@@ -32,6 +32,19 @@ pub struct ProxyRequest<'a> {
     pub scheme: Scheme,
     /// For a FastCGI group: the script the server resolved.
     pub cgi: Option<CgiScript<'a>>,
+    /// The client's and hayate's ports, for a PROXY protocol header.
+    pub ports: ClientPorts,
+}
+
+/// The ports of the client's connection, as a PROXY protocol header names
+/// them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientPorts {
+    /// The client's port, when the client is the peer (a client a trusted
+    /// proxy named has none known: 0 is sent).
+    pub client: Option<u16>,
+    /// The port it connected to.
+    pub local: Option<u16>,
 }
 
 /// The script a FastCGI request runs, as the server resolved it from the
@@ -63,6 +76,14 @@ pub struct CgiScript<'a> {
 }
 
 impl<'a> ProxyRequest<'a> {
+    /// The PROXY protocol v2 header of a connection made for this request:
+    /// its client, or LOCAL for a Unix socket's peer.
+    pub fn proxy_header(&self) -> Vec<u8> {
+        let client = self.client_ip.parse::<std::net::IpAddr>().ok();
+        let client = client.map(|ip| std::net::SocketAddr::new(ip, self.ports.client.unwrap_or(0)));
+        hayate_core::proxy_header::v2_header(client, self.ports.local.unwrap_or(0))
+    }
+
     /// The first value of the field `name`.
     pub fn field(&self, name: &[u8]) -> Option<&'a [u8]> {
         self.values(name).next()
@@ -106,6 +127,7 @@ mod tests {
             host: None,
             scheme: Scheme::Http,
             cgi: None,
+            ports: Default::default(),
         }
     }
 

@@ -270,6 +270,7 @@ mod tests {
             host: Some(b"example.com"),
             scheme: Scheme::Http,
             cgi: None,
+            ports: Default::default(),
         }
     }
 

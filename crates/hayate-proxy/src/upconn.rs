@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use hayate_core::boxed::pinned;
 use hayate_core::transport::{TlsStream, Transport};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
@@ -17,16 +18,21 @@ use tokio_rustls::rustls::ClientConfig;
 use crate::UpstreamAddr;
 
 /// Connects within `timeout` (the TLS handshake included), with `tls` for
-/// an `https://` member.
+/// an `https://` member; `preamble` (a PROXY protocol header) is written
+/// first, before any TLS.
 pub(crate) async fn connect(
     addr: &UpstreamAddr,
     timeout: Duration,
     tls: Option<&Arc<ClientConfig>>,
+    preamble: Option<&[u8]>,
 ) -> io::Result<Transport> {
     let connect = async {
         Ok::<_, io::Error>(match addr {
             UpstreamAddr::Tcp { addr: a, .. } => {
-                let tcp = TcpStream::connect(a).await?;
+                let mut tcp = TcpStream::connect(a).await?;
+                if let Some(bytes) = preamble {
+                    tcp.write_all(bytes).await?;
+                }
                 match addr.tls_name() {
                     // Boxed: rustls's client state is kilobytes, and held
                     // inline it would size every proxied request's future,
@@ -36,7 +42,13 @@ pub(crate) async fn connect(
                     None => Transport::tcp(tcp)?,
                 }
             }
-            UpstreamAddr::Unix(path) => Transport::Unix(connect_unix(path).await?),
+            UpstreamAddr::Unix(path) => {
+                let mut unix = connect_unix(path).await?;
+                if let Some(bytes) = preamble {
+                    unix.write_all(bytes).await?;
+                }
+                Transport::Unix(unix)
+            }
         })
     };
     match tokio::time::timeout(timeout, connect).await {

@@ -184,6 +184,8 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
                 event_loop.block_on(async { start_shared_tier(url, &config, &cache_slot) })?;
             hooks.metrics.register(tier.metrics());
             hooks.metrics.register(tier.l2());
+            hooks.metrics.register(tier.fleet_limits());
+            policy::fleet_rate::install(tier.fleet_limits());
             if let Some(c) = &cache {
                 announce_to(c, &tier);
             }

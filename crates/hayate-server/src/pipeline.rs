@@ -5,10 +5,13 @@
 //!    protocol-neutral `RequestHead`; here the path is normalized and
 //!    refused with 400 if it is unsafe.
 //! 2. Route by Host and path prefix; the route's access policies
-//!    (`policy`: rate limits, allow/deny, basic auth) may answer instead,
-//!    for the client identify decided (`policy::client`, before this); on
-//!    a route behind an auth service (`policy::forward_auth`), or for a
-//!    request a rate limit delays, the rest waits ([`upstream`] waits).
+//!    (`policy`: rate and connection limits, allow/deny, basic auth) may
+//!    answer instead, for the client identify decided (`policy::client`,
+//!    before this); a request a conn_limit lets in has its slot held by its
+//!    response until that is sent. On a route behind an auth service
+//!    (`policy::forward_auth`) or a fleet-wide rate limit (counted in
+//!    Redis), or for a request a rate limit delays, the rest waits
+//!    ([`upstream`] waits).
 //! 3. Origin: a file under the route's root if one matches (files come
 //!    compressed once from the static root). On a FastCGI route (PHP) a
 //!    path that names a script runs it instead (never served as a file; a
@@ -43,15 +46,16 @@ use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
-use hayate_proxy::{CgiScript, ProxyRequest, UpstreamGroup};
+use hayate_proxy::{CgiScript, ClientPorts, ProxyRequest, UpstreamGroup};
 use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
+use crate::policy::conn_limit::ConnSlot;
 use crate::policy::forward_auth::Verdict;
 use crate::policy::headers::RequestFieldChanges;
 use crate::policy::rewrite::Rewritten;
-use crate::policy::{AccessRequest, Admission, ForwardedClient, ResponseRequest};
+use crate::policy::{Access, AccessRequest, Admission, ForwardedClient, ResponseRequest};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
@@ -114,16 +118,19 @@ pub struct ToUpstream<'r> {
     step: Step<'r>,
     /// For an X-Accel-Redirect to another route of the site.
     router: &'r Router,
+    /// The request's conn_limit slot, which its response holds.
+    slot: Option<ConnSlot>,
 }
 
 /// What a [`ToUpstream`] waits for first.
 enum Step<'r> {
     /// The route's upstream group.
     Origin(Origin<'r>),
-    /// The access phase waits: for the request's turn at its rate (`delay`,
-    /// when not zero), then for the route's auth service (`forward_auth`)
-    /// when it has one; then steps 3-4 run as for any other request:
-    /// files, the cache, the upstream. `path` is the normalized path
+    /// The access phase waits: for Redis's count of a fleet-wide rate
+    /// limit, for the request's turn at its rate (`delay`, when not zero),
+    /// then for the route's auth service (`forward_auth`) when it has one;
+    /// then steps 3-4 run as for any other request: files, the cache, the
+    /// upstream. `path` is the normalized path
     /// (borrowed when normalizing changed nothing).
     Admit {
         path: Cow<'r, [u8]>,
@@ -242,7 +249,9 @@ pub fn answer<'r>(
 
     // 2b. Access: the route's policies (rate limits, allow/deny,
     // authentication) decide who comes in, on the normalized path the route
-    // was chosen by. An auth service to ask makes the rest wait.
+    // was chosen by; a conn_limit's slot goes with the response. An auth
+    // service to ask makes the rest wait.
+    let mut slot = None;
     if let Some(policies) = &route.policies {
         let request = AccessRequest {
             head: req,
@@ -250,27 +259,32 @@ pub fn answer<'r>(
             now,
         };
         let delay = match policies.access(&request) {
-            Admission::After(delay) => delay,
+            Admission::After(delay, taken) => {
+                slot = taken;
+                delay
+            }
             Admission::Refused(r) => {
                 return Answer::Now(finish(r, route, req, client), Some(route.index))
             }
         };
-        if !delay.is_zero() || policies.forward_auth().is_some() {
+        if !delay.is_zero() || policies.waits() {
             let step = Step::Admit { path, delay };
             return Answer::Upstream(ToUpstream {
                 route,
                 step,
                 router,
+                slot,
             });
         }
     }
 
     match serve(req, route, path, now, client) {
-        Served::Now(response) => Answer::Now(response, Some(route.index)),
+        Served::Now(response) => Answer::Now(holding(response, slot), Some(route.index)),
         Served::Origin(origin) => Answer::Upstream(ToUpstream {
             route,
             step: Step::Origin(origin),
             router,
+            slot,
         }),
     }
 }
@@ -409,7 +423,12 @@ pub async fn upstream<B: ClientBody>(
     body: &mut B,
     client: Client<'_>,
 ) -> Response {
-    let route = to.route;
+    let ToUpstream {
+        route,
+        step,
+        router,
+        slot,
+    } = to;
     // A route that takes less than the connection reads: its own limit,
     // a declared length over it refused before anything is sent on.
     if let Some(max) = route.max_body_size {
@@ -425,9 +444,22 @@ pub async fn upstream<B: ClientBody>(
     let forward_auth = route.policies.as_ref().and_then(|p| p.forward_auth());
     // Fields the auth service's answer adds to the request sent on.
     let mut authorized = Vec::new();
-    let origin = match to.step {
+    let origin = match step {
         Step::Origin(origin) => origin,
-        Step::Admit { path, delay } => {
+        Step::Admit { path, mut delay } => {
+            if let Some(fleet) = route.policies.as_ref().and_then(|p| p.fleet_rate()) {
+                let request = AccessRequest {
+                    head: req,
+                    client_ip: client.ip(),
+                    now: Instant::now(),
+                };
+                // Boxed: most requests never count in Redis.
+                match Box::pin(fleet.check(&request)).await {
+                    Access::Pass => {}
+                    Access::Delay(wait) => delay = delay.max(wait),
+                    Access::Refuse(answer) => return finish(answer, route, req, client),
+                }
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -438,7 +470,7 @@ pub async fn upstream<B: ClientBody>(
                 }
             }
             match serve(req, route, path, Instant::now(), client) {
-                Served::Now(response) => return response,
+                Served::Now(response) => return holding(response, slot),
                 Served::Origin(origin) => origin,
             }
         }
@@ -503,7 +535,7 @@ pub async fn upstream<B: ClientBody>(
     };
     let response = match redirect {
         Some(redirect) => {
-            let follow = crate::accel::follow(req, to.router, route, response, redirect, client);
+            let follow = crate::accel::follow(req, router, route, response, redirect, client);
             Box::pin(follow).await
         }
         // 5. Compress the proxied body (in the cache's fill when it caches).
@@ -514,7 +546,17 @@ pub async fn upstream<B: ClientBody>(
             _ => response,
         },
     };
-    finish(response, route, req, client)
+    holding(finish(response, route, req, client), slot)
+}
+
+/// `response`, holding the request's conn_limit slot (if any) until it is
+/// sent.
+#[inline(always)]
+fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
+    match slot {
+        Some(slot) => response.holding(slot),
+        None => response,
+    }
 }
 
 /// The response phase, for every answer of a route: its
@@ -616,6 +658,11 @@ pub(crate) fn proxied<'r>(
         scheme: req.scheme,
         host: req.host(),
         cgi: None,
+        ports: ClientPorts {
+            // The peer's port is not the client's when a proxy named it.
+            client: client.peer.port.filter(|_| client.forwarded.is_none()),
+            local: client.peer.local_port,
+        },
     }
 }
 

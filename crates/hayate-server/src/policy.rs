@@ -8,7 +8,9 @@
 //! head read ─▶ identify (client.rs: trusted proxies → one client address)
 //!           ─▶ route
 //!           ─▶ access   (rate_limit.rs, allow_deny.rs, basic_auth.rs: without
-//!                        waiting; then forward_auth.rs, which asks a service)
+//!                        waiting; then conn_limit.rs takes a slot the
+//!                        response holds until it is sent; then what waits:
+//!                        a fleet rate limit's count in Redis, forward_auth.rs)
 //!           ─▶ handler  (files | cache → upstream | FastCGI | app)
 //! ```
 //!
@@ -21,17 +23,21 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod conn_limit;
 pub mod cors;
 pub mod error_pages;
+pub mod fleet_rate;
 pub mod forward_auth;
 pub mod headers;
+pub mod limit_key;
 pub mod rate_limit;
+mod registry;
 pub mod rewrite;
 
 use std::net::IpAddr;
 use std::time::Instant;
 
-use hayate_config::values::AuthFile;
+use hayate_config::values::{AuthFile, RateScope};
 use hayate_config::{GlobalOptions, RouteOptions};
 use hayate_core::request::RequestHead;
 use hayate_core::Response;
@@ -61,8 +67,9 @@ pub enum Access {
 
 /// What the access phase decided without waiting.
 pub enum Admission {
-    /// In, after this wait (zero: at once).
-    After(std::time::Duration),
+    /// In, after this wait (zero: at once), holding this slot among its
+    /// client's requests in flight (conn_limit) until its response is sent.
+    After(std::time::Duration, Option<conn_limit::ConnSlot>),
     /// Answered with this.
     Refused(Response),
 }
@@ -112,12 +119,33 @@ impl RouteName {
 /// The policies' counters, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
     rate_limit::render_metrics(out);
+    conn_limit::render_metrics(out);
     use hayate_core::metrics::{family, sample, Kind};
     let name = "hayate_basic_auth_failures_total";
     let help = "Requests refused by basic_auth for missing or wrong credentials";
     family(out, name, help, Kind::Counter);
     let failures = basic_auth::FAILURES.load(std::sync::atomic::Ordering::Relaxed);
     sample(out, name, &[], failures);
+}
+
+/// One metric family with a sample per limiter of `all`, labelled by the
+/// route it limits: `figure` gives the route and the value.
+fn per_route<T>(
+    out: &mut String,
+    (name, help, kind): (&str, &str, hayate_core::metrics::Kind),
+    all: &[std::sync::Arc<T>],
+    figure: impl Fn(&T) -> (&RouteName, u64),
+) {
+    use hayate_core::metrics::{family, sample};
+    family(out, name, help, kind);
+    for limiter in all {
+        let (route, value) = figure(limiter);
+        let labels = [
+            ("site", route.site.as_str()),
+            ("route", route.prefix.as_str()),
+        ];
+        sample(out, name, &labels, value);
+    }
 }
 
 /// A policy that cannot be built from its options.
@@ -138,6 +166,12 @@ impl std::fmt::Display for PolicyError {
 /// A route's policies, in the order they run.
 pub struct RoutePolicies {
     access: Vec<Box<dyn AccessPolicy>>,
+    /// Taken once the others let a request in: a request they refuse
+    /// holds no slot.
+    conn_limit: Option<conn_limit::ConnLimit>,
+    /// A rate limit counted for the fleet, in Redis: it waits, so it runs
+    /// after the others, before forward_auth.
+    fleet_rate: Option<fleet_rate::FleetRate>,
     /// The access policy that waits (for an auth service), after the others.
     forward_auth: Option<forward_auth::ForwardAuth>,
     /// The response phase's.
@@ -159,6 +193,7 @@ impl RoutePolicies {
     ) -> Result<Option<RoutePolicies>, PolicyError> {
         let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
+        let mut fleet_rate = None;
         let mut response: Vec<Box<dyn ResponsePolicy>> = Vec::new();
         // Error pages first in the response phase: the header rules and
         // CORS then apply to the page as to any answer.
@@ -178,15 +213,30 @@ impl RoutePolicies {
         // Then, as nginx's preaccess phase: a limit counts refused attempts
         // too, so it bounds password guessing and the auth service's load.
         if let Some(spec) = options.rate_limit.filter(|s| s.requests > 0) {
-            let limit = rate_limit::RateLimit::new(
-                route,
-                spec,
+            let (key, bits) = (
                 options.rate_limit_key.clone(),
                 options.rate_limit_ipv6_prefix,
-                global.rate_limit_max_keys,
-            )
-            .map_err(at("rate_limit_ipv6_prefix"))?;
-            access.push(Box::new(limit));
+            );
+            let max_keys = global.rate_limit_max_keys;
+            match options.rate_limit_scope {
+                RateScope::Box => {
+                    let limit = rate_limit::RateLimit::new(route, spec, key, bits, max_keys)
+                        .map_err(at("rate_limit_ipv6_prefix"))?;
+                    access.push(Box::new(limit));
+                }
+                RateScope::Fleet if global.shared.is_none() => {
+                    return Err(PolicyError {
+                        key: "rate_limit_scope",
+                        message: "fleet counts in Redis: it needs shared = \"redis://HOST:PORT\""
+                            .into(),
+                    })
+                }
+                RateScope::Fleet => {
+                    let limit = fleet_rate::FleetRate::new(route, spec, key, bits, max_keys)
+                        .map_err(at("rate_limit_ipv6_prefix"))?;
+                    fleet_rate = Some(limit);
+                }
+            }
         }
         if let Some(rule) = allow_deny::AllowDeny::from_options(options) {
             access.push(Box::new(rule));
@@ -209,6 +259,19 @@ impl RoutePolicies {
                 .map_err(at("forward_auth"))?,
             ),
         };
+        let conn_limit = match options.conn_limit.filter(|n| *n > 0) {
+            None => None,
+            Some(n) => Some(
+                conn_limit::ConnLimit::new(
+                    route,
+                    n,
+                    options.rate_limit_key.clone(),
+                    options.rate_limit_ipv6_prefix,
+                    global.conn_limit_max_keys,
+                )
+                .map_err(at("rate_limit_ipv6_prefix"))?,
+            ),
+        };
         // Header rules last: what the user wrote has the last word.
         let rules = options.response_headers.as_ref();
         if let Some(h) = headers::HeaderPolicy::for_responses(rules, options.security_headers) {
@@ -217,6 +280,8 @@ impl RoutePolicies {
         let request_headers = headers::HeaderPolicy::for_requests(options.request_headers.as_ref());
         if access.is_empty()
             && forward_auth.is_none()
+            && conn_limit.is_none()
+            && fleet_rate.is_none()
             && response.is_empty()
             && request_headers.is_none()
         {
@@ -224,6 +289,8 @@ impl RoutePolicies {
         }
         Ok(Some(RoutePolicies {
             access,
+            conn_limit,
+            fleet_rate,
             forward_auth,
             response,
             request_headers,
@@ -239,6 +306,17 @@ impl RoutePolicies {
     ) -> Result<(), PolicyError> {
         let proxy = hayate_proxy::ProxySettings::default();
         RoutePolicies::build(route, options, global, &proxy).map(drop)
+    }
+
+    /// Whether the access phase waits once the others passed (for an auth
+    /// service, or for Redis's count of a fleet-wide rate limit).
+    pub fn waits(&self) -> bool {
+        self.forward_auth.is_some() || self.fleet_rate.is_some()
+    }
+
+    /// The rate limit counted for the fleet, asked once the others passed.
+    pub fn fleet_rate(&self) -> Option<&fleet_rate::FleetRate> {
+        self.fleet_rate.as_ref()
     }
 
     /// The auth service the access phase asks once the others passed.
@@ -260,7 +338,7 @@ impl RoutePolicies {
 
     /// The access phase without waiting: the first refusal answers the
     /// request; otherwise it comes in after the longest wait any policy
-    /// asked (`Duration::ZERO`: at once).
+    /// asked (`Duration::ZERO`: at once), with its conn_limit slot.
     pub fn access(&self, request: &AccessRequest<'_>) -> Admission {
         let mut wait = std::time::Duration::ZERO;
         for policy in &self.access {
@@ -270,6 +348,11 @@ impl RoutePolicies {
                 Access::Refuse(r) => return Admission::Refused(r),
             }
         }
-        Admission::After(wait)
+        let slot = match self.conn_limit.as_ref().map(|c| c.admit(request)) {
+            None => None,
+            Some(Ok(slot)) => Some(slot),
+            Some(Err(status)) => return Admission::Refused(conn_limit::refusal(status)),
+        };
+        Admission::After(wait, slot)
     }
 }

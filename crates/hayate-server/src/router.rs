@@ -13,7 +13,9 @@ use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::app::AppProtocol;
-use hayate_config::values::{BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme};
+use hayate_config::values::{
+    BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamProxyProtocol,
+};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
 use hayate_core::field::strip_port;
@@ -158,6 +160,8 @@ impl Router {
             max_interim: g.proxy_interim as usize,
             tls: upstream_tls(config)?,
             tunnel_idle_timeout: g.proxy_tunnel_timeout.0,
+            // per route, below
+            proxy_protocol: false,
         };
         let largest_body = config
             .sites
@@ -196,6 +200,7 @@ impl Router {
                         "upstream" => HostPolicy::Upstream,
                         name => HostPolicy::Fixed(name.to_string()),
                     },
+                    proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
                     ..proxy.clone()
                 };
                 // php-fpm as the supervised app (`hayate php`) runs the
@@ -213,13 +218,14 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {} {:?}",
+                    "{:?} {} {:?} {:?} {} {:?} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
                     r.options.fastcgi,
                     app_fastcgi,
                     r.options.proxy_timeout,
+                    r.options.proxy_protocol,
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {

@@ -85,6 +85,10 @@ struct Route {
     requests: u64,
     status: BTreeMap<String, u64>,
     latency_seconds: Latency,
+    /// Requests refused by the route's rate_limit (429).
+    rate_limited: u64,
+    /// Requests refused by the route's conn_limit (429, or 503 when full).
+    conn_limited: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -271,6 +275,8 @@ fn routes(scrape: &Scrape<'_>) -> Vec<Route> {
                     requests: 0,
                     status: BTreeMap::new(),
                     latency_seconds: Latency::default(),
+                    rate_limited: 0,
+                    conn_limited: 0,
                 });
                 routes.len() - 1
             });
@@ -282,6 +288,18 @@ fn routes(scrape: &Scrape<'_>) -> Vec<Route> {
         };
         routes[i].status.insert(class.to_string(), count(s.value));
         routes[i].requests += count(s.value);
+    }
+    // A limit replaced by a reload counts on while requests of the old
+    // generation use it: its figures add to the new one's.
+    for s in scrape.named("hayate_rate_limited_total") {
+        if let Some(i) = find(&mut routes, s) {
+            routes[i].rate_limited += count(s.value);
+        }
+    }
+    for s in scrape.named("hayate_conn_limited_total") {
+        if let Some(i) = find(&mut routes, s) {
+            routes[i].conn_limited += count(s.value);
+        }
     }
     // Per route: (upper bound, cumulative count) in scrape order, and sum.
     let mut buckets: Vec<(Vec<(f64, f64)>, f64)> = Vec::new();

@@ -1,4 +1,5 @@
-//! The circuit breaker in front of the L2 tier: after [`TRIPS`] calls in a
+//! The circuit breaker in front of a use of Redis (the L2 tier's lookups,
+//! the fleet's rate limits: one each): after [`TRIPS`] calls in a
 //! row fail (error or timeout), Redis is skipped for [`COOL_DOWN`], then
 //! one call goes through as a probe; its success closes the breaker, its
 //! failure opens it for another cool-down. Requests never queue behind a
@@ -51,6 +52,8 @@ impl BreakerState {
 /// A circuit breaker (see the module doc).
 #[derive(Debug)]
 pub struct Breaker {
+    /// What it guards, for its log lines ("L2 lookups").
+    name: &'static str,
     born: Instant,
     /// Failures in a row.
     failures: AtomicU32,
@@ -63,14 +66,16 @@ pub struct Breaker {
 
 impl Default for Breaker {
     fn default() -> Self {
-        Breaker::new(COOL_DOWN)
+        Breaker::named("L2 lookups", COOL_DOWN)
     }
 }
 
 impl Breaker {
-    /// A closed breaker that stays open `cool_down` when it trips.
-    pub fn new(cool_down: Duration) -> Breaker {
+    /// A closed breaker for `name` that stays open `cool_down` when it
+    /// trips.
+    pub fn named(name: &'static str, cool_down: Duration) -> Breaker {
         Breaker {
+            name,
             born: Instant::now(),
             failures: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
@@ -101,7 +106,7 @@ impl Breaker {
     pub fn success(&self) {
         self.failures.store(0, Ordering::Relaxed);
         if self.open_until.swap(0, Ordering::AcqRel) != 0 {
-            log::info!("shared tier: Redis answers again; L2 lookups resume");
+            log::info!("shared tier: Redis answers again; {} resume", self.name);
         }
         self.probing.store(false, Ordering::Release);
     }
@@ -115,7 +120,8 @@ impl Breaker {
             let until = self.ms(now) + self.cool_down.as_millis() as u64;
             if self.open_until.swap(until.max(1), Ordering::AcqRel) == 0 {
                 log::warn!(
-                    "shared tier: {failures} Redis calls failed in a row; L2 skipped for {:?} at a time until it answers",
+                    "shared tier: {failures} Redis calls failed in a row; {} skip Redis for {:?} at a time until it answers",
+                    self.name,
                     self.cool_down
                 );
             }
@@ -139,7 +145,7 @@ mod tests {
 
     #[test]
     fn trips_after_failures_in_a_row_and_one_probe_closes_it() {
-        let b = Breaker::new(Duration::from_secs(1));
+        let b = Breaker::named("test", Duration::from_secs(1));
         let t0 = b.born;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         for _ in 0..TRIPS - 1 {

@@ -113,13 +113,7 @@ impl L2 {
         timeout: Duration,
         max_object: u64,
     ) -> Result<Arc<L2>, String> {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(crate::MAX_BACKOFF);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("shared tier: {e}"))?;
+        let conn = crate::connection(client, timeout)?;
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         let l2 = Arc::new(L2 {
             conn,

@@ -9,10 +9,12 @@
 //! - `l2`: the shared cache tier, responses one box fetched served by the
 //!   others (`record`: their binary form; `breaker`: the circuit breaker
 //!   that keeps a failing Redis off the request path).
+//! - [`fleet_limit`]: rate limits counted for every box together.
 //!
-//! Redis never takes the site down: the one call on a request's path is
-//! the L2 lookup of a local miss (once per fill), bounded by
-//! `shared_timeout` behind a circuit breaker; a box applies its own purges
+//! Redis never takes the site down: the calls on a request's path are the
+//! L2 lookup of a local miss (once per fill) and a fleet-wide rate
+//! limit's count, each bounded by `shared_timeout` behind a circuit
+//! breaker (the limit then counts on the box); a box applies its own purges
 //! at once and hands writes and announcements to background tasks through
 //! bounded queues (full: dropped and counted, never waited on); the
 //! subscriber reconnects with a backoff doubling from 100 ms to 5 s; and
@@ -29,12 +31,14 @@ use tokio::sync::mpsc;
 pub mod acme_store;
 mod breaker;
 mod events;
+pub mod fleet_limit;
 mod l2;
 pub mod record;
 mod sealing;
 
 pub use acme_store::RedisAcmeStore;
 pub use breaker::BreakerState;
+pub use fleet_limit::FleetLimits;
 pub use l2::L2;
 
 /// Announcements waiting for the publisher: a burst of invalidations
@@ -74,6 +78,7 @@ pub struct SharedTier {
     queue: mpsc::Sender<CacheEvent>,
     stats: Arc<SharedStats>,
     l2: Arc<L2>,
+    fleet: Arc<FleetLimits>,
 }
 
 impl SharedTier {
@@ -93,6 +98,7 @@ impl SharedTier {
         let stats = Arc::new(SharedStats::default());
         let (queue, rx) = mpsc::channel(QUEUE);
         let l2 = L2::start(client.clone(), settings.timeout, settings.max_object)?;
+        let fleet = FleetLimits::start(client.clone(), settings.timeout)?;
         let apply: events::Apply = Arc::new(apply);
         tokio::spawn(events::publish(
             client.clone(),
@@ -114,6 +120,7 @@ impl SharedTier {
             queue,
             stats,
             l2,
+            fleet,
         })
     }
 
@@ -135,19 +142,45 @@ impl SharedTier {
         self.l2.clone()
     }
 
+    /// The fleet-wide rate limits' counts.
+    pub fn fleet_limits(&self) -> Arc<FleetLimits> {
+        self.fleet.clone()
+    }
+
     /// The tier's state in one line, for `hayate status`.
     pub fn summary(&self) -> String {
         let up = match self.stats.up.load(Ordering::Relaxed) {
             true => "subscribed",
             false => "not subscribed (Redis unreachable)",
         };
-        format!("shared tier: {up}; {}\n", self.l2.summary())
+        format!(
+            "shared tier: {up}; {}; {}\n",
+            self.l2.summary(),
+            self.fleet.summary()
+        )
     }
 
     /// This box's id in the messages.
     pub fn id(&self) -> &str {
         &self.id
     }
+}
+
+/// A connection to Redis for calls on a request's path (the L2 tier's,
+/// the fleet's rate limits: one each, so neither queues behind the
+/// other): made on first use and again after Redis went away, every call
+/// bounded by `timeout`.
+fn connection(
+    client: redis::Client,
+    timeout: Duration,
+) -> Result<redis::aio::ConnectionManager, String> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(MAX_BACKOFF);
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+        .map_err(|e| format!("shared tier: {e}"))
 }
 
 /// A per-process suffix for the box id: two processes with one pid (two

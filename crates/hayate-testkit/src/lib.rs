@@ -47,6 +47,15 @@ impl Hayate {
         Hayate::launch(Command::new(bin), args, envs, cwd)
     }
 
+    /// Writes `text` to the config file `file` and starts `bin` with
+    /// `--config file`, in the file's directory (relative paths in it are
+    /// its own).
+    pub fn start_config(bin: &str, file: &Path, text: &str) -> Hayate {
+        std::fs::write(file, text).expect("write the config file");
+        let path = file.to_str().expect("a UTF-8 path");
+        Hayate::start_in(bin, &["--config", path], &[], file.parent())
+    }
+
     /// Like [`Hayate::start`], in a process whose open-file limit (soft
     /// and hard) is `limit`: the shell's `ulimit -n` before it `exec`s
     /// hayate, so the pid is hayate's (workspace code forbids the unsafe

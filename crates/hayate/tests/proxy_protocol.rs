@@ -1,7 +1,10 @@
 //! PROXY protocol on listeners (v1 and v2, plain and TLS): the client a
 //! trusted load balancer names is who the app and the access log see; an
 //! untrusted peer, a malformed, oversized or unfinished header closes the
-//! connection, and nothing of it reaches the app.
+//! connection, and nothing of it reaches the app. And to upstreams
+//! (`proxy_protocol = "v2"` on a route): every connection starts with a v2
+//! header naming its one client, read by a raw listener and by another
+//! hayate's `proxy_protocol` listener.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -199,5 +202,167 @@ fn bad_headers_and_untrusted_peers_are_closed_unanswered() {
         h.stderr().contains("not in trusted_proxies"),
         "{}",
         h.stderr()
+    );
+}
+
+/// An upstream that reads a PROXY header, then answers each request on
+/// the connection with `ok`: per connection (in order of arrival), the
+/// header's client and destination port, and the requests it carried
+/// (known once the connection closed).
+struct RawUpstream {
+    addr: SocketAddr,
+    seen: Arc<std::sync::Mutex<Vec<Seen>>>,
+}
+
+/// One upstream connection: its header's client and destination port, and
+/// the requests it carried.
+type Seen = (Option<SocketAddr>, u16, usize);
+
+impl RawUpstream {
+    fn start() -> RawUpstream {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let record = record.clone();
+                std::thread::spawn(move || {
+                    conn.set_read_timeout(Some(WAIT)).expect("timeout");
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let (source, dst_port, rest) = loop {
+                        let n = conn.read(&mut chunk).unwrap_or(0);
+                        assert!(n > 0, "closed before a PROXY header: {buf:?}");
+                        buf.extend_from_slice(&chunk[..n]);
+                        use hayate_core::proxy_header::{parse, ProxyHeader};
+                        match parse(&buf) {
+                            ProxyHeader::Incomplete => continue,
+                            ProxyHeader::Invalid(why) => panic!("{why}: {buf:?}"),
+                            ProxyHeader::Complete { len, source } => {
+                                // The destination port: the header's last 2
+                                // address bytes (IPv4: 16 + 10).
+                                let port = match buf[13] {
+                                    0x11 => u16::from_be_bytes([buf[26], buf[27]]),
+                                    _ => 0,
+                                };
+                                break (source, port, buf[len..].to_vec());
+                            }
+                        }
+                    };
+                    let at = {
+                        let mut seen = record.lock().expect("lock");
+                        seen.push((source, dst_port, 0));
+                        seen.len() - 1
+                    };
+                    let mut pending = rest;
+                    loop {
+                        while let Some(end) = find(&pending, b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            record.lock().expect("lock")[at].2 += 1;
+                            let _ =
+                                conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                        }
+                        match conn.read(&mut chunk) {
+                            Ok(n) if n > 0 => pending.extend_from_slice(&chunk[..n]),
+                            _ => return,
+                        }
+                    }
+                });
+            }
+        });
+        RawUpstream { addr, seen }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn to_an_upstream_every_connection_starts_with_a_v2_header_naming_its_one_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = RawUpstream::start();
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\ntrusted_proxies = [\"127.0.0.1\"]\n\
+         [[site]]\nproxy = [\"http://{}\"]\nproxy_protocol = \"v2\"\n",
+        up.addr
+    );
+    let h = Hayate::start_config(BIN, &dir.path().join("hayate.toml"), &text);
+    // A client of its own, two requests on its connection: each goes on a
+    // connection of its own, whose header names the client's address and
+    // port and the port it connected to.
+    let mut c = h.client();
+    let port = c.stream().local_addr().expect("addr").port();
+    assert_eq!(c.get("/a", &[]).status, 200);
+    assert_eq!(c.get("/b", &[]).status, 200);
+    // A client behind a trusted proxy: its address, its port unknown (0).
+    let named = [("X-Forwarded-For", "203.0.113.7")];
+    assert_eq!(h.client().get("/c", &named).status, 200);
+    let seen = eventually("each upstream connection closed after its request", || {
+        let seen = up.seen.lock().expect("lock").clone();
+        (seen.len() == 3 && seen.iter().all(|s| s.2 == 1))
+            .then_some(seen.clone())
+            .ok_or(format!("{seen:?}"))
+    });
+    let client = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+    assert_eq!(seen[0], (client, h.addr.port(), 1));
+    assert_eq!(seen[1], (client, h.addr.port(), 1));
+    let named = Some(SocketAddr::from(([203, 0, 113, 7], 0)));
+    assert_eq!(seen[2], (named, h.addr.port(), 1));
+    h.assert_no_errors();
+}
+
+#[test]
+fn another_hayates_proxy_protocol_listener_takes_what_an_upstream_route_sends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let inner_dir = dir.path().join("inner");
+    std::fs::create_dir(&inner_dir).expect("mkdir");
+    let (inner, _) = start(&inner_dir, &o, "127.0.0.1", "");
+    let outer = |v2: bool| {
+        let text = format!(
+            "listen = [\"127.0.0.1:0\"]\ntrusted_proxies = [\"127.0.0.1\"]\n\
+             [[site]]\nproxy = [\"http://{}\"]\nproxy_protocol = \"{}\"\n",
+            inner.addr,
+            if v2 { "v2" } else { "off" }
+        );
+        let file = dir.path().join(format!("outer-{v2}.toml"));
+        Hayate::start_config(BIN, &file, &text)
+    };
+    let with = outer(true);
+    let named = [("X-Forwarded-For", "203.0.113.7")];
+    let r = with.client().get("/echo", &named);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let echo = Echo::parse(&r.text());
+    assert_eq!(echo.header("x-forwarded-for"), Some("203.0.113.7"));
+    // Without the header, the inner hayate closes the connection.
+    let without = outer(false);
+    assert_eq!(without.client().get("/echo", &named).status, 502);
+    with.assert_no_errors();
+    inner.assert_no_errors();
+}
+
+#[test]
+fn check_refuses_proxy_protocol_where_it_cannot_be_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("hayate.toml");
+    let check = |text: &str| {
+        std::fs::write(&file, text).expect("write");
+        hayate_testkit::run_to_end(std::process::Command::new(BIN).arg("check").arg(&file))
+    };
+    let root = dir.path().display();
+    let (ok, said) = check(&format!(
+        "[[site]]\nroot = \"{root}\"\nfastcgi = [\"127.0.0.1:9000\"]\nproxy_protocol = \"v2\"\n"
+    ));
+    assert!(
+        !ok && said.contains("hayate.toml:") && said.contains("php-fpm"),
+        "{said}"
+    );
+    let (ok, said) = check("[[site]]\nproxy = [\"http://127.0.0.1:9\"]\nproxy_protocol = \"v1\"\n");
+    assert!(
+        !ok && said.contains("hayate.toml:3: proxy_protocol"),
+        "{said}"
     );
 }

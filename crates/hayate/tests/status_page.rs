@@ -70,7 +70,9 @@ fn app_dir() -> tempfile::TempDir {
     let config = format!(
         "listen = \"127.0.0.1:0\"\nroot = \"public\"\n\
          [[site]]\nroot = \"public\"\n\
-         [[site.route]]\nprefix = \"{MARKUP_PREFIX}\"\nroot = \"public\"\n"
+         [[site.route]]\nprefix = \"{MARKUP_PREFIX}\"\nroot = \"public\"\n\
+         [[site.route]]\nprefix = \"/limited/\"\nroot = \"public\"\nstrip_prefix = true\n\
+         rate_limit = \"1/m\"\n"
     );
     std::fs::write(dir.path().join(CONFIG), config).expect("write");
     dir
@@ -193,6 +195,8 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     assert_eq!(cell(&page, "/", 3), first.to_string(), "{page}");
 
     // More traffic, and the same page shows it without a reload.
+    assert_eq!(c.get("/limited/hello.txt", &[]).status, 200);
+    assert_eq!(c.get("/limited/hello.txt", &[]).status, 429);
     for path in ["/a", "/b", "/nope", "/hello.txt", "/nope"] {
         c.get(path, &[]);
     }
@@ -212,6 +216,10 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     );
     assert_eq!(cell(&page, "/", 6), not_found.to_string(), "4xx: {page}");
     assert_eq!(not_found, 2);
+    // Refusals by the route's limits, beside its status classes.
+    assert_eq!(cell(&page, "/limited/", 8), "1", "rate-limited: {page}");
+    assert_eq!(cell(&page, "/limited/", 9), "0", "conn-limited: {page}");
+    assert_eq!(cell(&page, "/", 8), "0", "{page}");
     let rate: f64 = cell(&page, "/", 2).parse().expect("req/s, a number");
     assert!(rate > 0.0, "{page}");
     let root = page["routes"]

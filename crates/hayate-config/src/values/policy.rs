@@ -127,6 +127,25 @@ impl OptValue for RateKey {
     }
 }
 
+/// Where a rate limit counts (`rate_limit_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateScope {
+    /// Each box counts its own clients (every worker together).
+    Box,
+    /// Every box sharing the Redis of `shared` counts together.
+    Fleet,
+}
+
+impl OptValue for RateScope {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "box" => Ok(RateScope::Box),
+            "fleet" => Ok(RateScope::Fleet),
+            _ => Err(format!("expected box or fleet, got {s:?}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +188,8 @@ mod tests {
         for bad in ["header:", "cookie", "host", "header:a b"] {
             assert!(RateKey::parse_str(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(RateScope::parse_str("fleet"), Ok(RateScope::Fleet));
+        assert_eq!(RateScope::parse_str(" box "), Ok(RateScope::Box));
+        assert!(RateScope::parse_str("cluster").is_err());
     }
 }

@@ -187,3 +187,22 @@ impl OptValue for BalanceSpec {
         })
     }
 }
+
+/// What an upstream connection starts with (`proxy_protocol`, per route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProxyProtocol {
+    /// Nothing: the request's bytes.
+    Off,
+    /// A PROXY protocol v2 header naming the client.
+    V2,
+}
+
+impl OptValue for UpstreamProxyProtocol {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(UpstreamProxyProtocol::Off),
+            "v2" => Ok(UpstreamProxyProtocol::V2),
+            _ => Err(format!("expected off or v2, got {s:?}")),
+        }
+    }
+}

@@ -175,6 +175,7 @@ mod tests {
             host: Some(b"example.com:8080"),
             scheme: Scheme::Https,
             cgi: None,
+            ports: Default::default(),
         };
         let script = CgiScript {
             document_root: "/srv/app",
@@ -252,6 +253,7 @@ mod tests {
             host: Some(b"blog.example"),
             scheme: Scheme::Https,
             cgi: None,
+            ports: Default::default(),
         };
         let vars = decode(&request_params(&h2, &script, None, b"id"));
         let all = |k: &str| -> Vec<&str> {
@@ -287,6 +289,7 @@ mod tests {
             host: Some(b"blog.example"),
             scheme: Scheme::Http,
             cgi: None,
+            ports: Default::default(),
         };
         let script = CgiScript {
             document_root: "/var/lib/wordpress/wp-content",

@@ -31,7 +31,7 @@ pub(super) fn refresh_in_background(
     let host = req.host.map(<[u8]>::to_vec);
     let client_ip = req.client_ip.to_string();
     let forwarded_chain = req.forwarded_chain.map(str::to_string);
-    let scheme = req.scheme;
+    let (scheme, ports) = (req.scheme, req.ports);
     let headers: Vec<(Vec<u8>, Vec<u8>)> = req
         .headers
         .iter()
@@ -80,6 +80,7 @@ pub(super) fn refresh_in_background(
                     protocol,
                 },
             ),
+            ports,
         };
         let stale_if_error = false;
         let _ = fetch(

@@ -88,6 +88,10 @@ impl Conn {
         started: Instant,
     ) -> impl Future<Output = io::Result<()>> + 'a {
         async move {
+            // Named here, or the block would take only the fields it uses
+            // (edition 2021's disjoint captures) and what the response
+            // holds (a conn_limit slot) would go before its body is sent.
+            let _held_until_sent = resp.holds;
             let status = resp.status;
             let cache = resp.cache_status;
             if let Body::Upgrade(tunnel) = resp.body {

@@ -129,6 +129,8 @@ impl ForwardAuth {
             host: req.host(),
             scheme: req.scheme,
             cgi: None,
+            // The auth service is asked on hayate's own connections.
+            ports: hayate_proxy::ClientPorts::default(),
         };
         let mut answer = self.group.forward(&subrequest, &mut NoBody).await;
         let status = answer.status;

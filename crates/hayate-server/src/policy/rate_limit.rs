@@ -19,24 +19,22 @@
 //!   the sweep one insertion in a quarter of a shard.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hayate_config::values::{RateKey, RateSpec};
-use hayate_core::field::name_is;
 use hayate_core::{Response, Status};
 
-use super::{Access, AccessPolicy, AccessRequest, RouteName};
+use super::limit_key::LimitKey;
+use super::registry::Registry;
+use super::{per_route, Access, AccessPolicy, AccessRequest, RouteName};
 
 /// Shards of a limiter's keys: workers (one per core) rarely meet on one.
 const SHARDS: usize = 16;
 
-/// Every limiter alive, by what it is for: a reload's new routes find the
-/// counts of the old ones, and /metrics reads them all.
-static LIMITERS: Mutex<Vec<(String, Weak<Limiter>)>> = Mutex::new(Vec::new());
+/// Every limiter alive, by what it is for.
+static LIMITERS: Registry<Limiter> = Registry::new();
 
 /// The counts of one route's limit, shared by every worker.
 pub struct Limiter {
@@ -67,30 +65,21 @@ impl Limiter {
     /// and with the running configuration's when it is the same.
     pub fn shared(route: &RouteName, spec: RateSpec, max_keys: u32, key: &RateKey) -> Arc<Limiter> {
         let identity = format!("{}{} {spec:?} {key:?} {max_keys}", route.site, route.prefix);
-        let mut all = LIMITERS.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|(_, weak)| weak.strong_count() > 0);
-        if let Some(alive) = all
-            .iter()
-            .find(|(id, _)| *id == identity)
-            .and_then(|(_, weak)| weak.upgrade())
-        {
-            return alive;
-        }
-        let interval = u64::try_from(spec.interval().as_nanos()).unwrap_or(u64::MAX);
-        let limiter = Arc::new(Limiter {
-            route: route.clone(),
-            interval,
-            tolerance: interval.saturating_mul(u64::from(spec.burst)),
-            delay: spec.delay,
-            max_per_shard: (max_keys as usize).div_ceil(SHARDS).max(1),
-            epoch: Instant::now(),
-            hasher: foldhash::fast::RandomState::default(),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            limited: AtomicU64::new(0),
-            latest: AtomicU64::new(0),
-        });
-        all.push((identity, Arc::downgrade(&limiter)));
-        limiter
+        LIMITERS.shared(identity, || {
+            let interval = u64::try_from(spec.interval().as_nanos()).unwrap_or(u64::MAX);
+            Limiter {
+                route: route.clone(),
+                interval,
+                tolerance: interval.saturating_mul(u64::from(spec.burst)),
+                delay: spec.delay,
+                max_per_shard: (max_keys as usize).div_ceil(SHARDS).max(1),
+                epoch: Instant::now(),
+                hasher: foldhash::fast::RandomState::default(),
+                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                limited: AtomicU64::new(0),
+                latest: AtomicU64::new(0),
+            }
+        })
     }
 
     /// Counts one request of `key` at `now`: `Ok(wait)` when it may come
@@ -150,8 +139,7 @@ fn make_room(buckets: &mut HashMap<u64, u64>, now: u64, max: usize) {
 /// A route's rate limit: what it counts by, and the shared counts.
 pub struct RateLimit {
     limiter: Arc<Limiter>,
-    key: RateKey,
-    ipv6_prefix: u8,
+    key: LimitKey,
     /// The `RateLimit-Policy` value: `"default";q=N;w=SECONDS`.
     policy: Vec<u8>,
 }
@@ -165,12 +153,8 @@ impl RateLimit {
         ipv6_prefix: u8,
         max_keys: u32,
     ) -> Result<RateLimit, String> {
-        if ipv6_prefix > 128 {
-            return Err(format!(
-                "{ipv6_prefix} bits: an IPv6 prefix has 128 at most"
-            ));
-        }
         let limiter = Limiter::shared(route, spec, max_keys, &key);
+        let key = LimitKey::new(key, ipv6_prefix)?;
         let policy = format!(
             "\"default\";q={};w={}",
             u64::from(spec.requests) + u64::from(spec.burst),
@@ -179,118 +163,62 @@ impl RateLimit {
         Ok(RateLimit {
             limiter,
             key,
-            ipv6_prefix,
             policy: policy.into_bytes(),
         })
     }
 
-    /// The key a request counts under: a hash of what `rate_limit_key`
-    /// names, tagged by its kind so an address and a header never meet.
-    fn key_of(&self, request: &AccessRequest<'_>) -> u64 {
-        let mut h = self.limiter.hasher.build_hasher();
-        let named = match &self.key {
-            RateKey::Route => {
-                0u8.hash(&mut h);
-                return h.finish();
-            }
-            RateKey::Ip => None,
-            RateKey::Header(name) => request.head.headers_named(name.as_bytes()).next(),
-            RateKey::Cookie(name) => cookie(request, name.as_bytes()),
-        };
-        match named {
-            Some(value) => {
-                1u8.hash(&mut h);
-                value.hash(&mut h);
-            }
-            None => {
-                2u8.hash(&mut h);
-                client_prefix(request.client_ip, self.ipv6_prefix).hash(&mut h);
-            }
-        }
-        h.finish()
+    /// The 429 for a request that may come back after `wait`.
+    fn refusal(&self, wait: Duration) -> Response {
+        // Whole seconds, rounded up: a client retrying at once after a
+        // shorter wait would only be refused again.
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let seconds = itoa::Buffer::new().format(seconds.max(1)).to_string();
+        let mut r = Response::error(Status::TOO_MANY_REQUESTS);
+        r.header("Retry-After", seconds.as_bytes());
+        r.header("RateLimit-Policy", &self.policy);
+        let state = format!("\"default\";r=0;t={seconds}");
+        r.header("RateLimit", state.as_bytes());
+        r
     }
-}
 
-/// The client's address as counted: IPv6 cut to `bits`; `None` (a Unix
-/// socket's peer) is one client.
-fn client_prefix(ip: Option<IpAddr>, bits: u8) -> Option<IpAddr> {
-    Some(match ip? {
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
-            IpAddr::V6((u128::from(v6) & mask).into())
+    /// What it counts by.
+    pub(super) fn key(&self) -> &LimitKey {
+        &self.key
+    }
+
+    /// What a count (`Limiter::take`'s, or the fleet's) says of a request.
+    pub(super) fn decide(&self, taken: Result<Duration, Duration>) -> Access {
+        match taken {
+            Ok(wait) if wait.is_zero() => Access::Pass,
+            Ok(wait) => Access::Delay(wait),
+            Err(wait) => Access::Refuse(self.refusal(wait)),
         }
-        v4 => v4,
-    })
-}
-
-/// The value of cookie `name` in the request's Cookie fields.
-fn cookie<'a>(request: &AccessRequest<'a>, name: &[u8]) -> Option<&'a [u8]> {
-    request
-        .head
-        .fields()
-        .filter(|(n, _)| name_is(n, b"cookie"))
-        .flat_map(|(_, v)| v.split(|&b| b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii();
-            let value = pair.strip_prefix(name)?.strip_prefix(b"=")?;
-            Some(value)
-        })
+    }
 }
 
 impl AccessPolicy for RateLimit {
     fn check(&self, request: &AccessRequest<'_>) -> Access {
-        match self.limiter.take(self.key_of(request), request.now) {
-            Ok(wait) if wait.is_zero() => Access::Pass,
-            Ok(wait) => Access::Delay(wait),
-            Err(wait) => {
-                // Whole seconds, rounded up: a client retrying at once
-                // after a shorter wait would only be refused again.
-                let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                let seconds = itoa::Buffer::new().format(seconds.max(1)).to_string();
-                let mut r = Response::error(Status::TOO_MANY_REQUESTS);
-                r.header("Retry-After", seconds.as_bytes());
-                r.header("RateLimit-Policy", &self.policy);
-                let state = format!("\"default\";r=0;t={seconds}");
-                r.header("RateLimit", state.as_bytes());
-                Access::Refuse(r)
-            }
-        }
+        let key = self.key.hash(request, &self.limiter.hasher);
+        self.decide(self.limiter.take(key, request.now))
     }
 }
 
 /// The limiters' counters, for `/metrics`.
 pub fn render_metrics(out: &mut String) {
-    use hayate_core::metrics::{family, sample, Kind};
-    let alive: Vec<Arc<Limiter>> = LIMITERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter_map(|(_, weak)| weak.upgrade())
-        .collect();
-    let limited = "hayate_rate_limited_total";
-    family(
-        out,
-        limited,
+    use hayate_core::metrics::Kind;
+    let alive = LIMITERS.alive();
+    let (name, help) = (
+        "hayate_rate_limited_total",
         "Requests refused by rate_limit (429)",
-        Kind::Counter,
     );
-    for l in &alive {
-        let labels = [
-            ("site", l.route.site.as_str()),
-            ("route", l.route.prefix.as_str()),
-        ];
-        sample(out, limited, &labels, l.limited.load(Ordering::Relaxed));
-    }
-    let keys = "hayate_rate_limit_keys";
+    per_route(out, (name, help, Kind::Counter), &alive, |l| {
+        (&l.route, l.limited.load(Ordering::Relaxed))
+    });
+    let name = "hayate_rate_limit_keys";
     let help = "Clients (keys) a rate_limit remembers now (at most rate_limit_max_keys)";
-    family(out, keys, help, Kind::Gauge);
-    for l in &alive {
-        let labels = [
-            ("site", l.route.site.as_str()),
-            ("route", l.route.prefix.as_str()),
-        ];
-        sample(out, keys, &labels, l.keys());
-    }
+    per_route(out, (name, help, Kind::Gauge), &alive, |l| {
+        (&l.route, l.keys() as u64)
+    });
 }
 
 #[cfg(test)]

@@ -71,6 +71,11 @@ fn routes_count_classes_and_estimate_percentiles_from_buckets() {
         }
         sample(out, "hayate_upstream_member_in_flight", &member, 4);
         sample(out, "hayate_upstream_member_idle_connections", &member, 9);
+        // Two limiters of one route (a reload changed the limit while a
+        // request of the old generation held the old one): added up.
+        sample(out, "hayate_rate_limited_total", &labels, 5);
+        sample(out, "hayate_rate_limited_total", &labels, 2);
+        sample(out, "hayate_conn_limited_total", &labels, 3);
     });
     let v = doc(&m, &info(), Duration::ZERO);
     assert_eq!(v["connections_open"], 3);
@@ -83,6 +88,10 @@ fn routes_count_classes_and_estimate_percentiles_from_buckets() {
     assert_eq!(route["route"], "/api");
     assert_eq!(route["requests"], 100);
     assert_eq!(route["status"], json!({"2xx": 90, "5xx": 10}));
+    assert_eq!(
+        (&route["rate_limited"], &route["conn_limited"]),
+        (&json!(7), &json!(3))
+    );
     let lat = &route["latency_seconds"];
     assert_eq!(lat["p50"], 0.001, "the 50th of 100 is the last at 1 ms");
     let p90 = lat["p90"].as_f64().unwrap();
