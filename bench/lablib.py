@@ -375,6 +375,7 @@ CASE_TITLES = {
     "P": "P. Proxy overhead (the C ceiling as the app, 1 KiB)",
     "G": "G. A protected route (real IP, allow list, basic auth, rate limit; the C ceiling as the app)",
     "R": "R. Site rules passed through (20 rules, no match; the C ceiling as the app)",
+    "X": "X. X-Accel-Redirect (the C ceiling hands the file back; the front serves it)",
     "L": "D. Concurrency ladder (static 1 KiB file, h2load --h1)",
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
@@ -524,6 +525,9 @@ CASE_COLUMNS = {
     "R": [("setup", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("proxy µs CPU/req", _c_cpu), ("proxy CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
           ("p99 ms", _c_p99), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    "X": [("file", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+          ("µs CPU/req (front + app)", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("paired × ref", _c_cpu_paired),
+          ("p99 ms", _c_p99), ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     "L": [("concurrency", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("mean ms", _c_mean),
           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
@@ -659,6 +663,12 @@ CASE_TEXT = {
          "prefix locations with a rewrite, 5 add_header ... always. hayate (--workers 1): [[rule]] tables "
          "and response_headers in a config file. The issue's targets: hayate with rules ≤ 1.1 × hayate "
          "without (compare the two hayate rows' proxy µs CPU/req), and ≤ 0.8 × nginx with the same set.",
+    "X": "The app (bench/ceiling with CEILING_ACCEL) answers every GET /download with an empty 200, "
+         "Content-Disposition and X-Accel-Redirect: /protected/FILE; the front drops that answer and serves "
+         "the file from an internal location (nginx: location /protected/ { internal; alias ROOT/; }, "
+         "sendfile on; hayate: a route with internal = true and the same root). 1 KiB at the case's usual "
+         "connections, 100 MiB at 4 with the sink client. CPU is the front's and the app's together (the "
+         "app's share is the same for both). The issue's target: ≤ 0.8 × nginx.",
     "G": "A route as a site protects an admin area, in front of bench/ceiling on TCP (core 0 with the proxy; "
          "wrk on core 1): the client from X-Forwarded-For behind a trusted proxy (127.0.0.1), an allow list "
          "holding it, basic auth from an htpasswd file made by `htpasswd -B -C 10` (bcrypt, cost 10) with the "
@@ -727,7 +737,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "PHP", "C", "D", "P", "G", "R", "L", "E", "T", "H2"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "G", "R", "X", "L", "E", "T", "H2"):
         t = case_table(summaries, case)
         if not t:
             continue

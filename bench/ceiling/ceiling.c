@@ -12,6 +12,8 @@
  *
  * usage: ceiling [HOST:]PORT      (default host 127.0.0.1)
  *        ceiling unix:PATH       (a Unix stream socket; an old socket file is replaced)
+ * With CEILING_ACCEL=/URI in the environment, every answer is instead an empty 200
+ * carrying `X-Accel-Redirect: /URI` (an app handing a file back to its front server).
  * prints "ceiling listening on http://HOST:PORT/" (or "on unix:PATH") once the socket
  * listens. As an upstream it measures what a proxy costs on top of a free app.
  * build: gcc -O2 -o ceiling ceiling.c
@@ -60,6 +62,21 @@ static void build_response(void) {
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    const char *accel = getenv("CEILING_ACCEL");
+    if (accel && strlen(accel) < 256) {
+        int n = snprintf(resp, sizeof resp,
+                         "HTTP/1.1 200 OK\r\n"
+                         "Server: ceiling\r\n"
+                         "Date: %s\r\n"
+                         "X-Accel-Redirect: %s\r\n"
+                         "Content-Disposition: attachment\r\n"
+                         "Content-Length: 0\r\n"
+                         "Connection: keep-alive\r\n"
+                         "\r\n",
+                         date, accel);
+        resp_len = (size_t)n;
+        return;
+    }
     int n = snprintf(resp, sizeof resp,
                      "HTTP/1.1 200 OK\r\n"
                      "Server: ceiling\r\n"
