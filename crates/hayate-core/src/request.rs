@@ -38,15 +38,41 @@ impl Version {
 /// A field's name and value, as ranges into the head's buffer.
 pub type FieldRanges = Vec<(Range<usize>, Range<usize>)>;
 
+/// Where a part of the head sits in its buffer, in 8 bytes rather than a
+/// `Range<usize>`'s 16: a head is moved whole from the parser to the
+/// pipeline, and at 136 bytes a request's moves became calls of memcpy
+/// (+350 instructions of a static request's 7,000: bench/instructions/run).
+/// A head is far below 4 GiB (`max_header_bytes`).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    fn of(r: Range<usize>) -> Span {
+        debug_assert!(r.end <= u32::MAX as usize, "a head of 4 GiB");
+        Span {
+            start: r.start as u32,
+            end: r.end as u32,
+        }
+    }
+
+    #[inline]
+    fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
+
 /// A parsed, validated request head.
 #[derive(Debug)]
 pub struct RequestHead {
     buf: Vec<u8>,
-    method: Range<usize>,
-    target: Range<usize>,
+    method: Span,
+    target: Span,
     /// The target as the client sent it, once a rule rewrote it.
-    original_target: Option<Range<usize>>,
-    authority: Option<Range<usize>>,
+    original_target: Option<Span>,
+    authority: Option<Span>,
     fields: FieldRanges,
     /// The version it came in.
     pub version: Version,
@@ -76,8 +102,8 @@ impl RequestHead {
         buf.extend_from_slice(method);
         buf.extend_from_slice(target);
         RequestHead {
-            method: 0..method.len(),
-            target: method.len()..buf.len(),
+            method: Span::of(0..method.len()),
+            target: Span::of(method.len()..buf.len()),
             original_target: None,
             buf,
             authority: None,
@@ -92,10 +118,10 @@ impl RequestHead {
     pub fn from_buffer(buf: Vec<u8>, parts: Parts, fields: FieldRanges) -> RequestHead {
         RequestHead {
             buf,
-            method: parts.method,
-            target: parts.target,
+            method: Span::of(parts.method),
+            target: Span::of(parts.target),
             original_target: None,
-            authority: parts.authority,
+            authority: parts.authority.map(Span::of),
             fields,
             version: parts.version,
             scheme: parts.scheme,
@@ -107,25 +133,26 @@ impl RequestHead {
         let n = self.append(name);
         let v = self.append(value);
         if self.authority.is_none() && name_is(name, b"host") {
-            self.authority = Some(v.clone());
+            self.authority = Some(Span::of(v.clone()));
         }
         self.fields.push((n, v));
     }
 
     /// Sets the authority (HTTP/2's `:authority`).
     pub fn set_authority(&mut self, authority: &[u8]) {
-        self.authority = Some(self.append(authority));
+        self.authority = Some(Span::of(self.append(authority)));
     }
 
     /// Replaces the target (a site rule's rewrite); the one the client
     /// sent stays as [`RequestHead::original_target`].
     pub fn rewrite_target(&mut self, target: &[u8]) {
-        let new = self.append(target);
+        let new = Span::of(self.append(target));
         let old = std::mem::replace(&mut self.target, new);
         self.original_target.get_or_insert(old);
     }
 
     /// Whether a site rule rewrote the target.
+    #[inline]
     pub fn was_rewritten(&self) -> bool {
         self.original_target.is_some()
     }
@@ -134,7 +161,7 @@ impl RequestHead {
     /// to HTTPS), whatever a rule rewrote it to.
     pub fn original_target(&self) -> &[u8] {
         match &self.original_target {
-            Some(r) if !r.is_empty() => &self.buf[r.clone()],
+            Some(r) if r.start < r.end => &self.buf[r.range()],
             Some(_) => b"/",
             None => self.target(),
         }
@@ -152,14 +179,16 @@ impl RequestHead {
     }
 
     /// The method.
+    #[inline]
     pub fn method(&self) -> &[u8] {
-        &self.buf[self.method.clone()]
+        &self.buf[self.method.range()]
     }
 
     /// The target: path and query (an absolute-form target's authority is
     /// [`RequestHead::host`]); `/` for an empty path; `*` for asterisk-form.
+    #[inline]
     pub fn target(&self) -> &[u8] {
-        let t = &self.buf[self.target.clone()];
+        let t = &self.buf[self.target.range()];
         if t.is_empty() {
             b"/"
         } else {
@@ -168,20 +197,23 @@ impl RequestHead {
     }
 
     /// The path part of the target.
+    #[inline]
     pub fn path(&self) -> &[u8] {
         let t = self.target();
         t.iter().position(|&b| b == b'?').map_or(t, |q| &t[..q])
     }
 
     /// The query, without `?`.
+    #[inline]
     pub fn query(&self) -> Option<&[u8]> {
         let t = self.target();
         t.iter().position(|&b| b == b'?').map(|q| &t[q + 1..])
     }
 
     /// The host the request is for (its authority), as sent.
+    #[inline]
     pub fn host(&self) -> Option<&[u8]> {
-        self.authority.clone().map(|r| &self.buf[r])
+        self.authority.map(|r| &self.buf[r.range()])
     }
 
     /// The first value of field `name` (case-insensitive).

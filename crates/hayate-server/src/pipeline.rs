@@ -243,7 +243,8 @@ pub fn answer<'r>(
         return Answer::Now(Response::error(Status::NOT_FOUND), None);
     };
     if route.internal && !req.was_rewritten() {
-        let answer = finish(Response::error(Status::NOT_FOUND), route, req, client);
+        let mut answer = Response::error(Status::NOT_FOUND);
+        finish(&mut answer, route, req, client);
         return Answer::Now(answer, Some(route.index));
     }
 
@@ -263,8 +264,9 @@ pub fn answer<'r>(
                 slot = taken;
                 delay
             }
-            Admission::Refused(r) => {
-                return Answer::Now(finish(r, route, req, client), Some(route.index))
+            Admission::Refused(mut r) => {
+                finish(&mut r, route, req, client);
+                return Answer::Now(r, Some(route.index));
             }
         };
         if !delay.is_zero() || policies.waits() {
@@ -279,7 +281,10 @@ pub fn answer<'r>(
     }
 
     match serve(req, route, path, now, client) {
-        Served::Now(response) => Answer::Now(holding(response, slot), Some(route.index)),
+        Served::Now(mut response) => {
+            hold(&mut response, slot);
+            Answer::Now(response, Some(route.index))
+        }
         Served::Origin(origin) => Answer::Upstream(ToUpstream {
             route,
             step: Step::Origin(origin),
@@ -304,22 +309,13 @@ fn serve<'r>(
     // 3. A file if one matches (GET and HEAD), else 4. the upstream. On a
     // FastCGI route a path that names a script runs it (never served as a
     // file), or is a 404 when that script may not run.
-    let not_found = || {
-        Served::Now(finish(
-            Response::error(Status::NOT_FOUND),
-            route,
-            req,
-            client,
-        ))
+    let error = |status| {
+        let mut r = Response::error(status);
+        finish(&mut r, route, req, client);
+        Served::Now(r)
     };
-    let forbidden = || {
-        Served::Now(finish(
-            Response::error(Status::FORBIDDEN),
-            route,
-            req,
-            client,
-        ))
-    };
+    let not_found = || error(Status::NOT_FOUND);
+    let forbidden = || error(Status::FORBIDDEN);
     let handler_path = handler_path(route, &path);
     let mut script = match route.scripts.as_ref().map(|s| s.find(&handler_path, now)) {
         Some(Script::Found { end }) => Some(ScriptPath {
@@ -336,8 +332,9 @@ fn serve<'r>(
         .as_ref()
         .filter(|_| reads_files && script.is_none())
     {
-        if let Some(response) = serve_file(files, req, req.method(), &handler_path, now) {
-            return Served::Now(finish(response, route, req, client));
+        if let Some(mut response) = serve_file(files, req, req.method(), &handler_path, now) {
+            finish(&mut response, route, req, client);
+            return Served::Now(response);
         }
     }
     if let (Some(scripts), None) = (&route.scripts, &script) {
@@ -356,7 +353,10 @@ fn serve<'r>(
     let cache = match &route.cache {
         Some(cache) => {
             match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {
-                Ok(response) => return Served::Now(finish(response, route, req, client)),
+                Ok(mut response) => {
+                    finish(&mut response, route, req, client);
+                    return Served::Now(response);
+                }
                 Err(miss) => Some((cache, miss)),
             }
         }
@@ -437,7 +437,9 @@ pub async fn upstream<B: ClientBody>(
                 std::io::ErrorKind::InvalidInput,
                 "request body over the route's max_body_size",
             ));
-            return finish(refused.into_response(), route, req, client);
+            let mut refused = refused.into_response();
+            finish(&mut refused, route, req, client);
+            return refused;
         }
         body.limit(max);
     }
@@ -457,7 +459,10 @@ pub async fn upstream<B: ClientBody>(
                 match Box::pin(fleet.check(&request)).await {
                     Access::Pass => {}
                     Access::Delay(wait) => delay = delay.max(wait),
-                    Access::Refuse(answer) => return finish(answer, route, req, client),
+                    Access::Refuse(mut answer) => {
+                        finish(&mut answer, route, req, client);
+                        return answer;
+                    }
                 }
             }
             if !delay.is_zero() {
@@ -465,12 +470,18 @@ pub async fn upstream<B: ClientBody>(
             }
             if let Some(auth) = forward_auth {
                 match auth.ask(req, client).await {
-                    Verdict::Refuse(answer) => return finish(answer, route, req, client),
+                    Verdict::Refuse(mut answer) => {
+                        finish(&mut answer, route, req, client);
+                        return answer;
+                    }
                     Verdict::Allow(fields) => authorized = fields,
                 }
             }
             match serve(req, route, path, Instant::now(), client) {
-                Served::Now(response) => return holding(response, slot),
+                Served::Now(mut response) => {
+                    hold(&mut response, slot);
+                    return response;
+                }
                 Served::Origin(origin) => origin,
             }
         }
@@ -546,16 +557,18 @@ pub async fn upstream<B: ClientBody>(
             _ => response,
         },
     };
-    holding(finish(response, route, req, client), slot)
+    let mut response = response;
+    finish(&mut response, route, req, client);
+    hold(&mut response, slot);
+    response
 }
 
-/// `response`, holding the request's conn_limit slot (if any) until it is
+/// Makes `response` hold the request's conn_limit slot (if any) until it is
 /// sent.
 #[inline(always)]
-fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
-    match slot {
-        Some(slot) => response.holding(slot),
-        None => response,
+fn hold(response: &mut Response, slot: Option<ConnSlot>) {
+    if let Some(slot) = slot {
+        response.hold(slot);
     }
 }
 
@@ -564,12 +577,7 @@ fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
 /// HTTP) unless the app set its own, then its response policies (header
 /// rules, CORS).
 #[inline(always)]
-fn finish(
-    mut response: Response,
-    route: &Route,
-    req: &RequestHead,
-    client: Client<'_>,
-) -> Response {
+fn finish(response: &mut Response, route: &Route, req: &RequestHead, client: Client<'_>) {
     if let (Some(value), Scheme::Https) = (&route.hsts, req.scheme) {
         if response.field(b"strict-transport-security").is_none() {
             response.header("Strict-Transport-Security", value);
@@ -580,9 +588,8 @@ fn finish(
             head: req,
             client_ip: client.addr(),
         };
-        policies.respond(&mut response, &request);
+        policies.respond(response, &request);
     }
-    response
 }
 
 /// 308 to the same URL over HTTPS on `port` (308, unlike 301, keeps the

@@ -402,6 +402,7 @@ impl Router {
             .find(|r| prefix_matches(&r.prefix, path))
     }
 
+    #[inline]
     fn site(&self, host: Option<&[u8]>) -> Option<&Site> {
         let site = host
             .and_then(|h| self.site_for(h))
