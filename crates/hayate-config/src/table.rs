@@ -264,8 +264,8 @@ options! {
         "Failures in a row (connect refused or timed out, connection lost before the answer) that take a member out; 0: never";
     proxy_fail_timeout: Dur = "10s", "DURATION",
         "How long a member taken out gets no requests; then requests try it again (one more failure takes it out again)";
-    proxy_balance: BalanceSpec = "least_conn", "POLICY",
-        "least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME (consistent)";
+    proxy_balance: BalanceSpec = unset, "POLICY",
+        "least_conn, round_robin, sticky[:COOKIE] (hayate's own cookie sends a client back to the member that served it), hash:ip, hash:header:NAME or hash:cookie:NAME (consistent); default: sticky for hayate run's instances (socket.io needs it), least_conn otherwise";
     proxy_health_check: String = unset, "PATH",
         "Probe every member with GET PATH; a member is used only while it answers 2xx";
     proxy_health_interval: Dur = "5s", "DURATION",

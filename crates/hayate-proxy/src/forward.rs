@@ -242,7 +242,13 @@ impl UpstreamGroup {
             let failure = match request.exchange(conn, &out, body, &self.settings).await {
                 Ok(answer) => {
                     member.succeeded();
-                    return request.response(answer, guard, &self.settings);
+                    let sticky_id = member.sticky_id;
+                    let mut response = request.response(answer, guard, &self.settings);
+                    if let crate::Balance::Sticky(name) = &self.settings.balance {
+                        let sent = key.and_then(crate::sticky::parse_id);
+                        crate::sticky::stick(&mut response, name, sticky_id, sent, req.scheme);
+                    }
+                    return response;
                 }
                 Err(Failure::Client(e)) => return Error::client_body(e).into_response(),
                 Err(failure) => failure,

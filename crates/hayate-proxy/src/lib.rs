@@ -38,6 +38,7 @@ mod request;
 mod request_head;
 mod retry;
 mod spares;
+mod sticky;
 mod upconn;
 mod upstream_io;
 
@@ -47,3 +48,4 @@ pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use request::{CgiScript, ProxyRequest, RequestFields};
+pub use sticky::DEFAULT_COOKIE as DEFAULT_STICKY_COOKIE;
