@@ -15,6 +15,8 @@
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
 mod instance;
+mod loopback;
+mod port_errors;
 pub use hayate_core::logfile::RotatingLog;
 pub mod php;
 
@@ -46,6 +48,9 @@ pub struct AppSpec {
     pub instances: usize,
     /// How instances listen.
     pub listen: Listen,
+    /// hayate's files for the instances (the Node loopback preload of
+    /// `loopback.rs`), made at start and removed by the caller at exit.
+    pub runtime_dir: PathBuf,
     /// Instances replaced at once in a rolling reload.
     pub reload_parallel: NonZeroU32,
     /// Time for a new instance to accept on its socket (and pass the probe).
@@ -164,6 +169,11 @@ impl Supervisor {
                 "no command to run",
             ));
         }
+        std::fs::create_dir_all(&spec.runtime_dir)?;
+        if let Some(who) = &spec.run_as {
+            std::os::unix::fs::chown(&spec.runtime_dir, Some(who.uid), Some(who.gid))?;
+        }
+        loopback::write_node_preload(&spec.runtime_dir)?;
         match &spec.listen {
             Listen::Unix(dir) => {
                 std::fs::create_dir_all(dir)?;
