@@ -244,9 +244,15 @@ impl UpstreamGroup {
                     member.succeeded();
                     let sticky_id = member.sticky_id;
                     let mut response = request.response(answer, guard, &self.settings);
-                    if let crate::Balance::Sticky(name) = &self.settings.balance {
-                        let sent = key.and_then(crate::sticky::parse_id);
-                        crate::sticky::stick(&mut response, name, sticky_id, sent, req.scheme);
+                    match &self.settings.balance {
+                        crate::Balance::Sticky(name) => {
+                            let sent = key.and_then(crate::sticky::parse_id);
+                            crate::sticky::stick(&mut response, name, sticky_id, sent, req.scheme);
+                        }
+                        _ if self.members.len() > 1 => {
+                            crate::sticky::warn_on_lost_session(req.target, response.status.code())
+                        }
+                        _ => {}
                     }
                     return response;
                 }

@@ -62,13 +62,38 @@ pub(crate) fn cookie<'r>(headers: &[(&'r [u8], &'r [u8])], name: &str) -> Option
 /// affinity lasts as long as the browser's session), for the whole site,
 /// not readable by scripts, sent on top-level navigations from other sites
 /// (SameSite=Lax) and only over HTTPS when it was set over HTTPS.
-pub(crate) fn stick(response: &mut Response, name: &str, id: u64, sent: Option<u64>, scheme: Scheme) {
+pub(crate) fn stick(
+    response: &mut Response,
+    name: &str,
+    id: u64,
+    sent: Option<u64>,
+    scheme: Scheme,
+) {
     if sent == Some(id) {
         return;
     }
-    let secure = if scheme == Scheme::Https { "; Secure" } else { "" };
+    let secure = if scheme == Scheme::Https {
+        "; Secure"
+    } else {
+        ""
+    };
     let value = format!("{name}={id:016x}; Path=/; HttpOnly; SameSite=Lax{secure}");
     response.header("set-cookie", value.as_bytes());
+}
+
+/// Warns, once per process, when a socket.io client's session was not
+/// found (engine.io answers 400 to a `sid` it does not know): its requests
+/// went to instances that take turns, and `sticky` is the fix.
+pub(crate) fn warn_on_lost_session(target: &[u8], status: u16) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let socket_io = target.starts_with(b"/socket.io/") && target.windows(4).any(|w| w == b"sid=");
+    if status == 400 && socket_io && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!(
+            "a socket.io session was not found on the member that got its request (400): \
+             socket.io, SockJS and long polling need each client on one member; set \
+             proxy_balance = \"sticky\" (--proxy-balance sticky, hayate run's default)"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -107,7 +132,8 @@ mod tests {
         let set = |sent, scheme| {
             let mut r = Response::new(Status::OK);
             stick(&mut r, "s", 255, sent, scheme);
-            r.field(b"set-cookie").map(|v| String::from_utf8_lossy(v).into_owned())
+            r.field(b"set-cookie")
+                .map(|v| String::from_utf8_lossy(v).into_owned())
         };
         assert_eq!(
             set(None, Scheme::Http).as_deref(),

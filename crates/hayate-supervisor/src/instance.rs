@@ -109,8 +109,8 @@ impl Running {
                 .map(|(k, v)| (k.as_str(), v.as_str())),
         )
         .stdin(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+        .process_group(0)
+        .kill_on_drop(true);
         let other = spec
             .run_as
             .as_ref()
@@ -129,8 +129,22 @@ impl Running {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
         let pid = child.id().unwrap_or(0);
         let tail = OutputTail::default();
-        tokio::spawn(relay_lines(out.1, index, pid, "stdout", spec.log.clone(), tail.clone()));
-        tokio::spawn(relay_lines(err.1, index, pid, "stderr", spec.log.clone(), tail.clone()));
+        tokio::spawn(relay_lines(
+            out.1,
+            index,
+            pid,
+            "stdout",
+            spec.log.clone(),
+            tail.clone(),
+        ));
+        tokio::spawn(relay_lines(
+            err.1,
+            index,
+            pid,
+            "stderr",
+            spec.log.clone(),
+            tail.clone(),
+        ));
         let mut run = Running {
             child,
             pid,

@@ -45,11 +45,11 @@ enum PortError {
 fn classify(line: &str) -> Option<PortError> {
     const IN_USE: [&str; 2] = ["EADDRINUSE", "address already in use"];
     const NOT_A_NUMBER: [&str; 6] = [
-        "PORT must be a number",       // Next.js 12
-        "options.port should be",      // Node's ERR_SOCKET_BAD_PORT, Fastify
-        "ERR_SOCKET_BAD_PORT",         // Node
-        "Invalid port",                // Go's net.Listen, many CLIs
-        "is not a valid port",         // uvicorn and others
+        "PORT must be a number",      // Next.js 12
+        "options.port should be",     // Node's ERR_SOCKET_BAD_PORT, Fastify
+        "ERR_SOCKET_BAD_PORT",        // Node
+        "Invalid port",               // Go's net.Listen, many CLIs
+        "is not a valid port",        // uvicorn and others
         "invalid value for '--port'", // clap, click
     ];
     let lower = line.to_ascii_lowercase();

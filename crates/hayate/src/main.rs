@@ -467,7 +467,11 @@ pub(crate) fn supervise(
     // Loopback TCP unless told otherwise: Next.js and Fastify want a port
     // number (issue 33); php-fpm takes a socket path, private to it.
     let fastcgi = g.app_protocol == hayate_config::app::AppProtocol::FastCgi;
-    let default_listen = if fastcgi { AppListen::Unix } else { AppListen::Tcp };
+    let default_listen = if fastcgi {
+        AppListen::Unix
+    } else {
+        AppListen::Tcp
+    };
     let listen = match g.app_listen.unwrap_or(default_listen) {
         AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
         AppListen::Tcp => hayate_supervisor::Listen::Tcp,

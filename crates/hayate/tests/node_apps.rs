@@ -137,7 +137,11 @@ const EXPOSED: &str = "reachable from other interfaces";
 /// two instances: both serve, PORT is a number, and the instances cannot
 /// be reached from another interface.
 fn serves_on_loopback_only(script: &str, name: &str) {
-    let h = run(apps(), &["--workers", "1", "--instances", "2"], &["node", script]);
+    let h = run(
+        apps(),
+        &["--workers", "1", "--instances", "2"],
+        &["node", script],
+    );
     wait_ready(&h, 2);
     let mut c = h.client();
     let mut ports = HashSet::new();
@@ -225,7 +229,10 @@ fn an_app_listening_beyond_loopback_is_warned_about_with_the_fix() {
     let warning = log.lines().find(|l| l.contains(EXPOSED)).expect("warning");
     assert!(warning.contains("WARN"), "{warning}");
     assert!(warning.contains("listens on [::]:") || warning.contains("listens on 0.0.0.0:"));
-    assert!(warning.contains("127.0.0.1 (the HOST variable"), "{warning}");
+    assert!(
+        warning.contains("127.0.0.1 (the HOST variable"),
+        "{warning}"
+    );
 }
 
 /// What `hayate run ARGS` says of an app that fails at start on its port:
@@ -313,4 +320,41 @@ fn socketio_with_the_default_two_instances_works_over_polling_and_websocket() {
         }
     }
     h.assert_no_errors();
+}
+
+#[test]
+fn socketio_on_instances_that_take_turns_fails_and_the_log_names_sticky() {
+    let h = run(
+        apps(),
+        &[
+            "--workers",
+            "1",
+            "--instances",
+            "2",
+            "--proxy-balance",
+            "round_robin",
+        ],
+        &["node", "socketio-server.js"],
+    );
+    wait_ready(&h, 2);
+    let out = Command::new("node")
+        .args([
+            "socketio-client.js",
+            &format!("http://{}", h.addr),
+            "polling",
+            "2",
+        ])
+        .current_dir(apps())
+        .output()
+        .expect("node");
+    assert!(
+        !out.status.success(),
+        "the handshake's instance is not the next one's"
+    );
+    eventually("the warning", || {
+        let log = h.stderr();
+        log.contains("set proxy_balance = \"sticky\"")
+            .then_some(())
+            .ok_or(log)
+    });
 }

@@ -192,6 +192,67 @@ fn round_robin_alternates_and_hashing_sticks() {
 }
 
 #[test]
+fn sticky_sets_its_cookie_keeps_a_client_on_its_member_and_moves_it_when_that_one_dies() {
+    let mut o = origins(3);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &group(&o),
+            "--proxy-balance",
+            "sticky",
+            "--workers",
+            "1",
+        ],
+    );
+    let mut c = h.client();
+    let set = c.get("/echo", &[]).header("set-cookie").map(str::to_string);
+    let set = set.expect("the first answer sets the cookie");
+    assert!(set.starts_with("hayate_sticky="), "{set}");
+    assert!(set.ends_with("; Path=/; HttpOnly; SameSite=Lax"), "{set}");
+    let cookie = set.split(';').next().expect("pair").to_string();
+    for origin in &o {
+        let port = origin.url().rsplit(':').next().expect("port").to_string();
+        assert!(!cookie.contains(&port), "the id names no address: {cookie}");
+    }
+    let before: Vec<u64> = o.iter().map(Origin::requests).collect();
+    for _ in 0..6 {
+        let r = c.get("/echo", &[("Cookie", &cookie)]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("set-cookie"), None, "already carried");
+    }
+    let gained: Vec<u64> = o
+        .iter()
+        .zip(&before)
+        .map(|(o, b)| o.requests() - b)
+        .collect();
+    let home = gained.iter().position(|&g| g == 6);
+    let home = home.unwrap_or_else(|| panic!("one member took them all: {gained:?}"));
+
+    // A cookie naming no member: the normal choice, and a cookie of its own.
+    let r = c.get("/echo", &[("Cookie", "hayate_sticky=0123456789abcdef")]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("set-cookie")
+            .is_some_and(|v| v.starts_with("hayate_sticky=")),
+        "re-set"
+    );
+
+    // Its member gone: the client lands on another one and is told so.
+    drop(o.remove(home));
+    hayate_testkit::eventually("the client moved to a live member", || {
+        let r = c.get("/echo", &[("Cookie", &cookie)]);
+        let moved = r
+            .header("set-cookie")
+            .map(|v| v.split(';').next().unwrap_or("").to_string());
+        match (r.status, moved) {
+            (200, Some(new)) if new != cookie => Ok(()),
+            (status, moved) => Err(format!("{status} {moved:?}")),
+        }
+    });
+}
+
+#[test]
 fn failing_health_checks_take_a_member_out() {
     let good = Origin::start(OriginOptions::default());
     let sick = Member::start(SICK);
