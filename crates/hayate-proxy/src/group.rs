@@ -365,6 +365,15 @@ impl UpstreamGroup {
         best
     }
 
+    /// The name of hayate's own cookie, when the group is sticky: the
+    /// cache does not count it as the client's (`cached.rs`).
+    pub fn sticky_cookie(&self) -> Option<&str> {
+        match &self.settings.balance {
+            Balance::Sticky(name) => Some(name),
+            _ => None,
+        }
+    }
+
     /// The request's balancing key, when the policy hashes one.
     pub(crate) fn balance_key<'r>(
         &self,

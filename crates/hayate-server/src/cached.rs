@@ -55,6 +55,10 @@ pub struct RouteCache {
     /// The route's compression of proxied bodies, applied before storing
     /// so the compressed variant is what later hits serve.
     pub compression: Option<Rc<Policy>>,
+    /// hayate's sticky-session cookie, when the route's group is sticky:
+    /// a request whose only cookie it is does not bypass the cache (else
+    /// every client past its first answer would, under `hayate run`).
+    pub own_cookie: Option<Box<str>>,
 }
 
 /// The upstream's answer, compressed for this client when the route
@@ -303,7 +307,11 @@ pub async fn from_origin<B: ClientBody>(
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
     for name in rc.bypass_headers.iter() {
-        if req.field(name).is_some() {
+        let only_own_cookie = || {
+            let own = rc.own_cookie.as_deref().unwrap_or_default();
+            &name[..] == b"cookie" && !own.is_empty() && only_cookie(req, own)
+        };
+        if req.field(name).is_some() && !only_own_cookie() {
             return Some(match &name[..] {
                 b"cookie" => "cookie",
                 b"authorization" => "authorization",
@@ -319,6 +327,38 @@ fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str
         return Some("precondition");
     }
     None
+}
+
+/// A response whose only Set-Cookie is hayate's sticky cookie is stored
+/// as if it set none: the cookie goes to this client, never into the
+/// store (which keeps no Set-Cookie), and does not make the URL
+/// uncacheable for the clients that come after.
+fn forget_own_cookie(rc: &RouteCache, head: &Fields, facts: &mut ResponseFacts) {
+    let Some(own) = rc.own_cookie.as_deref() else {
+        return;
+    };
+    let only_own = head
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"))
+        .all(|(_, v)| {
+            v.strip_prefix(own.as_bytes())
+                .is_some_and(|rest| rest.starts_with(b"="))
+        });
+    if only_own {
+        facts.set_cookie = false;
+    }
+}
+
+/// Whether every cookie the request carries is `name`'s.
+fn only_cookie(req: &ProxyRequest<'_>, name: &str) -> bool {
+    req.values(b"cookie")
+        .flat_map(|v| v.split(|&b| b == b';'))
+        .map(|pair| pair.trim_ascii())
+        .filter(|pair| !pair.is_empty())
+        .all(|pair| {
+            pair.strip_prefix(name.as_bytes())
+                .is_some_and(|rest| rest.starts_with(b"="))
+        })
 }
 
 /// The request's own validators.
@@ -416,7 +456,8 @@ async fn fetch<B: ClientBody>(
         ..CacheStatus::new(CacheOutcome::Miss)
     };
     let head = serve::response_fields(&resp);
-    let facts = ResponseFacts::from_fields(head.iter());
+    let mut facts = ResponseFacts::from_fields(head.iter());
+    forget_own_cookie(rc, &head, &mut facts);
     let directives = request_directives(req);
     let authorization = req.field(b"authorization").is_some();
     // The response's Vary, and the route's key fields as if it named them.
@@ -434,6 +475,7 @@ async fn fetch<B: ClientBody>(
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
         let merged = serve::merged_304_head(old, &head, response_time);
         let mut merged_facts = ResponseFacts::from_fields(merged.iter());
+        forget_own_cookie(rc, &merged, &mut merged_facts);
         // The refreshed response is as old as the 304 says (its Date, now
         // in `merged`, and its Age, which is never stored).
         merged_facts.age = facts.age;

@@ -234,6 +234,10 @@ impl Router {
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 let position =
                     sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>() + routes.len();
+                let own_cookie: Option<Box<str>> = upstream
+                    .as_ref()
+                    .and_then(|g| g.sticky_cookie())
+                    .map(Into::into);
                 routes.push(Route {
                     index: route_slots.map_or(position, |slots| slots[position]),
                     upstream_key,
@@ -265,6 +269,7 @@ impl Router {
                             }),
                         ),
                         compression: compression.clone(),
+                        own_cookie: own_cookie.clone(),
                     }),
                     compression,
                     hsts: r

@@ -253,6 +253,42 @@ fn sticky_sets_its_cookie_keeps_a_client_on_its_member_and_moves_it_when_that_on
 }
 
 #[test]
+fn the_sticky_cookie_neither_bypasses_the_cache_nor_keeps_a_response_out_of_it() {
+    let o = origins(2);
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &group(&o),
+            "--proxy-balance",
+            "sticky",
+            "--cache",
+            "5s",
+        ],
+    );
+    let mut c = h.client();
+    let status = |r: &hayate_testkit::Response| r.header("cache-status").unwrap_or("").to_string();
+    let first = c.get("/script?body=page", &[]);
+    assert!(status(&first).contains("stored"), "{}", status(&first));
+    let set = first
+        .header("set-cookie")
+        .expect("the client gets its cookie");
+    let cookie = set.split(';').next().expect("pair").to_string();
+    // Its next request, with the cookie, and another client's without:
+    // hits, and the stored copy sets no cookie.
+    for extra in [&[("Cookie", cookie.as_str())][..], &[]] {
+        let r = c.get("/script?body=page", extra);
+        assert!(status(&r).contains("hit"), "{}", status(&r));
+        assert_eq!(r.header("set-cookie"), None);
+    }
+    // A cookie of the client's own bypasses the cache, as without sticky.
+    let theirs = format!("{cookie}; session=abc");
+    let r = c.get("/script?body=page", &[("Cookie", &theirs)]);
+    assert!(status(&r).contains("detail=cookie"), "{}", status(&r));
+    h.assert_no_errors();
+}
+
+#[test]
 fn failing_health_checks_take_a_member_out() {
     let good = Origin::start(OriginOptions::default());
     let sick = Member::start(SICK);
