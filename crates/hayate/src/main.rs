@@ -46,8 +46,9 @@ fn command() -> Command {
         ))
         .subcommand(
             with_serve_args(Command::new("run").about(
-                "Run N instances of an app (each told its Unix socket or TCP port in PORT) and \
-                 serve it: files first, the app for the rest; SIGHUP reloads it instance by instance",
+                "Run N instances of an app (each told its own 127.0.0.1 port in PORT, or a Unix \
+                 socket with --app-listen unix) and serve it: files first, the app for the rest, \
+                 each client kept on one instance; SIGHUP reloads it instance by instance",
             ))
             .mut_arg("dir", |a| {
                 a.help(

@@ -45,6 +45,13 @@ fn round_robin(members: &str, extra: &[&str]) -> Hayate {
     Hayate::start(BIN, &args)
 }
 
+/// hayate spreading over `members` with sticky sessions.
+fn sticky(members: &str, extra: &[&str]) -> Hayate {
+    let mut args = vec!["--proxy", members, "--proxy-balance", "sticky"];
+    args.extend_from_slice(extra);
+    Hayate::start(BIN, &args)
+}
+
 /// What a [`Member`] does with a request (besides `GET /fail`, which it
 /// always drops without an answer).
 const DIES: u8 = 0; // reads the head, closes without an answer
@@ -194,17 +201,7 @@ fn round_robin_alternates_and_hashing_sticks() {
 #[test]
 fn sticky_sets_its_cookie_keeps_a_client_on_its_member_and_moves_it_when_that_one_dies() {
     let mut o = origins(3);
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &group(&o),
-            "--proxy-balance",
-            "sticky",
-            "--workers",
-            "1",
-        ],
-    );
+    let h = sticky(&group(&o), &["--workers", "1"]);
     let mut c = h.client();
     let set = c.get("/echo", &[]).header("set-cookie").map(str::to_string);
     let set = set.expect("the first answer sets the cookie");
@@ -255,17 +252,7 @@ fn sticky_sets_its_cookie_keeps_a_client_on_its_member_and_moves_it_when_that_on
 #[test]
 fn the_sticky_cookie_neither_bypasses_the_cache_nor_keeps_a_response_out_of_it() {
     let o = origins(2);
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &group(&o),
-            "--proxy-balance",
-            "sticky",
-            "--cache",
-            "5s",
-        ],
-    );
+    let h = sticky(&group(&o), &["--cache", "5s"]);
     let mut c = h.client();
     let status = |r: &hayate_testkit::Response| r.header("cache-status").unwrap_or("").to_string();
     let first = c.get("/script?body=page", &[]);
