@@ -33,10 +33,13 @@ use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 mod invalidate;
 mod revalidate;
 mod second_tier;
+mod sticky_cookie;
+
 use invalidate::invalidate_after_unsafe;
 pub use invalidate::purge;
 use revalidate::refresh_in_background;
 use second_tier::{stale_window, Consulted};
+use sticky_cookie::{forget_own_cookie, only_own_cookie};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -55,9 +58,7 @@ pub struct RouteCache {
     /// The route's compression of proxied bodies, applied before storing
     /// so the compressed variant is what later hits serve.
     pub compression: Option<Rc<Policy>>,
-    /// hayate's sticky-session cookie, when the route's group is sticky:
-    /// a request whose only cookie it is does not bypass the cache (else
-    /// every client past its first answer would, under `hayate run`).
+    /// hayate's sticky-session cookie, when the group is sticky (`sticky_cookie.rs`).
     pub own_cookie: Option<Box<str>>,
 }
 
@@ -307,11 +308,7 @@ pub async fn from_origin<B: ClientBody>(
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
     for name in rc.bypass_headers.iter() {
-        let only_own_cookie = || {
-            let own = rc.own_cookie.as_deref().unwrap_or_default();
-            &name[..] == b"cookie" && !own.is_empty() && only_cookie(req, own)
-        };
-        if req.field(name).is_some() && !only_own_cookie() {
+        if req.field(name).is_some() && !only_own_cookie(rc, req, name) {
             return Some(match &name[..] {
                 b"cookie" => "cookie",
                 b"authorization" => "authorization",
@@ -327,38 +324,6 @@ fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str
         return Some("precondition");
     }
     None
-}
-
-/// A response whose only Set-Cookie is hayate's sticky cookie is stored
-/// as if it set none: the cookie goes to this client, never into the
-/// store (which keeps no Set-Cookie), and does not make the URL
-/// uncacheable for the clients that come after.
-fn forget_own_cookie(rc: &RouteCache, head: &Fields, facts: &mut ResponseFacts) {
-    let Some(own) = rc.own_cookie.as_deref() else {
-        return;
-    };
-    let only_own = head
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"))
-        .all(|(_, v)| {
-            v.strip_prefix(own.as_bytes())
-                .is_some_and(|rest| rest.starts_with(b"="))
-        });
-    if only_own {
-        facts.set_cookie = false;
-    }
-}
-
-/// Whether every cookie the request carries is `name`'s.
-fn only_cookie(req: &ProxyRequest<'_>, name: &str) -> bool {
-    req.values(b"cookie")
-        .flat_map(|v| v.split(|&b| b == b';'))
-        .map(|pair| pair.trim_ascii())
-        .filter(|pair| !pair.is_empty())
-        .all(|pair| {
-            pair.strip_prefix(name.as_bytes())
-                .is_some_and(|rest| rest.starts_with(b"="))
-        })
 }
 
 /// The request's own validators.

@@ -48,8 +48,7 @@ pub struct AppSpec {
     pub instances: usize,
     /// How instances listen.
     pub listen: Listen,
-    /// hayate's files for the instances (the Node loopback preload of
-    /// `loopback.rs`), made at start and removed by the caller at exit.
+    /// hayate's files for the instances (`loopback.rs`); the caller removes it.
     pub runtime_dir: PathBuf,
     /// Instances replaced at once in a rolling reload.
     pub reload_parallel: NonZeroU32,
@@ -169,11 +168,7 @@ impl Supervisor {
                 "no command to run",
             ));
         }
-        std::fs::create_dir_all(&spec.runtime_dir)?;
-        if let Some(who) = &spec.run_as {
-            std::os::unix::fs::chown(&spec.runtime_dir, Some(who.uid), Some(who.gid))?;
-        }
-        loopback::write_node_preload(&spec.runtime_dir)?;
+        loopback::write_node_preload(&spec.runtime_dir, spec.run_as.as_ref())?;
         match &spec.listen {
             Listen::Unix(dir) => {
                 std::fs::create_dir_all(dir)?;

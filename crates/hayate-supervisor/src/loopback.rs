@@ -12,6 +12,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use hayate_core::identity::Identity;
+
 /// The host instances are told to listen on.
 pub(crate) const HOST: &str = "127.0.0.1";
 
@@ -54,8 +56,13 @@ if (Number.isInteger(port) && port > 0) {
 /// The preload's file name in the runtime directory.
 pub(crate) const NODE_PRELOAD_FILE: &str = "node-loopback.cjs";
 
-/// Writes the Node preload into `dir` (readable by the instances' user).
-pub(crate) fn write_node_preload(dir: &Path) -> io::Result<PathBuf> {
+/// Makes `dir` (given to the instances' user, `run_as`) and writes the
+/// Node preload into it.
+pub(crate) fn write_node_preload(dir: &Path, run_as: Option<&Identity>) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    if let Some(who) = run_as {
+        std::os::unix::fs::chown(dir, Some(who.uid), Some(who.gid))?;
+    }
     let path = dir.join(NODE_PRELOAD_FILE);
     std::fs::write(&path, NODE_PRELOAD)?;
     Ok(path)
