@@ -319,6 +319,7 @@ async fn relay_lines(
     tail: OutputTail,
 ) {
     let mut lines = BufReader::new(out).lines();
+    let _closed = CloseOnDrop(tail.clone());
     while let Ok(Some(line)) = lines.next_line().await {
         tail.push(&line);
         match &file {
@@ -336,9 +337,8 @@ async fn relay_lines(
 }
 
 /// The port error an instance that just exited printed, if any. Its pipes
-/// may still hold its last lines: they are read for up to
-/// [`OUTPUT_SETTLE`] (an exit without a port error costs that wait once,
-/// before its backoff).
+/// may still hold its last lines: they are read until both end (at once,
+/// unless a process it started holds them), for up to [`OUTPUT_SETTLE`].
 async fn port_hint_after_exit(
     tail: &OutputTail,
     spec: &AppSpec,
@@ -347,14 +347,24 @@ async fn port_hint_after_exit(
     let port = port.to_string_lossy();
     let deadline = Instant::now() + OUTPUT_SETTLE;
     loop {
+        let complete = tail.complete();
         let hint = port_errors::hint(tail, &spec.listen, &port);
-        if hint.is_some() || Instant::now() >= deadline {
+        if hint.is_some() || complete || Instant::now() >= deadline {
             return hint;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-/// How long an exited instance's last output is waited for: the relay
-/// reads what the pipe holds within a loop turn or two (20 ms polls).
+/// How long an exited instance's last output is waited for when a process
+/// it left behind keeps its pipes open.
 const OUTPUT_SETTLE: Duration = Duration::from_millis(100);
+
+/// Marks a stream of the tail ended when its relay ends, however it ends.
+struct CloseOnDrop(OutputTail);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}

@@ -3,6 +3,7 @@
 //! port error its exit is reported with the fix, not only its exit code.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::Listen;
@@ -11,9 +12,10 @@ use crate::Listen;
 /// with the error runs 10-15 lines, the error line itself among the first.
 const KEPT_LINES: usize = 40;
 
-/// The last lines an instance printed (stdout and stderr together).
+/// The last lines an instance printed (stdout and stderr together), and
+/// how many of its two streams have ended.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct OutputTail(Arc<Mutex<VecDeque<String>>>);
+pub(crate) struct OutputTail(Arc<Mutex<VecDeque<String>>>, Arc<AtomicUsize>);
 
 impl OutputTail {
     /// Keeps `line`, forgetting the oldest past [`KEPT_LINES`].
@@ -24,6 +26,16 @@ impl OutputTail {
             }
             lines.push_back(line.to_string());
         }
+    }
+
+    /// One of the instance's streams ended (it exited, or closed it).
+    pub fn close(&self) {
+        self.1.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether both streams ended: every line the instance wrote is here.
+    pub fn complete(&self) -> bool {
+        self.1.load(Ordering::Acquire) >= 2
     }
 
     fn lines(&self) -> Vec<String> {
