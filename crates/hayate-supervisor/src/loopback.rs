@@ -19,15 +19,16 @@ pub(crate) const HOST: &str = "127.0.0.1";
 
 /// Loaded into every Node process of an instance (`NODE_OPTIONS=--require`):
 /// a listen on the port in `PORT` that names no host, or a wildcard one
-/// (`0.0.0.0`, `::`: container boilerplate), binds 127.0.0.1 instead. Any
-/// other listen (a Unix socket, another port, a given address) is left as
-/// the app asked. It runs before the app's own code, CommonJS or ESM.
+/// (`0.0.0.0`, `::`: container boilerplate), binds `HOST` instead
+/// (127.0.0.1, unless the app's own env sets another: the way to opt out).
+/// Any other listen (a Unix socket, another port, a given address) is left
+/// as the app asked. It runs before the app's own code, CommonJS or ESM.
 const NODE_PRELOAD: &str = r#"'use strict';
 // Written by hayate (hayate run): holds this app's listen on PORT to
 // loopback, so that only hayate reaches it. See hayate's README, "Apps".
 const net = require('net');
 const port = Number(process.env.PORT);
-const host = process.env.HAYATE_APP_HOST || '127.0.0.1';
+const host = process.env.HOST || '127.0.0.1';
 const wildcard = (h) => h === undefined || h === null || h === '' ||
   h === '0.0.0.0' || h === '::' || h === '::0' || h === '[::]';
 const isPort = (p) => (typeof p === 'number' || (typeof p === 'string' && p.trim() !== ''))
