@@ -276,6 +276,29 @@ fn the_sticky_cookie_neither_bypasses_the_cache_nor_keeps_a_response_out_of_it()
 }
 
 #[test]
+fn the_sticky_cookie_is_secure_over_https() {
+    let o = origins(2);
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().to_str().expect("path");
+    let h = sticky(
+        &group(&o),
+        &[
+            "--listen",
+            "https://127.0.0.1:0",
+            "--tls",
+            "internal",
+            "--state-dir",
+            state_dir,
+        ],
+    );
+    let ca = state.path().join("local-ca/ca.crt");
+    let mut c = hayate_testkit::tls::TlsClient::trusting(&ca).connect(h.addr, "localhost");
+    let r = c.get("/echo", &[]);
+    let set = r.header("set-cookie").expect("set-cookie");
+    assert!(set.ends_with("; HttpOnly; SameSite=Lax; Secure"), "{set}");
+}
+
+#[test]
 fn failing_health_checks_take_a_member_out() {
     let good = Origin::start(OriginOptions::default());
     let sick = Member::start(SICK);
