@@ -262,8 +262,8 @@ options! {
         "Failures in a row (connect refused or timed out, connection lost before the answer) that take a member out; 0: never";
     proxy_fail_timeout: Dur = "10s", "DURATION",
         "How long a member taken out gets no requests; then requests try it again (one more failure takes it out again)";
-    proxy_balance: BalanceSpec = "least_conn", "POLICY",
-        "least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME (consistent)";
+    proxy_balance: BalanceSpec = unset, "POLICY",
+        "least_conn, round_robin, sticky[:COOKIE] (hayate's own cookie sends a client back to the member that served it), hash:ip, hash:header:NAME or hash:cookie:NAME (consistent); default: sticky for hayate run's instances (socket.io needs it), least_conn otherwise";
     proxy_health_check: String = unset, "PATH",
         "Probe every member with GET PATH; a member is used only while it answers 2xx";
     proxy_health_interval: Dur = "5s", "DURATION",
@@ -284,8 +284,8 @@ options! {
         "Connections to each FastCGI member (php-fpm) across all workers, kept ones included; each holds a php-fpm child, so keep it at most pm.max_children (Debian's default pool: 5); more requests wait in the queue";
     admin: AdminAddr = unset, "ADDR",
         "Admin listener (GET /metrics for Prometheus, GET /status): HOST:PORT, PORT (on 127.0.0.1) or unix:PATH; off unless set";
-    app_listen: AppListen = "unix", "unix|tcp|tcp:BASE",
-        "hayate run: instances listen on a Unix socket, a free 127.0.0.1 port, or BASE+i (BASE+N+i for a replacement), given in PORT";
+    app_listen: AppListen = unset, "tcp|tcp:BASE|unix",
+        "hayate run: instances listen on a free 127.0.0.1 port, on BASE+i (BASE+N+i for a replacement), or on a Unix socket, given in PORT; on TCP they get HOST=HOSTNAME=127.0.0.1, Node apps are held to loopback, and an instance found listening beyond loopback is warned about (default: tcp; unix for hayate php)";
     app_protocol: AppProtocol = "http", "http|fastcgi",
         "hayate run: what the instances speak; fastcgi (php-fpm, as hayate php runs it) runs the scripts under the routes' roots as fastcgi does";
     app_reload_parallel: NonZeroU32 = "1", "N",

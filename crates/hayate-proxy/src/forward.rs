@@ -244,7 +244,19 @@ impl UpstreamGroup {
             let failure = match request.exchange(conn, &out, body, &self.settings).await {
                 Ok(answer) => {
                     member.succeeded();
-                    return request.response(answer, guard, &self.settings);
+                    let sticky_id = member.sticky_id;
+                    let mut response = request.response(answer, guard, &self.settings);
+                    match &self.settings.balance {
+                        crate::Balance::Sticky(name) => {
+                            let sent = key.and_then(crate::sticky::parse_id);
+                            crate::sticky::stick(&mut response, name, sticky_id, sent, req.scheme);
+                        }
+                        _ if self.members.len() > 1 => {
+                            crate::sticky::warn_on_lost_session(req.target, response.status.code())
+                        }
+                        _ => {}
+                    }
+                    return response;
                 }
                 Err(Failure::Client(e)) => return Error::client_body(e).into_response(),
                 Err(failure) => failure,

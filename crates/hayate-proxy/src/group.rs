@@ -83,6 +83,9 @@ pub enum Balance {
     HashCookie(String),
     /// Rendezvous hash of the client address.
     HashIp,
+    /// hayate's own cookie (this name) names the member (`sticky.rs`);
+    /// without one, fewest outstanding.
+    Sticky(String),
 }
 
 /// The Host field of upstream requests.
@@ -156,6 +159,8 @@ pub(crate) struct Member {
     weight: u32,
     /// Smooth weighted round robin state (nginx's algorithm).
     rr_current: Cell<i64>,
+    /// Its id in the sticky cookie (`sticky.rs`), from its label.
+    pub(crate) sticky_id: u64,
 }
 
 /// The protocol a group's members speak.
@@ -231,6 +236,7 @@ impl UpstreamGroup {
                     slot: None,
                     weight: 1,
                     rr_current: Cell::new(0),
+                    sticky_id: crate::sticky::member_id(&a.to_string()),
                 })
             })
             .collect();
@@ -287,6 +293,7 @@ impl UpstreamGroup {
             if let Some(m) = Rc::get_mut(m) {
                 m.slot = Some(slot.clone());
                 m.label = format!("app[{i}]");
+                m.sticky_id = crate::sticky::member_id(&m.label);
             }
         }
         group.waiting.shared = Some(app.queued.clone());
@@ -319,7 +326,13 @@ impl UpstreamGroup {
                 && (limit == 0 || self.members[i].outstanding.get() < limit)
         });
         let healthy = open.clone().filter(|&i| self.members[i].is_up(now));
+        let sticky = match (&self.settings.balance, key) {
+            (Balance::Sticky(_), Some(key)) => crate::sticky::parse_id(key)
+                .and_then(|id| healthy.clone().find(|&i| self.members[i].sticky_id == id)),
+            _ => None,
+        };
         let chosen = match (&self.settings.balance, key) {
+            (Balance::Sticky(_), _) if sticky.is_some() => sticky,
             (Balance::RoundRobin, _) => self.smooth_weighted(healthy),
             // Rendezvous hashing: a key keeps its member while that member
             // is up, and only the keys of a member that goes away move.
@@ -368,6 +381,15 @@ impl UpstreamGroup {
         best
     }
 
+    /// The name of hayate's own cookie, when the group is sticky: the
+    /// cache does not count it as the client's (`cached.rs`).
+    pub fn sticky_cookie(&self) -> Option<&str> {
+        match &self.settings.balance {
+            Balance::Sticky(name) => Some(name),
+            _ => None,
+        }
+    }
+
     /// The request's balancing key, when the policy hashes one.
     pub(crate) fn balance_key<'r>(
         &self,
@@ -380,15 +402,9 @@ impl UpstreamGroup {
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
                 .map(|(_, v)| *v),
-            Balance::HashCookie(name) => headers
-                .iter()
-                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
-                .flat_map(|(_, v)| v.split(|&b| b == b';'))
-                .find_map(|pair| {
-                    let pair = pair.strip_prefix(b" ").unwrap_or(pair);
-                    let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
-                    (k == name.as_bytes()).then(|| &v[1..])
-                }),
+            Balance::HashCookie(name) | Balance::Sticky(name) => {
+                crate::sticky::cookie(headers, name)
+            }
             _ => None,
         }
     }

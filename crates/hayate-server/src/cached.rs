@@ -33,10 +33,13 @@ use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 mod invalidate;
 mod revalidate;
 mod second_tier;
+mod sticky_cookie;
+
 use invalidate::invalidate_after_unsafe;
 pub use invalidate::purge;
 use revalidate::refresh_in_background;
 use second_tier::{stale_window, Consulted};
+use sticky_cookie::{forget_own_cookie, only_own_cookie};
 
 /// A route's cache: the shared store and the route's policy.
 #[derive(Debug, Clone)]
@@ -55,6 +58,8 @@ pub struct RouteCache {
     /// The route's compression of proxied bodies, applied before storing
     /// so the compressed variant is what later hits serve.
     pub compression: Option<Rc<Policy>>,
+    /// hayate's sticky-session cookie, when the group is sticky (`sticky_cookie.rs`).
+    pub own_cookie: Option<Box<str>>,
 }
 
 /// The upstream's answer, compressed for this client when the route
@@ -303,7 +308,7 @@ pub async fn from_origin<B: ClientBody>(
 /// Why a GET or HEAD does not use the cache at all.
 fn bypass_reason(rc: &RouteCache, req: &ProxyRequest<'_>) -> Option<&'static str> {
     for name in rc.bypass_headers.iter() {
-        if req.field(name).is_some() {
+        if req.field(name).is_some() && !only_own_cookie(rc, req, name) {
             return Some(match &name[..] {
                 b"cookie" => "cookie",
                 b"authorization" => "authorization",
@@ -416,7 +421,8 @@ async fn fetch<B: ClientBody>(
         ..CacheStatus::new(CacheOutcome::Miss)
     };
     let head = serve::response_fields(&resp);
-    let facts = ResponseFacts::from_fields(head.iter());
+    let mut facts = ResponseFacts::from_fields(head.iter());
+    forget_own_cookie(rc, &head, &mut facts);
     let directives = request_directives(req);
     let authorization = req.field(b"authorization").is_some();
     // The response's Vary, and the route's key fields as if it named them.
@@ -434,6 +440,7 @@ async fn fetch<B: ClientBody>(
     if let (Some((old, _)), 304) = (&stale, resp.status.code()) {
         let merged = serve::merged_304_head(old, &head, response_time);
         let mut merged_facts = ResponseFacts::from_fields(merged.iter());
+        forget_own_cookie(rc, &merged, &mut merged_facts);
         // The refreshed response is as old as the 304 says (its Date, now
         // in `merged`, and its Age, which is never stored).
         merged_facts.age = facts.age;

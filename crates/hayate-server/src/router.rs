@@ -145,13 +145,7 @@ impl Router {
             queue_timeout: g.proxy_queue_timeout.0,
             max_fails: g.proxy_max_fails,
             fail_timeout: g.proxy_fail_timeout.0,
-            balance: match &g.proxy_balance {
-                BalanceSpec::LeastConn => Balance::LeastOutstanding,
-                BalanceSpec::RoundRobin => Balance::RoundRobin,
-                BalanceSpec::HashHeader(h) => Balance::HashHeader(h.clone()),
-                BalanceSpec::HashCookie(c) => Balance::HashCookie(c.clone()),
-                BalanceSpec::HashIp => Balance::HashIp,
-            },
+            balance: balance(g.proxy_balance.as_ref(), Balance::LeastOutstanding),
             health_check: g.proxy_health_check.clone(),
             health_interval: g.proxy_health_interval.0,
             // per route, below
@@ -251,7 +245,18 @@ impl Router {
                             UpstreamGroup::for_app(app, settings).speaking_fastcgi(),
                         ))
                     }
-                    (None, true, Some(app)) => Some(Rc::new(UpstreamGroup::for_app(app, proxy))),
+                    (None, true, Some(app)) => {
+                        // Unless told otherwise, a client stays on one
+                        // instance: socket.io's polling handshake and
+                        // in-memory sessions fail when the default two
+                        // instances take turns (issue 33).
+                        let sticky = Balance::Sticky(hayate_proxy::DEFAULT_STICKY_COOKIE.into());
+                        let settings = ProxySettings {
+                            balance: balance(g.proxy_balance.as_ref(), sticky),
+                            ..proxy
+                        };
+                        Some(Rc::new(UpstreamGroup::for_app(app, settings)))
+                    }
                     (None, true, None) => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,
@@ -267,6 +272,10 @@ impl Router {
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 let position =
                     sites.iter().map(|s: &Site| s.routes.len()).sum::<usize>() + routes.len();
+                let own_cookie: Option<Box<str>> = upstream
+                    .as_ref()
+                    .and_then(|g| g.sticky_cookie())
+                    .map(Into::into);
                 routes.push(Route {
                     index: route_slots.map_or(position, |slots| slots[position]),
                     upstream_key,
@@ -298,6 +307,7 @@ impl Router {
                             }),
                         ),
                         compression: compression.clone(),
+                        own_cookie: own_cookie.clone(),
                     }),
                     compression,
                     hsts: r
@@ -537,6 +547,19 @@ fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
     hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify)
         .map(|c| Some(Arc::new(c)))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("https upstreams: {e}")))
+}
+
+/// The balancing of `spec`, or `default` when `proxy_balance` is unset.
+fn balance(spec: Option<&BalanceSpec>, default: Balance) -> Balance {
+    match spec {
+        None => default,
+        Some(BalanceSpec::LeastConn) => Balance::LeastOutstanding,
+        Some(BalanceSpec::RoundRobin) => Balance::RoundRobin,
+        Some(BalanceSpec::HashHeader(h)) => Balance::HashHeader(h.clone()),
+        Some(BalanceSpec::HashCookie(c)) => Balance::HashCookie(c.clone()),
+        Some(BalanceSpec::HashIp) => Balance::HashIp,
+        Some(BalanceSpec::Sticky(c)) => Balance::Sticky(c.clone()),
+    }
 }
 
 fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<UpstreamGroup> {

@@ -16,6 +16,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::loopback;
+use crate::port_errors::{self, OutputTail};
 use crate::{AppSpec, Listen, RotatingLog};
 
 /// How often readiness and drains are polled.
@@ -83,11 +85,32 @@ impl Running {
             .env("PORT", &port)
             .env("HAYATE_INSTANCE", index.to_string())
             // It decrypts the ACME keys shared in Redis: hayate's, not the app's.
-            .env_remove("HAYATE_SHARED_KEY")
-            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+            .env_remove("HAYATE_SHARED_KEY");
+        if matches!(addr, AppAddr::Tcp(_)) {
+            // Frameworks that take a host from the environment listen on
+            // loopback (the app's own env below may say otherwise); Node
+            // apps that take none are held to it by the preload.
+            cmd.env("HOST", loopback::HOST)
+                .env("HOSTNAME", loopback::HOST);
+            let own = spec
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "NODE_OPTIONS")
+                .map(|(_, v)| v.into())
+                .or_else(|| std::env::var_os("NODE_OPTIONS"));
+            let preload = spec.runtime_dir.join(loopback::NODE_PRELOAD_FILE);
+            cmd.env("NODE_OPTIONS", loopback::node_options(&preload, own));
+        }
+        cmd.envs(
+            spec.env
+                .iter()
+                .filter(|(k, _)| !(k == "NODE_OPTIONS" && matches!(addr, AppAddr::Tcp(_))))
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
         let other = spec
             .run_as
             .as_ref()
@@ -105,8 +128,23 @@ impl Running {
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
         let pid = child.id().unwrap_or(0);
-        tokio::spawn(relay_lines(out.1, index, pid, "stdout", spec.log.clone()));
-        tokio::spawn(relay_lines(err.1, index, pid, "stderr", spec.log.clone()));
+        let tail = OutputTail::default();
+        tokio::spawn(relay_lines(
+            out.1,
+            index,
+            pid,
+            "stdout",
+            spec.log.clone(),
+            tail.clone(),
+        ));
+        tokio::spawn(relay_lines(
+            err.1,
+            index,
+            pid,
+            "stderr",
+            spec.log.clone(),
+            tail.clone(),
+        ));
         let mut run = Running {
             child,
             pid,
@@ -115,13 +153,22 @@ impl Running {
         let deadline = Instant::now() + spec.start_timeout;
         loop {
             if is_ready(&run.instance.addr, spec.ready_path.as_deref()).await {
+                if let AppAddr::Tcp(a) = &run.instance.addr {
+                    let exposed = loopback::exposed_listeners(a.port());
+                    if !exposed.is_empty() {
+                        log::warn!("{}", loopback::exposure_warning(index, pid, &exposed));
+                    }
+                }
                 return Ok(run);
             }
             if let Some(status) = run.child.try_wait()? {
                 run.cleanup();
-                return Err(io::Error::other(format!(
-                    "exited before it was ready ({status})"
-                )));
+                let mut why = format!("exited before it was ready ({status})");
+                // Its last lines reach the tail a moment after it exits.
+                if let Some(hint) = port_hint_after_exit(&tail, spec, &port).await {
+                    why = format!("{why}, because of {hint}");
+                }
+                return Err(io::Error::other(why));
             }
             if stopping() {
                 run.stop(spec.stop_timeout).await;
@@ -269,9 +316,12 @@ async fn relay_lines(
     pid: u32,
     stream: &'static str,
     file: Option<Arc<RotatingLog>>,
+    tail: OutputTail,
 ) {
     let mut lines = BufReader::new(out).lines();
+    let _closed = CloseOnDrop(tail.clone());
     while let Ok(Some(line)) = lines.next_line().await {
+        tail.push(&line);
         match &file {
             Some(f) => {
                 let mut stamped = String::with_capacity(line.len() + 48);
@@ -283,5 +333,38 @@ async fn relay_lines(
             }
             None => log::info!("app[{index}] pid {pid} {stream}: {line}"),
         }
+    }
+}
+
+/// The port error an instance that just exited printed, if any. Its pipes
+/// may still hold its last lines: they are read until both end (at once,
+/// unless a process it started holds them), for up to [`OUTPUT_SETTLE`].
+async fn port_hint_after_exit(
+    tail: &OutputTail,
+    spec: &AppSpec,
+    port: &std::ffi::OsStr,
+) -> Option<String> {
+    let port = port.to_string_lossy();
+    let deadline = Instant::now() + OUTPUT_SETTLE;
+    loop {
+        let complete = tail.complete();
+        let hint = port_errors::hint(tail, &spec.listen, &port);
+        if hint.is_some() || complete || Instant::now() >= deadline {
+            return hint;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How long an exited instance's last output is waited for when a process
+/// it left behind keeps its pipes open.
+const OUTPUT_SETTLE: Duration = Duration::from_millis(100);
+
+/// Marks a stream of the tail ended when its relay ends, however it ends.
+struct CloseOnDrop(OutputTail);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }

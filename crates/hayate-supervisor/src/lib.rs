@@ -15,6 +15,8 @@
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
 mod instance;
+mod loopback;
+mod port_errors;
 pub use hayate_core::logfile::RotatingLog;
 pub mod php;
 
@@ -46,6 +48,8 @@ pub struct AppSpec {
     pub instances: usize,
     /// How instances listen.
     pub listen: Listen,
+    /// hayate's files for the instances (`loopback.rs`); the caller removes it.
+    pub runtime_dir: PathBuf,
     /// Instances replaced at once in a rolling reload.
     pub reload_parallel: NonZeroU32,
     /// Time for a new instance to accept on its socket (and pass the probe).
@@ -164,6 +168,7 @@ impl Supervisor {
                 "no command to run",
             ));
         }
+        loopback::write_node_preload(&spec.runtime_dir, spec.run_as.as_ref())?;
         match &spec.listen {
             Listen::Unix(dir) => {
                 std::fs::create_dir_all(dir)?;

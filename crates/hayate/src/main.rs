@@ -46,8 +46,9 @@ fn command() -> Command {
         ))
         .subcommand(
             with_serve_args(Command::new("run").about(
-                "Run N instances of an app (each told its Unix socket or TCP port in PORT) and \
-                 serve it: files first, the app for the rest; SIGHUP reloads it instance by instance",
+                "Run N instances of an app (each told its own 127.0.0.1 port in PORT, or a Unix \
+                 socket with --app-listen unix) and serve it: files first, the app for the rest, \
+                 each client kept on one instance; SIGHUP reloads it instance by instance",
             ))
             .mut_arg("dir", |a| {
                 a.help(
@@ -464,7 +465,15 @@ pub(crate) fn supervise(
         .unwrap_or(hayate_config::app::Instances::Auto)
         .get(g.workers.get());
     let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
-    let listen = match g.app_listen {
+    // Loopback TCP unless told otherwise: Next.js and Fastify want a port
+    // number (issue 33); php-fpm takes a socket path, private to it.
+    let fastcgi = g.app_protocol == hayate_config::app::AppProtocol::FastCgi;
+    let default_listen = if fastcgi {
+        AppListen::Unix
+    } else {
+        AppListen::Tcp
+    };
+    let listen = match g.app_listen.unwrap_or(default_listen) {
         AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
         AppListen::Tcp => hayate_supervisor::Listen::Tcp,
         AppListen::TcpBase(base) => hayate_supervisor::Listen::TcpBase(base),
@@ -486,6 +495,7 @@ pub(crate) fn supervise(
         cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
         instances,
         listen,
+        runtime_dir: socket_dir.clone(),
         reload_parallel: g.app_reload_parallel,
         start_timeout: config.global.app_start_timeout.0,
         ready_path: config.global.app_ready_path.clone(),

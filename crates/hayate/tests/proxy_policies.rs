@@ -45,6 +45,13 @@ fn round_robin(members: &str, extra: &[&str]) -> Hayate {
     Hayate::start(BIN, &args)
 }
 
+/// hayate spreading over `members` with sticky sessions.
+fn sticky(members: &str, extra: &[&str]) -> Hayate {
+    let mut args = vec!["--proxy", members, "--proxy-balance", "sticky"];
+    args.extend_from_slice(extra);
+    Hayate::start(BIN, &args)
+}
+
 /// What a [`Member`] does with a request (besides `GET /fail`, which it
 /// always drops without an answer).
 const DIES: u8 = 0; // reads the head, closes without an answer
@@ -189,6 +196,106 @@ fn round_robin_alternates_and_hashing_sticks() {
         );
     }
     h.assert_no_errors();
+}
+
+#[test]
+fn sticky_sets_its_cookie_keeps_a_client_on_its_member_and_moves_it_when_that_one_dies() {
+    let mut o = origins(3);
+    let h = sticky(&group(&o), &["--workers", "1"]);
+    let mut c = h.client();
+    let set = c.get("/echo", &[]).header("set-cookie").map(str::to_string);
+    let set = set.expect("the first answer sets the cookie");
+    assert!(set.starts_with("hayate_sticky="), "{set}");
+    assert!(set.ends_with("; Path=/; HttpOnly; SameSite=Lax"), "{set}");
+    let cookie = set.split(';').next().expect("pair").to_string();
+    for origin in &o {
+        let port = origin.url().rsplit(':').next().expect("port").to_string();
+        assert!(!cookie.contains(&port), "the id names no address: {cookie}");
+    }
+    let before: Vec<u64> = o.iter().map(Origin::requests).collect();
+    for _ in 0..6 {
+        let r = c.get("/echo", &[("Cookie", &cookie)]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("set-cookie"), None, "already carried");
+    }
+    let gained: Vec<u64> = o
+        .iter()
+        .zip(&before)
+        .map(|(o, b)| o.requests() - b)
+        .collect();
+    let home = gained.iter().position(|&g| g == 6);
+    let home = home.unwrap_or_else(|| panic!("one member took them all: {gained:?}"));
+
+    // A cookie naming no member: the normal choice, and a cookie of its own.
+    let r = c.get("/echo", &[("Cookie", "hayate_sticky=0123456789abcdef")]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("set-cookie")
+            .is_some_and(|v| v.starts_with("hayate_sticky=")),
+        "re-set"
+    );
+
+    // Its member gone: the client lands on another one and is told so.
+    drop(o.remove(home));
+    hayate_testkit::eventually("the client moved to a live member", || {
+        let r = c.get("/echo", &[("Cookie", &cookie)]);
+        let moved = r
+            .header("set-cookie")
+            .map(|v| v.split(';').next().unwrap_or("").to_string());
+        match (r.status, moved) {
+            (200, Some(new)) if new != cookie => Ok(()),
+            (status, moved) => Err(format!("{status} {moved:?}")),
+        }
+    });
+}
+
+#[test]
+fn the_sticky_cookie_neither_bypasses_the_cache_nor_keeps_a_response_out_of_it() {
+    let o = origins(2);
+    let h = sticky(&group(&o), &["--cache", "5s"]);
+    let mut c = h.client();
+    let status = |r: &hayate_testkit::Response| r.header("cache-status").unwrap_or("").to_string();
+    let first = c.get("/script?body=page", &[]);
+    assert!(status(&first).contains("stored"), "{}", status(&first));
+    let set = first
+        .header("set-cookie")
+        .expect("the client gets its cookie");
+    let cookie = set.split(';').next().expect("pair").to_string();
+    // Its next request, with the cookie, and another client's without:
+    // hits, and the stored copy sets no cookie.
+    for extra in [&[("Cookie", cookie.as_str())][..], &[]] {
+        let r = c.get("/script?body=page", extra);
+        assert!(status(&r).contains("hit"), "{}", status(&r));
+        assert_eq!(r.header("set-cookie"), None);
+    }
+    // A cookie of the client's own bypasses the cache, as without sticky.
+    let theirs = format!("{cookie}; session=abc");
+    let r = c.get("/script?body=page", &[("Cookie", &theirs)]);
+    assert!(status(&r).contains("detail=cookie"), "{}", status(&r));
+    h.assert_no_errors();
+}
+
+#[test]
+fn the_sticky_cookie_is_secure_over_https() {
+    let o = origins(2);
+    let state = tempfile::tempdir().expect("state");
+    let state_dir = state.path().to_str().expect("path");
+    let h = sticky(
+        &group(&o),
+        &[
+            "--listen",
+            "https://127.0.0.1:0",
+            "--tls",
+            "internal",
+            "--state-dir",
+            state_dir,
+        ],
+    );
+    let ca = state.path().join("local-ca/ca.crt");
+    let mut c = hayate_testkit::tls::TlsClient::trusting(&ca).connect(h.addr, "localhost");
+    let r = c.get("/echo", &[]);
+    let set = r.header("set-cookie").expect("set-cookie");
+    assert!(set.ends_with("; HttpOnly; SameSite=Lax; Secure"), "{set}");
 }
 
 #[test]

@@ -195,7 +195,7 @@ fn app_section() {
         ]
     );
     assert_eq!(cfg.global.app_max_memory.map(|s| s.0), Some(200 << 20));
-    assert_eq!(cfg.global.app_listen, crate::app::AppListen::Tcp);
+    assert_eq!(cfg.global.app_listen, Some(crate::app::AppListen::Tcp));
     assert_eq!(cfg.global.app_reload_parallel.get(), 2);
     let slash = &cfg.sites[0].routes[0];
     assert!(slash.options.app, "files first, the app for the rest");

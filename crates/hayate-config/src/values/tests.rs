@@ -112,6 +112,15 @@ fn balance_and_nets() {
         BalanceSpec::parse_str("hash:cookie:sid"),
         Ok(BalanceSpec::HashCookie("sid".into()))
     );
+    assert_eq!(
+        BalanceSpec::parse_str("sticky"),
+        Ok(BalanceSpec::Sticky("hayate_sticky".into()))
+    );
+    assert_eq!(
+        BalanceSpec::parse_str("sticky:route"),
+        Ok(BalanceSpec::Sticky("route".into()))
+    );
+    assert!(BalanceSpec::parse_str("sticky:a;b").is_err());
     assert!(BalanceSpec::parse_str("hash:header:").is_err());
     assert!(BalanceSpec::parse_str("random").is_err());
     let net = IpNet::parse_str("10.0.0.0/8").expect("valid");

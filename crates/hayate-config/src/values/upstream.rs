@@ -161,6 +161,9 @@ pub enum BalanceSpec {
     HashCookie(String),
     /// Consistent hash of the client address.
     HashIp,
+    /// hayate's own cookie (this name) sends a client back to the member
+    /// that first served it.
+    Sticky(String),
 }
 
 impl OptValue for BalanceSpec {
@@ -175,12 +178,20 @@ impl OptValue for BalanceSpec {
             "least_conn" => BalanceSpec::LeastConn,
             "round_robin" => BalanceSpec::RoundRobin,
             "hash:ip" => BalanceSpec::HashIp,
-            _ => match (t.strip_prefix("hash:header:"), t.strip_prefix("hash:cookie:")) {
-                (Some(h), _) if valid_name(h) => BalanceSpec::HashHeader(h.to_ascii_lowercase()),
-                (_, Some(c)) if valid_name(c) => BalanceSpec::HashCookie(c.to_string()),
+            "sticky" => BalanceSpec::Sticky("hayate_sticky".into()),
+            _ => match (
+                t.strip_prefix("hash:header:"),
+                t.strip_prefix("hash:cookie:"),
+                t.strip_prefix("sticky:"),
+            ) {
+                (Some(h), _, _) if valid_name(h) => {
+                    BalanceSpec::HashHeader(h.to_ascii_lowercase())
+                }
+                (_, Some(c), _) if valid_name(c) => BalanceSpec::HashCookie(c.to_string()),
+                (_, _, Some(c)) if valid_name(c) => BalanceSpec::Sticky(c.to_string()),
                 _ => {
                     return Err(format!(
-                        "expected least_conn, round_robin, hash:ip, hash:header:NAME or hash:cookie:NAME, got {s:?}"
+                        "expected least_conn, round_robin, sticky, sticky:COOKIE, hash:ip, hash:header:NAME or hash:cookie:NAME, got {s:?}"
                     ))
                 }
             },
