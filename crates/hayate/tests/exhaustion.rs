@@ -4,8 +4,8 @@
 //! fresh client served within a second after. Each state has its own test
 //! elsewhere (`h2_deadlines.rs`, `lifecycle.rs`, `protocol.rs`); this one
 //! holds them all at once, at the limit, where one unbounded wait is enough
-//! to lock every other client out. TLS handshakes held open are in
-//! `memory.rs`.
+//! to lock every other client out. The states before any HTTP (a TLS
+//! handshake, a PROXY protocol header) have a test of their own here.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -144,5 +144,67 @@ fn every_held_state_at_the_limit_is_closed_in_time_and_a_fresh_client_is_served(
     stop.store(true, Ordering::Relaxed);
     held.clear();
     let _ = slow.join();
+    h.assert_no_errors();
+}
+
+/// The states before any HTTP at the limit: a TLS connection silent before
+/// its ClientHello, one that sent half a ClientHello record, a PROXY
+/// protocol header never finished, and one never begun (on a listener that
+/// reads it from a trusted peer). Each is bounded: the TLS ones by
+/// `tls_handshake_timeout`, the PROXY ones by `header_timeout`; then a
+/// fresh client is served.
+#[test]
+fn handshakes_and_proxy_headers_held_at_the_limit_are_closed_in_time() {
+    let admin_dir = tempfile::tempdir().expect("tempdir");
+    let admin = admin_dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let (h, _state, _root) = hayate_testkit::tls::start_with_local_ca(
+        BIN,
+        &[
+            "--listen",
+            "127.0.0.1:0 proxy_protocol",
+            "--trusted-proxies",
+            "127.0.0.1",
+            "--admin",
+            &admin_arg,
+            "--max-connections",
+            "4",
+            "--header-timeout",
+            "3s",
+            "--tls-handshake-timeout",
+            "3s",
+            "--https-redirect",
+            "false",
+        ],
+    );
+    let tls_addr = h.addr;
+    let (_, proxied_addr) = h.next_address();
+    // A TLS record header announcing a 512-byte handshake, then 5 of them.
+    let half_hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03];
+    let mut held = vec![
+        TcpStream::connect(tls_addr).expect("connect"),
+        connect(tls_addr, &half_hello),
+        connect(proxied_addr, b"PROXY TCP4 203.0.113.7 "),
+        TcpStream::connect(proxied_addr).expect("connect"),
+    ];
+    let full = until_open(&admin, 4);
+    // Every state ends within its timeout (3 s), sweeps and a loaded
+    // machine's lateness.
+    let none = until_open(&admin, 0);
+    let took = none - full;
+    assert!(took < Duration::from_secs(10), "all closed after {took:?}");
+    for s in &mut held {
+        s.set_read_timeout(Some(FAILURE_BOUND)).expect("timeout");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    // A fresh client of the PROXY listener is served.
+    let mut c = TcpStream::connect(proxied_addr).expect("connect");
+    c.write_all(b"PROXY TCP4 203.0.113.7 127.0.0.1 4711 80\r\nGET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    c.set_read_timeout(Some(FAILURE_BOUND)).expect("timeout");
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
     h.assert_no_errors();
 }
