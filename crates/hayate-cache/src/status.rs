@@ -25,12 +25,17 @@ pub enum CacheOutcome {
 impl CacheOutcome {
     /// The access log word.
     pub fn as_str(self) -> &'static str {
+        self.name()
+    }
+
+    /// The same name, behind a thin pointer (`Response::cache_status`).
+    pub fn name(self) -> &'static &'static str {
         match self {
-            CacheOutcome::Hit => "HIT",
-            CacheOutcome::Stale => "STALE",
-            CacheOutcome::Miss => "MISS",
-            CacheOutcome::Revalidated => "REVALIDATED",
-            CacheOutcome::Bypass => "BYPASS",
+            CacheOutcome::Hit => &"HIT",
+            CacheOutcome::Stale => &"STALE",
+            CacheOutcome::Miss => &"MISS",
+            CacheOutcome::Revalidated => &"REVALIDATED",
+            CacheOutcome::Bypass => &"BYPASS",
         }
     }
 }

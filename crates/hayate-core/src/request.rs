@@ -197,14 +197,14 @@ impl RequestHead {
     }
 
     /// The path part of the target.
-    #[inline]
+    #[inline(always)]
     pub fn path(&self) -> &[u8] {
         let t = self.target();
         t.iter().position(|&b| b == b'?').map_or(t, |q| &t[..q])
     }
 
     /// The query, without `?`.
-    #[inline]
+    #[inline(always)]
     pub fn query(&self) -> Option<&[u8]> {
         let t = self.target();
         t.iter().position(|&b| b == b'?').map(|q| &t[q + 1..])

@@ -32,8 +32,12 @@ pub struct Response {
     /// Close the connection after this response.
     pub close: bool,
     /// What the response cache did (`HIT`, `MISS`, …), for the access log;
-    /// `None` where no cache is configured.
-    pub cache_status: Option<&'static str>,
+    /// `None` where no cache is configured. A thin pointer to the name: 8
+    /// bytes where `Option<&str>` takes 16, and a response is moved whole
+    /// from its handler to its writer (at 184 bytes those moves became
+    /// memcpy calls, 87 instructions of a static request:
+    /// bench/instructions/run).
+    pub cache_status: Option<&'static &'static str>,
     /// The fields carry a Date: an origin's (kept as received, RFC 9110
     /// §6.6.1) or a stored response's. The writer then adds none of its own.
     pub has_date: bool,

@@ -110,7 +110,7 @@ fn without_own_control(fields: &mut Fields) {
 
 fn with_status(mut resp: Response, status: &CacheStatus) -> Response {
     resp.header("Cache-Status", &status.value_bytes());
-    resp.cache_status = Some(status.outcome.as_str());
+    resp.cache_status = Some(status.outcome.name());
     resp
 }
 

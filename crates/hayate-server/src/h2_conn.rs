@@ -444,7 +444,7 @@ impl Stream {
         };
         let respond = respond.into_inner();
         let status = response.status;
-        let cache = response.cache_status;
+        let cache = response.cache_status.copied();
         if let Some(m) = &w.metrics {
             m.record(route, Version::Http2, status.code(), started.elapsed());
         }

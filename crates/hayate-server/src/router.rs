@@ -447,6 +447,7 @@ impl Router {
         })
     }
 
+    #[inline]
     fn site_for(&self, host: &[u8]) -> Option<usize> {
         let name = strip_port(host);
         self.sites.iter().position(|s| {

@@ -65,7 +65,7 @@ impl Conn {
             }
             _ => return Some(resp),
         };
-        self.log_access(req, resp.status, resp.cache_status, sent, started);
+        self.log_access(req, resp.status, resp.cache_status.copied(), sent, started);
         None
     }
 
@@ -93,7 +93,7 @@ impl Conn {
             // holds (a conn_limit slot) would go before its body is sent.
             let _held_until_sent = resp.holds;
             let status = resp.status;
-            let cache = resp.cache_status;
+            let cache = resp.cache_status.copied();
             if let Body::Upgrade(tunnel) = resp.body {
                 let flushed = self.flush().await;
                 self.log_access(req, status, cache, 0, started);
