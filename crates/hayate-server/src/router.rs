@@ -412,7 +412,7 @@ impl Router {
             .find(|r| prefix_matches(&r.prefix, path))
     }
 
-    #[inline]
+    #[inline(always)]
     fn site(&self, host: Option<&[u8]>) -> Option<&Site> {
         let site = host
             .and_then(|h| self.site_for(h))
@@ -516,6 +516,7 @@ fn prefix_matches(prefix: &[u8], path: &[u8]) -> bool {
 }
 
 /// The path a handler sees: without the prefix when the route strips it.
+#[inline(always)]
 pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [u8]> {
     if !route.strip_prefix || route.prefix == b"/" {
         return path.into();
