@@ -713,6 +713,7 @@ pub(crate) fn serve_file(
 
 /// Whether the client prefers JSON (directory listings, error answers), by
 /// its Accept.
+#[inline]
 pub(crate) fn wants_json(accept: Option<&[u8]>) -> bool {
     accept.is_some_and(|a| {
         let a = String::from_utf8_lossy(a);
