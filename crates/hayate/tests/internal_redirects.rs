@@ -77,15 +77,9 @@ fn files(dir: &Path) {
     std::os::unix::fs::symlink("/etc/hostname", dir.join("private/host.txt")).expect("symlink");
 }
 
+/// A config file in `dir` made of `text`, started.
 fn start(dir: &Path, text: &str) -> Hayate {
-    let file = dir.join("hayate.toml");
-    std::fs::write(&file, text).expect("write config");
-    Hayate::start_in(
-        BIN,
-        &["--config", file.to_str().expect("utf-8")],
-        &[],
-        Some(dir),
-    )
+    Hayate::start_config(BIN, &dir.join("hayate.toml"), text)
 }
 
 #[test]

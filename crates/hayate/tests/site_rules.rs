@@ -16,14 +16,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
 /// A config file in `dir` made of `text`, started.
 fn start(dir: &Path, text: &str) -> Hayate {
-    let file = dir.join("hayate.toml");
-    std::fs::write(&file, text).expect("write config");
-    Hayate::start_in(
-        BIN,
-        &["--config", file.to_str().expect("utf-8")],
-        &[],
-        Some(dir),
-    )
+    Hayate::start_config(BIN, &dir.join("hayate.toml"), text)
 }
 
 /// A site: files under `dir/www` (an SPA under /app/), `/api/` proxied to
