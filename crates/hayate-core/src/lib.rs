@@ -34,5 +34,5 @@ pub mod variant;
 
 pub use coding::Coding;
 pub use fields::Fields;
-pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};
+pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel, UpstreamTimes};
 pub use status::Status;

@@ -34,6 +34,9 @@ pub struct Response {
     /// What the response cache did (`HIT`, `MISS`, …), for the access log;
     /// `None` where no cache is configured.
     pub cache_status: Option<&'static str>,
+    /// How the upstream answered a proxied response, for the access log
+    /// and `slow_request`; `None` for every other response.
+    pub upstream: Option<UpstreamTimes>,
     /// The fields carry a Date: an origin's (kept as received, RFC 9110
     /// §6.6.1) or a stored response's. The writer then adds none of its own.
     pub has_date: bool,
@@ -53,6 +56,21 @@ pub struct Response {
     /// its body is written, or when the client is gone. `None` but on
     /// routes with such a policy.
     pub holds: Option<Held>,
+}
+
+/// The upstream exchange behind a proxied response: times from the start
+/// of the attempt that answered (after any wait in the queue), as nginx's
+/// `$upstream_connect_time` and `$upstream_header_time`, read from the
+/// event loop's clock (`loop_time`: no clock read of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTimes {
+    /// Until the connection was ready (0 for a pooled one).
+    pub connect_us: u32,
+    /// Until the response head was read.
+    pub head_us: u32,
+    /// The X-Request-Id hayate made for the request (64 bits, written as
+    /// 16 hex digits); 0 when it passed on the client's own.
+    pub made_request_id: u64,
 }
 
 /// Something a [`Response`] keeps alive while it is sent. Boxed twice: a
@@ -208,6 +226,7 @@ impl Response {
             body: Body::Empty,
             close: false,
             cache_status: None,
+            upstream: None,
             has_date: false,
             unknown_framing: false,
             no_server: false,

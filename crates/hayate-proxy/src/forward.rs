@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::error::{Error, ErrorKind};
 use hayate_core::h1::chunked::passable_trailers;
-use hayate_core::Response;
+use hayate_core::{Response, UpstreamTimes};
 
 use crate::fastcgi::FastCgi;
 use crate::group::{Outstanding, Protocol, UpstreamGroup};
@@ -147,6 +147,8 @@ impl UpstreamGroup {
                     }
                 }
             };
+            // The answering attempt's times count from here, after the queue.
+            let attempt_started = now;
             let member = self.members[i].clone();
             // Read once: its id picks a pooled connection, its address is
             // built only to connect.
@@ -244,7 +246,18 @@ impl UpstreamGroup {
             let failure = match request.exchange(conn, &out, body, &self.settings).await {
                 Ok(answer) => {
                     member.succeeded();
-                    return request.response(answer, guard, &self.settings);
+                    // The loop's clock, read as the head arrived (no clock
+                    // read of its own).
+                    let head_took = hayate_core::loop_time::instant() - attempt_started;
+                    self.count_response(i, head_took);
+                    let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+                    let mut response = request.response(answer, guard, &self.settings);
+                    response.upstream = Some(UpstreamTimes {
+                        connect_us: micros(now - attempt_started),
+                        head_us: micros(head_took),
+                        made_request_id: request.made_request_id(),
+                    });
+                    return response;
                 }
                 Err(Failure::Client(e)) => return Error::client_body(e).into_response(),
                 Err(failure) => failure,

@@ -156,6 +156,9 @@ pub(crate) struct Member {
     weight: u32,
     /// Smooth weighted round robin state (nginx's algorithm).
     rr_current: Cell<i64>,
+    /// Its response heads' latencies, counted while figures are published
+    /// (`figures.rs`).
+    pub(crate) response_times: crate::figures::ResponseTimes,
 }
 
 /// The protocol a group's members speak.
@@ -231,6 +234,7 @@ impl UpstreamGroup {
                     slot: None,
                     weight: 1,
                     rr_current: Cell::new(0),
+                    response_times: Default::default(),
                 })
             })
             .collect();

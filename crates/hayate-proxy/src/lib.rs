@@ -48,3 +48,4 @@ pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use request::{CgiScript, ClientPorts, ProxyRequest, RequestFields};
+pub use request_head::request_id_hex;

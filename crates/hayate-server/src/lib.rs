@@ -28,6 +28,7 @@ mod main_loop;
 pub mod pipeline;
 pub mod policy;
 mod proxy_protocol;
+mod slow_request;
 pub mod reload;
 pub mod request_metrics;
 pub mod router;

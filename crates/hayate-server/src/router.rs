@@ -384,6 +384,15 @@ impl Router {
         self.https_port
     }
 
+    /// The site (its first host, `*` for any) and prefix of the route of
+    /// `index` ([`Route::index`]), for the logs.
+    pub fn route_name(&self, index: usize) -> Option<(&str, &[u8])> {
+        self.sites.iter().find_map(|site| {
+            let route = site.routes.iter().find(|r| r.index == index)?;
+            Some((site.hosts.first().map_or("*", String::as_str), &route.prefix[..]))
+        })
+    }
+
     /// Every upstream group and its route's index (for the worker's
     /// health-check and sweeper tasks, and the groups' figures).
     pub fn upstream_groups(&self) -> impl Iterator<Item = (usize, &Rc<UpstreamGroup>)> {
