@@ -165,7 +165,7 @@ mod tests {
         g.publish_figures(Instant::now());
         let after = slot.lock().unwrap().clone();
         let mut expected = [0; LATENCY_BUCKETS_US.len() + 1];
-        expected[4] = 1; // 3 ms: the 5 ms bucket
+        expected[3] = 1; // 3 ms: the 5 ms bucket
         expected[LATENCY_BUCKETS_US.len()] = 1;
         assert_eq!(after[1].response_counts, expected);
         assert_eq!(after[1].response_sum_us, 60_003_000);

@@ -15,7 +15,10 @@ use super::Entry;
 pub(super) fn line(out: &mut Vec<u8>, format: &LogFormat, req: &RequestHead, e: &Entry<'_>) {
     match format {
         LogFormat::Combined => combined(out, req, e),
-        LogFormat::Common => common(out, req, e),
+        LogFormat::Common => {
+            common(out, req, e);
+            out.push(b'\n');
+        }
         LogFormat::Json => json(out, req, e),
         LogFormat::Ecs => ecs(out, req, e),
         LogFormat::Template(t) => template(out, t, req, e),
@@ -513,11 +516,14 @@ mod tests {
 
     #[test]
     fn no_value_can_forge_a_line() {
-        // Bytes the HTTP/1 parser lets through in values (obs-text, quotes,
-        // a tab); HTTP/2 values reach the log with any byte but CR/LF/NUL.
-        let req = request(
-            "GET /\"q HTTP/1.1\r\nHost: h\r\nUser-Agent: a\"\t\x7fé \" 200 0 \"x\r\n\r\n",
+        // As HTTP/2 hands values over: any byte but CR, LF and NUL.
+        let mut req = RequestHead::new(
+            b"GET",
+            b"/\"q",
+            hayate_core::request::Version::Http2,
+            hayate_core::transport::Scheme::Http,
         );
+        req.push_field(b"user-agent", b"a\"\t\x7f\xc3\xa9 \" 200 0 \"x");
         for format in ["combined", "common", "$http_user_agent $request", "json", "ecs"] {
             let line = render(format, &req, &entry());
             assert_eq!(line.matches('\n').count(), 1, "{format}: {line}");
@@ -526,6 +532,8 @@ mod tests {
         }
         let line = render("$http_user_agent", &req, &entry());
         assert_eq!(line, "a\\x22\\x09\\x7F\\xC3\\xA9 \\x22 200 0 \\x22x\n");
+        let combined = render("combined", &req, &entry());
+        assert!(combined.contains("\"GET /\\x22q HTTP/2"), "{combined}");
         let ecs = render("ecs", &req, &entry());
         assert!(
             ecs.contains("\"user_agent\":{\"original\":\"a\\\"\\u0009\\u007f\\u00c3\\u00a9 \\\" 200 0 \\\"x\"}"),
