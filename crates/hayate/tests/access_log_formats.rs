@@ -83,7 +83,7 @@ fn goaccess_reads_the_combined_log_with_its_stock_format() {
     let mut h = start(dir.path(), &o, "");
     let mut c = h.client();
     assert_eq!(c.get("/files/hello.txt", &[]).status, 200);
-    assert_eq!(c.get("/files/missing.txt", &[]).status, 404);
+    assert_eq!(c.get("/status?code=404", &[]).status, 404);
     assert_eq!(
         c.get("/echo?q=1", &[("Referer", "http://r.test/"), ("User-Agent", "ua/1")])
             .status,
@@ -136,7 +136,7 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
     }
     let lines = stopped_log(&mut h, dir.path());
     assert_eq!(lines.len(), 4, "{lines:#?}");
-    for (line, protocol) in lines.iter().zip(["HTTP/1.1", "HTTP/1.1", "HTTP/2", "HTTP/2"]) {
+    for (line, protocol) in lines.iter().zip(["HTTP/1.1", "HTTP/1.1", "HTTP/2.0", "HTTP/2.0"]) {
         let v: Vec<&str> = line.split('|').collect();
         assert_eq!(v.len(), 22, "{line}");
         assert_eq!(v[0], "127.0.0.1", "{line}");
@@ -181,7 +181,7 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
     assert_eq!(&f[18..20], ["-", "-"], "no upstream: {file}");
     // HTTP/2: the same values, :authority as the host.
     let p2: Vec<&str> = lines[2].split('|').collect();
-    assert_eq!(p2[2], "GET /echo?a=%20b HTTP/2", "{}", lines[2]);
+    assert_eq!(p2[2], "GET /echo?a=%20b HTTP/2.0", "{}", lines[2]);
     assert_eq!(&p2[8..11], ["http://r.test/", "ua/2", "thing one"]);
     assert_eq!(lines[3].split('|').nth(11), Some("mine-1"));
 }
@@ -192,13 +192,16 @@ fn header_bytes_cannot_forge_a_line_in_any_format() {
         let dir = tempfile::tempdir().expect("tempdir");
         let o = Origin::start(OriginOptions::default());
         let mut h = start(dir.path(), &o, &format!("access_log_format = \"{format}\""));
-        // Quotes, a tab, DEL and bytes past ASCII (obs-text), and a value
-        // that imitates the end of a line and the start of another.
-        let forged = "x\" 200 0 \"-\" \"-\"\t\x7f\u{e9} 127.0.0.1 - - [x] \"GET /forged HTTP/1.1\"";
+        // Quotes, a tab and bytes past ASCII (obs-text), and a value that
+        // imitates the end of a line and the start of another. (CR, LF,
+        // NUL and DEL never pass the parsers; the unit tests give the
+        // formats every byte.)
+        let forged = "x\" 200 0 \"-\" \"-\"\t\u{e9} 127.0.0.1 - - [x] \"GET /forged HTTP/1.1\"";
         let raw = format!(
             "GET /echo HTTP/1.1\r\nHost: h\r\nUser-Agent: {forged}\r\nX-A: {forged}\r\nReferer: {forged}\r\nConnection: close\r\n\r\n"
         );
-        assert!(raw_request(&h, raw.as_bytes()).starts_with("HTTP/1.1 200"));
+        let answer = raw_request(&h, raw.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         let lines = stopped_log(&mut h, dir.path());
         assert_eq!(lines.len(), 1, "{format}: {lines:#?}");
         let line = &lines[0];
@@ -219,8 +222,14 @@ fn header_bytes_cannot_forge_a_line_in_any_format() {
             _ => {
                 // Every quote left unescaped is one the format wrote.
                 let quotes = line.matches('"').count();
-                assert_eq!(quotes, if format == "common" { 2 } else { 6 }, "{format}: {line}");
-                assert!(line.contains("x\\x22 200 0 \\x22-\\x22"), "{format}: {line}");
+                let written = match format {
+                    "combined" => 6,
+                    _ => 2,
+                };
+                assert_eq!(quotes, written, "{format}: {line}");
+                if format != "common" {
+                    assert!(line.contains("x\\x22 200 0 \\x22-\\x22"), "{format}: {line}");
+                }
             }
         }
     }
@@ -307,7 +316,7 @@ fn a_slow_upstream_request_is_logged_at_warn_and_counted_per_member() {
     assert_eq!(h.stderr().matches("slow request:").count(), 1, "{}", h.stderr());
     // Both proxied requests in the member's histogram (figures published
     // once a second), the slow one past 0.1 s.
-    let member = o.url().trim_start_matches("http://").to_string();
+    let member = o.url();
     let metrics = eventually("the histogram", || {
         let text = hayate_testkit::unix_get(&dir.path().join("admin.sock"), "/metrics");
         text.contains(&format!(

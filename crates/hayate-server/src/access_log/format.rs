@@ -6,7 +6,7 @@
 //! from a table; no value allocates.
 
 use hayate_config::values::{LogFormat, LogPiece, LogTemplate, LogVariable};
-use hayate_core::request::RequestHead;
+use hayate_core::request::{RequestHead, Version};
 use hayate_proxy::request_id_hex;
 
 use super::Entry;
@@ -122,8 +122,11 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     out.extend_from_slice(b"},\"client\":{\"ip\":\"");
     json_escape(out, e.peer.as_bytes());
     out.extend_from_slice(b"\"},\"http\":{\"version\":\"");
-    let version = req.version.as_str();
-    out.extend_from_slice(version.strip_prefix("HTTP/").unwrap_or(version).as_bytes());
+    out.extend_from_slice(match req.version {
+        Version::Http10 => b"1.0",
+        Version::Http11 => b"1.1",
+        Version::Http2 => b"2",
+    });
     out.extend_from_slice(b"\",\"request\":{\"method\":\"");
     json_escape(out, req.method());
     out.push(b'"');
