@@ -197,13 +197,17 @@ pub fn iso_now(out: &mut String) {
 /// Appends the current time in the Common Log Format (as [`clf_now`]),
 /// from the per-second cache: no allocation.
 pub fn append_clf_now(out: &mut Vec<u8>) {
-    with_cached(SystemTime::now(), |c| out.extend_from_slice(c.clf.as_bytes()));
+    with_cached(SystemTime::now(), |c| {
+        out.extend_from_slice(c.clf.as_bytes())
+    });
 }
 
 /// Appends the current time in ISO 8601 (as [`iso_now`]), from the
 /// per-second cache: no allocation.
 pub fn append_iso_now(out: &mut Vec<u8>) {
-    with_cached(SystemTime::now(), |c| out.extend_from_slice(c.iso.as_bytes()));
+    with_cached(SystemTime::now(), |c| {
+        out.extend_from_slice(c.iso.as_bytes())
+    });
 }
 
 const MONTHS: [&str; 12] = [

@@ -389,7 +389,10 @@ impl Router {
     pub fn route_name(&self, index: usize) -> Option<(&str, &[u8])> {
         self.sites.iter().find_map(|site| {
             let route = site.routes.iter().find(|r| r.index == index)?;
-            Some((site.hosts.first().map_or("*", String::as_str), &route.prefix[..]))
+            Some((
+                site.hosts.first().map_or("*", String::as_str),
+                &route.prefix[..],
+            ))
         })
     }
 

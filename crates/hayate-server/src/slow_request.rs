@@ -22,10 +22,8 @@ pub(crate) fn report(req: &RequestHead, e: &Entry<'_>) {
         Some((site, prefix)) => format!("{site}{}", String::from_utf8_lossy(prefix)),
         None => "-".into(),
     };
-    let id = request_id(req, e, &mut [0; 16]).map_or_else(
-        || "-".into(),
-        |id| String::from_utf8_lossy(id).into_owned(),
-    );
+    let id = request_id(req, e, &mut [0; 16])
+        .map_or_else(|| "-".into(), |id| String::from_utf8_lossy(id).into_owned());
     log::warn!(
         "slow request: {:.1} ms total ({upstream}); {} {} from {}, route {route}, status {}, request id {id}",
         ms(u64::try_from(e.duration.as_micros()).unwrap_or(u64::MAX)),

@@ -64,7 +64,9 @@ fn curl(h: &Hayate, path: &str, http2: bool, headers: &[&str]) -> u16 {
     }
     let out = cmd.arg(&url).output().expect("curl (installed by .ci/run)");
     assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).parse().expect("status")
+    String::from_utf8_lossy(&out.stdout)
+        .parse()
+        .expect("status")
 }
 
 /// Sends `raw` on a connection of its own and reads the answer to its end.
@@ -85,8 +87,11 @@ fn goaccess_reads_the_combined_log_with_its_stock_format() {
     assert_eq!(c.get("/files/hello.txt", &[]).status, 200);
     assert_eq!(c.get("/status?code=404", &[]).status, 404);
     assert_eq!(
-        c.get("/echo?q=1", &[("Referer", "http://r.test/"), ("User-Agent", "ua/1")])
-            .status,
+        c.get(
+            "/echo?q=1",
+            &[("Referer", "http://r.test/"), ("User-Agent", "ua/1")]
+        )
+        .status,
         200
     );
     assert_eq!(c.request("HEAD", "/files/hello.txt", &[]).status, 200);
@@ -132,11 +137,17 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
     ];
     for http2 in [false, true] {
         assert_eq!(curl(&h, "/echo?a=%20b", http2, &headers), 200);
-        assert_eq!(curl(&h, "/files/hello.txt", http2, &["X-Request-Id: mine-1"]), 200);
+        assert_eq!(
+            curl(&h, "/files/hello.txt", http2, &["X-Request-Id: mine-1"]),
+            200
+        );
     }
     let lines = stopped_log(&mut h, dir.path());
     assert_eq!(lines.len(), 4, "{lines:#?}");
-    for (line, protocol) in lines.iter().zip(["HTTP/1.1", "HTTP/1.1", "HTTP/2.0", "HTTP/2.0"]) {
+    for (line, protocol) in lines
+        .iter()
+        .zip(["HTTP/1.1", "HTTP/1.1", "HTTP/2.0", "HTTP/2.0"])
+    {
         let v: Vec<&str> = line.split('|').collect();
         assert_eq!(v.len(), 22, "{line}");
         assert_eq!(v[0], "127.0.0.1", "{line}");
@@ -144,8 +155,14 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
         assert_eq!(v[14], protocol, "{line}");
         assert_eq!(v[15], "-", "plain HTTP: {line}");
         assert_eq!(v[16], "-", "no cache: {line}");
-        assert!(v[17].len() == 5 && v[17].starts_with("0."), "seconds.ms: {line}");
-        assert!(v[20].starts_with('[') && v[20].ends_with(" +0000]"), "{line}");
+        assert!(
+            v[17].len() == 5 && v[17].starts_with("0."),
+            "seconds.ms: {line}"
+        );
+        assert!(
+            v[20].starts_with('[') && v[20].ends_with(" +0000]"),
+            "{line}"
+        );
         assert!(v[21].ends_with('Z') && v[21].contains('T'), "{line}");
     }
     let (proxied, file) = (&lines[0], &lines[1]);
@@ -161,7 +178,11 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
     ];
     assert_eq!(&p[..7], &want[..], "{proxied}");
     assert!(p[7].parse::<u64>().expect("bytes") > 0, "{proxied}");
-    assert_eq!(&p[8..11], ["http://r.test/", "ua/2", "thing one"], "{proxied}");
+    assert_eq!(
+        &p[8..11],
+        ["http://r.test/", "ua/2", "thing one"],
+        "{proxied}"
+    );
     // hayate made the request's id (16 hex digits, as the origin got it).
     assert!(
         p[11].len() == 16 && p[11].bytes().all(|b| b.is_ascii_hexdigit()),
@@ -169,10 +190,21 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
     );
     assert_eq!(p[13], "*/", "{proxied}");
     for t in [p[18], p[19]] {
-        assert!(t.len() == 5 && t.starts_with("0."), "upstream times: {proxied}");
+        assert!(
+            t.len() == 5 && t.starts_with("0."),
+            "upstream times: {proxied}"
+        );
     }
     let f: Vec<&str> = file.split('|').collect();
-    assert_eq!(&f[1..5], ["-", "GET /files/hello.txt HTTP/1.1", "GET", "/files/hello.txt"]);
+    assert_eq!(
+        &f[1..5],
+        [
+            "-",
+            "GET /files/hello.txt HTTP/1.1",
+            "GET",
+            "/files/hello.txt"
+        ]
+    );
     assert_eq!(&f[6..8], ["200", "12"], "{file}");
     assert_eq!((f[8], f[10]), ("-", "-"), "{file}");
     assert!(f[9].starts_with("curl/"), "curl's own agent: {file}");
@@ -188,7 +220,13 @@ fn a_template_renders_every_variable_over_http1_and_http2() {
 
 #[test]
 fn header_bytes_cannot_forge_a_line_in_any_format() {
-    for format in ["combined", "common", "json", "ecs", "$request \\\"$http_user_agent\\\" $http_x_a"] {
+    for format in [
+        "combined",
+        "common",
+        "json",
+        "ecs",
+        "$request \\\"$http_user_agent\\\" $http_x_a",
+    ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let o = Origin::start(OriginOptions::default());
         let mut h = start(dir.path(), &o, &format!("access_log_format = \"{format}\""));
@@ -217,7 +255,11 @@ fn header_bytes_cannot_forge_a_line_in_any_format() {
                 } else {
                     &v["user_agent"]
                 };
-                assert_eq!(ua.as_str().map(|s| s.starts_with("x\" 200 0")), Some(true), "{line}");
+                assert_eq!(
+                    ua.as_str().map(|s| s.starts_with("x\" 200 0")),
+                    Some(true),
+                    "{line}"
+                );
             }
             _ => {
                 // Every quote left unescaped is one the format wrote.
@@ -228,7 +270,10 @@ fn header_bytes_cannot_forge_a_line_in_any_format() {
                 };
                 assert_eq!(quotes, written, "{format}: {line}");
                 if format != "common" {
-                    assert!(line.contains("x\\x22 200 0 \\x22-\\x22"), "{format}: {line}");
+                    assert!(
+                        line.contains("x\\x22 200 0 \\x22-\\x22"),
+                        "{format}: {line}"
+                    );
                 }
             }
         }
@@ -240,7 +285,15 @@ fn ecs_lines_are_json_with_elastic_common_schema_names() {
     let dir = tempfile::tempdir().expect("tempdir");
     let o = Origin::start(OriginOptions::default());
     let mut h = start(dir.path(), &o, "access_log_format = \"ecs\"");
-    assert_eq!(curl(&h, "/echo?x=1", false, &["User-Agent: ua/3", "Referer: http://r/"]), 200);
+    assert_eq!(
+        curl(
+            &h,
+            "/echo?x=1",
+            false,
+            &["User-Agent: ua/3", "Referer: http://r/"]
+        ),
+        200
+    );
     assert_eq!(curl(&h, "/files/hello.txt", true, &[]), 200);
     let lines = stopped_log(&mut h, dir.path());
     assert_eq!(lines.len(), 2, "{lines:#?}");
@@ -252,19 +305,30 @@ fn ecs_lines_are_json_with_elastic_common_schema_names() {
         path.split('.').fold(d.clone(), |v, k| v[k].clone())
     };
     for d in &docs {
-        assert!(field(d, "@timestamp").as_str().is_some_and(|t| t.ends_with('Z')), "{d}");
+        assert!(
+            field(d, "@timestamp")
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z')),
+            "{d}"
+        );
         assert_eq!(field(d, "ecs.version"), "8.11.0");
         assert_eq!(field(d, "client.ip"), "127.0.0.1");
         assert_eq!(field(d, "http.request.method"), "GET");
         assert_eq!(field(d, "http.response.status_code"), 200);
-        assert!(field(d, "event.duration").as_u64().is_some_and(|ns| ns > 0), "{d}");
+        assert!(
+            field(d, "event.duration").as_u64().is_some_and(|ns| ns > 0),
+            "{d}"
+        );
     }
     let (proxied, file) = (&docs[0], &docs[1]);
     assert_eq!(field(proxied, "url.original"), "/echo?x=1");
     assert_eq!(field(proxied, "http.version"), "1.1");
     assert_eq!(field(proxied, "user_agent.original"), "ua/3");
     assert_eq!(field(proxied, "http.request.referrer"), "http://r/");
-    assert_eq!(field(proxied, "http.request.id").as_str().map(str::len), Some(16));
+    assert_eq!(
+        field(proxied, "http.request.id").as_str().map(str::len),
+        Some(16)
+    );
     assert!(field(proxied, "http.response.body.bytes").as_u64() > Some(0));
     assert_eq!(field(proxied, "hayate.route"), "*/");
     assert!(field(proxied, "hayate.upstream.header_time").is_number());
@@ -285,7 +349,10 @@ fn a_slow_upstream_request_is_logged_at_warn_and_counted_per_member() {
     );
     let mut c = h.client();
     // The origin takes 150 ms over this one: slow; the others are fast.
-    assert_eq!(c.get("/slow?ms=150", &[("X-Request-Id", "slow-1")]).status, 200);
+    assert_eq!(
+        c.get("/slow?ms=150", &[("X-Request-Id", "slow-1")]).status,
+        200
+    );
     assert_eq!(c.get("/echo", &[]).status, 200);
     assert_eq!(c.get("/files/hello.txt", &[]).status, 200);
     drop(c);
@@ -313,7 +380,12 @@ fn a_slow_upstream_request_is_logged_at_warn_and_counted_per_member() {
         .and_then(|s| s.parse().ok())
         .expect("the head's time");
     assert!(head_ms >= 150.0, "{warn}");
-    assert_eq!(h.stderr().matches("slow request:").count(), 1, "{}", h.stderr());
+    assert_eq!(
+        h.stderr().matches("slow request:").count(),
+        1,
+        "{}",
+        h.stderr()
+    );
     // Both proxied requests in the member's histogram (figures published
     // once a second), the slow one past 0.1 s.
     let member = o.url();

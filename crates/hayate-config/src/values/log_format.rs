@@ -226,7 +226,10 @@ mod tests {
     #[test]
     fn bad_templates_name_the_problem() {
         let e = LogFormat::parse_str("$client_ip $bogus").unwrap_err();
-        assert!(e.starts_with("unknown variable $bogus (known: $client_ip"), "{e}");
+        assert!(
+            e.starts_with("unknown variable $bogus (known: $client_ip"),
+            "{e}"
+        );
         let e = LogFormat::parse_str("$status ${status").unwrap_err();
         assert!(e.contains("unclosed"), "{e}");
         let e = LogFormat::parse_str("$ $status").unwrap_err();

@@ -116,7 +116,9 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     hayate_core::date::append_iso_now(out);
     out.extend_from_slice(b"\",\"ecs\":{\"version\":\"");
     out.extend_from_slice(ECS_VERSION.as_bytes());
-    out.extend_from_slice(b"\"},\"event\":{\"kind\":\"event\",\"category\":[\"web\"],\"duration\":");
+    out.extend_from_slice(
+        b"\"},\"event\":{\"kind\":\"event\",\"category\":[\"web\"],\"duration\":",
+    );
     let nanos = u64::try_from(e.duration.as_nanos()).unwrap_or(u64::MAX);
     out.extend_from_slice(itoa::Buffer::new().format(nanos).as_bytes());
     out.extend_from_slice(b"},\"client\":{\"ip\":\"");
@@ -231,7 +233,9 @@ fn variable(out: &mut Vec<u8>, v: LogVariable, req: &RequestHead, e: &Entry<'_>)
         LogVariable::RequestMethod => escape(out, req.method()),
         LogVariable::RequestUri => escape(out, req.original_target()),
         LogVariable::Host => escape(out, req.host().unwrap_or(b"-")),
-        LogVariable::Status => out.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes()),
+        LogVariable::Status => {
+            out.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes())
+        }
         LogVariable::BodyBytesSent => {
             out.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes())
         }
@@ -254,9 +258,10 @@ fn variable(out: &mut Vec<u8>, v: LogVariable, req: &RequestHead, e: &Entry<'_>)
             None => dash(out),
         },
         LogVariable::Cache => out.extend_from_slice(e.cache.unwrap_or("-").as_bytes()),
-        LogVariable::RequestTime => {
-            seconds(out, u64::try_from(e.duration.as_micros()).unwrap_or(u64::MAX))
-        }
+        LogVariable::RequestTime => seconds(
+            out,
+            u64::try_from(e.duration.as_micros()).unwrap_or(u64::MAX),
+        ),
         LogVariable::UpstreamConnectTime => match e.upstream {
             Some(u) => seconds(out, u.connect_us.into()),
             None => dash(out),
@@ -326,7 +331,12 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 fn escape(out: &mut Vec<u8>, s: &[u8]) {
     for &b in s {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            out.extend_from_slice(&[b'\\', b'x', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+            out.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
         } else {
             out.push(b);
         }
@@ -449,7 +459,12 @@ mod tests {
     fn render(format: &str, req: &RequestHead, e: &Entry<'_>) -> String {
         use hayate_config::values::OptValue;
         let mut out = Vec::new();
-        line(&mut out, &LogFormat::parse_str(format).expect("format"), req, e);
+        line(
+            &mut out,
+            &LogFormat::parse_str(format).expect("format"),
+            req,
+            e,
+        );
         String::from_utf8(out).expect("ascii")
     }
 
@@ -506,7 +521,11 @@ mod tests {
         };
         let bare = request("GET / HTTP/1.0\r\n\r\n");
         assert_eq!(
-            render("$request_id $remote_user $upstream_header_time", &bare, &made),
+            render(
+                "$request_id $remote_user $upstream_header_time",
+                &bare,
+                &made
+            ),
             "00000000000000ab - 0.000\n"
         );
         assert_eq!(
@@ -514,7 +533,10 @@ mod tests {
             "- - -\n"
         );
         let time = render("[$time_local] $time_iso8601", &bare, &entry());
-        assert!(time.starts_with('[') && time.contains(" +0000] 20"), "{time}");
+        assert!(
+            time.starts_with('[') && time.contains(" +0000] 20"),
+            "{time}"
+        );
     }
 
     #[test]
@@ -527,11 +549,20 @@ mod tests {
             hayate_core::transport::Scheme::Http,
         );
         req.push_field(b"user-agent", b"a\"\t\x7f\xc3\xa9 \" 200 0 \"x");
-        for format in ["combined", "common", "$http_user_agent $request", "json", "ecs"] {
+        for format in [
+            "combined",
+            "common",
+            "$http_user_agent $request",
+            "json",
+            "ecs",
+        ] {
             let line = render(format, &req, &entry());
             assert_eq!(line.matches('\n').count(), 1, "{format}: {line}");
             assert!(line.ends_with('\n'));
-            assert!(!line.bytes().any(|b| b < 0x20 && b != b'\n' || b >= 0x7f), "{format}: {line}");
+            assert!(
+                !line.bytes().any(|b| b < 0x20 && b != b'\n' || b >= 0x7f),
+                "{format}: {line}"
+            );
         }
         let line = render("$http_user_agent", &req, &entry());
         assert_eq!(line, "a\\x22\\x09\\x7F\\xC3\\xA9 \\x22 200 0 \\x22x\n");

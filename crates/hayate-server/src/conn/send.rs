@@ -20,9 +20,9 @@ use hayate_core::{Body, Chunk, Response, Status, StreamBody};
 
 use super::{client_left, noting_waits, Conn};
 use crate::access_log::{self, Served};
-use crate::worker::Generation;
 use crate::client_io;
 use crate::pipeline;
+use crate::worker::Generation;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
