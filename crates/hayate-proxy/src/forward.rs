@@ -4,6 +4,7 @@
 //! and after a failure what the retry policy (`retry.rs`) allows.
 
 use std::io;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -254,7 +255,7 @@ impl UpstreamGroup {
                     let mut response = request.response(answer, guard, &self.settings);
                     response.upstream = Some(UpstreamTimes {
                         connect_us: micros(now - attempt_started),
-                        head_us: micros(head_took),
+                        head_us: NonZeroU32::new(micros(head_took)).unwrap_or(NonZeroU32::MIN),
                         made_request_id: request.made_request_id(),
                     });
                     return response;

@@ -14,7 +14,7 @@ pub(crate) fn report(req: &RequestHead, e: &Entry<'_>) {
         Some(u) => format!(
             "upstream connect {:.1} ms, upstream head {:.1} ms",
             ms(u.connect_us.into()),
-            ms(u.head_us.into())
+            ms(u.head_us.get().into())
         ),
         None => "no upstream".into(),
     };

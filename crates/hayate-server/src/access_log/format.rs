@@ -200,7 +200,7 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(b"{\"connect_time\":");
         seconds(out, u.connect_us.into());
         out.extend_from_slice(b",\"header_time\":");
-        seconds(out, u.head_us.into());
+        seconds(out, u.head_us.get().into());
         out.push(b'}');
     }
     out.extend_from_slice(b"}}\n");
@@ -267,7 +267,7 @@ fn variable(out: &mut Vec<u8>, v: LogVariable, req: &RequestHead, e: &Entry<'_>)
             None => dash(out),
         },
         LogVariable::UpstreamHeaderTime => match e.upstream {
-            Some(u) => seconds(out, u.head_us.into()),
+            Some(u) => seconds(out, u.head_us.get().into()),
             None => dash(out),
         },
     }
@@ -489,7 +489,7 @@ mod tests {
         let e = Entry {
             upstream: Some(UpstreamTimes {
                 connect_us: 1_500,
-                head_us: 42_000,
+                head_us: std::num::NonZeroU32::new(42_000).expect("nonzero"),
                 made_request_id: 0,
             }),
             tls: Some(TlsInfo {
@@ -514,7 +514,7 @@ mod tests {
         let made = Entry {
             upstream: Some(UpstreamTimes {
                 connect_us: 0,
-                head_us: 0,
+                head_us: std::num::NonZeroU32::MIN,
                 made_request_id: 0xab,
             }),
             ..entry()

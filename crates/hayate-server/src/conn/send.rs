@@ -96,13 +96,17 @@ impl Conn {
             // holds (a conn_limit slot) would go before its body is sent.
             let _held_until_sent = resp.holds;
             let status = resp.status;
-            let served = Served {
-                cache: resp.cache_status,
-                upstream: resp.upstream,
+            // What the log takes of the response is read from it once sent,
+            // not copied beside it: this future holds the response anyway,
+            // and a larger one may cross glibc's limit (above).
+            let served = |cache, upstream| Served {
+                cache,
+                upstream,
                 route,
             };
             if let Body::Upgrade(tunnel) = resp.body {
                 let flushed = self.flush().await;
+                let served = served(resp.cache_status, resp.upstream);
                 self.log_access(req, status, served, 0, started);
                 flushed?;
                 // Bytes the client sent after its head belong to the new protocol.
@@ -119,6 +123,7 @@ impl Conn {
             let mut sent = 0;
             let written = self.write_body(resp.body, cx.http10, &mut sent).await;
             // A body that failed midway is logged too, with what was sent.
+            let served = served(resp.cache_status, resp.upstream);
             self.log_access(req, status, served, sent, started);
             written
         }
