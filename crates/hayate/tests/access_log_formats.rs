@@ -48,25 +48,10 @@ fn stopped_log(h: &mut Hayate, dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// curl's status for `path` on `h` over HTTP/2 (prior knowledge) or
-/// HTTP/1.1, with `headers`.
+/// curl's status code for `path` on `h`, over h2c with prior knowledge
+/// (`http2`) or HTTP/1.1, with `headers`.
 fn curl(h: &Hayate, path: &str, http2: bool, headers: &[&str]) -> u16 {
-    let url = format!("http://127.0.0.1:{}{path}", h.addr.port());
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"]);
-    cmd.arg(if http2 {
-        "--http2-prior-knowledge"
-    } else {
-        "--http1.1"
-    });
-    for h in headers {
-        cmd.args(["-H", h]);
-    }
-    let out = cmd.arg(&url).output().expect("curl (installed by .ci/run)");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .parse()
-        .expect("status")
+    hayate_testkit::curl_status(h.addr.port(), path, http2, headers)
 }
 
 /// Sends `raw` on a connection of its own and reads the answer to its end.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::OptValue;
+use crate::dollar::Token;
 
 /// Access log line format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,59 +115,27 @@ impl LogTemplate {
     /// `$http_user_agent` are request fields like any `$http_NAME`.
     pub fn parse(s: &str) -> Result<LogTemplate, String> {
         let mut pieces = Vec::new();
-        let mut text = String::new();
-        let mut rest = s;
-        while let Some(at) = rest.find('$') {
-            text.push_str(&rest[..at]);
-            rest = &rest[at + 1..];
-            if let Some(after) = rest.strip_prefix('$') {
-                text.push('$');
-                rest = after;
-                continue;
-            }
-            let (name, after) = match rest.strip_prefix('{') {
-                Some(braced) => {
-                    let end = braced
-                        .find('}')
-                        .ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
-                    (&braced[..end], &braced[end + 1..])
-                }
-                None => {
-                    let end = rest
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(rest.len());
-                    (&rest[..end], &rest[end..])
-                }
-            };
-            if name.is_empty() {
-                return Err(format!("a $ names no variable in {s:?} (write $$ for a $)"));
-            }
-            let piece = match name.strip_prefix("http_") {
-                Some(field) if !field.is_empty() => {
-                    LogPiece::Field(field.to_ascii_lowercase().replace('_', "-"))
-                }
-                _ => LogPiece::Var(
-                    VARIABLES
-                        .iter()
-                        .find(|(n, _)| *n == name)
-                        .map(|(_, v)| *v)
-                        .ok_or_else(|| {
-                            format!(
-                                "unknown variable ${name} (known: {}, $http_NAME)",
-                                VARIABLES.map(|(n, _)| format!("${n}")).join(", ")
-                            )
-                        })?,
-                ),
-            };
-            if !text.is_empty() {
-                pieces.push(LogPiece::Text(std::mem::take(&mut text)));
-            }
-            pieces.push(piece);
-            rest = after;
-        }
-        text.push_str(rest);
-        if !text.is_empty() {
-            pieces.push(LogPiece::Text(text));
+        for token in crate::dollar::tokens(s)? {
+            pieces.push(match token {
+                Token::Text(text) => LogPiece::Text(text),
+                Token::Name(name) => match name.strip_prefix("http_") {
+                    Some(field) if !field.is_empty() => {
+                        LogPiece::Field(field.to_ascii_lowercase().replace('_', "-"))
+                    }
+                    _ => LogPiece::Var(
+                        VARIABLES
+                            .iter()
+                            .find(|(n, _)| *n == name)
+                            .map(|(_, v)| *v)
+                            .ok_or_else(|| {
+                                format!(
+                                    "unknown variable ${name} (known: {}, $http_NAME)",
+                                    VARIABLES.map(|(n, _)| format!("${n}")).join(", ")
+                                )
+                            })?,
+                    ),
+                },
+            });
         }
         Ok(LogTemplate { pieces })
     }
@@ -231,9 +200,9 @@ mod tests {
             "{e}"
         );
         let e = LogFormat::parse_str("$status ${status").unwrap_err();
-        assert!(e.contains("unclosed"), "{e}");
+        assert!(e.contains("without its }"), "{e}");
         let e = LogFormat::parse_str("$ $status").unwrap_err();
-        assert!(e.contains("names no variable"), "{e}");
+        assert!(e.contains("names nothing"), "{e}");
         let e = LogFormat::parse_str("$status\t$status").unwrap_err();
         assert!(e.contains("control"), "{e}");
         let e = LogFormat::parse_str("fancy").unwrap_err();
