@@ -20,22 +20,39 @@ const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
 /// hayate with `extra` options, one worker, its access log at
 /// `dir/access.log`, files from `dir/site` at `/files/` and everything
-/// else proxied to `origin`; the admin socket at `dir/admin.sock`.
+/// else proxied to `origin`; the admin socket at `dir/admin.sock`, the
+/// control socket at `dir/control.sock`.
 fn start(dir: &Path, origin: &Origin, extra: &str) -> Hayate {
     let site = dir.join("site");
     std::fs::create_dir_all(&site).expect("site dir");
     std::fs::write(site.join("hello.txt"), "hello world\n").expect("file");
-    let text = format!(
+    Hayate::start_config(BIN, &dir.join("hayate.toml"), &config(dir, origin, extra))
+}
+
+/// The config [`start`] starts with.
+fn config(dir: &Path, origin: &Origin, extra: &str) -> String {
+    format!(
         "listen = [\"127.0.0.1:0\"]\nworkers = 1\naccess_log = \"{log}\"\n\
-         admin = \"unix:{admin}\"\n{extra}\n\
+         admin = \"unix:{admin}\"\ncontrol = \"{control}\"\n{extra}\n\
          [[site]]\nproxy = [\"{origin}\"]\n\
          [[site.route]]\nprefix = \"/files/\"\nroot = \"{site}\"\nstrip_prefix = true\n",
         log = dir.join("access.log").display(),
         admin = dir.join("admin.sock").display(),
+        control = dir.join("control.sock").display(),
         origin = origin.url(),
-        site = site.display(),
-    );
-    Hayate::start_config(BIN, &dir.join("hayate.toml"), &text)
+        site = dir.join("site").display(),
+    )
+}
+
+/// Rewrites the config with `extra` and reloads it: whether the reload
+/// took, and what `hayate reload` said.
+fn reload(dir: &Path, origin: &Origin, extra: &str) -> (bool, String) {
+    std::fs::write(dir.join("hayate.toml"), config(dir, origin, extra)).expect("write");
+    hayate_testkit::run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(dir.join("control.sock")),
+    )
 }
 
 /// The access log's lines once hayate has stopped (and flushed them).
@@ -392,4 +409,40 @@ fn a_slow_upstream_request_is_logged_at_warn_and_counted_per_member() {
     let lines = stopped_log(&mut h, dir.path());
     assert_eq!(lines.len(), 3, "{lines:#?}");
     h.assert_no_errors();
+}
+
+#[test]
+fn a_reload_changes_the_format_and_slow_request_and_a_bad_template_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let mut h = start(dir.path(), &o, "");
+    assert_eq!(curl(&h, "/echo?before", false, &[]), 200);
+    let (ok, said) = reload(
+        dir.path(),
+        &o,
+        "access_log_format = \"$status $route $request_uri\"\nslow_request = \"50ms\"",
+    );
+    assert!(ok, "{said}");
+    // Over HTTP/2 this time: its exchanges are checked the same way.
+    assert_eq!(curl(&h, "/slow?ms=80", true, &[]), 200);
+    eventually("the slow request's line", || {
+        let err = h.stderr();
+        err.contains("slow request:").then_some(()).ok_or(err)
+    });
+    let (ok, said) = reload(dir.path(), &o, "access_log_format = \"$status $nope\"");
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("hayate.toml:") && said.contains("unknown variable $nope"),
+        "file:line and the variable: {said}"
+    );
+    assert_eq!(curl(&h, "/echo?after", false, &[]), 200);
+    let lines = stopped_log(&mut h, dir.path());
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[0].contains("\"GET /echo?before HTTP/1.1\" 200 "),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "200 */ /slow?ms=80");
+    assert_eq!(lines[2], "200 */ /echo?after", "the running format stays");
 }
