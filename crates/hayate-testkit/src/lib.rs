@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod browser;
+pub mod curl;
 pub mod h2_frames;
 pub mod origin;
 pub mod pebble;
@@ -626,35 +627,6 @@ pub fn run_to_end(cmd: &mut Command) -> (bool, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
-}
-
-/// curl's status code for `path` (sent as written: `--path-as-is`) on
-/// `port` of 127.0.0.1, over h2c with prior knowledge (`http2`) or
-/// HTTP/1.1, with `headers` (`Name: value`).
-pub fn curl_status(port: u16, path: &str, http2: bool, headers: &[&str]) -> u16 {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--path-as-is",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-    ]);
-    cmd.arg(if http2 {
-        "--http2-prior-knowledge"
-    } else {
-        "--http1.1"
-    });
-    for h in headers {
-        cmd.args(["-H", h]);
-    }
-    let out = cmd.arg(&url).output().expect("curl (installed by .ci/run)");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .parse()
-        .expect("status")
 }
 
 /// Polls `check` until it succeeds, for up to [`WAIT`]: for what a server

@@ -68,7 +68,7 @@ fn stopped_log(h: &mut Hayate, dir: &Path) -> Vec<String> {
 /// curl's status code for `path` on `h`, over h2c with prior knowledge
 /// (`http2`) or HTTP/1.1, with `headers`.
 fn curl(h: &Hayate, path: &str, http2: bool, headers: &[&str]) -> u16 {
-    hayate_testkit::curl_status(h.addr.port(), path, http2, headers)
+    hayate_testkit::curl::status(h.addr.port(), path, http2, headers)
 }
 
 /// Sends `raw` on a connection of its own and reads the answer to its end.

@@ -50,7 +50,7 @@ fn site(dir: &Path, origin: &Origin, htpasswd: Option<&Path>, extra: &str) -> St
 /// curl's status code for `path` on `h`, over h2c with prior knowledge
 /// (`http2`) or HTTP/1.1, with `headers`.
 fn curl(h: &Hayate, path: &str, http2: bool, headers: &[&str]) -> u16 {
-    hayate_testkit::curl_status(h.addr.port(), path, http2, headers)
+    hayate_testkit::curl::status(h.addr.port(), path, http2, headers)
 }
 
 #[test]
