@@ -3,7 +3,13 @@
 //!
 //! A line is written straight into the worker's buffer: numbers through
 //! `itoa`, times from the per-second cache (`hayate_core::date`), escapes
-//! from a table; no value allocates.
+//! from a table; no value allocates (`combined` allocated a String for its
+//! time before). Instructions per request (bench/instructions/run, debug
+//! builds under callgrind, 320 requests, before -> after this module):
+//! combined log on, static 87,443 -> 86,469 and proxied 235,365 ->
+//! 236,174 (within the runs' spread); log off, 78,431 -> 77,943 and
+//! 227,119 -> 226,848. A full template or `ecs` costs some 8,000
+//! (static) and 16,000 (proxied) debug-build instructions over `combined`.
 
 use hayate_config::values::{LogFormat, LogPiece, LogTemplate, LogVariable};
 use hayate_core::request::{RequestHead, Version};
