@@ -589,4 +589,35 @@ mod tests {
         assert_eq!(format!("{} \"-\" \"u\"\n", common.trim_end()), combined);
         assert!(common.ends_with("\"GET /a HTTP/1.1\" 502 0\n"), "{common}");
     }
+
+    #[test]
+    fn ecs_names_tls_upstream_times_and_the_route() {
+        let req = request("GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
+        let e = Entry {
+            tls: Some(TlsInfo {
+                version: "TLSv1.3",
+                cipher: "TLS13_AES_128_GCM_SHA256",
+            }),
+            cache: Some("HIT"),
+            upstream: Some(UpstreamTimes {
+                connect_us: 2_000,
+                head_us: std::num::NonZeroU32::new(31_000).expect("nonzero"),
+                made_request_id: 0x1234,
+            }),
+            ..entry()
+        };
+        let line = render("ecs", &req, &e);
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(v["tls"]["version_protocol"], "tls", "{line}");
+        assert_eq!(v["tls"]["version"], "1.3", "{line}");
+        assert_eq!(v["http"]["request"]["id"], "0000000000001234");
+        assert_eq!(v["http"]["response"]["status_code"], 502);
+        assert_eq!(v["event"]["duration"], 1_234_567_000u64);
+        assert_eq!(v["url"]["domain"], "h");
+        assert_eq!(v["hayate"]["route"], "*/api");
+        assert_eq!(v["hayate"]["cache"], "HIT");
+        assert_eq!(v["hayate"]["upstream"]["connect_time"], 0.002);
+        assert_eq!(v["hayate"]["upstream"]["header_time"], 0.031);
+        assert!(v.get("user_agent").is_none(), "no value, no field: {line}");
+    }
 }
