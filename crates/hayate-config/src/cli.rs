@@ -115,6 +115,7 @@ pub fn heading(key: &str) -> &'static str {
         "access_log_size",
         "access_log_age",
         "access_log_keep",
+        "slow_request",
         "error_log",
         "log_level",
     ];

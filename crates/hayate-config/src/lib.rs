@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod cli;
+mod dollar;
 mod file;
 mod reference;
 pub mod rules;

@@ -426,37 +426,14 @@ pub fn parse_template(source: &str) -> Result<Template, String> {
 
 fn parse_parts(source: &str, regex: Option<&Regex>) -> Result<Template, String> {
     let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut rest = source;
-    while let Some(at) = rest.find('$') {
-        literal.push_str(&rest[..at]);
-        rest = &rest[at + 1..];
-        if let Some(after) = rest.strip_prefix('$') {
-            literal.push('$');
-            rest = after;
-            continue;
-        }
-        let (name, after) = match rest.strip_prefix('{') {
-            Some(braced) => {
-                let end = braced.find('}').ok_or("a ${ without its }")?;
-                (&braced[..end], &braced[end + 1..])
+    for token in crate::dollar::tokens(source)? {
+        let name = match token {
+            crate::dollar::Token::Text(text) => {
+                parts.push(Part::Text(text));
+                continue;
             }
-            None => {
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                // `$1` is one digit; `$12` is $1 then "2" (as nginx).
-                let end = if rest.starts_with(|c: char| c.is_ascii_digit()) {
-                    1
-                } else {
-                    end
-                };
-                (&rest[..end], &rest[end..])
-            }
+            crate::dollar::Token::Name(name) => name,
         };
-        if name.is_empty() {
-            return Err("a $ names nothing (write $$ for a dollar sign)".into());
-        }
         let part = if let Ok(n) = name.parse::<usize>() {
             let groups = regex.map_or(0, |r| r.captures_len() - 1);
             if n == 0 || n > groups {
@@ -477,15 +454,7 @@ fn parse_parts(source: &str, regex: Option<&Regex>) -> Result<Template, String> 
                 names.join(", ")
             ));
         };
-        if !literal.is_empty() {
-            parts.push(Part::Text(std::mem::take(&mut literal)));
-        }
         parts.push(part);
-        rest = after;
-    }
-    literal.push_str(rest);
-    if !literal.is_empty() {
-        parts.push(Part::Text(literal));
     }
     let query_at = parts
         .iter()

@@ -224,8 +224,8 @@ options! {
         "Most request header fields; more gets 431";
     access_log: AccessLog = "stdout", "off|stdout|stderr|PATH",
         "Where the access log goes";
-    access_log_format: LogFormat = "combined", "combined|json",
-        "Access log line format";
+    access_log_format: LogFormat = "combined", "combined|common|json|ecs|TEMPLATE",
+        "Access log line format: a preset (combined: NCSA combined as nginx writes it, which GoAccess and other tools read; common; json; ecs: Elastic Common Schema) or a template of $variables, nginx's names where nginx has one: $client_ip ($remote_addr), $remote_user, $time_local, $time_iso8601, $request, $request_method, $request_uri, $host, $status, $body_bytes_sent, $http_NAME (a request field: $http_referer, $http_user_agent), $request_id, $trace_id (- until hayate traces requests), $route, $protocol, $tls_version, $cache, $request_time, $upstream_connect_time, $upstream_header_time (seconds with ms; - where no upstream answered); values are escaped (\\xHH), so no value can forge a line";
     access_log_size: Size = unset, "SIZE",
         "Rotate a file access log at this size (access.log becomes access.log.1; off unless set; SIGUSR1 reopens it after an outside rotation)";
     access_log_age: Dur = unset, "DURATION",
@@ -234,6 +234,8 @@ options! {
         "Rotated access log files kept";
     error_log: PathBuf = unset, "FILE",
         "Where hayate's own log goes (default: stderr, which systemd's journal takes); reopened on SIGUSR1";
+    slow_request: Dur = unset, "DURATION",
+        "Log requests slower than this (head read to response written) to the error log at WARN, with their upstream connect and head times, route, status and request id (off unless set)";
     log_level: LogLevel = "info", "LEVEL",
         "Error log level: off, error, warn, info or debug";
     file_cache_size: Size = "64MiB", "SIZE",

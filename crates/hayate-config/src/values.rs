@@ -16,11 +16,13 @@ use toml::de::DeValue;
 mod error_pages;
 mod files;
 mod headers;
+mod log_format;
 mod policy;
 mod upstream;
 pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
+pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
 pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamProxyProtocol};
 
@@ -578,25 +580,6 @@ impl OptValue for AccessLog {
             "" => return Err("expected off, stdout, stderr or a file path".into()),
             path => AccessLog::File(PathBuf::from(path)),
         })
-    }
-}
-
-/// Access log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// NCSA combined, as nginx and Apache write it.
-    Combined,
-    /// One JSON object per line.
-    Json,
-}
-
-impl OptValue for LogFormat {
-    fn parse_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "combined" => Ok(LogFormat::Combined),
-            "json" => Ok(LogFormat::Json),
-            _ => Err(format!("expected combined or json, got {s:?}")),
-        }
     }
 }
 

@@ -194,6 +194,22 @@ pub fn iso_now(out: &mut String) {
     with_cached(SystemTime::now(), |c| out.push_str(&c.iso));
 }
 
+/// Appends the current time in the Common Log Format (as [`clf_now`]),
+/// from the per-second cache: no allocation.
+pub fn append_clf_now(out: &mut Vec<u8>) {
+    with_cached(SystemTime::now(), |c| {
+        out.extend_from_slice(c.clf.as_bytes())
+    });
+}
+
+/// Appends the current time in ISO 8601 (as [`iso_now`]), from the
+/// per-second cache: no allocation.
+pub fn append_iso_now(out: &mut Vec<u8>) {
+    with_cached(SystemTime::now(), |c| {
+        out.extend_from_slice(c.iso.as_bytes())
+    });
+}
+
 const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];

@@ -34,5 +34,7 @@ pub mod variant;
 
 pub use coding::Coding;
 pub use fields::Fields;
-pub use response::{Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel};
+pub use response::{
+    Attached, Body, BodySource, Chunk, Duplex, Response, StreamBody, Tunnel, UpstreamTimes,
+};
 pub use status::Status;

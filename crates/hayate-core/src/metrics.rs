@@ -135,6 +135,47 @@ pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl
     let _ = writeln!(out, " {value}");
 }
 
+/// Upper bounds of latency histograms' buckets, in microseconds (0.5 ms
+/// to 10 s; a last, +Inf bucket follows).
+pub const LATENCY_BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+/// The bucket of a latency of `us` microseconds (the last is +Inf).
+pub fn latency_bucket(us: u64) -> usize {
+    LATENCY_BUCKETS_US
+        .iter()
+        .position(|&b| us <= b)
+        .unwrap_or(LATENCY_BUCKETS_US.len())
+}
+
+/// Writes one labelled latency histogram: `name_bucket` per bound
+/// (cumulative, from per-bucket `counts`), `name_sum` in seconds and
+/// `name_count`.
+pub fn latency_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, &str)],
+    counts: &[u64; LATENCY_BUCKETS_US.len() + 1],
+    sum_us: u64,
+) {
+    let bucket = format!("{name}_bucket");
+    let mut cumulative = 0;
+    for (i, n) in counts.iter().enumerate() {
+        cumulative += n;
+        let le = match LATENCY_BUCKETS_US.get(i) {
+            Some(us) => (*us as f64 / 1e6).to_string(),
+            None => "+Inf".to_string(),
+        };
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", &le));
+        sample(out, &bucket, &with_le, cumulative);
+    }
+    sample(out, &format!("{name}_sum"), labels, sum_us as f64 / 1e6);
+    sample(out, &format!("{name}_count"), labels, cumulative);
+}
+
 /// One sample line of a scrape, read back: what `GET /status.json` is built
 /// from, so its numbers are those of the `/metrics` scrape.
 #[derive(Debug, Clone, PartialEq)]

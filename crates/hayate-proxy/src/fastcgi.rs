@@ -31,7 +31,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::group::{Outstanding, ProxySettings};
 use crate::protocol::{Outgoing, UpstreamProtocol};
-use crate::request_head::{new_request_id, valid_request_id};
+use crate::request_head::{next_request_id, request_id_hex, valid_request_id};
 use crate::retry::Failure;
 use crate::upstream_io::{Sending, StallRead};
 use crate::{ProxyRequest, UpstreamAddr};
@@ -48,6 +48,8 @@ pub(crate) struct FastCgi {
     start: Vec<u8>,
     /// The id the error log names the request by (X-Request-Id).
     request_id: Rc<str>,
+    /// That id, when hayate made it (0: the client's own).
+    made_id: u64,
 }
 
 /// What an exchange read: the CGI head, the connection, the body bytes
@@ -94,14 +96,19 @@ impl UpstreamProtocol for FastCgi {
                 return Err(Error::new(ErrorKind::Refused(Status::LENGTH_REQUIRED), e));
             }
         };
-        let request_id: Rc<str> = match req.field(b"x-request-id").filter(|v| valid_request_id(v)) {
-            Some(id) => String::from_utf8_lossy(id).into(),
-            None => String::from_utf8_lossy(&new_request_id()).into(),
-        };
+        let (request_id, made_id): (Rc<str>, u64) =
+            match req.field(b"x-request-id").filter(|v| valid_request_id(v)) {
+                Some(id) => (String::from_utf8_lossy(id).into(), 0),
+                None => {
+                    let n = next_request_id();
+                    (String::from_utf8_lossy(&request_id_hex(n)).into(), n)
+                }
+            };
         let params = params::request_params(req, script, content_length, request_id.as_bytes());
         Ok(FastCgi {
             start: record::request_start(&params),
             request_id,
+            made_id,
         })
     }
 
@@ -113,6 +120,10 @@ impl UpstreamProtocol for FastCgi {
 
     fn upgrade(&self) -> bool {
         false
+    }
+
+    fn made_request_id(&self) -> u64 {
+        self.made_id
     }
 
     async fn exchange<B: ClientBody>(

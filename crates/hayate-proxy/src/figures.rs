@@ -5,9 +5,16 @@
 //! the request path: the worker's pool sweeper copies the figures, once a
 //! second, into a [`FiguresSlot`] that `/metrics` reads from its own thread
 //! (figures at most a second old, no atomics per request).
+//!
+//! Each member also counts how long its response heads took (the
+//! `hayate_upstream_response_seconds` histogram), only in groups that
+//! publish figures: without an admin listener a response costs no count.
 
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use hayate_core::metrics::{latency_bucket, LATENCY_BUCKETS_US};
 
 use crate::UpstreamGroup;
 
@@ -53,12 +60,44 @@ pub struct MemberFigures {
     pub in_flight: u32,
     /// Idle keep-alive connections pooled.
     pub idle: usize,
+    /// Response heads by latency bucket (not cumulative; the last is
+    /// +Inf), since this worker's group began.
+    pub response_counts: [u64; LATENCY_BUCKETS_US.len() + 1],
+    /// Their latencies' sum, in microseconds.
+    pub response_sum_us: u64,
+}
+
+/// One member's response head latencies in one worker: its thread alone
+/// writes them.
+#[derive(Debug, Default)]
+pub(crate) struct ResponseTimes {
+    counts: [Cell<u64>; LATENCY_BUCKETS_US.len() + 1],
+    sum_us: Cell<u64>,
+}
+
+impl ResponseTimes {
+    fn counts(&self) -> [u64; LATENCY_BUCKETS_US.len() + 1] {
+        std::array::from_fn(|i| self.counts[i].get())
+    }
 }
 
 /// Where one worker's copy of a group publishes its members' figures.
 pub type FiguresSlot = Arc<Mutex<Vec<MemberFigures>>>;
 
 impl UpstreamGroup {
+    /// Counts a response head of member `i` that took `took`, when the
+    /// group publishes figures.
+    pub(crate) fn count_response(&self, i: usize, took: Duration) {
+        if self.figures.get().is_none() {
+            return;
+        }
+        let times = &self.members[i].response_times;
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let c = &times.counts[latency_bucket(us)];
+        c.set(c.get() + 1);
+        times.sum_us.set(times.sum_us.get().wrapping_add(us));
+    }
+
     /// Publishes this group's figures into `slot` from now on (at once, and
     /// at every pool sweep).
     pub fn publish_figures_to(&self, slot: FiguresSlot) {
@@ -86,6 +125,8 @@ impl UpstreamGroup {
                 },
                 in_flight: m.outstanding.get(),
                 idle: m.idle.borrow().len(),
+                response_counts: m.response_times.counts(),
+                response_sum_us: m.response_times.sum_us.get(),
             })
             .collect();
         if let Ok(mut s) = slot.lock() {
@@ -118,5 +159,16 @@ mod tests {
         assert_eq!(after[1].state, MemberState::ProbedDown);
         assert_eq!(after[1].in_flight, 3);
         assert_eq!(after[0].label, g.members[0].label);
+        // Counted only once figures are published, as here.
+        g.count_response(1, Duration::from_millis(3));
+        g.count_response(1, Duration::from_secs(60));
+        g.publish_figures(Instant::now());
+        let after = slot.lock().unwrap().clone();
+        let mut expected = [0; LATENCY_BUCKETS_US.len() + 1];
+        expected[3] = 1; // 3 ms: the 5 ms bucket
+        expected[LATENCY_BUCKETS_US.len()] = 1;
+        assert_eq!(after[1].response_counts, expected);
+        assert_eq!(after[1].response_sum_us, 60_003_000);
+        assert_eq!(after[0].response_counts, [0; LATENCY_BUCKETS_US.len() + 1]);
     }
 }

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::error::{Error, ErrorKind};
 use hayate_core::h1::chunked::passable_trailers;
-use hayate_core::Response;
+use hayate_core::{Response, UpstreamTimes};
 
 use crate::fastcgi::FastCgi;
 use crate::group::{Outstanding, Protocol, UpstreamGroup};
@@ -147,6 +147,8 @@ impl UpstreamGroup {
                     }
                 }
             };
+            // The answering attempt's times count from here, after the queue.
+            let attempt_started = now;
             let member = self.members[i].clone();
             // Read once: its id picks a pooled connection, its address is
             // built only to connect.
@@ -245,7 +247,19 @@ impl UpstreamGroup {
                 Ok(answer) => {
                     member.succeeded();
                     let sticky_id = member.sticky_id;
+                    // The loop's clock, read as the head arrived (no clock
+                    // read of its own).
+                    let head_took = hayate_core::loop_time::instant() - attempt_started;
+                    self.count_response(i, head_took);
                     let mut response = request.response(answer, guard, &self.settings);
+                    if self.settings.upstream_times {
+                        let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+                        response.set_upstream_times(UpstreamTimes {
+                            connect_us: micros(now - attempt_started),
+                            head_us: micros(head_took),
+                            made_request_id: request.made_request_id(),
+                        });
+                    }
                     match &self.settings.balance {
                         crate::Balance::Sticky(name) => {
                             let sent = key.and_then(crate::sticky::parse_id);

@@ -68,6 +68,10 @@ pub struct ProxySettings {
     /// client (`proxy_protocol = "v2"`). Such a connection speaks for one
     /// client, so it is never pooled: `max_idle` is 0 in such a group.
     pub proxy_protocol: bool,
+    /// Record on each proxied response how the upstream answered (connect
+    /// and head times, the request id made): set when the access log or
+    /// `slow_request` reads them, as they cost a small allocation each.
+    pub upstream_times: bool,
 }
 
 /// How a group spreads requests.
@@ -131,6 +135,7 @@ impl Default for ProxySettings {
             tls: None,
             tunnel_idle_timeout: Duration::from_secs(3600),
             proxy_protocol: false,
+            upstream_times: false,
         }
     }
 }
@@ -161,6 +166,9 @@ pub(crate) struct Member {
     rr_current: Cell<i64>,
     /// Its id in the sticky cookie (`sticky.rs`), from its label.
     pub(crate) sticky_id: u64,
+    /// Its response heads' latencies, counted while figures are published
+    /// (`figures.rs`).
+    pub(crate) response_times: crate::figures::ResponseTimes,
 }
 
 /// The protocol a group's members speak.
@@ -237,6 +245,7 @@ impl UpstreamGroup {
                     weight: 1,
                     rr_current: Cell::new(0),
                     sticky_id: crate::sticky::member_id(&a.to_string()),
+                    response_times: Default::default(),
                 })
             })
             .collect();

@@ -109,6 +109,10 @@ impl UpstreamProtocol for Http1 {
         self.upgrade
     }
 
+    fn made_request_id(&self) -> u64 {
+        self.head.made_request_id()
+    }
+
     async fn exchange<B: ClientBody>(
         &self,
         mut conn: Transport,

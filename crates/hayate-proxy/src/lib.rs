@@ -49,4 +49,5 @@ pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use request::{CgiScript, ClientPorts, ProxyRequest, RequestFields};
+pub use request_head::request_id_hex;
 pub use sticky::DEFAULT_COOKIE as DEFAULT_STICKY_COOKIE;

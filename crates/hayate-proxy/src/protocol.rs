@@ -45,6 +45,10 @@ pub(crate) trait UpstreamProtocol: Sized {
     /// Whether the request asks to switch protocols (WebSocket).
     fn upgrade(&self) -> bool;
 
+    /// The X-Request-Id hayate made for the request (0: the client's own
+    /// was passed on), for the access log.
+    fn made_request_id(&self) -> u64;
+
     /// Sends the request on `conn` and reads the answer's head. A failure
     /// says how far the request got ([`Failure`]), which decides whether
     /// it may be sent again.

@@ -22,6 +22,8 @@ pub(crate) struct RequestHead {
     bytes: Vec<u8>,
     /// Where the Host value sits in `bytes`.
     host: Range<usize>,
+    /// The X-Request-Id made for it (0: the client's own was passed on).
+    made_id: u64,
 }
 
 impl RequestHead {
@@ -131,10 +133,17 @@ impl RequestHead {
             h.extend_from_slice(b"\r\nVia: 1.1 hayate");
         }
         h.extend_from_slice(b"\r\nX-Request-Id: ");
-        match request_id {
-            Some(id) => h.extend_from_slice(id),
-            None => h.extend_from_slice(&new_request_id()),
-        }
+        let made_id = match request_id {
+            Some(id) => {
+                h.extend_from_slice(id);
+                0
+            }
+            None => {
+                let n = next_request_id();
+                h.extend_from_slice(&request_id_hex(n));
+                n
+            }
+        };
         h.extend_from_slice(b"\r\n");
         if let Some(protocol) = upgrade {
             write_field(&mut h, b"Connection", b"upgrade");
@@ -144,7 +153,13 @@ impl RequestHead {
         RequestHead {
             bytes: h,
             host: host_range,
+            made_id,
         }
+    }
+
+    /// The X-Request-Id made for it (0: the client's own was passed on).
+    pub(crate) fn made_request_id(&self) -> u64 {
+        self.made_id
     }
 
     /// The head as it stands.
@@ -211,14 +226,18 @@ pub(crate) fn valid_request_id(value: &[u8]) -> bool {
     !value.is_empty() && value.len() <= 128 && value.iter().all(|b| b.is_ascii_graphic())
 }
 
-/// A request id unique within the process (64 random-seeded bits), as 16
-/// lower-case hex digits.
-pub(crate) fn new_request_id() -> [u8; 16] {
-    let n = REQUEST_IDS.with(|c| {
+/// A request id unique within the process (64 random-seeded bits).
+pub(crate) fn next_request_id() -> u64 {
+    REQUEST_IDS.with(|c| {
         let v = c.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
         c.set(v);
         v
-    });
+    })
+}
+
+/// A request id as 16 lower-case hex digits (how the access log writes
+/// the id of [`hayate_core::UpstreamTimes::made_request_id`] too).
+pub fn request_id_hex(n: u64) -> [u8; 16] {
     let mut out = [0u8; 16];
     for (i, d) in out.iter_mut().enumerate() {
         *d = b"0123456789abcdef"[((n >> (60 - 4 * i)) & 0xf) as usize];
@@ -474,8 +493,8 @@ mod tests {
 
     #[test]
     fn request_ids_are_16_hex_digits_and_differ() {
-        let a = new_request_id();
-        let b = new_request_id();
+        let a = request_id_hex(next_request_id());
+        let b = request_id_hex(next_request_id());
         assert_ne!(a, b);
         for id in [a, b] {
             assert!(id

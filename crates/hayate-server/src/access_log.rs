@@ -1,9 +1,12 @@
-//! The access log: one line per response, in NCSA combined or JSON format,
-//! buffered per worker and written in whole lines (a write per 32 KiB or per
-//! second), so logging costs a memcpy per request, not a syscall.
+//! The access log: one line per response, in a preset format (NCSA
+//! combined or common, JSON, Elastic Common Schema) or a template of
+//! `$variables` (`format.rs`), buffered per worker and written in whole
+//! lines (a write per 32 KiB or per second), so logging costs a memcpy per
+//! request, not a syscall.
 //!
 //! Values from the request are escaped (`\xHH` for quotes, backslashes and
-//! control bytes, as nginx does), so a client cannot forge log lines.
+//! control bytes, as nginx does; JSON escapes in JSON lines), so a client
+//! cannot forge log lines.
 
 use std::cell::RefCell;
 use std::io::{self, Write};
@@ -17,6 +20,10 @@ use hayate_core::logfile::RotatingLog;
 
 use hayate_core::request::RequestHead;
 use hayate_core::transport::TlsInfo;
+use hayate_core::UpstreamTimes;
+
+mod format;
+pub use format::request_id;
 
 /// Buffered bytes that trigger a write.
 const FLUSH_AT: usize = 32 * 1024;
@@ -95,12 +102,57 @@ impl Sink {
     }
 }
 
+/// Records an exchange of generation `g`: its access log line, and the
+/// error log's line when it was slower than `slow_request`. The route's
+/// name is looked up only when one of them writes it.
+pub(crate) fn record<'a>(
+    g: &'a crate::worker::Generation,
+    req: &RequestHead,
+    served: Served,
+    mut entry: Entry<'a>,
+) {
+    let slow = g.slow_request.filter(|limit| entry.duration >= *limit);
+    let named = slow.is_some() || g.access_log.as_ref().is_some_and(AccessLog::names_route);
+    if named {
+        entry.route = served.route.and_then(|i| g.router.route_name(i));
+    }
+    if let Some(log) = &g.access_log {
+        log.record(req, &entry);
+    }
+    if slow.is_some() {
+        crate::slow_request::report(req, &entry);
+    }
+}
+
 /// A worker's access log.
 #[derive(Debug)]
 pub struct AccessLog {
     format: LogFormat,
     sink: Sink,
     buf: RefCell<Vec<u8>>,
+}
+
+/// What a response tells the access log and `slow_request`, kept as its
+/// body is sent (the response itself is gone by then).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Served {
+    /// What the response cache did, on routes that cache.
+    pub cache: Option<&'static str>,
+    /// How the upstream answered, for a proxied response.
+    pub upstream: Option<UpstreamTimes>,
+    /// The route that answered (its index), if one did.
+    pub route: Option<usize>,
+}
+
+impl Served {
+    /// What `resp`, answered by route `route`, tells.
+    pub fn of(resp: &hayate_core::Response, route: Option<usize>) -> Served {
+        Served {
+            cache: resp.cache_status.copied(),
+            upstream: resp.upstream_times(),
+            route,
+        }
+    }
 }
 
 /// What the log records of one exchange besides the request.
@@ -116,8 +168,12 @@ pub struct Entry<'a> {
     pub duration: Duration,
     /// What the response cache did, on routes that cache.
     pub cache: Option<&'static str>,
-    /// The TLS version and cipher suite, over HTTPS (JSON format).
+    /// The TLS version and cipher suite, over HTTPS.
     pub tls: Option<TlsInfo>,
+    /// How the upstream answered, for a proxied response.
+    pub upstream: Option<UpstreamTimes>,
+    /// The route that answered: its site's first host and its prefix.
+    pub route: Option<(&'a str, &'a [u8])>,
 }
 
 impl AccessLog {
@@ -130,13 +186,19 @@ impl AccessLog {
         }
     }
 
+    /// Whether lines name the route (worth looking its name up).
+    pub fn names_route(&self) -> bool {
+        match &self.format {
+            LogFormat::Ecs => true,
+            LogFormat::Template(t) => t.uses(hayate_config::values::LogVariable::Route),
+            LogFormat::Combined | LogFormat::Common | LogFormat::Json => false,
+        }
+    }
+
     /// Records one exchange.
     pub fn record(&self, req: &RequestHead, e: &Entry<'_>) {
         let mut buf = self.buf.borrow_mut();
-        match self.format {
-            LogFormat::Combined => combined(&mut buf, req, e),
-            LogFormat::Json => json(&mut buf, req, e),
-        }
+        format::line(&mut buf, &self.format, req, e);
         if buf.len() >= FLUSH_AT {
             let data = std::mem::take(&mut *buf);
             drop(buf);
@@ -161,190 +223,5 @@ impl AccessLog {
         if buf.is_empty() && buf.capacity() < data.capacity() {
             *buf = data; // keep the allocation
         }
-    }
-}
-
-fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
-    let mut time = String::with_capacity(32);
-    hayate_core::date::clf_now(&mut time);
-    out.extend_from_slice(e.peer.as_bytes());
-    out.extend_from_slice(b" - - [");
-    out.extend_from_slice(time.as_bytes());
-    out.extend_from_slice(b"] \"");
-    escape(out, req.method());
-    out.push(b' ');
-    escape(out, req.original_target());
-    out.push(b' ');
-    out.extend_from_slice(req.version.as_str().as_bytes());
-    out.extend_from_slice(b"\" ");
-    out.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
-    out.extend_from_slice(b" \"");
-    escape(out, req.header(b"referer").unwrap_or(b"-"));
-    out.extend_from_slice(b"\" \"");
-    escape(out, req.header(b"user-agent").unwrap_or(b"-"));
-    out.push(b'"');
-    if let Some(c) = e.cache {
-        out.extend_from_slice(b" cache=");
-        out.extend_from_slice(c.as_bytes());
-    }
-    out.push(b'\n');
-}
-
-fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
-    let mut time = String::with_capacity(32);
-    hayate_core::date::iso_now(&mut time);
-    out.extend_from_slice(b"{\"time\":\"");
-    out.extend_from_slice(time.as_bytes());
-    out.extend_from_slice(b"\",\"remote\":\"");
-    json_escape(out, e.peer.as_bytes());
-    out.extend_from_slice(b"\",\"method\":\"");
-    json_escape(out, req.method());
-    out.extend_from_slice(b"\",\"uri\":\"");
-    json_escape(out, req.original_target());
-    out.extend_from_slice(b"\",\"protocol\":\"");
-    out.extend_from_slice(req.version.as_str().as_bytes());
-    out.extend_from_slice(b"\",\"host\":\"");
-    json_escape(out, req.host().unwrap_or_default());
-    out.extend_from_slice(b"\",\"status\":");
-    out.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
-    out.extend_from_slice(b",\"bytes\":");
-    out.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
-    out.extend_from_slice(b",\"duration_us\":");
-    out.extend_from_slice(
-        itoa::Buffer::new()
-            .format(e.duration.as_micros() as u64)
-            .as_bytes(),
-    );
-    out.extend_from_slice(b",\"referer\":\"");
-    json_escape(out, req.header(b"referer").unwrap_or_default());
-    out.extend_from_slice(b"\",\"user_agent\":\"");
-    json_escape(out, req.header(b"user-agent").unwrap_or_default());
-    out.push(b'"');
-    if let Some(c) = e.cache {
-        out.extend_from_slice(b",\"cache\":\"");
-        out.extend_from_slice(c.as_bytes());
-        out.push(b'"');
-    }
-    if let Some(tls) = e.tls {
-        out.extend_from_slice(b",\"tls\":\"");
-        out.extend_from_slice(tls.version.as_bytes());
-        out.extend_from_slice(b"\",\"cipher\":\"");
-        out.extend_from_slice(tls.cipher.as_bytes());
-        out.push(b'"');
-    }
-    out.extend_from_slice(b"}\n");
-}
-
-fn escape(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            out.extend_from_slice(format!("\\x{b:02X}").as_bytes());
-        } else {
-            out.push(b);
-        }
-    }
-}
-
-fn json_escape(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            // Non-ASCII bytes may not be UTF-8: escape them as code points.
-            b if !(0x20..0x7f).contains(&b) => {
-                out.extend_from_slice(format!("\\u{:04x}", b).as_bytes())
-            }
-            b => out.push(b),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hayate_core::h1::request::{parse, HeadLimits, Parsed};
-
-    fn request(raw: &str) -> RequestHead {
-        let limits = HeadLimits {
-            max_request_line: 1000,
-            max_header_bytes: 1000,
-            max_headers: 10,
-            max_body_size: 0,
-        };
-        match parse(
-            &mut bytes::BytesMut::from(raw.as_bytes()),
-            &limits,
-            &mut Default::default(),
-            hayate_core::transport::Scheme::Http,
-        ) {
-            Parsed::Request(r) => r.head,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn lines_escape_client_values() {
-        let req = request(
-            "GET /a?\"x\" HTTP/1.1\r\nHost: h\r\nUser-Agent: evil\"\\ agent\r\nReferer: r\r\n\r\n",
-        );
-        let e = Entry {
-            peer: "127.0.0.1",
-            status: 200,
-            bytes: 12,
-            duration: Duration::from_micros(7),
-            cache: None,
-            tls: None,
-        };
-        let mut out = Vec::new();
-        combined(&mut out, &req, &e);
-        let line = String::from_utf8(out).expect("ascii");
-        assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
-        assert!(
-            line.ends_with(
-                "] \"GET /a?\\x22x\\x22 HTTP/1.1\" 200 12 \"r\" \"evil\\x22\\x5C agent\"\n"
-            ),
-            "{line}"
-        );
-        let mut out = Vec::new();
-        combined(
-            &mut out,
-            &req,
-            &Entry {
-                cache: Some("HIT"),
-                tls: None,
-                ..e
-            },
-        );
-        assert!(out.ends_with(b"agent\" cache=HIT\n"));
-        let mut out = Vec::new();
-        json(
-            &mut out,
-            &req,
-            &Entry {
-                cache: Some("MISS"),
-                tls: Some(TlsInfo {
-                    version: "TLSv1.3",
-                    cipher: "TLS13_AES_128_GCM_SHA256",
-                }),
-                ..e
-            },
-        );
-        assert!(out.ends_with(
-            b",\"cache\":\"MISS\",\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_AES_128_GCM_SHA256\"}\n"
-        ));
-        let mut out = Vec::new();
-        json(&mut out, &req, &e);
-        let line = String::from_utf8(out).expect("ascii");
-        assert!(line.contains("\"uri\":\"/a?\\\"x\\\"\""), "{line}");
-        assert!(
-            line.contains("\"user_agent\":\"evil\\\"\\\\ agent\""),
-            "{line}"
-        );
-        assert!(
-            line.contains("\"status\":200,\"bytes\":12,\"duration_us\":7"),
-            "{line}"
-        );
     }
 }

@@ -195,7 +195,7 @@ impl Conn {
             // What holds the response (the answer, the response, what is
             // left to send) lives in this block and is moved whole into
             // what waits on it: the future keeps none of it across a wait.
-            let (upgraded, keep_alive, cx, rest) = {
+            let (upgraded, keep_alive, cx, rest, route) = {
                 let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
                 let answer = match pipeline::rewrite(&mut req.head, &w.router, started, client) {
                     Some(answered) => Answer::Now(answered, None),
@@ -251,11 +251,11 @@ impl Conn {
                     http10,
                     keep_alive,
                 };
-                let rest = self.start_response(resp, cx, &req, started);
-                (upgraded, keep_alive, cx, rest)
+                let rest = self.start_response(resp, cx, &req, started, route);
+                (upgraded, keep_alive, cx, rest, route)
             };
             if let Some(finishing) =
-                rest.map(|rest| pinned(|| self.finish_response(rest, cx, &req, started)))
+                rest.map(|rest| pinned(|| self.finish_response(rest, cx, &req, started, route)))
             {
                 finishing.await?;
             }

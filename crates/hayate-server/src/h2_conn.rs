@@ -43,7 +43,7 @@ use hayate_core::transport::{Peer, Scheme, TlsInfo};
 use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::access_log;
+use crate::access_log::{self, Served};
 use crate::pipeline::{self, Answer};
 use crate::worker::{Generation, Worker};
 
@@ -444,7 +444,7 @@ impl Stream {
         };
         let respond = respond.into_inner();
         let status = response.status;
-        let cache = response.cache_status.copied();
+        let served = Served::of(&response, route);
         if let Some(m) = &w.metrics {
             m.record(route, Version::Http2, status.code(), started.elapsed());
         }
@@ -455,7 +455,7 @@ impl Stream {
             match std::mem::take(&mut response.body) {
                 Body::Upgrade(tunnel) => {
                     self.tunnel(respond, tunnel, body.into_recv()).await;
-                    return self.log(&head, client.addr(), status, cache, 0, started);
+                    return self.log(&head, client.addr(), status, served, 0, started);
                 }
                 other => response.body = other,
             }
@@ -468,7 +468,7 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
-        self.log(&head, client.addr(), status, cache, sent, started);
+        self.log(&head, client.addr(), status, served, sent, started);
     }
 
     /// A WebSocket the upstream accepted: RFC 8441 §5 makes the switch a
@@ -498,27 +498,30 @@ impl Stream {
         }
     }
 
-    /// Records the exchange in the access log, if there is one.
+    /// Records the exchange in the access log and `slow_request`'s check,
+    /// if either is on.
     fn log(
         &self,
         head: &RequestHead,
         client: &str,
         status: Status,
-        cache: Option<&'static str>,
+        served: Served,
         sent: u64,
         started: Instant,
     ) {
         self.worker.with_generation(|g| {
-            if let Some(log) = &g.access_log {
+            if g.records_exchanges {
                 let entry = access_log::Entry {
                     peer: client,
                     status: status.code(),
                     bytes: sent,
                     duration: started.elapsed(),
-                    cache,
+                    cache: served.cache,
                     tls: self.tls,
+                    upstream: served.upstream,
+                    route: None,
                 };
-                log.record(head, &entry);
+                access_log::record(g, head, served, entry);
             }
         });
     }

@@ -31,6 +31,7 @@ mod proxy_protocol;
 pub mod reload;
 pub mod request_metrics;
 pub mod router;
+mod slow_request;
 pub mod status_json;
 mod status_page;
 pub mod upstream_metrics;

@@ -18,14 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hayate_config::Config;
-use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+use hayate_core::metrics::{
+    family, latency_bucket, latency_histogram, sample, Kind, MetricsSource, LATENCY_BUCKETS_US,
+};
 use hayate_core::request::Version;
 
-/// Upper bounds of the latency buckets, in microseconds (0.5 ms to 10 s).
-const BUCKETS_US: [u64; 14] = [
-    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
-    2_500_000, 5_000_000, 10_000_000,
-];
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 const REQUESTS: &str = "hayate_http_requests_total";
@@ -42,7 +39,7 @@ const DURATION: &str = "hayate_http_request_duration_seconds";
 struct RouteCounters {
     classes: [AtomicU64; 5],
     /// Per bucket, not cumulative; the last one is +Inf.
-    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    buckets: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
     sum_us: AtomicU64,
 }
 
@@ -74,11 +71,7 @@ impl WorkerMetrics {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         bump(&c.classes[class], 1);
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BUCKETS_US
-            .iter()
-            .position(|&b| us <= b)
-            .unwrap_or(BUCKETS_US.len());
-        bump(&c.buckets[bucket], 1);
+        bump(&c.buckets[latency_bucket(us)], 1);
         bump(&c.sum_us, us);
     }
 }
@@ -145,12 +138,12 @@ impl RequestMetrics {
     }
 
     /// Per slot: status class counts, bucket counts (not cumulative), sum.
-    fn totals(&self, slots: usize) -> Vec<([u64; 5], [u64; BUCKETS_US.len() + 1], u64)> {
+    fn totals(&self, slots: usize) -> Vec<([u64; 5], [u64; LATENCY_BUCKETS_US.len() + 1], u64)> {
         let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
         (0..slots)
             .map(|i| {
                 let mut classes = [0; 5];
-                let mut buckets = [0; BUCKETS_US.len() + 1];
+                let mut buckets = [0; LATENCY_BUCKETS_US.len() + 1];
                 let mut sum = 0u64;
                 for w in &workers {
                     let Some(c) = w.routes.get(i) else { continue };
@@ -208,25 +201,9 @@ impl MetricsSource for RequestMetrics {
             "Time from the complete request head to the response head, by site and route prefix",
             Kind::Histogram,
         );
-        let bucket = format!("{DURATION}_bucket");
         for ((site, route), (_, buckets, sum)) in labels.iter().zip(&totals) {
-            let mut cumulative = 0;
-            for (i, n) in buckets.iter().enumerate() {
-                cumulative += n;
-                let le = match BUCKETS_US.get(i) {
-                    Some(us) => (*us as f64 / 1e6).to_string(),
-                    None => "+Inf".to_string(),
-                };
-                sample(
-                    out,
-                    &bucket,
-                    &[("site", site), ("route", route), ("le", &le)],
-                    cumulative,
-                );
-            }
             let labels = [("site", site.as_str()), ("route", route.as_str())];
-            sample(out, &format!("{DURATION}_sum"), &labels, *sum as f64 / 1e6);
-            sample(out, &format!("{DURATION}_count"), &labels, cumulative);
+            latency_histogram(out, DURATION, &labels, buckets, *sum);
         }
     }
 }

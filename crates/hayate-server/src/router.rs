@@ -156,6 +156,8 @@ impl Router {
             tunnel_idle_timeout: g.proxy_tunnel_timeout.0,
             // per route, below
             proxy_protocol: false,
+            upstream_times: g.access_log != hayate_config::values::AccessLog::Off
+                || g.slow_request.is_some(),
         };
         let largest_body = config
             .sites
@@ -392,6 +394,18 @@ impl Router {
     /// listener's port, when there is one and `https_redirect` is on.
     pub fn https_port(&self) -> Option<u16> {
         self.https_port
+    }
+
+    /// The site (its first host, `*` for any) and prefix of the route of
+    /// `index` ([`Route::index`]), for the logs.
+    pub fn route_name(&self, index: usize) -> Option<(&str, &[u8])> {
+        self.sites.iter().find_map(|site| {
+            let route = site.routes.iter().find(|r| r.index == index)?;
+            Some((
+                site.hosts.first().map_or("*", String::as_str),
+                &route.prefix[..],
+            ))
+        })
     }
 
     /// Every upstream group and its route's index (for the worker's

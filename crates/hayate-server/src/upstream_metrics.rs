@@ -2,12 +2,15 @@
 //! route's members, their health, requests in flight and idle pooled
 //! connections, summed over the workers (each worker has its own copy of a
 //! group and publishes its figures once a second: hayate-proxy's
-//! `figures.rs`).
+//! `figures.rs`), and each member's response head latencies. Labels stay
+//! bounded: one set per configured member (`app[i]` for supervised slots).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use hayate_core::metrics::{family, sample, Kind, MetricsSource};
+use hayate_core::metrics::{
+    family, latency_histogram, sample, Kind, MetricsSource, LATENCY_BUCKETS_US,
+};
 use hayate_proxy::{FiguresSlot, MemberState};
 
 use crate::request_metrics::RequestMetrics;
@@ -15,6 +18,7 @@ use crate::request_metrics::RequestMetrics;
 const STATE: &str = "hayate_upstream_member_state";
 const IN_FLIGHT: &str = "hayate_upstream_member_in_flight";
 const IDLE: &str = "hayate_upstream_member_idle_connections";
+const RESPONSE: &str = "hayate_upstream_response_seconds";
 
 /// Every worker's published figures, by route (its metrics slot, whose
 /// labels the request counters keep).
@@ -29,6 +33,8 @@ struct Member {
     state: MemberState,
     in_flight: u64,
     idle: u64,
+    response_counts: [u64; LATENCY_BUCKETS_US.len() + 1],
+    response_sum_us: u64,
 }
 
 impl UpstreamMetrics {
@@ -72,6 +78,8 @@ impl UpstreamMetrics {
                             state: MemberState::Up,
                             in_flight: 0,
                             idle: 0,
+                            response_counts: [0; LATENCY_BUCKETS_US.len() + 1],
+                            response_sum_us: 0,
                         };
                         members.push((f.label.clone(), m));
                         members.len() - 1
@@ -81,6 +89,10 @@ impl UpstreamMetrics {
                 m.state = m.state.max(f.state);
                 m.in_flight += u64::from(f.in_flight);
                 m.idle += f.idle as u64;
+                for (t, n) in m.response_counts.iter_mut().zip(f.response_counts) {
+                    *t += n;
+                }
+                m.response_sum_us = m.response_sum_us.wrapping_add(f.response_sum_us);
             }
         }
         routes
@@ -136,6 +148,15 @@ impl MetricsSource for UpstreamMetrics {
         for (labels, m) in &rows {
             sample(out, IDLE, labels, m.idle);
         }
+        family(
+            out,
+            RESPONSE,
+            "Time from the start of an upstream attempt (after the queue) to its response head, per member, across workers",
+            Kind::Histogram,
+        );
+        for (labels, m) in &rows {
+            latency_histogram(out, RESPONSE, labels, &m.response_counts, m.response_sum_us);
+        }
     }
 }
 
@@ -163,6 +184,8 @@ mod tests {
             state,
             in_flight,
             idle,
+            response_counts: std::array::from_fn(|i| u64::from(i == 1)),
+            response_sum_us: 700,
         };
         // Two workers' copies of the group, alive while they hold them.
         let (one, two) = (m.slot(slot), m.slot(slot));
@@ -178,6 +201,11 @@ mod tests {
             format!("{STATE}{{{labels},state=\"probed-down\"}} 0\n"),
             format!("{IN_FLIGHT}{{{labels}}} 3\n"),
             format!("{IDLE}{{{labels}}} 5\n"),
+            format!("{RESPONSE}_bucket{{{labels},le=\"0.0005\"}} 0\n"),
+            format!("{RESPONSE}_bucket{{{labels},le=\"0.001\"}} 2\n"),
+            format!("{RESPONSE}_bucket{{{labels},le=\"+Inf\"}} 2\n"),
+            format!("{RESPONSE}_sum{{{labels}}} 0.0014\n"),
+            format!("{RESPONSE}_count{{{labels}}} 2\n"),
         ] {
             assert!(text.contains(&line), "{line:?} in\n{text}");
         }

@@ -56,6 +56,11 @@ pub struct Generation {
     pub timeouts: Timeouts,
     /// The access log, if on.
     pub access_log: Option<AccessLog>,
+    /// Requests at least this slow go to the error log (`slow_request`).
+    pub slow_request: Option<Duration>,
+    /// An exchange's record is made: the access log or `slow_request` is
+    /// on (one test on the hot path for both).
+    pub records_exchanges: bool,
     /// This worker's request counters, when the admin listener is on.
     pub metrics: Option<Arc<WorkerMetrics>>,
     /// Whether HTTP/2 is served (h2c on plain listeners).
@@ -177,7 +182,9 @@ impl Generation {
             access_log: plan
                 .log_sink
                 .clone()
-                .map(|sink| AccessLog::new(g.access_log_format, sink)),
+                .map(|sink| AccessLog::new(g.access_log_format.clone(), sink)),
+            slow_request: g.slow_request.map(|d| d.0),
+            records_exchanges: plan.log_sink.is_some() || g.slow_request.is_some(),
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             http2: g.http2,
             listen_keys: plan.listen_keys.clone(),

@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod browser;
+pub mod curl;
 pub mod h2_frames;
 pub mod origin;
 pub mod pebble;

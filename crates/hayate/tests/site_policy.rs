@@ -50,29 +50,7 @@ fn site(dir: &Path, origin: &Origin, htpasswd: Option<&Path>, extra: &str) -> St
 /// curl's status code for `path` on `h`, over h2c with prior knowledge
 /// (`http2`) or HTTP/1.1, with `headers`.
 fn curl(h: &Hayate, path: &str, http2: bool, headers: &[&str]) -> u16 {
-    let url = format!("http://127.0.0.1:{}{path}", h.addr.port());
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--path-as-is",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-    ]);
-    cmd.arg(if http2 {
-        "--http2-prior-knowledge"
-    } else {
-        "--http1.1"
-    });
-    for h in headers {
-        cmd.args(["-H", h]);
-    }
-    let out = cmd.arg(&url).output().expect("curl (installed by .ci/run)");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .parse()
-        .expect("status")
+    hayate_testkit::curl::status(h.addr.port(), path, http2, headers)
 }
 
 #[test]

@@ -16,12 +16,13 @@ use hayate_core::h1::request::Request;
 use hayate_core::h1::response::{self, HeadContext};
 use hayate_core::response::FileRange;
 use hayate_core::transport::Transport;
-use hayate_core::{Body, Chunk, Response, Status, StreamBody};
+use hayate_core::{Attached, Body, Chunk, Response, Status, StreamBody};
 
 use super::{client_left, noting_waits, Conn};
-use crate::access_log;
+use crate::access_log::{self, Served};
 use crate::client_io;
 use crate::pipeline;
+use crate::worker::Generation;
 
 /// Bodies up to this size are copied into the write buffer with the head.
 const COPY_BODY_MAX: usize = 16 * 1024;
@@ -53,6 +54,7 @@ impl Conn {
         cx: HeadContext,
         req: &Request,
         started: Instant,
+        route: Option<usize>,
     ) -> Option<Response> {
         let with_body = response::write_head(&mut self.wbuf, &resp, cx, self.clock.wall);
         let sent = match &resp.body {
@@ -65,7 +67,7 @@ impl Conn {
             }
             _ => return Some(resp),
         };
-        self.log_access(req, resp.status, resp.cache_status.copied(), sent, started);
+        self.log_access(req, resp.status, Served::of(&resp, route), sent, started);
         None
     }
 
@@ -86,17 +88,26 @@ impl Conn {
         cx: HeadContext,
         req: &'a Request,
         started: Instant,
+        route: Option<usize>,
     ) -> impl Future<Output = io::Result<()>> + 'a {
         async move {
             // Named here, or the block would take only the fields it uses
             // (edition 2021's disjoint captures) and what the response
             // holds (a conn_limit slot) would go before its body is sent.
-            let _held_until_sent = resp.holds;
+            let attached = resp.attached;
             let status = resp.status;
-            let cache = resp.cache_status.copied();
+            // What the log takes of the response is read from it once sent,
+            // not copied beside it: this future holds the response anyway,
+            // and a larger one may cross glibc's limit (above).
+            let served = |cache: Option<&&'static str>, attached: &Option<Attached>| Served {
+                cache: cache.copied(),
+                upstream: attached.as_ref().and_then(Attached::upstream_times),
+                route,
+            };
             if let Body::Upgrade(tunnel) = resp.body {
                 let flushed = self.flush().await;
-                self.log_access(req, status, cache, 0, started);
+                let served = served(resp.cache_status, &attached);
+                self.log_access(req, status, served, 0, started);
                 flushed?;
                 // Bytes the client sent after its head belong to the new protocol.
                 let early = self.rbuf.split().freeze();
@@ -112,7 +123,8 @@ impl Conn {
             let mut sent = 0;
             let written = self.write_body(resp.body, cx.http10, &mut sent).await;
             // A body that failed midway is logged too, with what was sent.
-            self.log_access(req, status, cache, sent, started);
+            let served = served(resp.cache_status, &attached);
+            self.log_access(req, status, served, sent, started);
             written
         }
     }
@@ -163,47 +175,54 @@ impl Conn {
         Ok(())
     }
 
-    /// Records one exchange in the access log, if there is one. Only the
-    /// check is inlined into the writers: with the record's making beside
-    /// it, this stopped being inlined and cost every request 22
-    /// instructions more with the log off (bench/instructions/run).
+    /// Records one exchange in the access log and `slow_request`'s check,
+    /// if either is on. Only the check is inlined into the writers: with
+    /// the record's making beside it, this stopped being inlined and cost
+    /// every request 22 instructions more with the log off
+    /// (bench/instructions/run).
     #[inline(always)]
     pub(super) fn log_access(
         &self,
         req: &Request,
         status: Status,
-        cache: Option<&'static str>,
+        served: Served,
         bytes: u64,
         started: Instant,
     ) {
         self.worker.with_generation(|g| {
-            if let Some(log) = &g.access_log {
-                self.record_access(log, req, status, cache, bytes, started);
+            if g.records_exchanges {
+                self.record_access(g, req, status, served, bytes, started);
             }
         });
     }
 
-    /// The access log's record of one exchange.
+    /// The record of one exchange.
     #[inline(never)]
     fn record_access(
         &self,
-        log: &access_log::AccessLog,
+        g: &Generation,
         req: &Request,
         status: Status,
-        cache: Option<&'static str>,
+        served: Served,
         bytes: u64,
         started: Instant,
     ) {
         let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
-        let entry = access_log::Entry {
-            peer: client.addr(),
-            status: status.code(),
-            bytes,
-            duration: started.elapsed(),
-            cache,
-            tls: self.transport.tls_info(),
-        };
-        log.record(&req.head, &entry);
+        access_log::record(
+            g,
+            &req.head,
+            served,
+            access_log::Entry {
+                peer: client.addr(),
+                status: status.code(),
+                bytes,
+                duration: started.elapsed(),
+                cache: served.cache,
+                tls: self.transport.tls_info(),
+                upstream: served.upstream,
+                route: None,
+            },
+        );
     }
 
     /// Relays a streamed body chunk by chunk, in chunked coding when its
