@@ -123,6 +123,7 @@ where
         // the keep-alive time a connection that answered earns).
         let mut asked = false;
         let header_timeout = timeouts.header;
+        let idle_deadline = worker.deadlines.slot();
         let mut release = Release::default();
         loop {
             // One timer for the idle phases and the closing one: a branch
@@ -142,12 +143,26 @@ where
                 } else if !asked {
                     tokio::time::sleep(header_timeout).await;
                     Idle::Expired
-                } else if quiet {
-                    tokio::time::sleep(keepalive.saturating_sub(QUIET_AFTER)).await;
-                    Idle::Expired
                 } else {
-                    tokio::time::sleep(QUIET_AFTER.min(keepalive)).await;
-                    Idle::Quiet
+                    // On the worker's deadlines, as an idle HTTP/1.1
+                    // connection waits: at the descriptor budget they cut
+                    // the longest idle ones short to make room (issue 43).
+                    let phase = if quiet {
+                        keepalive.saturating_sub(QUIET_AFTER)
+                    } else {
+                        QUIET_AFTER.min(keepalive)
+                    };
+                    let until = Instant::now() + phase;
+                    let _ = idle_deadline
+                        .run(until, true, std::future::pending::<()>())
+                        .await;
+                    if Instant::now() < until {
+                        Idle::Cut
+                    } else if quiet {
+                        Idle::Expired
+                    } else {
+                        Idle::Quiet
+                    }
                 }
             };
             tokio::select! {
@@ -163,7 +178,13 @@ where
                         };
                         open.set(open.get() + 1);
                         quiet = false;
-                        asked = true;
+                        if !asked {
+                            // Kept alive from now on: its idle waits may
+                            // be cut at the budget (a new connection that
+                            // has asked nothing yet never is).
+                            asked = true;
+                            idle_deadline.mark_reusable();
+                        }
                         tokio::task::spawn_local(stream.serve(request, respond));
                     }
                     Some(Err(e)) => {
@@ -184,6 +205,13 @@ where
                     Idle::Expired => {
                         closing = true;
                         conn.graceful_shutdown();
+                    }
+                    Idle::Cut => {
+                        // No stream is open: GOAWAY and close at once, as
+                        // an idle HTTP/1.1 connection closes, without the
+                        // PING round trip a graceful close waits for.
+                        closing = true;
+                        conn.abrupt_shutdown(h2::Reason::NO_ERROR);
                     }
                     Idle::Unanswered => {
                         log::debug!("HTTP/2 from {peer}: GOAWAY's PING not answered in {goaway_timeout:?}, dropped");

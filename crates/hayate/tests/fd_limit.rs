@@ -156,6 +156,63 @@ fn more_clients_than_the_budget_wait_in_the_backlog_and_are_all_answered() {
     drop(open);
 }
 
+/// An HTTP/2 connection (prior knowledge) that asked `GET path` and read
+/// its whole answer, kept open and idle.
+fn idle_http2_after_one_request(h: &Hayate, path: &str) -> std::net::TcpStream {
+    use hayate_testkit::h2_frames::{self, DATA, HEADERS};
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(h.addr).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    s.write_all(&[h2_frames::wide_open(), h2_frames::get(path)].concat())
+        .expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until the answer's last frame (END_STREAM on HEADERS or DATA).
+    while !h2_frames::frames(&got)
+        .iter()
+        .any(|(kind, flags, _)| (*kind == HEADERS || *kind == DATA) && flags & 0x1 != 0)
+    {
+        let n = s.read(&mut buf).expect("the answer");
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            h2_frames::summary(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+#[test]
+fn idle_http2_connections_make_room_at_the_budget() {
+    let origin = Origin::start(OriginOptions::default());
+    let upstream = origin.url();
+    let h = Hayate::start_with_fd_limit(
+        BIN,
+        &[
+            "--proxy",
+            &upstream,
+            "--workers",
+            "1",
+            "--access-log",
+            "off",
+        ],
+        LIMIT,
+    );
+    // The whole budget (140 at this limit) held by idle HTTP/2
+    // connections, each after one answered request.
+    let idle: Vec<_> = (0..140)
+        .map(|_| idle_http2_after_one_request(&h, "/p"))
+        .collect();
+    assert_eq!(origin.count("/p"), 140);
+    // A newcomer is served: an idle HTTP/2 connection is cut for it (GOAWAY
+    // and close), as an idle HTTP/1.1 one is, not held until its
+    // keep-alive timeout.
+    assert_eq!(h.client().get("/new", &[]).status, 200);
+    h.assert_no_errors();
+    drop(idle);
+}
+
 #[test]
 fn file_opens_without_a_descriptor_answer_503_with_retry_after_then_200() {
     let origin = Origin::start(OriginOptions::default());

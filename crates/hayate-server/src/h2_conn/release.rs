@@ -18,6 +18,9 @@ pub(super) enum Idle {
     Quiet,
     /// No stream for the keep-alive timeout: the connection closes.
     Expired,
+    /// Idle and cut short: the worker is at its descriptor budget (or
+    /// shutting down) and a client waiting to connect needs the room.
+    Cut,
     /// Closing, no stream, and the GOAWAY's PING unanswered for
     /// `http2_goaway_timeout`: the connection is dropped.
     Unanswered,
