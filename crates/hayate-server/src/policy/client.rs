@@ -72,7 +72,9 @@ impl TrustedProxies {
         if self.nets.is_empty() {
             return None;
         }
-        let peer_ip = peer.ip.filter(|ip| self.trusts(*ip))?;
+        if !peer.ip.is_some_and(|ip| self.trusts(ip)) {
+            return None;
+        }
         // On the stack for the usual chains (a CDN and a balancer or two):
         // this runs for every request behind a trusted proxy.
         let mut hops: smallvec::SmallVec<[&[u8]; 8]> = smallvec::SmallVec::new();
@@ -87,30 +89,48 @@ impl TrustedProxies {
             }
         }
         let first = hops.len().saturating_sub(MAX_HOPS);
-        let mut client: Option<(usize, IpAddr)> = None;
+        let mut client: Option<(usize, IpAddr, bool)> = None;
         for (i, hop) in hops.iter().enumerate().skip(first).rev() {
-            let Some(ip) = parse_hop(hop) else { break };
-            client = Some((i, ip));
+            let Some((ip, plain)) = parse_hop(hop) else {
+                break;
+            };
+            client = Some((i, ip, plain));
             if !self.trusts(ip) {
                 break;
             }
         }
-        let (from, ip) = client?;
-        use std::fmt::Write;
+        let (from, ip, plain) = client?;
         let mut chain = String::with_capacity(64);
-        let _ = write!(chain, "{ip}");
+        push_address(&mut chain, hops[from], (ip, plain));
         let client_len = chain.len();
         for hop in &hops[from + 1..] {
-            if let Some(ip) = parse_hop(hop) {
-                let _ = write!(chain, ", {ip}");
+            if let Some(parsed) = parse_hop(hop) {
+                chain.push_str(", ");
+                push_address(&mut chain, hop, parsed);
             }
         }
-        let _ = write!(chain, ", {peer_ip}");
+        chain.push_str(", ");
+        // The peer's address as text, made once per connection.
+        chain.push_str(&peer.addr);
         Some(ForwardedClient {
             ip,
             chain,
             client_len,
         })
+    }
+}
+
+/// Appends a hop's address as text: the hop itself when it is a plain
+/// IPv4 address (Rust's parser takes only the canonical form of those: no
+/// leading zeros), else the address formatted (a port or brackets dropped,
+/// IPv6 in its canonical form), which costs core::fmt's machinery.
+fn push_address(chain: &mut String, hop: &[u8], (ip, plain): (IpAddr, bool)) {
+    match std::str::from_utf8(hop) {
+        Ok(text) if plain => chain.push_str(text),
+        _ => {
+            use std::fmt::Write;
+            let _ = write!(chain, "{ip}");
+        }
     }
 }
 
@@ -139,15 +159,19 @@ fn forwarded_for(element: &[u8]) -> &[u8] {
 
 /// One hop's address: `192.0.2.1`, `2001:db8::1`, with a port
 /// (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or bracketed; IPv4-mapped IPv6
-/// addresses as IPv4. `None` for anything else.
-fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+/// addresses as IPv4. `None` for anything else. With it, whether the hop
+/// was a plain IPv4 address, its own canonical text.
+fn parse_hop(hop: &[u8]) -> Option<(IpAddr, bool)> {
     let text = std::str::from_utf8(hop).ok()?;
+    if let Ok(v4) = text.parse::<std::net::Ipv4Addr>() {
+        return Some((IpAddr::V4(v4), true));
+    }
     let ip = text
         .parse::<IpAddr>()
         .ok()
         .or_else(|| text.parse::<SocketAddr>().ok().map(|a| a.ip()))
         .or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())?;
-    Some(ip.to_canonical())
+    Some((ip.to_canonical(), false))
 }
 
 #[cfg(test)]
