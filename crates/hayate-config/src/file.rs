@@ -624,11 +624,13 @@ impl Cx<'_> {
             });
         }
         out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        let unrouted = (!out.iter().any(|r| r.prefix == "/")).then(|| layer.resolve());
         Ok(Site {
             hosts,
             routes: out,
             tls,
             rules,
+            unrouted,
         })
     }
 

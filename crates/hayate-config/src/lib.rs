@@ -54,6 +54,11 @@ pub struct Site {
     pub tls: SiteTls,
     /// Its rules (`[[rule]]`, then `[[site.rule]]`), in order.
     pub rules: Vec<rules::Rule>,
+    /// The site's own options, for a request none of its routes takes (it
+    /// has no `/` route): that 404 gets the site's error pages and header
+    /// rules, as nginx's server-level `error_page` and `add_header` reach
+    /// every answer of the server. `None` when a `/` route takes all.
+    pub unrouted: Option<RouteOptions>,
 }
 
 /// A site's HTTPS settings, beside the global ones.
@@ -415,6 +420,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             routes,
             tls: SiteTls::default(),
             rules: Vec::new(),
+            unrouted: None,
         }],
         app: None,
     })

@@ -55,7 +55,9 @@ use crate::policy::conn_limit::ConnSlot;
 use crate::policy::forward_auth::Verdict;
 use crate::policy::headers::RequestFieldChanges;
 use crate::policy::rewrite::Rewritten;
-use crate::policy::{Access, AccessRequest, Admission, ForwardedClient, ResponseRequest};
+use crate::policy::{
+    Access, AccessRequest, Admission, ForwardedClient, ResponseRequest, RoutePolicies,
+};
 use crate::router::{handler_path, Route, Router};
 use hayate_core::request::RequestHead;
 
@@ -240,7 +242,12 @@ pub fn answer<'r>(
     // 2. Route. An internal route is there for X-Accel-Redirect and for
     // the site's rewrites only.
     let Some(route) = router.route(req.host(), &path) else {
-        return Answer::Now(Response::error(Status::NOT_FOUND), None);
+        let mut answer = Response::error(Status::NOT_FOUND);
+        if let Some(site) = router.unrouted(req.host()) {
+            let policies = site.policies.as_deref();
+            answer = respond(answer, site.hsts.as_deref(), policies, req, client);
+        }
+        return Answer::Now(answer, None);
     };
     if route.internal && !req.was_rewritten() {
         let answer = finish(Response::error(Status::NOT_FOUND), route, req, client);
@@ -558,18 +565,31 @@ fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
 /// HTTP) unless the app set its own, then its response policies (header
 /// rules, CORS).
 #[inline(always)]
-fn finish(
+fn finish(response: Response, route: &Route, req: &RequestHead, client: Client<'_>) -> Response {
+    respond(
+        response,
+        route.hsts.as_deref(),
+        route.policies.as_deref(),
+        req,
+        client,
+    )
+}
+
+/// The response phase: HSTS on HTTPS answers, then the policies'.
+#[inline(always)]
+fn respond(
     mut response: Response,
-    route: &Route,
+    hsts: Option<&[u8]>,
+    policies: Option<&RoutePolicies>,
     req: &RequestHead,
     client: Client<'_>,
 ) -> Response {
-    if let (Some(value), Scheme::Https) = (&route.hsts, req.scheme) {
+    if let (Some(value), Scheme::Https) = (hsts, req.scheme) {
         if response.field(b"strict-transport-security").is_none() {
             response.header("Strict-Transport-Security", value);
         }
     }
-    if let Some(policies) = &route.policies {
+    if let Some(policies) = policies {
         let request = ResponseRequest {
             head: req,
             client_ip: client.addr(),

@@ -180,6 +180,31 @@ pub struct RoutePolicies {
     request_headers: Option<headers::HeaderPolicy>,
 }
 
+/// The response phase's policies `options` ask for, in order.
+fn response_policies(options: &RouteOptions) -> Result<Vec<Box<dyn ResponsePolicy>>, PolicyError> {
+    let mut response: Vec<Box<dyn ResponsePolicy>> = Vec::new();
+    // Error pages first: the header rules and CORS then apply to the page
+    // as to any answer.
+    let pages =
+        error_pages::ErrorPagesPolicy::load(options.error_pages.as_ref(), options.intercept_errors)
+            .map_err(|message| PolicyError {
+                key: "error_pages",
+                message,
+            })?;
+    if let Some(pages) = pages {
+        response.push(Box::new(pages));
+    }
+    if let Some(cors) = cors::Cors::from_options(options) {
+        response.push(Box::new(cors));
+    }
+    // Header rules last: what the user wrote has the last word.
+    let rules = options.response_headers.as_ref();
+    if let Some(h) = headers::HeaderPolicy::for_responses(rules, options.security_headers) {
+        response.push(Box::new(h));
+    }
+    Ok(response)
+}
+
 impl RoutePolicies {
     /// The policies a route's options ask for; `None` when there are none,
     /// so the route pays nothing for this layer. Fails (with the option's
@@ -194,21 +219,9 @@ impl RoutePolicies {
         let at = |key: &'static str| move |message: String| PolicyError { key, message };
         let mut access: Vec<Box<dyn AccessPolicy>> = Vec::new();
         let mut fleet_rate = None;
-        let mut response: Vec<Box<dyn ResponsePolicy>> = Vec::new();
-        // Error pages first in the response phase: the header rules and
-        // CORS then apply to the page as to any answer.
-        let pages = error_pages::ErrorPagesPolicy::load(
-            options.error_pages.as_ref(),
-            options.intercept_errors,
-        )
-        .map_err(at("error_pages"))?;
-        if let Some(pages) = pages {
-            response.push(Box::new(pages));
-        }
         // CORS preflights first: browsers send them without credentials.
         if let Some(cors) = cors::Cors::from_options(options) {
-            access.push(Box::new(cors.clone()));
-            response.push(Box::new(cors));
+            access.push(Box::new(cors));
         }
         // Then, as nginx's preaccess phase: a limit counts refused attempts
         // too, so it bounds password guessing and the auth service's load.
@@ -272,11 +285,7 @@ impl RoutePolicies {
                 .map_err(at("rate_limit_ipv6_prefix"))?,
             ),
         };
-        // Header rules last: what the user wrote has the last word.
-        let rules = options.response_headers.as_ref();
-        if let Some(h) = headers::HeaderPolicy::for_responses(rules, options.security_headers) {
-            response.push(Box::new(h));
-        }
+        let response = response_policies(options)?;
         let request_headers = headers::HeaderPolicy::for_requests(options.request_headers.as_ref());
         if access.is_empty()
             && forward_auth.is_none()
@@ -294,6 +303,21 @@ impl RoutePolicies {
             forward_auth,
             response,
             request_headers,
+        }))
+    }
+
+    /// The response phase alone of a site's own options, for the 404 of a
+    /// request none of its routes takes (`Site::unrouted`); `None` when it
+    /// has none.
+    pub fn unrouted(options: &RouteOptions) -> Result<Option<RoutePolicies>, PolicyError> {
+        let response = response_policies(options)?;
+        Ok((!response.is_empty()).then(|| RoutePolicies {
+            access: Vec::new(),
+            conn_limit: None,
+            fleet_rate: None,
+            forward_auth: None,
+            response,
+            request_headers: None,
         }))
     }
 

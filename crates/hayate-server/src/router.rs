@@ -79,12 +79,35 @@ pub struct Route {
 /// The Strict-Transport-Security max-age of `security_headers`.
 const SECURITY_HSTS: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
 
+/// The Strict-Transport-Security value `options` ask for: `hsts`, or the
+/// security_headers preset's a year (RFC 6797's example, and what
+/// hstspreload.org asks at least).
+fn hsts_value(options: &RouteOptions) -> Option<Vec<u8>> {
+    options
+        .hsts
+        .map(|d| d.0)
+        .or(options.security_headers.then_some(SECURITY_HSTS))
+        .map(|d| format!("max-age={}", d.as_secs()).into_bytes())
+}
+
 struct Site {
     hosts: Vec<String>,
     /// Longest prefix first.
     routes: Vec<Route>,
     /// Its rules (`[[site.rule]]`); `None`: it has none.
     rules: Option<SiteRules>,
+    /// What answers a request none of its routes takes: a 404 with the
+    /// site's own response policies and HSTS.
+    unrouted: Unrouted,
+}
+
+/// A site's answer to a request none of its routes takes.
+#[derive(Default)]
+pub struct Unrouted {
+    /// The Strict-Transport-Security value of its HTTPS answers.
+    pub hsts: Option<Vec<u8>>,
+    /// Its response phase (error pages, header rules, CORS headers).
+    pub policies: Option<Box<RoutePolicies>>,
 }
 
 /// Sites and their routes.
@@ -312,14 +335,7 @@ impl Router {
                         own_cookie: own_cookie.clone(),
                     }),
                     compression,
-                    hsts: r
-                        .options
-                        .hsts
-                        .map(|d| d.0)
-                        // The security_headers preset's: a year (RFC 6797's
-                        // example, and what hstspreload.org asks at least).
-                        .or(r.options.security_headers.then_some(SECURITY_HSTS))
-                        .map(|d| format!("max-age={}", d.as_secs()).into_bytes()),
+                    hsts: hsts_value(&r.options),
                     policies,
                     internal: r.options.internal,
                     max_body_size: Some(r.options.max_body_size.0).filter(|&m| m < largest_body),
@@ -336,10 +352,20 @@ impl Router {
                     },
                 });
             }
+            let unrouted = match &site.unrouted {
+                Some(options) => Unrouted {
+                    hsts: hsts_value(options),
+                    policies: RoutePolicies::unrouted(options)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                        .map(Box::new),
+                },
+                None => Unrouted::default(),
+            };
             sites.push(Site {
                 hosts: site.hosts.clone(),
                 routes,
                 rules: SiteRules::new(&site.rules),
+                unrouted,
             });
         }
         let default_site = sites.iter().position(|s| s.hosts.is_empty()).unwrap_or(0);
@@ -424,6 +450,11 @@ impl Router {
             .routes
             .iter()
             .find(|r| prefix_matches(&r.prefix, path))
+    }
+
+    /// What answers a request to `host` that no route takes.
+    pub fn unrouted(&self, host: Option<&[u8]>) -> Option<&Unrouted> {
+        self.site(host).map(|s| &s.unrouted)
     }
 
     #[inline(always)]

@@ -289,6 +289,31 @@ fn error_pages_replace_hayates_own_errors_and_with_intercept_the_upstreams() {
 }
 
 #[test]
+fn a_request_no_route_takes_gets_the_sites_error_page_and_header_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    std::fs::write(dir.path().join("404.html"), "<h1>not here</h1>\n").expect("write");
+    // A site of one route, /api/: the rest of its paths match no route.
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nhttp2 = true\n\
+         [[site]]\nerror_pages = {{ 404 = \"404.html\" }}\n\
+         response_headers = {{ \"X-Frame-Options\" = \"DENY\" }}\n\
+         [[site.route]]\nprefix = \"/api/\"\nproxy = [\"{origin}\"]\n",
+        origin = o.url(),
+    );
+    let h = start(dir.path(), &text);
+    let r = h.client().get("/elsewhere", &[]);
+    assert_eq!((r.status, r.text().as_str()), (404, "<h1>not here</h1>\n"));
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    let head = curl_head(h.addr.port(), "/elsewhere", true, &[]);
+    assert!(head.starts_with("http/2 404"), "{head}");
+    assert!(head.contains("x-frame-options: deny"), "{head}");
+    // The route's own answers carry the site's rules as before.
+    let r = h.client().get("/api/x", &[]);
+    assert_eq!((r.status, r.header("x-frame-options")), (200, Some("DENY")));
+}
+
+#[test]
 fn a_missing_error_page_is_named_at_start_and_by_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("hayate.toml");
