@@ -1,16 +1,19 @@
-//! Debian's WordPress under `hayate php`, end to end over HTTPS (issue 33):
-//! the README's command, with a real MariaDB and php-fpm, driven as a
-//! browser and an app would: the installer, a login, the permalink
-//! settings form, a post over the REST API, its pretty permalink, a media
-//! upload and its file, a theme's stylesheet through Debian's symlinks.
-//! Over HTTP/2 (what browsers use, where the host is `:authority`, not a
-//! header) and HTTP/1.1, curl as the client.
+//! Debian's packaged PHP apps under `hayate php`, end to end over HTTPS
+//! (issue 33), each with a real MariaDB and php-fpm, driven as a browser
+//! would, over HTTP/2 (what browsers use, where the host is `:authority`,
+//! not a header) and HTTP/1.1, curl as the client:
+//! - WordPress, with the README's command: the installer, a login, the
+//!   permalink settings form, a post over the REST API, its pretty
+//!   permalink, a media upload and its file, a theme's stylesheet through
+//!   Debian's symlinks;
+//! - phpMyAdmin: its scripts and styles through Debian's symlinks into
+//!   /usr/share/javascript (once answered `200 text/html` by index.php), a
+//!   cookie login, the server's page.
 //!
 //! Needs root, as the README's `sudo hayate php` does: PHP then runs as
-//! www-data, which owns /var/lib/wordpress/wp-content, and the site's
-//! config goes where Debian's WordPress reads it
-//! (`/etc/wordpress/config-HOST.php`, removed after). scripts/test installs
-//! the packages.
+//! www-data, which owns what the apps write, and each app's config goes
+//! where Debian's package reads it (a file of the test's own under /etc,
+//! removed after). scripts/test installs the packages.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -91,6 +94,17 @@ impl Drop for MariaDb {
 
 /// A file that exists while the test runs.
 struct Removed(PathBuf);
+
+impl Removed {
+    /// Writes `text` at `path` (readable by all: PHP runs as www-data).
+    fn write(path: impl Into<PathBuf>, text: &str) -> Removed {
+        let path = path.into();
+        std::fs::write(&path, text).expect("write an app's config (as root)");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("chmod");
+        Removed(path)
+    }
+}
 
 impl Drop for Removed {
     fn drop(&mut self) {
@@ -179,6 +193,53 @@ impl Browser {
     }
 }
 
+/// `hayate php DIR` over HTTPS with a certificate for `host` from a
+/// local CA of its own, and a browser for it.
+fn serve_php(dir: &str, host: &str, args: &[&str]) -> (Hayate, Browser, tempfile::TempDir) {
+    let state = tempfile::tempdir().expect("state");
+    let mut all = vec![
+        "php",
+        dir,
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls",
+        "internal",
+        "--tls-names",
+        host,
+        "--state-dir",
+        state.path().to_str().expect("utf-8"),
+        "--workers",
+        "1",
+    ];
+    all.extend_from_slice(args);
+    let h = Hayate::start(BIN, &all);
+    let scratch = tempfile::tempdir().expect("scratch");
+    let b = Browser {
+        host: host.to_string(),
+        port: h.addr.port(),
+        ca: hayate_testkit::tls::local_ca(state.path()),
+        jar: scratch.path().join("cookies"),
+        scratch,
+    };
+    (h, b, state)
+}
+
+/// Root's check and the packages' (installed by scripts/test); false:
+/// skipped, not root.
+fn can_run(package_files: &[&str]) -> bool {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: Debian's packaged apps under `sudo hayate php` need root (as the README's command)");
+        return false;
+    }
+    for f in package_files {
+        assert!(
+            Path::new(f).exists(),
+            "{f} (its package is installed by scripts/test)"
+        );
+    }
+    true
+}
+
 /// A minimal valid PNG (one red pixel).
 fn png() -> Vec<u8> {
     let chunk = |kind: &[u8], data: &[u8]| {
@@ -252,15 +313,10 @@ fn json_field(json: &str, name: &str) -> String {
 
 #[test]
 fn debians_wordpress_installs_logs_in_posts_and_uploads_over_https_and_http2() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: Debian's WordPress under `sudo hayate php` needs root (as the README's command)");
+    let theme = format!("{CONTENT}/themes/twentytwentythree");
+    if !can_run(&["/usr/share/wordpress/wp-settings.php", &theme]) {
         return;
     }
-    assert!(
-        Path::new(WORDPRESS).join("wp-settings.php").exists()
-            && Path::new(CONTENT).join("themes/twentytwentythree").exists(),
-        "Debian's wordpress and wordpress-theme-twentytwentythree (installed by scripts/test)"
-    );
     let db = MariaDb::start();
     db.sql(
         "CREATE DATABASE wp; CREATE USER 'wp'@'localhost' IDENTIFIED BY 'pw'; \
@@ -270,51 +326,17 @@ fn debians_wordpress_installs_logs_in_posts_and_uploads_over_https_and_http2() {
     // A host name of this run's own: Debian's WordPress picks its config
     // by the request's host.
     let host = format!("wp-e2e-{}.test", std::process::id());
-    let config = Removed(PathBuf::from(format!("/etc/wordpress/config-{host}.php")));
-    std::fs::write(
-        &config.0,
-        format!(
+    let _config = Removed::write(
+        format!("/etc/wordpress/config-{host}.php"),
+        &format!(
             "<?php\ndefine('DB_NAME', 'wp');\ndefine('DB_USER', 'wp');\n\
              define('DB_PASSWORD', 'pw');\ndefine('DB_HOST', 'localhost:{}');\n\
              define('WP_CONTENT_DIR', '{CONTENT}');\n",
             db.socket().display()
         ),
-    )
-    .expect("write the site's config (as root)");
-    std::fs::set_permissions(
-        &config.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .expect("chmod");
-
-    let state = tempfile::tempdir().expect("state");
-    let h = Hayate::start(
-        BIN,
-        &[
-            "php",
-            WORDPRESS,
-            "--root",
-            &format!("/wp-content/={CONTENT}"),
-            "--listen",
-            "https://127.0.0.1:0",
-            "--tls",
-            "internal",
-            "--tls-names",
-            &host,
-            "--state-dir",
-            state.path().to_str().expect("utf-8"),
-            "--workers",
-            "1",
-        ],
     );
-    let scratch = tempfile::tempdir().expect("scratch");
-    let b = Browser {
-        host: host.clone(),
-        port: h.addr.port(),
-        ca: hayate_testkit::tls::local_ca(state.path()),
-        jar: scratch.path().join("cookies"),
-        scratch,
-    };
+    let root = format!("/wp-content/={CONTENT}");
+    let (h, b, _state) = serve_php(WORDPRESS, &host, &["--root", &root]);
 
     // Not installed yet: to the installer, on this host and port.
     let r = b.get("/");
@@ -466,4 +488,75 @@ fn scratch_file(b: &Browser, name: &str, bytes: &[u8]) -> PathBuf {
     let path = b.scratch.path().join(name);
     std::fs::write(&path, bytes).expect("write");
     path
+}
+
+#[test]
+fn debians_phpmyadmin_serves_its_linked_scripts_and_styles_and_logs_in() {
+    const PMA: &str = "/usr/share/phpmyadmin";
+    if !can_run(&["/usr/share/phpmyadmin/index.php", "/etc/phpmyadmin/conf.d"]) {
+        return;
+    }
+    let db = MariaDb::start();
+    db.sql(
+        "CREATE USER 'pma'@'localhost' IDENTIFIED BY 'pw'; GRANT ALL ON *.* TO 'pma'@'localhost';",
+    )
+    .expect("user");
+    // phpMyAdmin reads every file of conf.d after its own config: this one
+    // points its first server at the test's MariaDB.
+    let _config = Removed::write(
+        format!(
+            "/etc/phpmyadmin/conf.d/hayate-e2e-{}.php",
+            std::process::id()
+        ),
+        &format!(
+            "<?php\n$cfg['Servers'][1]['host'] = 'localhost';\n\
+             $cfg['Servers'][1]['connect_type'] = 'socket';\n\
+             $cfg['Servers'][1]['socket'] = '{}';\n",
+            db.socket().display()
+        ),
+    );
+    let (h, b, _state) = serve_php(PMA, "localhost", &[]);
+
+    let login = b.get("/");
+    assert_eq!(login.status, 200, "{}", login.text());
+    let page = login.text();
+    // What the login page links, served as files with their own types:
+    // jQuery and CodeMirror are Debian's links into /usr/share/javascript.
+    for (path, kind) in [
+        ("/js/vendor/jquery/jquery.min.js", "text/javascript"),
+        ("/js/vendor/codemirror/lib/codemirror.css", "text/css"),
+        ("/themes/pmahomme/css/theme.css", "text/css"),
+    ] {
+        assert!(
+            page.contains(&path[1..]),
+            "{path} is not linked by the page"
+        );
+        for http2 in [true, false] {
+            let r = b.ask(http2, &format!("{path}?v=1"), &[]);
+            assert_eq!(r.status, 200, "{path}");
+            assert!(
+                r.content_type.starts_with(kind),
+                "{path}: {}",
+                r.content_type
+            );
+        }
+    }
+    let token = form_value(&page, "token");
+    let r = b.post_form(
+        "/index.php",
+        &[
+            ("pma_username", "pma"),
+            ("pma_password", "pw"),
+            ("server", "1"),
+            ("token", &token),
+            ("route", "/"),
+        ],
+    );
+    assert_eq!(r.status, 302, "{}", r.text());
+    let home = b.get("/index.php?route=/").text();
+    assert!(
+        home.contains("MariaDB") && home.contains("logout"),
+        "{home}"
+    );
+    h.assert_no_errors();
 }
