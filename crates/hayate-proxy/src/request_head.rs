@@ -104,12 +104,22 @@ impl RequestHead {
         let peer = match req.forwarded_chain {
             None => req.client_ip,
             Some(chain) => {
-                let (hops, peer) = chain.rsplit_once(", ").unwrap_or(("", chain));
+                // Split at the comma alone (then the space trimmed): a
+                // two-byte pattern takes str's two-way searcher, whose set-up
+                // cost more than the rest of this (327 instructions a request
+                // behind a proxy, bench/instructions/run, policy-realip).
+                let (hops, peer) = chain
+                    .rsplit_once(',')
+                    .map_or(("", chain), |(hops, peer)| (hops, peer.trim_start()));
                 if let Some(incoming) = incoming(b"forwarded") {
                     h.extend_from_slice(incoming);
                     h.extend_from_slice(b", ");
                 } else {
-                    for hop in hops.split(", ").filter(|hop| !hop.is_empty()) {
+                    for hop in hops
+                        .split(',')
+                        .map(str::trim_start)
+                        .filter(|hop| !hop.is_empty())
+                    {
                         write_forwarded_node(&mut h, hop);
                         h.extend_from_slice(b", ");
                     }

@@ -89,24 +89,25 @@ impl TrustedProxies {
             }
         }
         let first = hops.len().saturating_sub(MAX_HOPS);
-        let mut client: Option<(usize, IpAddr, bool)> = None;
+        let mut client: Option<(usize, Hop<'_>)> = None;
         for (i, hop) in hops.iter().enumerate().skip(first).rev() {
-            let Some((ip, plain)) = parse_hop(hop) else {
+            let Some(parsed) = parse_hop(hop) else {
                 break;
             };
-            client = Some((i, ip, plain));
-            if !self.trusts(ip) {
+            client = Some((i, parsed));
+            if !self.trusts(parsed.ip) {
                 break;
             }
         }
-        let (from, ip, plain) = client?;
+        let (from, client) = client?;
+        let ip = client.ip;
         let mut chain = String::with_capacity(64);
-        push_address(&mut chain, hops[from], (ip, plain));
+        push_address(&mut chain, client);
         let client_len = chain.len();
         for hop in &hops[from + 1..] {
             if let Some(parsed) = parse_hop(hop) {
                 chain.push_str(", ");
-                push_address(&mut chain, hop, parsed);
+                push_address(&mut chain, parsed);
             }
         }
         chain.push_str(", ");
@@ -120,16 +121,16 @@ impl TrustedProxies {
     }
 }
 
-/// Appends a hop's address as text: the hop itself when it is a plain
+/// Appends a hop's address as text: the hop's own text when it is a plain
 /// IPv4 address (Rust's parser takes only the canonical form of those: no
 /// leading zeros), else the address formatted (a port or brackets dropped,
 /// IPv6 in its canonical form), which costs core::fmt's machinery.
-fn push_address(chain: &mut String, hop: &[u8], (ip, plain): (IpAddr, bool)) {
-    match std::str::from_utf8(hop) {
-        Ok(text) if plain => chain.push_str(text),
-        _ => {
+fn push_address(chain: &mut String, hop: Hop<'_>) {
+    match hop.plain {
+        Some(text) => chain.push_str(text),
+        None => {
             use std::fmt::Write;
-            let _ = write!(chain, "{ip}");
+            let _ = write!(chain, "{}", hop.ip);
         }
     }
 }
@@ -157,21 +158,35 @@ fn forwarded_for(element: &[u8]) -> &[u8] {
         .unwrap_or_default()
 }
 
+/// A hop of a chain, read.
+#[derive(Clone, Copy)]
+struct Hop<'a> {
+    /// Its address (IPv4-mapped IPv6 ones as IPv4).
+    ip: IpAddr,
+    /// Its text, when that is a plain IPv4 address (its canonical form).
+    plain: Option<&'a str>,
+}
+
 /// One hop's address: `192.0.2.1`, `2001:db8::1`, with a port
 /// (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or bracketed; IPv4-mapped IPv6
-/// addresses as IPv4. `None` for anything else. With it, whether the hop
-/// was a plain IPv4 address, its own canonical text.
-fn parse_hop(hop: &[u8]) -> Option<(IpAddr, bool)> {
+/// addresses as IPv4. `None` for anything else.
+fn parse_hop(hop: &[u8]) -> Option<Hop<'_>> {
     let text = std::str::from_utf8(hop).ok()?;
     if let Ok(v4) = text.parse::<std::net::Ipv4Addr>() {
-        return Some((IpAddr::V4(v4), true));
+        return Some(Hop {
+            ip: IpAddr::V4(v4),
+            plain: Some(text),
+        });
     }
     let ip = text
         .parse::<IpAddr>()
         .ok()
         .or_else(|| text.parse::<SocketAddr>().ok().map(|a| a.ip()))
         .or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())?;
-    Some((ip.to_canonical(), false))
+    Some(Hop {
+        ip: ip.to_canonical(),
+        plain: None,
+    })
 }
 
 #[cfg(test)]
