@@ -216,10 +216,14 @@ fn exchange(
             std::thread::sleep(pause);
         }
     }
+    let port = conn
+        .as_ref()
+        .and_then(|s| s.local_addr().ok())
+        .map(|a| a.port());
     let s = conn.as_mut().expect("connected");
     let failed = |conn: &mut Option<std::net::TcpStream>, answered: bool, why: String| {
         *conn = None;
-        Err((answered, why))
+        Err((answered, format!("{why} (local port {port:?})")))
     };
     if let Err(e) = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()) {
         return failed(conn, false, format!("send: {e}"));
@@ -245,6 +249,7 @@ fn exchange(
                 )
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return failed(conn, !buf.is_empty(), format!("read: {e}")),
         }
     };
@@ -252,6 +257,7 @@ fn exchange(
         match s.read(&mut chunk) {
             Ok(0) => return failed(conn, true, "closed in the body".into()),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return failed(conn, true, format!("read in the body: {e}")),
         }
     }
