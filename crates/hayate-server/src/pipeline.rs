@@ -57,7 +57,7 @@ use crate::policy::headers::RequestFieldChanges;
 use crate::policy::rewrite::Rewritten;
 use crate::policy::{Access, AccessRequest, Admission, ForwardedClient, ResponseRequest};
 use crate::router::{handler_path, Route, Router};
-use hayate_core::request::RequestHead;
+use hayate_core::request::{RequestHead, Version};
 
 /// Where ACME's HTTP-01 challenges are fetched (RFC 8555 §8.3).
 const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
@@ -555,8 +555,9 @@ fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
 
 /// The response phase, for every answer of a route: its
 /// Strict-Transport-Security over HTTPS (RFC 6797 §7.2: never over plain
-/// HTTP) unless the app set its own, then its response policies (header
-/// rules, CORS).
+/// HTTP) unless the app set its own, Alt-Svc naming HTTP/3's port over
+/// HTTPS on TCP (`http3`), then its response policies (header rules,
+/// CORS).
 #[inline(always)]
 fn finish(
     mut response: Response,
@@ -567,6 +568,11 @@ fn finish(
     if let (Some(value), Scheme::Https) = (&route.hsts, req.scheme) {
         if response.field(b"strict-transport-security").is_none() {
             response.header("Strict-Transport-Security", value);
+        }
+    }
+    if let (Some(value), Scheme::Https) = (&route.alt_svc, req.scheme) {
+        if req.version != Version::Http3 && response.field(b"alt-svc").is_none() {
+            response.header("Alt-Svc", value);
         }
     }
     if let Some(policies) = &route.policies {
