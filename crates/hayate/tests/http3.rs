@@ -97,7 +97,10 @@ fn sha256(data: &[u8]) -> String {
 
 #[test]
 fn files_a_range_a_304_and_a_404_over_http3() {
-    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--admin", &admin_arg]);
     let answers = h3(
         &h,
         state.path(),
@@ -142,6 +145,10 @@ fn files_a_range_a_304_and_a_404_over_http3() {
             false => Err(format!("{log:?}")),
         }
     });
+    // And the metrics count the four requests under it.
+    let metrics = hayate_testkit::unix_get(&admin, "/metrics");
+    let line = "hayate_http_requests_by_protocol_total{protocol=\"HTTP/3\"} 4";
+    assert!(metrics.contains(line), "{line} in {metrics}");
     h.assert_no_errors();
 }
 
