@@ -310,3 +310,28 @@ fn a_request_in_flight_finishes_across_shutdown() {
     assert!(h.wait().success());
     assert_eq!(origin.holds_expired(), 0);
 }
+
+/// `hayate upgrade` with HTTP/3 on: the new process binds its UDP sockets
+/// beside the old one's (they are not handed over yet, decision 0018), and
+/// serves HTTP/3 once the old one has drained and exited.
+#[test]
+fn http3_is_served_after_an_upgrade() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("control.sock");
+    let sock_arg = sock.to_str().expect("utf-8");
+    let (mut old, state, _root) =
+        start_with_local_ca(BIN, &["--http3", "true", "--control", sock_arg]);
+    let control = |cmd: &str| {
+        hayate_testkit::run_to_end(Command::new(BIN).args([cmd, "--control", sock_arg]))
+    };
+    let (ok, said) = control("upgrade");
+    assert!(ok, "{said}");
+    assert!(old.wait().success(), "{}", old.stderr());
+    let answers = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(
+        (answers[0].status(), answers[0].body()),
+        (200, "hello world\n")
+    );
+    let (ok, said) = control("stop");
+    assert!(ok, "{said}");
+}
