@@ -44,7 +44,7 @@ use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log;
-use crate::http_map::{connection_specific, field_lines, malformed, padded_field};
+use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field};
 use crate::pipeline::{self, Answer};
 use crate::worker::{Generation, Worker};
 
@@ -531,29 +531,18 @@ impl Stream {
 /// extended CONNECT becomes the HTTP/1.1 upgrade request an upstream
 /// expects (RFC 8441 §5: GET, `Upgrade: websocket`, and a key).
 fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -> RequestHead {
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .as_bytes();
     let method = match websocket {
         true => &b"GET"[..],
         false => parts.method.as_str().as_bytes(),
     };
-    let mut head = RequestHead::new(method, target, Version::Http2, scheme);
-    if websocket {
-        head.push_field(b"connection", b"upgrade");
-        head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
-        let key = crate::h2_tunnel::websocket_key();
-        head.push_field(b"sec-websocket-key", key.as_bytes());
-    }
-    if let Some(authority) = parts.uri.authority() {
-        head.set_authority(authority.as_str().as_bytes());
-    }
-    for (name, value) in &parts.headers {
-        head.push_field(name.as_str().as_bytes(), value.as_bytes());
-    }
-    head
+    http_map::request_head(parts, method, Version::Http2, scheme, |head| {
+        if websocket {
+            head.push_field(b"connection", b"upgrade");
+            head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
+            let key = crate::h2_tunnel::websocket_key();
+            head.push_field(b"sec-websocket-key", key.as_bytes());
+        }
+    })
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the

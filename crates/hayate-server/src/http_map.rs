@@ -5,7 +5,36 @@
 
 use std::time::SystemTime;
 
+use hayate_core::request::{RequestHead, Version};
+use hayate_core::transport::Scheme;
 use hayate_core::Response;
+
+/// The neutral head of a request whose pseudo-headers the protocol's crate
+/// checked (RFC 9113 §8.3, RFC 9114 §4.3.1): `method` (the request's, or
+/// what it stands for), its target and authority, `first` fields of the
+/// caller's own, then the request's fields.
+pub fn request_head(
+    parts: &http::request::Parts,
+    method: &[u8],
+    version: Version,
+    scheme: Scheme,
+    first: impl FnOnce(&mut RequestHead),
+) -> RequestHead {
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .as_bytes();
+    let mut head = RequestHead::new(method, target, version, scheme);
+    first(&mut head);
+    if let Some(authority) = parts.uri.authority() {
+        head.set_authority(authority.as_str().as_bytes());
+    }
+    for (name, value) in &parts.headers {
+        head.push_field(name.as_str().as_bytes(), value.as_bytes());
+    }
+    head
+}
 
 /// The head of `response` as `http`'s builder: its status, Date and
 /// Server unless it carries its own, its fields less the connection-specific

@@ -10,7 +10,6 @@
 //! worker's deadline slots, armed only when the window is found shut.
 
 use std::future::poll_fn;
-use std::os::unix::fs::FileExt;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -139,24 +138,13 @@ async fn send_file(
     send_timeout: Duration,
     sent: &mut u64,
 ) -> Result<(), h2::Error> {
-    let mut offset = f.offset;
-    let end = f.offset + f.len;
-    while offset < end {
-        let want = usize::try_from(end - offset)
-            .unwrap_or(usize::MAX)
-            .min(FILE_CHUNK);
-        let mut buf = vec![0; want];
-        let n = match f.file.read_at(&mut buf, offset) {
-            Ok(0) | Err(_) => {
-                log::error!("file read failed while sending it over HTTP/2");
-                out.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Ok(());
-            }
-            Ok(n) => n,
+    for piece in f.pieces(FILE_CHUNK) {
+        let Ok(piece) = piece else {
+            log::error!("file read failed while sending it over HTTP/2");
+            out.send_reset(h2::Reason::INTERNAL_ERROR);
+            return Ok(());
         };
-        buf.truncate(n);
-        send_bytes(out, buf.into(), send_timeout, sent).await?;
-        offset += n as u64;
+        send_bytes(out, piece, send_timeout, sent).await?;
     }
     Ok(())
 }

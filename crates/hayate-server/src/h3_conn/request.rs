@@ -19,7 +19,7 @@ use hayate_core::Status;
 
 use super::{header_timeout, send, Connection};
 use crate::access_log;
-use crate::http_map::{field_lines, malformed, padded_field};
+use crate::http_map::{self, field_lines, malformed, padded_field};
 use crate::pipeline::{self, Answer};
 use crate::worker::Generation;
 
@@ -96,20 +96,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
 /// target and authority; h3 has already refused malformed pseudo-headers
 /// (RFC 9114 §4.3.1).
 fn request_head(parts: &http::request::Parts) -> RequestHead {
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .as_bytes();
     let method = parts.method.as_str().as_bytes();
-    let mut head = RequestHead::new(method, target, Version::Http3, Scheme::Https);
-    if let Some(authority) = parts.uri.authority() {
-        head.set_authority(authority.as_str().as_bytes());
-    }
-    for (name, value) in &parts.headers {
-        head.push_field(name.as_str().as_bytes(), value.as_bytes());
-    }
-    head
+    http_map::request_head(parts, method, Version::Http3, Scheme::Https, |_| {})
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the

@@ -7,7 +7,6 @@
 //! timeout, as HTTP/1 and HTTP/2 wait for a client that does not read; the
 //! stream is then reset.
 
-use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -144,24 +143,13 @@ impl Writer<'_> {
     /// Sends a range of a file, read a chunk at a time as the client takes
     /// them.
     async fn file(&mut self, f: &FileRange) -> Result<(), Stopped> {
-        let mut offset = f.offset;
-        let end = f.offset + f.len;
-        while offset < end {
-            let want = usize::try_from(end - offset)
-                .unwrap_or(usize::MAX)
-                .min(FILE_CHUNK);
-            let mut buf = vec![0; want];
-            let n = match f.file.read_at(&mut buf, offset) {
-                Ok(0) | Err(_) => {
-                    log::error!("file read failed while sending it over HTTP/3");
-                    self.out.stop_stream(Code::H3_INTERNAL_ERROR);
-                    return Ok(());
-                }
-                Ok(n) => n,
+        for piece in f.pieces(FILE_CHUNK) {
+            let Ok(piece) = piece else {
+                log::error!("file read failed while sending it over HTTP/3");
+                self.out.stop_stream(Code::H3_INTERNAL_ERROR);
+                return Ok(());
             };
-            buf.truncate(n);
-            self.bytes(buf.into()).await?;
-            offset += n as u64;
+            self.bytes(piece).await?;
         }
         Ok(())
     }
