@@ -335,3 +335,71 @@ fn http3_is_served_after_an_upgrade() {
     let (ok, said) = control("stop");
     assert!(ok, "{said}");
 }
+
+/// Datagrams that are not QUIC, or not a connection hayate knows, are
+/// dropped: the endpoint stays up and serves the next client, and nothing
+/// is logged as an error.
+#[test]
+fn garbage_datagrams_leave_the_endpoint_serving() {
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut x: u32 = 0x9e37_79b9;
+    for n in 0..2_000usize {
+        let mut datagram = vec![0u8; 1 + n % 1_400];
+        for b in &mut datagram {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        // Every 4th looks like a long-header (Initial) packet of QUIC v1.
+        if n % 4 == 0 && datagram.len() > 5 {
+            datagram[0] = 0xc0;
+            datagram[1..5].copy_from_slice(&[0, 0, 0, 1]);
+        }
+        udp.send_to(&datagram, h.addr).expect("send");
+    }
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(
+        (answers[0].status(), answers[0].body()),
+        (200, "hello world\n")
+    );
+    h.assert_no_errors();
+}
+
+/// QUIC connections count against `max_connections` with TCP's: with the
+/// one allowed held by a TCP client, an HTTP/3 client is refused, and is
+/// served once the TCP one has gone.
+#[test]
+fn http3_connections_share_max_connections_with_tcp() {
+    let (h, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--max-connections",
+            "1",
+            "--workers",
+            "1",
+        ],
+    );
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let mut held = tls.connect(h.addr, "localhost");
+    assert_eq!(held.get("/hello.txt", &[]).status, 200);
+    let out = h3_command(&h, state.path(), &[], &["GET", "/hello.txt"])
+        .output()
+        .expect("run python3");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "served past max_connections: {said}");
+    drop(held);
+    eventually("the HTTP/3 client is served", || {
+        let out = h3_command(&h, state.path(), &[], &["GET", "/hello.txt"])
+            .output()
+            .expect("run python3");
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(String::from_utf8_lossy(&out.stdout).into_owned()),
+        }
+    });
+    assert!(h.stderr().contains("HTTP/3 connection from 127.0.0.1"));
+}
