@@ -2,7 +2,7 @@
 """An HTTP/3 client for hayate's tests, on aioquic (a QUIC and HTTP/3 stack
 of its own, not hayate's): one QUIC connection, the requests given on the
 command line one after another, and what came back as one JSON line each:
-status, headers, body length and SHA-256, the body itself when short, and
+status, headers, interim (1xx) responses, body length and SHA-256, the body itself when short, and
 what the handshake negotiated (ALPN, whether 0-RTT data was accepted).
 
     h3_client.py --ca CA.pem [--early] [--ticket FILE] HOST PORT \
@@ -35,6 +35,35 @@ from aioquic.quic.logger import QuicLogger
 SHORT_BODY = 4096
 
 
+def accept_interim_responses():
+    """aioquic 1.2 takes the HEADERS after a response's first for trailers,
+    and refuses a 103's successor for its :status. RFC 9114 §4.1 allows any
+    number of 1xx HEADERS before the final one: after a 1xx, the stream's
+    next HEADERS is read as a response again."""
+    import aioquic.h3.connection as h3c
+
+    validate = h3c.validate_response_headers
+
+    def validate_noting_interim(headers, stream):
+        validate(headers, stream)
+        if dict(headers).get(b":status", b"").startswith(b"1"):
+            stream.__dict__["interim_pending"] = True
+
+    def get_state(stream):
+        return stream.__dict__["headers_state"]
+
+    def set_state(stream, state):
+        if state == h3c.HeadersState.AFTER_HEADERS and stream.__dict__.pop("interim_pending", False):
+            state = h3c.HeadersState.INITIAL
+        stream.__dict__["headers_state"] = state
+
+    h3c.validate_response_headers = validate_noting_interim
+    h3c.H3Stream.headers_recv_state = property(get_state, set_state)
+
+
+accept_interim_responses()
+
+
 class Client(QuicConnectionProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -58,7 +87,10 @@ class Client(QuicConnectionProtocol):
             future, answer = self.pending[e.stream_id]
             if isinstance(e, HeadersReceived):
                 fields = [(k.decode(), v.decode()) for k, v in e.headers]
-                if answer["headers"] is None:
+                status = next((v for k, v in fields if k == ":status"), "")
+                if answer["headers"] is None and status.startswith("1"):
+                    answer["interim"].append(fields)
+                elif answer["headers"] is None:
                     answer["headers"] = fields
                 else:
                     answer["trailers"] = fields
@@ -77,7 +109,7 @@ class Client(QuicConnectionProtocol):
             (b":path", path.encode()),
         ] + [(k.lower().encode(), v.encode()) for k, v in headers]
         future = asyncio.get_running_loop().create_future()
-        self.pending[stream_id] = (future, {"headers": None, "trailers": None, "body": bytearray()})
+        self.pending[stream_id] = (future, {"headers": None, "trailers": None, "interim": [], "body": bytearray()})
         self.h3.send_headers(stream_id, fields, end_stream=body is None)
         if body is not None:
             self.h3.send_data(stream_id, body, end_stream=True)
@@ -165,6 +197,7 @@ async def main(argv):
                 "status": status,
                 "headers": [[k, v] for k, v in fields if not k.startswith(":")],
                 "trailers": answer["trailers"],
+                "interim": answer["interim"],
                 "length": len(data),
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "alpn": tls.alpn_negotiated,

@@ -2,7 +2,7 @@
 //! (`tests/h3_client.py`, installed by `scripts/test`) against hayate's
 //! QUIC listener (`http3 = true`) on the UDP port of its https listener,
 //! certificates from its local CA. Files (a range, a 304, a 404), the proxy (GET,
-//! and POST with a body, to a testkit origin), a large body whole, Alt-Svc
+//! and POST with a body, to a testkit origin; 103 Early Hints), a large body whole, Alt-Svc
 //! on the TCP side, 0-RTT refused, and a request in flight finishing
 //! across shutdown.
 
@@ -197,6 +197,33 @@ fn proxied_get_and_post_with_a_body_over_http3() {
     assert_eq!(
         (seen.body_len, seen.checksum),
         (sent.len(), checksum(&sent))
+    );
+    h.assert_no_errors();
+}
+
+/// An upstream's 103 Early Hints reaches the client as an interim response
+/// (a HEADERS frame with a 1xx status) ahead of the final one.
+#[test]
+fn early_hints_from_an_upstream_go_out_first_over_http3() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &url]);
+    let target = "/script?early=Link:%3C/style.css%3E;%20rel=preload&body=final";
+    let answers = h3(&h, state.path(), &[], &["GET", target]);
+    let a = &answers[0];
+    assert_eq!((a.status(), a.body()), (200, "final"));
+    let hints = a.0["interim"].as_array().expect("interim");
+    assert_eq!(hints.len(), 1, "{}", a.0);
+    let fields = hints[0].as_array().expect("fields");
+    assert!(
+        fields.iter().any(|f| f[0] == ":status" && f[1] == "103"),
+        "{fields:?}"
+    );
+    assert!(
+        fields
+            .iter()
+            .any(|f| f[0] == "link" && f[1] == "</style.css>; rel=preload"),
+        "{fields:?}"
     );
     h.assert_no_errors();
 }

@@ -3,6 +3,8 @@
 //! it goes through the pipeline as an HTTP/2 stream does; the response goes
 //! out through `send`.
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
@@ -14,12 +16,14 @@ use h3::server::{RequestResolver, RequestStream};
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
+use hayate_core::transport::Peer;
 use hayate_core::transport::Scheme;
-use hayate_core::Status;
+use hayate_core::{Fields, Status};
+use tokio::sync::Notify;
 
 use super::{header_timeout, send, Connection};
 use crate::access_log;
-use crate::http_map::{self, field_lines, malformed, padded_field};
+use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field};
 use crate::pipeline::{self, Answer};
 use crate::worker::Generation;
 
@@ -61,8 +65,21 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
         Answer::Now(response, route) => (response, route),
         Answer::Upstream(to) => {
             let route = Some(to.route_index());
-            let asked = pinned(|| pipeline::upstream(&head, to, &mut body, client));
-            (asked.await, route)
+            let interim = Interim::default();
+            let mut exchange = Exchange {
+                body: &mut body,
+                interim: &interim,
+            };
+            let asked = pinned(|| async {
+                let response = pipeline::upstream(&head, to, &mut exchange, client).await;
+                interim.done.set(true);
+                interim.wake.notify_one();
+                response
+            });
+            // The upstream's 1xx go out as they come, each whole, and all
+            // before the final response.
+            let (response, ()) = tokio::join!(asked, interim.send(&mut out, &conn.peer));
+            (response, route)
         }
     };
     let status = response.status;
@@ -225,11 +242,79 @@ impl ClientBody for StreamBody {
     fn limit(&mut self, max: u64) {
         self.max = self.max.min(max);
     }
+}
 
-    fn interim(&mut self, status: Status, _fields: &hayate_core::Fields) {
-        // h3 0.0.8 sends one response head per stream: an upstream's
-        // 1xx (103 Early Hints) is not passed on over HTTP/3 yet.
-        log::debug!("interim {} not sent on HTTP/3", status.code());
+/// An upstream's interim responses (103 Early Hints) waiting to go out
+/// ahead of its final one (RFC 9114 §4.1: HEADERS frames with a 1xx
+/// status before the final HEADERS).
+#[derive(Default)]
+struct Interim {
+    queued: RefCell<VecDeque<http::Response<()>>>,
+    wake: Notify,
+    /// The final response is there: send what is queued and stop.
+    done: Cell<bool>,
+}
+
+impl Interim {
+    async fn send(&self, out: &mut send::Send, peer: &Peer) {
+        loop {
+            loop {
+                let next = self.queued.borrow_mut().pop_front();
+                let Some(head) = next else { break };
+                if let Err(e) = out.send_response(head).await {
+                    log::debug!("interim response to {peer} not sent on HTTP/3: {e}");
+                }
+            }
+            if self.done.get() {
+                return;
+            }
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// A stream's side of an upstream exchange: its request body, and where
+/// the upstream's interim responses wait.
+struct Exchange<'s> {
+    body: &'s mut StreamBody,
+    interim: &'s Interim,
+}
+
+impl ClientBody for Exchange<'_> {
+    fn length(&self) -> BodyLength {
+        self.body.length()
+    }
+
+    async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        self.body.next_chunk().await
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.body.trailers()
+    }
+
+    async fn gone(&mut self) {
+        self.body.gone().await
+    }
+
+    fn limit(&mut self, max: u64) {
+        self.body.limit(max);
+    }
+
+    fn interim(&mut self, status: Status, fields: &Fields) {
+        let mut head = http::Response::builder().status(status.code());
+        for (name, value) in fields.iter() {
+            if !connection_specific(name) {
+                head = head.header(name, value);
+            }
+        }
+        match head.body(()) {
+            Ok(head) => {
+                self.interim.queued.borrow_mut().push_back(head);
+                self.interim.wake.notify_one();
+            }
+            Err(e) => log::debug!("interim {} not valid for HTTP/3: {e}", status.code()),
+        }
     }
 }
 

@@ -17,7 +17,8 @@ use hayate_core::{Body, Chunk, Response, Status};
 
 use crate::http_map::{response_head, trailer_map};
 
-type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+/// A request stream's sending half.
+pub(super) type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// Bytes of a file read per DATA frame, and the most of any body written
 /// in one: the send timeout bounds each write.
