@@ -9,13 +9,14 @@ response and stay open, idle. hayate's resident memory (VmRSS in
 (after - before) / N, the RSS an idle keep-alive connection costs.
 
 --protocol picks what the connections speak: http1 (default), h2c (HTTP/2
-with prior knowledge on a plain listener) or h2 (HTTP/2 over TLS by ALPN,
-hayate's internal CA). An HTTP/2 connection sends the preface, its SETTINGS,
+with prior knowledge on a plain listener), h2 (HTTP/2 over TLS by ALPN,
+hayate's internal CA) or h3 (HTTP/3 over QUIC with aioquic, the tests'
+client crates/hayate/tests/h3_client.py; hayate with --http3 true). An HTTP/2 connection sends the preface, its SETTINGS,
 one GET on stream 1, acknowledges the server's SETTINGS, and is idle once the
 response's last DATA frame has come.
 
 usage: bench/idle/idle.py [--hayate-bin PATH] [--conns 3000,6000,9000]
-                          [--protocol http1|h2c|h2] [--markdown PATH]
+                          [--protocol http1|h2c|h2|h3] [--markdown PATH]
 
 --markdown appends one table row per N to PATH (the lab's case M, with the
 issues' targets: an idle HTTP/1.1 connection in 2.5 KB, 10,000 idle HTTP/2
@@ -144,12 +145,15 @@ def hpack_status(block):
 
 # Most bytes an idle connection may cost: 2.5 KB for HTTP/1.1 (issue 14),
 # 128 MiB for 10,000 HTTP/2 connections (issue 16).
-TARGETS = {"http1": 2560, "h2c": 128 * 1024 * 1024 // 10000, "h2": 128 * 1024 * 1024 // 10000}
+# 16 KB for HTTP/3 (issue 37).
+TARGETS = {"http1": 2560, "h2c": 128 * 1024 * 1024 // 10000, "h2": 128 * 1024 * 1024 // 10000,
+           "h3": 16 * 1024}
 
 MARKDOWN_HEAD = ("| protocol | connections | RSS before (KiB) | RSS after (KiB) | bytes per connection "
                  "| all of them (MiB) | target | |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 
-PROTOCOL_NAMES = {"http1": "HTTP/1.1", "h2c": "HTTP/2 (h2c)", "h2": "HTTP/2 over TLS"}
+PROTOCOL_NAMES = {"http1": "HTTP/1.1", "h2c": "HTTP/2 (h2c)", "h2": "HTTP/2 over TLS",
+                  "h3": "HTTP/3"}
 
 
 def markdown_row(protocol, conns, before_kib, after_kib):
@@ -224,11 +228,64 @@ def measure(binary, root, conns, protocol):
         shutil.rmtree(state, ignore_errors=True)
 
 
+def measure_h3(binary, root, conns):
+    """As `measure`, over HTTP/3: each connection (a UDP socket of its own)
+    sends one GET and stays open, idle (hayate's idle timeout is 75 s)."""
+    import asyncio
+    import contextlib
+    import importlib.util
+    from aioquic.asyncio.client import connect
+    from aioquic.h3.connection import H3_ALPN
+    from aioquic.quic.configuration import QuicConfiguration
+
+    path = os.path.join(REPO, "crates", "hayate", "tests", "h3_client.py")
+    spec = importlib.util.spec_from_file_location("h3_client", path)
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    port = free_port()
+    state = tempfile.mkdtemp(prefix="hayate-idle-")
+    args = [binary, root, "--workers", "1", "--access-log", "off", "--http3", "true",
+            "--listen", f"https://127.0.0.1:{port}", "--tls", "internal", "--state-dir", state]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ca = os.path.join(state, "local-ca", "ca.crt")
+
+    async def one(stack):
+        config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
+        config.load_verify_locations(ca)
+        c = await stack.enter_async_context(connect(
+            "127.0.0.1", port, configuration=config, create_protocol=client.Client))
+        answer = await c.request(f"localhost:{port}", "GET", "/1k.txt", [], None)
+        if len(answer["body"]) != 1024:
+            raise SystemExit("a short answer")
+
+    async def run():
+        end = time.time() + 10
+        while not os.path.exists(ca):
+            if time.time() > end or proc.poll() is not None:
+                raise SystemExit("hayate did not start")
+            await asyncio.sleep(0.05)
+        async with contextlib.AsyncExitStack() as warm:
+            await asyncio.sleep(0.2)
+            await one(warm)
+            before = settled_rss(proc.pid)
+            async with contextlib.AsyncExitStack() as stack:
+                for i in range(0, conns, 50):
+                    await asyncio.gather(*[one(stack) for _ in range(min(50, conns - i))])
+                return before, settled_rss(proc.pid)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hayate-bin", default=os.path.join(REPO, "target/release/hayate"))
     p.add_argument("--conns", default="3000,6000,9000")
-    p.add_argument("--protocol", choices=["http1", "h2c", "h2"], default="http1")
+    p.add_argument("--protocol", choices=["http1", "h2c", "h2", "h3"], default="http1")
     p.add_argument("--markdown", help="append the rows to this file (case M)")
     a = p.parse_args()
     if not os.access(a.hayate_bin, os.X_OK):
@@ -242,7 +299,10 @@ def main():
             f.write(b"x" * 1024)
         print("conns  rss_before_kib  rss_after_kib  bytes_per_conn")
         for n in counts:
-            before, after = measure(a.hayate_bin, root, n, a.protocol)
+            if a.protocol == "h3":
+                before, after = measure_h3(a.hayate_bin, root, n)
+            else:
+                before, after = measure(a.hayate_bin, root, n, a.protocol)
             print(f"{n:5d}  {before:14d}  {after:13d}  {per_conn_bytes(before, after, n):14d}")
             sys.stdout.flush()
             if a.markdown:

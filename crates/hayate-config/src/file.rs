@@ -141,11 +141,28 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     let global = global.resolve();
     crate::check_tls(&global, &sites).map_err(|(key, message)| ConfigError {
         file: Some(path.into()),
-        line: None,
+        line: top_level_line(cx.text, key),
         key: Some(key.into()),
         message,
     })?;
     Ok(Config { global, sites, app })
+}
+
+/// The line (1-based) where the top-level `key = ...` of `text` is, if it
+/// is set there (a check of options together names the key's line).
+fn top_level_line(text: &str, key: &str) -> Option<usize> {
+    let mut top = true;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if line.starts_with('[') {
+            top = false;
+        }
+        let sets = |rest: &str| rest.trim_start().starts_with('=');
+        if top && line.strip_prefix(key).is_some_and(sets) {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 struct Cx<'a> {

@@ -465,6 +465,13 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
                 .into(),
         ));
     }
+    let quic = |l: &values::Listen| l.scheme == values::Scheme::Https && !l.proxy_protocol;
+    if g.http3 && !g.listen.iter().any(quic) {
+        return Err((
+            "http3",
+            "http3 is served on the UDP port of an https:// listener (one without proxy_protocol), and there is none".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -527,6 +534,32 @@ mod tests {
             cfg.global.http2_goaway_timeout.0,
             Duration::from_millis(500)
         );
+    }
+
+    #[test]
+    fn http3_is_off_by_default_and_set_in_a_file() {
+        assert!(!GlobalLayer::default().resolve().http3);
+        let cfg = load_file(
+            "c.toml".as_ref(),
+            "root = \"/srv/a\"\nlisten = [\"https://127.0.0.1:8443\"]\ntls = \"internal\"\nhttp3 = true\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert!(cfg.global.http3);
+        let bad = load_file(
+            "c.toml".as_ref(),
+            "root = \"/srv/a\"\nhttp3 = \"maybe\"\n",
+            &Overrides::default(),
+        );
+        assert!(bad.is_err());
+        // Without an https listener there is no UDP port to serve it on.
+        let plain = load_file(
+            "c.toml".as_ref(),
+            "root = \"/srv/a\"\nlisten = [\"127.0.0.1:8080\"]\nhttp3 = true\n",
+            &Overrides::default(),
+        );
+        let e = plain.expect_err("refused").to_string();
+        assert!(e.contains("c.toml:3") && e.contains("https://"), "{e}");
     }
 
     #[test]

@@ -178,6 +178,8 @@ options! {
         "Address to listen on: HOST:PORT, [V6]:PORT, localhost:PORT (127.0.0.1), PORT (every interface, 0.0.0.0) or unix:PATH, plain HTTP; https://HOST:PORT for HTTPS; repeat for more; ADDR proxy_protocol: every connection starts with a PROXY protocol header (v1 or v2, before TLS) from a trusted_proxies peer, and the client it names is the client; ADDR h2c: plain HTTP/2 only, with prior knowledge (gRPC and other h2c clients; no HTTP/1.1)";
     http2: bool = "true", "BOOL",
         "Serve HTTP/2: over TLS when the client offers it (ALPN h2), and h2c with prior knowledge on plain listeners";
+    http3: bool = "false", "BOOL",
+        "Serve HTTP/3 (QUIC, RFC 9114) on the UDP port of every https:// listener, with the same certificates, and advertise it on their TCP responses (Alt-Svc: h3=\":PORT\"; ma=86400); TLS 1.3 only, no 0-RTT, no connection migration";
     tls: TlsMode = unset, "internal|acme",
         "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
     tls_names: Vec<String> = unset, "NAME",

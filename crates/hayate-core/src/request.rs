@@ -22,15 +22,18 @@ pub enum Version {
     Http11,
     /// HTTP/2.
     Http2,
+    /// HTTP/3 (over QUIC).
+    Http3,
 }
 
 impl Version {
-    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`, as logs write it.
+    /// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2.0` or `HTTP/3`, as logs write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
             Version::Http2 => "HTTP/2.0",
+            Version::Http3 => "HTTP/3",
         }
     }
 }

@@ -191,6 +191,43 @@ pub struct FileRange {
     pub len: u64,
 }
 
+impl FileRange {
+    /// The range read `size` bytes at a time, for writers that frame each
+    /// piece (HTTP/2 and HTTP/3: no sendfile under their framing). A read
+    /// that fails or finds the file shorter than the range ends it with an
+    /// error.
+    pub fn pieces(&self, size: usize) -> impl Iterator<Item = std::io::Result<Bytes>> + '_ {
+        let end = self.offset + self.len;
+        let mut offset = self.offset;
+        std::iter::from_fn(move || {
+            if offset >= end {
+                return None;
+            }
+            let want = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(size);
+            let mut buf = vec![0; want];
+            let read = std::os::unix::fs::FileExt::read_at(&*self.file, &mut buf, offset);
+            Some(match read {
+                Ok(n) if n > 0 => {
+                    buf.truncate(n);
+                    offset += n as u64;
+                    Ok(buf.into())
+                }
+                // The last piece: nothing after an error.
+                Ok(_) => {
+                    offset = end;
+                    Err(std::io::ErrorKind::UnexpectedEof.into())
+                }
+                Err(e) => {
+                    offset = end;
+                    Err(e)
+                }
+            })
+        })
+    }
+}
+
 /// One part of a [`Body::Parts`] body.
 #[derive(Debug)]
 pub enum Chunk {
@@ -362,5 +399,35 @@ mod holding_tests {
         r.hold(held.clone());
         assert_eq!(r.upstream_times(), Some(times));
         assert_eq!(Arc::strong_count(&held), 2);
+    }
+}
+
+#[cfg(test)]
+mod file_range_tests {
+    use super::*;
+
+    #[test]
+    fn a_range_comes_in_pieces_and_a_short_file_is_an_error() {
+        let path = std::env::temp_dir().join(format!("hayate-pieces-{}", std::process::id()));
+        std::fs::write(&path, b"0123456789").expect("write");
+        let file = Arc::new(File::open(&path).expect("open"));
+        let _ = std::fs::remove_file(&path);
+        let range = FileRange {
+            file: file.clone(),
+            offset: 2,
+            len: 7,
+        };
+        let pieces: Vec<Bytes> = range.pieces(3).map(|p| p.expect("read")).collect();
+        assert_eq!(pieces, [&b"234"[..], b"567", b"8"]);
+        // The file is shorter than the range says: the last piece fails.
+        let past = FileRange {
+            file,
+            offset: 8,
+            len: 4,
+        };
+        let pieces: Vec<_> = past.pieces(3).collect();
+        assert_eq!(pieces[0].as_ref().expect("read")[..], b"89"[..]);
+        assert!(pieces[1].is_err());
+        assert_eq!(pieces.len(), 2);
     }
 }

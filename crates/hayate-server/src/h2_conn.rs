@@ -44,6 +44,7 @@ use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log::{self, Served};
+use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field};
 use crate::pipeline::{self, Answer};
 use crate::worker::{Generation, Worker};
 
@@ -441,7 +442,7 @@ impl Stream {
         // reset, which never run at once (one task polls both).
         let respond = RefCell::new(respond);
         let answer = match padded_field(&parts.headers) {
-            Some(name) => Answer::Now(malformed(name, &self.peer), None),
+            Some(name) => Answer::Now(malformed(name, &self.peer, "HTTP/2"), None),
             None => match pipeline::rewrite(&mut head, &w.router, started, client) {
                 Some(answered) => Answer::Now(answered, None),
                 None => pipeline::answer(&head, &w.router, started, client),
@@ -561,54 +562,18 @@ impl Stream {
 /// extended CONNECT becomes the HTTP/1.1 upgrade request an upstream
 /// expects (RFC 8441 §5: GET, `Upgrade: websocket`, and a key).
 fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -> RequestHead {
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .as_bytes();
     let method = match websocket {
         true => &b"GET"[..],
         false => parts.method.as_str().as_bytes(),
     };
-    let mut head = RequestHead::new(method, target, Version::Http2, scheme);
-    if websocket {
-        head.push_field(b"connection", b"upgrade");
-        head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
-        let key = crate::h2_tunnel::websocket_key();
-        head.push_field(b"sec-websocket-key", key.as_bytes());
-    }
-    if let Some(authority) = parts.uri.authority() {
-        head.set_authority(authority.as_str().as_bytes());
-    }
-    for (name, value) in &parts.headers {
-        head.push_field(name.as_str().as_bytes(), value.as_bytes());
-    }
-    head
-}
-
-/// The name of a field whose value begins or ends with whitespace: RFC
-/// 9113 §8.2.1 makes such a request malformed. HTTP/2 has no optional
-/// whitespace around values to trim (HTTP/1's parser trims it), and a value
-/// passed on padded would reach an HTTP/1 upstream, or a cache key, as a
-/// different value than a peer that trims it sees.
-fn padded_field(headers: &http::HeaderMap) -> Option<&http::HeaderName> {
-    headers
-        .iter()
-        .find(|(_, v)| matches!(v.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']))
-        .map(|(name, _)| name)
-}
-
-/// The 400 of a malformed request (RFC 9113 §8.1.1 allows a response
-/// before the stream ends), logged like HTTP/1's refusals.
-fn malformed(name: &http::HeaderName, peer: &Peer) -> hayate_core::Response {
-    let why = format!("{name} value begins or ends with whitespace (RFC 9113 §8.2.1)");
-    let cause = io::Error::new(io::ErrorKind::InvalidData, why);
-    hayate_core::error::Error::new(
-        hayate_core::error::ErrorKind::Refused(Status::BAD_REQUEST),
-        cause,
-    )
-    .context(format!("HTTP/2 request from {peer}"))
-    .into_response()
+    http_map::request_head(parts, method, Version::Http2, scheme, |head| {
+        if websocket {
+            head.push_field(b"connection", b"upgrade");
+            head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
+            let key = crate::h2_tunnel::websocket_key();
+            head.push_field(b"sec-websocket-key", key.as_bytes());
+        }
+    })
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the
@@ -760,31 +725,4 @@ impl ClientBody for Exchange<'_> {
 
 fn too_large() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, "request body too large")
-}
-
-/// Fields as HTTP/1 lines (`Name: value\r\n`), the form trailers take in
-/// hayate's model.
-fn field_lines(fields: &http::HeaderMap) -> Bytes {
-    let mut out = Vec::new();
-    for (name, value) in fields {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.into()
-}
-
-/// Fields that only mean something to an HTTP/1 connection, never sent
-/// in HTTP/2 (RFC 9113 §8.2.2; h2 refuses a response carrying them).
-fn connection_specific(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 6] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"te",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }

@@ -22,7 +22,9 @@ mod conn_body;
 pub mod control;
 mod h2_conn;
 mod h2_tunnel;
+mod h3_conn;
 pub mod handoff;
+mod http_map;
 pub mod listen;
 mod main_loop;
 pub mod pipeline;
@@ -131,7 +133,13 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         None => None,
     };
     let workers = config.global.workers.get();
-    let listeners = listen::bind_all(&config.global.listen, workers, &mut inherited, &mut handoff)?;
+    let listeners = listen::bind_all(
+        &config.global.listen,
+        workers,
+        config.global.http3,
+        &mut inherited,
+        &mut handoff,
+    )?;
     // Ports resolved (port 0), for what names them (the HTTPS redirect).
     config.global.listen = listeners.addresses.clone();
 

@@ -4,6 +4,11 @@
 //! (another hayate included) an error instead of a silent share. Unix
 //! sockets are bound once and shared by the workers. Each worker registers
 //! its sockets as [`Listener`](hayate_core::transport::Listener)s.
+//!
+//! With `http3`, each https TCP listener gets a UDP socket per worker on
+//! the same address and port, also with SO_REUSEPORT (the QUIC endpoints of
+//! `h3_conn`): the kernel hashes a client's 4-tuple to one worker, which
+//! then sees every datagram of that connection (decision 0018).
 
 use std::io;
 use std::net::SocketAddr;
@@ -38,6 +43,9 @@ pub struct BoundListener {
     pub proxy_protocol: bool,
     /// It speaks HTTP/2 only (`h2c`).
     pub http2_only: bool,
+    /// This worker's UDP socket on the same address, for HTTP/3 (https
+    /// TCP listeners with `http3` on).
+    pub quic: Option<std::net::UdpSocket>,
 }
 
 /// The sockets for every worker and what they are bound to.
@@ -57,6 +65,7 @@ pub struct Listeners {
 pub fn bind_all(
     addrs: &[Listen],
     workers: usize,
+    http3: bool,
     inherited: &mut Inherited,
     handoff: &mut HandoffSet,
 ) -> io::Result<Listeners> {
@@ -81,6 +90,11 @@ pub fn bind_all(
             if let ListenAddr::Unix(path) = addr {
                 unix_paths.push(path.clone());
             }
+            if let (true, Scheme::Https, ListenAddr::Tcp(a)) = (http3, scheme, &bound) {
+                // The replaced hayate may still hold its UDP sockets (they
+                // are not handed over yet): no probe, join its group.
+                add_quic(&mut per_worker, &key, *a)?;
+            }
             addresses.push(Listen {
                 addr: bound,
                 ..listen.clone()
@@ -100,7 +114,13 @@ pub fn bind_all(
                         scheme,
                         proxy_protocol,
                         http2_only,
+                        quic: None,
                     });
+                }
+                if http3 && scheme == Scheme::Https && !proxy_protocol {
+                    probe_udp(bound).map_err(|e| with_context(e, &format!("http3 on {bound}")))?;
+                    add_quic(&mut per_worker, &key, bound)
+                        .map_err(|e| with_context(e, &format!("http3 on {bound}")))?;
                 }
                 addresses.push(Listen {
                     addr: ListenAddr::Tcp(bound),
@@ -120,6 +140,7 @@ pub fn bind_all(
                         scheme,
                         proxy_protocol,
                         http2_only,
+                        quic: None,
                     });
                 }
                 unix_paths.push(path.clone());
@@ -161,6 +182,7 @@ fn share(
             scheme,
             proxy_protocol,
             http2_only,
+            quic: None,
         });
     }
     for (i, socket) in sockets.into_iter().enumerate() {
@@ -171,6 +193,7 @@ fn share(
             scheme,
             proxy_protocol,
             http2_only,
+            quic: None,
         });
     }
     Ok(())
@@ -210,6 +233,45 @@ fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
     s.local_addr()?
         .as_socket()
         .ok_or_else(|| io::Error::other("not an inet address"))
+}
+
+/// Gives every worker's listener `key` (the last one each was given) its
+/// own SO_REUSEPORT UDP socket on `addr`, for HTTP/3. A PROXY-protocol
+/// listener gets none: QUIC has no PROXY header to name the client.
+fn add_quic(
+    per_worker: &mut [Vec<BoundListener>],
+    key: &Arc<str>,
+    addr: SocketAddr,
+) -> io::Result<()> {
+    for slot in per_worker.iter_mut() {
+        if let Some(l) = slot.iter_mut().rev().find(|l| &l.key == key) {
+            if l.quic.is_none() {
+                l.quic = Some(reuseport_udp(addr)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Binds UDP without SO_REUSEPORT to learn whether `addr` is free for
+/// HTTP/3 (a port free for TCP may be taken for UDP).
+fn probe_udp(addr: SocketAddr) -> io::Result<()> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into())
+}
+
+fn reuseport_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
 }
 
 fn reuseport_listener(addr: SocketAddr) -> io::Result<Socket> {

@@ -59,7 +59,7 @@ use crate::policy::{
     Access, AccessRequest, Admission, ForwardedClient, ResponseRequest, RoutePolicies,
 };
 use crate::router::{handler_path, Route, Router};
-use hayate_core::request::RequestHead;
+use hayate_core::request::{RequestHead, Version};
 
 /// Where ACME's HTTP-01 challenges are fetched (RFC 8555 §8.3).
 const ACME_CHALLENGE_PATH: &[u8] = b"/.well-known/acme-challenge/";
@@ -244,8 +244,8 @@ pub fn answer<'r>(
     let Some(route) = router.route(req.host(), &path) else {
         let mut answer = Response::error(Status::NOT_FOUND);
         if let Some(site) = router.unrouted(req.host()) {
-            let policies = site.policies.as_deref();
-            answer = respond(answer, site.hsts.as_deref(), policies, req, client);
+            let https = (site.hsts.as_deref(), site.alt_svc.as_deref());
+            answer = respond(answer, https, site.policies.as_deref(), req, client);
         }
         return Answer::Now(answer, None);
     };
@@ -562,24 +562,21 @@ fn holding(response: Response, slot: Option<ConnSlot>) -> Response {
 
 /// The response phase, for every answer of a route: its
 /// Strict-Transport-Security over HTTPS (RFC 6797 §7.2: never over plain
-/// HTTP) unless the app set its own, then its response policies (header
-/// rules, CORS).
+/// HTTP) unless the app set its own, Alt-Svc naming HTTP/3's port over
+/// HTTPS on TCP (`http3`), then its response policies (header rules,
+/// CORS).
 #[inline(always)]
 fn finish(response: Response, route: &Route, req: &RequestHead, client: Client<'_>) -> Response {
-    respond(
-        response,
-        route.hsts.as_deref(),
-        route.policies.as_deref(),
-        req,
-        client,
-    )
+    let https = (route.hsts.as_deref(), route.alt_svc.as_deref());
+    respond(response, https, route.policies.as_deref(), req, client)
 }
 
-/// The response phase: HSTS on HTTPS answers, then the policies'.
+/// The response phase: HSTS and Alt-Svc on HTTPS answers, then the
+/// policies'.
 #[inline(always)]
 fn respond(
     mut response: Response,
-    hsts: Option<&[u8]>,
+    (hsts, alt_svc): (Option<&[u8]>, Option<&[u8]>),
     policies: Option<&RoutePolicies>,
     req: &RequestHead,
     client: Client<'_>,
@@ -587,6 +584,11 @@ fn respond(
     if let (Some(value), Scheme::Https) = (hsts, req.scheme) {
         if response.field(b"strict-transport-security").is_none() {
             response.header("Strict-Transport-Security", value);
+        }
+    }
+    if let (Some(value), Scheme::Https) = (alt_svc, req.scheme) {
+        if req.version != Version::Http3 && response.field(b"alt-svc").is_none() {
+            response.header("Alt-Svc", value);
         }
     }
     if let Some(policies) = policies {

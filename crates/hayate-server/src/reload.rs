@@ -49,6 +49,10 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
     ("acme_ca_root", "the TLS setup is built at start"),
     ("acme_challenge", "the TLS setup is built at start"),
     ("tls_handshake_timeout", "the TLS setup is built at start"),
+    (
+        "http3",
+        "the QUIC endpoints and their TLS are set up at start",
+    ),
     ("error_log", "the error log is opened at start"),
     ("log_level", "the error log is set up at start"),
     ("cache_size", "the response cache is sized at start"),
@@ -365,8 +369,18 @@ impl<'a> Reloader<'a> {
         }
         let bound = {
             let mut handoff = self.handoff.lock().unwrap_or_else(|e| e.into_inner());
-            let bound =
-                listen::bind_all(&new, self.workers, &mut Inherited::default(), &mut handoff);
+            // HTTP/3 as hayate started (its QUIC TLS is built at start).
+            let http3 = self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.http3_config().is_some());
+            let bound = listen::bind_all(
+                &new,
+                self.workers,
+                http3,
+                &mut Inherited::default(),
+                &mut handoff,
+            );
             if bound.is_err() {
                 for l in &new {
                     handoff.remove_listener(l);

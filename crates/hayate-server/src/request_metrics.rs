@@ -28,10 +28,11 @@ const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const REQUESTS: &str = "hayate_http_requests_total";
 const BY_PROTOCOL: &str = "hayate_http_requests_by_protocol_total";
 /// The protocols counted apart, in [`Version`] order.
-const PROTOCOLS: [(Version, &str); 3] = [
+const PROTOCOLS: [(Version, &str); 4] = [
     (Version::Http10, "HTTP/1.0"),
     (Version::Http11, "HTTP/1.1"),
     (Version::Http2, "HTTP/2"),
+    (Version::Http3, "HTTP/3"),
 ];
 const DURATION: &str = "hayate_http_request_duration_seconds";
 

@@ -58,6 +58,9 @@ pub struct Route {
     pub compression: Option<Rc<Policy>>,
     /// The Strict-Transport-Security value its HTTPS responses carry.
     pub hsts: Option<Vec<u8>>,
+    /// The Alt-Svc value its responses over HTTPS on TCP carry: where
+    /// HTTP/3 is served (`http3`).
+    pub alt_svc: Option<Rc<[u8]>>,
     /// Its site policies (allow/deny, authentication); `None`: it has none
     /// and pays nothing for them.
     pub policies: Option<Box<RoutePolicies>>,
@@ -106,6 +109,8 @@ struct Site {
 pub struct Unrouted {
     /// The Strict-Transport-Security value of its HTTPS answers.
     pub hsts: Option<Vec<u8>>,
+    /// The Alt-Svc value of its HTTPS answers over TCP (`http3`).
+    pub alt_svc: Option<Rc<[u8]>>,
     /// Its response phase (error pages, header rules, CORS headers).
     pub policies: Option<Box<RoutePolicies>>,
 }
@@ -146,6 +151,7 @@ impl Router {
     ) -> io::Result<Router> {
         let reusable = reusable_groups(config, previous);
         let g = &config.global;
+        let alt_svc = http3_alt_svc(config);
         let limits = CacheLimits {
             budget: g.file_cache_size.0,
             max_file: g.file_cache_max_file.0,
@@ -335,6 +341,7 @@ impl Router {
                         own_cookie: own_cookie.clone(),
                     }),
                     compression,
+                    alt_svc: alt_svc.clone(),
                     hsts: hsts_value(&r.options),
                     policies,
                     internal: r.options.internal,
@@ -355,6 +362,7 @@ impl Router {
             let unrouted = match &site.unrouted {
                 Some(options) => Unrouted {
                     hsts: hsts_value(options),
+                    alt_svc: alt_svc.clone(),
                     policies: RoutePolicies::unrouted(options)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
                         .map(Box::new),
@@ -671,6 +679,34 @@ fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> Static
 fn field_names<'a>(names: impl IntoIterator<Item = &'a String>) -> std::rc::Rc<[Vec<u8>]> {
     names.into_iter().map(|n| n.as_bytes().to_vec()).collect()
 }
+/// How long a client may remember that HTTP/3 is served (RFC 7838 §3.1,
+/// `ma`): a day, Caddy's and Cloudflare's value; the default without it.
+const ALT_SVC_MAX_AGE: u32 = 86_400;
+
+/// The Alt-Svc value naming the UDP ports HTTP/3 is served on (every
+/// https TCP listener's port, with `http3` on; not one taking the PROXY
+/// protocol, which has no QUIC side), or `None`.
+fn http3_alt_svc(config: &Config) -> Option<Rc<[u8]>> {
+    use hayate_config::values::{ListenAddr, Scheme};
+    if !config.global.http3 {
+        return None;
+    }
+    let mut ports: Vec<u16> = Vec::new();
+    for l in &config.global.listen {
+        if let (Scheme::Https, false, ListenAddr::Tcp(a)) = (l.scheme, l.proxy_protocol, &l.addr) {
+            if !ports.contains(&a.port()) {
+                ports.push(a.port());
+            }
+        }
+    }
+    let value = ports
+        .iter()
+        .map(|p| format!("h3=\":{p}\"; ma={ALT_SVC_MAX_AGE}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (!ports.is_empty()).then(|| value.into_bytes().into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -690,5 +726,22 @@ mod tests {
         assert_eq!(strip_port(b"example.com:8080"), b"example.com");
         assert_eq!(strip_port(b"[::1]:80"), b"[::1]");
         assert_eq!(strip_port(b"example.com"), b"example.com");
+    }
+
+    #[test]
+    fn alt_svc_names_each_https_port_once_with_http3_on() {
+        let load = |text: &str| {
+            let text = format!("root = \"/srv/a\"\ntls = \"internal\"\n{text}");
+            let file = std::path::Path::new("c.toml");
+            hayate_config::load_file(file, &text, &Default::default()).expect("valid")
+        };
+        let listen = "listen = [\"https://127.0.0.1:8443\", \"127.0.0.1:8080\", \"https://[::1]:8443\", \"https://127.0.0.1:9443\"]\n";
+        let on = load(&format!("{listen}http3 = true\n"));
+        let value = http3_alt_svc(&on).expect("a value");
+        assert_eq!(
+            &value[..],
+            b"h3=\":8443\"; ma=86400, h3=\":9443\"; ma=86400"
+        );
+        assert!(http3_alt_svc(&load(listen)).is_none());
     }
 }

@@ -84,7 +84,7 @@ pub struct Worker {
     idle: Notify,
     /// Raised when a generation is installed: accept loops check whether
     /// their listener is still configured.
-    reloaded: Notify,
+    pub(crate) reloaded: Notify,
 }
 
 /// What every worker builds its generation from: the configuration and the
@@ -204,6 +204,12 @@ impl Worker {
     /// a reference count.
     pub fn with_generation<R>(&self, read: impl FnOnce(&Generation) -> R) -> R {
         read(&self.generation.borrow())
+    }
+
+    /// Whether the current generation still serves the listener
+    /// configured as `key` (a reload may have removed it).
+    pub(crate) fn serves_listener(&self, key: &Arc<str>) -> bool {
+        self.with_generation(|g| g.listen_keys.contains(key))
     }
 
     /// Swaps in `next` and starts its upstream groups' background tasks
@@ -423,7 +429,22 @@ fn start_accepting(
     worker: &Rc<Worker>,
     shared: &Shared,
 ) -> io::Result<()> {
-    for l in listeners {
+    for mut l in listeners {
+        if let Some(udp) = l.quic.take() {
+            let Some(tls) = shared.tls.as_ref().and_then(|t| t.http3_config()) else {
+                return Err(io::Error::other(
+                    "http3 needs an https:// listener's TLS setup",
+                ));
+            };
+            let endpoint = crate::h3_conn::endpoint(udp, tls, &worker.generation())?;
+            let serving = crate::h3_conn::serve_endpoint(
+                endpoint,
+                l.key.clone(),
+                worker.clone(),
+                shared.clone(),
+            );
+            tokio::task::spawn_local(serving);
+        }
         let listener = Listener::new(l.socket, l.scheme)?;
         let speaks = Speaks {
             proxy_protocol: l.proxy_protocol,
@@ -470,7 +491,7 @@ async fn accept_loop(
             _ = shared.connections.room(), if full => continue,
             _ = shutdown.wait() => return,
             _ = worker.reloaded.notified() => {
-                if worker.with_generation(|g| g.listen_keys.contains(&key)) {
+                if worker.serves_listener(&key) {
                     continue;
                 }
                 log::info!("listener {key} removed by a reload: no longer accepting on it");
@@ -605,9 +626,24 @@ async fn serve_tls(
 const ACCEPT_SHORTAGE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Counts a connection until it is dropped.
-struct ConnGuard {
+pub(crate) struct ConnGuard {
     worker: Rc<Worker>,
     connections: Arc<crate::budget::Connections>,
+}
+
+impl ConnGuard {
+    /// Counts a connection `connections.opened()` already counted across
+    /// workers as one of `worker`'s too, which its drain waits for.
+    pub(crate) fn new(
+        worker: &Rc<Worker>,
+        connections: &Arc<crate::budget::Connections>,
+    ) -> ConnGuard {
+        worker.active.set(worker.active.get() + 1);
+        ConnGuard {
+            worker: worker.clone(),
+            connections: connections.clone(),
+        }
+    }
 }
 
 impl Drop for ConnGuard {

@@ -71,6 +71,8 @@ pub struct LoadedCertificates(Sources);
 #[derive(Debug)]
 pub struct TlsServer {
     config: Arc<ServerConfig>,
+    /// The rustls side of the HTTP/3 listeners, when `http3` is on.
+    http3: Option<Arc<ServerConfig>>,
     store: Arc<CertStore>,
     metrics: Arc<TlsMetrics>,
     handshake_timeout: Duration,
@@ -118,12 +120,18 @@ impl TlsServer {
             None
         };
         let challenges = acme.as_ref().map(|(_, c)| c.clone());
-        let resolver = Resolver {
+        let resolver = Arc::new(Resolver {
             store: store.clone(),
             challenges: challenges.clone(),
+        });
+        let config = server_config(resolver.clone(), g.http2, challenges.is_some())?;
+        let http3 = match g.http3 {
+            true => Some(Arc::new(http3_config(resolver, &config)?)),
+            false => None,
         };
         let server = TlsServer {
-            config: Arc::new(server_config(resolver, g.http2, challenges.is_some())?),
+            config: Arc::new(config),
+            http3,
             metrics,
             handshake_timeout: g.tls_handshake_timeout.0,
             ca_path: sources.ca_path(),
@@ -179,6 +187,14 @@ impl TlsServer {
     /// The certificates served now.
     pub fn certificates(&self) -> Vec<Certificate> {
         self.store.certificates()
+    }
+
+    /// The rustls configuration of the HTTP/3 (QUIC) listeners, when
+    /// `http3` is on: the same certificates, chosen by the same resolver
+    /// (files watched, local CA, ACME), and the same session-ticket keys as
+    /// TCP's, TLS 1.3 only (RFC 9001 §4.2), ALPN `h3`, no early data.
+    pub fn http3_config(&self) -> Option<Arc<ServerConfig>> {
+        self.http3.clone()
     }
 
     /// The handshake counters (for /metrics).
@@ -297,13 +313,13 @@ async fn first_record(tcp: &TcpStream) -> Result<u8, Failure> {
 
 /// The rustls configuration of every https listener: ALPN `h2` first when
 /// `http2`, then `http/1.1`; with `acme`, ACME's TLS-ALPN-01 protocol too.
-fn server_config(resolver: Resolver, http2: bool, acme: bool) -> Result<ServerConfig, String> {
+fn server_config(resolver: Arc<Resolver>, http2: bool, acme: bool) -> Result<ServerConfig, String> {
     let provider = Arc::new(provider::provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver);
     // The suite is hayate's choice, in the provider's order, strongest
     // first (AES-256-GCM, AES-128-GCM, ChaCha20-Poly1305; every TLS 1.2
     // suite ECDHE and AEAD): a client's order, which scanners flag when
@@ -322,6 +338,25 @@ fn server_config(resolver: Resolver, http2: bool, acme: bool) -> Result<ServerCo
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
         .map_err(|e| format!("TLS session tickets: {e}"))?;
     config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    config.max_early_data_size = 0;
+    Ok(config)
+}
+
+/// The rustls configuration of HTTP/3: QUIC runs TLS 1.3 only (RFC 9001
+/// §4.2), its ALPN is `h3` alone (RFC 9114 §3.1), and 0-RTT stays off
+/// (early data is replayable; `max_early_data_size` 0 means quinn never
+/// accepts it). Certificates and ticket keys are the TCP listeners'
+/// (`tcp`), so a ticket from either resumes on the other's keys.
+fn http3_config(resolver: Arc<Resolver>, tcp: &ServerConfig) -> Result<ServerConfig, String> {
+    let provider = Arc::new(provider::provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("HTTP/3 TLS configuration: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.ignore_client_order = true;
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config.ticketer = tcp.ticketer.clone();
     config.max_early_data_size = 0;
     Ok(config)
 }

@@ -134,6 +134,7 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         Version::Http10 => b"1.0",
         Version::Http11 => b"1.1",
         Version::Http2 => b"2",
+        Version::Http3 => b"3",
     });
     out.extend_from_slice(b"\",\"request\":{\"method\":\"");
     json_escape(out, req.method());

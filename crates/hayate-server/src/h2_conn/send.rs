@@ -10,9 +10,8 @@
 //! worker's deadline slots, armed only when the window is found shut.
 
 use std::future::poll_fn;
-use std::os::unix::fs::FileExt;
 use std::task::Poll;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -21,7 +20,7 @@ use hayate_core::deadline::within;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status};
 
-use super::connection_specific;
+use crate::http_map::{response_head, trailer_map};
 
 /// Bytes of a file read per DATA write.
 const FILE_CHUNK: usize = 64 * 1024;
@@ -37,28 +36,7 @@ pub(super) async fn send(
     sent: &mut u64,
 ) -> Result<(), h2::Error> {
     let body_allowed = !response.status.forbids_body();
-    let mut head = http::Response::builder().status(response.status.code());
-    if !response.has_date {
-        let mut date = Vec::with_capacity(40);
-        hayate_core::date::append_date_line(&mut date, SystemTime::now());
-        if let Some(value) = date
-            .strip_prefix(b"Date: ")
-            .and_then(|d| d.strip_suffix(b"\r\n"))
-        {
-            head = head.header(http::header::DATE, value);
-        }
-    }
-    if !response.no_server {
-        head = head.header(http::header::SERVER, "hayate");
-    }
-    for (name, value) in response.all_fields() {
-        if !connection_specific(name) {
-            head = head.header(name, value);
-        }
-    }
-    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
-        head = head.header(http::header::CONTENT_LENGTH, len);
-    }
+    let head = response_head(&response, body_allowed);
     let head = match head.body(()) {
         Ok(h) => h,
         Err(e) => {
@@ -160,43 +138,13 @@ async fn send_file(
     send_timeout: Duration,
     sent: &mut u64,
 ) -> Result<(), h2::Error> {
-    let mut offset = f.offset;
-    let end = f.offset + f.len;
-    while offset < end {
-        let want = usize::try_from(end - offset)
-            .unwrap_or(usize::MAX)
-            .min(FILE_CHUNK);
-        let mut buf = vec![0; want];
-        let n = match f.file.read_at(&mut buf, offset) {
-            Ok(0) | Err(_) => {
-                log::error!("file read failed while sending it over HTTP/2");
-                out.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Ok(());
-            }
-            Ok(n) => n,
+    for piece in f.pieces(FILE_CHUNK) {
+        let Ok(piece) = piece else {
+            log::error!("file read failed while sending it over HTTP/2");
+            out.send_reset(h2::Reason::INTERNAL_ERROR);
+            return Ok(());
         };
-        buf.truncate(n);
-        send_bytes(out, buf.into(), send_timeout, sent).await?;
-        offset += n as u64;
+        send_bytes(out, piece, send_timeout, sent).await?;
     }
     Ok(())
-}
-
-/// Trailer lines as a header map (invalid lines dropped).
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for line in lines.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = http::HeaderName::from_bytes(&line[..colon]);
-        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            if !connection_specific(name.as_str().as_bytes()) {
-                map.append(name, value);
-            }
-        }
-    }
-    map
 }

@@ -1,0 +1,267 @@
+//! HTTP/3 (RFC 9114) on the UDP side of an https listener: quinn runs QUIC
+//! (RFC 9000: packets, loss recovery, congestion and flow control, TLS 1.3
+//! through rustls), `h3` the HTTP/3 framing and QPACK; this maps each
+//! request stream to hayate's request model and back through the same
+//! pipeline as HTTP/1.1 and HTTP/2 (`pipeline.rs`), as `h2_conn` does.
+//!
+//! Each worker has its own endpoint on its own SO_REUSEPORT socket
+//! (`listen.rs`), so a connection lives on the worker the kernel hashed its
+//! 4-tuple to. Connection migration is off: a client whose address changes
+//! mid-connection (a NAT rebinding, Wi-Fi to mobile) may hash to another
+//! worker, whose endpoint does not know the connection; it is answered
+//! with a stateless reset there, or its packets dropped here, and the
+//! client opens a new connection (decision 0018).
+//!
+//! Limits, mirroring HTTP/2's (decision 0008): 128 concurrent request
+//! streams, a 64 KiB field section, 1 MiB stream / 2 MiB connection
+//! receive windows, the keep-alive timeout as QUIC's idle timeout, the TLS
+//! handshake timeout for the QUIC handshake, connections counted against
+//! `max_connections` with TCP's, and a Retry (address validation, RFC 9000
+//! §8.1.2) for every new client once a worker has more than
+//! [`RETRY_ABOVE`] handshakes in progress. 0-RTT is never accepted (the
+//! TLS configuration offers no early data). Shutdown sends GOAWAY and lets
+//! the requests in flight finish.
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hayate_core::transport::Peer;
+use quinn::{IdleTimeout, VarInt};
+use tokio_rustls::rustls;
+
+use crate::worker::{ConnGuard, Generation, Shared, Worker};
+
+mod request;
+mod send;
+
+/// Request streams a client may have open at once (HTTP/2's 128: RFC 9113
+/// §6.5.2 advises at least 100; RFC 9114 §6.1 the same for HTTP/3).
+const MAX_STREAMS: u32 = 128;
+/// Unidirectional streams a client may open: HTTP/3 needs three (control,
+/// QPACK encoder and decoder, RFC 9114 §6.2); the rest is room for the
+/// reserved stream types a client may send as grease (§6.2.3).
+const MAX_UNI_STREAMS: u32 = 8;
+/// Largest field section accepted (HTTP/2's header list limit; h3 answers
+/// a larger one with 431).
+const MAX_FIELD_SECTION: u64 = 64 * 1024;
+/// Receive windows of a stream and of a connection (HTTP/2's; quinn's
+/// connection default is unlimited).
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+/// Response bytes a connection buffers before its streams wait for the
+/// client's acknowledgements (quinn's default is 8 stream windows, 10 MiB).
+const SEND_WINDOW: u64 = 2 * 1024 * 1024;
+/// Handshakes in progress on one worker past which new clients must first
+/// prove their address with a Retry: below it a handshake costs one round
+/// trip less; above it spoofed Initials cost hayate no handshake state
+/// (each holds a TLS handshake, ~10 KB, for up to the handshake timeout).
+const RETRY_ABOVE: usize = 64;
+
+/// The QUIC endpoint of one worker on `udp`, serving HTTP/3 with `tls` and
+/// the limits of the generation `g`.
+pub fn endpoint(
+    udp: std::net::UdpSocket,
+    tls: Arc<rustls::ServerConfig>,
+    g: &Generation,
+) -> io::Result<quinn::Endpoint> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| io::Error::other(format!("HTTP/3 TLS configuration: {e}")))?;
+    let mut transport = quinn::TransportConfig::default();
+    let idle = IdleTimeout::try_from(g.timeouts.keepalive)
+        .map_err(|_| io::Error::other("keepalive_timeout is too long for QUIC's idle timeout"))?;
+    transport
+        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
+        .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
+        .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
+        .send_window(SEND_WINDOW)
+        .max_idle_timeout(Some(idle));
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport));
+    server.migration(false);
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        udp,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// Accepts QUIC connections on `endpoint` until shutdown, or until a reload
+/// removes the listener configured as `key`; then takes no new ones and
+/// waits for those open to close.
+pub async fn serve_endpoint(
+    endpoint: quinn::Endpoint,
+    key: Arc<str>,
+    worker: Rc<Worker>,
+    shared: Shared,
+) {
+    let mut shutdown = worker.shutdown.clone();
+    let handshaking = Rc::new(Cell::new(0usize));
+    let local_port = endpoint.local_addr().ok().map(|a| a.port());
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+            _ = shutdown.wait() => break,
+            _ = worker.reloaded.notified() => {
+                if worker.serves_listener(&key) {
+                    continue;
+                }
+                log::info!("listener {key} removed by a reload: no longer accepting HTTP/3 on it");
+                break;
+            }
+        };
+        if handshaking.get() >= RETRY_ABOVE && !incoming.remote_address_validated() {
+            // The client answers with its Initial again, carrying the
+            // token: only then does it cost a handshake.
+            let _ = incoming.retry();
+            continue;
+        }
+        let max = worker.generation().config.global.max_connections as usize;
+        if shared.connections.opened() >= max {
+            shared.connections.closed();
+            let from = incoming.remote_address();
+            log::warn!("HTTP/3 connection from {from} refused: max_connections ({max}) reached");
+            incoming.refuse();
+            continue;
+        }
+        let guard = ConnGuard::new(&worker, &shared.connections);
+        let serving = serve_connection(
+            incoming,
+            local_port,
+            handshaking.clone(),
+            worker.clone(),
+            guard,
+        );
+        tokio::task::spawn_local(serving);
+    }
+    // New clients are refused from now on; the connections open finish
+    // their requests (each sends GOAWAY on shutdown).
+    endpoint.set_server_config(None);
+    endpoint.wait_idle().await;
+}
+
+/// What a request stream's task needs of its connection.
+struct Connection {
+    peer: Peer,
+    worker: Rc<Worker>,
+}
+
+/// Serves one QUIC connection: the handshake within the TLS handshake
+/// timeout, then its request streams, each in a task of its own, until the
+/// client closes it, it idles out, or shutdown (GOAWAY, then the requests
+/// in flight finish). `guard` counts it until then.
+async fn serve_connection(
+    incoming: quinn::Incoming,
+    local_port: Option<u16>,
+    handshaking: Rc<Cell<usize>>,
+    worker: Rc<Worker>,
+    guard: ConnGuard,
+) {
+    let from = incoming.remote_address();
+    let timeout = worker.with_generation(|g| g.config.global.tls_handshake_timeout.0);
+    handshaking.set(handshaking.get() + 1);
+    let connected = tokio::time::timeout(timeout, async { incoming.accept()?.await }).await;
+    handshaking.set(handshaking.get() - 1);
+    let quic = match connected {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            log::debug!("HTTP/3 from {from}: handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            log::debug!("HTTP/3 from {from}: handshake not done in {timeout:?}");
+            return;
+        }
+    };
+    let mut builder = h3::server::builder();
+    // No grease: h3 ends the first response with a frame of a reserved
+    // type (RFC 9114 §7.2.8), and aioquic 1.2 then never reports that
+    // stream's end (its last event is the DATA before it): the request
+    // hangs until the client times out.
+    builder
+        .max_field_section_size(MAX_FIELD_SECTION)
+        .send_grease(false);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()));
+    let mut h3 = match tokio::time::timeout(timeout, built).await {
+        Ok(Ok(h3)) => h3,
+        Ok(Err(e)) => {
+            log::debug!("HTTP/3 from {from}: {e}");
+            return;
+        }
+        Err(_) => {
+            log::debug!("HTTP/3 from {from}: no control stream in {timeout:?}");
+            return;
+        }
+    };
+    let connection = Rc::new(Connection {
+        peer: peer_of(from, local_port),
+        worker: worker.clone(),
+    });
+    let mut shutdown = worker.shutdown.clone();
+    let mut closing = false;
+    loop {
+        let next = tokio::select! {
+            accepted = h3.accept() => Some(accepted),
+            _ = shutdown.wait(), if !closing => None,
+        };
+        match next {
+            Some(Ok(Some(resolver))) => {
+                tokio::task::spawn_local(request::serve(resolver, connection.clone()));
+            }
+            // GOAWAY sent or received, and every request answered.
+            Some(Ok(None)) => break,
+            Some(Err(e)) => {
+                if !e.is_h3_no_error() {
+                    log::debug!("HTTP/3 from {from}: {e}");
+                }
+                break;
+            }
+            None => {
+                closing = true;
+                // GOAWAY naming the last request accepted: the client
+                // retries later ones on a new connection (RFC 9114 §5.2).
+                if let Err(e) = h3.shutdown(0).await {
+                    log::debug!("HTTP/3 from {from}: GOAWAY not sent: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    // Closing at once would drop response bytes the client has not
+    // acknowledged yet (a QUIC close abandons streams): the client closes
+    // once it has them, or the GOAWAY timeout ends the wait.
+    let linger = worker.with_generation(|g| g.timeouts.goaway);
+    let _ = tokio::time::timeout(linger, quic.closed()).await;
+    quic.close(VarInt::from_u32(H3_NO_ERROR), b"");
+    drop(guard);
+}
+
+/// The application error code of a connection closed cleanly (RFC 9114
+/// §8.1).
+const H3_NO_ERROR: u32 = 0x100;
+
+/// The peer of a connection from `addr`, as TCP's are named.
+fn peer_of(addr: SocketAddr, local_port: Option<u16>) -> Peer {
+    let ip = addr.ip().to_canonical();
+    Peer {
+        addr: ip.to_string(),
+        ip: Some(ip),
+        port: Some(addr.port()),
+        local_port,
+    }
+}
+
+/// How long a request stream may take to send its head once opened (the
+/// header timeout of the generation it started in).
+fn header_timeout(worker: &Worker) -> Duration {
+    worker.with_generation(|g| g.timeouts.header)
+}

@@ -1,0 +1,432 @@
+//! HTTP/3 end to end, with a real client of another stack: aioquic
+//! (`tests/h3_client.py`, installed by `scripts/test`) against hayate's
+//! QUIC listener (`http3 = true`) on the UDP port of its https listener,
+//! certificates from its local CA. Files (a range, a 304, a 404), the proxy (GET,
+//! and POST with a body, to a testkit origin; 103 Early Hints), a large body whole, Alt-Svc
+//! on the TCP side, 0-RTT refused, and a request in flight finishing
+//! across shutdown.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use hayate_testkit::tls::{local_ca, start_with_local_ca, TlsClient};
+use hayate_testkit::{big_bytes, checksum, eventually, Echo, Hayate, Origin, OriginOptions, WAIT};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py");
+
+/// What the client printed for one request.
+struct Answer(Value);
+
+impl Answer {
+    fn status(&self) -> u64 {
+        self.0["status"].as_u64().unwrap_or(0)
+    }
+
+    fn body(&self) -> &str {
+        self.0["body"].as_str().unwrap_or("")
+    }
+
+    fn length(&self) -> u64 {
+        self.0["length"].as_u64().expect("length")
+    }
+
+    fn sha256(&self) -> &str {
+        self.0["sha256"].as_str().expect("sha256")
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.0["headers"]
+            .as_array()?
+            .iter()
+            .find(|f| f[0].as_str() == Some(name))
+            .and_then(|f| f[1].as_str())
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.0[name].as_bool().expect(name)
+    }
+}
+
+/// Runs the aioquic client against hayate's UDP port (its TCP port), with
+/// `options` (`--ticket FILE`, `--early`), on one connection, for
+/// `requests` (`GET /path --header 'a: b'`, then the next).
+fn h3(h: &Hayate, state: &Path, options: &[&str], requests: &[&str]) -> Vec<Answer> {
+    let out = h3_command(h, state, options, requests)
+        .output()
+        .expect("run python3");
+    parse_answers(&out.stdout, &out.stderr, out.status.success())
+}
+
+fn h3_command(h: &Hayate, state: &Path, options: &[&str], requests: &[&str]) -> Command {
+    let ca = local_ca(state);
+    let mut cmd = Command::new("python3");
+    cmd.arg(CLIENT)
+        .arg("--ca")
+        .arg(ca)
+        .args(options)
+        .arg("127.0.0.1")
+        .arg(h.addr.port().to_string())
+        .args(requests)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn parse_answers(stdout: &[u8], stderr: &[u8], ok: bool) -> Vec<Answer> {
+    let text = String::from_utf8_lossy(stdout);
+    assert!(
+        ok,
+        "the HTTP/3 client failed:\n{text}\n{}",
+        String::from_utf8_lossy(stderr)
+    );
+    text.lines()
+        .map(|l| Answer(serde_json::from_str(l).expect("a JSON line")))
+        .collect()
+}
+
+fn sha256(data: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, data);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn files_a_range_a_304_and_a_404_over_http3() {
+    let dir = tempfile::tempdir().expect("dir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--admin", &admin_arg]);
+    let answers = h3(
+        &h,
+        state.path(),
+        &[],
+        &[
+            "GET",
+            "/hello.txt",
+            "GET",
+            "/hello.txt",
+            "--header",
+            "range: bytes=6-10",
+            "GET",
+            "/missing.txt",
+            // A conditional GET (aioquic refuses a HEAD answer whose
+            // Content-Length is the GET's, as RFC 9110 §9.3.2 has it).
+            "GET",
+            "/big.bin",
+            "--header",
+            "if-none-match: *",
+        ],
+    );
+    let [file, range, missing, unchanged] = &answers[..] else {
+        panic!("four answers: {}", answers.len());
+    };
+    assert_eq!((file.status(), file.body()), (200, "hello world\n"));
+    assert_eq!(file.0["alpn"], "h3");
+    assert_eq!((range.status(), range.body()), (206, "world"));
+    assert_eq!(range.header("content-range"), Some("bytes 6-10/12"));
+    assert_eq!(missing.status(), 404);
+    assert_eq!((unchanged.status(), unchanged.length()), (304, 0));
+    // No Alt-Svc over HTTP/3 itself: the client is already there.
+    assert_eq!(file.header("alt-svc"), None);
+    // The access log names the protocol (written out once a second).
+    let mut log = Vec::new();
+    eventually("the access log's HTTP/3 line", || {
+        log.extend(h.stdout_lines(Duration::from_millis(100)));
+        match log
+            .iter()
+            .any(|l| l.contains("\"GET /hello.txt HTTP/3\" 200 12"))
+        {
+            true => Ok(()),
+            false => Err(format!("{log:?}")),
+        }
+    });
+    // And the metrics count the four requests under it.
+    let metrics = hayate_testkit::unix_get(&admin, "/metrics");
+    let line = "hayate_http_requests_by_protocol_total{protocol=\"HTTP/3\"} 4";
+    assert!(metrics.contains(line), "{line} in {metrics}");
+    h.assert_no_errors();
+}
+
+#[test]
+fn proxied_get_and_post_with_a_body_over_http3() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) =
+        start_with_local_ca(BIN, &["--http3", "true", "--proxy", &format!("/api={url}")]);
+    let upload = tempfile::NamedTempFile::new().expect("temp file");
+    let sent = big_bytes(300_000);
+    std::fs::write(upload.path(), &sent).expect("write");
+    let path = upload.path().to_str().expect("path");
+    let answers = h3(
+        &h,
+        state.path(),
+        &[],
+        &[
+            "GET",
+            "/api/echo?x=1",
+            "--header",
+            "x-test: h3",
+            "POST",
+            "/api/echo",
+            "--header",
+            "content-type: application/octet-stream",
+            "--body-file",
+            path,
+        ],
+    );
+    let [get, post] = &answers[..] else {
+        panic!("two answers: {}", answers.len());
+    };
+    assert_eq!(get.status(), 200);
+    let seen = Echo::parse(get.body());
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("GET", "/api/echo?x=1")
+    );
+    assert_eq!(seen.header("x-test"), Some("h3"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(seen.body_len, 0);
+    assert_eq!(post.status(), 200);
+    let seen = Echo::parse(post.body());
+    assert_eq!(seen.method, "POST");
+    assert_eq!(
+        (seen.body_len, seen.checksum),
+        (sent.len(), checksum(&sent))
+    );
+    h.assert_no_errors();
+}
+
+/// An upstream's 103 Early Hints reaches the client as an interim response
+/// (a HEADERS frame with a 1xx status) ahead of the final one.
+#[test]
+fn early_hints_from_an_upstream_go_out_first_over_http3() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &url]);
+    let target = "/script?early=Link:%3C/style.css%3E;%20rel=preload&body=final";
+    let answers = h3(&h, state.path(), &[], &["GET", target]);
+    let a = &answers[0];
+    assert_eq!((a.status(), a.body()), (200, "final"));
+    let hints = a.0["interim"].as_array().expect("interim");
+    assert_eq!(hints.len(), 1, "{}", a.0);
+    let fields = hints[0].as_array().expect("fields");
+    assert!(
+        fields.iter().any(|f| f[0] == ":status" && f[1] == "103"),
+        "{fields:?}"
+    );
+    assert!(
+        fields
+            .iter()
+            .any(|f| f[0] == "link" && f[1] == "</style.css>; rel=preload"),
+        "{fields:?}"
+    );
+    h.assert_no_errors();
+}
+
+/// A few MiB from a file and from an upstream, streamed under QUIC's flow
+/// control (windows of 1 MiB per stream, 2 MiB per connection), arrive
+/// whole.
+#[test]
+fn large_bodies_arrive_intact_over_http3() {
+    const LEN: usize = 3 << 20;
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (h, state, root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &url]);
+    let data = big_bytes(LEN);
+    std::fs::write(root.path().join("large.bin"), &data).expect("write");
+    let proxied = format!("/bytes?n={LEN}");
+    let answers = h3(
+        &h,
+        state.path(),
+        &[],
+        &["GET", "/large.bin", "GET", &proxied],
+    );
+    let expected = sha256(&data);
+    for a in &answers {
+        assert_eq!((a.status(), a.length()), (200, LEN as u64));
+        assert_eq!(a.sha256(), expected);
+    }
+    assert_eq!(answers.len(), 2);
+    h.assert_no_errors();
+}
+
+#[test]
+fn tcp_responses_advertise_http3_when_it_is_on() {
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let r = tls.connect(h.addr, "localhost").get("/hello.txt", &[]);
+    let expected = format!("h3=\":{}\"; ma=86400", h.addr.port());
+    assert_eq!(r.header("alt-svc"), Some(expected.as_str()));
+    // Errors carry it too: every answer of the site.
+    let r = tls.connect(h.addr, "localhost").get("/missing", &[]);
+    assert_eq!(
+        (r.status, r.header("alt-svc")),
+        (404, Some(expected.as_str()))
+    );
+    drop(h);
+
+    let (off, state, _root) = start_with_local_ca(BIN, &[]);
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let r = tls.connect(off.addr, "localhost").get("/hello.txt", &[]);
+    assert_eq!((r.status, r.header("alt-svc")), (200, None));
+}
+
+/// 0-RTT is off: the tickets hayate sends offer no early data, and a
+/// client that sends some anyway (as if its ticket allowed it) has it
+/// refused; its request is answered after the handshake, on the resumed
+/// session.
+#[test]
+fn early_data_is_refused() {
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let ticket = dir.path().join("ticket");
+    let ticket = ticket.to_str().expect("path");
+    let first = h3(
+        &h,
+        state.path(),
+        &["--ticket", ticket],
+        &["GET", "/hello.txt"],
+    );
+    assert_eq!(first[0].status(), 200);
+    assert!(Path::new(ticket).exists(), "hayate sent no session ticket");
+    let early = h3(
+        &h,
+        state.path(),
+        &["--ticket", ticket, "--early"],
+        &["GET", "/hello.txt"],
+    );
+    let a = &early[0];
+    assert!(a.0["early_packets_sent"].as_u64() > Some(0), "{}", a.0);
+    assert!(!a.flag("early_data_accepted"), "{}", a.0);
+    assert!(a.flag("resumed"), "{}", a.0);
+    assert_eq!((a.status(), a.body()), (200, "hello world\n"));
+    h.assert_no_errors();
+}
+
+/// Shutdown sends GOAWAY and lets the request in flight finish: a proxied
+/// request the upstream holds is answered after SIGTERM.
+#[test]
+fn a_request_in_flight_finishes_across_shutdown() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let (mut h, state, _root) =
+        start_with_local_ca(BIN, &["--http3", "true", "--proxy", &format!("/api={url}")]);
+    let held = origin.hold("/api/held");
+    let client = h3_command(&h, state.path(), &[], &["GET", "/api/held"])
+        .spawn()
+        .expect("run python3");
+    assert!(
+        origin.wait_for("/api/held", 1, WAIT),
+        "the request reached the origin"
+    );
+    h.signal(nix::sys::signal::Signal::SIGTERM);
+    // hayate is draining when the origin answers.
+    eventually("hayate saw SIGTERM", || match h.stderr() {
+        log if log.contains("SIGTERM: shutting down") => Ok(()),
+        log => Err(log),
+    });
+    drop(held);
+    let out = client.wait_with_output().expect("client");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    assert_eq!(answers[0].status(), 200);
+    assert!(h.wait().success());
+    assert_eq!(origin.holds_expired(), 0);
+}
+
+/// `hayate upgrade` with HTTP/3 on: the new process binds its UDP sockets
+/// beside the old one's (they are not handed over yet, decision 0018), and
+/// serves HTTP/3 once the old one has drained and exited.
+#[test]
+fn http3_is_served_after_an_upgrade() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("control.sock");
+    let sock_arg = sock.to_str().expect("utf-8");
+    let (mut old, state, _root) =
+        start_with_local_ca(BIN, &["--http3", "true", "--control", sock_arg]);
+    let control = |cmd: &str| {
+        hayate_testkit::run_to_end(Command::new(BIN).args([cmd, "--control", sock_arg]))
+    };
+    let (ok, said) = control("upgrade");
+    assert!(ok, "{said}");
+    assert!(old.wait().success(), "{}", old.stderr());
+    let answers = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(
+        (answers[0].status(), answers[0].body()),
+        (200, "hello world\n")
+    );
+    let (ok, said) = control("stop");
+    assert!(ok, "{said}");
+}
+
+/// Datagrams that are not QUIC, or not a connection hayate knows, are
+/// dropped: the endpoint stays up and serves the next client, and nothing
+/// is logged as an error.
+#[test]
+fn garbage_datagrams_leave_the_endpoint_serving() {
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut x: u32 = 0x9e37_79b9;
+    for n in 0..2_000usize {
+        let mut datagram = vec![0u8; 1 + n % 1_400];
+        for b in &mut datagram {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        // Every 4th looks like a long-header (Initial) packet of QUIC v1.
+        if n % 4 == 0 && datagram.len() > 5 {
+            datagram[0] = 0xc0;
+            datagram[1..5].copy_from_slice(&[0, 0, 0, 1]);
+        }
+        udp.send_to(&datagram, h.addr).expect("send");
+    }
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(
+        (answers[0].status(), answers[0].body()),
+        (200, "hello world\n")
+    );
+    h.assert_no_errors();
+}
+
+/// QUIC connections count against `max_connections` with TCP's: with the
+/// one allowed held by a TCP client, an HTTP/3 client is refused, and is
+/// served once the TCP one has gone.
+#[test]
+fn http3_connections_share_max_connections_with_tcp() {
+    let (h, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--max-connections",
+            "1",
+            "--workers",
+            "1",
+        ],
+    );
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let mut held = tls.connect(h.addr, "localhost");
+    assert_eq!(held.get("/hello.txt", &[]).status, 200);
+    let out = h3_command(&h, state.path(), &[], &["GET", "/hello.txt"])
+        .output()
+        .expect("run python3");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "served past max_connections: {said}");
+    drop(held);
+    eventually("the HTTP/3 client is served", || {
+        let out = h3_command(&h, state.path(), &[], &["GET", "/hello.txt"])
+            .output()
+            .expect("run python3");
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(String::from_utf8_lossy(&out.stdout).into_owned()),
+        }
+    });
+    assert!(h.stderr().contains("HTTP/3 connection from 127.0.0.1"));
+}
