@@ -40,9 +40,15 @@ impl UpstreamGroup {
     /// Forwards a request and returns the response to write (errors
     /// included: 502, 503, 504, or the client's 400/408/413).
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
-        match self.protocol {
+        let response = match self.protocol {
             Protocol::Http1 => self.forward_as::<Http1, B>(req, body).await,
             Protocol::FastCgi => self.forward_as::<FastCgi, B>(req, body).await,
+            Protocol::Http2 => self.forward_h2(req, body).await,
+        };
+        // A gRPC client reads hayate's own failures only in gRPC's terms.
+        match crate::grpc::is_grpc(req) {
+            true => crate::grpc::rescue(response),
+            false => response,
         }
     }
 
@@ -330,7 +336,7 @@ async fn read_up_to<B: ClientBody>(body: &mut B, limit: u64) -> io::Result<(Byte
     Ok((out.freeze(), false))
 }
 
-async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
+pub(crate) async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
     let mut out = BytesMut::with_capacity(len as usize);
     while let Some(chunk) = body.next_chunk().await? {
         out.extend_from_slice(&chunk);

@@ -38,7 +38,7 @@ use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
-use hayate_core::response::Tunnel;
+use hayate_core::response::{BodySource, Tunnel};
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
 use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -454,7 +454,9 @@ impl Stream {
         if websocket {
             match std::mem::take(&mut response.body) {
                 Body::Upgrade(tunnel) => {
-                    self.tunnel(respond, tunnel, body.into_recv()).await;
+                    if let Some(recv) = body.into_recv() {
+                        self.tunnel(respond, tunnel, recv).await;
+                    }
                     return self.log(&head, client.addr(), status, cache, 0, started);
                 }
                 other => response.body = other,
@@ -584,7 +586,8 @@ fn malformed(name: &http::HeaderName, peer: &Peer) -> hayate_core::Response {
 /// body size limit and timeout, their window given back as they are read
 /// (so a slow upstream slows the client: back-pressure).
 struct StreamBody {
-    recv: RecvStream,
+    /// `None` once [detached](ClientBody::detach) for an HTTP/2 upstream.
+    recv: Option<RecvStream>,
     length: BodyLength,
     read: u64,
     max: u64,
@@ -611,7 +614,7 @@ impl StreamBody {
             None => BodyLength::Chunked,
         };
         StreamBody {
-            recv,
+            recv: Some(recv),
             length,
             read: 0,
             max: w.head_limits.max_body_size,
@@ -627,15 +630,19 @@ impl ClientBody for StreamBody {
     }
 
     async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
-        if self.length == BodyLength::None {
+        let Some(recv) = self
+            .recv
+            .as_mut()
+            .filter(|_| self.length != BodyLength::None)
+        else {
             return Ok(None);
-        }
+        };
         if let BodyLength::Known(n) = self.length {
             if n > self.max {
                 return Err(too_large());
             }
         }
-        let next = tokio::time::timeout(self.timeout, self.recv.data()).await;
+        let next = tokio::time::timeout(self.timeout, recv.data()).await;
         let Ok(next) = next else {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -648,13 +655,13 @@ impl ClientBody for StreamBody {
                 if self.read > self.max {
                     return Err(too_large());
                 }
-                let _ = self.recv.flow_control().release_capacity(data.len());
+                let _ = recv.flow_control().release_capacity(data.len());
                 Ok(Some(data))
             }
             Some(Err(e)) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, e)),
             None => {
-                if let Ok(Some(trailers)) = self.recv.trailers().await {
-                    self.trailers = Some(field_lines(&trailers));
+                if let Ok(Some(trailers)) = recv.trailers().await {
+                    self.trailers = Some(hayate_proxy::field_lines(&trailers));
                 }
                 Ok(None)
             }
@@ -664,17 +671,30 @@ impl ClientBody for StreamBody {
     fn trailers(&mut self) -> Option<Bytes> {
         self.trailers.take()
     }
+
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        if self.length == BodyLength::None {
+            return None;
+        }
+        let recv = self.recv.take()?;
+        Some(Box::new(hayate_proxy::RecvBody::new(
+            recv,
+            self.read,
+            self.max,
+            (),
+        )))
+    }
 }
 
 impl StreamBody {
     /// The stream's receiving half, for a tunnel.
-    fn into_recv(self) -> RecvStream {
+    fn into_recv(self) -> Option<RecvStream> {
         self.recv
     }
 
     /// Reads and drops the rest of the body, within its limits.
     async fn drain(&mut self) {
-        if self.recv.is_end_stream() {
+        if self.recv.as_ref().is_none_or(|r| r.is_end_stream()) {
             return;
         }
         while let Ok(Some(_)) = self.next_chunk().await {}
@@ -700,6 +720,10 @@ impl ClientBody for Exchange<'_> {
 
     fn trailers(&mut self) -> Option<Bytes> {
         self.body.trailers()
+    }
+
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        self.body.detach()
     }
 
     async fn gone(&mut self) {
@@ -729,19 +753,6 @@ impl ClientBody for Exchange<'_> {
 
 fn too_large() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, "request body too large")
-}
-
-/// Fields as HTTP/1 lines (`Name: value\r\n`), the form trailers take in
-/// hayate's model.
-fn field_lines(fields: &http::HeaderMap) -> Bytes {
-    let mut out = Vec::new();
-    for (name, value) in fields {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.into()
 }
 
 /// Fields that only mean something to an HTTP/1 connection, never sent

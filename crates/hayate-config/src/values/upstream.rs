@@ -88,7 +88,12 @@ impl OptValue for ProxySpec {
                 None => {
                     let (tls, rest) = match m.strip_prefix("https://") {
                         Some(rest) => (true, rest),
-                        None => (false, m.strip_prefix("http://").unwrap_or(m)),
+                        None => (
+                            false,
+                            m.strip_prefix("http://")
+                                .or_else(|| m.strip_prefix("h2c://"))
+                                .unwrap_or(m),
+                        ),
                     };
                     let authority = rest.trim_end_matches('/');
                     let with_port = authority
@@ -101,7 +106,7 @@ impl OptValue for ProxySpec {
             };
             if !valid {
                 return Err(format!(
-                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT] or unix:PATH"
+                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT], h2c://HOST:PORT or unix:PATH"
                 ));
             }
         }
@@ -214,6 +219,27 @@ impl OptValue for UpstreamProxyProtocol {
             "off" => Ok(UpstreamProxyProtocol::Off),
             "v2" => Ok(UpstreamProxyProtocol::V2),
             _ => Err(format!("expected off or v2, got {s:?}")),
+        }
+    }
+}
+
+/// What `https://` upstreams speak (`proxy_http2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamHttp2 {
+    /// HTTP/1.1, as before HTTP/2 upstreams existed (the default: an
+    /// https member that does not offer h2 keeps working unchanged).
+    Off,
+    /// HTTP/2, negotiated by ALPN `h2` (a member that refuses it fails its
+    /// connects, with the reason logged).
+    On,
+}
+
+impl OptValue for UpstreamHttp2 {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(UpstreamHttp2::Off),
+            "on" => Ok(UpstreamHttp2::On),
+            _ => Err(format!("expected off or on, got {s:?}")),
         }
     }
 }

@@ -93,7 +93,7 @@ pub(super) async fn send(
                 Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
-                        return out.send_trailers(trailer_map(&trailers));
+                        return out.send_trailers(hayate_proxy::trailer_map(&trailers));
                     }
                     break;
                 }
@@ -180,23 +180,4 @@ async fn send_file(
         offset += n as u64;
     }
     Ok(())
-}
-
-/// Trailer lines as a header map (invalid lines dropped).
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for line in lines.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = http::HeaderName::from_bytes(&line[..colon]);
-        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            if !connection_specific(name.as_str().as_bytes()) {
-                map.append(name, value);
-            }
-        }
-    }
-    map
 }
