@@ -11,8 +11,10 @@
 //! (REFUSED_STREAM, or a stream above a GOAWAY's last-stream-id) and its
 //! body is at hand to resend, or when no stream could be opened at all.
 
+use std::cell::RefCell;
 use std::future::poll_fn;
 use std::io;
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,6 +52,11 @@ struct Held {
 /// The task sending a request body upstream, aborted when dropped.
 struct Pump(tokio::task::AbortHandle);
 
+/// Where a spawned pump leaves the client's failure (a body over its
+/// limit, a client gone), so the request fails as the client's, not the
+/// upstream's (the pump resets the stream, which fails the answer too).
+type ClientFailure = Rc<RefCell<Option<io::Error>>>;
+
 impl Drop for Pump {
     fn drop(&mut self) {
         self.0.abort();
@@ -83,11 +90,10 @@ impl UpstreamGroup {
             .values(b"te")
             .flat_map(hayate_core::field::split_list)
             .any(|t| t.eq_ignore_ascii_case(b"trailers"));
-        // gRPC's deadline, when shorter than the route's.
-        let wait = match crate::grpc::timeout(req) {
-            Some(t) => t.min(self.settings.header_timeout),
-            None => self.settings.header_timeout,
-        };
+        // gRPC's deadline, when shorter than the route's: its passing is
+        // the caller's limit, not the member's failure.
+        let deadline = crate::grpc::timeout(req).filter(|t| *t < self.settings.header_timeout);
+        let wait = deadline.unwrap_or(self.settings.header_timeout);
         let is_head = req.method.eq_ignore_ascii_case(b"HEAD");
         let key = self.balance_key(&req.headers, req.client_ip);
         let mut tried: Vec<usize> = Vec::new();
@@ -157,6 +163,17 @@ impl UpstreamGroup {
                 Failure::NotSent(e) if replays < MAX_REPLAYS => {
                     log::debug!("upstream {}: {e}; sending again", member.label);
                     replays += 1;
+                }
+                Failure::NoAnswer(e)
+                    if deadline.is_some() && e.kind() == io::ErrorKind::TimedOut =>
+                {
+                    // The caller's limit: no error of hayate's or the
+                    // member's to log (the client gives up at the same time).
+                    log::debug!(
+                        "upstream {}: the call's grpc-timeout passed: {e}",
+                        member.label
+                    );
+                    return Response::error(Status::GATEWAY_TIMEOUT);
                 }
                 f => {
                     member.failed(&self.settings);
@@ -262,24 +279,30 @@ async fn exchange<B: ClientBody>(
     let mut send = send.ready().await.map_err(refused)?;
     let end = buffered.is_some_and(Bytes::is_empty);
     let (answer, out) = send.send_request(request, end).map_err(refused)?;
+    let failed = ClientFailure::default();
     let pump = match (buffered, end) {
         (_, true) => None,
-        (Some(b), false) => Some(spawn_pump(Chunks::Buffered(Some(b.clone())), out)),
+        (Some(b), false) => Some(spawn_pump(Chunks::Buffered(Some(b.clone())), out, &failed)),
         (None, false) => match body.detach() {
-            Some(source) => Some(spawn_pump(Chunks::Detached(source), out)),
+            Some(source) => Some(spawn_pump(Chunks::Detached(source), out, &failed)),
             // An HTTP/1 client's body cannot leave its connection: it is
             // sent while the answer is awaited, and whole before it.
             None => {
                 let (pumped, head) =
                     tokio::join!(pump(ClientChunks(body), out), answer_head(answer, wait));
-                pumped.map_err(Failure::Client)?;
+                if let Err(Failure::Client(e)) = pumped {
+                    return Err(Failure::Client(e));
+                }
                 return head.map(|h| (h, slot, None)).map_err(|e| classify(conn, e));
             }
         },
     };
     match answer_head(answer, wait).await {
         Ok(head) => Ok((head, slot, pump)),
-        Err(e) => Err(classify(conn, e)),
+        Err(e) => match failed.take() {
+            Some(client) => Err(Failure::Client(client)),
+            None => Err(classify(conn, e)),
+        },
     }
 }
 
@@ -368,10 +391,13 @@ impl<B: ClientBody> NextChunk for ClientChunks<'_, B> {
     }
 }
 
-fn spawn_pump(chunks: Chunks, out: SendStream<Bytes>) -> Pump {
+fn spawn_pump(chunks: Chunks, out: SendStream<Bytes>, failed: &ClientFailure) -> Pump {
+    let failed = failed.clone();
     let task = tokio::task::spawn_local(async move {
-        if let Err(e) = pump(chunks, out).await {
-            log::debug!("request body to HTTP/2 upstream ended: {e}");
+        match pump(chunks, out).await {
+            Ok(()) => {}
+            Err(Failure::Client(e)) => *failed.borrow_mut() = Some(e),
+            Err(f) => log::debug!("request body to HTTP/2 upstream ended: {f:?}"),
         }
     });
     Pump(task.abort_handle())
@@ -380,20 +406,21 @@ fn spawn_pump(chunks: Chunks, out: SendStream<Bytes>) -> Pump {
 /// Sends a body up as it comes, within the upstream's flow-control window,
 /// then its trailers (or the end of the stream). A client body that fails
 /// resets the stream (CANCEL): the upstream sees the call end unfinished.
-async fn pump(mut chunks: impl NextChunk, mut out: SendStream<Bytes>) -> io::Result<()> {
+async fn pump(mut chunks: impl NextChunk, mut out: SendStream<Bytes>) -> Result<(), Failure> {
+    let upstream = |e| Failure::Upstream(h2_io(e));
     loop {
         match chunks.next().await {
-            Ok(Some(data)) => send_data(&mut out, data).await.map_err(h2_io)?,
+            Ok(Some(data)) => send_data(&mut out, data).await.map_err(upstream)?,
             Ok(None) => {
                 return match chunks.trailers() {
                     Some(t) => out.send_trailers(trailer_map(&t)),
                     None => out.send_data(Bytes::new(), true),
                 }
-                .map_err(h2_io);
+                .map_err(upstream);
             }
             Err(e) => {
                 out.send_reset(h2::Reason::CANCEL);
-                return Err(e);
+                return Err(Failure::Client(e));
             }
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod browser;
 pub mod h2_frames;
+pub mod node;
 pub mod origin;
 pub mod pebble;
 pub mod php;
