@@ -7,7 +7,8 @@
 //! trailing metadata (binary too), the client's deadline and hayate's own
 //! (`proxy_timeout`, answered as DEADLINE_EXCEEDED), a 4 MiB message each
 //! way, and a member that is down (UNAVAILABLE, not UNKNOWN). The server
-//! sees the calls that hayate or the client gave up on cancelled.
+//! sees the calls that hayate or the client gave up on cancelled, a server
+//! stream the client cancelled between two messages included.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -58,9 +59,10 @@ fn routes(server_port: u16, down_port: u16) -> Vec<String> {
     ]
 }
 
-/// Runs the client's cases against `target` and checks every one passed;
-/// then that the server saw both calls given up on cancelled (the
-/// client's deadline, then hayate's).
+/// Runs the client's cases against hayate and checks every one passed;
+/// then that the server saw the calls given up on cancelled: the stream
+/// the client cancelled, the call past the client's deadline, then the one
+/// past hayate's.
 fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
     let target = h.addr.to_string();
     let mut args = vec!["grpc.js".to_string(), "client".into(), target];
@@ -83,6 +85,7 @@ fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
     let expected = [
         "unary",
         "server_stream",
+        "cancel_mid_stream",
         "bidi_stream",
         "error_with_trailers",
         "deadline_exceeded",
@@ -99,10 +102,17 @@ fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
         h.stderr()
     );
     let mut seen = Vec::new();
-    eventually("the server saw both hung calls cancelled", || {
+    eventually("the server saw the calls given up on cancelled", || {
         seen.extend(server.printed());
-        let n = seen.iter().filter(|l| *l == "cancelled hang").count();
-        (n == 2).then_some(()).ok_or_else(|| format!("{seen:?}"))
+        let hung = seen.iter().filter(|l| *l == "cancelled hang").count();
+        // How long after it began the stream was seen cancelled (its
+        // second message was due 10 s later).
+        let stream = seen
+            .iter()
+            .find_map(|l| l.strip_prefix("cancelled count ")?.parse::<u64>().ok());
+        (hung == 2 && stream.is_some_and(|ms| ms < 2000))
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}"))
     });
 }
 

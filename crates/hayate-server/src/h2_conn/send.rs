@@ -89,7 +89,22 @@ pub(super) async fn send(
             }
         }
         Body::Stream(mut stream) => loop {
-            match poll_fn(|cx| stream.source.poll_chunk(cx)).await {
+            // A client that resets the stream while the upstream is quiet
+            // (a gRPC server stream between messages) ends it now: the
+            // source is dropped, and the upstream's stream cancelled.
+            let next = poll_fn(|cx| match out.poll_reset(cx) {
+                Poll::Ready(reset) => Poll::Ready(Err(reset)),
+                Poll::Pending => stream.source.poll_chunk(cx).map(Ok),
+            });
+            let next = match next.await {
+                Ok(next) => next,
+                Err(reset) => {
+                    let why = reset.map_or_else(|e| e.to_string(), |r| format!("{r:?}"));
+                    log::debug!("HTTP/2 stream reset by the client ({why}) during a streamed body");
+                    return Ok(());
+                }
+            };
+            match next {
                 Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
@@ -98,8 +113,23 @@ pub(super) async fn send(
                     break;
                 }
                 Err(e) => {
-                    log::error!("response body from upstream failed after {sent} bytes: {e}");
-                    out.send_reset(h2::Reason::INTERNAL_ERROR);
+                    // An upstream's reset reaches the client with its code
+                    // (CANCEL stays CANCEL for a gRPC client); any other
+                    // failure is hayate's INTERNAL_ERROR.
+                    let reset = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<h2::Error>())
+                        .filter(|h2| h2.is_reset() && h2.is_remote())
+                        .and_then(h2::Error::reason);
+                    match reset {
+                        Some(reason) => log::info!(
+                            "response body from upstream reset ({reason:?}) after {sent} bytes"
+                        ),
+                        None => log::error!(
+                            "response body from upstream failed after {sent} bytes: {e}"
+                        ),
+                    }
+                    out.send_reset(reset.unwrap_or(h2::Reason::INTERNAL_ERROR));
                     return Ok(());
                 }
             }

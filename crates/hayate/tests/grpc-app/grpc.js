@@ -36,7 +36,16 @@ function server() {
     count(call) {
       const { n, gap_ms } = call.request;
       let i = 0;
+      let cancelled = false;
+      const started = Date.now();
+      // grpc-js also says 'cancelled' once a finished call's stream closes:
+      // only a call cut short counts, with how long after it began.
+      call.on('cancelled', () => {
+        cancelled = true;
+        if (i < n) console.log('cancelled count ' + (Date.now() - started));
+      });
       const next = () => {
+        if (cancelled) return;
         if (i === n) return call.end();
         call.write({ text: 'msg' + i, sent_at: Date.now() });
         i += 1;
@@ -96,6 +105,18 @@ async function client(target, ca) {
     const { times, err } = arrived;
     const spread = times.length === 3 ? times[2] - times[0] : -1;
     report('server_stream', !err && spread >= 450, `spread ${spread} ms, ${times.length} messages${err ? ', ' + err.message : ''}`);
+  }
+  // The client cancels a server stream after its first message, while the
+  // server waits 10 s to send the next: the server sees the call cancelled
+  // at once, not when its next message finds the stream gone.
+  {
+    const result = await new Promise((resolve) => {
+      const call = probe.count({ n: 5, gap_ms: 10000 }, { deadline: Date.now() + 60000 });
+      call.on('data', () => call.cancel());
+      call.on('error', (e) => resolve(e));
+      call.on('end', () => resolve(null));
+    });
+    report('cancel_mid_stream', result && result.code === grpc.status.CANCELLED, JSON.stringify(result ? failure(result) : 'ended'));
   }
   // Bidirectional: each message is sent only once the previous one was
   // answered; a proxy that waits for the request's end never answers.
