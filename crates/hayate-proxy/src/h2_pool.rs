@@ -138,16 +138,14 @@ impl H2Pool {
         self.opening.set(self.opening.get() + 1);
         let _opening = Opening(self);
         let transport = crate::upconn::connect(target, connect_timeout, tls, None).await?;
-        if matches!(transport, Transport::Tls(_)) {
-            if transport.alpn() != Some(b"h2") {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{}: TLS without ALPN h2 (proxy_http2 = on needs an HTTP/2 member)",
-                        member.label
-                    ),
-                ));
-            }
+        if matches!(transport, Transport::Tls(_)) && transport.alpn() != Some(b"h2") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: TLS without ALPN h2 (proxy_http2 = on needs an HTTP/2 member)",
+                    member.label
+                ),
+            ));
         }
         let handshake = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)

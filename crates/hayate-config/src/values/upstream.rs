@@ -110,6 +110,13 @@ impl OptValue for ProxySpec {
                 ));
             }
         }
+        // One group speaks one protocol (its pool and forwarding differ).
+        let h2c = members.iter().filter(|m| m.starts_with("h2c://")).count();
+        if h2c != 0 && h2c != members.len() {
+            return Err(format!(
+                "{s:?}: h2c:// (HTTP/2) and other members cannot share a group: put them in separate routes"
+            ));
+        }
         Ok(ProxySpec {
             prefix,
             members,
