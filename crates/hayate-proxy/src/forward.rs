@@ -217,21 +217,10 @@ impl UpstreamGroup {
                             continue;
                         }
                         Err(failure) => {
-                            let e = failure.into_cause();
-                            // Nothing was sent: another member may take it. The
-                            // error line is for a request that fails, not a retry.
-                            member.failed(&self.settings);
-                            tried.push(i);
-                            if tried.len() < self.members.len() {
-                                log::warn!(
-                                    "upstream {}: connect failed: {e}; trying another member",
-                                    member.label
-                                );
-                                continue;
+                            match self.connect_failed(i, &mut tried, failure.into_cause()) {
+                                Some(answer) => return answer,
+                                None => continue,
                             }
-                            return Error::upstream(e)
-                                .context(format!("upstream {}: connect failed", member.label))
-                                .into_response();
                         }
                     }
                 }
@@ -308,6 +297,32 @@ impl UpstreamGroup {
                 }
             }
         }
+    }
+}
+
+impl UpstreamGroup {
+    /// After member `i` could not be connected to (nothing was sent, so
+    /// another member may take the request): counts its failure, and
+    /// returns the answer when no member is left to try (`None`: try
+    /// another). The error line is for a request that fails, not a retry.
+    pub(crate) fn connect_failed(
+        &self,
+        i: usize,
+        tried: &mut Vec<usize>,
+        e: io::Error,
+    ) -> Option<Response> {
+        let member = &self.members[i];
+        member.failed(&self.settings);
+        tried.push(i);
+        if tried.len() < self.members.len() {
+            log::warn!(
+                "upstream {}: connect failed: {e}; trying another member",
+                member.label
+            );
+            return None;
+        }
+        let e = Error::upstream(e).context(format!("upstream {}: connect failed", member.label));
+        Some(e.into_response())
     }
 }
 

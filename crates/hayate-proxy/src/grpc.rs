@@ -108,20 +108,9 @@ pub(crate) fn rescue(response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hayate_core::transport::Scheme;
 
     fn req<'a>(headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
-        ProxyRequest {
-            method: b"POST",
-            target: b"/pkg.Svc/Call",
-            headers,
-            client_ip: "127.0.0.1",
-            forwarded_chain: None,
-            host: None,
-            scheme: Scheme::Http,
-            cgi: None,
-            ports: Default::default(),
-        }
+        crate::request::tests::req(b"POST", headers)
     }
 
     #[test]

@@ -122,20 +122,10 @@ impl UpstreamGroup {
             let guard = Outstanding::new(member.clone(), instance);
             let conn = match self.connection(&guard).await {
                 Ok(c) => c,
-                Err(e) => {
-                    member.failed(&self.settings);
-                    tried.push(i);
-                    if tried.len() < self.members.len() {
-                        log::warn!(
-                            "upstream {}: connect failed: {e}; trying another member",
-                            member.label
-                        );
-                        continue;
-                    }
-                    return Error::upstream(e)
-                        .context(format!("upstream {}: connect failed", member.label))
-                        .into_response();
-                }
+                Err(e) => match self.connect_failed(i, &mut tried, e) {
+                    Some(answer) => return answer,
+                    None => continue,
+                },
             };
             let request = match outgoing(
                 req,

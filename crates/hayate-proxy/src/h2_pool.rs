@@ -100,6 +100,7 @@ impl H2Pool {
     /// stream until one of its streams ends).
     pub(crate) fn lease(&self, instance: u64, max_conns: u32) -> Lease {
         let mut conns = self.conns.borrow_mut();
+        // A replaced app instance is draining: its connections go.
         conns.retain(|c| !c.state.closed.get() && c.state.instance == instance);
         let least = conns.iter().min_by_key(|c| c.state.streams.get());
         if let Some(c) = least.filter(|c| c.has_room()) {
@@ -310,5 +311,90 @@ impl UpstreamGroup {
     /// Connections in the members' HTTP/2 pools (for tests and figures).
     pub fn http2_connections(&self) -> usize {
         self.members.iter().map(|m| m.h2.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::tests::group;
+
+    /// An h2c server allowing `max_streams` streams per connection, that
+    /// never answers (streams stay open); its address.
+    async fn server(max_streams: u32) -> crate::UpstreamAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::task::spawn_local(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::task::spawn_local(async move {
+                    let mut conn = h2::server::Builder::new()
+                        .max_concurrent_streams(max_streams)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .expect("handshake");
+                    let mut held = Vec::new();
+                    while let Some(Ok(stream)) = conn.accept().await {
+                        held.push(stream);
+                    }
+                });
+            }
+        });
+        crate::UpstreamAddr::parse(&format!("h2c://{addr}")).expect("addr")
+    }
+
+    #[test]
+    fn streams_share_a_connection_until_it_is_full_then_a_new_one_opens() {
+        let local = tokio::task::LocalSet::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        local.block_on(&rt, async {
+            let target = server(2).await;
+            let g = group(1);
+            let m = &g.members[0];
+            let pool = &m.h2;
+            let timeout = Duration::from_secs(5);
+            assert!(matches!(pool.lease(0, 0), Lease::Open), "empty: open one");
+            let first = pool.open(m, &target, 0, timeout, None).await.expect("open");
+            // The server's SETTINGS (2 streams) arrive with its first frames.
+            let (send, _slot) = first.stream();
+            let mut send = send.ready().await.expect("ready");
+            let request = || http::Request::get("http://x/").body(()).expect("request");
+            let (_answer, _stream) = send.send_request(request(), true).expect("stream");
+            for _ in 0..50 {
+                if first.send.current_max_send_streams() == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(first.send.current_max_send_streams(), 2);
+            let Lease::Conn(again) = pool.lease(0, 0) else {
+                panic!("one stream of 2: the same connection")
+            };
+            let _second_slot = again.stream();
+            assert!(
+                matches!(pool.lease(0, 0), Lease::Open),
+                "full: open another"
+            );
+            assert!(
+                matches!(pool.lease(0, 1), Lease::Conn(_)),
+                "at max_conns: the least busy, where h2 queues the stream"
+            );
+            // A connection being opened takes the requests that come meanwhile.
+            pool.opening.set(1);
+            assert!(matches!(pool.lease(0, 0), Lease::Wait));
+            pool.opening.set(0);
+            // One that refused a stream (GOAWAY) takes no more.
+            first.close();
+            assert!(matches!(pool.lease(0, 0), Lease::Open));
+            assert_eq!(pool.len(), 0);
+            // A replaced app instance's connections go (as HTTP/1's do).
+            let _old = pool.open(m, &target, 7, timeout, None).await.expect("open");
+            assert!(matches!(pool.lease(0, 0), Lease::Open));
+            assert_eq!(pool.len(), 0);
+        });
     }
 }
