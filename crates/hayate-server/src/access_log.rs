@@ -118,6 +118,10 @@ pub struct Entry<'a> {
     pub cache: Option<&'static str>,
     /// The TLS version and cipher suite, over HTTPS (JSON format).
     pub tls: Option<TlsInfo>,
+    /// A gRPC call's `grpc-status`, from the answer's trailers (or its
+    /// head, trailers-only): the HTTP status of a call is 200 whatever
+    /// became of it.
+    pub grpc_status: Option<u16>,
 }
 
 impl AccessLog {
@@ -189,6 +193,10 @@ fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(b" cache=");
         out.extend_from_slice(c.as_bytes());
     }
+    if let Some(g) = e.grpc_status {
+        out.extend_from_slice(b" grpc-status=");
+        out.extend_from_slice(itoa::Buffer::new().format(g).as_bytes());
+    }
     out.push(b'\n');
 }
 
@@ -233,6 +241,10 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(b"\",\"cipher\":\"");
         out.extend_from_slice(tls.cipher.as_bytes());
         out.push(b'"');
+    }
+    if let Some(g) = e.grpc_status {
+        out.extend_from_slice(b",\"grpc_status\":");
+        out.extend_from_slice(itoa::Buffer::new().format(g).as_bytes());
     }
     out.extend_from_slice(b"}\n");
 }
@@ -296,6 +308,7 @@ mod tests {
             duration: Duration::from_micros(7),
             cache: None,
             tls: None,
+            grpc_status: None,
         };
         let mut out = Vec::new();
         combined(&mut out, &req, &e);
@@ -314,10 +327,11 @@ mod tests {
             &Entry {
                 cache: Some("HIT"),
                 tls: None,
+                grpc_status: Some(14),
                 ..e
             },
         );
-        assert!(out.ends_with(b"agent\" cache=HIT\n"));
+        assert!(out.ends_with(b"agent\" cache=HIT grpc-status=14\n"));
         let mut out = Vec::new();
         json(
             &mut out,
@@ -328,11 +342,12 @@ mod tests {
                     version: "TLSv1.3",
                     cipher: "TLS13_AES_128_GCM_SHA256",
                 }),
+                grpc_status: Some(0),
                 ..e
             },
         );
         assert!(out.ends_with(
-            b",\"cache\":\"MISS\",\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_AES_128_GCM_SHA256\"}\n"
+            b",\"cache\":\"MISS\",\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_AES_128_GCM_SHA256\",\"grpc_status\":0}\n"
         ));
         let mut out = Vec::new();
         json(&mut out, &req, &e);

@@ -449,7 +449,7 @@ impl Stream {
             m.record(route, Version::Http2, status.code(), started.elapsed());
         }
         let head_request = head.method() == b"HEAD";
-        let mut sent = 0;
+        let mut sent = send::Sent::default();
         let mut response = response;
         if websocket {
             match std::mem::take(&mut response.body) {
@@ -457,7 +457,7 @@ impl Stream {
                     if let Some(recv) = body.into_recv() {
                         self.tunnel(respond, tunnel, recv).await;
                     }
-                    return self.log(&head, client.addr(), status, cache, 0, started);
+                    return self.log(&head, client.addr(), (status, None), cache, 0, started);
                 }
                 other => response.body = other,
             }
@@ -470,7 +470,8 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
-        self.log(&head, client.addr(), status, cache, sent, started);
+        let outcome = (status, sent.grpc_status);
+        self.log(&head, client.addr(), outcome, cache, sent.bytes, started);
     }
 
     /// A WebSocket the upstream accepted: RFC 8441 §5 makes the switch a
@@ -505,7 +506,7 @@ impl Stream {
         &self,
         head: &RequestHead,
         client: &str,
-        status: Status,
+        (status, grpc_status): (Status, Option<u16>),
         cache: Option<&'static str>,
         sent: u64,
         started: Instant,
@@ -519,6 +520,7 @@ impl Stream {
                     duration: started.elapsed(),
                     cache,
                     tls: self.tls,
+                    grpc_status,
                 };
                 log.record(head, &entry);
             }

@@ -8,7 +8,8 @@
 //! (`proxy_timeout`, answered as DEADLINE_EXCEEDED), a 4 MiB message each
 //! way, and a member that is down (UNAVAILABLE, not UNKNOWN). The server
 //! sees the calls that hayate or the client gave up on cancelled, a server
-//! stream the client cancelled between two messages included.
+//! stream the client cancelled between two messages included, and the
+//! access log records each call's grpc-status.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -113,6 +114,28 @@ fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
         (hung == 2 && stream.is_some_and(|ms| ms < 2000))
             .then_some(())
             .ok_or_else(|| format!("{seen:?}"))
+    });
+    // The access log says how each call ended, though HTTP says 200: OK,
+    // INVALID_ARGUMENT, DEADLINE_EXCEEDED (hayate's), UNAVAILABLE.
+    let mut log = Vec::new();
+    eventually("grpc-status in the access log", || {
+        log.extend(h.stdout_lines(std::time::Duration::from_millis(100)));
+        let calls = |path: &str, status: &str| {
+            log.iter()
+                .filter(|l| l.contains(path) && l.contains(" 200 "))
+                .filter(|l| l.ends_with(&format!(" grpc-status={status}")))
+                .count()
+        };
+        let echo = "/hayate.test.Probe/Echo";
+        let seen = (
+            calls(echo, "0"),
+            calls(echo, "3"),
+            calls(echo, "4"),
+            calls("/hayate.test.Down/Echo", "14"),
+        );
+        (seen.0 >= 2 && seen.1 == 1 && seen.2 >= 1 && seen.3 == 1)
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?} in {log:#?}"))
     });
 }
 

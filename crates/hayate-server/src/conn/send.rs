@@ -202,6 +202,8 @@ impl Conn {
             duration: started.elapsed(),
             cache,
             tls: self.transport.tls_info(),
+            // gRPC rides on HTTP/2 only.
+            grpc_status: None,
         };
         log.record(&req.head, &entry);
     }

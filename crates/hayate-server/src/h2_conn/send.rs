@@ -26,6 +26,16 @@ use super::connection_specific;
 /// Bytes of a file read per DATA write.
 const FILE_CHUNK: usize = 64 * 1024;
 
+/// What went out of a response, for the access log.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    /// Body bytes written.
+    pub bytes: u64,
+    /// A gRPC call's `grpc-status`, from the head (trailers-only) or the
+    /// trailers.
+    pub grpc_status: Option<u16>,
+}
+
 /// Sends a response: HEADERS (with Date, Server and the length when known),
 /// then the body within the client's window, then trailers. `sent` counts
 /// the body bytes written.
@@ -34,8 +44,10 @@ pub(super) async fn send(
     response: Response,
     head_request: bool,
     send_timeout: Duration,
-    sent: &mut u64,
+    sent: &mut Sent,
 ) -> Result<(), h2::Error> {
+    sent.grpc_status = response.fields.get(b"grpc-status").and_then(grpc_status);
+    let sent_bytes = &mut sent.bytes;
     let body_allowed = !response.status.forbids_body();
     let mut head = http::Response::builder().status(response.status.code());
     if !response.has_date {
@@ -78,13 +90,13 @@ pub(super) async fn send(
     }
     match response.body {
         Body::Empty | Body::Upgrade(_) => {}
-        Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
-        Body::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+        Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent_bytes).await?,
+        Body::File(f) => send_file(&mut out, &f, send_timeout, sent_bytes).await?,
         Body::Parts(parts) => {
             for part in parts {
                 match part {
-                    Chunk::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
-                    Chunk::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+                    Chunk::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent_bytes).await?,
+                    Chunk::File(f) => send_file(&mut out, &f, send_timeout, sent_bytes).await?,
                 }
             }
         }
@@ -105,9 +117,12 @@ pub(super) async fn send(
                 }
             };
             match next {
-                Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent).await?,
+                Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent_bytes).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
+                        let found = hayate_core::field::header_lines(&trailers)
+                            .find(|(name, _)| name.eq_ignore_ascii_case(b"grpc-status"));
+                        sent.grpc_status = found.and_then(|(_, value)| grpc_status(value));
                         return out.send_trailers(hayate_proxy::trailer_map(&trailers));
                     }
                     break;
@@ -123,10 +138,10 @@ pub(super) async fn send(
                         .and_then(h2::Error::reason);
                     match reset {
                         Some(reason) => log::info!(
-                            "response body from upstream reset ({reason:?}) after {sent} bytes"
+                            "response body from upstream reset ({reason:?}) after {sent_bytes} bytes"
                         ),
                         None => log::error!(
-                            "response body from upstream failed after {sent} bytes: {e}"
+                            "response body from upstream failed after {sent_bytes} bytes: {e}"
                         ),
                     }
                     out.send_reset(reset.unwrap_or(h2::Reason::INTERNAL_ERROR));
@@ -210,4 +225,9 @@ async fn send_file(
         offset += n as u64;
     }
     Ok(())
+}
+
+/// A `grpc-status` value (0-16 in gRPC's list; any number kept).
+fn grpc_status(value: &[u8]) -> Option<u16> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
 }
