@@ -433,7 +433,7 @@ pub(crate) fn proxy_protocol_mix(route: &RouteLayer) -> Option<&'static str> {
                 .map(|m| values::ProxySpec::member_weight(m).0)
         })
         .collect();
-    let h2c = members.iter().filter(|m| m.starts_with("h2c://")).count();
+    let h2c = members.iter().filter(|m| values::speaks_h2c(m)).count();
     (h2c != 0 && h2c != members.len()).then_some(
         "h2c:// (HTTP/2) and other members cannot share a group: put them in separate routes",
     )

@@ -353,7 +353,7 @@ options! {
     root: PathBuf = unset, "[PREFIX=]DIR",
         "Directory served (by default the request path is looked up under it); on the command line also PREFIX=DIR, repeatable: PREFIX's files and scripts come from DIR (a route of its own with the prefix stripped, as nginx's alias; a missing file there is a 404; in a file: a [[site.route]] with prefix, root and strip_prefix = true)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
-        "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
+        "Upstream group (http://HOST:PORT, https://HOST[:PORT] or unix:PATH; HTTP/2 in plain text, as gRPC servers speak it: h2c://HOST:PORT or unix+h2c:PATH); without PREFIX it gets what matches no file";
     fastcgi: Vec<FastCgiSpec> = unset, "[PREFIX=]unix:PATH|HOST:PORT[,ADDR]",
         "FastCGI application (php-fpm) running this route's scripts under root: files first, then scripts, then the front controller (fastcgi_index)";
     fastcgi_index: String = "index.php", "FILE",

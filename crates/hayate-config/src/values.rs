@@ -22,7 +22,9 @@ pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
-pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2, UpstreamProxyProtocol};
+pub use upstream::{
+    speaks_h2c, BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2, UpstreamProxyProtocol,
+};
 
 /// A type an option can hold.
 pub trait OptValue: Sized + Clone {

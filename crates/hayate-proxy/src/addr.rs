@@ -23,11 +23,15 @@ pub enum UpstreamAddr {
     },
     /// A Unix socket.
     Unix(PathBuf),
+    /// A Unix socket speaking plain-text HTTP/2 (`unix+h2c:PATH`, as
+    /// Caddy writes it): a gRPC server on a socket.
+    UnixH2c(PathBuf),
 }
 
 impl UpstreamAddr {
     /// Parses `http://host:port[/]`, `https://host:port[/]`,
-    /// `h2c://host:port[/]`, `host:port` or `unix:/path` (the port defaults
+    /// `h2c://host:port[/]`, `host:port`, `unix:/path` or `unix+h2c:/path`
+    /// (the port defaults
     /// to 80, or 443 for https). Host names
     /// are resolved once, here.
     pub fn parse(s: &str) -> Result<UpstreamAddr, String> {
@@ -37,6 +41,12 @@ impl UpstreamAddr {
                 return Err("unix: needs a socket path".into());
             }
             return Ok(UpstreamAddr::Unix(PathBuf::from(path)));
+        }
+        if let Some(path) = t.strip_prefix("unix+h2c:") {
+            if path.is_empty() {
+                return Err("unix+h2c: needs a socket path".into());
+            }
+            return Ok(UpstreamAddr::UnixH2c(PathBuf::from(path)));
         }
         let (tls, h2c, rest) = match (t.strip_prefix("https://"), t.strip_prefix("h2c://")) {
             (Some(rest), _) => (true, false, rest),
@@ -72,7 +82,10 @@ impl UpstreamAddr {
 
     /// Whether the member speaks HTTP/2 in plain text (`h2c://`).
     pub fn is_h2c(&self) -> bool {
-        matches!(self, UpstreamAddr::Tcp { h2c: true, .. })
+        matches!(
+            self,
+            UpstreamAddr::Tcp { h2c: true, .. } | UpstreamAddr::UnixH2c(_)
+        )
     }
 
     /// The name a TLS member's certificate must carry: the host written in
@@ -110,6 +123,7 @@ impl fmt::Display for UpstreamAddr {
                 write!(f, "{scheme}://{addr}")
             }
             UpstreamAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            UpstreamAddr::UnixH2c(p) => write!(f, "unix+h2c:{}", p.display()),
         }
     }
 }
@@ -133,6 +147,10 @@ mod tests {
         assert!(h2c.is_h2c());
         assert_eq!(h2c.to_string(), "h2c://127.0.0.1:50051");
         assert_eq!(h2c.tls_name(), None);
+        let socket = UpstreamAddr::parse("unix+h2c:/run/grpc.sock").expect("unix+h2c");
+        assert!(socket.is_h2c());
+        assert_eq!(socket.to_string(), "unix+h2c:/run/grpc.sock");
+        assert!(UpstreamAddr::parse("unix+h2c:").is_err());
         let secure = UpstreamAddr::parse("https://localhost").expect("https");
         assert!(matches!(secure, UpstreamAddr::Tcp { addr, tls: true, .. } if addr.port() == 443));
         assert_eq!(secure.tls_name(), Some("localhost"));

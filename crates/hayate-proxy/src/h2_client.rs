@@ -241,7 +241,7 @@ fn outgoing(
     }
     let fallback = match member {
         crate::UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
-        crate::UpstreamAddr::Unix(_) => b"localhost",
+        crate::UpstreamAddr::Unix(_) | crate::UpstreamAddr::UnixH2c(_) => b"localhost",
     };
     let authority = authority.filter(|a| !a.is_empty()).unwrap_or(fallback);
     let uri = http::Uri::builder()

@@ -42,16 +42,16 @@ fn closed_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// hayate's routes to the gRPC server (the Probe service; gRPC paths match
-/// no file, so the site's default route proxies them) and to a member that
-/// is down (the Down service), with a 1 s proxy_timeout and room for a
-/// 4 MiB message.
-fn routes(server_port: u16, down_port: u16) -> Vec<String> {
+/// hayate's routes to the gRPC server `member` (the Probe service; gRPC
+/// paths match no file, so the site's default route proxies them) and to a
+/// member that is down (the Down service), with a 1 s proxy_timeout and
+/// room for a 4 MiB message.
+fn routes(member: &str, down_port: u16) -> Vec<String> {
     vec![
         "--proxy".into(),
         format!("/hayate.test.Down/=h2c://127.0.0.1:{down_port}"),
         "--proxy".into(),
-        format!("h2c://127.0.0.1:{server_port}"),
+        member.into(),
         "--proxy-timeout".into(),
         "1s".into(),
         // A 4 MiB message and its framing (the default is 1 MiB).
@@ -144,7 +144,7 @@ fn grpc_calls_of_every_kind_through_hayate_over_tls() {
     let server = NodeProcess::start(app(), &["grpc.js", "server"]);
     let port = server.listening_port();
     let down = closed_port();
-    let routes = routes(port, down);
+    let routes = routes(&format!("h2c://127.0.0.1:{port}"), down);
     let args: Vec<&str> = routes.iter().map(String::as_str).collect();
     let (h, state, _site) = hayate_testkit::tls::start_with_local_ca(BIN, &args);
     let ca = hayate_testkit::tls::local_ca(state.path());
@@ -159,7 +159,24 @@ fn grpc_calls_of_every_kind_through_hayate_over_h2c() {
     let site = hayate_testkit::site();
     let mut args = vec![site.path().to_str().expect("path").to_string()];
     let down = closed_port();
-    args.extend(routes(port, down));
+    args.extend(routes(&format!("h2c://127.0.0.1:{port}"), down));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h = Hayate::start(BIN, &args);
+    every_call_kind(&h, &server, None);
+    only_errors_about(&h, down);
+}
+
+#[test]
+fn grpc_calls_of_every_kind_to_a_server_on_a_unix_socket() {
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("grpc.sock");
+    let on = format!("unix:{}", socket.display());
+    let server = NodeProcess::start(app(), &["grpc.js", "server", &on]);
+    server.line_after("listening ");
+    let site = hayate_testkit::site();
+    let mut args = vec![site.path().to_str().expect("path").to_string()];
+    let down = closed_port();
+    args.extend(routes(&format!("unix+h2c:{}", socket.display()), down));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let h = Hayate::start(BIN, &args);
     every_call_kind(&h, &server, None);

@@ -45,6 +45,12 @@ fn prefix_and_members(s: &str) -> (Option<String>, Vec<String>) {
     (prefix, members)
 }
 
+/// Whether a member is written as plain-text HTTP/2 (`h2c://HOST:PORT`
+/// or `unix+h2c:PATH`).
+pub fn speaks_h2c(member: &str) -> bool {
+    member.starts_with("h2c://") || member.starts_with("unix+h2c:")
+}
+
 impl OptValue for ProxySpec {
     fn parse_str(s: &str) -> Result<Self, String> {
         let (prefix, members) = prefix_and_members(s);
@@ -83,7 +89,10 @@ impl OptValue for ProxySpec {
                     ));
                 }
             }
-            let valid = match m.strip_prefix("unix:") {
+            let valid = match m
+                .strip_prefix("unix:")
+                .or_else(|| m.strip_prefix("unix+h2c:"))
+            {
                 Some(path) => !path.is_empty(),
                 None => {
                     let (tls, rest) = match m.strip_prefix("https://") {
@@ -106,12 +115,12 @@ impl OptValue for ProxySpec {
             };
             if !valid {
                 return Err(format!(
-                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT], h2c://HOST:PORT or unix:PATH"
+                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT], h2c://HOST:PORT, unix:PATH or unix+h2c:PATH"
                 ));
             }
         }
         // One group speaks one protocol (its pool and forwarding differ).
-        let h2c = members.iter().filter(|m| m.starts_with("h2c://")).count();
+        let h2c = members.iter().filter(|m| speaks_h2c(m)).count();
         if h2c != 0 && h2c != members.len() {
             return Err(format!(
                 "{s:?}: h2c:// (HTTP/2) and other members cannot share a group: put them in separate routes"

@@ -1,5 +1,6 @@
 // A grpc-js server and client for crates/hayate/tests/grpc.rs.
-//   node grpc.js server            listens on 127.0.0.1 (a free port), prints "listening PORT"
+//   node grpc.js server [unix:PATH] listens on 127.0.0.1 (a free port), prints "listening PORT"
+//                                   (or on the socket PATH, and prints "listening PATH")
 //   node grpc.js client TARGET [CA] runs every call kind against TARGET (h2c, or TLS
 //                                   trusting CA for the name localhost) and prints one
 //                                   JSON line per case: {"case", "ok", "detail"}
@@ -16,7 +17,7 @@ const proto = grpc.loadPackageDefinition(definition).hayate.test;
 const MAX = 8 * 1024 * 1024;
 const LIMITS = { 'grpc.max_receive_message_length': MAX, 'grpc.max_send_message_length': MAX };
 
-function server() {
+function server(on) {
   const s = new grpc.Server(LIMITS);
   s.addService(proto.Probe.service, {
     echo(call, done) {
@@ -58,9 +59,9 @@ function server() {
       call.on('end', () => call.end());
     },
   });
-  s.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
+  s.bindAsync(on || '127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
     if (err) throw err;
-    console.log('listening ' + port);
+    console.log('listening ' + (on ? on.slice('unix:'.length) : port));
   });
 }
 
@@ -178,6 +179,6 @@ async function client(target, ca) {
 }
 
 const [mode, target, ca] = process.argv.slice(2);
-if (mode === 'server') server();
+if (mode === 'server') server(target);
 else if (mode === 'client') client(target, ca).catch((e) => { console.error(e); process.exit(1); });
 else { console.error('usage: grpc.js server | client TARGET [CA]'); process.exit(2); }
