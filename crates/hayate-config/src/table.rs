@@ -265,7 +265,7 @@ options! {
     proxy_balance: BalanceSpec = unset, "POLICY",
         "least_conn, round_robin, sticky[:COOKIE] (hayate's own cookie sends a client back to the member that served it), hash:ip, hash:header:NAME or hash:cookie:NAME (consistent); default: sticky for hayate run's instances (socket.io needs it), least_conn otherwise";
     proxy_health_check: String = unset, "PATH",
-        "Probe every member with GET PATH; a member is used only while it answers 2xx";
+        "Probe every member with GET PATH; a member is used only while it answers 2xx (HTTP/1.1 members only: HTTP/2 ones, such as gRPC servers, are judged by their answers)";
     proxy_health_interval: Dur = "5s", "DURATION",
         "Time between health probes (each waits for its answer up to proxy_connect_timeout)";
     trusted_proxies: Vec<IpNet> = unset, "CIDR",

@@ -299,6 +299,11 @@ impl UpstreamGroup {
     pub fn speaking_http2(mut self) -> UpstreamGroup {
         let s = &mut self.settings;
         s.h2_max_conns = std::mem::take(&mut s.max_conns);
+        // Active probes are HTTP/1.1 GETs, which an h2c member (a gRPC
+        // server) refuses: probed, every member would be taken out. Its
+        // members are judged by their answers (passive ejection) until
+        // probes speak HTTP/2 (gRPC's health protocol, issue 38).
+        s.health_check = None;
         if let Some(tls) = &s.tls {
             let mut config = ClientConfig::clone(tls);
             config.alpn_protocols = vec![b"h2".to_vec()];
@@ -342,6 +347,20 @@ mod tests {
             }
         });
         crate::UpstreamAddr::parse(&format!("h2c://{addr}")).expect("addr")
+    }
+
+    #[test]
+    fn an_http2_group_bounds_connections_not_requests_and_is_not_probed() {
+        let addrs = [crate::UpstreamAddr::parse("h2c://127.0.0.1:1").expect("addr")];
+        let settings = crate::ProxySettings {
+            max_conns: 4,
+            health_check: Some("/healthz".into()),
+            ..Default::default()
+        };
+        let g = UpstreamGroup::new(&addrs, settings).speaking_http2();
+        assert_eq!((g.settings.max_conns, g.settings.h2_max_conns), (0, 4));
+        assert_eq!(g.settings.health_check, None, "an HTTP/1.1 probe");
+        assert_eq!(g.protocol, Protocol::Http2);
     }
 
     #[test]
