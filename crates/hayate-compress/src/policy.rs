@@ -13,6 +13,18 @@ application/javascript,application/x-javascript,application/ecmascript,\
 application/xml,application/*+xml,application/wasm,application/x-ndjson,\
 image/svg+xml,image/x-icon,image/bmp,font/ttf,font/otf,application/vnd.ms-fontobject";
 
+/// gRPC (`application/grpc`, `application/grpc+proto`, `+json`, ...):
+/// never compressed whatever the list says (`application/*+json` would
+/// take `application/grpc+json`). gRPC compresses each message itself
+/// (`grpc-encoding`); an HTTP content coding over the stream is not gRPC,
+/// and a compressor holding bytes back would delay each streamed message.
+fn is_grpc(essence: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    essence.len() >= GRPC.len()
+        && essence[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(essence.get(GRPC.len()), None | Some(b'+'))
+}
+
 /// A route's compression settings, resolved from the option table.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -74,7 +86,7 @@ impl TypeList {
         let essence = hayate_core::field::trim_ows(essence);
         // Patterns are lower case; the type is compared without copying it.
         // Server-sent events are delivered as they come; never buffer them.
-        if essence.eq_ignore_ascii_case(b"text/event-stream") {
+        if essence.eq_ignore_ascii_case(b"text/event-stream") || is_grpc(essence) {
             return false;
         }
         let Some(slash) = essence.iter().position(|&b| b == b'/') else {
@@ -142,6 +154,18 @@ mod tests {
         let list = TypeList::new(["*/*"]);
         assert!(list.allows(b"image/png"));
         assert!(!list.allows(b"text/event-stream"));
+        for grpc in [
+            &b"application/grpc"[..],
+            b"application/grpc+json",
+            b"Application/GRPC+proto",
+        ] {
+            assert!(!TypeList::new([DEFAULT_TYPES]).allows(grpc), "{grpc:?}");
+            assert!(!list.allows(grpc), "{grpc:?}");
+        }
+        assert!(
+            list.allows(b"application/grpc-web-text"),
+            "gRPC-Web is not gRPC"
+        );
         let list = TypeList::new(["application/json", ""]);
         assert!(list.allows(b"application/json"));
         assert!(!list.allows(b"text/plain"));

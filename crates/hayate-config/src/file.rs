@@ -631,6 +631,9 @@ impl Cx<'_> {
             if let Some(message) = crate::fastcgi_conflict(&layer) {
                 return Err(self.err(offset, "fastcgi", format!("route {prefix:?}: {message}")));
             }
+            if let Some(message) = crate::proxy_protocol_mix(&layer) {
+                return Err(self.err(offset, "proxy", format!("route {prefix:?}: {message}")));
+            }
             out.push(Route {
                 prefix,
                 options: layer.resolve(),

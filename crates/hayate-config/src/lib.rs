@@ -426,6 +426,26 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
     })
 }
 
+/// Why a route's `proxy` members cannot form one group, if they cannot:
+/// a group speaks one protocol, so `h2c://` (HTTP/2) members do not mix
+/// with others.
+pub(crate) fn proxy_protocol_mix(route: &RouteLayer) -> Option<&'static str> {
+    let members: Vec<&str> = route
+        .proxy
+        .as_ref()?
+        .iter()
+        .flat_map(|spec| {
+            spec.members
+                .iter()
+                .map(|m| values::ProxySpec::member_weight(m).0)
+        })
+        .collect();
+    let h2c = members.iter().filter(|m| values::speaks_h2c(m)).count();
+    (h2c != 0 && h2c != members.len()).then_some(
+        "h2c:// (HTTP/2) and other members cannot share a group: put them in separate routes",
+    )
+}
+
 /// Why a route's `fastcgi` cannot be served as set, if it cannot: its
 /// scripts live under its root, and one route has one kind of upstream.
 pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {

@@ -269,7 +269,7 @@ options! {
     proxy_balance: BalanceSpec = unset, "POLICY",
         "least_conn, round_robin, sticky[:COOKIE] (hayate's own cookie sends a client back to the member that served it), hash:ip, hash:header:NAME or hash:cookie:NAME (consistent); default: sticky for hayate run's instances (socket.io needs it), least_conn otherwise";
     proxy_health_check: String = unset, "PATH",
-        "Probe every member with GET PATH; a member is used only while it answers 2xx";
+        "Probe every member with GET PATH; a member is used only while it answers 2xx (HTTP/1.1 members only: HTTP/2 ones, such as gRPC servers, are judged by their answers)";
     proxy_health_interval: Dur = "5s", "DURATION",
         "Time between health probes (each waits for its answer up to proxy_connect_timeout)";
     trusted_proxies: Vec<IpNet> = unset, "CIDR",
@@ -282,6 +282,8 @@ options! {
         "Verify https:// upstreams' certificates and names; false accepts any (logged at start: for a test setup only)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
+    proxy_http2: UpstreamHttp2 = "off", "off|on",
+        "What https:// upstreams speak: off, HTTP/1.1; on, HTTP/2 (ALPN h2, multiplexed: streams share a connection up to the member's SETTINGS_MAX_CONCURRENT_STREAMS, proxy_max_conns then bounds connections). h2c://HOST:PORT members always speak HTTP/2 in plain text (gRPC servers)";
     proxy_interim: u32 = "16", "N",
         "Interim responses (103 Early Hints, 102 Processing) passed on to the client per request, ahead of the final one; more are dropped; 0: none";
     fastcgi_max_conns: u32 = "5", "N",
@@ -355,7 +357,7 @@ options! {
     root: PathBuf = unset, "[PREFIX=]DIR",
         "Directory served (by default the request path is looked up under it); on the command line also PREFIX=DIR, repeatable: PREFIX's files and scripts come from DIR (a route of its own with the prefix stripped, as nginx's alias; a missing file there is a 404; in a file: a [[site.route]] with prefix, root and strip_prefix = true)";
     proxy: Vec<ProxySpec> = unset, "[PREFIX=]URL[,URL]",
-        "Upstream group (http://HOST:PORT or unix:PATH); without PREFIX it gets what matches no file";
+        "Upstream group (http://HOST:PORT, https://HOST[:PORT] or unix:PATH; HTTP/2 in plain text, as gRPC servers speak it: h2c://HOST:PORT or unix+h2c:PATH); without PREFIX it gets what matches no file";
     fastcgi: Vec<FastCgiSpec> = unset, "[PREFIX=]unix:PATH|HOST:PORT[,ADDR]",
         "FastCGI application (php-fpm) running this route's scripts under root: files first, then scripts, then the front controller (fastcgi_index)";
     fastcgi_index: String = "index.php", "FILE",

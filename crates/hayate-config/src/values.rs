@@ -24,7 +24,9 @@ pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
-pub use upstream::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamProxyProtocol};
+pub use upstream::{
+    speaks_h2c, BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2, UpstreamProxyProtocol,
+};
 
 /// A type an option can hold.
 pub trait OptValue: Sized + Clone {

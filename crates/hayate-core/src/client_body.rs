@@ -9,6 +9,7 @@ use std::io;
 
 use bytes::Bytes;
 
+use crate::response::BodySource;
 use crate::{Fields, Status};
 
 /// How the client delimited its body.
@@ -57,6 +58,19 @@ pub trait ClientBody {
     /// cannot take one (HTTP/1.0, RFC 9110 §15.2) or the request has no
     /// client to send it to (a background refresh). Never stored.
     fn interim(&mut self, _status: Status, _fields: &Fields) {}
+
+    /// The rest of the body as a source that outlives this borrow, for a
+    /// handler that must keep reading it after it has answered: an HTTP/2
+    /// upstream's stream, whose response may begin while the client is
+    /// still sending (gRPC's bidirectional streams send a message only once
+    /// the answer to the previous one came). `None` where the body cannot
+    /// leave the connection (HTTP/1, whose next request follows it on the
+    /// same bytes); the handler then reads it with
+    /// [`next_chunk`](ClientBody::next_chunk). The source keeps the size
+    /// limit, and yields the trailers at the end.
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        None
+    }
 
     /// Lowers the size limit to `max` bytes (a route's `max_body_size`,
     /// below the connection's): past it, reading fails as over the limit.

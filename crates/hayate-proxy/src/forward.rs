@@ -40,9 +40,15 @@ impl UpstreamGroup {
     /// Forwards a request and returns the response to write (errors
     /// included: 502, 503, 504, or the client's 400/408/413).
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
-        match self.protocol {
+        let response = match self.protocol {
             Protocol::Http1 => self.forward_as::<Http1, B>(req, body).await,
             Protocol::FastCgi => self.forward_as::<FastCgi, B>(req, body).await,
+            Protocol::Http2 => self.forward_h2(req, body).await,
+        };
+        // A gRPC client reads hayate's own failures only in gRPC's terms.
+        match crate::grpc::is_grpc(req) {
+            true => crate::grpc::rescue(response),
+            false => response,
         }
     }
 
@@ -213,21 +219,10 @@ impl UpstreamGroup {
                             continue;
                         }
                         Err(failure) => {
-                            let e = failure.into_cause();
-                            // Nothing was sent: another member may take it. The
-                            // error line is for a request that fails, not a retry.
-                            member.failed(&self.settings);
-                            tried.push(i);
-                            if tried.len() < self.members.len() {
-                                log::warn!(
-                                    "upstream {}: connect failed: {e}; trying another member",
-                                    member.label
-                                );
-                                continue;
+                            match self.connect_failed(i, &mut tried, failure.into_cause()) {
+                                Some(answer) => return answer,
+                                None => continue,
                             }
-                            return Error::upstream(e)
-                                .context(format!("upstream {}: connect failed", member.label))
-                                .into_response();
                         }
                     }
                 }
@@ -319,6 +314,32 @@ impl UpstreamGroup {
     }
 }
 
+impl UpstreamGroup {
+    /// After member `i` could not be connected to (nothing was sent, so
+    /// another member may take the request): counts its failure, and
+    /// returns the answer when no member is left to try (`None`: try
+    /// another). The error line is for a request that fails, not a retry.
+    pub(crate) fn connect_failed(
+        &self,
+        i: usize,
+        tried: &mut Vec<usize>,
+        e: io::Error,
+    ) -> Option<Response> {
+        let member = &self.members[i];
+        member.failed(&self.settings);
+        tried.push(i);
+        if tried.len() < self.members.len() {
+            log::warn!(
+                "upstream {}: connect failed: {e}; trying another member",
+                member.label
+            );
+            return None;
+        }
+        let e = Error::upstream(e).context(format!("upstream {}: connect failed", member.label));
+        Some(e.into_response())
+    }
+}
+
 /// How much of a chunked body is read before forwarding: what can be
 /// replayed, or all of it (bounded by the client's `max_body_size`) for a
 /// protocol that must announce its length (FastCGI; nginx spools such
@@ -344,7 +365,7 @@ async fn read_up_to<B: ClientBody>(body: &mut B, limit: u64) -> io::Result<(Byte
     Ok((out.freeze(), false))
 }
 
-async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
+pub(crate) async fn read_all<B: ClientBody>(body: &mut B, len: u64) -> io::Result<Bytes> {
     let mut out = BytesMut::with_capacity(len as usize);
     while let Some(chunk) = body.next_chunk().await? {
         out.extend_from_slice(&chunk);

@@ -72,6 +72,9 @@ pub struct ProxySettings {
     /// and head times, the request id made): set when the access log or
     /// `slow_request` reads them, as they cost a small allocation each.
     pub upstream_times: bool,
+    /// HTTP/2 connections per member and worker (`max_conns` of an HTTP/2
+    /// group, `h2_pool.rs`); 0: as many as streams need.
+    pub h2_max_conns: u32,
 }
 
 /// How a group spreads requests.
@@ -136,6 +139,7 @@ impl Default for ProxySettings {
             tunnel_idle_timeout: Duration::from_secs(3600),
             proxy_protocol: false,
             upstream_times: false,
+            h2_max_conns: 0,
         }
     }
 }
@@ -154,6 +158,8 @@ pub(crate) struct Member {
     down_instance: Cell<Option<u64>>,
     /// Idle keep-alive connections, oldest first (`pool.rs`).
     pub(crate) idle: RefCell<VecDeque<Idle>>,
+    /// HTTP/2 connections, shared by streams (`h2_pool.rs`).
+    pub(crate) h2: crate::h2_pool::H2Pool,
     /// The group's queue, woken when this member finishes a request.
     pub freed: Rc<Notify>,
     /// The last active health check failed.
@@ -178,6 +184,8 @@ pub(crate) enum Protocol {
     Http1,
     /// FastCGI, responder role (`fastcgi.rs`).
     FastCgi,
+    /// HTTP/2 (`h2_client.rs`).
+    Http2,
 }
 
 impl Protocol {
@@ -239,6 +247,7 @@ impl UpstreamGroup {
                     down_until: Cell::new(None),
                     down_instance: Cell::new(None),
                     idle: RefCell::new(VecDeque::new()),
+                    h2: Default::default(),
                     freed: freed.clone(),
                     probe_down: Cell::new(false),
                     slot: None,
@@ -455,6 +464,7 @@ impl Member {
                     addr: *addr,
                     authority: addr.to_string(),
                     tls: false,
+                    h2c: false,
                 },
             }),
         }
@@ -516,6 +526,7 @@ impl Member {
             self.down_instance
                 .set(self.slot.as_ref().and_then(|s| Some(s.current()?.id)));
             self.idle.borrow_mut().clear();
+            self.h2.clear();
         }
     }
 }

@@ -21,14 +21,21 @@
 //! (`pool.rs`, `upconn.rs`), and runs one exchange in the upstream's
 //! protocol (`protocol.rs`; HTTP/1.1 in `h1_client.rs`, with the head from
 //! `request_head.rs`; FastCGI in `fastcgi.rs`, with its records, CGI
-//! environment and CGI response head under `fastcgi/`).
+//! environment and CGI response head under `fastcgi/`). HTTP/2 members
+//! (`h2c://`, or `https://` with `proxy_http2 = on`) take another way:
+//! `h2_client.rs` over the multiplexed pool of `h2_pool.rs`, with gRPC's
+//! view of a call (deadline, error answers) in `grpc.rs`.
 
 mod addr;
 mod fastcgi;
 pub mod figures;
 mod forward;
 mod group;
+mod grpc;
 mod h1_client;
+mod h2_body;
+mod h2_client;
+mod h2_pool;
 mod health;
 mod hop_by_hop;
 mod pool;
@@ -48,6 +55,7 @@ pub use addr::UpstreamAddr;
 pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
+pub use h2_body::{field_lines, trailer_map, RecvBody};
 pub use request::{CgiScript, ClientPorts, ProxyRequest, RequestFields};
 pub use request_head::request_id_hex;
 pub use sticky::DEFAULT_COOKIE as DEFAULT_STICKY_COOKIE;

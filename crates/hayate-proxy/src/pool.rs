@@ -121,6 +121,7 @@ impl UpstreamGroup {
                 m.idle.borrow_mut().clear();
             }
             m.sweep(now);
+            m.h2.sweep(now, self.settings.idle_timeout);
         }
     }
 

@@ -114,10 +114,14 @@ pub(crate) fn idempotent(method: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn req<'a>(method: &'a [u8], headers: Vec<(&'a [u8], &'a [u8])>) -> ProxyRequest<'a> {
+    /// A request from 127.0.0.1 for `/` (tests of what reads requests).
+    pub(crate) fn req<'a>(
+        method: &'a [u8],
+        headers: Vec<(&'a [u8], &'a [u8])>,
+    ) -> ProxyRequest<'a> {
         ProxyRequest {
             method,
             target: b"/",

@@ -182,7 +182,7 @@ impl RequestHead {
         if settings.host == HostPolicy::Upstream {
             let host: &[u8] = match member {
                 UpstreamAddr::Tcp { authority, .. } => authority.as_bytes(),
-                UpstreamAddr::Unix(_) => b"localhost",
+                UpstreamAddr::Unix(_) | UpstreamAddr::UnixH2c(_) => b"localhost",
             };
             if self.bytes.get(self.host.clone()) != Some(host) {
                 self.bytes.splice(self.host.clone(), host.iter().copied());

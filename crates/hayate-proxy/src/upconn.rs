@@ -42,7 +42,7 @@ pub(crate) async fn connect(
                     None => Transport::tcp(tcp)?,
                 }
             }
-            UpstreamAddr::Unix(path) => {
+            UpstreamAddr::Unix(path) | UpstreamAddr::UnixH2c(path) => {
                 let mut unix = connect_unix(path).await?;
                 if let Some(bytes) = preamble {
                     unix.write_all(bytes).await?;

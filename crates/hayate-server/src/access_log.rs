@@ -174,6 +174,10 @@ pub struct Entry<'a> {
     pub upstream: Option<UpstreamTimes>,
     /// The route that answered: its site's first host and its prefix.
     pub route: Option<(&'a str, &'a [u8])>,
+    /// A gRPC call's `grpc-status`, from the answer's trailers (or its
+    /// head, trailers-only): the HTTP status of a call is 200 whatever
+    /// became of it.
+    pub grpc_status: Option<u16>,
 }
 
 impl AccessLog {

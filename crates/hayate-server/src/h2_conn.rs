@@ -38,13 +38,13 @@ use hayate_core::bounded_writes::BoundedWrites;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
-use hayate_core::response::Tunnel;
+use hayate_core::response::{BodySource, Tunnel};
 use hayate_core::transport::{Peer, Scheme, TlsInfo};
 use hayate_core::{Body, Fields, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::access_log::{self, Served};
-use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field};
+use crate::http_map::{self, connection_specific, malformed, padded_field};
 use crate::pipeline::{self, Answer};
 use crate::worker::{Generation, Worker};
 
@@ -478,13 +478,15 @@ impl Stream {
             m.record(route, Version::Http2, status.code(), started.elapsed());
         }
         let head_request = head.method() == b"HEAD";
-        let mut sent = 0;
+        let mut sent = send::Sent::default();
         let mut response = response;
         if websocket {
             match std::mem::take(&mut response.body) {
                 Body::Upgrade(tunnel) => {
-                    self.tunnel(respond, tunnel, body.into_recv()).await;
-                    return self.log(&head, client.addr(), status, served, 0, started);
+                    if let Some(recv) = body.into_recv() {
+                        self.tunnel(respond, tunnel, recv).await;
+                    }
+                    return self.log(&head, client.addr(), (status, None), served, 0, started);
                 }
                 other => response.body = other,
             }
@@ -497,7 +499,8 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
-        self.log(&head, client.addr(), status, served, sent, started);
+        let outcome = (status, sent.grpc_status);
+        self.log(&head, client.addr(), outcome, served, sent.bytes, started);
     }
 
     /// A WebSocket the upstream accepted: RFC 8441 §5 makes the switch a
@@ -533,7 +536,7 @@ impl Stream {
         &self,
         head: &RequestHead,
         client: &str,
-        status: Status,
+        (status, grpc_status): (Status, Option<u16>),
         served: Served,
         sent: u64,
         started: Instant,
@@ -549,6 +552,7 @@ impl Stream {
                     tls: self.tls,
                     upstream: served.upstream,
                     route: None,
+                    grpc_status,
                 };
                 access_log::record(g, head, served, entry);
             }
@@ -580,7 +584,8 @@ fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -
 /// body size limit and timeout, their window given back as they are read
 /// (so a slow upstream slows the client: back-pressure).
 struct StreamBody {
-    recv: RecvStream,
+    /// `None` once [detached](ClientBody::detach) for an HTTP/2 upstream.
+    recv: Option<RecvStream>,
     length: BodyLength,
     read: u64,
     max: u64,
@@ -607,7 +612,7 @@ impl StreamBody {
             None => BodyLength::Chunked,
         };
         StreamBody {
-            recv,
+            recv: Some(recv),
             length,
             read: 0,
             max: w.head_limits.max_body_size,
@@ -623,15 +628,19 @@ impl ClientBody for StreamBody {
     }
 
     async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
-        if self.length == BodyLength::None {
+        let Some(recv) = self
+            .recv
+            .as_mut()
+            .filter(|_| self.length != BodyLength::None)
+        else {
             return Ok(None);
-        }
+        };
         if let BodyLength::Known(n) = self.length {
             if n > self.max {
                 return Err(too_large());
             }
         }
-        let next = tokio::time::timeout(self.timeout, self.recv.data()).await;
+        let next = tokio::time::timeout(self.timeout, recv.data()).await;
         let Ok(next) = next else {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -644,13 +653,13 @@ impl ClientBody for StreamBody {
                 if self.read > self.max {
                     return Err(too_large());
                 }
-                let _ = self.recv.flow_control().release_capacity(data.len());
+                let _ = recv.flow_control().release_capacity(data.len());
                 Ok(Some(data))
             }
             Some(Err(e)) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, e)),
             None => {
-                if let Ok(Some(trailers)) = self.recv.trailers().await {
-                    self.trailers = Some(field_lines(&trailers));
+                if let Ok(Some(trailers)) = recv.trailers().await {
+                    self.trailers = Some(http_map::field_lines(&trailers));
                 }
                 Ok(None)
             }
@@ -660,17 +669,30 @@ impl ClientBody for StreamBody {
     fn trailers(&mut self) -> Option<Bytes> {
         self.trailers.take()
     }
+
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        if self.length == BodyLength::None {
+            return None;
+        }
+        let recv = self.recv.take()?;
+        Some(Box::new(hayate_proxy::RecvBody::new(
+            recv,
+            self.read,
+            self.max,
+            (),
+        )))
+    }
 }
 
 impl StreamBody {
     /// The stream's receiving half, for a tunnel.
-    fn into_recv(self) -> RecvStream {
+    fn into_recv(self) -> Option<RecvStream> {
         self.recv
     }
 
     /// Reads and drops the rest of the body, within its limits.
     async fn drain(&mut self) {
-        if self.recv.is_end_stream() {
+        if self.recv.as_ref().is_none_or(|r| r.is_end_stream()) {
             return;
         }
         while let Ok(Some(_)) = self.next_chunk().await {}
@@ -696,6 +718,10 @@ impl ClientBody for Exchange<'_> {
 
     fn trailers(&mut self) -> Option<Bytes> {
         self.body.trailers()
+    }
+
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        self.body.detach()
     }
 
     async fn gone(&mut self) {

@@ -81,37 +81,9 @@ pub fn connection_specific(name: &[u8]) -> bool {
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Fields as HTTP/1 lines (`Name: value\r\n`), the form trailers take in
-/// hayate's model.
-pub fn field_lines(fields: &http::HeaderMap) -> bytes::Bytes {
-    let mut out = Vec::new();
-    for (name, value) in fields {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.into()
-}
-
-/// Trailer lines as a header map (invalid lines dropped).
-pub fn trailer_map(lines: &[u8]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for line in lines.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = http::HeaderName::from_bytes(&line[..colon]);
-        let value = http::HeaderValue::from_bytes(hayate_core::field::trim_ows(&line[colon + 1..]));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            if !connection_specific(name.as_str().as_bytes()) {
-                map.append(name, value);
-            }
-        }
-    }
-    map
-}
+// Trailers between hayate's lines and the http crate's map: the proxy's
+// HTTP/2 client converts them the same way.
+pub use hayate_proxy::{field_lines, trailer_map};
 
 /// The name of a field whose value begins or ends with whitespace: RFC
 /// 9113 §8.2.1 and RFC 9114 §4.2 make such a request malformed. Neither

@@ -14,7 +14,7 @@ use hayate_compress::{Policy, VariantStore};
 use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::app::AppProtocol;
 use hayate_config::values::{
-    BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamProxyProtocol,
+    BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamHttp2, UpstreamProxyProtocol,
 };
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppSlots;
@@ -187,6 +187,8 @@ impl Router {
             proxy_protocol: false,
             upstream_times: g.access_log != hayate_config::values::AccessLog::Off
                 || g.slow_request.is_some(),
+            // set from max_conns by UpstreamGroup::speaking_http2
+            h2_max_conns: 0,
         };
         let largest_body = config
             .sites
@@ -260,7 +262,9 @@ impl Router {
                         let specs = r.options.fastcgi.as_deref().unwrap_or_default();
                         Some(Rc::new(fastcgi_group(specs, &proxy, config)?))
                     }
-                    (Some(specs), _, _) => Some(Rc::new(upstream_group(specs, &proxy)?)),
+                    (Some(specs), _, _) => {
+                        Some(Rc::new(upstream_group(specs, &proxy, g.proxy_http2)?))
+                    }
                     (None, true, Some(app)) if app_fastcgi => {
                         if scripts.is_none() {
                             return Err(io::Error::new(
@@ -617,7 +621,14 @@ fn balance(spec: Option<&BalanceSpec>, default: Balance) -> Balance {
     }
 }
 
-fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<UpstreamGroup> {
+/// The group of `specs`' members: HTTP/2 when they are `h2c://` (or
+/// `https://` under `proxy_http2 = on`), HTTP/1.1 otherwise; one group
+/// speaks one protocol (its pool and forwarding differ).
+fn upstream_group(
+    specs: &[ProxySpec],
+    settings: &ProxySettings,
+    http2: UpstreamHttp2,
+) -> io::Result<UpstreamGroup> {
     let mut addrs = Vec::new();
     let mut weights = Vec::new();
     for member in specs.iter().flat_map(|s| &s.members) {
@@ -627,9 +638,25 @@ fn upstream_group(specs: &[ProxySpec], settings: &ProxySettings) -> io::Result<U
         );
         weights.push(weight);
     }
+    let speaks_h2 =
+        |a: &UpstreamAddr| a.is_h2c() || (http2 == UpstreamHttp2::On && a.tls_name().is_some());
+    let h2 = addrs.iter().filter(|a| speaks_h2(a)).count();
+    if h2 != 0 && h2 != addrs.len() {
+        let members: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "upstream members {} mix HTTP/2 (h2c://, or https:// with proxy_http2 = on) and HTTP/1.1: put them in separate routes",
+                members.join(", ")
+            ),
+        ));
+    }
     let mut group = UpstreamGroup::new(&addrs, settings.clone());
     group.set_weights(&weights);
-    Ok(group)
+    Ok(match h2 {
+        0 => group,
+        _ => group.speaking_http2(),
+    })
 }
 
 /// The FastCGI group of a route.

@@ -2,9 +2,10 @@
 //! offers ALPN, keeps sessions for resumption, and connects [`Client`]s.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
@@ -111,4 +112,65 @@ pub fn start_with_local_ca(
 /// The local CA's certificate in a state directory.
 pub fn local_ca(state: &Path) -> std::path::PathBuf {
     state.join("local-ca/ca.crt")
+}
+
+/// A test CA and the certificates it issues, as PEM files in a directory.
+pub struct Pki {
+    dir: tempfile::TempDir,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Pki {
+    /// A new CA, its certificate written as `ca.crt`.
+    pub fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).expect("CA");
+        std::fs::write(dir.path().join("ca.crt"), cert.pem()).expect("write CA");
+        Pki {
+            dir,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// The CA's certificate file.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// Issues a certificate for `names` into `stem.crt` and `stem.key`
+    /// (mode 0600); returns the two paths and the certificate's DER.
+    pub fn issue(&self, names: &[&str], stem: &str) -> (String, String, Vec<u8>) {
+        let key = KeyPair::generate().expect("key");
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        let cert = params.signed_by(&key, &self.issuer).expect("issue");
+        let cert_path = self.dir.path().join(format!("{stem}.crt"));
+        let key_path = self.dir.path().join(format!("{stem}.key"));
+        write_replacing(&cert_path, cert.pem().as_bytes());
+        write_replacing(&key_path, key.serialize_pem().as_bytes());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        (
+            cert_path.display().to_string(),
+            key_path.display().to_string(),
+            cert.der().to_vec(),
+        )
+    }
+}
+
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
+    }
+}
+
+/// Writes a file whole, by rename, as deployment tools do.
+fn write_replacing(path: &Path, data: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
 }

@@ -10,59 +10,13 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use hayate_testkit::tls::Pki;
 use hayate_testkit::tls::{served_certificate, start_with_local_ca, TlsClient};
 use hayate_testkit::{big_bytes, eventually, site, Echo, Hayate, Origin, OriginOptions, WAIT};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
-
-/// A test CA and the certificates it issues, as PEM files in a directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).expect("CA");
-        std::fs::write(dir.path().join("ca.crt"), cert.pem()).expect("write CA");
-        Pki {
-            dir,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
-    }
-
-    /// Issues a certificate for `names` into `stem.crt` and `stem.key`
-    /// (mode 0600); returns the two paths and the certificate's DER.
-    fn issue(&self, names: &[&str], stem: &str) -> (String, String, Vec<u8>) {
-        let key = KeyPair::generate().expect("key");
-        let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .expect("params");
-        let cert = params.signed_by(&key, &self.issuer).expect("issue");
-        let cert_path = self.dir.path().join(format!("{stem}.crt"));
-        let key_path = self.dir.path().join(format!("{stem}.key"));
-        write_replacing(&cert_path, cert.pem().as_bytes());
-        write_replacing(&key_path, key.serialize_pem().as_bytes());
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        (
-            cert_path.display().to_string(),
-            key_path.display().to_string(),
-            cert.der().to_vec(),
-        )
-    }
-}
 
 /// Writes a file whole, by rename, as deployment tools do.
 fn write_replacing(path: &Path, data: &[u8]) {

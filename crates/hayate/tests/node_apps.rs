@@ -31,47 +31,10 @@ const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps");
 /// The apps with their node_modules, installed on first use.
 fn apps() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(install)
-}
-
-/// Copies the sources to target/tmp/node-apps and runs `npm ci` there
-/// unless node_modules was installed from the same lockfile.
-fn install() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-apps");
-    copy_tree(Path::new(SOURCES), &dir);
-    let lock = std::fs::read(dir.join("package-lock.json")).expect("package-lock.json");
-    let stamp = dir.join("node_modules/.installed-from-lock");
-    if std::fs::read(&stamp).ok().as_deref() == Some(&lock[..]) {
-        return dir;
-    }
-    let out = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir)
-        .output()
-        .unwrap_or_else(|e| panic!("npm (Node's package manager) is needed: {e}"));
-    assert!(
-        out.status.success(),
-        "npm ci in {} failed: the first run installs the test apps from the npm registry \
-         (it must be reachable then; scripts/test does the same): {}{}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::write(&stamp, &lock).expect("stamp");
-    dir
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else if std::fs::read(&target).ok() != std::fs::read(entry.path()).ok() {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-apps");
+        hayate_testkit::node::install(Path::new(SOURCES), dir)
+    })
 }
 
 /// The Next.js app, built (`next build`) once per change of its source.

@@ -258,3 +258,20 @@ fn field_names() {
         assert!(FieldNames::parse_str(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn proxy_http2_is_off_or_on_and_h2c_members_parse() {
+    assert_eq!(UpstreamHttp2::parse_str("on"), Ok(UpstreamHttp2::On));
+    assert_eq!(UpstreamHttp2::parse_str(" off "), Ok(UpstreamHttp2::Off));
+    let err = UpstreamHttp2::parse_str("h2").expect_err("not a mode");
+    assert!(err.contains("off or on"), "{err}");
+    let spec = ProxySpec::parse_str("/grpc/=h2c://127.0.0.1:50051").expect("h2c member");
+    assert_eq!(spec.members, vec!["h2c://127.0.0.1:50051".to_string()]);
+    assert!(ProxySpec::parse_str("unix+h2c:/run/grpc.sock").is_ok());
+    let mixed = ProxySpec::parse_str("h2c://127.0.0.1:1,http://127.0.0.1:2").expect_err("mixed");
+    assert!(mixed.contains("cannot share a group"), "{mixed}");
+    assert!(
+        ProxySpec::parse_str("h2c://127.0.0.1").is_err(),
+        "h2c needs a port"
+    );
+}

@@ -45,6 +45,12 @@ fn prefix_and_members(s: &str) -> (Option<String>, Vec<String>) {
     (prefix, members)
 }
 
+/// Whether a member is written as plain-text HTTP/2 (`h2c://HOST:PORT`
+/// or `unix+h2c:PATH`).
+pub fn speaks_h2c(member: &str) -> bool {
+    member.starts_with("h2c://") || member.starts_with("unix+h2c:")
+}
+
 impl OptValue for ProxySpec {
     fn parse_str(s: &str) -> Result<Self, String> {
         let (prefix, members) = prefix_and_members(s);
@@ -83,12 +89,20 @@ impl OptValue for ProxySpec {
                     ));
                 }
             }
-            let valid = match m.strip_prefix("unix:") {
+            let valid = match m
+                .strip_prefix("unix:")
+                .or_else(|| m.strip_prefix("unix+h2c:"))
+            {
                 Some(path) => !path.is_empty(),
                 None => {
                     let (tls, rest) = match m.strip_prefix("https://") {
                         Some(rest) => (true, rest),
-                        None => (false, m.strip_prefix("http://").unwrap_or(m)),
+                        None => (
+                            false,
+                            m.strip_prefix("http://")
+                                .or_else(|| m.strip_prefix("h2c://"))
+                                .unwrap_or(m),
+                        ),
                     };
                     let authority = rest.trim_end_matches('/');
                     let with_port = authority
@@ -101,9 +115,16 @@ impl OptValue for ProxySpec {
             };
             if !valid {
                 return Err(format!(
-                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT] or unix:PATH"
+                    "upstream {m:?}: expected http://HOST:PORT, https://HOST[:PORT], h2c://HOST:PORT, unix:PATH or unix+h2c:PATH"
                 ));
             }
+        }
+        // One group speaks one protocol (its pool and forwarding differ).
+        let h2c = members.iter().filter(|m| speaks_h2c(m)).count();
+        if h2c != 0 && h2c != members.len() {
+            return Err(format!(
+                "{s:?}: h2c:// (HTTP/2) and other members cannot share a group: put them in separate routes"
+            ));
         }
         Ok(ProxySpec {
             prefix,
@@ -214,6 +235,27 @@ impl OptValue for UpstreamProxyProtocol {
             "off" => Ok(UpstreamProxyProtocol::Off),
             "v2" => Ok(UpstreamProxyProtocol::V2),
             _ => Err(format!("expected off or v2, got {s:?}")),
+        }
+    }
+}
+
+/// What `https://` upstreams speak (`proxy_http2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamHttp2 {
+    /// HTTP/1.1, as before HTTP/2 upstreams existed (the default: an
+    /// https member that does not offer h2 keeps working unchanged).
+    Off,
+    /// HTTP/2, negotiated by ALPN `h2` (a member that refuses it fails its
+    /// connects, with the reason logged).
+    On,
+}
+
+impl OptValue for UpstreamHttp2 {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(UpstreamHttp2::Off),
+            "on" => Ok(UpstreamHttp2::On),
+            _ => Err(format!("expected off or on, got {s:?}")),
         }
     }
 }

@@ -44,8 +44,8 @@ fn common(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     out.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
 }
 
-/// NCSA combined: common, then `"referer" "user agent"`, and ` cache=S`
-/// on routes that cache (GoAccess's COMBINED ignores what follows).
+/// NCSA combined: common, then `"referer" "user agent"`, ` cache=S` on
+/// routes that cache and ` grpc-status=N` for gRPC calls (GoAccess's COMBINED ignores what follows).
 fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     common(out, req, e);
     out.extend_from_slice(b" \"");
@@ -56,6 +56,10 @@ fn combined(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     if let Some(c) = e.cache {
         out.extend_from_slice(b" cache=");
         out.extend_from_slice(c.as_bytes());
+    }
+    if let Some(g) = e.grpc_status {
+        out.extend_from_slice(b" grpc-status=");
+        out.extend_from_slice(itoa::Buffer::new().format(g).as_bytes());
     }
     out.push(b'\n');
 }
@@ -108,6 +112,10 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(b"\",\"cipher\":\"");
         out.extend_from_slice(tls.cipher.as_bytes());
         out.push(b'"');
+    }
+    if let Some(g) = e.grpc_status {
+        out.extend_from_slice(b",\"grpc_status\":");
+        out.extend_from_slice(itoa::Buffer::new().format(g).as_bytes());
     }
     out.extend_from_slice(b"}\n");
 }
@@ -411,6 +419,7 @@ mod tests {
             tls: None,
             upstream: None,
             route: None,
+            grpc_status: None,
         };
         let mut out = Vec::new();
         combined(&mut out, &req, &e);
@@ -485,6 +494,7 @@ mod tests {
             tls: None,
             upstream: None,
             route: Some(("*", b"/api")),
+            grpc_status: None,
         }
     }
 

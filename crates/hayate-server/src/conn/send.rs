@@ -221,6 +221,8 @@ impl Conn {
                 tls: self.transport.tls_info(),
                 upstream: served.upstream,
                 route: None,
+                // gRPC rides on HTTP/2 only.
+                grpc_status: None,
             },
         );
     }

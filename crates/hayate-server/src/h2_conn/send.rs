@@ -25,6 +25,16 @@ use crate::http_map::{response_head, trailer_map};
 /// Bytes of a file read per DATA write.
 const FILE_CHUNK: usize = 64 * 1024;
 
+/// What went out of a response, for the access log.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    /// Body bytes written.
+    pub bytes: u64,
+    /// A gRPC call's `grpc-status`, from the head (trailers-only) or the
+    /// trailers.
+    pub grpc_status: Option<u16>,
+}
+
 /// Sends a response: HEADERS (with Date, Server and the length when known),
 /// then the body within the client's window, then trailers. `sent` counts
 /// the body bytes written.
@@ -33,8 +43,10 @@ pub(super) async fn send(
     response: Response,
     head_request: bool,
     send_timeout: Duration,
-    sent: &mut u64,
+    sent: &mut Sent,
 ) -> Result<(), h2::Error> {
+    sent.grpc_status = response.fields.get(b"grpc-status").and_then(grpc_status);
+    let sent_bytes = &mut sent.bytes;
     let body_allowed = !response.status.forbids_body();
     let head = response_head(&response, body_allowed);
     let head = match head.body(()) {
@@ -56,28 +68,61 @@ pub(super) async fn send(
     }
     match response.body {
         Body::Empty | Body::Upgrade(_) => {}
-        Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
-        Body::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+        Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent_bytes).await?,
+        Body::File(f) => send_file(&mut out, &f, send_timeout, sent_bytes).await?,
         Body::Parts(parts) => {
             for part in parts {
                 match part {
-                    Chunk::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent).await?,
-                    Chunk::File(f) => send_file(&mut out, &f, send_timeout, sent).await?,
+                    Chunk::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent_bytes).await?,
+                    Chunk::File(f) => send_file(&mut out, &f, send_timeout, sent_bytes).await?,
                 }
             }
         }
         Body::Stream(mut stream) => loop {
-            match poll_fn(|cx| stream.source.poll_chunk(cx)).await {
-                Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent).await?,
+            // A client that resets the stream while the upstream is quiet
+            // (a gRPC server stream between messages) ends it now: the
+            // source is dropped, and the upstream's stream cancelled.
+            let next = poll_fn(|cx| match out.poll_reset(cx) {
+                Poll::Ready(reset) => Poll::Ready(Err(reset)),
+                Poll::Pending => stream.source.poll_chunk(cx).map(Ok),
+            });
+            let next = match next.await {
+                Ok(next) => next,
+                Err(reset) => {
+                    let why = reset.map_or_else(|e| e.to_string(), |r| format!("{r:?}"));
+                    log::debug!("HTTP/2 stream reset by the client ({why}) during a streamed body");
+                    return Ok(());
+                }
+            };
+            match next {
+                Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent_bytes).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
+                        let found = hayate_core::field::header_lines(&trailers)
+                            .find(|(name, _)| name.eq_ignore_ascii_case(b"grpc-status"));
+                        sent.grpc_status = found.and_then(|(_, value)| grpc_status(value));
                         return out.send_trailers(trailer_map(&trailers));
                     }
                     break;
                 }
                 Err(e) => {
-                    log::error!("response body from upstream failed after {sent} bytes: {e}");
-                    out.send_reset(h2::Reason::INTERNAL_ERROR);
+                    // An upstream's reset reaches the client with its code
+                    // (CANCEL stays CANCEL for a gRPC client); any other
+                    // failure is hayate's INTERNAL_ERROR.
+                    let reset = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<h2::Error>())
+                        .filter(|h2| h2.is_reset() && h2.is_remote())
+                        .and_then(h2::Error::reason);
+                    match reset {
+                        Some(reason) => log::info!(
+                            "response body from upstream reset ({reason:?}) after {sent_bytes} bytes"
+                        ),
+                        None => log::error!(
+                            "response body from upstream failed after {sent_bytes} bytes: {e}"
+                        ),
+                    }
+                    out.send_reset(reset.unwrap_or(h2::Reason::INTERNAL_ERROR));
                     return Ok(());
                 }
             }
@@ -147,4 +192,9 @@ async fn send_file(
         send_bytes(out, piece, send_timeout, sent).await?;
     }
     Ok(())
+}
+
+/// A `grpc-status` value (0-16 in gRPC's list; any number kept).
+fn grpc_status(value: &[u8]) -> Option<u16> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
 }

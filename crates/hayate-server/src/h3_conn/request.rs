@@ -106,6 +106,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
             tls: None,
             upstream: served.upstream,
             route: None,
+            // gRPC over HTTP/3 is not served yet (issue 38).
+            grpc_status: None,
         };
         access_log::record(&w, &head, served, entry);
     }

@@ -1,0 +1,204 @@
+//! gRPC through hayate with a real gRPC stack on both sides (issue 38):
+//! a grpc-js client calls a grpc-js server (tests/grpc-app, installed from
+//! its lockfile with `npm ci`) through hayate, over TLS (ALPN h2) and over
+//! h2c, with every call kind: unary, server streaming with messages timed
+//! so that a buffering proxy fails, bidirectional streaming where each
+//! message waits for the answer to the previous one, an error status with
+//! trailing metadata (binary too), the client's deadline and hayate's own
+//! (`proxy_timeout`, answered as DEADLINE_EXCEEDED), a 4 MiB message each
+//! way, and a member that is down (UNAVAILABLE, not UNKNOWN). The server
+//! sees the calls that hayate or the client gave up on cancelled, a server
+//! stream the client cancelled between two messages included, and the
+//! access log records each call's grpc-status.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use hayate_testkit::node::NodeProcess;
+use hayate_testkit::{eventually, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// The gRPC app's sources, in the repository.
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc-app");
+
+/// The app with its node_modules, installed on first use.
+fn app() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-app");
+        hayate_testkit::node::install(Path::new(SOURCES), dir)
+    })
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// hayate's routes to the gRPC server `member` (the Probe service; gRPC
+/// paths match no file, so the site's default route proxies them) and to a
+/// member that is down (the Down service), with a 1 s proxy_timeout and
+/// room for a 4 MiB message.
+fn routes(member: &str, down_port: u16) -> Vec<String> {
+    vec![
+        "--proxy".into(),
+        format!("/hayate.test.Down/=h2c://127.0.0.1:{down_port}"),
+        "--proxy".into(),
+        member.into(),
+        "--proxy-timeout".into(),
+        "1s".into(),
+        // A 4 MiB message and its framing (the default is 1 MiB).
+        "--max-body-size".into(),
+        "8MiB".into(),
+    ]
+}
+
+/// Runs the client's cases against hayate and checks every one passed;
+/// then that the server saw the calls given up on cancelled: the stream
+/// the client cancelled, the call past the client's deadline, then the one
+/// past hayate's.
+fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
+    let target = h.addr.to_string();
+    let mut args = vec!["grpc.js".to_string(), "client".into(), target];
+    args.extend(ca.map(|p| p.display().to_string()));
+    let out = Command::new("node")
+        .args(&args)
+        .current_dir(app())
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cases: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let expected = [
+        "unary",
+        "server_stream",
+        "cancel_mid_stream",
+        "bidi_stream",
+        "error_with_trailers",
+        "deadline_exceeded",
+        "hayate_deadline",
+        "four_mib",
+        "upstream_down",
+    ];
+    let names: Vec<&str> = cases.iter().filter_map(|c| c["case"].as_str()).collect();
+    assert_eq!(names, expected, "{stdout}");
+    let failed: Vec<&serde_json::Value> = cases.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed cases: {failed:#?}\nhayate's log:\n{}",
+        h.stderr()
+    );
+    let mut seen = Vec::new();
+    eventually("the server saw the calls given up on cancelled", || {
+        seen.extend(server.printed());
+        let hung = seen.iter().filter(|l| *l == "cancelled hang").count();
+        // How long after it began the stream was seen cancelled (its
+        // second message was due 10 s later).
+        let stream = seen
+            .iter()
+            .find_map(|l| l.strip_prefix("cancelled count ")?.parse::<u64>().ok());
+        (hung == 2 && stream.is_some_and(|ms| ms < 2000))
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}"))
+    });
+    // The access log says how each call ended, though HTTP says 200: OK,
+    // INVALID_ARGUMENT, DEADLINE_EXCEEDED (hayate's), UNAVAILABLE.
+    let mut log = Vec::new();
+    eventually("grpc-status in the access log", || {
+        log.extend(h.stdout_lines(std::time::Duration::from_millis(100)));
+        let calls = |path: &str, status: &str| {
+            log.iter()
+                .filter(|l| l.contains(path) && l.contains(" 200 "))
+                .filter(|l| l.ends_with(&format!(" grpc-status={status}")))
+                .count()
+        };
+        let echo = "/hayate.test.Probe/Echo";
+        let seen = (
+            calls(echo, "0"),
+            calls(echo, "3"),
+            calls(echo, "4"),
+            calls("/hayate.test.Down/Echo", "14"),
+        );
+        (seen.0 >= 2 && seen.1 == 1 && seen.2 >= 1 && seen.3 == 1)
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?} in {log:#?}"))
+    });
+}
+
+#[test]
+fn grpc_calls_of_every_kind_through_hayate_over_tls() {
+    let server = NodeProcess::start(app(), &["grpc.js", "server"]);
+    let port = server.listening_port();
+    let down = closed_port();
+    let routes = routes(&format!("h2c://127.0.0.1:{port}"), down);
+    let args: Vec<&str> = routes.iter().map(String::as_str).collect();
+    let (h, state, _site) = hayate_testkit::tls::start_with_local_ca(BIN, &args);
+    let ca = hayate_testkit::tls::local_ca(state.path());
+    every_call_kind(&h, &server, Some(&ca));
+    only_errors_about(&h, down);
+}
+
+#[test]
+fn grpc_calls_of_every_kind_through_hayate_over_h2c() {
+    let server = NodeProcess::start(app(), &["grpc.js", "server"]);
+    let port = server.listening_port();
+    let site = hayate_testkit::site();
+    let mut args = vec![site.path().to_str().expect("path").to_string()];
+    let down = closed_port();
+    args.extend(routes(&format!("h2c://127.0.0.1:{port}"), down));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h = Hayate::start(BIN, &args);
+    every_call_kind(&h, &server, None);
+    only_errors_about(&h, down);
+}
+
+#[test]
+fn grpc_calls_of_every_kind_to_a_server_on_a_unix_socket() {
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("grpc.sock");
+    let on = format!("unix:{}", socket.display());
+    let server = NodeProcess::start(app(), &["grpc.js", "server", &on]);
+    server.line_after("listening ");
+    let site = hayate_testkit::site();
+    let mut args = vec![site.path().to_str().expect("path").to_string()];
+    let down = closed_port();
+    args.extend(routes(&format!("unix+h2c:{}", socket.display()), down));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h = Hayate::start(BIN, &args);
+    every_call_kind(&h, &server, None);
+    only_errors_about(&h, down);
+}
+
+/// hayate's log holds no error but the down member's failed connect and
+/// the call that hit the route's proxy_timeout (a 504, as gRPC's
+/// DEADLINE_EXCEEDED); the call whose own deadline passed is no error.
+fn only_errors_about(h: &Hayate, down: u16) {
+    let log = h.stderr();
+    let member = format!("127.0.0.1:{down}");
+    let expected = |l: &str| l.contains(&member) || l.contains("no response head in time");
+    let unexpected: Vec<&str> = log
+        .lines()
+        .filter(|l| (l.contains(" ERROR ") && !expected(l)) || l.contains("panicked"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected errors:\n{}",
+        unexpected.join("\n")
+    );
+    let timeouts = log.matches("no response head in time").count();
+    assert_eq!(timeouts, 1, "the proxy_timeout's call only:\n{log}");
+}

@@ -1,0 +1,151 @@
+//! HTTP/2 upstreams for ordinary web apps (issue 38): a Node `http2`
+//! server (tests/grpc-app/http2-server.js) behind hayate, as an `h2c://`
+//! member and as an `https://` member with `proxy_http2 = on` (ALPN h2);
+//! GETs and POSTs with bodies larger than the replay buffer; concurrent
+//! requests sharing one connection (multiplexed, where the HTTP/1 pool
+//! holds one connection per request in flight); and a server that closes
+//! its connections with GOAWAY every few streams, with no request failing.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use hayate_testkit::node::NodeProcess;
+use hayate_testkit::{big_bytes, Client, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// The app's sources (the http2 server needs no package, but shares the
+/// directory and its installation with the gRPC app).
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc-app");
+
+fn app() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("h2-upstream-app");
+        hayate_testkit::node::install(Path::new(SOURCES), dir)
+    })
+}
+
+/// The server, with more `args`, and its port.
+fn server(args: &[&str]) -> (NodeProcess, u16) {
+    let mut all = vec!["http2-server.js"];
+    all.extend_from_slice(args);
+    let server = NodeProcess::start(app(), &all);
+    let port = server.listening_port();
+    (server, port)
+}
+
+/// What the server says it served (`GET /stats` through hayate).
+fn stats(h: &Hayate) -> serde_json::Value {
+    let r = h.client().get("/stats", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("JSON")
+}
+
+/// A GET, and POSTs below and above the replay buffer (64 KiB: read first,
+/// or streamed), answered by the HTTP/2 member.
+fn get_and_post(h: &Hayate) {
+    let mut c = h.client();
+    let r = c.get("/hello", &[]);
+    assert_eq!((r.status, r.text().as_str()), (200, "hello over h2\n"));
+    assert_eq!(r.header("x-session"), Some("1"));
+    for len in [10, 1024 * 1024] {
+        let body = big_bytes(len);
+        let r = c.post("/echo", &[], &body);
+        assert_eq!(r.status, 200);
+        assert!(r.body == body, "{len} bytes back as sent");
+    }
+    let r = c.request("HEAD", "/hello", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+}
+
+#[test]
+fn get_and_post_to_a_node_http2_server_over_h2c() {
+    let (_server, port) = server(&[]);
+    let member = format!("h2c://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &member, "--max-body-size", "4MiB"]);
+    get_and_post(&h);
+    h.assert_no_errors();
+}
+
+#[test]
+fn get_and_post_to_a_node_http2_server_over_tls_with_proxy_http2_on() {
+    let pki = hayate_testkit::tls::Pki::new();
+    let (cert, key, _) = pki.issue(&["127.0.0.1"], "upstream");
+    let (_server, port) = server(&["--tls", &key, &cert]);
+    let member = format!("https://127.0.0.1:{port}");
+    let ca = pki.ca().display().to_string();
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &member,
+            "--proxy-tls-ca",
+            &ca,
+            "--proxy-http2",
+            "on",
+            "--max-body-size",
+            "4MiB",
+        ],
+    );
+    get_and_post(&h);
+    h.assert_no_errors();
+}
+
+#[test]
+fn concurrent_requests_share_one_connection() {
+    let (_server, port) = server(&[]);
+    let member = format!("h2c://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &member, "--workers", "1"]);
+    // 40 requests at once, each answered after 200 ms: an HTTP/1 pool
+    // opens 40 connections for them.
+    let addr = h.addr;
+    std::thread::scope(|s| {
+        let all: Vec<_> = (0..40)
+            .map(|_| s.spawn(move || Client::connect(addr).get("/slow", &[]).status))
+            .collect();
+        for t in all {
+            assert_eq!(t.join().expect("thread"), 200);
+        }
+    });
+    let seen = stats(&h);
+    assert_eq!(seen["sessions"], 1, "one connection: {seen}");
+    assert_eq!(seen["streams"], 41, "{seen}");
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_server_closing_connections_with_goaway_fails_no_request() {
+    let (_server, port) = server(&["--goaway-after", "10"]);
+    let member = format!("h2c://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &member, "--workers", "1"]);
+    // Requests from 4 clients while every connection is closed after its
+    // 10th stream (grpc-go's max_connection_age, much faster): new streams
+    // go on a new connection, and the ones the server refused above its
+    // GOAWAY's last stream are sent again.
+    let addr = h.addr;
+    std::thread::scope(|s| {
+        let all: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut c = Client::connect(addr);
+                    (0..10)
+                        .map(|_| c.get("/hello", &[]).status)
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        for t in all {
+            let statuses = t.join().expect("thread");
+            assert_eq!(statuses, vec![200; 10], "{}", h.stderr());
+        }
+    });
+    let seen = stats(&h);
+    let sessions = seen["sessions"].as_u64().expect("sessions");
+    assert!(sessions >= 4, "40 streams, 10 per connection: {seen}");
+    h.assert_no_errors();
+}
