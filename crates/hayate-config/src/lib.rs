@@ -63,6 +63,42 @@ pub struct SiteTls {
     pub mode: Option<values::TlsMode>,
     /// Certificate and key file pairs.
     pub certs: Vec<(PathBuf, PathBuf)>,
+    /// The site's own `tls_client_auth`, `tls_client_ca` and
+    /// `tls_client_crl` (each `None`: the global one's); see
+    /// [`SiteTls::client_certs`].
+    pub client_auth: Option<values::ClientAuth>,
+    /// See `client_auth`.
+    pub client_ca: Option<PathBuf>,
+    /// See `client_auth`.
+    pub client_crl: Option<Vec<PathBuf>>,
+}
+
+/// How a site verifies client certificates: its own settings over the
+/// global ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCerts {
+    /// Off, optional or required.
+    pub auth: values::ClientAuth,
+    /// The CAs client certificates must chain to (set whenever `auth` is
+    /// not off: the load refuses it otherwise).
+    pub ca: Option<PathBuf>,
+    /// Revocation lists of those CAs.
+    pub crl: Vec<PathBuf>,
+}
+
+impl SiteTls {
+    /// The client-certificate settings of the site, its own over `g`'s.
+    pub fn client_certs(&self, g: &GlobalOptions) -> ClientCerts {
+        ClientCerts {
+            auth: self.client_auth.unwrap_or(g.tls_client_auth),
+            ca: self.client_ca.clone().or_else(|| g.tls_client_ca.clone()),
+            crl: self
+                .client_crl
+                .clone()
+                .or_else(|| g.tls_client_crl.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// A path prefix and how it is served.
@@ -446,6 +482,17 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
             "tls_key",
             format!("{certs} tls_cert and {keys} tls_key: give one key per certificate, in the same order"),
         ));
+    }
+    for site in sites.iter().map(|s| s.tls.client_certs(g)) {
+        if site.auth != values::ClientAuth::Off && site.ca.is_none() {
+            return Err((
+                "tls_client_ca",
+                format!(
+                    "tls_client_auth = \"{}\" needs tls_client_ca: the CA certificates (PEM) client certificates must chain to",
+                    site.auth.as_str()
+                ),
+            ));
+        }
     }
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
     let site_tls = sites

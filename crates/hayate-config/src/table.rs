@@ -194,6 +194,12 @@ options! {
         "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
     tls_key: Vec<PathBuf> = unset, "FILE",
         "Private key (PEM) of the tls_cert in the same position; should be readable by the owner only";
+    tls_client_auth: ClientAuth = "off", "off|optional|require",
+        "Client certificates (mutual TLS) on https listeners, per site in a [[site]]: require refuses a handshake without a certificate that tls_client_ca verifies (a TLS alert); optional asks for one, and one that is sent must verify; the verified certificate reaches upstreams as X-Client-Cert-* fields and FastCGI as SSL_CLIENT_* params";
+    tls_client_ca: PathBuf = unset, "FILE",
+        "CA certificates (PEM bundle) that client certificates must chain to, for tls_client_auth (also per site)";
+    tls_client_crl: Vec<PathBuf> = unset, "FILE",
+        "Certificate revocation lists (PEM or DER) of the tls_client_ca: a revoked client certificate is refused (also per site; read at start and reload)";
     tls_handshake_timeout: Dur = "10s", "DURATION",
         "Time for a client to complete the TLS handshake (and to send its first byte); then it is closed";
     https_redirect: bool = "true", "BOOL",

@@ -359,6 +359,40 @@ impl OptValue for TlsMode {
     }
 }
 
+/// Whether an https site asks its clients for a certificate (mutual TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuth {
+    /// No certificate asked for.
+    #[default]
+    Off,
+    /// Asked for; a client may send none, but one it sends must verify.
+    Optional,
+    /// A verified certificate or no connection (a TLS alert).
+    Require,
+}
+
+impl ClientAuth {
+    /// `off`, `optional` or `require`, as the config says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientAuth::Off => "off",
+            ClientAuth::Optional => "optional",
+            ClientAuth::Require => "require",
+        }
+    }
+}
+
+impl OptValue for ClientAuth {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(ClientAuth::Off),
+            "optional" => Ok(ClientAuth::Optional),
+            "require" => Ok(ClientAuth::Require),
+            _ => Err(format!("expected off, optional or require, got {s:?}")),
+        }
+    }
+}
+
 /// The ACME challenge hayate answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcmeChallenge {

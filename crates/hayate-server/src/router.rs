@@ -26,6 +26,7 @@ use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
+use crate::policy::client_cert::ExpectedCert;
 use crate::policy::rewrite::{Rewritten, RuleRequest, SiteRules};
 use crate::policy::{ForwardedClient, RouteName, RoutePolicies, TrustedProxies};
 use hayate_core::request::RequestHead;
@@ -61,6 +62,9 @@ pub struct Route {
     /// Its site policies (allow/deny, authentication); `None`: it has none
     /// and pays nothing for them.
     pub policies: Option<Box<RoutePolicies>>,
+    /// The client certificate its site's handshakes verify; `None`: its
+    /// site asks for none (see `policy::client_cert`).
+    pub client_cert: Option<ExpectedCert>,
     /// Reached only by X-Accel-Redirect or a rule's rewrite (`internal`).
     pub internal: bool,
     /// Its upstream's answers are looked at for X-Accel-Redirect (its site
@@ -167,6 +171,7 @@ impl Router {
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
+            let client_cert = ExpectedCert::of(&site.tls.client_certs(g));
             let has_internal = site.routes.iter().any(|r| r.options.internal);
             for r in &site.routes {
                 let compression = crate::compression::policy(&r.options).map(Rc::new);
@@ -277,6 +282,7 @@ impl Router {
                     .and_then(|g| g.sticky_cookie())
                     .map(Into::into);
                 routes.push(Route {
+                    client_cert: client_cert.clone(),
                     index: route_slots.map_or(position, |slots| slots[position]),
                     upstream_key,
                     prefix: r.prefix.as_bytes().to_vec(),

@@ -11,6 +11,7 @@
 //! CVE-2016-5385: it would become `HTTP_PROXY`, which HTTP clients in the
 //! app take for their proxy setting).
 
+use hayate_core::client_cert::{is_client_cert_field, ClientCert};
 use hayate_core::field::strip_port;
 use hayate_core::transport::Scheme;
 
@@ -74,6 +75,9 @@ pub(crate) fn request_params(
     }
     if req.scheme == Scheme::Https {
         pair("HTTPS", b"on");
+        for (name, value) in ClientCert::cgi_params(req.client_cert) {
+            pair(name, value.as_bytes());
+        }
     }
     pair("REQUEST_SCHEME", req.scheme.as_str().as_bytes());
     // PHP built with --enable-force-cgi-redirect runs only with it.
@@ -102,6 +106,7 @@ fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
             || name.eq_ignore_ascii_case(b"content-type")
             || name.eq_ignore_ascii_case(b"content-length")
             || name.eq_ignore_ascii_case(b"x-request-id")
+            || is_client_cert_field(name)
         {
             continue;
         }
@@ -176,6 +181,7 @@ mod tests {
             scheme: Scheme::Https,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let script = CgiScript {
             document_root: "/srv/app",
@@ -254,6 +260,7 @@ mod tests {
             scheme: Scheme::Https,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let vars = decode(&request_params(&h2, &script, None, b"id"));
         let all = |k: &str| -> Vec<&str> {
@@ -290,6 +297,7 @@ mod tests {
             scheme: Scheme::Http,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let script = CgiScript {
             document_root: "/var/lib/wordpress/wp-content",
