@@ -496,8 +496,8 @@ impl Cx<'_> {
                         .map_err(|m| self.err(at, k, m))?;
                 }
                 "tls_client_auth" => {
-                    let auth = ClientAuth::parse_toml(value.get_ref())
-                        .map_err(|m| self.err(at, k, m))?;
+                    let auth =
+                        ClientAuth::parse_toml(value.get_ref()).map_err(|m| self.err(at, k, m))?;
                     tls.client_auth = Some(auth);
                     client_auth_at = at;
                 }

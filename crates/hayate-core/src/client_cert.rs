@@ -35,7 +35,7 @@ pub struct ClientCert {
 /// The fields upstreams receive, each with the part of the certificate
 /// it carries, in the order they are written. `X-Client-Cert-Verify` is
 /// `SUCCESS` whenever the others are there.
-pub const FIELDS: [(&str, fn(&ClientCert) -> &str); 7] = [
+pub const FIELDS: [(&str, Part); 7] = [
     ("X-Client-Cert-Verify", |_| "SUCCESS"),
     ("X-Client-Cert-Subject", |c| &c.subject),
     ("X-Client-Cert-Issuer", |c| &c.issuer),
@@ -45,6 +45,9 @@ pub const FIELDS: [(&str, fn(&ClientCert) -> &str); 7] = [
     ("X-Client-Cert-Not-After", |c| &c.not_after),
 ];
 
+/// Reads one part of a certificate's description.
+pub type Part = fn(&ClientCert) -> &str;
+
 /// The prefix of every field in [`FIELDS`], lower-case.
 const FIELD_PREFIX: &[u8] = b"x-client-cert-";
 
@@ -53,7 +56,8 @@ const FIELD_PREFIX: &[u8] = b"x-client-cert-";
 /// certificate it did not present).
 #[inline]
 pub fn is_client_cert_field(name: &[u8]) -> bool {
-    name.len() >= FIELD_PREFIX.len() && name[..FIELD_PREFIX.len()].eq_ignore_ascii_case(FIELD_PREFIX)
+    name.len() >= FIELD_PREFIX.len()
+        && name[..FIELD_PREFIX.len()].eq_ignore_ascii_case(FIELD_PREFIX)
 }
 
 impl ClientCert {

@@ -251,7 +251,12 @@ pub fn answer<'r>(
     if route.client_cert.is_some() || client.peer.client_cert.is_some() {
         let cert = client.peer.client_cert.as_deref();
         if !client_cert::admits(route.client_cert.as_ref(), cert) {
-            let answer = finish(Response::error(Status::MISDIRECTED_REQUEST), route, req, client);
+            let answer = finish(
+                Response::error(Status::MISDIRECTED_REQUEST),
+                route,
+                req,
+                client,
+            );
             return Answer::Now(answer, Some(route.index));
         }
     }

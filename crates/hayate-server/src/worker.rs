@@ -583,7 +583,10 @@ async fn serve_tls(
         Ok(accepted) => accepted,
         Err(_) => return,
     };
-    let peer = Peer { client_cert, ..peer };
+    let peer = Peer {
+        client_cert,
+        ..peer
+    };
     if t.alpn() == Some(b"h2") {
         let tls = t.tls_info();
         pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;

@@ -5,8 +5,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use crate::{site, tcp_connect, Client, Hayate, Stream};
@@ -56,6 +58,28 @@ impl TlsClient {
         }
     }
 
+    /// The same trust and ALPN, presenting the client certificate chain in
+    /// the PEM file `cert` (leaf first) with the key in `key`, when a
+    /// server asks for one (mutual TLS).
+    pub fn with_client_cert(&self, cert: &Path, key: &Path) -> TlsClient {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("client certificate file")
+            .map(|c| c.expect("client certificate"))
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(key).expect("client key");
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let signer = provider
+            .key_provider
+            .load_private_key(key)
+            .expect("a usable client key");
+        let mut config = (*self.config).clone();
+        config.client_auth_cert_resolver =
+            Arc::new(OneClientCert(Arc::new(CertifiedKey::new(chain, signer))));
+        TlsClient {
+            config: Arc::new(config),
+        }
+    }
+
     /// Connects to `addr`, asking for `name` (an IP address sends no SNI),
     /// and completes the handshake.
     pub fn connect(&self, addr: SocketAddr, name: &str) -> Client {
@@ -76,6 +100,20 @@ impl TlsClient {
             stream: Stream::Tls(Box::new(StreamOwned::new(conn, sock))),
             buf: Vec::new(),
         })
+    }
+}
+
+/// Presents one certificate to every server that asks.
+#[derive(Debug)]
+struct OneClientCert(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for OneClientCert {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 

@@ -212,8 +212,8 @@ fn verifier(
         }
     }
     let provider = Arc::new(crate::provider());
-    let mut builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .with_crls(lists);
+    let mut builder =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).with_crls(lists);
     if auth == ClientAuth::Optional {
         builder = builder.allow_unauthenticated();
     }
@@ -311,7 +311,10 @@ pub(crate) fn describe(der: &[u8], trust: Option<Arc<str>>) -> Option<ClientCert
         subject: printable(&rfc4514(cert.subject())),
         issuer: printable(&rfc4514(cert.issuer())),
         sans: printable(&sans),
-        serial: cert.raw_serial_as_string().replace(':', "").to_ascii_uppercase(),
+        serial: cert
+            .raw_serial_as_string()
+            .replace(':', "")
+            .to_ascii_uppercase(),
         fingerprint: hex(fingerprint.as_ref()),
         not_after: httpdate::fmt_http_date(not_after),
         trust,

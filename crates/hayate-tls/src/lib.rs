@@ -258,10 +258,8 @@ impl TlsServer {
             None => {
                 // Sites differ in client certificates: the ClientHello's
                 // SNI picks the configuration.
-                let hello = tokio_rustls::LazyConfigAcceptor::new(
-                    rustls::server::Acceptor::default(),
-                    tcp,
-                );
+                let hello =
+                    tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
                 let start = Box::pin(hello).await.map_err(|e| handshake_error(&e))?;
                 let h = handshakes.for_hello(&start.client_hello());
                 (Box::pin(start.into_stream(h.config.clone())).await, h)
@@ -286,7 +284,8 @@ impl TlsServer {
                 // a resumed session's certificate; a configuration's
                 // tickets are its own, so this is a safety net).
                 None if chosen.auth == ClientAuth::Require => {
-                    self.metrics.client_cert_failed(client_auth::CertFailure::Missing);
+                    self.metrics
+                        .client_cert_failed(client_auth::CertFailure::Missing);
                     return Err(Failure::ClientCert);
                 }
                 None => None,

@@ -236,6 +236,64 @@ mod tests {
         );
     }
 
+    /// A verified client certificate as mod_ssl names it, on HTTPS only;
+    /// a client's own X-Client-Cert-* fields never become HTTP_* params.
+    #[test]
+    fn client_certificates_become_ssl_client_params() {
+        let script = CgiScript {
+            document_root: "/srv/app",
+            request_uri: b"/",
+            url_prefix: b"",
+            script_name: b"/index.php",
+            path_info: b"",
+            server_port: 443,
+            remote_port: None,
+            protocol: "HTTP/1.1",
+        };
+        let cert = ClientCert {
+            subject: "CN=alice,O=Example".into(),
+            issuer: "CN=ca".into(),
+            sans: "email:alice@example.test".into(),
+            serial: "1234".into(),
+            fingerprint: "ab".repeat(32),
+            not_after: "Sun, 06 Nov 2044 08:49:37 GMT".into(),
+            trust: None,
+        };
+        let req = ProxyRequest {
+            method: b"GET",
+            target: b"/",
+            headers: vec![(&b"X-Client-Cert-Subject"[..], &b"CN=mallory"[..])],
+            client_ip: "10.0.0.9",
+            forwarded_chain: None,
+            host: Some(b"api.example"),
+            scheme: Scheme::Https,
+            cgi: None,
+            ports: Default::default(),
+            client_cert: Some(&cert),
+        };
+        let vars = decode(&request_params(&req, &script, None, b"id"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SSL_CLIENT_VERIFY"), Some("SUCCESS"));
+        assert_eq!(get("SSL_CLIENT_S_DN"), Some("CN=alice,O=Example"));
+        assert_eq!(get("SSL_CLIENT_I_DN"), Some("CN=ca"));
+        assert_eq!(get("SSL_CLIENT_M_SERIAL"), Some("1234"));
+        assert_eq!(get("HTTP_X_CLIENT_CERT_SUBJECT"), None);
+        let without = ProxyRequest {
+            client_cert: None,
+            ..req
+        };
+        let vars = decode(&request_params(&without, &script, None, b"id"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SSL_CLIENT_VERIFY"), Some("NONE"));
+        assert_eq!(get("SSL_CLIENT_S_DN"), None);
+        let plain = ProxyRequest {
+            scheme: Scheme::Http,
+            ..without
+        };
+        let vars = decode(&request_params(&plain, &script, None, b"id"));
+        assert!(!vars.iter().any(|(n, _)| n.starts_with("SSL_")));
+    }
+
     /// HTTP/2 has no Host field: HTTP_HOST comes from `:authority`, once,
     /// and a Host field never gives a second one.
     #[test]
