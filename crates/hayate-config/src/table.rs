@@ -370,6 +370,10 @@ options! {
         "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
+    proxy_tls_cert: PathBuf = unset, "FILE",
+        "Client certificate chain (PEM, leaf first) this route presents to https:// upstreams that ask for one (mutual TLS); with proxy_tls_key";
+    proxy_tls_key: PathBuf = unset, "FILE",
+        "Private key (PEM) of proxy_tls_cert";
     proxy_protocol: UpstreamProxyProtocol = "off", "off|v2",
         "v2: each connection to this route's upstream starts with a PROXY protocol v2 header naming the client (for upstreams that read it: HAProxy, nginx's listen ... proxy_protocol, another hayate); such a connection carries one client's request and is closed after it, never pooled";
     strip_prefix: bool = "false", "BOOL",

@@ -200,6 +200,10 @@ impl Router {
                         name => HostPolicy::Fixed(name.to_string()),
                     },
                     proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
+                    tls: match route_client_cert(&r.prefix, &r.options, config)? {
+                        Some(own) => Some(own),
+                        None => proxy.tls.clone(),
+                    },
                     ..proxy.clone()
                 };
                 // php-fpm as the supervised app (`hayate php`) runs the
@@ -217,7 +221,7 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {} {:?} {:?}",
+                    "{:?} {} {:?} {:?} {} {:?} {:?} {:?} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
@@ -225,6 +229,8 @@ impl Router {
                     app_fastcgi,
                     r.options.proxy_timeout,
                     r.options.proxy_protocol,
+                    r.options.proxy_tls_cert,
+                    r.options.proxy_tls_key,
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {
@@ -552,9 +558,35 @@ fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
         return Ok(None);
     }
     let g = &config.global;
-    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify)
+    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, None)
         .map(|c| Some(Arc::new(c)))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("https upstreams: {e}")))
+}
+
+/// The TLS client of a route that presents its own client certificate to
+/// https upstreams (`proxy_tls_cert`, `proxy_tls_key`); `None` when it
+/// presents none. Read when the routes are built (start, reload).
+fn route_client_cert(
+    prefix: &str,
+    options: &RouteOptions,
+    config: &Config,
+) -> io::Result<Option<Arc<ClientConfig>>> {
+    let invalid = |m: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("route {prefix:?}: {m}"),
+        )
+    };
+    let pair = match (&options.proxy_tls_cert, &options.proxy_tls_key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert.as_path(), key.as_path()),
+        (Some(_), None) => return Err(invalid("proxy_tls_cert needs proxy_tls_key".into())),
+        (None, Some(_)) => return Err(invalid("proxy_tls_key needs proxy_tls_cert".into())),
+    };
+    let g = &config.global;
+    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, Some(pair))
+        .map(|c| Some(Arc::new(c)))
+        .map_err(invalid)
 }
 
 /// The balancing of `spec`, or `default` when `proxy_balance` is unset.

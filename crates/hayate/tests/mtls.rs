@@ -124,7 +124,8 @@ impl Ca {
 }
 
 /// hayate with three sites on one https listener, all proxying to one
-/// origin: `api.test` requires a client certificate (with a CRL),
+/// origin: `api.test` (also `localhost`, for another hayate to proxy to)
+/// requires a client certificate (with a CRL),
 /// `opt.test` asks for one, `www.test` (the default site) does not.
 struct Setup {
     dir: tempfile::TempDir,
@@ -139,7 +140,7 @@ fn setup() -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let server_ca = Ca::new(d, "server-ca");
-    let names = ["api.test", "opt.test", "www.test"]
+    let names = ["api.test", "localhost", "opt.test", "www.test"]
         .map(String::from)
         .to_vec();
     let (cert, key, _) =
@@ -156,7 +157,7 @@ admin = "unix:{admin}"
 proxy = ["{url}"]
 
 [[site]]
-hosts = ["api.test"]
+hosts = ["api.test", "localhost"]
 tls_client_auth = "require"
 tls_client_ca = {ca:?}
 tls_client_crl = [{crl:?}]
@@ -407,4 +408,46 @@ fn over_http2_with_curl_the_certificate_reaches_the_upstream() {
         String::from_utf8_lossy(&out.stdout).ends_with("000"),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_route_presents_its_client_certificate_to_an_https_upstream_that_requires_one() {
+    // The upstream: the setup's hayate, whose `localhost` site requires
+    // client certificates from `client-ca`, in front of the echo origin.
+    let s = setup();
+    let d = s.dir.path();
+    s.clients.client(d, "front", "front", 0xf0, 30);
+    let member = format!("https://localhost:{}", s.addr().port());
+    let ca = s.server_ca.to_str().expect("path");
+    let front_args = |cert: bool| {
+        let mut args = vec![
+            "--proxy".to_string(),
+            member.clone(),
+            "--proxy-tls-ca".into(),
+            ca.into(),
+        ];
+        args.extend(["--proxy-host".into(), "upstream".into()]);
+        if cert {
+            args.push("--proxy-tls-cert".into());
+            args.push(d.join("front.crt").display().to_string());
+            args.push("--proxy-tls-key".into());
+            args.push(d.join("front.key").display().to_string());
+        }
+        args
+    };
+    let with = front_args(true);
+    let with: Vec<&str> = with.iter().map(String::as_str).collect();
+    let front = Hayate::start(BIN, &with);
+    let r = front.client().get("/echo", &[]);
+    assert_eq!(r.status, 200, "{}", front.stderr());
+    let seen = Echo::parse(&r.text());
+    assert_eq!(
+        seen.header("X-Client-Cert-Subject"),
+        Some("CN=front,O=Example")
+    );
+
+    let without = front_args(false);
+    let without: Vec<&str> = without.iter().map(String::as_str).collect();
+    let front = Hayate::start(BIN, &without);
+    assert_eq!(front.client().get("/echo", &[]).status, 502);
 }
