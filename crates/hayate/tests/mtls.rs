@@ -154,6 +154,7 @@ fn setup() -> Setup {
 tls_cert = [{cert:?}]
 tls_key = [{key:?}]
 admin = "unix:{admin}"
+control = "{control}"
 proxy = ["{url}"]
 
 [[site]]
@@ -171,6 +172,7 @@ tls_client_ca = {ca:?}
 "#,
         url = origin.url(),
         admin = admin.display(),
+        control = d.join("control.sock").display(),
         ca = clients.cert,
     );
     let h = Hayate::start_config(BIN, &d.join("hayate.toml"), &config);
@@ -450,4 +452,32 @@ fn a_route_presents_its_client_certificate_to_an_https_upstream_that_requires_on
     let without: Vec<&str> = without.iter().map(String::as_str).collect();
     let front = Hayate::start(BIN, &without);
     assert_eq!(front.client().get("/echo", &[]).status, 502);
+}
+
+#[test]
+fn a_reload_reads_the_crl_again_and_sessions_from_before_do_not_resume() {
+    let s = setup();
+    let d = s.dir.path();
+    s.clients.client(d, "alice", "alice", 0x1234, 30);
+    // With resumption: the second connection offers the first's ticket.
+    let alice = TlsClient::trusting(&s.server_ca)
+        .with_client_cert(&d.join("alice.crt"), &d.join("alice.key"));
+    let (status, _) = echo(&alice, s.addr(), "api.test", "api.test", "").expect("served");
+    assert_eq!(status, 200);
+    let mut again = alice.connect(s.addr(), "api.test");
+    let r = again.exchange(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    assert_eq!(r.expect("served").status, 200);
+    let kind = again.tls().expect("tls").handshake_kind();
+    assert_eq!(kind, Some(rustls::HandshakeKind::Resumed));
+
+    s.clients.crl(d, "client-ca", &[66, 0x1234]);
+    let (ok, said) = hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(d.join("control.sock")),
+    );
+    assert!(ok && said.contains("certificates loaded again"), "{said}");
+    let refused = echo(&alice, s.addr(), "api.test", "api.test", "");
+    let why = refused.expect_err("revoked since");
+    assert!(why.contains("CertificateRevoked"), "{why}");
 }
