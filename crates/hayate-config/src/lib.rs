@@ -116,7 +116,7 @@ pub struct Route {
 
 /// Route keys naming files or directories that are checked only when
 /// opened, whose config file lines a [`Route`] keeps.
-pub const OPENED_KEYS: &[&str] = &["root", "basic_auth"];
+pub const OPENED_KEYS: &[&str] = &["root", "basic_auth", "proxy_tls_cert", "proxy_tls_key"];
 
 impl Route {
     /// The config file line that set `key` for this route (maybe in its

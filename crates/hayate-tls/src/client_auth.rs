@@ -131,6 +131,31 @@ impl Handshakes {
     }
 }
 
+/// Loads every site's client CA and CRL files as a start would:
+/// `Err((key, path, why))` for the first that cannot be used (for
+/// `hayate check`).
+pub fn check(config: &Config) -> Result<(), (&'static str, std::path::PathBuf, String)> {
+    for site in &config.sites {
+        let s = site.tls.client_certs(&config.global);
+        let (ClientAuth::Optional | ClientAuth::Require, Some(ca)) = (s.auth, &s.ca) else {
+            continue;
+        };
+        if let Err(why) = verifier(s.auth, ca, &s.crl) {
+            let bad_crl = s
+                .crl
+                .iter()
+                .find(|c| why.contains(&c.display().to_string()));
+            return Err(match bad_crl {
+                Some(crl) if why.starts_with("tls_client_crl") => {
+                    ("tls_client_crl", crl.clone(), why)
+                }
+                _ => ("tls_client_ca", ca.clone(), why),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The global setting, for a configuration without sites.
 fn global_setting(g: &hayate_config::GlobalOptions) -> ClientCerts {
     hayate_config::SiteTls::default().client_certs(g)
@@ -204,8 +229,12 @@ fn verifier(
         let at = |e: &dyn std::fmt::Display| format!("tls_client_crl {}: {e}", path.display());
         let bytes = std::fs::read(path).map_err(|e| at(&e))?;
         if bytes.starts_with(b"-----") {
+            let before = lists.len();
             for crl in CertificateRevocationListDer::pem_slice_iter(&bytes) {
                 lists.push(crl.map_err(|e| at(&e))?);
+            }
+            if lists.len() == before {
+                return Err(at(&"no PEM CRL (X509 CRL) in it"));
             }
         } else {
             lists.push(CertificateRevocationListDer::from(bytes));

@@ -22,7 +22,7 @@
 pub mod acme;
 pub mod acme_store;
 mod certificate;
-mod client_auth;
+pub mod client_auth;
 pub mod local_ca;
 mod metrics;
 mod provider;

@@ -481,3 +481,63 @@ fn a_reload_reads_the_crl_again_and_sessions_from_before_do_not_resume() {
     let why = refused.expect_err("revoked since");
     assert!(why.contains("CertificateRevoked"), "{why}");
 }
+
+#[test]
+fn hayate_check_names_the_line_of_an_unusable_ca_crl_or_upstream_client_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let ca = Ca::new(d, "client-ca");
+    ca.client(d, "front", "front", 1, 30);
+    let other = Ca::new(d, "other-ca");
+    other.client(d, "other", "other", 2, 30);
+    let file = d.join("hayate.toml");
+    let check = |text: String| {
+        std::fs::write(&file, text).expect("write");
+        hayate_testkit::run_to_end(std::process::Command::new(BIN).arg("check").arg(&file))
+    };
+    let site = |ca: &Path, crl: &Path| {
+        format!(
+            "root = {root:?}\n[[site]]\nhosts = [\"a.test\"]\ntls_client_auth = \"require\"\n\
+             tls_client_ca = {ca:?}\ntls_client_crl = [{crl:?}]\n",
+            root = d,
+        )
+    };
+    let crl = ca.crl(d, "client-ca", &[]);
+    let (ok, said) = check(site(&ca.cert, &crl));
+    assert!(ok, "{said}");
+    let (ok, said) = check(site(&d.join("missing.pem"), &crl));
+    assert!(
+        !ok && said.contains("hayate.toml:5: tls_client_ca: "),
+        "{said}"
+    );
+    let (ok, said) = check(site(&ca.cert, &ca.cert));
+    assert!(
+        !ok && said.contains("hayate.toml:6: tls_client_crl: "),
+        "{said}"
+    );
+    assert!(said.contains("no PEM CRL"), "{said}");
+
+    let route = |cert: &str, key: &str| {
+        format!(
+            "root = {d:?}\nproxy_tls_ca = {ca:?}\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\n\
+             proxy = [\"https://127.0.0.1:1\"]\n{cert}\n{key}\n",
+            ca = ca.cert,
+        )
+    };
+    let cert = format!("proxy_tls_cert = {:?}", d.join("front.crt"));
+    let (ok, said) = check(route(&cert, ""));
+    assert!(
+        !ok && said.contains("hayate.toml:7: proxy_tls_cert: "),
+        "{said}"
+    );
+    assert!(said.contains("needs proxy_tls_key"), "{said}");
+    let wrong_key = format!("proxy_tls_key = {:?}", d.join("other.key"));
+    let (ok, said) = check(route(&cert, &wrong_key));
+    assert!(
+        !ok && said.contains("hayate.toml:7: proxy_tls_cert: "),
+        "{said}"
+    );
+    let key = format!("proxy_tls_key = {:?}", d.join("front.key"));
+    let (ok, said) = check(route(&cert, &key));
+    assert!(ok, "{said}");
+}
