@@ -382,26 +382,6 @@ impl Client {
         self.read_response(false)
     }
 
-    /// Sends `raw` (one request) and reads its response, or says what ended
-    /// the exchange first: a write or read error (a TLS alert names
-    /// itself), or the connection closing.
-    pub fn exchange(&mut self, raw: &[u8]) -> Result<Response, String> {
-        self.stream
-            .write_all(raw)
-            .map_err(|e| format!("sending: {e}"))?;
-        let mut chunk = [0u8; 65536];
-        let n = self
-            .stream
-            .read(&mut chunk)
-            .map_err(|e| format!("reading: {e}"))?;
-        if n == 0 {
-            return Err("closed before a response".into());
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        self.try_read_response(raw.starts_with(b"HEAD "))
-            .ok_or_else(|| "closed in the response".into())
-    }
-
     /// Reads one response; `head` says the request was HEAD (no body).
     pub fn read_response(&mut self, head: bool) -> Response {
         self.try_read_response(head).expect("a response")

@@ -1,6 +1,7 @@
 //! A real rustls client for tests of hayate's HTTPS: trusts one CA file,
 //! offers ALPN, keeps sessions for resumption, and connects [`Client`]s.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use crate::{site, tcp_connect, Client, Hayate, Stream};
+use crate::{site, tcp_connect, Client, Hayate, Response, Stream};
 
 /// A TLS client configuration: whom it trusts, what it offers.
 #[derive(Clone)]
@@ -100,6 +101,28 @@ impl TlsClient {
             stream: Stream::Tls(Box::new(StreamOwned::new(conn, sock))),
             buf: Vec::new(),
         })
+    }
+}
+
+impl Client {
+    /// Sends `raw` (one request) and reads its response, or says what ended
+    /// the exchange first: a write or read error (a TLS alert names
+    /// itself), or the connection closing.
+    pub fn exchange(&mut self, raw: &[u8]) -> Result<Response, String> {
+        self.stream
+            .write_all(raw)
+            .map_err(|e| format!("sending: {e}"))?;
+        let mut chunk = [0u8; 65536];
+        let n = self
+            .stream
+            .read(&mut chunk)
+            .map_err(|e| format!("reading: {e}"))?;
+        if n == 0 {
+            return Err("closed before a response".into());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        self.try_read_response(raw.starts_with(b"HEAD "))
+            .ok_or_else(|| "closed in the response".into())
     }
 }
 
