@@ -483,7 +483,13 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
             format!("{certs} tls_cert and {keys} tls_key: give one key per certificate, in the same order"),
         ));
     }
-    for site in sites.iter().map(|s| s.tls.client_certs(g)) {
+    // Without sites (the command line), the global setting is the one.
+    let global_only = SiteTls::default();
+    let settings = match sites {
+        [] => vec![global_only.client_certs(g)],
+        _ => sites.iter().map(|s| s.tls.client_certs(g)).collect(),
+    };
+    for site in settings {
         if site.auth != values::ClientAuth::Off && site.ca.is_none() {
             return Err((
                 "tls_client_ca",
@@ -567,6 +573,22 @@ mod tests {
             cfg.global.http2_goaway_timeout.0,
             Duration::from_millis(500)
         );
+    }
+
+    #[test]
+    fn client_certificates_without_a_ca_are_refused_on_the_command_line_too() {
+        let mut g = GlobalLayer::default();
+        g.set_strs("tls_client_auth", &["optional".into()])
+            .expect("valid");
+        let (key, message) = super::check_tls(&g.clone().resolve(), &[]).expect_err("no CA");
+        assert_eq!(key, "tls_client_ca");
+        assert!(
+            message.contains("\"optional\" needs tls_client_ca"),
+            "{message}"
+        );
+        g.set_strs("tls_client_ca", &["/etc/ca.pem".into()])
+            .expect("valid");
+        super::check_tls(&g.resolve(), &[]).expect("a CA");
     }
 
     #[test]
