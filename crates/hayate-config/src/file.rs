@@ -13,7 +13,7 @@ use toml::Spanned;
 use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
 use crate::rules::{parse_rule, Rule};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
-use crate::values::{OptValue, ProxySpec, TlsMode};
+use crate::values::{ClientAuth, OptValue, ProxySpec, TlsMode};
 use crate::{Config, ConfigError, ConfigErrors, Overrides, Route, Site, SiteTls};
 
 /// Parses and validates `text`, the contents of the config file at `path`,
@@ -127,12 +127,12 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     let top_opened = opened_offsets(doc.get_ref(), &[]);
     let mut sites = Vec::new();
     for site in &site_tables {
-        sites.push(cx.site(site, &top_route, &top_opened)?);
+        sites.push(cx.site(site, &top_route, &top_opened, &global)?);
     }
     if sites.is_empty() {
         // A file with no [[site]]: one site serving the top-level root at "/".
         let site_span = Spanned::new(0..0, DeTable::new());
-        sites.push(cx.site(&site_span, &top_route, &top_opened)?);
+        sites.push(cx.site(&site_span, &top_route, &top_opened, &global)?);
     }
     // Top-level rules run first, for every site.
     for site in &mut sites {
@@ -482,6 +482,7 @@ impl Cx<'_> {
         site: &Spanned<DeTable<'_>>,
         top_route: &RouteLayer,
         top_opened: &[(&'static str, usize)],
+        global: &GlobalLayer,
     ) -> Result<Site, ConfigError> {
         let site_opened = opened_offsets(site.get_ref(), top_opened);
         let mut hosts = Vec::new();
@@ -490,6 +491,7 @@ impl Cx<'_> {
         let mut tls = SiteTls::default();
         let mut rules = Vec::new();
         let (mut certs, mut keys) = (Vec::new(), Vec::new());
+        let mut client_auth_at = site.span().start;
         for (key, value) in site.get_ref() {
             let k = key.get_ref().as_ref();
             let at = value.span().start;
@@ -510,10 +512,36 @@ impl Cx<'_> {
                     keys = Vec::<PathBuf>::parse_toml(value.get_ref())
                         .map_err(|m| self.err(at, k, m))?;
                 }
+                "tls_client_auth" => {
+                    let auth =
+                        ClientAuth::parse_toml(value.get_ref()).map_err(|m| self.err(at, k, m))?;
+                    tls.client_auth = Some(auth);
+                    client_auth_at = at;
+                }
+                "tls_client_ca" => {
+                    let ca =
+                        PathBuf::parse_toml(value.get_ref()).map_err(|m| self.err(at, k, m))?;
+                    tls.client_ca = Some(ca);
+                }
+                "tls_client_crl" => {
+                    let crl = Vec::<PathBuf>::parse_toml(value.get_ref())
+                        .map_err(|m| self.err(at, k, m))?;
+                    tls.client_crl = Some(crl);
+                }
                 _ => match layer.set_toml(k, value.get_ref()) {
                     Ok(true) => {}
                     Ok(false) => {
-                        let site_keys = ["hosts", "route", "rule", "tls", "tls_cert", "tls_key"];
+                        let site_keys = [
+                            "hosts",
+                            "route",
+                            "rule",
+                            "tls",
+                            "tls_cert",
+                            "tls_key",
+                            "tls_client_auth",
+                            "tls_client_ca",
+                            "tls_client_crl",
+                        ];
                         self.note(self.unknown(key, &site_keys));
                     }
                     Err(msg) => self.note(self.err(at, k, msg)),
@@ -529,6 +557,17 @@ impl Cx<'_> {
             return Err(self.err(site.span().start, "tls_key", message));
         }
         tls.certs = certs.into_iter().zip(keys).collect();
+        let client_auth = tls.client_auth.or(global.tls_client_auth);
+        let client_ca = tls.client_ca.as_ref().or(global.tls_client_ca.as_ref());
+        if let (Some(auth @ (ClientAuth::Optional | ClientAuth::Require)), None) =
+            (client_auth, client_ca)
+        {
+            let message = format!(
+                "tls_client_auth = \"{}\" needs tls_client_ca: the CA certificates (PEM) client certificates must chain to",
+                auth.as_str()
+            );
+            return Err(self.err(client_auth_at, "tls_client_ca", message));
+        }
         self.anchor(&mut layer);
         layer.merge_from(top_route);
 

@@ -69,6 +69,42 @@ pub struct SiteTls {
     pub mode: Option<values::TlsMode>,
     /// Certificate and key file pairs.
     pub certs: Vec<(PathBuf, PathBuf)>,
+    /// The site's own `tls_client_auth`, `tls_client_ca` and
+    /// `tls_client_crl` (each `None`: the global one's); see
+    /// [`SiteTls::client_certs`].
+    pub client_auth: Option<values::ClientAuth>,
+    /// See `client_auth`.
+    pub client_ca: Option<PathBuf>,
+    /// See `client_auth`.
+    pub client_crl: Option<Vec<PathBuf>>,
+}
+
+/// How a site verifies client certificates: its own settings over the
+/// global ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCerts {
+    /// Off, optional or required.
+    pub auth: values::ClientAuth,
+    /// The CAs client certificates must chain to (set whenever `auth` is
+    /// not off: the load refuses it otherwise).
+    pub ca: Option<PathBuf>,
+    /// Revocation lists of those CAs.
+    pub crl: Vec<PathBuf>,
+}
+
+impl SiteTls {
+    /// The client-certificate settings of the site, its own over `g`'s.
+    pub fn client_certs(&self, g: &GlobalOptions) -> ClientCerts {
+        ClientCerts {
+            auth: self.client_auth.unwrap_or(g.tls_client_auth),
+            ca: self.client_ca.clone().or_else(|| g.tls_client_ca.clone()),
+            crl: self
+                .client_crl
+                .clone()
+                .or_else(|| g.tls_client_crl.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// A path prefix and how it is served.
@@ -86,7 +122,7 @@ pub struct Route {
 
 /// Route keys naming files or directories that are checked only when
 /// opened, whose config file lines a [`Route`] keeps.
-pub const OPENED_KEYS: &[&str] = &["root", "basic_auth"];
+pub const OPENED_KEYS: &[&str] = &["root", "basic_auth", "proxy_tls_cert", "proxy_tls_key"];
 
 impl Route {
     /// The config file line that set `key` for this route (maybe in its
@@ -474,6 +510,34 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
             format!("{certs} tls_cert and {keys} tls_key: give one key per certificate, in the same order"),
         ));
     }
+    // Without sites (the command line), the global setting is the one.
+    let global_only = SiteTls::default();
+    let settings = match sites {
+        [] => vec![global_only.client_certs(g)],
+        _ => sites.iter().map(|s| s.tls.client_certs(g)).collect(),
+    };
+    let verifies_clients = settings
+        .iter()
+        .any(|site| site.auth != values::ClientAuth::Off);
+    if g.http3 && verifies_clients {
+        // The QUIC handshake does not ask for client certificates yet: a
+        // site that requires them must not be reachable around that.
+        return Err((
+            "http3",
+            "HTTP/3 does not verify client certificates yet: turn http3 off while a site sets tls_client_auth".into(),
+        ));
+    }
+    for site in settings {
+        if site.auth != values::ClientAuth::Off && site.ca.is_none() {
+            return Err((
+                "tls_client_ca",
+                format!(
+                    "tls_client_auth = \"{}\" needs tls_client_ca: the CA certificates (PEM) client certificates must chain to",
+                    site.auth.as_str()
+                ),
+            ));
+        }
+    }
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
     let site_tls = sites
         .iter()
@@ -580,6 +644,29 @@ mod tests {
         );
         let e = plain.expect_err("refused").to_string();
         assert!(e.contains("c.toml:3") && e.contains("https://"), "{e}");
+    }
+
+    #[test]
+    fn client_certificates_without_a_ca_are_refused_on_the_command_line_too() {
+        let mut g = GlobalLayer::default();
+        g.set_strs("tls_client_auth", &["optional".into()])
+            .expect("valid");
+        let (key, message) = super::check_tls(&g.clone().resolve(), &[]).expect_err("no CA");
+        assert_eq!(key, "tls_client_ca");
+        assert!(
+            message.contains("\"optional\" needs tls_client_ca"),
+            "{message}"
+        );
+        g.set_strs("tls_client_ca", &["/etc/ca.pem".into()])
+            .expect("valid");
+        super::check_tls(&g.clone().resolve(), &[]).expect("a CA");
+        // HTTP/3 would let a client around the certificate check.
+        g.set_strs("listen", &["https://127.0.0.1:8443".into()])
+            .expect("valid");
+        g.set_strs("tls", &["internal".into()]).expect("valid");
+        g.set_strs("http3", &["true".into()]).expect("valid");
+        let (key, _) = super::check_tls(&g.resolve(), &[]).expect_err("not with HTTP/3");
+        assert_eq!(key, "http3");
     }
 
     #[test]

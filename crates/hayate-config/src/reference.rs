@@ -23,7 +23,10 @@ pub fn markdown_reference() -> String {
          subdomains), route options (defaults for its routes), `[[site.route]]` tables, and \
          its own HTTPS certificates: `tls = \"acme\"` or `\"internal\"` for automatic ones \
          for its hosts, or `tls_cert`/`tls_key` files. The global `tls` covers the sites \
-         that choose nothing.\n\n",
+         that choose nothing. A site also takes its own client certificates \
+         (`tls_client_auth`, `tls_client_ca`, `tls_client_crl`), over the global ones: the \
+         handshake picks them by SNI, and a request whose Host names a site with other \
+         settings than its connection's is answered 421.\n\n",
     );
     for (title, intro, table) in [
         ("Global options", "Top level of the file only.", GLOBAL_OPTIONS),

@@ -196,6 +196,12 @@ options! {
         "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
     tls_key: Vec<PathBuf> = unset, "FILE",
         "Private key (PEM) of the tls_cert in the same position; should be readable by the owner only";
+    tls_client_auth: ClientAuth = "off", "off|optional|require",
+        "Client certificates (mutual TLS) on https listeners, per site in a [[site]]: require refuses a handshake without a certificate that tls_client_ca verifies (a TLS alert); optional asks for one, and one that is sent must verify; the verified certificate reaches upstreams as X-Client-Cert-* fields and FastCGI as SSL_CLIENT_* params";
+    tls_client_ca: PathBuf = unset, "FILE",
+        "CA certificates (PEM bundle) that client certificates must chain to, for tls_client_auth (also per site)";
+    tls_client_crl: Vec<PathBuf> = unset, "FILE",
+        "Certificate revocation lists (PEM or DER) of the tls_client_ca: a revoked client certificate is refused (also per site; read at start and reload)";
     tls_handshake_timeout: Dur = "10s", "DURATION",
         "Time for a client to complete the TLS handshake (and to send its first byte); then it is closed";
     https_redirect: bool = "true", "BOOL",
@@ -370,6 +376,10 @@ options! {
         "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
+    proxy_tls_cert: PathBuf = unset, "FILE",
+        "Client certificate chain (PEM, leaf first) this route presents to https:// upstreams that ask for one (mutual TLS); with proxy_tls_key";
+    proxy_tls_key: PathBuf = unset, "FILE",
+        "Private key (PEM) of proxy_tls_cert";
     proxy_protocol: UpstreamProxyProtocol = "off", "off|v2",
         "v2: each connection to this route's upstream starts with a PROXY protocol v2 header naming the client (for upstreams that read it: HAProxy, nginx's listen ... proxy_protocol, another hayate); such a connection carries one client's request and is closed after it, never pooled";
     strip_prefix: bool = "false", "BOOL",

@@ -18,12 +18,14 @@ mod files;
 mod headers;
 mod log_format;
 mod policy;
+mod tls;
 mod upstream;
 pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
+pub use tls::{AcmeChallenge, ClientAuth, TlsMode};
 pub use upstream::{
     speaks_h2c, BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2, UpstreamProxyProtocol,
 };
@@ -339,49 +341,6 @@ impl OptValue for Listen {
             proxy_protocol,
             http2_only,
         })
-    }
-}
-
-/// Where HTTPS certificates come from besides `tls_cert`/`tls_key` files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TlsMode {
-    /// Issued by a local CA that hayate creates in its state directory, for
-    /// the site names, localhost and the listeners' addresses.
-    Internal,
-    /// Obtained from an ACME directory (Let's Encrypt by default) for the
-    /// site names.
-    Acme,
-}
-
-impl OptValue for TlsMode {
-    fn parse_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "internal" => Ok(TlsMode::Internal),
-            "acme" => Ok(TlsMode::Acme),
-            _ => Err(format!("expected internal or acme, got {s:?}")),
-        }
-    }
-}
-
-/// The ACME challenge hayate answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcmeChallenge {
-    /// HTTP-01 when there is a plain-HTTP TCP listener, else TLS-ALPN-01.
-    Auto,
-    /// HTTP-01: a file on the plain-HTTP listener (port 80 for a public CA).
-    Http01,
-    /// TLS-ALPN-01: a certificate on the TLS listener (port 443).
-    TlsAlpn01,
-}
-
-impl OptValue for AcmeChallenge {
-    fn parse_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "auto" => Ok(AcmeChallenge::Auto),
-            "http-01" => Ok(AcmeChallenge::Http01),
-            "tls-alpn-01" => Ok(AcmeChallenge::TlsAlpn01),
-            _ => Err(format!("expected auto, http-01 or tls-alpn-01, got {s:?}")),
-        }
     }
 }
 

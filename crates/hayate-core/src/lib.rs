@@ -8,6 +8,7 @@ pub mod app;
 pub mod bounded_writes;
 pub mod boxed;
 pub mod client_body;
+pub mod client_cert;
 pub mod coding;
 pub mod date;
 pub mod deadline;

@@ -437,6 +437,9 @@ pub struct Peer {
     pub port: Option<u16>,
     /// The port it connected to (TCP).
     pub local_port: Option<u16>,
+    /// The client certificate its TLS handshake verified (mutual TLS):
+    /// shared by the connection's requests.
+    pub client_cert: Option<std::sync::Arc<crate::client_cert::ClientCert>>,
 }
 
 impl std::fmt::Display for Peer {
@@ -495,6 +498,7 @@ impl Listener {
                     ip: Some(ip),
                     port: Some(addr.port()),
                     local_port: self.port,
+                    client_cert: None,
                 };
                 Ok((Transport::tcp(s)?, peer))
             }
@@ -505,6 +509,7 @@ impl Listener {
                     ip: None,
                     port: None,
                     local_port: None,
+                    client_cert: None,
                 };
                 Ok((Transport::Unix(s), peer))
             }

@@ -1,6 +1,7 @@
 //! The request as the proxy sees it: what the server hands over, and what
 //! makes it safe to send twice.
 
+use hayate_core::client_cert::ClientCert;
 use hayate_core::transport::Scheme;
 
 /// A request's header fields. On the heap: inline, 16 of them made the
@@ -34,6 +35,9 @@ pub struct ProxyRequest<'a> {
     pub cgi: Option<CgiScript<'a>>,
     /// The client's and hayate's ports, for a PROXY protocol header.
     pub ports: ClientPorts,
+    /// The client certificate its connection's handshake verified, told
+    /// to the upstream (`X-Client-Cert-*` fields, `SSL_CLIENT_*` params).
+    pub client_cert: Option<&'a ClientCert>,
 }
 
 /// The ports of the client's connection, as a PROXY protocol header names
@@ -132,6 +136,7 @@ pub(crate) mod tests {
             scheme: Scheme::Http,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         }
     }
 

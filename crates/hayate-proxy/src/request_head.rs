@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 
 use hayate_core::client_body::BodyLength;
+use hayate_core::client_cert::{self, is_client_cert_field};
 use hayate_core::field::name_is;
 use hayate_core::h1::request::{write_field, write_framing, write_request_line};
 
@@ -73,6 +74,7 @@ impl RequestHead {
                 || name_is(name, b"x-forwarded-proto")
                 || name_is(name, b"x-forwarded-host")
                 || name_is(name, b"forwarded")
+                || is_client_cert_field(name)
             {
                 continue;
             }
@@ -141,6 +143,17 @@ impl RequestHead {
         }
         if settings.via {
             h.extend_from_slice(b"\r\nVia: 1.1 hayate");
+        }
+        if let Some(cert) = req.client_cert {
+            h.extend_from_slice(b"\r\n");
+            for (i, (name, value)) in client_cert::FIELDS.iter().enumerate() {
+                if i > 0 {
+                    h.extend_from_slice(b"\r\n");
+                }
+                h.extend_from_slice(name.as_bytes());
+                h.extend_from_slice(b": ");
+                h.extend_from_slice(value(cert).as_bytes());
+            }
         }
         h.extend_from_slice(b"\r\nX-Request-Id: ");
         let made_id = match request_id {
@@ -300,6 +313,7 @@ mod tests {
             scheme: Scheme::Http,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         }
     }
 

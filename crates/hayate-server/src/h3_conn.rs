@@ -257,6 +257,9 @@ fn peer_of(addr: SocketAddr, local_port: Option<u16>) -> Peer {
         ip: Some(ip),
         port: Some(addr.port()),
         local_port,
+        // HTTP/3 asks for no client certificate (`http3` is refused with
+        // tls_client_auth).
+        client_cert: None,
     }
 }
 

@@ -51,6 +51,7 @@ use hayate_static::scripts::{Script, ScriptRoot};
 use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
+use crate::policy::client_cert;
 use crate::policy::conn_limit::ConnSlot;
 use crate::policy::forward_auth::Verdict;
 use crate::policy::headers::RequestFieldChanges;
@@ -252,6 +253,19 @@ pub fn answer<'r>(
     if route.internal && !req.was_rewritten() {
         let answer = finish(Response::error(Status::NOT_FOUND), route, req, client);
         return Answer::Now(answer, Some(route.index));
+    }
+    // Its site must verify client certificates as the handshake did.
+    if route.client_cert.is_some() || client.peer.client_cert.is_some() {
+        let cert = client.peer.client_cert.as_deref();
+        if !client_cert::admits(route.client_cert.as_ref(), cert) {
+            let answer = finish(
+                Response::error(Status::MISDIRECTED_REQUEST),
+                route,
+                req,
+                client,
+            );
+            return Answer::Now(answer, Some(route.index));
+        }
     }
 
     // 2b. Access: the route's policies (rate limits, allow/deny,
@@ -679,6 +693,7 @@ pub(crate) fn proxied<'r>(
             client: client.peer.port.filter(|_| client.forwarded.is_none()),
             local: client.peer.local_port,
         },
+        client_cert: client.peer.client_cert.as_deref(),
     }
 }
 

@@ -23,6 +23,7 @@
 pub mod allow_deny;
 pub mod basic_auth;
 pub mod client;
+pub mod client_cert;
 pub mod conn_limit;
 pub mod cors;
 pub mod error_pages;

@@ -51,6 +51,7 @@ pub async fn accept(tcp: &TcpStream, peer: Peer, trusted: bool, timeout: Duratio
                 ip: Some(ip),
                 port: Some(client.port()),
                 local_port: peer.local_port,
+                client_cert: None,
             }
         }
         None => peer,

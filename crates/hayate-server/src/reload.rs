@@ -245,9 +245,23 @@ impl<'a> Reloader<'a> {
         next.global.control = running.global.control.clone();
         // Certificate files and local-CA names: loaded (all or none) now,
         // served once the reload cannot fail any more.
-        let certificates_changed = ["tls_cert", "tls_key", "tls_names"]
-            .iter()
-            .any(|k| running.global.changed_keys(&next.global).contains(k))
+        // Client CAs and CRLs are read again on every reload that has
+        // them: a reload is how a replaced CRL file is taken.
+        let client_certs = next.sites.iter().any(|s| {
+            s.tls.client_certs(&next.global).auth != hayate_config::values::ClientAuth::Off
+        });
+        let keys = [
+            "tls_cert",
+            "tls_key",
+            "tls_names",
+            "tls_client_auth",
+            "tls_client_ca",
+            "tls_client_crl",
+        ];
+        let certificates_changed = client_certs
+            || keys
+                .iter()
+                .any(|k| running.global.changed_keys(&next.global).contains(k))
             || next
                 .sites
                 .iter()

@@ -26,6 +26,7 @@ use hayate_tls::acme::Challenges;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
+use crate::policy::client_cert::ExpectedCert;
 use crate::policy::rewrite::{Rewritten, RuleRequest, SiteRules};
 use crate::policy::{ForwardedClient, RouteName, RoutePolicies, TrustedProxies};
 use hayate_core::request::RequestHead;
@@ -64,6 +65,9 @@ pub struct Route {
     /// Its site policies (allow/deny, authentication); `None`: it has none
     /// and pays nothing for them.
     pub policies: Option<Box<RoutePolicies>>,
+    /// The client certificate its site's handshakes verify; `None`: its
+    /// site asks for none (see `policy::client_cert`).
+    pub client_cert: Option<ExpectedCert>,
     /// Reached only by X-Accel-Redirect or a rule's rewrite (`internal`).
     pub internal: bool,
     /// Its upstream's answers are looked at for X-Accel-Redirect (its site
@@ -200,6 +204,7 @@ impl Router {
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
+            let client_cert = ExpectedCert::of(&site.tls.client_certs(g));
             let has_internal = site.routes.iter().any(|r| r.options.internal);
             for r in &site.routes {
                 let compression = crate::compression::policy(&r.options).map(Rc::new);
@@ -228,6 +233,10 @@ impl Router {
                         name => HostPolicy::Fixed(name.to_string()),
                     },
                     proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
+                    tls: match route_client_cert(&r.prefix, &r.options, config)? {
+                        Some(own) => Some(own),
+                        None => proxy.tls.clone(),
+                    },
                     ..proxy.clone()
                 };
                 // php-fpm as the supervised app (`hayate php`) runs the
@@ -245,7 +254,7 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {} {:?} {:?}",
+                    "{:?} {} {:?} {:?} {} {:?} {:?} {:?} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
@@ -253,6 +262,8 @@ impl Router {
                     app_fastcgi,
                     r.options.proxy_timeout,
                     r.options.proxy_protocol,
+                    r.options.proxy_tls_cert,
+                    r.options.proxy_tls_key,
                 );
                 let upstream = match (&r.options.proxy, r.options.app, app) {
                     _ if reusable.contains_key(&upstream_key) => {
@@ -312,6 +323,7 @@ impl Router {
                     .and_then(|g| g.sticky_cookie())
                     .map(Into::into);
                 routes.push(Route {
+                    client_cert: client_cert.clone(),
                     index: route_slots.map_or(position, |slots| slots[position]),
                     upstream_key,
                     prefix: r.prefix.as_bytes().to_vec(),
@@ -603,9 +615,35 @@ fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
         return Ok(None);
     }
     let g = &config.global;
-    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify)
+    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, None)
         .map(|c| Some(Arc::new(c)))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("https upstreams: {e}")))
+}
+
+/// The TLS client of a route that presents its own client certificate to
+/// https upstreams (`proxy_tls_cert`, `proxy_tls_key`); `None` when it
+/// presents none. Read when the routes are built (start, reload).
+fn route_client_cert(
+    prefix: &str,
+    options: &RouteOptions,
+    config: &Config,
+) -> io::Result<Option<Arc<ClientConfig>>> {
+    let invalid = |m: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("route {prefix:?}: {m}"),
+        )
+    };
+    let pair = match (&options.proxy_tls_cert, &options.proxy_tls_key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert.as_path(), key.as_path()),
+        (Some(_), None) => return Err(invalid("proxy_tls_cert needs proxy_tls_key".into())),
+        (None, Some(_)) => return Err(invalid("proxy_tls_key needs proxy_tls_cert".into())),
+    };
+    let g = &config.global;
+    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, Some(pair))
+        .map(|c| Some(Arc::new(c)))
+        .map_err(invalid)
 }
 
 /// The balancing of `spec`, or `default` when `proxy_balance` is unset.

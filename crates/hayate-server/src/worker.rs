@@ -607,15 +607,19 @@ async fn serve_tls(
     scheme: Scheme,
     worker: Rc<Worker>,
 ) {
-    match pinned(|| tls.handshake(tcp)).await {
-        Ok(t) if t.alpn() == Some(b"h2") => {
-            let tls = t.tls_info();
-            pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
-        }
-        Ok(t) => {
-            pinned(|| async move { Conn::new(t, peer, scheme, worker).run().await }).await;
-        }
-        Err(_) => {}
+    let (t, client_cert) = match pinned(|| tls.handshake(tcp)).await {
+        Ok(accepted) => accepted,
+        Err(_) => return,
+    };
+    let peer = Peer {
+        client_cert,
+        ..peer
+    };
+    if t.alpn() == Some(b"h2") {
+        let tls = t.tls_info();
+        pinned(|| crate::h2_conn::serve(t, peer, scheme, tls, worker)).await;
+    } else {
+        pinned(|| async move { Conn::new(t, peer, scheme, worker).run().await }).await;
     }
 }
 

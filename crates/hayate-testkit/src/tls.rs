@@ -1,16 +1,19 @@
 //! A real rustls client for tests of hayate's HTTPS: trusts one CA file,
 //! offers ALPN, keeps sessions for resumption, and connects [`Client`]s.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use crate::{site, tcp_connect, Client, Hayate, Stream};
+use crate::{site, tcp_connect, Client, Hayate, Response, Stream};
 
 /// A TLS client configuration: whom it trusts, what it offers.
 #[derive(Clone)]
@@ -57,6 +60,28 @@ impl TlsClient {
         }
     }
 
+    /// The same trust and ALPN, presenting the client certificate chain in
+    /// the PEM file `cert` (leaf first) with the key in `key`, when a
+    /// server asks for one (mutual TLS).
+    pub fn with_client_cert(&self, cert: &Path, key: &Path) -> TlsClient {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("client certificate file")
+            .map(|c| c.expect("client certificate"))
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(key).expect("client key");
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let signer = provider
+            .key_provider
+            .load_private_key(key)
+            .expect("a usable client key");
+        let mut config = (*self.config).clone();
+        config.client_auth_cert_resolver =
+            Arc::new(OneClientCert(Arc::new(CertifiedKey::new(chain, signer))));
+        TlsClient {
+            config: Arc::new(config),
+        }
+    }
+
     /// Connects to `addr`, asking for `name` (an IP address sends no SNI),
     /// and completes the handshake.
     pub fn connect(&self, addr: SocketAddr, name: &str) -> Client {
@@ -77,6 +102,42 @@ impl TlsClient {
             stream: Stream::Tls(Box::new(StreamOwned::new(conn, sock))),
             buf: Vec::new(),
         })
+    }
+}
+
+impl Client {
+    /// Sends `raw` (one request) and reads its response, or says what ended
+    /// the exchange first: a write or read error (a TLS alert names
+    /// itself), or the connection closing.
+    pub fn exchange(&mut self, raw: &[u8]) -> Result<Response, String> {
+        self.stream
+            .write_all(raw)
+            .map_err(|e| format!("sending: {e}"))?;
+        let mut chunk = [0u8; 65536];
+        let n = self
+            .stream
+            .read(&mut chunk)
+            .map_err(|e| format!("reading: {e}"))?;
+        if n == 0 {
+            return Err("closed before a response".into());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        self.try_read_response(raw.starts_with(b"HEAD "))
+            .ok_or_else(|| "closed in the response".into())
+    }
+}
+
+/// Presents one certificate to every server that asks.
+#[derive(Debug)]
+struct OneClientCert(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for OneClientCert {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 

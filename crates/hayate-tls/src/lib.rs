@@ -22,6 +22,7 @@
 pub mod acme;
 pub mod acme_store;
 mod certificate;
+pub mod client_auth;
 pub mod local_ca;
 mod metrics;
 mod provider;
@@ -35,8 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hayate_config::values::{AcmeChallenge, ListenAddr, Scheme, TlsMode};
+use hayate_config::values::{AcmeChallenge, ClientAuth, ListenAddr, Scheme, TlsMode};
 use hayate_config::Config;
+use hayate_core::client_cert::ClientCert;
 use hayate_core::transport::{TlsStream, Transport};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
@@ -45,6 +47,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 pub use certificate::Certificate;
+pub use client_auth::CertFailure;
 pub use metrics::{Failure, TlsMetrics};
 pub use provider::provider;
 pub use store::CertStore;
@@ -53,24 +56,31 @@ pub use upstream::upstream_client_config;
 use acme_store::AcmeStore;
 
 use acme::{Acme, AcmeSettings, ChallengeKind, Challenges, ACME_TLS_ALPN};
+use client_auth::Handshakes;
 use sources::Sources;
 use store::Layer;
 
 /// TLS sessions kept for TLS 1.2 resumption by session id: at a few hundred
 /// bytes each, 10,000 are a few MB (nginx's usual `shared:SSL:10m` holds
 /// about 40,000). TLS 1.3 clients resume by ticket and take no entry.
-const SESSION_CACHE: usize = 10_000;
+pub(crate) const SESSION_CACHE: usize = 10_000;
 
 /// A record's first byte for a handshake (RFC 8446 §5.1, content type 22).
 const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Certificates loaded for a reload, not served yet.
-pub struct LoadedCertificates(Sources);
+/// Certificates (and client-certificate settings) loaded for a reload,
+/// not served yet.
+pub struct LoadedCertificates(Sources, Handshakes);
 
 /// The TLS side of every `https://` listener.
 #[derive(Debug)]
 pub struct TlsServer {
-    config: Arc<ServerConfig>,
+    /// Certificates, ALPN, tickets: what every site's configuration is a
+    /// copy of.
+    base: Arc<ServerConfig>,
+    /// The configurations by SNI (client certificates differ by site),
+    /// replaced by a reload.
+    handshakes: arc_swap::ArcSwap<Handshakes>,
     /// The rustls side of the HTTP/3 listeners, when `http3` is on.
     http3: Option<Arc<ServerConfig>>,
     store: Arc<CertStore>,
@@ -124,13 +134,19 @@ impl TlsServer {
             store: store.clone(),
             challenges: challenges.clone(),
         });
-        let config = server_config(resolver.clone(), g.http2, challenges.is_some())?;
+        let base = Arc::new(server_config(
+            resolver.clone(),
+            g.http2,
+            challenges.is_some(),
+        )?);
         let http3 = match g.http3 {
-            true => Some(Arc::new(http3_config(resolver, &config)?)),
+            true => Some(Arc::new(http3_config(resolver, &base)?)),
             false => None,
         };
+        let handshakes = Handshakes::build(config, &base)?;
         let server = TlsServer {
-            config: Arc::new(config),
+            base,
+            handshakes: arc_swap::ArcSwap::from_pointee(handshakes),
             http3,
             metrics,
             handshake_timeout: g.tls_handshake_timeout.0,
@@ -155,14 +171,21 @@ impl TlsServer {
             .state_dir
             .clone()
             .unwrap_or_else(default_state_dir);
-        configured_sources(config, &state_dir).map(LoadedCertificates)
+        let sources = configured_sources(config, &state_dir)?;
+        Ok(LoadedCertificates(
+            sources,
+            Handshakes::build(config, &self.base)?,
+        ))
     }
 
     /// Serves `loaded` from now on, watching their files instead of the old
-    /// ones. TLS settings and session-ticket keys stay, and so do
-    /// certificates from ACME (their names are set at start).
+    /// ones, and verifies client certificates as it says. Other TLS
+    /// settings and the session-ticket keys of sites without client
+    /// certificates stay, and so do certificates from ACME (their names
+    /// are set at start).
     pub fn use_certificates(&self, loaded: LoadedCertificates) {
-        let sources = loaded.0;
+        let LoadedCertificates(sources, handshakes) = loaded;
+        self.handshakes.store(Arc::new(handshakes));
         self.store
             .replace(Layer::Configured, sources.certificates());
         let generation = self.sources_generation.fetch_add(1, Ordering::AcqRel) + 1;
@@ -203,11 +226,16 @@ impl TlsServer {
     }
 
     /// Completes the handshake of an accepted connection within the
-    /// handshake timeout. Plain HTTP is answered with a 400 first.
-    pub async fn handshake(&self, tcp: TcpStream) -> Result<Transport, Failure> {
+    /// handshake timeout. Plain HTTP is answered with a 400 first. With the
+    /// connection, the client certificate it verified, when its site asks
+    /// for one and the client sent one.
+    pub async fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> Result<(Transport, Option<Arc<ClientCert>>), Failure> {
         let result = tokio::time::timeout(self.handshake_timeout, self.handshake_now(tcp)).await;
         let result = result.unwrap_or(Err(Failure::Timeout));
-        if let Ok(Transport::Tls(s)) = &result {
+        if let Ok((Transport::Tls(s), _)) = &result {
             if s.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) {
                 // An ACME server checked its TLS-ALPN-01 challenge; it
                 // speaks no HTTP on this connection (RFC 8737 §3).
@@ -215,7 +243,7 @@ impl TlsServer {
             }
         }
         match &result {
-            Ok(Transport::Tls(s)) => {
+            Ok((Transport::Tls(s), _)) => {
                 let resumed =
                     s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                 self.metrics.completed(resumed);
@@ -226,7 +254,10 @@ impl TlsServer {
         result
     }
 
-    async fn handshake_now(&self, mut tcp: TcpStream) -> Result<Transport, Failure> {
+    async fn handshake_now(
+        &self,
+        mut tcp: TcpStream,
+    ) -> Result<(Transport, Option<Arc<ClientCert>>), Failure> {
         match first_record(&tcp).await? {
             HANDSHAKE_RECORD => {}
             b if b.is_ascii_uppercase() => {
@@ -235,20 +266,62 @@ impl TlsServer {
             }
             _ => return Err(Failure::NotTls),
         }
+        let handshakes = self.handshakes.load();
         // Both boxed: until here, a connection's task holds only this
         // function's small state (rustls's is kilobytes).
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.config.clone());
-        match Box::pin(acceptor.accept(tcp)).await {
-            Ok(s) => Ok(Transport::Tls(Box::new(TlsStream::Server(s)))),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                log::debug!("TLS handshake refused: {e}");
-                Err(Failure::Protocol)
+        let (accepted, chosen) = match handshakes.single() {
+            Some(h) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(h.config.clone());
+                (Box::pin(acceptor.accept(tcp)).await, h)
             }
+            None => {
+                // Sites differ in client certificates: the ClientHello's
+                // SNI picks the configuration.
+                let hello =
+                    tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
+                let start = Box::pin(hello).await.map_err(|e| handshake_error(&e))?;
+                let h = handshakes.for_hello(&start.client_hello());
+                (Box::pin(start.into_stream(h.config.clone())).await, h)
+            }
+        };
+        let s = match accepted {
+            Ok(s) => s,
             Err(e) => {
-                log::debug!("TLS handshake ended: {e}");
-                Err(Failure::Closed)
+                if let Some(why) = client_auth::CertFailure::of(&e) {
+                    log::info!("TLS handshake refused: client certificate: {e}");
+                    self.metrics.client_cert_failed(why);
+                    return Err(Failure::ClientCert);
+                }
+                return Err(handshake_error(&e));
             }
-        }
+        };
+        let cert = match chosen.auth {
+            ClientAuth::Off => None,
+            _ => match s.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+                Some(der) => client_auth::describe(der, chosen.trust.clone()).map(Arc::new),
+                // A session resumed from before `require` (rustls keeps
+                // a resumed session's certificate; a configuration's
+                // tickets are its own, so this is a safety net).
+                None if chosen.auth == ClientAuth::Require => {
+                    self.metrics
+                        .client_cert_failed(client_auth::CertFailure::Missing);
+                    return Err(Failure::ClientCert);
+                }
+                None => None,
+            },
+        };
+        Ok((Transport::Tls(Box::new(TlsStream::Server(s))), cert))
+    }
+}
+
+/// The failure a handshake's I/O error stands for.
+fn handshake_error(e: &std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        log::debug!("TLS handshake refused: {e}");
+        Failure::Protocol
+    } else {
+        log::debug!("TLS handshake ended: {e}");
+        Failure::Closed
     }
 }
 
@@ -311,12 +384,16 @@ async fn first_record(tcp: &TcpStream) -> Result<u8, Failure> {
     }
 }
 
+/// The TLS versions served.
+pub(crate) const VERSIONS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
 /// The rustls configuration of every https listener: ALPN `h2` first when
 /// `http2`, then `http/1.1`; with `acme`, ACME's TLS-ALPN-01 protocol too.
 fn server_config(resolver: Arc<Resolver>, http2: bool, acme: bool) -> Result<ServerConfig, String> {
     let provider = Arc::new(provider::provider());
     let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .with_protocol_versions(VERSIONS)
         .map_err(|e| format!("TLS configuration: {e}"))?
         .with_no_client_auth()
         .with_cert_resolver(resolver);

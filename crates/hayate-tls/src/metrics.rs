@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 
+use crate::client_auth::CertFailure;
 use crate::store::CertStore;
 
 /// Why a handshake did not complete.
@@ -23,15 +24,20 @@ pub enum Failure {
     /// rustls refused the handshake (bad records, no common version,
     /// cipher or protocol, a client alert...).
     Protocol,
+    /// The site requires a client certificate and the client sent none,
+    /// or one that did not verify (`hayate_tls_client_cert_failures_total`
+    /// says why).
+    ClientCert,
 }
 
 impl Failure {
-    const ALL: [Failure; 5] = [
+    const ALL: [Failure; 6] = [
         Failure::Timeout,
         Failure::PlainHttp,
         Failure::NotTls,
         Failure::Closed,
         Failure::Protocol,
+        Failure::ClientCert,
     ];
 
     /// The metric label.
@@ -42,6 +48,7 @@ impl Failure {
             Failure::NotTls => "not_tls",
             Failure::Closed => "closed",
             Failure::Protocol => "protocol",
+            Failure::ClientCert => "client_cert",
         }
     }
 }
@@ -51,7 +58,10 @@ impl Failure {
 pub struct TlsMetrics {
     full: AtomicU64,
     resumed: AtomicU64,
-    failed: [AtomicU64; 5],
+    failed: [AtomicU64; 6],
+    /// Handshakes refused for their client certificate, by
+    /// [`CertFailure`].
+    client_cert_failed: [AtomicU64; 5],
     acme_issued: AtomicU64,
     acme_failed: AtomicU64,
     /// Certificates another box ordered, taken from the shared store.
@@ -80,6 +90,11 @@ impl TlsMetrics {
     /// Counts a failed one.
     pub fn failed(&self, why: Failure) {
         self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a handshake refused for its client certificate.
+    pub(crate) fn client_cert_failed(&self, why: CertFailure) {
+        self.client_cert_failed[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an ACME order that gave a certificate, or failed.
@@ -126,6 +141,17 @@ impl MetricsSource for TlsMetrics {
                 &[("result", "failed"), ("reason", why.as_str())],
                 n,
             );
+        }
+        let name = "hayate_tls_client_cert_failures_total";
+        family(
+            out,
+            name,
+            "Handshakes refused for their client certificate (tls_client_auth), by reason",
+            Kind::Counter,
+        );
+        for why in CertFailure::ALL {
+            let n = self.client_cert_failed[why as usize].load(Ordering::Relaxed);
+            sample(out, name, &[("reason", why.as_str())], n);
         }
         let name = "hayate_acme_orders_total";
         family(

@@ -9,22 +9,25 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// The TLS client configuration for https upstreams. `ca`: trust these
 /// PEM certificates instead of the system's. `verify = false` accepts any
 /// certificate (still checking the handshake's signatures), and says so in
-/// the error log.
-pub fn upstream_client_config(ca: Option<&Path>, verify: bool) -> Result<ClientConfig, String> {
+/// the error log. `client_cert`: the certificate chain and key files
+/// (PEM) presented to upstreams that ask for one.
+pub fn upstream_client_config(
+    ca: Option<&Path>,
+    verify: bool,
+    client_cert: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, String> {
     let provider = Arc::new(crate::provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?;
-    let mut config = if verify {
-        builder
-            .with_root_certificates(trusted_roots(ca)?)
-            .with_no_client_auth()
+    let builder = if verify {
+        builder.with_root_certificates(trusted_roots(ca)?)
     } else {
         log::warn!(
             "proxy_tls_verify = false: https upstreams' certificates are not verified; \
@@ -33,7 +36,29 @@ pub fn upstream_client_config(ca: Option<&Path>, verify: bool) -> Result<ClientC
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth()
+    };
+    let mut config = match client_cert {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("proxy_tls_cert {}: {e}", cert.display()))?;
+            if chain.is_empty() {
+                return Err(format!(
+                    "proxy_tls_cert {}: no PEM certificate in it",
+                    cert.display()
+                ));
+            }
+            let key_der = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("proxy_tls_key {}: {e}", key.display()))?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                format!(
+                    "proxy_tls_cert {} with proxy_tls_key {}: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?
+        }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)

@@ -648,6 +648,14 @@ fn describe(config: &Config) -> String {
     }
 }
 
+/// The line of `text` (1-based) that sets `key` to a value containing
+/// `value`: where a check of the file a key names points.
+fn line_setting(text: &str, key: &str, value: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(key) && l.contains(value))
+        .map(|i| i + 1)
+}
+
 fn check(m: &ArgMatches) -> anyhow::Result<()> {
     let file = m
         .get_one::<String>("file")
@@ -675,6 +683,34 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
                     return Err(error_at("root", message).into());
                 }
             }
+            let o = &route.options;
+            match (&o.proxy_tls_cert, &o.proxy_tls_key) {
+                (Some(_), None) => {
+                    let message = "proxy_tls_cert needs proxy_tls_key".to_string();
+                    return Err(error_at("proxy_tls_cert", message).into());
+                }
+                (None, Some(_)) => {
+                    let message = "proxy_tls_key needs proxy_tls_cert".to_string();
+                    return Err(error_at("proxy_tls_key", message).into());
+                }
+                (Some(cert), Some(key)) => {
+                    let g = &config.global;
+                    let pair = Some((cert.as_path(), key.as_path()));
+                    if let Err(e) = hayate_tls::upstream_client_config(
+                        g.proxy_tls_ca.as_deref(),
+                        g.proxy_tls_verify,
+                        pair,
+                    ) {
+                        let key = if e.starts_with("proxy_tls_key") {
+                            "proxy_tls_key"
+                        } else {
+                            "proxy_tls_cert"
+                        };
+                        return Err(error_at(key, e).into());
+                    }
+                }
+                (None, None) => {}
+            }
             let name = hayate_server::policy::RouteName::of(site, route);
             if let Err(e) =
                 hayate_server::policy::RoutePolicies::check(&name, &route.options, &config.global)
@@ -682,6 +718,15 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
                 return Err(error_at(e.key, e.message).into());
             }
         }
+    }
+    if let Err((key, path, message)) = hayate_tls::client_auth::check(&config) {
+        return Err(ConfigError {
+            file: Some(file.clone()),
+            line: line_setting(&text, key, &path.display().to_string()),
+            key: Some(key.into()),
+            message,
+        }
+        .into());
     }
     if let Some(cwd) = config.app.as_ref().and_then(|a| a.cwd.as_ref()) {
         if !cwd.is_dir() {

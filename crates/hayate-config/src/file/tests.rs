@@ -309,3 +309,35 @@ fn root_prefix_dir_makes_a_route_that_strips_its_prefix() {
     let e = load_file("h.toml".as_ref(), "root = \"/srv\"\n", &o).expect_err("refused");
     assert!(e.to_string().contains("[[site.route]]"), "{e}");
 }
+
+#[test]
+fn client_certificates_are_set_globally_or_per_site_and_need_a_ca() {
+    let cfg = load(
+        "tls_client_ca = \"/etc/ca.pem\"\nroot = \"/srv\"\n\
+         [[site]]\nhosts = [\"admin.test\"]\ntls_client_auth = \"require\"\n\
+         tls_client_crl = [\"/etc/ca.crl\"]\n\
+         [[site]]\nhosts = [\"opt.test\"]\ntls_client_auth = \"optional\"\n\
+         tls_client_ca = \"/etc/other.pem\"\n\
+         [[site]]\n",
+    )
+    .expect("valid");
+    let g = &cfg.global;
+    let [admin, opt, public] = [0, 1, 2].map(|i| cfg.sites[i].tls.client_certs(g));
+    assert_eq!(admin.auth, ClientAuth::Require);
+    assert_eq!(admin.ca.as_deref(), Some(Path::new("/etc/ca.pem")));
+    assert_eq!(admin.crl, [PathBuf::from("/etc/ca.crl")]);
+    assert_eq!(opt.auth, ClientAuth::Optional);
+    assert_eq!(opt.ca.as_deref(), Some(Path::new("/etc/other.pem")));
+    assert!(opt.crl.is_empty());
+    assert_eq!(public.auth, ClientAuth::Off);
+
+    // Asking for certificates without saying whose: refused at the line.
+    let e = err("root = \"/srv\"\n[[site]]\nhosts = [\"a.test\"]\ntls_client_auth = \"require\"\n");
+    assert!(e.starts_with("h.toml:4: tls_client_ca: "), "{e}");
+    assert!(e.contains("needs tls_client_ca"), "{e}");
+    let e = err("root = \"/srv\"\n[[site]]\ntls_client_auth = \"sometimes\"\n");
+    assert!(
+        e.starts_with("h.toml:3: tls_client_auth: expected off, optional or require"),
+        "{e}"
+    );
+}

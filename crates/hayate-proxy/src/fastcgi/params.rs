@@ -11,6 +11,7 @@
 //! CVE-2016-5385: it would become `HTTP_PROXY`, which HTTP clients in the
 //! app take for their proxy setting).
 
+use hayate_core::client_cert::{is_client_cert_field, ClientCert};
 use hayate_core::field::strip_port;
 use hayate_core::transport::Scheme;
 
@@ -74,6 +75,9 @@ pub(crate) fn request_params(
     }
     if req.scheme == Scheme::Https {
         pair("HTTPS", b"on");
+        for (name, value) in ClientCert::cgi_params(req.client_cert) {
+            pair(name, value.as_bytes());
+        }
     }
     pair("REQUEST_SCHEME", req.scheme.as_str().as_bytes());
     // PHP built with --enable-force-cgi-redirect runs only with it.
@@ -102,6 +106,7 @@ fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
             || name.eq_ignore_ascii_case(b"content-type")
             || name.eq_ignore_ascii_case(b"content-length")
             || name.eq_ignore_ascii_case(b"x-request-id")
+            || is_client_cert_field(name)
         {
             continue;
         }
@@ -176,6 +181,7 @@ mod tests {
             scheme: Scheme::Https,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let script = CgiScript {
             document_root: "/srv/app",
@@ -230,6 +236,64 @@ mod tests {
         );
     }
 
+    /// A verified client certificate as mod_ssl names it, on HTTPS only;
+    /// a client's own X-Client-Cert-* fields never become HTTP_* params.
+    #[test]
+    fn client_certificates_become_ssl_client_params() {
+        let script = CgiScript {
+            document_root: "/srv/app",
+            request_uri: b"/",
+            url_prefix: b"",
+            script_name: b"/index.php",
+            path_info: b"",
+            server_port: 443,
+            remote_port: None,
+            protocol: "HTTP/1.1",
+        };
+        let cert = ClientCert {
+            subject: "CN=alice,O=Example".into(),
+            issuer: "CN=ca".into(),
+            sans: "email:alice@example.test".into(),
+            serial: "1234".into(),
+            fingerprint: "ab".repeat(32),
+            not_after: "Sun, 06 Nov 2044 08:49:37 GMT".into(),
+            trust: None,
+        };
+        let req = ProxyRequest {
+            method: b"GET",
+            target: b"/",
+            headers: vec![(&b"X-Client-Cert-Subject"[..], &b"CN=mallory"[..])],
+            client_ip: "10.0.0.9",
+            forwarded_chain: None,
+            host: Some(b"api.example"),
+            scheme: Scheme::Https,
+            cgi: None,
+            ports: Default::default(),
+            client_cert: Some(&cert),
+        };
+        let vars = decode(&request_params(&req, &script, None, b"id"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SSL_CLIENT_VERIFY"), Some("SUCCESS"));
+        assert_eq!(get("SSL_CLIENT_S_DN"), Some("CN=alice,O=Example"));
+        assert_eq!(get("SSL_CLIENT_I_DN"), Some("CN=ca"));
+        assert_eq!(get("SSL_CLIENT_M_SERIAL"), Some("1234"));
+        assert_eq!(get("HTTP_X_CLIENT_CERT_SUBJECT"), None);
+        let without = ProxyRequest {
+            client_cert: None,
+            ..req
+        };
+        let vars = decode(&request_params(&without, &script, None, b"id"));
+        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SSL_CLIENT_VERIFY"), Some("NONE"));
+        assert_eq!(get("SSL_CLIENT_S_DN"), None);
+        let plain = ProxyRequest {
+            scheme: Scheme::Http,
+            ..without
+        };
+        let vars = decode(&request_params(&plain, &script, None, b"id"));
+        assert!(!vars.iter().any(|(n, _)| n.starts_with("SSL_")));
+    }
+
     /// HTTP/2 has no Host field: HTTP_HOST comes from `:authority`, once,
     /// and a Host field never gives a second one.
     #[test]
@@ -254,6 +318,7 @@ mod tests {
             scheme: Scheme::Https,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let vars = decode(&request_params(&h2, &script, None, b"id"));
         let all = |k: &str| -> Vec<&str> {
@@ -290,6 +355,7 @@ mod tests {
             scheme: Scheme::Http,
             cgi: None,
             ports: Default::default(),
+            client_cert: None,
         };
         let script = CgiScript {
             document_root: "/var/lib/wordpress/wp-content",

@@ -81,6 +81,8 @@ pub(super) fn refresh_in_background(
                 },
             ),
             ports,
+            // A refresh in the background, on behalf of no one client.
+            client_cert: None,
         };
         let stale_if_error = false;
         let _ = fetch(

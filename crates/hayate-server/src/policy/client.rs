@@ -210,6 +210,7 @@ mod tests {
             ip: Some(ip),
             port: Some(1234),
             local_port: Some(80),
+            client_cert: None,
         }
     }
 
@@ -313,6 +314,7 @@ mod tests {
             ip: None,
             port: None,
             local_port: None,
+            client_cert: None,
         };
         let h = head(&[("X-Forwarded-For", "203.0.113.7")]);
         assert_eq!(trusted().client_of(&h, &unix), None);

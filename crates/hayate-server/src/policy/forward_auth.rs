@@ -131,6 +131,8 @@ impl ForwardAuth {
             cgi: None,
             // The auth service is asked on hayate's own connections.
             ports: hayate_proxy::ClientPorts::default(),
+            // The service may decide by the client's certificate.
+            client_cert: client.peer.client_cert.as_deref(),
         };
         let mut answer = self.group.forward(&subrequest, &mut NoBody).await;
         let status = answer.status;
