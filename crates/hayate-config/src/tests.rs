@@ -1,0 +1,246 @@
+#[test]
+fn changes_name_options_and_routes() {
+    use std::path::Path;
+    let o = super::Overrides::default();
+    let old = super::load_file(
+            Path::new("a.toml"),
+            "proxy_keepalive = \"5s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"1s\"\n[[site.route]]\nprefix = \"/old/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            &o,
+        )
+        .unwrap();
+    let new = super::load_file(
+            Path::new("a.toml"),
+            "proxy_keepalive = \"9s\"\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\nproxy = \"http://127.0.0.1:3000\"\ncache = \"60s\"\n[[site.route]]\nprefix = \"/new/\"\nproxy = \"http://127.0.0.1:3001\"\n",
+            &o,
+        )
+        .unwrap();
+    let lines = super::changes(&old, &new);
+    assert_eq!(
+        lines,
+        [
+            "proxy_keepalive: changed",
+            "route /api/ of site *: cache changed",
+            "route /new/ of site *: added",
+            "route /old/ of site *: removed",
+        ],
+        "{lines:#?}"
+    );
+    assert!(super::changes(&old, &old).is_empty());
+}
+
+use super::*;
+
+#[test]
+fn every_default_parses() {
+    // resolve() panics on a default that does not parse.
+    let g = GlobalLayer::default().resolve();
+    assert_eq!(g.listen.len(), 1);
+    let r = RouteLayer::default().resolve();
+    assert_eq!(r.index, "index.html");
+    assert!(r.root.is_none() && r.fallback.is_none() && !r.listing && r.precompressed);
+}
+
+#[test]
+fn http2_goaway_timeout_defaults_to_two_seconds() {
+    use std::time::Duration;
+    let g = GlobalLayer::default().resolve();
+    assert_eq!(g.http2_goaway_timeout.0, Duration::from_secs(2));
+    let cfg = load_file(
+        "c.toml".as_ref(),
+        "root = \"/srv/a\"\nhttp2_goaway_timeout = \"500ms\"\n",
+        &Overrides::default(),
+    )
+    .expect("valid");
+    assert_eq!(
+        cfg.global.http2_goaway_timeout.0,
+        Duration::from_millis(500)
+    );
+}
+
+#[test]
+fn http3_is_off_by_default_and_set_in_a_file() {
+    assert!(!GlobalLayer::default().resolve().http3);
+    let cfg = load_file(
+            "c.toml".as_ref(),
+            "root = \"/srv/a\"\nlisten = [\"https://127.0.0.1:8443\"]\ntls = \"internal\"\nhttp3 = true\n",
+            &Overrides::default(),
+        )
+        .expect("valid");
+    assert!(cfg.global.http3);
+    let bad = load_file(
+        "c.toml".as_ref(),
+        "root = \"/srv/a\"\nhttp3 = \"maybe\"\n",
+        &Overrides::default(),
+    );
+    assert!(bad.is_err());
+    // Without an https listener there is no UDP port to serve it on.
+    let plain = load_file(
+        "c.toml".as_ref(),
+        "root = \"/srv/a\"\nlisten = [\"127.0.0.1:8080\"]\nhttp3 = true\n",
+        &Overrides::default(),
+    );
+    let e = plain.expect_err("refused").to_string();
+    assert!(e.contains("c.toml:3") && e.contains("https://"), "{e}");
+}
+
+#[test]
+fn client_certificates_without_a_ca_are_refused_on_the_command_line_too() {
+    let mut g = GlobalLayer::default();
+    g.set_strs("tls_client_auth", &["optional".into()])
+        .expect("valid");
+    let (key, message) = super::check_tls(&g.clone().resolve(), &[]).expect_err("no CA");
+    assert_eq!(key, "tls_client_ca");
+    assert!(
+        message.contains("\"optional\" needs tls_client_ca"),
+        "{message}"
+    );
+    g.set_strs("tls_client_ca", &["/etc/ca.pem".into()])
+        .expect("valid");
+    super::check_tls(&g.clone().resolve(), &[]).expect("a CA");
+    // HTTP/3 would let a client around the certificate check.
+    g.set_strs("listen", &["https://127.0.0.1:8443".into()])
+        .expect("valid");
+    g.set_strs("tls", &["internal".into()]).expect("valid");
+    g.set_strs("http3", &["true".into()]).expect("valid");
+    let (key, _) = super::check_tls(&g.resolve(), &[]).expect_err("not with HTTP/3");
+    assert_eq!(key, "http3");
+}
+
+#[test]
+fn shared_key_is_64_hex_digits() {
+    let load = |text: &str| {
+        let text = format!("root = \"/srv/a\"\n{text}");
+        load_file("c.toml".as_ref(), &text, &Overrides::default())
+    };
+    let key = "aB".repeat(32);
+    assert_eq!(GlobalLayer::default().resolve().shared_key, None);
+    let ok = load(&format!("shared_key = \"{key}\"\n")).expect("valid");
+    assert_eq!(ok.global.shared_key.as_deref(), Some(key.as_str()));
+    for bad in ["secret", &format!("{key}0"), &"g".repeat(64)] {
+        let text = format!("shared_key = \"{bad}\"\n");
+        let e = load(&text).expect_err(&text).to_string();
+        assert!(
+            e.contains("shared_key must be 64 hex digits"),
+            "{text}: {e}"
+        );
+    }
+    // A file that shares ACME may leave the key to the environment.
+    let acme = "shared = \"redis://127.0.0.1:6379\"\ntls = \"acme\"\ntls_names = [\"a.test\"]\n";
+    load(acme).expect("valid");
+}
+
+#[test]
+fn cache_key_and_bypass_headers() {
+    let r = RouteLayer::default().resolve();
+    assert!(r.cache_key_headers.0.is_empty());
+    assert_eq!(r.cache_bypass_headers.0, vec!["authorization", "cookie"]);
+    let cfg = load_file(
+        "c.toml".as_ref(),
+        "[[site]]\nroot = \"/srv/a\"\ncache_key_headers = [\"X-API-Key\"]\n\
+             cache_bypass_headers = \"Authorization, Cookie, X-Token\"\n",
+        &Overrides::default(),
+    )
+    .expect("valid");
+    let o = &cfg.sites[0].routes[0].options;
+    assert_eq!(o.cache_key_headers.0, vec!["x-api-key"]);
+    assert_eq!(
+        o.cache_bypass_headers.0,
+        vec!["authorization", "cookie", "x-token"]
+    );
+    let bad = load_file(
+        "c.toml".as_ref(),
+        "cache_key_headers = \"X API\"\n",
+        &Overrides::default(),
+    );
+    assert!(bad.is_err());
+}
+
+#[test]
+fn compression_defaults_and_per_route_settings() {
+    use hayate_core::Coding::*;
+    let r = RouteLayer::default().resolve();
+    assert!(r.compress);
+    assert_eq!(r.compress_encodings.0, vec![Br, Zstd, Gzip]);
+    assert_eq!(r.compress_min_size.0, 1024);
+    assert!(r.compress_types.0.contains(&"text/*".to_string()));
+    assert_eq!(
+        r.compress_static_levels.0,
+        vec![(Br, 11), (Zstd, 19), (Gzip, 9)]
+    );
+    assert_eq!(
+        r.compress_dynamic_levels.0,
+        vec![(Br, 4), (Zstd, 3), (Gzip, 5)]
+    );
+    let g = GlobalLayer::default().resolve();
+    assert_eq!(g.compress_cache_size.0, 64 << 20);
+    assert_eq!(g.compress_max_file.0, 8 << 20);
+    assert_eq!(g.compress_queue, 1024);
+    let cfg = load_file(
+        "c.toml".as_ref(),
+        r#"
+compress_encodings = ["gzip", "br"]
+[[site]]
+root = "/srv/a"
+[[site.route]]
+prefix = "/raw/"
+root = "/srv/raw"
+compress = false
+compress_types = ["text/html", "application/json"]
+"#,
+        &Overrides::default(),
+    )
+    .expect("valid");
+    let routes = &cfg.sites[0].routes;
+    assert!(!routes[0].options.compress);
+    assert_eq!(routes[0].options.compress_types.0.len(), 2);
+    assert!(routes[1].options.compress);
+    assert_eq!(routes[1].options.compress_encodings.0, vec![Gzip, Br]);
+    let bad = load_file(
+        "c.toml".as_ref(),
+        "compress_static_levels = \"br:12\"\n",
+        &Overrides::default(),
+    );
+    assert!(bad.is_err());
+}
+
+#[test]
+fn fastcgi_on_the_command_line() {
+    let mut o = Overrides::default();
+    o.route
+        .set_strs(
+            "fastcgi",
+            &["unix:/run/php.sock".into(), "/blog=127.0.0.1:9000".into()],
+        )
+        .expect("valid");
+    let cfg = without_file(&o).expect("valid");
+    let routes = &cfg.sites[0].routes;
+    assert_eq!(routes[0].prefix, "/blog");
+    assert_eq!(routes[1].prefix, "/");
+    for r in routes {
+        assert!(
+            r.options.fastcgi.is_some() && r.options.root.is_some(),
+            "{}",
+            r.prefix
+        );
+    }
+    o.route
+        .set_strs("proxy", &["http://127.0.0.1:1".into()])
+        .expect("valid");
+    let e = without_file(&o).expect_err("two upstreams for /");
+    assert_eq!(e.key.as_deref(), Some("--fastcgi"));
+}
+
+#[test]
+fn keys_flags_and_envs_are_unique() {
+    let mut seen = std::collections::HashSet::new();
+    for o in GLOBAL_OPTIONS.iter().chain(ROUTE_OPTIONS) {
+        assert!(seen.insert(o.key), "duplicate key {}", o.key);
+        assert!(
+            o.key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "{}",
+            o.key
+        );
+    }
+}
