@@ -53,22 +53,25 @@ fn answers(rx: &mpsc::Receiver<(Seen, Client)>, n: usize) -> (Vec<Seen>, Vec<Cli
     out
 }
 
-#[test]
-fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
+/// An origin, and hayate proxying to it on one worker at [`LIMIT`].
+fn proxy_at_the_limit() -> (Origin, Hayate) {
     let origin = Origin::start(OriginOptions::default());
     let upstream = origin.url();
-    let h = Hayate::start_with_fd_limit(
-        BIN,
-        &[
-            "--proxy",
-            &upstream,
-            "--workers",
-            "1",
-            "--access-log",
-            "off",
-        ],
-        LIMIT,
-    );
+    let args = [
+        "--proxy",
+        &upstream,
+        "--workers",
+        "1",
+        "--access-log",
+        "off",
+    ];
+    let h = Hayate::start_with_fd_limit(BIN, &args, LIMIT);
+    (origin, h)
+}
+
+#[test]
+fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
+    let (origin, h) = proxy_at_the_limit();
     // 130 clients, within the descriptor budget (140 at this limit), each
     // served once, so that every one is accepted before the proxied
     // requests begin: with hayate's own ~20 descriptors, about 105 are left
@@ -118,20 +121,7 @@ fn an_upstream_connect_without_a_descriptor_waits_and_blames_no_member() {
 
 #[test]
 fn more_clients_than_the_budget_wait_in_the_backlog_and_are_all_answered() {
-    let origin = Origin::start(OriginOptions::default());
-    let upstream = origin.url();
-    let h = Hayate::start_with_fd_limit(
-        BIN,
-        &[
-            "--proxy",
-            &upstream,
-            "--workers",
-            "1",
-            "--access-log",
-            "off",
-        ],
-        LIMIT,
-    );
+    let (origin, h) = proxy_at_the_limit();
     assert!(
         h.stderr()
             .contains("open-file limit 256: hayate holds at most 140 client connections"),
@@ -185,20 +175,7 @@ fn idle_http2_after_one_request(h: &Hayate, path: &str) -> std::net::TcpStream {
 
 #[test]
 fn idle_http2_connections_make_room_at_the_budget() {
-    let origin = Origin::start(OriginOptions::default());
-    let upstream = origin.url();
-    let h = Hayate::start_with_fd_limit(
-        BIN,
-        &[
-            "--proxy",
-            &upstream,
-            "--workers",
-            "1",
-            "--access-log",
-            "off",
-        ],
-        LIMIT,
-    );
+    let (origin, h) = proxy_at_the_limit();
     // The whole budget (140 at this limit) held by idle HTTP/2
     // connections, each after one answered request.
     let idle: Vec<_> = (0..140)
