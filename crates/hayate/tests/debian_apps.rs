@@ -45,10 +45,17 @@ impl MariaDb {
         )
         .expect("chmod");
         let data = dir.path().join("data");
+        // Temporary tables in a directory of the test's own: in the shared
+        // /tmp the install's `#sql-temptable-*` file once vanished
+        // mid-bootstrap while the other test's install ran ("Could not
+        // remove temporary table ... error: 2", in CI).
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).expect("mkdir tmp");
         let install = Command::new("mariadb-install-db")
             .args(["--no-defaults", "--user=root", "--skip-test-db"])
             .arg(format!("--datadir={}", data.display()))
             .args(["--auth-root-authentication-method=socket"])
+            .arg(format!("--tmpdir={}", tmp.display()))
             .output()
             .expect("mariadb-install-db (mariadb-server, installed by scripts/test)");
         assert!(install.status.success(), "{install:?}");
@@ -57,6 +64,7 @@ impl MariaDb {
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--socket={}", dir.path().join("sock").display()))
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
