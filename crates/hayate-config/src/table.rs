@@ -267,7 +267,7 @@ options! {
     proxy_queue: u32 = "1024", "N",
         "Requests that may wait (per group and worker) when every member is at its limit; more get 503";
     proxy_queue_timeout: Dur = "10s", "DURATION",
-        "Longest wait in that queue before 503 with Retry-After";
+        "Longest wait in that queue before 503 with Retry-After; also how long a Unix member whose listen queue is full is waited for (a busy app, not a failed one)";
     proxy_max_fails: u32 = "3", "N",
         "Failures in a row (connect refused or timed out, connection lost before the answer) that take a member out; 0: never";
     proxy_fail_timeout: Dur = "10s", "DURATION",

@@ -187,9 +187,13 @@ impl UpstreamGroup {
                     }
                     let target = member.target(guard.instance());
                     let preamble = self.settings.proxy_protocol.then(|| req.proxy_header());
+                    // A full listen queue is waited on as long as the
+                    // request may wait in hayate's own queue.
+                    let backlog_until = queue_deadline.unwrap_or(now + self.settings.queue_timeout);
                     match crate::upconn::connect(
                         &target,
                         self.settings.connect_timeout,
+                        Some(backlog_until),
                         self.settings.tls.as_ref(),
                         preamble.as_deref(),
                     )
@@ -217,6 +221,15 @@ impl UpstreamGroup {
                             shortage = Some(e);
                             wait_first = true;
                             continue;
+                        }
+                        Err(Failure::Full(e)) => {
+                            guard.withdraw();
+                            return Error::new(ErrorKind::UpstreamBusy, e)
+                                .context(format!(
+                                    "upstream {}: waited {:?} for it to accept",
+                                    member.label, self.settings.queue_timeout
+                                ))
+                                .into_response();
                         }
                         Err(failure) => {
                             match self.connect_failed(i, &mut tried, failure.into_cause()) {

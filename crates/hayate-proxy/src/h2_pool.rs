@@ -138,7 +138,7 @@ impl H2Pool {
     ) -> io::Result<H2Conn> {
         self.opening.set(self.opening.get() + 1);
         let _opening = Opening(self);
-        let transport = crate::upconn::connect(target, connect_timeout, tls, None).await?;
+        let transport = crate::upconn::connect(target, connect_timeout, None, tls, None).await?;
         if matches!(transport, Transport::Tls(_)) && transport.alpn() != Some(b"h2") {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

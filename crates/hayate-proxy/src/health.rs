@@ -78,7 +78,7 @@ async fn probe(
     limit: Duration,
 ) -> std::io::Result<()> {
     let attempt = async {
-        let mut conn = crate::upconn::connect(addr, limit, tls, preamble).await?;
+        let mut conn = crate::upconn::connect(addr, limit, None, tls, preamble).await?;
         let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
         if status.is_success() {
             Ok(())

@@ -25,6 +25,10 @@ pub(crate) enum Failure {
     /// port for the attempt (`hayate_core::error::is_local_shortage`): no
     /// byte was sent, and the upstream is not to blame.
     Local(io::Error),
+    /// The member's listen queue stayed full for as long as the request
+    /// could wait (a Unix socket answers EAGAIN rather than queue a
+    /// connect): busy, not broken, so no failure is counted against it.
+    Full(io::Error),
 }
 
 impl Failure {
@@ -33,6 +37,8 @@ impl Failure {
     pub(crate) fn connecting(e: io::Error) -> Failure {
         if hayate_core::error::is_local_shortage(&e) {
             Failure::Local(e)
+        } else if e.kind() == io::ErrorKind::WouldBlock {
+            Failure::Full(e)
         } else {
             Failure::NotSent(e)
         }
@@ -45,7 +51,8 @@ impl Failure {
             | Failure::NotSent(e)
             | Failure::NoAnswer(e)
             | Failure::Upstream(e)
-            | Failure::Local(e) => e,
+            | Failure::Local(e)
+            | Failure::Full(e) => e,
         }
     }
 }
@@ -82,6 +89,8 @@ pub(crate) enum Next {
 pub(crate) fn after(failure: &Failure, attempt: Attempt) -> Next {
     let may_resend = match failure {
         Failure::Local(_) => return Next::Wait,
+        // It waited as long as the request may: nothing is left to wait for.
+        Failure::Full(_) => return Next::GiveUp,
         Failure::Client(_) | Failure::Upstream(_) => false,
         Failure::NotSent(_) => attempt.body_buffered,
         Failure::NoAnswer(_) => attempt.body_buffered && attempt.repeatable,

@@ -842,7 +842,10 @@ fn unix_socket_upstream() {
 fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
     // A busy app: its listen queue holds one connection and it accepts
     // nothing for 300 ms. A non-blocking connect then fails with EAGAIN at
-    // once; that must mean "wait", not a 502 and an ejected member.
+    // once; that must mean "wait", not a 502 and an ejected member, and the
+    // wait may outlast the connect timeout (100 ms here): it is the
+    // request's place in the queue (proxy_queue_timeout), as for a member
+    // at its proxy_max_conns.
     use std::io::{Read, Write};
     const N: usize = 12;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -865,7 +868,10 @@ fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
             served += 1;
         }
     });
-    let h = proxy(&format!("unix:{}", path.display()), &["--workers", "1"]);
+    let h = proxy(
+        &format!("unix:{}", path.display()),
+        &["--workers", "1", "--proxy-connect-timeout", "100ms"],
+    );
     let clients: Vec<_> = (0..N)
         .map(|_| {
             let mut c = h.client();
@@ -878,6 +884,73 @@ fn a_unix_upstream_with_a_full_listen_queue_is_waited_for() {
     }
     app.join().expect("app");
     h.assert_no_errors();
+}
+
+#[test]
+fn a_unix_upstream_full_past_the_queue_timeout_is_busy_not_failed() {
+    // The test fills the app's listen queue itself with connects it never
+    // lets the app accept, so every connect hayate makes finds it full.
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("full.sock");
+    let listener = hayate_testkit::unix_listener(&path, 1);
+    let addr = UnixAddr::new(&path).expect("address");
+    let mut fillers = Vec::new();
+    loop {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
+            Ok(()) => fillers.push(fd),
+            Err(nix::errno::Errno::EAGAIN) => break,
+            Err(e) => panic!("filling the listen queue: {e}"),
+        }
+    }
+    let h = proxy(
+        &format!("unix:{}", path.display()),
+        &[
+            "--workers",
+            "1",
+            "--proxy-queue-timeout",
+            "150ms",
+            "--proxy-max-fails",
+            "1",
+        ],
+    );
+    let mut c = h.client();
+    for _ in 0..2 {
+        let r = c.get("/", &[]);
+        assert_eq!(r.status, 503, "busy, not failed: {}", r.text());
+        assert!(r.header("retry-after").is_some(), "503 says when to retry");
+    }
+    let log = h.stderr();
+    assert!(log.contains("listen queue stayed full"), "{log}");
+    assert!(
+        !log.contains("ejected"),
+        "a full queue is not a failure: {log}"
+    );
+    // The app catches up: the queued connects are taken and the next
+    // request is answered.
+    drop(fillers);
+    let app = std::thread::spawn(move || loop {
+        let Ok((mut s, _)) = listener.accept() else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if read_through_blank_line(&mut s, &mut Vec::new()).is_ok() {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                let _ = s.read(&mut [0u8; 64]);
+            }
+        });
+    });
+    let r = c.get("/", &[]);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    drop(app);
 }
 
 #[test]
