@@ -628,7 +628,9 @@ CASE_TEXT = {
          "(the queued rest is still waiting when it ends); wrk's latencies include error answers (a fast 502 "
          "lowers the mean), so read them with the errors column. hayate → php-fpm: the same pool behind "
          "`--fastcgi --fastcgi-max-conns 5` (at most 5 connections, the rest in hayate's queue, 30 s). hayate → Koa (unix): Koa on a Unix socket, the way "
-         "`hayate run` reaches its apps. ok rps / answered ok count 2xx answers. Memory: RSS and PSS summed over every process of the setup, peak of 4 "
+         "`hayate run` reaches its apps. Rows \"at ulimit -n 4096\" (full runs): hayate started with a "
+         "descriptor limit of 4,096 and 4,000 clients, two descriptors per proxied wait, so its budget must "
+         "queue what the limit cannot hold. ok rps / answered ok count 2xx answers. Memory: RSS and PSS summed over every process of the setup, peak of 4 "
          "samples/s.",
     "C": "N workers on cores 0..N-1, wrk on core 1 (from 2 workers on it shares a core with the server), "
          "100 connections. `hello`: \"hello world\"; `fib`: fib(20) computed per request (bench/apps/workers.js). "

@@ -428,7 +428,10 @@ bench_start_nginx() {
 bench_start_hayate() {
     local name=$1 bin=$2 root=$3 port=$4 logdir=$5 alog=$6
     shift 6
-    bench_start "$name" "$logdir/$name.log" taskset -c "${HAYATE_BENCH_CPUS:-$SERVER_CPU}" "$bin" serve "$root" \
+    # HAYATE_BENCH_NOFILE=N: hayate starts with a descriptor limit of N (soft and hard)
+    local -a limit=()
+    [[ -n ${HAYATE_BENCH_NOFILE:-} ]] && limit=(prlimit "--nofile=$HAYATE_BENCH_NOFILE:$HAYATE_BENCH_NOFILE" --)
+    bench_start "$name" "$logdir/$name.log" "${limit[@]}" taskset -c "${HAYATE_BENCH_CPUS:-$SERVER_CPU}" "$bin" serve "$root" \
         --listen "127.0.0.1:$port" --workers "${HAYATE_BENCH_WORKERS:-1}" --access-log "$alog" "$@"
     bench_wait_ready "$BENCH_LAST_PID" "$port" "$logdir/$name.log" "http://127.0.0.1:$port/"
 }
