@@ -887,30 +887,28 @@ fn a_streamed_body_is_not_replayed_when_a_reused_connection_fails() {
 
 #[test]
 fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
-    // A Unix listener whose one-slot queue is full and which never accepts:
-    // connecting waits, and the connect timeout ends the wait.
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("stuck.sock");
-    let _listener = hayate_testkit::unix_listener(&path, 0);
-    // Fill the queue (a backlog of 0 still holds one) until a connect would block.
+    // A TCP listener whose accept queue is full and which never accepts:
+    // the kernel drops further SYNs, so connecting waits, and the connect
+    // timeout ends the wait. (A Unix socket's full queue is a busy app,
+    // waited for in the queue instead: tests/proxy.rs.)
+    use socket2::{Domain, Socket, Type};
+    use std::net::{SocketAddr, TcpStream};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    socket.bind(&any.into()).expect("bind");
+    socket.listen(0).expect("listen");
+    let listener: TcpListener = socket.into();
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    // Fill the accept queue (a backlog of 0 still holds one) until a
+    // handshake does not complete.
     let mut fillers = Vec::new();
     loop {
-        let s = socket(
-            AddressFamily::Unix,
-            SockType::Stream,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .expect("socket");
-        let r = nix::sys::socket::connect(
-            std::os::fd::AsRawFd::as_raw_fd(&s),
-            &nix::sys::socket::UnixAddr::new(&path).expect("addr"),
-        );
-        fillers.push(s);
-        match r {
-            Ok(()) => assert!(fillers.len() < 16, "the queue never filled"),
-            Err(nix::errno::Errno::EAGAIN) => break,
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => {
+                fillers.push(s);
+                assert!(fillers.len() < 16, "the queue never filled");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
             Err(e) => panic!("connect: {e}"),
         }
     }
@@ -918,7 +916,7 @@ fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
         BIN,
         &[
             "--proxy",
-            &format!("unix:{}", path.display()),
+            &format!("http://{addr}"),
             "--workers",
             "1",
             "--proxy-connect-timeout",
@@ -934,6 +932,7 @@ fn an_upstream_that_never_accepts_gives_504_after_the_connect_timeout() {
     assert!(log.contains("connect timed out"), "{log}");
     // The client connection is still usable.
     assert_eq!(c.get("/", &[]).status, 504);
+    drop(listener);
 }
 
 #[test]
