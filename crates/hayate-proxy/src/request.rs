@@ -22,11 +22,11 @@ pub struct ProxyRequest<'a> {
     /// The client's address (`unix` for Unix sockets): the peer's, or the
     /// one a trusted proxy named.
     pub client_ip: &'a str,
-    /// When a trusted proxy named the client: the X-Forwarded-For to send,
-    /// from the client to the peer (`"client, proxy, peer"`); the incoming
-    /// X-Forwarded-Proto/-Host and Forwarded are then kept. `None`: the
-    /// client is the peer, and those fields are replaced.
-    pub forwarded_chain: Option<&'a str>,
+    /// When a trusted proxy named the client: the addresses the request
+    /// came through; the incoming X-Forwarded-Proto/-Host and Forwarded are
+    /// then kept. `None`: the client is the peer, and those fields are
+    /// replaced.
+    pub forwarded_chain: Option<ForwardedChain<'a>>,
     /// The Host the client asked for.
     pub host: Option<&'a [u8]>,
     /// What the client's listener speaks (X-Forwarded-Proto, Forwarded).
@@ -38,6 +38,17 @@ pub struct ProxyRequest<'a> {
     /// The client certificate its connection's handshake verified, told
     /// to the upstream (`X-Client-Cert-*` fields, `SSL_CLIENT_*` params).
     pub client_cert: Option<&'a ClientCert>,
+}
+
+/// The addresses a request came through, as a trusted proxy named them:
+/// the X-Forwarded-For sent upstream is `hops, peer`.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardedChain<'a> {
+    /// From the client to the last proxy before the peer, `", "` between
+    /// them (`"client, proxy"`; the client alone when the peer named it).
+    pub hops: &'a str,
+    /// The peer's address: the proxy hayate's connection comes from.
+    pub peer: &'a str,
 }
 
 /// The ports of the client's connection, as a PROXY protocol header names

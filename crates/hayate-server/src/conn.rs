@@ -181,10 +181,10 @@ impl Conn {
             // This request's generation to its end, even across a reload.
             let w = self.worker.generation();
             // Identify: who the client is, once for the whole exchange.
-            let forwarded = w.router.client_of(&req.head, &self.peer);
-            if forwarded.is_some() || self.forwarded.is_some() {
-                self.forwarded = forwarded.map(Box::new);
-            }
+            // The previous request's answer, if any, lends its memory.
+            self.forwarded = w
+                .router
+                .client_of(&req.head, &self.peer, self.forwarded.take());
             let mut body = BodyState::new(
                 req.framing,
                 req.expect_continue,

@@ -435,8 +435,8 @@ impl Stream {
         // This stream's generation to its end, even across a reload.
         let w = self.worker.generation();
         // Identify: who the client is, once for the whole stream.
-        let forwarded = w.router.client_of(&head, &self.peer);
-        let client = pipeline::Client::new(&self.peer, forwarded.as_ref());
+        let forwarded = w.router.client_of(&head, &self.peer, None);
+        let client = pipeline::Client::new(&self.peer, forwarded.as_deref());
         let mut body = StreamBody::new(body, &parts.headers, websocket, &w);
         // Shared by the upstream's interim responses and the watch for a
         // reset, which never run at once (one task polls both).

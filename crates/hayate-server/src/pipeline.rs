@@ -82,6 +82,15 @@ impl<'a> Client<'a> {
         Client { peer, forwarded }
     }
 
+    /// The addresses the request came through, when a trusted proxy named
+    /// the client.
+    pub fn forwarded_chain(&self) -> Option<hayate_proxy::ForwardedChain<'a>> {
+        self.forwarded.map(|f| hayate_proxy::ForwardedChain {
+            hops: &f.chain,
+            peer: &self.peer.addr,
+        })
+    }
+
     /// Whether the client came through a Unix socket.
     pub fn over_unix_socket(&self) -> bool {
         self.peer.addr == "unix"
@@ -696,7 +705,7 @@ pub(crate) fn proxied<'r>(
         target,
         headers: req.fields().collect(),
         client_ip: client.addr(),
-        forwarded_chain: client.forwarded.map(|f| f.chain.as_str()),
+        forwarded_chain: client.forwarded_chain(),
         scheme: req.scheme,
         host: req.host(),
         cgi: None,

@@ -31,6 +31,7 @@ pub mod fleet_rate;
 pub mod forward_auth;
 pub mod headers;
 pub mod limit_key;
+mod prehashed;
 pub mod rate_limit;
 mod registry;
 pub mod rewrite;

@@ -425,13 +425,18 @@ impl Router {
     /// Identify: the client a request from `peer` comes from, when a
     /// trusted proxy names it (`None`: the peer is the client).
     #[inline(always)]
-    pub fn client_of(&self, head: &RequestHead, peer: &Peer) -> Option<ForwardedClient> {
+    pub fn client_of(
+        &self,
+        head: &RequestHead,
+        peer: &Peer,
+        reuse: Option<Box<ForwardedClient>>,
+    ) -> Option<Box<ForwardedClient>> {
         // Inlined test first: without trusted proxies (most sites) the call
         // cost every request 22 instructions (bench/instructions/run).
         if self.trusted_proxies.is_empty() {
             return None;
         }
-        self.trusted_proxies.client_of(head, peer)
+        self.trusted_proxies.client_of(head, peer, reuse)
     }
 
     /// Whether `ip` is a trusted proxy's (a PROXY protocol header is read

@@ -30,7 +30,9 @@ pub(super) fn refresh_in_background(
     let target = req.target.to_vec();
     let host = req.host.map(<[u8]>::to_vec);
     let client_ip = req.client_ip.to_string();
-    let forwarded_chain = req.forwarded_chain.map(str::to_string);
+    let forwarded_chain = req
+        .forwarded_chain
+        .map(|c| (c.hops.to_string(), c.peer.to_string()));
     let (scheme, ports) = (req.scheme, req.ports);
     let headers: Vec<(Vec<u8>, Vec<u8>)> = req
         .headers
@@ -58,7 +60,9 @@ pub(super) fn refresh_in_background(
             target: &target,
             headers: headers.iter().map(|(n, v)| (&n[..], &v[..])).collect(),
             client_ip: &client_ip,
-            forwarded_chain: forwarded_chain.as_deref(),
+            forwarded_chain: forwarded_chain
+                .as_ref()
+                .map(|(hops, peer)| hayate_proxy::ForwardedChain { hops, peer }),
             host: host.as_deref(),
             scheme,
             cgi: cgi.as_ref().map(

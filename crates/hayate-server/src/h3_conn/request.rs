@@ -51,8 +51,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     // This stream's generation to its end, even across a reload.
     let w = conn.worker.generation();
     // Identify: who the client is, once for the whole stream.
-    let forwarded = w.router.client_of(&head, &conn.peer);
-    let client = pipeline::Client::new(&conn.peer, forwarded.as_ref());
+    let forwarded = w.router.client_of(&head, &conn.peer, None);
+    let client = pipeline::Client::new(&conn.peer, forwarded.as_deref());
     let mut body = StreamBody::new(recv, &parts.headers, &w);
     let answer = match padded_field(&parts.headers) {
         Some(name) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),

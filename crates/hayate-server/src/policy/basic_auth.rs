@@ -29,6 +29,7 @@ use hayate_core::{Response, Status};
 use ring::rand::SecureRandom;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use super::prehashed::{self, PrehashedMap};
 use super::{Access, AccessPolicy, AccessRequest};
 
 /// How long a verified credential is remembered.
@@ -73,7 +74,7 @@ struct State {
     checked: Instant,
     /// Credentials that passed, by a keyed 128-bit tag of the
     /// Authorization value (the password itself is never kept).
-    remembered: HashMap<u128, Instant>,
+    remembered: PrehashedMap<u128, Instant>,
 }
 
 /// A stored password hash, by its scheme.
@@ -236,7 +237,7 @@ impl BasicAuth {
                 users,
                 stamp: Some(stamp),
                 checked: Instant::now(),
-                remembered: HashMap::new(),
+                remembered: prehashed::map(),
             }),
         })
     }

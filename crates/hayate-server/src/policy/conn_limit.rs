@@ -19,7 +19,6 @@
 //!   per request in flight), and at most `conn_limit_max_keys` of them;
 //!   a new client past that gets 503 (the box, not the client, is full).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +26,7 @@ use hayate_config::values::RateKey;
 use hayate_core::{Response, Status};
 
 use super::limit_key::LimitKey;
+use super::prehashed::{self, PrehashedMap};
 use super::registry::Registry;
 use super::{per_route, AccessRequest, RouteName};
 
@@ -47,7 +47,7 @@ pub struct ConnCounter {
     /// The keys' hash, seeded per process.
     hasher: foldhash::fast::RandomState,
     /// Requests in flight per key; a key at 0 is removed.
-    shards: Box<[Mutex<HashMap<u64, u32>>]>,
+    shards: Box<[Mutex<PrehashedMap<u64, u32>>]>,
     /// Requests refused since it was made.
     limited: AtomicU64,
 }
@@ -62,13 +62,13 @@ impl ConnCounter {
             limit,
             max_per_shard: (max_keys as usize).div_ceil(SHARDS).max(1),
             hasher: foldhash::fast::RandomState::default(),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(prehashed::map())).collect(),
             limited: AtomicU64::new(0),
         })
     }
 
-    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
-        let shard = &self.shards[(key % SHARDS as u64) as usize];
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, PrehashedMap<u64, u32>> {
+        let shard = &self.shards[prehashed::shard_of(key, SHARDS)];
         shard.lock().unwrap_or_else(|e| e.into_inner())
     }
 

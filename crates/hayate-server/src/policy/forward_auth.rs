@@ -125,7 +125,7 @@ impl ForwardAuth {
             target: &self.target,
             headers: headers.into_iter().collect(),
             client_ip: client.addr(),
-            forwarded_chain: client.forwarded.map(|f| f.chain.as_str()),
+            forwarded_chain: client.forwarded_chain(),
             host: req.host(),
             scheme: req.scheme,
             cgi: None,

@@ -18,7 +18,6 @@
 //!   do it from its own prefix) evicts mostly its own keys, and pays for
 //!   the sweep one insertion in a quarter of a shard.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +26,7 @@ use hayate_config::values::{RateKey, RateSpec};
 use hayate_core::{Response, Status};
 
 use super::limit_key::LimitKey;
+use super::prehashed::{self, PrehashedMap};
 use super::registry::Registry;
 use super::{per_route, Access, AccessPolicy, AccessRequest, RouteName};
 
@@ -53,7 +53,7 @@ pub struct Limiter {
     /// The keys' hash, seeded per process: nobody can aim keys at one
     /// shard or one bucket.
     hasher: foldhash::fast::RandomState,
-    shards: Box<[Mutex<HashMap<u64, u64>>]>,
+    shards: Box<[Mutex<PrehashedMap<u64, u64>>]>,
     /// Requests refused since it was made.
     limited: AtomicU64,
     /// The latest time any worker counted at (nanoseconds since `epoch`).
@@ -75,7 +75,7 @@ impl Limiter {
                 max_per_shard: (max_keys as usize).div_ceil(SHARDS).max(1),
                 epoch: Instant::now(),
                 hasher: foldhash::fast::RandomState::default(),
-                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                shards: (0..SHARDS).map(|_| Mutex::new(prehashed::map())).collect(),
                 limited: AtomicU64::new(0),
                 latest: AtomicU64::new(0),
             }
@@ -94,7 +94,7 @@ impl Limiter {
         // request exactly at the edge of the burst is refused on one worker
         // and let in on the other.
         let now = self.latest.fetch_max(now, Ordering::Relaxed).max(now);
-        let shard = &self.shards[(key % SHARDS as u64) as usize];
+        let shard = &self.shards[prehashed::shard_of(key, SHARDS)];
         let mut buckets = shard.lock().unwrap_or_else(|e| e.into_inner());
         let empty_at = buckets.get(&key).copied().unwrap_or(now).max(now);
         let next = empty_at.saturating_add(self.interval);
@@ -124,7 +124,7 @@ impl Limiter {
 
 /// Frees room in a full shard: the keys whose bucket is empty by `now`
 /// go, then, if that was not a quarter, the quarter nearest to empty.
-fn make_room(buckets: &mut HashMap<u64, u64>, now: u64, max: usize) {
+fn make_room(buckets: &mut PrehashedMap<u64, u64>, now: u64, max: usize) {
     buckets.retain(|_, empty_at| *empty_at > now);
     let keep = max - max / 4;
     if buckets.len() > keep {
