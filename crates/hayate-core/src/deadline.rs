@@ -34,6 +34,11 @@ struct Slot {
     /// A kept-alive connection's: it has served a request, so its idle
     /// waits may be cut at the descriptor budget.
     reusable: bool,
+    /// Cut as soon as it goes idle while the worker is at the budget (an
+    /// HTTP/2 connection's, whose GOAWAY tells its client which requests
+    /// to send again; an HTTP/1.1 client learns of a close only by
+    /// meeting it, so its answers say `Connection: close` instead).
+    cut_when_idle: bool,
     expired: bool,
     waker: Option<Waker>,
 }
@@ -44,7 +49,7 @@ pub struct Deadlines {
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<usize>>,
     /// Set while the worker is at the descriptor budget: a kept-alive
-    /// connection that goes idle closes at once, making room.
+    /// HTTP/2 connection that goes idle closes at once, making room.
     cutting: Cell<bool>,
 }
 
@@ -94,15 +99,19 @@ impl Deadlines {
     /// of connections. At the descriptor budget a client waiting in the
     /// listen backlog needs a slot more than one that is not using its own
     /// (which may reconnect: an idle keep-alive connection may close at
-    /// any time). Returns how many.
-    pub fn expire_longest_idle(&self) -> usize {
+    /// any time). Only those whose deadline is at or before `due_by`: the
+    /// caller's way to spare a connection idle for a moment only, whose
+    /// client is likely sending its next request as it closes (a load
+    /// generator or a proxy reusing its connections at once). Returns how
+    /// many.
+    pub fn expire_longest_idle(&self, due_by: Instant) -> usize {
         let mut idle: Vec<(Instant, usize)> = self
             .slots
             .borrow()
             .iter()
             .enumerate()
             .filter(|(_, s)| s.idle && s.reusable && !s.expired)
-            .filter_map(|(key, s)| Some((s.deadline?, key)))
+            .filter_map(|(key, s)| Some((s.deadline.filter(|&d| d <= due_by)?, key)))
             .collect();
         if idle.is_empty() {
             return 0;
@@ -120,6 +129,12 @@ impl Deadlines {
     /// their requests meanwhile.
     pub fn cut_idle(&self, on: bool) {
         self.cutting.set(on);
+    }
+
+    /// Whether kept-alive connections are being cut to make room: an
+    /// answer then says it is the connection's last.
+    pub fn cutting_idle(&self) -> bool {
+        self.cutting.get()
     }
 
     fn expire_keys(&self, keys: &[usize]) {
@@ -175,6 +190,14 @@ impl Deadline {
         self.registry.slots.borrow_mut()[self.key].reusable = true;
     }
 
+    /// Marks the slot's connection as kept alive, and to be cut as soon as
+    /// it goes idle at the descriptor budget ([`Deadlines::cut_idle`]).
+    pub fn mark_reusable_cut_when_idle(&self) {
+        let mut slots = self.registry.slots.borrow_mut();
+        slots[self.key].reusable = true;
+        slots[self.key].cut_when_idle = true;
+    }
+
     /// Waits for `fut` until `deadline`; `idle` marks a wait that shutdown
     /// may cut short. The slot is armed when the wait is first polled and
     /// disarmed when it ends.
@@ -196,7 +219,7 @@ impl Deadline {
                 let s = &mut slots[self.key];
                 s.deadline = Some(deadline);
                 s.idle = idle;
-                s.expired = idle && s.reusable && self.registry.cutting.get();
+                s.expired = idle && s.cut_when_idle && self.registry.cutting.get();
             }
             let polled = Pin::new(&mut fut).poll(cx);
             let mut slots = self.registry.slots.borrow_mut();
@@ -406,33 +429,48 @@ mod tests {
                     })
                     .collect();
                 tokio::task::yield_now().await;
-                assert_eq!(reg.expire_longest_idle(), 1, "an eighth of 3, at least 1");
+                // None due by 0.5 s: the ones idle for a moment only are spared.
+                assert_eq!(reg.expire_longest_idle(now + Duration::from_millis(500)), 0);
+                let due_by = now + Duration::from_secs(60);
+                assert_eq!(
+                    reg.expire_longest_idle(due_by),
+                    1,
+                    "an eighth of 3, at least 1"
+                );
                 tokio::task::yield_now().await;
                 let ended: Vec<bool> = waits.iter().map(|w| w.is_finished()).collect();
                 assert_eq!(ended, [false, true, false, false, false]);
-                // At the budget, a kept-alive connection going idle is cut
-                // at once; a new one is not.
+                // At the budget, a kept-alive HTTP/2 connection going idle
+                // is cut at once; an HTTP/1.1 one (its answers said
+                // `Connection: close` meanwhile) and a new one are not.
                 reg.cut_idle(true);
-                let going_idle = |kept: bool| {
+                let going_idle = |kept: Option<bool>| {
                     let slot = reg.slot();
-                    if kept {
-                        slot.mark_reusable();
+                    match kept {
+                        Some(true) => slot.mark_reusable_cut_when_idle(),
+                        Some(false) => slot.mark_reusable(),
+                        None => {}
                     }
                     tokio::task::spawn_local(async move {
                         let until = now + Duration::from_secs(60);
                         slot.run(until, true, std::future::pending::<()>()).await
                     })
                 };
-                let (kept, new) = (going_idle(true), going_idle(false));
+                let (h2, h1, new) = (
+                    going_idle(Some(true)),
+                    going_idle(Some(false)),
+                    going_idle(None),
+                );
                 tokio::task::yield_now().await;
-                assert!(kept.is_finished() && !new.is_finished());
+                assert!(h2.is_finished() && !h1.is_finished() && !new.is_finished());
+                h1.abort();
                 new.abort();
                 for w in waits {
                     w.abort();
                 }
             })
             .await;
-        assert_eq!(Deadlines::default().expire_longest_idle(), 0);
+        assert_eq!(Deadlines::default().expire_longest_idle(Instant::now()), 0);
     }
 
     #[tokio::test(flavor = "current_thread")]

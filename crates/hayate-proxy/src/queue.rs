@@ -73,7 +73,11 @@ impl UpstreamGroup {
             ));
         }
         // A request already in line is not refused for the queue's depth.
-        if newcomer && self.waiting.get() >= self.settings.queue_depth {
+        let depth = match retry {
+            Some(_) => self.settings.queue_depth.max(self.settings.shortage_depth),
+            None => self.settings.queue_depth,
+        };
+        if newcomer && self.waiting.get() >= depth {
             return Err(busy(format!(
                 "upstream group full and its queue too ({} waiting)",
                 self.waiting.get()

@@ -184,7 +184,7 @@ where
                             // be cut at the budget (a new connection that
                             // has asked nothing yet never is).
                             asked = true;
-                            idle_deadline.mark_reusable();
+                            idle_deadline.mark_reusable_cut_when_idle();
                         }
                         tokio::task::spawn_local(stream.serve(request, respond));
                     }

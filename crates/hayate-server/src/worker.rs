@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hayate_config::Config;
 use hayate_core::app::AppSlots;
@@ -480,15 +480,16 @@ async fn accept_loop(
     loop {
         let full = shared.connections.full();
         // At the descriptor budget: the next client waits in the listen
-        // backlog, and kept-alive connections idle now, or once they have
-        // answered, make room.
+        // backlog, and kept-alive connections make room: those idle for a
+        // while now, HTTP/2 ones once they go idle, HTTP/1.1 ones by
+        // answering `Connection: close`. None idle long enough: look again
+        // shortly.
         worker.deadlines.cut_idle(full);
-        if full {
-            worker.deadlines.expire_longest_idle();
-        }
+        let look_again = full && make_room(&worker) == 0;
         let accepted = tokio::select! {
             a = listener.accept(), if !full => a,
             _ = shared.connections.room(), if full => continue,
+            _ = tokio::time::sleep(LOOK_AGAIN), if look_again => continue,
             _ = shutdown.wait() => return,
             _ = worker.reloaded.notified() => {
                 if worker.serves_listener(&key) {
@@ -505,7 +506,7 @@ async fn accept_loop(
                 // backlog (accept(2) takes it only with one): back off
                 // while something closes, and make room as at the budget.
                 hayate_core::error::note_shortage(|| format!("accept: {e}"));
-                worker.deadlines.expire_longest_idle();
+                make_room(&worker);
                 tokio::time::sleep(ACCEPT_SHORTAGE_PAUSE).await;
                 continue;
             }
@@ -628,6 +629,26 @@ async fn serve_tls(
 /// and a wake-up), and a client in the backlog waits at most 20 ms more
 /// once a descriptor frees.
 const ACCEPT_SHORTAGE_PAUSE: Duration = Duration::from_millis(20);
+
+/// A kept-alive connection idle for less than this is not cut to make room
+/// at the descriptor budget: its client is likely sending its next request
+/// as it closes (wrk's 4,000 clients at `ulimit -n 4096` met 1,935 such
+/// closes), and browsers come back within a second or two of a page or
+/// not for long.
+const SPARED_IDLE: Duration = Duration::from_secs(1);
+
+/// How soon a worker at the budget that found no connection idle for
+/// [`SPARED_IDLE`] looks again (the deadlines' sweep interval).
+const LOOK_AGAIN: Duration = hayate_core::deadline::SWEEP;
+
+/// Cuts some of the worker's kept-alive connections idle for at least
+/// [`SPARED_IDLE`] (their keep-alive deadline that far behind the one a
+/// connection going idle now would get), longest idle first; how many.
+fn make_room(worker: &Worker) -> usize {
+    let keepalive = worker.generation().timeouts.keepalive;
+    let due_by = Instant::now() + keepalive.saturating_sub(SPARED_IDLE);
+    worker.deadlines.expire_longest_idle(due_by)
+}
 
 /// Counts a connection until it is dropped.
 pub(crate) struct ConnGuard {
