@@ -266,11 +266,11 @@ mod tests {
             &Overrides::default(),
         )
         .expect("valid");
-        let app = cfg.app.expect("app section");
+        let app = cfg.apps.first().cloned().expect("app section");
         assert_eq!(app.command, vec!["node", "server.js"]);
         assert_eq!(cfg.global.app_ready_path.as_deref(), Some("/healthz"));
         assert!(cfg.global.admin.is_some());
-        assert!(cfg.sites[0].routes[0].options.app);
+        assert!(cfg.sites[0].routes[0].options.app.is_on());
     }
 
     #[test]
