@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hayate_config::values::{Listen, ListenAddr, Scheme};
 use hayate_config::{Config, ConfigErrors};
-use hayate_core::app::AppSlots;
+use hayate_core::app::AppTable;
 use hayate_core::metrics::Metrics;
 use tokio::sync::{mpsc, watch};
 
@@ -116,7 +116,7 @@ pub struct Reloader<'a> {
     publish: watch::Sender<Arc<Blueprint>>,
     built: mpsc::UnboundedReceiver<Built>,
     workers: usize,
-    app: Option<AppSlots>,
+    app: AppTable,
     variants: Arc<hayate_compress::VariantStore>,
     cache: CacheSlot,
     request_metrics: Option<Arc<RequestMetrics>>,
@@ -140,7 +140,7 @@ pub struct ReloadParts<'a> {
     /// How many workers report.
     pub workers: usize,
     /// The supervised app's slots.
-    pub app: Option<AppSlots>,
+    pub app: AppTable,
     /// Compressed variants of files.
     pub variants: Arc<hayate_compress::VariantStore>,
     /// The response cache.
@@ -300,7 +300,7 @@ impl<'a> Reloader<'a> {
         // does not exist fails the reload, not a worker.
         Router::build(
             &next,
-            self.app.as_ref(),
+            &self.app,
             cache.as_ref(),
             &self.variants,
             None,

@@ -254,8 +254,8 @@ fn several_apps_errors() {
         err("root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\nuser = \"www\"\n"),
         "h.toml:5: user: app_user is for every app: set it at the top level of the file"
     );
-    assert!(err("[[app]]\nname = \"a\"\ncommand = \"x\"\n[[site]]\napp = \"B\"\n")
-        .starts_with("h.toml:5: app:"));
+    let bad_name = err("[[app]]\nname = \"a\"\ncommand = \"x\"\n[[site]]\nroot = \".\"\napp = \"B\"\n");
+    assert!(bad_name.starts_with("h.toml:6: app:"), "{bad_name}");
 }
 
 #[test]
