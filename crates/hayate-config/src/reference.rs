@@ -344,6 +344,12 @@ mod tests {
         assert_eq!(jobs.max_memory.map(|s| s.0), Some(256 << 20));
         let api = cfg.apps[0].options(&cfg.global);
         assert_eq!(api.max_memory.map(|s| s.0), Some(1 << 30));
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(readme).expect("README.md");
+        assert!(
+            readme.contains(EXAMPLE_APPS_CONFIG),
+            "README's Several apps example differs from EXAMPLE_APPS_CONFIG"
+        );
     }
 
     #[test]
