@@ -80,7 +80,9 @@ impl AppSection {
         AppOptions {
             listen: own.app_listen.or(global.app_listen),
             protocol: own.app_protocol.unwrap_or(global.app_protocol),
-            reload_parallel: own.app_reload_parallel.unwrap_or(global.app_reload_parallel),
+            reload_parallel: own
+                .app_reload_parallel
+                .unwrap_or(global.app_reload_parallel),
             max_memory: own.app_max_memory.or(global.app_max_memory),
             max_requests: own.app_max_requests.or(global.app_max_requests),
             start_timeout: own.app_start_timeout.unwrap_or(global.app_start_timeout),

@@ -17,8 +17,8 @@ pub mod table;
 pub mod values;
 
 pub use reference::{
-    markdown_reference, EXAMPLE_APPS_CONFIG, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG, EXAMPLE_POLICY_CONFIG,
-    EXAMPLE_RULES_CONFIG,
+    markdown_reference, EXAMPLE_APPS_CONFIG, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG,
+    EXAMPLE_POLICY_CONFIG, EXAMPLE_RULES_CONFIG,
 };
 
 use std::fmt;

@@ -338,7 +338,11 @@ mod tests {
             &Overrides::default(),
         )
         .expect("valid");
-        let apps: Vec<(&str, bool)> = cfg.apps.iter().map(|a| (a.name.as_str(), a.served)).collect();
+        let apps: Vec<(&str, bool)> = cfg
+            .apps
+            .iter()
+            .map(|a| (a.name.as_str(), a.served))
+            .collect();
         assert_eq!(apps, [("api", true), ("site", true), ("jobs", false)]);
         let jobs = cfg.apps[2].options(&cfg.global);
         assert_eq!(jobs.max_memory.map(|s| s.0), Some(256 << 20));

@@ -156,7 +156,7 @@ impl MainLoop<'_> {
                 answer.extend(self.reloader.shared_tier_summary());
                 Ok(answer)
             }
-            ControlCommand::Reload(Some(app)) if !self.app_names.contains(&app) => Err(format!(
+            ControlCommand::Reload(Some(app)) if !self.app_names.contains(app) => Err(format!(
                 "no app named {app:?} runs (apps: {})\n",
                 match self.app_names {
                     [] => "none".to_string(),
@@ -164,7 +164,10 @@ impl MainLoop<'_> {
                 }
             )),
             ControlCommand::Reload(app) => {
-                log::info!("control: reloading {}", app.as_deref().unwrap_or("everything"));
+                log::info!(
+                    "control: reloading {}",
+                    app.as_deref().unwrap_or("everything")
+                );
                 let answer = reload(&mut self.reloader, self.on_reload, app.as_deref()).await;
                 if answer.is_ok() {
                     self.reloaded();

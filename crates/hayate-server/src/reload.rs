@@ -298,15 +298,8 @@ impl<'a> Reloader<'a> {
         };
         // Everything a worker will open, opened once here first: a root that
         // does not exist fails the reload, not a worker.
-        Router::build(
-            &next,
-            &self.app,
-            cache.as_ref(),
-            &self.variants,
-            None,
-            None,
-        )
-        .map_err(|e| format!("{e}\n"))?;
+        Router::build(&next, &self.app, cache.as_ref(), &self.variants, None, None)
+            .map_err(|e| format!("{e}\n"))?;
 
         // Listeners last: once bound, nothing else can refuse the reload.
         let change = self.change_listeners(&as_read.global.listen)?;

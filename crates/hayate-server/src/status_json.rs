@@ -417,7 +417,11 @@ fn upstreams(scrape: &Scrape<'_>) -> Vec<UpstreamMember> {
 /// sample comes (the order they were declared).
 fn apps(scrape: &Scrape<'_>) -> Vec<App> {
     let mut names: Vec<&str> = Vec::new();
-    for s in scrape.samples.iter().filter(|s| s.name.starts_with("hayate_app_")) {
+    for s in scrape
+        .samples
+        .iter()
+        .filter(|s| s.name.starts_with("hayate_app_"))
+    {
         if let Some(name) = s.label("app") {
             if !names.contains(&name) {
                 names.push(name);

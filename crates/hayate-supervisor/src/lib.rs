@@ -18,8 +18,8 @@ mod instance;
 mod loopback;
 mod port_errors;
 mod status;
-pub use status::{AllApps, AppStatus, InstanceFigures};
 pub use hayate_core::logfile::RotatingLog;
+pub use status::{AllApps, AppStatus, InstanceFigures};
 pub mod php;
 
 use std::collections::VecDeque;

@@ -125,11 +125,8 @@ pub struct AllApps(pub Vec<AppStatus>);
 
 impl MetricsSource for AllApps {
     fn render(&self, out: &mut String) {
-        let figures: Vec<(&str, Vec<InstanceFigures>)> = self
-            .0
-            .iter()
-            .map(|a| (&*a.name, a.instances()))
-            .collect();
+        let figures: Vec<(&str, Vec<InstanceFigures>)> =
+            self.0.iter().map(|a| (&*a.name, a.instances())).collect();
         // One sample per app and slot: (app, slot, figures).
         let slots = || {
             figures
@@ -219,7 +216,12 @@ impl MetricsSource for AllApps {
         for (app, i, f) in slots() {
             if let Some(reason) = &f.last_exit {
                 let i = i.to_string();
-                sample(out, name, &[("app", app), ("instance", &i), ("reason", reason)], 1);
+                sample(
+                    out,
+                    name,
+                    &[("app", app), ("instance", &i), ("reason", reason)],
+                    1,
+                );
             }
         }
         family(
@@ -230,7 +232,12 @@ impl MetricsSource for AllApps {
         );
         for status in &self.0 {
             let depth = status.queue_depth();
-            sample(out, "hayate_app_queue_depth", &[("app", &status.name)], depth);
+            sample(
+                out,
+                "hayate_app_queue_depth",
+                &[("app", &status.name)],
+                depth,
+            );
         }
     }
 }

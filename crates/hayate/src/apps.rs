@@ -67,7 +67,11 @@ impl RunningApps {
                 true => runtime_dir.join(&app.name),
                 false => runtime_dir.clone(),
             };
-            let default_listen = if fastcgi { AppListen::Unix } else { AppListen::Tcp };
+            let default_listen = if fastcgi {
+                AppListen::Unix
+            } else {
+                AppListen::Tcp
+            };
             let listen = match (app.served, options.listen.unwrap_or(default_listen)) {
                 (false, _) => Listen::None,
                 (true, AppListen::Unix) => Listen::Unix(dir.clone()),
@@ -85,7 +89,10 @@ impl RunningApps {
                 name: app.name.clone(),
                 command: app.command.clone(),
                 cwd: app.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
-                instances: app.instances.unwrap_or(Instances::Auto).get(config.global.workers.get()),
+                instances: app
+                    .instances
+                    .unwrap_or(Instances::Auto)
+                    .get(config.global.workers.get()),
                 listen,
                 runtime_dir: dir,
                 reload_parallel: options.reload_parallel,
@@ -98,8 +105,8 @@ impl RunningApps {
                 log: log.clone(),
                 run_as: run_as.clone(),
             };
-            let supervisor = Supervisor::start(spec)
-                .with_context(|| format!("app {}", app.name))?;
+            let supervisor =
+                Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
             running.apps.push(RunningApp {
                 name: app.name,
                 served: app.served,
@@ -151,13 +158,19 @@ impl RunningApps {
     pub fn describe(&self, config: &Config, sections: &[AppSection]) -> String {
         match (&self.apps[..], sections) {
             ([_], [one]) => {
-                let n = one.instances.unwrap_or(Instances::Auto).get(config.global.workers.get());
+                let n = one
+                    .instances
+                    .unwrap_or(Instances::Auto)
+                    .get(config.global.workers.get());
                 format!("{} ({n} instances)", one.command.join(" "))
             }
             (apps, _) => format!(
                 "{} apps ({})",
                 apps.len(),
-                apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+                apps.iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -210,7 +223,10 @@ impl RunningApps {
                 let cwd = section.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
                 match environment(section) {
                     Ok(env) => {
-                        if app.supervisor.set_command(section.command.clone(), cwd, env) {
+                        if app
+                            .supervisor
+                            .set_command(section.command.clone(), cwd, env)
+                        {
                             let what = match single {
                                 true => "[app]".to_string(),
                                 false => format!("[[app]] {}", app.name),
@@ -293,8 +309,8 @@ fn environment(app: &AppSection) -> anyhow::Result<Vec<(String, String)>> {
 
 /// Reads and parses an `env_file`; an error names `file:line`.
 pub(crate) fn read_env_file(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("env_file {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("env_file {}", path.display()))?;
     hayate_config::app::parse_env_file(&text)
         .map_err(|(line, why)| anyhow::anyhow!("{}:{line}: {why}", path.display()))
 }

@@ -434,15 +434,23 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
             config.apps.len()
         );
         let apps = config.apps.clone();
-        return supervise(config, apps, m.get_one::<String>("config"), reread, inherited);
+        return supervise(
+            config,
+            apps,
+            m.get_one::<String>("config"),
+            reread,
+            inherited,
+        );
     }
-    let mut app = config.apps.first().cloned().unwrap_or_else(|| {
-        hayate_config::app::AppSection {
+    let mut app = config
+        .apps
+        .first()
+        .cloned()
+        .unwrap_or_else(|| hayate_config::app::AppSection {
             name: hayate_config::app::DEFAULT_APP_NAME.into(),
             served: true,
             ..Default::default()
-        }
-    });
+        });
     if !command.is_empty() {
         app.command = command;
     }
@@ -489,12 +497,15 @@ pub(crate) fn supervise(
         .zip(&apps)
         .all(|(file, running)| file.command == running.command)
         && !config.apps.is_empty();
-    let running = apps::RunningApps::start(&config, apps.clone(), from_file, inherited.is_upgrade())?;
+    let running =
+        apps::RunningApps::start(&config, apps.clone(), from_file, inherited.is_upgrade())?;
     let what = running.describe(&config, &apps);
     let reload = |next: &Config, only: Option<&str>| running.reload(next, only);
     let roles = running.roles(&config);
     let metrics = hayate_core::metrics::Metrics::default();
-    metrics.register(std::sync::Arc::new(hayate_supervisor::AllApps(running.statuses())));
+    metrics.register(std::sync::Arc::new(hayate_supervisor::AllApps(
+        running.statuses(),
+    )));
     let status: hayate_server::StatusFn =
         std::sync::Arc::new(move || apps::RunningApps::status_text(&roles));
     let mut hooks = hooks(&config, config_file, what, &reload, Some(status), metrics);

@@ -84,7 +84,8 @@ app = "web"
 
 fn apps_dir(api_command: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
     write("served.js", SERVED);
     write("worker.js", WORKER);
     write("version-api.txt", "v1");
@@ -153,10 +154,19 @@ fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
 }
 
 fn admin(h: &Hayate) -> std::net::SocketAddr {
-    eventually("the admin listener", || h.stderr().contains("admin listener on http://"));
+    eventually("the admin listener", || {
+        h.stderr().contains("admin listener on http://")
+    });
     let log = h.stderr();
-    let rest = log.split("admin listener on http://").nth(1).expect("admin line");
-    rest.split('/').next().expect("addr").parse().expect("admin address")
+    let rest = log
+        .split("admin listener on http://")
+        .nth(1)
+        .expect("admin line");
+    rest.split('/')
+        .next()
+        .expect("addr")
+        .parse()
+        .expect("admin address")
 }
 
 fn ticks(dir: &Path) -> Vec<String> {
@@ -171,13 +181,18 @@ fn ticks(dir: &Path) -> Vec<String> {
 fn two_served_apps_and_a_worker_run_from_one_config() {
     let dir = apps_dir(r#"["node", "served.js"]"#);
     let h = start(dir.path());
-    eventually("api's two instances", || ready_count(&h.stderr(), "api") >= 2);
+    eventually("api's two instances", || {
+        ready_count(&h.stderr(), "api") >= 2
+    });
     let mut c = h.client();
     let (status, name, _, _, greeting) = answer(&mut c, "/api/users");
     assert_eq!((status, name.as_str()), (200, "api"));
     assert_eq!(greeting, "hi there", "GREETING from its env_file");
     let (status, name, _, _, greeting) = answer(&mut c, "/web/");
-    assert_eq!((status, name.as_str(), greeting.as_str()), (200, "web", "hello"));
+    assert_eq!(
+        (status, name.as_str(), greeting.as_str()),
+        (200, "web", "hello")
+    );
     assert_eq!(c.get("/hello.txt", &[]).text(), "static\n");
     assert_eq!(c.get("/other", &[]).status, 404, "/ serves files only");
 
@@ -191,14 +206,19 @@ fn two_served_apps_and_a_worker_run_from_one_config() {
 
     let (ok, status) = hayate_in(dir.path(), &["status"]);
     assert!(ok, "{status}");
-    for line in ["app api: served at /api/", "app web: served at /web/", "app queue: worker"] {
+    for line in [
+        "app api: served at /api/",
+        "app web: served at /web/",
+        "app queue: worker",
+    ] {
         assert!(status.contains(line), "{line:?} in {status}");
     }
 
     let admin = admin(&h);
     let metrics = Client::connect(admin).get("/metrics", &[]).text();
     for app in ["api", "web", "queue"] {
-        let sample = format!("hayate_app_instance_state{{app=\"{app}\",instance=\"0\",state=\"ready\"}} 1");
+        let sample =
+            format!("hayate_app_instance_state{{app=\"{app}\",instance=\"0\",state=\"ready\"}} 1");
         assert!(metrics.contains(&sample), "{sample} in {metrics}");
     }
     assert_eq!(
@@ -222,7 +242,9 @@ fn two_served_apps_and_a_worker_run_from_one_config() {
 fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
     let dir = apps_dir(r#"["node", "served.js"]"#);
     let h = start(dir.path());
-    eventually("api's two instances", || ready_count(&h.stderr(), "api") >= 2);
+    eventually("api's two instances", || {
+        ready_count(&h.stderr(), "api") >= 2
+    });
     eventually("a tick", || !ticks(dir.path()).is_empty());
     let mut c = h.client();
     let api_before = pids(&mut c, "/api/", 2);
@@ -258,7 +280,9 @@ fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
         .collect();
     let wait_answers = |more: u32| {
         let from = answered.load(Ordering::SeqCst);
-        eventually("more answers", || answered.load(Ordering::SeqCst) >= from + more);
+        eventually("more answers", || {
+            answered.load(Ordering::SeqCst) >= from + more
+        });
     };
     wait_answers(10);
     std::fs::write(dir.path().join("version-api.txt"), "v2").expect("write");
@@ -267,23 +291,44 @@ fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
     assert!(ok, "{report}");
     assert!(report.contains("api: reloading its instances"), "{report}");
     assert!(!report.contains("web: reloading"), "{report}");
-    eventually("api's new instances", || ready_count(&h.stderr(), "api") >= 4);
-    eventually("api's old instances gone", || !api_before.iter().any(|&p| alive(p)));
+    eventually("api's new instances", || {
+        ready_count(&h.stderr(), "api") >= 4
+    });
+    eventually("api's old instances gone", || {
+        !api_before.iter().any(|&p| alive(p))
+    });
     wait_answers(10);
     stop.store(true, Ordering::Relaxed);
-    let failures: Vec<_> = loaders.into_iter().flat_map(|t| t.join().expect("join")).collect();
-    assert!(failures.is_empty(), "requests failed during the reload: {failures:?}");
+    let failures: Vec<_> = loaders
+        .into_iter()
+        .flat_map(|t| t.join().expect("join"))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "requests failed during the reload: {failures:?}"
+    );
 
     let mut c = h.client();
     for _ in 0..10 {
-        assert_eq!(answer(&mut c, "/api/").3, "v2", "api's new generation answers");
+        assert_eq!(
+            answer(&mut c, "/api/").3,
+            "v2",
+            "api's new generation answers"
+        );
     }
     assert_eq!(pids(&mut c, "/web/", 1), web_before, "web kept its process");
     assert_eq!(answer(&mut c, "/web/").3, "v1", "web was not reloaded");
-    assert_eq!(worker_pid(dir.path()), worker_before, "the worker kept its process");
+    assert_eq!(
+        worker_pid(dir.path()),
+        worker_before,
+        "the worker kept its process"
+    );
 
     let (ok, answer) = hayate_in(dir.path(), &["reload", "nope"]);
-    assert!(!ok && answer.contains("no app named \"nope\" runs (apps: api, web, queue)"), "{answer}");
+    assert!(
+        !ok && answer.contains("no app named \"nope\" runs (apps: api, web, queue)"),
+        "{answer}"
+    );
     h.assert_no_errors();
 }
 
@@ -303,12 +348,16 @@ fn an_app_whose_command_does_not_exist_leaves_the_others_serving() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().contains("the app is down"), "{}", r.text());
     assert!(
-        h.stderr().contains("app api did not start: failed to start: no-such-command-here"),
+        h.stderr()
+            .contains("app api did not start: failed to start: no-such-command-here"),
         "{}",
         h.stderr()
     );
     let (ok, status) = hayate_in(dir.path(), &["status"]);
-    assert!(ok && status.contains("crash-loop") && status.contains("no-such-command-here"), "{status}");
+    assert!(
+        ok && status.contains("crash-loop") && status.contains("no-such-command-here"),
+        "{status}"
+    );
     assert_eq!(answer(&mut c, "/web/").0, 200, "web still serves");
 }
 
@@ -323,13 +372,27 @@ fn config_errors_name_file_and_line() {
     };
     let two = "root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\n[[app]]\nname = \"b\"\ncommand = \"y\"\n";
     let out = check(&format!("{two}[[app]]\nname = \"a\"\ncommand = \"z\"\n"));
-    assert!(out.contains("bad.toml:8: name: two [[app]] tables named \"a\""), "{out}");
-    let out = check(&format!("{two}[[site]]\nroot = \".\"\n[[site.route]]\nprefix = \"/x/\"\napp = \"c\"\n"));
-    assert!(out.contains("bad.toml:12: app: route \"/x/\": no [[app]] named \"c\" (declared: a, b)"), "{out}");
+    assert!(
+        out.contains("bad.toml:8: name: two [[app]] tables named \"a\""),
+        "{out}"
+    );
+    let out = check(&format!(
+        "{two}[[site]]\nroot = \".\"\n[[site.route]]\nprefix = \"/x/\"\napp = \"c\"\n"
+    ));
+    assert!(
+        out.contains("bad.toml:12: app: route \"/x/\": no [[app]] named \"c\" (declared: a, b)"),
+        "{out}"
+    );
     let out = check(&format!("{two}[[site]]\nroot = \".\"\napp = true\n"));
-    assert!(out.contains("bad.toml:10: app: route \"/\": app = true sends to the only app, but 2"), "{out}");
+    assert!(
+        out.contains("bad.toml:10: app: route \"/\": app = true sends to the only app, but 2"),
+        "{out}"
+    );
     let out = check("root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\nenv_file = \"a.env\"\n");
-    assert!(out.contains("bad.toml:2: env_file: [[app]] a: env_file"), "{out}");
+    assert!(
+        out.contains("bad.toml:2: env_file: [[app]] a: env_file"),
+        "{out}"
+    );
     std::fs::write(dir.path().join("a.env"), "OK=1\nnot a pair\n").expect("write");
     let out = check("root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\nenv_file = \"a.env\"\n");
     assert!(out.contains("a.env:2: expected KEY=VALUE"), "{out}");

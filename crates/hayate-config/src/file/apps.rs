@@ -13,8 +13,8 @@ use toml::Spanned;
 
 use super::Cx;
 use crate::app::{
-    split_command, valid_app_name, valid_env_name, AppRef, AppSection, Instances,
-    APP_SECTION_KEYS, DEFAULT_APP_NAME, PER_APP_OPTIONS,
+    split_command, valid_app_name, valid_env_name, AppRef, AppSection, Instances, APP_SECTION_KEYS,
+    DEFAULT_APP_NAME, PER_APP_OPTIONS,
 };
 use crate::table::{GlobalLayer, GLOBAL_OPTIONS};
 use crate::values::OptValue;

@@ -199,7 +199,10 @@ fn app_section() {
     assert_eq!(cfg.global.app_listen, Some(crate::app::AppListen::Tcp));
     assert_eq!(cfg.global.app_reload_parallel.get(), 2);
     let slash = &cfg.sites[0].routes[0];
-    assert!(slash.options.app.is_on(), "files first, the app for the rest");
+    assert!(
+        slash.options.app.is_on(),
+        "files first, the app for the rest"
+    );
     assert_eq!(
         slash.options.root.as_deref(),
         Some(Path::new("/srv/app/public"))
@@ -221,15 +224,35 @@ fn several_apps() {
         [[site]]\nroot = \"public\"\n\
         [[site.route]]\nprefix = \"/api/\"\napp = \"api\"\n";
     let cfg = load_file("/srv/h.toml".as_ref(), text, &Overrides::default()).expect("valid");
-    let names: Vec<(&str, bool)> = cfg.apps.iter().map(|a| (a.name.as_str(), a.served)).collect();
+    let names: Vec<(&str, bool)> = cfg
+        .apps
+        .iter()
+        .map(|a| (a.name.as_str(), a.served))
+        .collect();
     assert_eq!(names, vec![("api", true), ("worker", false)]);
     let api = &cfg.apps[0];
-    assert_eq!(api.options(&cfg.global).max_memory.map(|s| s.0), Some(100 << 20));
-    assert_eq!(cfg.global.app_max_memory, None, "an [[app]]'s options are its own");
+    assert_eq!(
+        api.options(&cfg.global).max_memory.map(|s| s.0),
+        Some(100 << 20)
+    );
+    assert_eq!(
+        cfg.global.app_max_memory, None,
+        "an [[app]]'s options are its own"
+    );
     assert_eq!(api.env_file.as_deref(), Some(Path::new("/srv/api.env")));
-    let route = |p: &str| cfg.sites[0].routes.iter().find(|r| r.prefix == p).expect("route");
+    let route = |p: &str| {
+        cfg.sites[0]
+            .routes
+            .iter()
+            .find(|r| r.prefix == p)
+            .expect("route")
+    };
     assert_eq!(route("/api/").options.app, AppRef::Named("api".into()));
-    assert_eq!(route("/").options.app, AppRef::Off, "[[app]]s are served only where named");
+    assert_eq!(
+        route("/").options.app,
+        AppRef::Off,
+        "[[app]]s are served only where named"
+    );
 }
 
 #[test]
@@ -240,7 +263,9 @@ fn several_apps_errors() {
         "h.toml:7: name: two [[app]] tables named \"a\": each app needs a name of its own"
     );
     assert_eq!(
-        err(&format!("{two}[[site]]\n[[site.route]]\nprefix = \"/\"\napp = \"c\"\n")),
+        err(&format!(
+            "{two}[[site]]\n[[site.route]]\nprefix = \"/\"\napp = \"c\"\n"
+        )),
         "h.toml:10: app: route \"/\": no [[app]] named \"c\" (declared: a, b)"
     );
     assert!(err(&format!("{two}[[site]]\napp = true\n"))
@@ -254,7 +279,8 @@ fn several_apps_errors() {
         err("root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\nuser = \"www\"\n"),
         "h.toml:5: user: app_user is for every app: set it at the top level of the file"
     );
-    let bad_name = err("[[app]]\nname = \"a\"\ncommand = \"x\"\n[[site]]\nroot = \".\"\napp = \"B\"\n");
+    let bad_name =
+        err("[[app]]\nname = \"a\"\ncommand = \"x\"\n[[site]]\nroot = \".\"\napp = \"B\"\n");
     assert!(bad_name.starts_with("h.toml:6: app:"), "{bad_name}");
 }
 
