@@ -153,22 +153,6 @@ fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
     run_to_end(std::process::Command::new(BIN).args(args).current_dir(dir))
 }
 
-fn admin(h: &Hayate) -> std::net::SocketAddr {
-    eventually("the admin listener", || {
-        h.stderr().contains("admin listener on http://")
-    });
-    let log = h.stderr();
-    let rest = log
-        .split("admin listener on http://")
-        .nth(1)
-        .expect("admin line");
-    rest.split('/')
-        .next()
-        .expect("addr")
-        .parse()
-        .expect("admin address")
-}
-
 fn ticks(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("ticks.txt"))
         .unwrap_or_default()
@@ -214,7 +198,7 @@ fn two_served_apps_and_a_worker_run_from_one_config() {
         assert!(status.contains(line), "{line:?} in {status}");
     }
 
-    let admin = admin(&h);
+    let admin = h.admin_addr();
     let metrics = Client::connect(admin).get("/metrics", &[]).text();
     for app in ["api", "web", "queue"] {
         let sample =
