@@ -159,3 +159,24 @@ impl AppTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_are_found_by_name_and_the_only_one_without() {
+        let app = |name: &str| ServedApp {
+            name: name.into(),
+            slots: AppSlots::new(1),
+            fastcgi: false,
+        };
+        let one = AppTable::new(vec![app("app")]);
+        assert_eq!(one.find(None).map(|a| &*a.name), Some("app"));
+        let two = AppTable::new(vec![app("api"), app("web")]);
+        assert!(two.find(None).is_none(), "app = true is ambiguous with two");
+        assert_eq!(two.find(Some("web")).map(|a| &*a.name), Some("web"));
+        assert!(two.find(Some("nope")).is_none());
+        assert!(AppTable::default().find(None).is_none());
+    }
+}

@@ -349,6 +349,19 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     #[test]
+    fn reload_takes_an_optional_app_name() {
+        assert_eq!(
+            ControlCommand::parse("reload\n"),
+            Some(ControlCommand::Reload(None))
+        );
+        assert_eq!(
+            ControlCommand::parse("reload api\n"),
+            Some(ControlCommand::Reload(Some("api".into())))
+        );
+        assert_eq!(ControlCommand::parse("reload api web\n"), None);
+    }
+
+    #[test]
     fn a_directorys_family_of_sockets() {
         let first = Path::new("/run/h/ab12.sock");
         let members: Vec<PathBuf> = family(first).take(3).collect();

@@ -49,7 +49,8 @@ fn command() -> Command {
             with_serve_args(Command::new("run").about(
                 "Run N instances of an app (each told its own 127.0.0.1 port in PORT, or a Unix \
                  socket with --app-listen unix) and serve it: files first, the app for the rest, \
-                 each client kept on one instance; SIGHUP reloads it instance by instance",
+                 each client kept on one instance; SIGHUP reloads it instance by instance. With \
+                 --config and no command: every app of the file ([app] or [[app]] tables)",
             ))
             .mut_arg("dir", |a| {
                 a.help(
@@ -101,9 +102,9 @@ fn command() -> Command {
         )
         .subcommand(control_command(
             "status",
-            "Show which hayate answers (pid, directory, config file, listeners), its app's \
-             instances (state, pid, uptime, restarts, memory, requests) and queue, and the \
-             shared tier",
+            "Show which hayate answers (pid, directory, config file, listeners), its apps' \
+             instances by app (state, pid, uptime, restarts, memory, requests) and queues, and \
+             the shared tier",
         ))
         .subcommand(
             control_command(

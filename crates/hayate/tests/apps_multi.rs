@@ -97,8 +97,14 @@ fn apps_dir(api_command: &str) -> tempfile::TempDir {
     dir
 }
 
-fn start(dir: &Path) -> Hayate {
-    Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(dir))
+/// `hayate --config hayate.toml` in `dir`; `hayate run --config
+/// hayate.toml` with `run`, the same.
+fn start(dir: &Path, run: bool) -> Hayate {
+    let args: &[&str] = match run {
+        true => &["run", "--config", "hayate.toml"],
+        false => &["--config", "hayate.toml"],
+    };
+    Hayate::start_in(BIN, args, &[], Some(dir))
 }
 
 /// Waits (bounded) until `pred` holds, polling every 20 ms.
@@ -164,7 +170,7 @@ fn ticks(dir: &Path) -> Vec<String> {
 #[test]
 fn two_served_apps_and_a_worker_run_from_one_config() {
     let dir = apps_dir(r#"["node", "served.js"]"#);
-    let h = start(dir.path());
+    let h = start(dir.path(), false);
     eventually("api's two instances", || {
         ready_count(&h.stderr(), "api") >= 2
     });
@@ -225,7 +231,7 @@ fn two_served_apps_and_a_worker_run_from_one_config() {
 #[test]
 fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
     let dir = apps_dir(r#"["node", "served.js"]"#);
-    let h = start(dir.path());
+    let h = start(dir.path(), false);
     eventually("api's two instances", || {
         ready_count(&h.stderr(), "api") >= 2
     });
@@ -319,7 +325,7 @@ fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
 #[test]
 fn an_app_whose_command_does_not_exist_leaves_the_others_serving() {
     let dir = apps_dir(r#"["no-such-command-here"]"#);
-    let h = start(dir.path());
+    let h = start(dir.path(), true);
     eventually("web ready", || ready_count(&h.stderr(), "web") >= 1);
     let mut c = h.client();
     assert_eq!(answer(&mut c, "/web/").0, 200);
