@@ -99,7 +99,7 @@ impl RunningApps {
                 start_timeout: options.start_timeout.0,
                 ready_path: options.ready_path.clone(),
                 stop_timeout: config.global.grace_period.0,
-                env: environment(&app)?,
+                env: environment(&app).with_context(|| format!("app {}", app.name))?,
                 max_memory: options.max_memory.map(|s| s.0),
                 max_requests: options.max_requests.map(u64::from),
                 log: log.clone(),
