@@ -29,6 +29,9 @@ pub(crate) struct RunningApp {
     fastcgi: bool,
     /// Its command came from the file (a reload takes the file's new one).
     from_file: bool,
+    /// Its `app_*` options as started (a reload that changes them says
+    /// they wait for a restart).
+    options: String,
     log: Option<Arc<RotatingLog>>,
     supervisor: Supervisor,
 }
@@ -57,6 +60,7 @@ impl RunningApps {
             apps: Vec::new(),
             runtime_dir: runtime_dir.clone(),
         };
+        check_port_ranges(config, &apps)?;
         for app in apps {
             let options = app.options(&config.global);
             let fastcgi = options.protocol == AppProtocol::FastCgi;
@@ -112,6 +116,7 @@ impl RunningApps {
                 served: app.served,
                 fastcgi,
                 from_file,
+                options: format!("{options:?}"),
                 log,
                 supervisor,
             });
@@ -219,6 +224,12 @@ impl RunningApps {
                 .apps
                 .iter()
                 .find(|a| a.name == app.name || (single && next.apps.len() == 1));
+            if declared.is_some_and(|d| format!("{:?}", d.options(&next.global)) != app.options) {
+                report.push_str(&format!(
+                    "{}: app_* options changed: not until a restart (the supervisor is set up at start)\n",
+                    app.name
+                ));
+            }
             if let Some(section) = declared.filter(|_| app.from_file) {
                 let cwd = section.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
                 match environment(section) {
@@ -278,6 +289,36 @@ impl Drop for RunningApps {
     }
 }
 
+/// Refuses apps whose `listen = "tcp:BASE"` port ranges overlap: each
+/// takes BASE to BASE+2N-1 (N instances, and their replacements), and
+/// two apps on one port would pass each other's readiness checks.
+fn check_port_ranges(config: &Config, apps: &[AppSection]) -> anyhow::Result<()> {
+    let workers = config.global.workers.get();
+    let ranges: Vec<(&str, u32, u32)> = apps
+        .iter()
+        .filter(|a| a.served)
+        .filter_map(|a| match a.options(&config.global).listen {
+            Some(AppListen::TcpBase(base)) => {
+                let n = a.instances.unwrap_or(Instances::Auto).get(workers) as u32;
+                Some((a.name.as_str(), u32::from(base), u32::from(base) + 2 * n))
+            }
+            _ => None,
+        })
+        .collect();
+    for (i, (a, a_start, a_end)) in ranges.iter().enumerate() {
+        for (b, b_start, b_end) in &ranges[i + 1..] {
+            anyhow::ensure!(
+                b_end <= a_start || a_end <= b_start,
+                "apps {a} and {b}: their tcp:BASE ports overlap ({a}: {a_start}-{}, {b}: {b_start}-{}); \
+                 give each a base at least 2 x its instances apart",
+                a_end - 1,
+                b_end - 1
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Where routes send to app `name`: `HOST/PREFIX` or `/PREFIX`, comma
 /// separated.
 fn routes_of(config: &Config, name: &str, apps: usize) -> String {
@@ -313,4 +354,34 @@ pub(crate) fn read_env_file(path: &Path) -> anyhow::Result<Vec<(String, String)>
         std::fs::read_to_string(path).with_context(|| format!("env_file {}", path.display()))?;
     hayate_config::app::parse_env_file(&text)
         .map_err(|(line, why)| anyhow::anyhow!("{}:{line}: {why}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_apps(api_base: u16, web_base: u16) -> Config {
+        let text = format!(
+            "root = \".\"\nworkers = 1\n\
+             [[app]]\nname = \"api\"\ncommand = \"x\"\ninstances = 2\nlisten = \"tcp:{api_base}\"\n\
+             [[app]]\nname = \"web\"\ncommand = \"y\"\ninstances = 1\nlisten = \"tcp:{web_base}\"\n\
+             [[site]]\nroot = \".\"\n[[site.route]]\nprefix = \"/a/\"\napp = \"api\"\n\
+             [[site.route]]\nprefix = \"/w/\"\napp = \"web\"\n"
+        );
+        let overrides = hayate_config::Overrides::default();
+        hayate_config::load_file("h.toml".as_ref(), &text, &overrides).expect("valid")
+    }
+
+    #[test]
+    fn tcp_base_ranges_of_two_apps_must_not_overlap() {
+        // api takes 4000-4003 (2 instances and their replacements).
+        let ok = two_apps(4000, 4004);
+        assert!(check_port_ranges(&ok, &ok.apps).is_ok());
+        let bad = two_apps(4000, 4003);
+        let e = check_port_ranges(&bad, &bad.apps).expect_err("overlap");
+        assert!(
+            e.to_string().contains("api: 4000-4003, web: 4003-4004"),
+            "{e}"
+        );
+    }
 }

@@ -277,8 +277,16 @@ fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
     wait_answers(10);
     std::fs::write(dir.path().join("version-api.txt"), "v2").expect("write");
     std::fs::write(dir.path().join("version-web.txt"), "v2").expect("write");
+    // A per-app option changed in the file waits for a restart, and says so.
+    let toml = std::fs::read_to_string(dir.path().join("hayate.toml")).expect("read");
+    let toml = toml.replace("instances = 2\n", "instances = 2\nmax_requests = 1000000\n");
+    std::fs::write(dir.path().join("hayate.toml"), toml).expect("write");
     let (ok, report) = hayate_in(dir.path(), &["reload", "api"]);
     assert!(ok, "{report}");
+    assert!(
+        report.contains("api: app_* options changed: not until a restart"),
+        "{report}"
+    );
     assert!(report.contains("api: reloading its instances"), "{report}");
     assert!(!report.contains("web: reloading"), "{report}");
     eventually("api's new instances", || {
