@@ -203,7 +203,7 @@ impl<'a> Reloader<'a> {
     }
 
     /// The log files of the running configuration, by what they hold
-    /// (`access`, `error`, `app`), for `hayate logs`.
+    /// (`access`, `error`, `app`: every app's), for `hayate logs`.
     pub fn log_files(&self) -> Vec<(&'static str, std::path::PathBuf)> {
         let g = &self.running.config.global;
         let mut files = Vec::new();
@@ -213,8 +213,14 @@ impl<'a> Reloader<'a> {
         if let Some(path) = &g.error_log {
             files.push(("error", path.clone()));
         }
-        if let Some(path) = &g.app_log {
-            files.push(("app", path.clone()));
+        // Each app's own log (`log` in an [[app]]), else the shared one;
+        // their lines name the app's instances (`api[0]`).
+        let config = &self.running.config;
+        let logs = config.apps.iter().filter_map(|a| a.options(g).log);
+        for path in g.app_log.iter().cloned().chain(logs) {
+            if !files.iter().any(|(_, p)| *p == path) {
+                files.push(("app", path));
+            }
         }
         files
     }

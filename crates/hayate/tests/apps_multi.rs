@@ -27,7 +27,7 @@ const name = process.env.APP_NAME;
 const version = fs.readFileSync(`version-${name}.txt`, 'utf8').trim();
 http.createServer((req, res) => {
   res.end(`${name} pid ${process.pid} version ${version} greeting ${process.env.GREETING}`);
-}).listen(process.env.PORT);
+}).listen(process.env.PORT, () => console.log(`${name} listening`));
 "#;
 
 /// A worker: appends `tick PID PORT` to ticks.txt every TICK_MS (1 s unless
@@ -55,6 +55,7 @@ command = {api_command}
 instances = 2
 env_file = "api.env"
 env = {{ APP_NAME = "api" }}
+log = "api.log"
 
 [[app]]
 name = "web"
@@ -193,6 +194,28 @@ fn two_served_apps_and_a_worker_run_from_one_config() {
         "{:?}",
         ticks(dir.path())
     );
+
+    // api's output goes to its own log, the others' to hayate's;
+    // `hayate logs` reads api's with the rest.
+    let api_log = || std::fs::read_to_string(dir.path().join("api.log")).unwrap_or_default();
+    eventually("api's line in api.log", || {
+        api_log().contains("stdout: api listening")
+    });
+    assert!(
+        api_log().contains(" pid ") && api_log().contains(" api["),
+        "{}",
+        api_log()
+    );
+    eventually("web's line in hayate's log", || {
+        h.stderr().contains("stdout: web listening")
+    });
+    assert!(
+        !h.stderr().contains("stdout: api listening"),
+        "{}",
+        h.stderr()
+    );
+    let (ok, logs) = hayate_in(dir.path(), &["logs", "-n", "5"]);
+    assert!(ok && logs.contains("stdout: api listening"), "{logs}");
 
     let (ok, status) = hayate_in(dir.path(), &["status"]);
     assert!(ok, "{status}");
