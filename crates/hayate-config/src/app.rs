@@ -5,15 +5,28 @@
 //! `instances`) plus every `app_*` option of the table under its short
 //! name (`max_memory` is `app_max_memory`): one option, one definition,
 //! whatever the source. `hayate run` flags override the section.
+//!
+//! `[[app]]` tables declare several apps, each with a `name`; their
+//! `app_*` options are their own ([`AppSection::own`]), over the global
+//! ones. An app is served where a route names it (`app = "api"`); an app
+//! no route names is a worker process: supervised, never proxied to.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 
-use crate::values::{ListenAddr, OptValue};
+use crate::table::{GlobalLayer, GlobalOptions};
+use crate::values::{Dur, ListenAddr, OptValue, Size};
 
-/// The `[app]` section: what to run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The name of the app of a single `[app]` section (and of `hayate run`'s).
+pub const DEFAULT_APP_NAME: &str = "app";
+
+/// An `[app]` section or one `[[app]]` table: what to run.
+#[derive(Debug, Clone, Default)]
 pub struct AppSection {
+    /// Unique among the apps, `[a-z0-9_-]+` (`app` for a single `[app]`):
+    /// what routes, `hayate reload APP`, status and metrics call it.
+    pub name: String,
     /// Program and arguments (`command = ["node", "server.js"]`, or a
     /// string split at spaces).
     pub command: Vec<String>,
@@ -23,6 +36,165 @@ pub struct AppSection {
     pub env: Vec<(String, String)>,
     /// Number of instances (`hayate run --instances` overrides it).
     pub instances: Option<Instances>,
+    /// A file of `KEY=VALUE` lines read at every start of the app (before
+    /// `env`, which wins), relative to the config file.
+    pub env_file: Option<PathBuf>,
+    /// Its own `app_*` options (`[[app]]` only; a single `[app]` sets the
+    /// global ones).
+    pub own: GlobalLayer,
+    /// Whether a route names it; an app no route names is a worker.
+    pub served: bool,
+    /// The line of the file where it is declared, for errors.
+    pub line: Option<usize>,
+}
+
+/// The `app_*` options of one app: its own, else the global ones.
+#[derive(Debug, Clone)]
+pub struct AppOptions {
+    /// `app_listen`.
+    pub listen: Option<AppListen>,
+    /// `app_protocol`.
+    pub protocol: AppProtocol,
+    /// `app_reload_parallel`.
+    pub reload_parallel: NonZeroU32,
+    /// `app_max_memory`.
+    pub max_memory: Option<Size>,
+    /// `app_max_requests`.
+    pub max_requests: Option<u32>,
+    /// `app_start_timeout`.
+    pub start_timeout: Dur,
+    /// `app_ready_path`.
+    pub ready_path: Option<String>,
+    /// `app_log`.
+    pub log: Option<PathBuf>,
+    /// `app_log_size`.
+    pub log_size: Size,
+    /// `app_log_keep`.
+    pub log_keep: u32,
+}
+
+impl AppSection {
+    /// Its options: each of its own, else the global one.
+    pub fn options(&self, global: &GlobalOptions) -> AppOptions {
+        let own = &self.own;
+        AppOptions {
+            listen: own.app_listen.or(global.app_listen),
+            protocol: own.app_protocol.unwrap_or(global.app_protocol),
+            reload_parallel: own
+                .app_reload_parallel
+                .unwrap_or(global.app_reload_parallel),
+            max_memory: own.app_max_memory.or(global.app_max_memory),
+            max_requests: own.app_max_requests.or(global.app_max_requests),
+            start_timeout: own.app_start_timeout.unwrap_or(global.app_start_timeout),
+            ready_path: own.app_ready_path.clone().or(global.app_ready_path.clone()),
+            log: own.app_log.clone().or(global.app_log.clone()),
+            log_size: own.app_log_size.unwrap_or(global.app_log_size),
+            log_keep: own.app_log_keep.unwrap_or(global.app_log_keep),
+        }
+    }
+}
+
+/// The `app_*` options an `[[app]]` table may set for itself; the others
+/// (`app_user`) are for every app.
+pub const PER_APP_OPTIONS: &[&str] = &[
+    "app_listen",
+    "app_protocol",
+    "app_reload_parallel",
+    "app_max_memory",
+    "app_max_requests",
+    "app_start_timeout",
+    "app_ready_path",
+    "app_log",
+    "app_log_size",
+    "app_log_keep",
+];
+
+/// Checks an app's name: what a route, `hayate reload APP` and a metric
+/// label can carry without quoting.
+pub fn valid_app_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Which app a route sends what matches no file to (the route option
+/// `app`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppRef {
+    /// None: the route serves by its other options.
+    Off,
+    /// `app = true`: the only app (`hayate run`'s, or the one `[app]`).
+    Only,
+    /// `app = "NAME"`: the `[[app]]` of that name.
+    Named(String),
+}
+
+impl AppRef {
+    /// Whether the route sends to an app.
+    pub fn is_on(&self) -> bool {
+        *self != AppRef::Off
+    }
+
+    /// The name it gives, if any.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            AppRef::Named(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl OptValue for AppRef {
+    const FLAG: bool = true;
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        match t.to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => return Ok(AppRef::Only),
+            "false" | "off" | "no" | "0" => return Ok(AppRef::Off),
+            _ => {}
+        }
+        if valid_app_name(t) {
+            Ok(AppRef::Named(t.to_string()))
+        } else {
+            Err(format!(
+                "expected true, false or an app's name ([a-z0-9_-], up to 64), got {s:?}"
+            ))
+        }
+    }
+}
+
+/// Parses an `env_file`: `KEY=VALUE` lines; blank lines and `#` comments
+/// are skipped, `export ` before a key is allowed, and a value in matching
+/// single or double quotes loses them (what `docker --env-file` and
+/// dotenv files hold). An error names its line (1-based).
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
+    let mut vars = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((name, value)) = line.split_once('=') else {
+            return Err((i + 1, format!("expected KEY=VALUE, got {line:?}")));
+        };
+        let name = name.trim();
+        if !valid_env_name(name) {
+            return Err((i + 1, format!("{name:?} is not a valid variable name")));
+        }
+        let value = value.trim();
+        let unquoted = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q)?.strip_suffix(*q))
+            .unwrap_or(value);
+        if unquoted.contains('\0') {
+            return Err((i + 1, format!("{name}: a NUL byte in the value")));
+        }
+        vars.push((name.to_string(), unquoted.to_string()));
+    }
+    Ok(vars)
 }
 
 /// How many instances of the app run.
@@ -167,6 +339,18 @@ pub const APP_SECTION_KEYS: &[(&str, &str, &str, &str)] = &[
         "Extra environment variables of the instances",
     ),
     (
+        "name",
+        "NAME",
+        "",
+        "The app's name, [a-z0-9_-] (default for a single [app]: app); routes send to it with app = \"NAME\", hayate reload NAME rolls it alone",
+    ),
+    (
+        "env_file",
+        "FILE",
+        "",
+        "KEY=VALUE lines (# comments, export and quotes allowed) added to the environment at every start, before env; relative to the config file",
+    ),
+    (
         "instances",
         "N|auto",
         "`hayate run --instances N|auto` (env `HAYATE_INSTANCES`)",
@@ -220,6 +404,32 @@ mod tests {
         );
         assert!(AppListen::parse_str("tcp:80").is_err());
         assert!(AppListen::parse_str("udp").is_err());
+    }
+
+    #[test]
+    fn app_refs_and_names() {
+        assert_eq!(AppRef::parse_str("true"), Ok(AppRef::Only));
+        assert_eq!(AppRef::parse_str("false"), Ok(AppRef::Off));
+        assert_eq!(AppRef::parse_str("api"), Ok(AppRef::Named("api".into())));
+        assert!(AppRef::parse_str("API").is_err());
+        assert!(AppRef::parse_str("a b").is_err());
+        assert!(valid_app_name("queue-worker_2") && !valid_app_name("") && !valid_app_name("a.b"));
+    }
+
+    #[test]
+    fn env_files() {
+        let text = "# comment\n\nA=1\nexport B = \"two words\"\nC='x'\nD=\n";
+        assert_eq!(
+            parse_env_file(text),
+            Ok(vec![
+                ("A".into(), "1".into()),
+                ("B".into(), "two words".into()),
+                ("C".into(), "x".into()),
+                ("D".into(), String::new()),
+            ])
+        );
+        assert_eq!(parse_env_file("A=1\nnot a pair\n").map_err(|e| e.0), Err(2));
+        assert_eq!(parse_env_file("1X=1\n").map_err(|e| e.0), Err(1));
     }
 
     #[test]

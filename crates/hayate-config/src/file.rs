@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use crate::app::{split_command, valid_env_name, AppSection, Instances, APP_SECTION_KEYS};
+use crate::app::AppRef;
 use crate::rules::{parse_rule, Rule};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
 use crate::values::{ClientAuth, OptValue, ProxySpec, TlsMode};
@@ -49,11 +49,13 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut top_route = RouteLayer::default();
     let mut site_tables = Vec::new();
     let mut top_rules = Vec::new();
-    let mut app = None;
+    let mut apps = Vec::new();
+    let mut single_app = false;
     for (key, value) in doc.get_ref() {
         let k = key.get_ref().as_ref();
         if k == "app" {
-            app = Some(cx.app(key, value, &mut global)?);
+            single_app = matches!(value.get_ref(), DeValue::Table(_));
+            apps = cx.apps(key, value, &mut global)?;
             continue;
         }
         if k == "site" {
@@ -90,9 +92,9 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
             Err(msg) => cx.note(cx.err(value.span().start, k, msg)),
         }
     }
-    if app.is_some() && top_route.app.is_none() {
+    if single_app && top_route.app.is_none() {
         // Files first (where a root is set), the app for the rest.
-        top_route.app = Some(true);
+        top_route.app = Some(AppRef::Only);
     }
     cx.anchor(&mut top_route);
     global.override_with(&overrides.global);
@@ -145,7 +147,12 @@ fn walk(cx: &mut Cx<'_>, overrides: &Overrides) -> Result<Config, ConfigError> {
         key: Some(key.into()),
         message,
     })?;
-    Ok(Config { global, sites, app })
+    cx.serve_apps(&mut apps, &sites)?;
+    Ok(Config {
+        global,
+        sites,
+        apps,
+    })
 }
 
 /// The line (1-based) where the top-level `key = ...` of `text` is, if it
@@ -349,115 +356,6 @@ impl Cx<'_> {
         self.err(key.span().start, k, format!("unknown key{hint}"))
     }
 
-    /// The `[app]` table: its own keys, and the `app_*` options by their
-    /// short names (set into `global`).
-    fn app(
-        &self,
-        key: &Spanned<std::borrow::Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-        global: &mut GlobalLayer,
-    ) -> Result<AppSection, ConfigError> {
-        let DeValue::Table(table) = value.get_ref() else {
-            return Err(self.err(key.span().start, "app", "expected an [app] table".into()));
-        };
-        let mut app = AppSection::default();
-        let mut cwd = None;
-        for (key, value) in table {
-            let k = key.get_ref().as_ref();
-            let at = value.span().start;
-            match (k, value.get_ref()) {
-                ("command", DeValue::String(s)) => {
-                    app.command = split_command(s).map_err(|m| self.err(at, k, m))?;
-                }
-                ("command", DeValue::Array(items)) => {
-                    app.command = items
-                        .iter()
-                        .map(|i| match i.get_ref() {
-                            DeValue::String(s) if !s.is_empty() && !s.contains('\0') => {
-                                Ok(s.to_string())
-                            }
-                            _ => Err(self.err(
-                                i.span().start,
-                                k,
-                                "expected non-empty strings".into(),
-                            )),
-                        })
-                        .collect::<Result<_, _>>()?;
-                    if app.command.is_empty() {
-                        return Err(self.err(at, k, "empty command".into()));
-                    }
-                }
-                ("command", _) => {
-                    return Err(self.err(at, k, "expected a list of strings or a string".into()))
-                }
-                ("cwd", DeValue::String(s)) if !s.is_empty() => cwd = Some(s.to_string()),
-                ("cwd", _) => return Err(self.err(at, k, "expected a directory path".into())),
-                ("env", DeValue::Table(vars)) => {
-                    for (name, v) in vars {
-                        let n = name.get_ref().as_ref();
-                        if !valid_env_name(n) {
-                            return Err(self.err(
-                                name.span().start,
-                                "env",
-                                format!("{n:?} is not a valid variable name"),
-                            ));
-                        }
-                        let text = match v.get_ref() {
-                            DeValue::String(s) if !s.contains('\0') => s.to_string(),
-                            DeValue::Integer(i) => i.as_str().to_string(),
-                            DeValue::Boolean(b) => b.to_string(),
-                            _ => {
-                                return Err(self.err(
-                                    v.span().start,
-                                    n,
-                                    "expected a string, number or boolean".into(),
-                                ))
-                            }
-                        };
-                        app.env.push((n.to_string(), text));
-                    }
-                }
-                ("env", _) => {
-                    return Err(self.err(at, k, "expected a table of NAME = \"VALUE\"".into()))
-                }
-                ("instances", v) => {
-                    app.instances = Some(Instances::parse_toml(v).map_err(|m| self.err(at, k, m))?);
-                }
-                (_, v) => match global.set_toml(&format!("app_{k}"), v) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        let candidates = APP_SECTION_KEYS.iter().map(|(key, ..)| *key).chain(
-                            GLOBAL_OPTIONS
-                                .iter()
-                                .filter_map(|o| o.key.strip_prefix("app_")),
-                        );
-                        self.note(self.unknown_among(key, candidates));
-                    }
-                    Err(m) => self.note(self.err(at, k, m)),
-                },
-            }
-        }
-        if app.command.is_empty() {
-            return Err(self.err(
-                value.span().start,
-                "command",
-                "[app] needs a command, as in command = [\"node\", \"server.js\"]".into(),
-            ));
-        }
-        // Relative to the file's directory, like roots; by default that
-        // directory itself.
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => std::path::PathBuf::from("."),
-        };
-        app.cwd = Some(match cwd {
-            Some(c) if Path::new(&c).is_absolute() => c.into(),
-            Some(c) => dir.join(c),
-            None => dir,
-        });
-        Ok(app)
-    }
-
     /// An array of tables, `[[site]]` or `[[site.route]]`.
     fn tables<'t>(
         &self,
@@ -622,7 +520,7 @@ impl Cx<'_> {
             && (layer.root.is_some()
                 || layer.proxy.is_some()
                 || layer.fastcgi.is_some()
-                || layer.app == Some(true))
+                || layer.app.as_ref().is_some_and(AppRef::is_on))
         {
             routes.push((
                 "/".to_string(),
@@ -644,7 +542,7 @@ impl Cx<'_> {
             if layer.root.is_none()
                 && layer.proxy.is_none()
                 && layer.fastcgi.is_none()
-                && layer.app != Some(true)
+                && !layer.app.as_ref().is_some_and(AppRef::is_on)
             {
                 return Err(self.err(
                     offset,
@@ -785,5 +683,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+mod apps;
 #[cfg(test)]
 mod tests;

@@ -17,8 +17,8 @@ pub mod table;
 pub mod values;
 
 pub use reference::{
-    markdown_reference, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG, EXAMPLE_POLICY_CONFIG,
-    EXAMPLE_RULES_CONFIG,
+    markdown_reference, EXAMPLE_APPS_CONFIG, EXAMPLE_APP_CONFIG, EXAMPLE_CONFIG,
+    EXAMPLE_POLICY_CONFIG, EXAMPLE_RULES_CONFIG,
 };
 
 use std::fmt;
@@ -37,8 +37,9 @@ pub struct Config {
     /// Sites in file order; requests whose Host matches no site go to the
     /// first site without `hosts` (or the first site).
     pub sites: Vec<Site>,
-    /// The `[app]` section, when the file has one.
-    pub app: Option<app::AppSection>,
+    /// The apps: the `[app]` section, or the `[[app]]` tables, in file
+    /// order (names unique).
+    pub apps: Vec<app::AppSection>,
 }
 
 /// A virtual host.
@@ -121,8 +122,15 @@ pub struct Route {
 }
 
 /// Route keys naming files or directories that are checked only when
-/// opened, whose config file lines a [`Route`] keeps.
-pub const OPENED_KEYS: &[&str] = &["root", "basic_auth", "proxy_tls_cert", "proxy_tls_key"];
+/// opened, whose config file lines a [`Route`] keeps (and `app`, whose
+/// name is checked against the declared apps once all routes are known).
+pub const OPENED_KEYS: &[&str] = &[
+    "root",
+    "basic_auth",
+    "proxy_tls_cert",
+    "proxy_tls_key",
+    "app",
+];
 
 impl Route {
     /// The config file line that set `key` for this route (maybe in its
@@ -365,7 +373,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
         });
     }
     let mut slash = base;
-    let app = slash.app == Some(true);
+    let app = slash.app.as_ref().is_some_and(app::AppRef::is_on);
     if !plain_fcgi.is_empty() {
         slash.fastcgi = Some(plain_fcgi);
         slash.root.get_or_insert_with(|| PathBuf::from("."));
@@ -432,7 +440,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             proxy: r.options.proxy.clone(),
             ..RouteLayer::default()
         };
-        layer.app = r.options.app.then_some(true);
+        layer.app = Some(r.options.app.clone());
         fastcgi_conflict(&layer)
     }) {
         return Err(ConfigError {
@@ -458,7 +466,7 @@ pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
             rules: Vec::new(),
             unrouted: None,
         }],
-        app: None,
+        apps: Vec::new(),
     })
 }
 
@@ -488,7 +496,7 @@ pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
     route.fastcgi.as_ref()?;
     if route.root.is_none() {
         Some("fastcgi needs root: the scripts it runs are files under it")
-    } else if route.proxy.is_some() || route.app == Some(true) {
+    } else if route.proxy.is_some() || route.app.as_ref().is_some_and(app::AppRef::is_on) {
         Some("a route sends to one of proxy, app or fastcgi")
     } else if route.proxy_protocol == Some(values::UpstreamProxyProtocol::V2) {
         Some("proxy_protocol is for HTTP upstreams: php-fpm does not read a PROXY header")

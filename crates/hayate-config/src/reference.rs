@@ -90,8 +90,65 @@ pub fn markdown_reference() -> String {
         }
     }
     out.push('\n');
+    out.push_str(
+        "## Several apps: `[[app]]` tables
+
+         One hayate supervises several apps, as a PM2 ecosystem file does: each `[[app]]` \
+         table has the keys of `[app]` plus a `name` (unique, `[a-z0-9_-]`). An app is served \
+         where a route names it, `app = \"NAME\"` in a `[[site]]` or `[[site.route]]` (a \
+         route names one app, so two apps never share a route); `app = true` means the only \
+         app, and is refused when there are several. An app no route names is a **worker**: \
+         told no `PORT`, started once it has stayed up 300 ms, restarted with backoff, its \
+         output logged, never proxied to. The `app_*` options written in an `[[app]]` \
+         (`max_memory`, `listen`, `protocol`, `ready_path`, `log`...) are its own; those at the \
+         top level are every app's defaults (`app_user` is only there). `hayate --config FILE` \
+         (or `hayate run --config FILE`) starts every app; one that cannot start is logged and \
+         shown by `hayate status` while the others serve (its routes answer 503 once it is \
+         down). `hayate reload NAME` rolls only that app's instances (after re-reading the \
+         file); `hayate reload` rolls them all. `hayate status`, `/metrics` (an `app` label) \
+         and the status page (`apps` in `/status.json`) show each app by name. Adding or \
+         removing an app takes a restart.\n\n```toml\n",
+    );
+    out.push_str(EXAMPLE_APPS_CONFIG);
+    out.push_str("```\n\n");
     out
 }
+
+/// An example of several apps (a Node API, a PHP site, a queue worker),
+/// shown in docs and the README and checked by a test.
+pub const EXAMPLE_APPS_CONFIG: &str = r#"listen = "0.0.0.0:8080"
+app_max_memory = "1GiB"             # every app's default
+
+[[app]]
+name = "api"
+command = ["node", "server.js"]
+cwd = "api"
+instances = "auto"
+env_file = "api/.env"               # KEY=VALUE lines, read at every start
+ready_path = "/healthz"
+
+[[app]]
+name = "site"                       # php-fpm, its pool listening on ${PORT}
+command = ["php-fpm8.2", "--nodaemonize", "--fpm-config", "php-fpm.conf"]
+protocol = "fastcgi"
+instances = 1
+
+[[app]]
+name = "jobs"                       # no route names it: a worker
+command = ["node", "worker.js"]
+cwd = "api"
+instances = 2
+max_memory = "256MiB"
+
+[[site]]
+hosts = ["example.com"]
+root = "/srv/site/public"           # files, then site's PHP scripts
+app = "site"
+
+[[site.route]]
+prefix = "/api/"
+app = "api"
+"#;
 
 /// One option's row of a reference table, under the file key `key`.
 fn option_row(out: &mut String, key: &str, o: &OptDef) {
@@ -266,11 +323,37 @@ mod tests {
             &Overrides::default(),
         )
         .expect("valid");
-        let app = cfg.app.expect("app section");
+        let app = cfg.apps.first().cloned().expect("app section");
         assert_eq!(app.command, vec!["node", "server.js"]);
         assert_eq!(cfg.global.app_ready_path.as_deref(), Some("/healthz"));
         assert!(cfg.global.admin.is_some());
-        assert!(cfg.sites[0].routes[0].options.app);
+        assert!(cfg.sites[0].routes[0].options.app.is_on());
+    }
+
+    #[test]
+    fn example_apps_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            EXAMPLE_APPS_CONFIG,
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let apps: Vec<(&str, bool)> = cfg
+            .apps
+            .iter()
+            .map(|a| (a.name.as_str(), a.served))
+            .collect();
+        assert_eq!(apps, [("api", true), ("site", true), ("jobs", false)]);
+        let jobs = cfg.apps[2].options(&cfg.global);
+        assert_eq!(jobs.max_memory.map(|s| s.0), Some(256 << 20));
+        let api = cfg.apps[0].options(&cfg.global);
+        assert_eq!(api.max_memory.map(|s| s.0), Some(1 << 30));
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(readme).expect("README.md");
+        assert!(
+            readme.contains(EXAMPLE_APPS_CONFIG),
+            "README's Several apps example differs from EXAMPLE_APPS_CONFIG"
+        );
     }
 
     #[test]

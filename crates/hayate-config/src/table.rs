@@ -11,7 +11,7 @@
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 
-use crate::app::{AdminAddr, AppListen, AppProtocol};
+use crate::app::{AdminAddr, AppListen, AppProtocol, AppRef};
 use crate::values::*;
 
 /// The description of one option, for help and docs.
@@ -370,8 +370,8 @@ options! {
         "FastCGI front controller under root: runs for paths that match no file, with the original URI (nginx try_files $uri $uri/ /index.php); empty: 404 instead";
     fastcgi_extensions: Vec<String> = ".php", "SUFFIX",
         "File name endings run by the FastCGI application; any other file is only ever served as a file (repeat for more)";
-    app: bool = "false", "BOOL",
-        "Send what matches no file to the supervised app (set by hayate run)";
+    app: AppRef = "false", "true|NAME",
+        "Send what matches no file to a supervised app: true, the only one (hayate run's, or the file's [app]); NAME, the [[app]] of that name (an app no route names is a worker: supervised, never proxied to)";
     proxy_timeout: Dur = "60s", "DURATION",
         "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",

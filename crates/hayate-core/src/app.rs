@@ -21,6 +21,9 @@ pub enum AppAddr {
     Unix(PathBuf),
     /// A loopback TCP port.
     Tcp(SocketAddr),
+    /// Nowhere: a worker process (an app no route names), told no `PORT`
+    /// and never proxied to.
+    None,
 }
 
 impl fmt::Display for AppAddr {
@@ -28,6 +31,7 @@ impl fmt::Display for AppAddr {
         match self {
             AppAddr::Unix(p) => write!(f, "{}", p.display()),
             AppAddr::Tcp(a) => write!(f, "{a}"),
+            AppAddr::None => f.write_str("no socket (a worker)"),
         }
     }
 }
@@ -118,5 +122,61 @@ impl AppSlots {
             queued: Arc::new(AtomicUsize::new(0)),
             halted: Arc::new(AtomicUsize::new(0)),
         }
+    }
+}
+
+/// A supervised app that routes send to, and how they speak to it.
+#[derive(Debug, Clone)]
+pub struct ServedApp {
+    /// Its name (`app = "NAME"` on a route; `app` for the only app).
+    pub name: Arc<str>,
+    /// Its slots.
+    pub slots: AppSlots,
+    /// Whether its instances speak FastCGI (php-fpm) rather than HTTP.
+    pub fastcgi: bool,
+}
+
+/// The served apps, by name: what the server is given and routes look up.
+/// Cloning is shallow. Workers (apps no route names) are not in it.
+#[derive(Debug, Clone, Default)]
+pub struct AppTable {
+    apps: Arc<[ServedApp]>,
+}
+
+impl AppTable {
+    /// A table of `apps` (names unique).
+    pub fn new(apps: Vec<ServedApp>) -> AppTable {
+        AppTable { apps: apps.into() }
+    }
+
+    /// The app called `name`; with `None` (a route's `app = true`), the
+    /// only app, if there is exactly one.
+    pub fn find(&self, name: Option<&str>) -> Option<&ServedApp> {
+        match (name, &*self.apps) {
+            (None, [only]) => Some(only),
+            (None, _) => None,
+            (Some(name), apps) => apps.iter().find(|a| &*a.name == name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_are_found_by_name_and_the_only_one_without() {
+        let app = |name: &str| ServedApp {
+            name: name.into(),
+            slots: AppSlots::new(1),
+            fastcgi: false,
+        };
+        let one = AppTable::new(vec![app("app")]);
+        assert_eq!(one.find(None).map(|a| &*a.name), Some("app"));
+        let two = AppTable::new(vec![app("api"), app("web")]);
+        assert!(two.find(None).is_none(), "app = true is ambiguous with two");
+        assert_eq!(two.find(Some("web")).map(|a| &*a.name), Some("web"));
+        assert!(two.find(Some("nope")).is_none());
+        assert!(AppTable::default().find(None).is_none());
     }
 }

@@ -474,6 +474,9 @@ impl Member {
                     tls: false,
                     h2c: false,
                 },
+                // A worker's instance is never a member's; were it one,
+                // the member's own address stands.
+                AppAddr::None => return Cow::Borrowed(&self.addr),
             }),
         }
     }

@@ -26,8 +26,9 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum ControlCommand {
     /// Report the state.
     Status,
-    /// Rolling reload of the app.
-    Reload,
+    /// Re-read the configuration, then a rolling reload of every app, or
+    /// of the one named (`reload APP`).
+    Reload(Option<String>),
     /// Graceful shutdown.
     Stop,
     /// Hand the sockets to the binary now at hayate's path, then drain and
@@ -42,13 +43,14 @@ pub enum ControlCommand {
 }
 
 impl ControlCommand {
-    /// Parses a command line: `status`, `reload`, `stop`, `purge url URL`,
+    /// Parses a command line: `status`, `reload [APP]`, `stop`, `purge url URL`,
     /// `purge tag TAG`.
     pub fn parse(line: &str) -> Option<ControlCommand> {
         let mut words = line.split_whitespace();
         let command = match (words.next()?, words.next(), words.next()) {
             ("status", None, _) => ControlCommand::Status,
-            ("reload", None, _) => ControlCommand::Reload,
+            ("reload", None, _) => ControlCommand::Reload(None),
+            ("reload", Some(app), None) => ControlCommand::Reload(Some(app.to_string())),
             ("stop", None, _) => ControlCommand::Stop,
             ("upgrade", None, _) => ControlCommand::Upgrade,
             ("logs", None, _) => ControlCommand::Logs,
@@ -290,7 +292,7 @@ pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(Control
             let other = line.trim();
             pending
                 .answer(Err(format!(
-                    "unknown command {other:?} (status, reload, upgrade, stop, logs, purge url URL, purge tag TAG)\n"
+                    "unknown command {other:?} (status, reload [APP], upgrade, stop, logs, purge url URL, purge tag TAG)\n"
                 )))
                 .await?;
             Err(io::Error::new(
@@ -345,6 +347,19 @@ mod tests {
     use super::ControlCommand::{self, *};
     use super::{family, in_family, PidFile};
     use std::path::{Path, PathBuf};
+
+    #[test]
+    fn reload_takes_an_optional_app_name() {
+        assert_eq!(
+            ControlCommand::parse("reload\n"),
+            Some(ControlCommand::Reload(None))
+        );
+        assert_eq!(
+            ControlCommand::parse("reload api\n"),
+            Some(ControlCommand::Reload(Some("api".into())))
+        );
+        assert_eq!(ControlCommand::parse("reload api web\n"), None);
+    }
 
     #[test]
     fn a_directorys_family_of_sockets() {

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use hayate_config::app::AdminAddr;
 use hayate_config::values::Listen;
 use hayate_config::Config;
-use hayate_core::app::AppSlots;
+use hayate_core::app::AppTable;
 use hayate_core::identity::Identity;
 use hayate_core::metrics::{family, sample, Kind, Metrics};
 use hayate_core::shutdown::Shutdown;
@@ -65,14 +65,20 @@ pub type OnListening<'a> = Box<dyn FnOnce(&[Listen]) + 'a>;
 /// What `status` answers (control socket, admin `/status`); any thread.
 pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// Called once a reload applied the configuration, with the app a
+/// `reload APP` named (`None`: every app); returns what it did.
+pub type OnReload<'a> = Box<dyn Fn(&Config, Option<&str>) -> String + 'a>;
+
 /// What the binary hooks into a running server.
 pub struct Hooks<'a> {
     /// See [`OnListening`].
     pub on_listening: OnListening<'a>,
-    /// Called on SIGHUP and `hayate reload` once the new configuration is
-    /// in place (a supervised app's command and rolling reload); returns
-    /// what it did, for the reload's report.
-    pub on_reload: Box<dyn Fn(&Config) -> String + 'a>,
+    /// Called on SIGHUP and `hayate reload [APP]` once the new
+    /// configuration is in place (the apps' commands and rolling reloads);
+    /// returns what it did, for the reload's report.
+    pub on_reload: OnReload<'a>,
+    /// The names of the supervised apps (`hayate reload APP` must name one).
+    pub app_names: Vec<String>,
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,
@@ -94,8 +100,8 @@ pub struct Hooks<'a> {
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully.
-/// `app` is the supervised app's slots, for routes that send to it.
-pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> io::Result<()> {
+/// `app` holds the supervised apps' slots, for routes that send to them.
+pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Result<()> {
     let budget = budget::Budget::new(raise_fd_limit(), config.global.workers.get());
     warn_of_a_low_limit(&budget, config.global.max_connections);
     // What an upgrade starts: this binary's path as it was at start (a new
@@ -108,7 +114,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
     // any socket is bound.
     let cache = router::response_cache(&config);
     let variants = compression::store(&config.global);
-    router::Router::build(&config, app.as_ref(), cache.as_ref(), &variants, None, None)?;
+    router::Router::build(&config, &app, cache.as_ref(), &variants, None, None)?;
     let log_sink = Sink::from_config(&config.global)?;
     // Certificates are loaded before any socket is bound, like roots.
     let tls = hayate_tls::TlsServer::from_config(&config, shared_acme_store(&config)?)
@@ -352,6 +358,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             signals: signals_seen,
             status: hooks.status.clone(),
             on_reload: &hooks.on_reload,
+            app_names: &hooks.app_names,
             on_reopen_logs: &hooks.on_reopen_logs,
             reloader,
             cache: cache_slot,

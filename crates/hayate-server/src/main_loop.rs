@@ -54,8 +54,10 @@ pub struct MainLoop<'a> {
     pub signals: Signals,
     /// What `status` answers.
     pub status: Option<StatusFn>,
-    /// Called once a reload applied the configuration (the app's roll).
-    pub on_reload: &'a dyn Fn(&hayate_config::Config) -> String,
+    /// Called once a reload applied the configuration (the apps' roll).
+    pub on_reload: &'a dyn Fn(&hayate_config::Config, Option<&str>) -> String,
+    /// The supervised apps' names.
+    pub app_names: &'a [String],
     /// Called on SIGUSR1 once the access log is reopened (the app log).
     pub on_reopen_logs: &'a dyn Fn() -> io::Result<()>,
     /// Applies configuration reloads.
@@ -118,7 +120,7 @@ impl MainLoop<'_> {
                 _ = s.int.recv() => log::info!("SIGINT: shutting down"),
                 _ = s.hup.recv() => {
                     log::info!("SIGHUP: reloading");
-                    if reload(&mut self.reloader, self.on_reload).await.is_ok() {
+                    if reload(&mut self.reloader, self.on_reload, None).await.is_ok() {
                         self.reloaded();
                     }
                     continue;
@@ -154,9 +156,19 @@ impl MainLoop<'_> {
                 answer.extend(self.reloader.shared_tier_summary());
                 Ok(answer)
             }
-            ControlCommand::Reload => {
-                log::info!("control: reloading");
-                let answer = reload(&mut self.reloader, self.on_reload).await;
+            ControlCommand::Reload(Some(app)) if !self.app_names.contains(app) => Err(format!(
+                "no app named {app:?} runs (apps: {})\n",
+                match self.app_names {
+                    [] => "none".to_string(),
+                    names => names.join(", "),
+                }
+            )),
+            ControlCommand::Reload(app) => {
+                log::info!(
+                    "control: reloading {}",
+                    app.as_deref().unwrap_or("everything")
+                );
+                let answer = reload(&mut self.reloader, self.on_reload, app.as_deref()).await;
                 if answer.is_ok() {
                     self.reloaded();
                 }
@@ -263,11 +275,12 @@ async fn upgrade(
 /// reload`.
 async fn reload(
     reloader: &mut Reloader<'_>,
-    on_reload: &dyn Fn(&hayate_config::Config) -> String,
+    on_reload: &dyn Fn(&hayate_config::Config, Option<&str>) -> String,
+    app: Option<&str>,
 ) -> Result<String, String> {
     match reloader.reload().await {
         Ok(mut report) => {
-            report.push_str(&on_reload(reloader.config()));
+            report.push_str(&on_reload(reloader.config(), app));
             for line in report.lines() {
                 log::info!("reload: {line}");
             }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hayate_config::values::{Listen, ListenAddr, Scheme};
 use hayate_config::{Config, ConfigErrors};
-use hayate_core::app::AppSlots;
+use hayate_core::app::AppTable;
 use hayate_core::metrics::Metrics;
 use tokio::sync::{mpsc, watch};
 
@@ -116,7 +116,7 @@ pub struct Reloader<'a> {
     publish: watch::Sender<Arc<Blueprint>>,
     built: mpsc::UnboundedReceiver<Built>,
     workers: usize,
-    app: Option<AppSlots>,
+    app: AppTable,
     variants: Arc<hayate_compress::VariantStore>,
     cache: CacheSlot,
     request_metrics: Option<Arc<RequestMetrics>>,
@@ -140,7 +140,7 @@ pub struct ReloadParts<'a> {
     /// How many workers report.
     pub workers: usize,
     /// The supervised app's slots.
-    pub app: Option<AppSlots>,
+    pub app: AppTable,
     /// Compressed variants of files.
     pub variants: Arc<hayate_compress::VariantStore>,
     /// The response cache.
@@ -203,7 +203,7 @@ impl<'a> Reloader<'a> {
     }
 
     /// The log files of the running configuration, by what they hold
-    /// (`access`, `error`, `app`), for `hayate logs`.
+    /// (`access`, `error`, `app`: every app's), for `hayate logs`.
     pub fn log_files(&self) -> Vec<(&'static str, std::path::PathBuf)> {
         let g = &self.running.config.global;
         let mut files = Vec::new();
@@ -213,8 +213,14 @@ impl<'a> Reloader<'a> {
         if let Some(path) = &g.error_log {
             files.push(("error", path.clone()));
         }
-        if let Some(path) = &g.app_log {
-            files.push(("app", path.clone()));
+        // Each app's own log (`log` in an [[app]]), else the shared one;
+        // their lines name the app's instances (`api[0]`).
+        let config = &self.running.config;
+        let logs = config.apps.iter().filter_map(|a| a.options(g).log);
+        for path in g.app_log.iter().cloned().chain(logs) {
+            if !files.iter().any(|(_, p)| *p == path) {
+                files.push(("app", path));
+            }
         }
         files
     }
@@ -298,15 +304,8 @@ impl<'a> Reloader<'a> {
         };
         // Everything a worker will open, opened once here first: a root that
         // does not exist fails the reload, not a worker.
-        Router::build(
-            &next,
-            self.app.as_ref(),
-            cache.as_ref(),
-            &self.variants,
-            None,
-            None,
-        )
-        .map_err(|e| format!("{e}\n"))?;
+        Router::build(&next, &self.app, cache.as_ref(), &self.variants, None, None)
+            .map_err(|e| format!("{e}\n"))?;
 
         // Listeners last: once bound, nothing else can refuse the reload.
         let change = self.change_listeners(&as_read.global.listen)?;

@@ -12,12 +12,12 @@ use std::time::Instant;
 use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
-use hayate_config::app::AppProtocol;
+use hayate_config::app::AppRef;
 use hayate_config::values::{
     BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamHttp2, UpstreamProxyProtocol,
 };
 use hayate_config::{Config, RouteOptions};
-use hayate_core::app::AppSlots;
+use hayate_core::app::AppTable;
 use hayate_core::field::strip_port;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
 use hayate_static::scripts::ScriptRoot;
@@ -147,7 +147,7 @@ impl Router {
     /// over instead of starting cold.
     pub fn build(
         config: &Config,
-        app: Option<&AppSlots>,
+        apps: &AppTable,
         cache: Option<&Arc<ResponseCache>>,
         variants: &Arc<VariantStore>,
         route_slots: Option<&[usize]>,
@@ -246,8 +246,25 @@ impl Router {
                 };
                 // php-fpm as the supervised app (`hayate php`) runs the
                 // route's scripts as a `fastcgi` upstream would.
-                let app_fastcgi =
-                    r.options.app && app.is_some() && g.app_protocol == AppProtocol::FastCgi;
+                let app = match &r.options.app {
+                    AppRef::Off => None,
+                    named => Some(apps.find(named.name()).ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            match named.name() {
+                                Some(name) => format!(
+                                    "route {:?} sends to the app {name:?}, which does not run",
+                                    r.prefix
+                                ),
+                                None => format!(
+                                    "route {:?} sends to the app, but no app runs (use hayate run)",
+                                    r.prefix
+                                ),
+                            },
+                        )
+                    })?),
+                };
+                let app_fastcgi = app.is_some_and(|a| a.fastcgi);
                 let runs_scripts = r.options.fastcgi.is_some() || app_fastcgi;
                 let scripts = match (runs_scripts, &r.options.root) {
                     (true, Some(root)) => Some(ScriptRoot::new(
@@ -259,7 +276,7 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {} {:?} {:?} {} {:?} {:?} {:?} {:?}",
+                    "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
@@ -270,7 +287,7 @@ impl Router {
                     r.options.proxy_tls_cert,
                     r.options.proxy_tls_key,
                 );
-                let upstream = match (&r.options.proxy, r.options.app, app) {
+                let upstream = match (&r.options.proxy, app) {
                     _ if reusable.contains_key(&upstream_key) => {
                         reusable.get(&upstream_key).cloned()
                     }
@@ -278,10 +295,10 @@ impl Router {
                         let specs = r.options.fastcgi.as_deref().unwrap_or_default();
                         Some(Rc::new(fastcgi_group(specs, &proxy, config)?))
                     }
-                    (Some(specs), _, _) => {
+                    (Some(specs), _) => {
                         Some(Rc::new(upstream_group(specs, &proxy, g.proxy_http2)?))
                     }
-                    (None, true, Some(app)) if app_fastcgi => {
+                    (None, Some(app)) if app_fastcgi => {
                         if scripts.is_none() {
                             return Err(io::Error::new(
                                 io::ErrorKind::InvalidInput,
@@ -293,10 +310,10 @@ impl Router {
                         }
                         let settings = fastcgi_settings(&proxy, config);
                         Some(Rc::new(
-                            UpstreamGroup::for_app(app, settings).speaking_fastcgi(),
+                            UpstreamGroup::for_app(&app.slots, settings).speaking_fastcgi(),
                         ))
                     }
-                    (None, true, Some(app)) => {
+                    (None, Some(app)) => {
                         // Unless told otherwise, a client stays on one
                         // instance: socket.io's polling handshake and
                         // in-memory sessions fail when the default two
@@ -306,18 +323,9 @@ impl Router {
                             balance: balance(g.proxy_balance.as_ref(), sticky),
                             ..proxy
                         };
-                        Some(Rc::new(UpstreamGroup::for_app(app, settings)))
+                        Some(Rc::new(UpstreamGroup::for_app(&app.slots, settings)))
                     }
-                    (None, true, None) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!(
-                                "route {:?} sends to the app, but no app runs (use hayate run)",
-                                r.prefix
-                            ),
-                        ))
-                    }
-                    (None, false, _) => None,
+                    (None, None) => None,
                 };
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());

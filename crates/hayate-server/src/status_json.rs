@@ -71,7 +71,10 @@ pub struct Status {
     requests_by_protocol: BTreeMap<String, u64>,
     routes: Vec<Route>,
     upstreams: Vec<UpstreamMember>,
+    /// The first app (the only one of `hayate run`), as before several.
     app: Option<App>,
+    /// Every app, in the order they were declared.
+    apps: Vec<App>,
     cache: Option<Cache>,
     compression: Option<Compression>,
     tls: Option<Tls>,
@@ -109,13 +112,14 @@ struct Latency {
     mean: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct App {
+    name: String,
     queue_depth: u64,
     instances: Vec<Instance>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 struct Instance {
     instance: u64,
     state: Option<String>,
@@ -237,6 +241,7 @@ impl<'a> Scrape<'a> {
 fn build(samples: &[Sample], info: &ServerInfo, now: SystemTime) -> Status {
     let scrape = Scrape { samples };
     let reloaded = info.reloaded_at.load(Ordering::Relaxed);
+    let apps = apps(&scrape);
     Status {
         version: info.version,
         now: unix_secs(now),
@@ -252,7 +257,8 @@ fn build(samples: &[Sample], info: &ServerInfo, now: SystemTime) -> Status {
             .collect(),
         routes: routes(&scrape),
         upstreams: upstreams(&scrape),
-        app: app(&scrape),
+        app: apps.first().cloned(),
+        apps,
         cache: cache(&scrape),
         compression: compression(&scrape),
         tls: tls(&scrape),
@@ -407,15 +413,30 @@ fn upstreams(scrape: &Scrape<'_>) -> Vec<UpstreamMember> {
     members
 }
 
-fn app(scrape: &Scrape<'_>) -> Option<App> {
-    if !scrape.has_prefix("hayate_app_") {
-        return None;
+/// The apps, grouped by their `app` label, in the order their first
+/// sample comes (the order they were declared).
+fn apps(scrape: &Scrape<'_>) -> Vec<App> {
+    let mut names: Vec<&str> = Vec::new();
+    for s in scrape
+        .samples
+        .iter()
+        .filter(|s| s.name.starts_with("hayate_app_"))
+    {
+        if let Some(name) = s.label("app") {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
     }
+    names.into_iter().map(|name| app(scrape, name)).collect()
+}
+
+fn app(scrape: &Scrape<'_>, name: &str) -> App {
     let mut instances: BTreeMap<u64, Instance> = BTreeMap::new();
     for s in scrape
         .samples
         .iter()
-        .filter(|s| s.name.starts_with("hayate_app_instance_"))
+        .filter(|s| s.name.starts_with("hayate_app_instance_") && s.label("app") == Some(name))
     {
         let Some(i) = s.label("instance").and_then(|i| i.parse().ok()) else {
             continue;
@@ -437,10 +458,15 @@ fn app(scrape: &Scrape<'_>) -> Option<App> {
             _ => {}
         }
     }
-    Some(App {
-        queue_depth: scrape.value("hayate_app_queue_depth").map_or(0, count),
+    let queue_depth = scrape
+        .named("hayate_app_queue_depth")
+        .find(|s| s.label("app") == Some(name))
+        .map_or(0, |s| count(s.value));
+    App {
+        name: name.to_string(),
+        queue_depth,
         instances: instances.into_values().collect(),
-    })
+    }
 }
 
 fn cache(scrape: &Scrape<'_>) -> Option<Cache> {

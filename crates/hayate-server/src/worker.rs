@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hayate_config::Config;
-use hayate_core::app::AppSlots;
+use hayate_core::app::AppTable;
 use hayate_core::boxed::pinned;
 use hayate_core::shutdown::ShutdownWatch;
 use hayate_proxy::UpstreamGroup;
@@ -123,7 +123,7 @@ pub struct Shared {
     /// budget.
     pub connections: Arc<crate::budget::Connections>,
     /// The supervised app's slots, if one runs.
-    pub app: Option<AppSlots>,
+    pub app: AppTable,
     /// Request counters of every worker, when the admin listener is on.
     pub request_metrics: Option<Arc<RequestMetrics>>,
     /// Where each worker's upstream groups publish their members'
@@ -147,7 +147,7 @@ impl Generation {
         let g = &plan.config.global;
         let router = Router::build(
             &plan.config,
-            shared.app.as_ref(),
+            &shared.app,
             plan.cache.as_ref(),
             &shared.variants,
             plan.route_slots.as_deref(),

@@ -23,6 +23,12 @@ use crate::{AppSpec, Listen, RotatingLog};
 /// How often readiness and drains are polled.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How long a worker (an app with no socket) must stay up to count as
+/// started: a Node script with a syntax error or a missing module exits in
+/// about 100 ms, so 300 ms tells those apart from a worker that runs,
+/// and delays a worker's rolling reload by no more than that.
+const WORKER_SETTLE: Duration = Duration::from_millis(300);
+
 /// A started, ready instance.
 pub(crate) struct Running {
     child: Child,
@@ -67,10 +73,12 @@ impl Running {
                 }
                 AppAddr::Tcp(addr)
             }
+            Listen::None => AppAddr::None,
         };
         let port = match &addr {
-            AppAddr::Unix(path) => path.as_os_str().to_owned(),
-            AppAddr::Tcp(a) => a.port().to_string().into(),
+            AppAddr::Unix(path) => Some(path.as_os_str().to_owned()),
+            AppAddr::Tcp(a) => Some(a.port().to_string().into()),
+            AppAddr::None => None,
         };
         // Re-resolved at every start: a `current -> releases/N` switch takes.
         let cwd = std::fs::canonicalize(&spec.cwd).map_err(|e| {
@@ -82,10 +90,14 @@ impl Running {
         let mut cmd = Command::new(&spec.command[0]);
         cmd.args(&spec.command[1..])
             .current_dir(&cwd)
-            .env("PORT", &port)
             .env("HAYATE_INSTANCE", index.to_string())
             // It decrypts the ACME keys shared in Redis: hayate's, not the app's.
             .env_remove("HAYATE_SHARED_KEY");
+        match &port {
+            Some(port) => cmd.env("PORT", port),
+            // A worker listens nowhere: a PORT of hayate's own would mislead it.
+            None => cmd.env_remove("PORT"),
+        };
         if matches!(addr, AppAddr::Tcp(_)) {
             // Frameworks that take a host from the environment listen on
             // loopback (the app's own env below may say otherwise); Node
@@ -129,9 +141,10 @@ impl Running {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.command[0])))?;
         let pid = child.id().unwrap_or(0);
         let tail = OutputTail::default();
+        let tag = spec.tag(index);
         tokio::spawn(relay_lines(
             out.1,
-            index,
+            tag.clone(),
             pid,
             "stdout",
             spec.log.clone(),
@@ -139,7 +152,7 @@ impl Running {
         ));
         tokio::spawn(relay_lines(
             err.1,
-            index,
+            tag,
             pid,
             "stderr",
             spec.log.clone(),
@@ -151,12 +164,18 @@ impl Running {
             instance: AppInstance::new(addr, id),
         };
         let deadline = Instant::now() + spec.start_timeout;
+        let settled = Instant::now() + WORKER_SETTLE;
         loop {
-            if is_ready(&run.instance.addr, spec.ready_path.as_deref()).await {
+            let ready = match &run.instance.addr {
+                AppAddr::None => Instant::now() >= settled,
+                addr => is_ready(addr, spec.ready_path.as_deref()).await,
+            };
+            if ready {
                 if let AppAddr::Tcp(a) = &run.instance.addr {
                     let exposed = loopback::exposed_listeners(a.port());
                     if !exposed.is_empty() {
-                        log::warn!("{}", loopback::exposure_warning(index, pid, &exposed));
+                        let tag = spec.tag(index);
+                        log::warn!("{}", loopback::exposure_warning(&tag, pid, &exposed));
                     }
                 }
                 return Ok(run);
@@ -165,7 +184,11 @@ impl Running {
                 run.cleanup();
                 let mut why = format!("exited before it was ready ({status})");
                 // Its last lines reach the tail a moment after it exits.
-                if let Some(hint) = port_hint_after_exit(&tail, spec, &port).await {
+                let hint = match &port {
+                    Some(port) => port_hint_after_exit(&tail, spec, port).await,
+                    None => None,
+                };
+                if let Some(hint) = hint {
                     why = format!("{why}, because of {hint}");
                 }
                 return Err(io::Error::other(why));
@@ -265,6 +288,7 @@ async fn is_ready(addr: &AppAddr, probe: Option<&str>) -> bool {
             Ok(s) => Transport::tcp(s),
             Err(e) => Err(e),
         },
+        AppAddr::None => return false,
     };
     let Ok(mut conn) = conn else { return false };
     let Some(probe) = probe else { return true };
@@ -312,7 +336,7 @@ fn output_pipe(other: Option<&Identity>) -> io::Result<(Stdio, tokio::net::unix:
 
 async fn relay_lines(
     out: impl AsyncRead + Unpin,
-    index: usize,
+    tag: String,
     pid: u32,
     stream: &'static str,
     file: Option<Arc<RotatingLog>>,
@@ -326,12 +350,12 @@ async fn relay_lines(
             Some(f) => {
                 let mut stamped = String::with_capacity(line.len() + 48);
                 hayate_core::date::iso_now(&mut stamped);
-                stamped.push_str(&format!(" app[{index}] pid {pid} {stream}: {line}"));
+                stamped.push_str(&format!(" {tag} pid {pid} {stream}: {line}"));
                 if let Err(e) = f.write_line(&stamped) {
                     log::error!("app log write failed: {e}");
                 }
             }
-            None => log::info!("app[{index}] pid {pid} {stream}: {line}"),
+            None => log::info!("{tag} pid {pid} {stream}: {line}"),
         }
     }
 }

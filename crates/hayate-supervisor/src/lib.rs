@@ -17,7 +17,9 @@
 mod instance;
 mod loopback;
 mod port_errors;
+mod status;
 pub use hayate_core::logfile::RotatingLog;
+pub use status::{AllApps, AppStatus, InstanceFigures};
 pub mod php;
 
 use std::collections::VecDeque;
@@ -32,7 +34,6 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use hayate_core::app::{AppSlot, AppSlots};
 use hayate_core::identity::Identity;
-use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 use tokio::sync::{watch, Notify, Semaphore};
 
 use instance::Running;
@@ -40,6 +41,8 @@ use instance::Running;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct AppSpec {
+    /// The app's name, in logs (`api[0]`), status and metrics (`app`).
+    pub name: String,
     /// Program and arguments.
     pub command: Vec<String>,
     /// Working directory, re-resolved at every start (symlinked releases).
@@ -81,6 +84,15 @@ pub enum Listen {
     /// 127.0.0.1 port BASE+i for slot i; its replacement takes BASE+N+i,
     /// the next one BASE+i again.
     TcpBase(u16),
+    /// Nowhere: a worker process, told no `PORT`, started once it stays up.
+    None,
+}
+
+impl AppSpec {
+    /// How logs name slot `index` of this app: `api[0]`.
+    pub fn tag(&self, index: usize) -> String {
+        format!("{}[{index}]", self.name)
+    }
 }
 
 /// How often instances are checked against their limits.
@@ -127,7 +139,7 @@ impl ChildState {
 }
 
 #[derive(Debug, Clone)]
-struct SlotStatus {
+pub(crate) struct SlotStatus {
     state: ChildState,
     pid: Option<u32>,
     since: Instant,
@@ -141,12 +153,12 @@ struct SlotStatus {
 
 /// Every slot's status, and a signal for who waits on a change of it.
 #[derive(Debug)]
-struct Board {
-    slots: std::sync::Mutex<Vec<SlotStatus>>,
+pub(crate) struct Board {
+    pub(crate) slots: std::sync::Mutex<Vec<SlotStatus>>,
     changed: std::sync::Condvar,
 }
 
-type StatusBoard = Arc<Board>;
+pub(crate) type StatusBoard = Arc<Board>;
 
 /// A running supervisor. Dropping it stops every instance (SIGTERM, then
 /// SIGKILL after the stop timeout) and waits.
@@ -208,6 +220,7 @@ impl Supervisor {
             changed: std::sync::Condvar::new(),
         });
         let tasks_board = board.clone();
+        let name: Arc<str> = spec.name.as_str().into();
         let spec = Arc::new(ArcSwap::from_pointee(spec));
         let spec_slot = spec.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -246,7 +259,7 @@ impl Supervisor {
                 })
             })?;
         Ok(Supervisor {
-            status: AppStatus { board, app },
+            status: AppStatus { name, board, app },
             control,
             spec,
             thread: Some(thread),
@@ -321,207 +334,6 @@ impl Supervisor {
     }
 }
 
-/// The supervisor's figures, read from any thread: each slot's state, pid,
-/// time in that state, restarts, RSS (read from /proc when asked), requests
-/// in flight and served, and the queue of requests waiting for an instance.
-#[derive(Clone)]
-pub struct AppStatus {
-    board: StatusBoard,
-    app: AppSlots,
-}
-
-/// One slot's figures.
-#[derive(Debug, Clone)]
-pub struct InstanceFigures {
-    /// Lifecycle state.
-    pub state: ChildState,
-    /// Process id while running.
-    pub pid: Option<u32>,
-    /// Seconds in the current state (uptime when ready).
-    pub uptime_secs: u64,
-    /// Restarts after exits and failed starts.
-    pub restarts: u32,
-    /// Resident memory.
-    pub rss_bytes: Option<u64>,
-    /// Requests in flight on the current instance.
-    pub in_flight: u32,
-    /// Requests sent to the current instance.
-    pub served: u64,
-    /// Why the slot's last instance ended, or failed to start.
-    pub last_exit: Option<String>,
-}
-
-impl AppStatus {
-    /// Every slot's figures, in slot order.
-    pub fn instances(&self) -> Vec<InstanceFigures> {
-        let board = self
-            .board
-            .slots
-            .lock()
-            .map(|b| b.clone())
-            .unwrap_or_default();
-        board
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let current = self.app.slots[i].current();
-                InstanceFigures {
-                    state: s.state,
-                    pid: s.pid,
-                    uptime_secs: s.since.elapsed().as_secs(),
-                    restarts: s.restarts,
-                    rss_bytes: s.pid.and_then(instance::rss_of),
-                    in_flight: current.as_ref().map_or(0, |c| c.inflight()),
-                    served: current.map_or(0, |c| c.served.load(Ordering::Relaxed)),
-                    last_exit: s.last_exit.clone(),
-                }
-            })
-            .collect()
-    }
-
-    /// Requests waiting for an instance, across workers.
-    pub fn queue_depth(&self) -> usize {
-        self.app.queue_depth()
-    }
-
-    /// A status table: instance, state, pid, uptime, restarts, RSS,
-    /// requests in flight and served; then the queue depth.
-    pub fn text(&self) -> String {
-        let mut out = String::from(
-            "instance  state       pid      uptime    restarts  rss_mib  in_flight  served    last exit\n",
-        );
-        for (i, s) in self.instances().iter().enumerate() {
-            out.push_str(&format!(
-                "{:<9} {:<11} {:<8} {:<9} {:<9} {:<8} {:<10} {:<9} {}\n",
-                i,
-                s.state.as_str(),
-                s.pid.map_or("-".into(), |p| p.to_string()),
-                format!("{}s", s.uptime_secs),
-                s.restarts,
-                s.rss_bytes
-                    .map_or("-".to_string(), |b| (b >> 20).to_string()),
-                s.in_flight,
-                s.served,
-                s.last_exit.as_deref().unwrap_or("-"),
-            ));
-        }
-        out.push_str(&format!("queued: {}\n", self.queue_depth()));
-        out
-    }
-}
-
-/// The states a slot reports in `hayate_app_instance_state`.
-const STATES: [ChildState; 5] = [
-    ChildState::Starting,
-    ChildState::Ready,
-    ChildState::Backoff,
-    ChildState::Halted,
-    ChildState::Stopped,
-];
-
-impl MetricsSource for AppStatus {
-    fn render(&self, out: &mut String) {
-        let figures = self.instances();
-        let per_instance =
-            |out: &mut String,
-             name: &str,
-             help: &str,
-             kind: Kind,
-             value: &dyn Fn(&InstanceFigures) -> Option<u64>| {
-                family(out, name, help, kind);
-                for (i, f) in figures.iter().enumerate() {
-                    if let Some(v) = value(f) {
-                        sample(out, name, &[("instance", &i.to_string())], v);
-                    }
-                }
-            };
-        family(
-            out,
-            "hayate_app_instance_state",
-            "Lifecycle state of each app instance slot (1 for its current state)",
-            Kind::Gauge,
-        );
-        for (i, f) in figures.iter().enumerate() {
-            for state in STATES {
-                let v = u8::from(f.state == state);
-                let i = i.to_string();
-                sample(
-                    out,
-                    "hayate_app_instance_state",
-                    &[("instance", &i), ("state", state.as_str())],
-                    v,
-                );
-            }
-        }
-        per_instance(
-            out,
-            "hayate_app_instance_pid",
-            "Process id of each running app instance",
-            Kind::Gauge,
-            &|f| f.pid.map(u64::from),
-        );
-        per_instance(
-            out,
-            "hayate_app_instance_uptime_seconds",
-            "Seconds each app instance slot has been in its current state",
-            Kind::Gauge,
-            &|f| Some(f.uptime_secs),
-        );
-        per_instance(
-            out,
-            "hayate_app_instance_restarts_total",
-            "Restarts of each app instance slot after exits and failed starts",
-            Kind::Counter,
-            &|f| Some(u64::from(f.restarts)),
-        );
-        per_instance(
-            out,
-            "hayate_app_instance_memory_rss_bytes",
-            "Resident memory of each running app instance",
-            Kind::Gauge,
-            &|f| f.rss_bytes,
-        );
-        per_instance(
-            out,
-            "hayate_app_instance_in_flight",
-            "Requests in flight on each app instance",
-            Kind::Gauge,
-            &|f| Some(u64::from(f.in_flight)),
-        );
-        per_instance(
-            out,
-            "hayate_app_instance_requests_total",
-            "Requests sent to each app instance (restarts from 0 with a new instance)",
-            Kind::Counter,
-            &|f| Some(f.served),
-        );
-        let name = "hayate_app_instance_last_exit";
-        family(
-            out,
-            name,
-            "Why each app instance slot's last instance ended (1, the reason as a label)",
-            Kind::Gauge,
-        );
-        for (i, f) in figures.iter().enumerate() {
-            if let Some(reason) = &f.last_exit {
-                sample(
-                    out,
-                    name,
-                    &[("instance", &i.to_string()), ("reason", reason)],
-                    1,
-                );
-            }
-        }
-        family(
-            out,
-            "hayate_app_queue_depth",
-            "Requests waiting for an app instance, across workers",
-            Kind::Gauge,
-        );
-        sample(out, "hayate_app_queue_depth", &[], self.queue_depth());
-    }
-}
-
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.control.send_modify(|c| c.stop = true);
@@ -549,6 +361,10 @@ struct SlotTask {
 }
 
 impl SlotTask {
+    fn tag(&self) -> String {
+        self.spec.load().tag(self.index)
+    }
+
     async fn start(&self) -> io::Result<Running> {
         let alternate = self.alternate.load(Ordering::Relaxed);
         let control = self.control.clone();
@@ -581,7 +397,7 @@ impl SlotTask {
                     Err(e) => {
                         self.set_state(ChildState::Backoff, None, true);
                         self.note_exit(format!("failed to start: {e}"));
-                        log::error!("app[{}] failed to start: {e}", self.index);
+                        log::error!("{} failed to start: {e}", self.tag());
                         if !self.after_exit(&mut exits).await {
                             break;
                         }
@@ -593,7 +409,7 @@ impl SlotTask {
                 status = run.wait() => {
                     self.slot.replace(None);
                     self.set_state(ChildState::Backoff, None, true);
-                    log::warn!("app[{}] (pid {}) exited: {status}", self.index, run.pid());
+                    log::warn!("{} (pid {}) exited: {status}", self.tag(), run.pid());
                     self.note_exit(status.to_string());
                     if let Some(old) = current.take() {
                         old.kill_group();
@@ -605,7 +421,7 @@ impl SlotTask {
                 }
                 _ = limits.tick() => {
                     if let Some(reason) = self.over_limit(run) {
-                        log::info!("app[{}] (pid {}) {reason}: replacing it", self.index, run.pid());
+                        log::info!("{} (pid {}) {reason}: replacing it", self.tag(), run.pid());
                         self.note_exit(format!("replaced: {reason}"));
                         if let Some(old) = current.take() {
                             current = Some(self.roll_over(old).await);
@@ -691,8 +507,8 @@ impl SlotTask {
         self.slot.replace(Some(r.instance.clone()));
         self.ready.notify_waiters();
         log::info!(
-            "app[{}] ready (pid {}) on {}",
-            self.index,
+            "{} ready (pid {}) on {}",
+            self.tag(),
             r.pid(),
             r.instance.addr
         );
@@ -708,8 +524,8 @@ impl SlotTask {
                 let drained = old.drain(self.spec.load().stop_timeout).await;
                 if !drained {
                     log::warn!(
-                        "app[{}] old instance still busy after {:?}; stopping it",
-                        self.index,
+                        "{} old instance still busy after {:?}; stopping it",
+                        self.tag(),
                         self.spec.load().stop_timeout
                     );
                 }
@@ -720,8 +536,8 @@ impl SlotTask {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => old,
             Err(e) => {
                 log::error!(
-                    "app[{}] reload failed: {e}; the running instance keeps serving",
-                    self.index
+                    "{} reload failed: {e}; the running instance keeps serving",
+                    self.tag()
                 );
                 old
             }
@@ -745,8 +561,8 @@ impl SlotTask {
             self.halted.fetch_add(1, Ordering::AcqRel);
             self.ready.notify_waiters();
             log::error!(
-                "app[{}] crash loop: {} exits within {:?}; not restarting it until a reload",
-                self.index,
+                "{} crash loop: {} exits within {:?}; not restarting it until a reload",
+                self.tag(),
                 exits.len(),
                 CRASH_WINDOW
             );

@@ -140,10 +140,10 @@ fn is_mapped_loopback(ip: IpAddr) -> bool {
 }
 
 /// The warning for an instance found listening at `exposed`.
-pub(crate) fn exposure_warning(index: usize, pid: u32, exposed: &[SocketAddr]) -> String {
+pub(crate) fn exposure_warning(tag: &str, pid: u32, exposed: &[SocketAddr]) -> String {
     let list: Vec<String> = exposed.iter().map(|a| a.to_string()).collect();
     format!(
-        "app[{index}] (pid {pid}) listens on {}: reachable from other interfaces, around \
+        "{tag} (pid {pid}) listens on {}: reachable from other interfaces, around \
          hayate; make it listen on {HOST} (the HOST variable hayate sets), e.g. \
          `server.listen(process.env.PORT, process.env.HOST)`, `--bind $HOST:$PORT`, \
          `--host $HOST`",

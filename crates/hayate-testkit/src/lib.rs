@@ -168,6 +168,24 @@ impl Hayate {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// The admin listener's TCP address, from its log line (waited for,
+    /// up to 8 s).
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        loop {
+            let log = self.stderr();
+            if let Some((_, rest)) = log.split_once("admin listener on http://") {
+                let addr = rest.split('/').next().unwrap_or_default();
+                return addr.parse().expect("the admin listener's address");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no admin listener in the log:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Everything hayate wrote to stderr so far (the error log).
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

@@ -182,12 +182,15 @@ pub fn control(name: &str, m: &ArgMatches) -> anyhow::Result<()> {
     ) {
         (Ok(Some(url)), _) => format!("{name} url {url}\n"),
         (_, Ok(Some(tag))) => format!("{name} tag {tag}\n"),
-        _ => format!("{name}\n"),
+        _ => match m.try_get_one::<String>("app") {
+            Ok(Some(app)) => format!("{name} {app}\n"),
+            _ => format!("{name}\n"),
+        },
     };
     // The line the server will parse: refuse here what it would refuse.
     anyhow::ensure!(
         control::ControlCommand::parse(&line).is_some(),
-        "a URL or tag must be one word, without spaces"
+        "a URL, tag or app name must be one word, without spaces"
     );
     let target = find_control(m)?;
     // Which hayate: for status, part of its report; for a command that

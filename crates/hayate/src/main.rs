@@ -1,6 +1,7 @@
 //! The `hayate` binary: parses the command line, loads the configuration and
 //! runs the server. Everything else lives in the library crates.
 
+mod apps;
 mod control_client;
 mod logs;
 mod php;
@@ -48,7 +49,8 @@ fn command() -> Command {
             with_serve_args(Command::new("run").about(
                 "Run N instances of an app (each told its own 127.0.0.1 port in PORT, or a Unix \
                  socket with --app-listen unix) and serve it: files first, the app for the rest, \
-                 each client kept on one instance; SIGHUP reloads it instance by instance",
+                 each client kept on one instance; SIGHUP reloads it instance by instance. With \
+                 --config and no command: every app of the file ([app] or [[app]] tables)",
             ))
             .mut_arg("dir", |a| {
                 a.help(
@@ -100,16 +102,23 @@ fn command() -> Command {
         )
         .subcommand(control_command(
             "status",
-            "Show which hayate answers (pid, directory, config file, listeners), its app's \
-             instances (state, pid, uptime, restarts, memory, requests) and queue, and the \
-             shared tier",
+            "Show which hayate answers (pid, directory, config file, listeners), its apps' \
+             instances by app (state, pid, uptime, restarts, memory, requests) and queues, and \
+             the shared tier",
         ))
-        .subcommand(control_command(
-            "reload",
-            "Re-read the config file and apply it with no failed request (prints what changed; \
-             exits 1 with every error and keeps the running config), then replace the app's \
-             instances app_reload_parallel at a time",
-        ))
+        .subcommand(
+            control_command(
+                "reload",
+                "Re-read the config file and apply it with no failed request (prints what changed; \
+                 exits 1 with every error and keeps the running config), then replace the apps' \
+                 instances app_reload_parallel at a time (only APP's when named)",
+            )
+            .arg(
+                Arg::new("app")
+                    .value_name("APP")
+                    .help("Roll only this app's instances (its name in the file; the others keep theirs)"),
+            ),
+        )
         .subcommand(control_command(
             "upgrade",
             "Start the hayate binary now installed at this one's path with its sockets (no \
@@ -366,14 +375,15 @@ pub(crate) fn load_with(m: &ArgMatches, overrides: &Overrides) -> Result<Config,
 fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let overrides = serve_overrides(m)?;
     let config = load_with(m, &overrides)?;
-    if let Some(app) = config.app.clone() {
-        // A config file with an [app] section: run it, as `hayate run` does.
+    if !config.apps.is_empty() {
+        // A config file with apps: run them, as `hayate run` does.
         let file = m.get_one::<String>("config");
-        return supervise(config, app, file, rereader(m, overrides), inherited);
+        let apps = config.apps.clone();
+        return supervise(config, apps, file, rereader(m, overrides), inherited);
     }
     init_log(&config)?;
     let what = describe(&config);
-    let on_reload = |_: &Config| String::new();
+    let on_reload = |_: &Config, _: Option<&str>| String::new();
     let mut hooks = hooks(
         &config,
         m.get_one::<String>("config"),
@@ -384,7 +394,7 @@ fn serve(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     );
     hooks.reread = rereader(m, overrides);
     hooks.inherited = inherited;
-    hayate_server::run(config, None, hooks).context("server failed")
+    hayate_server::run(config, Default::default(), hooks).context("server failed")
 }
 
 /// `hayate run [options] [--instances N] -- CMD [ARGS]`: supervise the app and
@@ -398,7 +408,7 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let mut overrides: Overrides = cli::overrides_from(m)?;
     let with_file = m.get_one::<String>("config").is_some();
     if !with_file {
-        overrides.route.app = Some(true);
+        overrides.route.app = Some(hayate_config::app::AppRef::Only);
     }
     match m.get_one::<String>("dir") {
         Some(dir) => overrides.route.root = Some(PathBuf::from(dir)),
@@ -409,14 +419,39 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         None => {}
     }
     let mut config = load_with(m, &overrides)?;
-    if with_file && config.app.is_none() {
-        // A file without [app]: its routes send what matches no file to
+    if with_file && config.apps.is_empty() {
+        // A file without apps: its routes send what matches no file to
         // the app, as without a file.
-        overrides.route.app = Some(true);
+        overrides.route.app = Some(hayate_config::app::AppRef::Only);
         config = load_with(m, &overrides)?;
     }
     let reread = rereader(m, overrides);
-    let mut app = config.app.clone().unwrap_or_default();
+    if config.apps.len() > 1 {
+        // The file's [[app]]s, each as declared.
+        anyhow::ensure!(
+            command.is_empty() && m.get_one::<String>("instances").is_none(),
+            "this file declares {} apps: a command or --instances on the command line would \
+             not say which; set them in its [[app]] tables",
+            config.apps.len()
+        );
+        let apps = config.apps.clone();
+        return supervise(
+            config,
+            apps,
+            m.get_one::<String>("config"),
+            reread,
+            inherited,
+        );
+    }
+    let mut app = config
+        .apps
+        .first()
+        .cloned()
+        .unwrap_or_else(|| hayate_config::app::AppSection {
+            name: hayate_config::app::DEFAULT_APP_NAME.into(),
+            served: true,
+            ..Default::default()
+        });
     if !command.is_empty() {
         app.command = command;
     }
@@ -438,117 +473,49 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     }
     supervise(
         config,
-        app,
+        vec![app],
         m.get_one::<String>("config"),
         reread,
         inherited,
     )
 }
 
-/// How long `hayate run` waits for its app's first start to fail before it
-/// serves (see [`supervise`]).
-const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Starts the supervisor for `app` and serves until stopped.
+/// Starts the apps' supervisors and serves until stopped. `apps` holds one
+/// app (`hayate run -- CMD`, `[app]`, `hayate php`) or the file's `[[app]]`s.
 pub(crate) fn supervise(
     config: Config,
-    app: hayate_config::app::AppSection,
+    apps: Vec<hayate_config::app::AppSection>,
     config_file: Option<&String>,
     reread: Option<hayate_server::reload::Reread<'_>>,
     inherited: Inherited,
 ) -> anyhow::Result<()> {
-    use hayate_config::app::AppListen;
     init_log(&config)?;
-    let g = &config.global;
-    let instances = app
-        .instances
-        .unwrap_or(hayate_config::app::Instances::Auto)
-        .get(g.workers.get());
-    let socket_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
-    // Loopback TCP unless told otherwise: Next.js and Fastify want a port
-    // number (issue 33); php-fpm takes a socket path, private to it.
-    let fastcgi = g.app_protocol == hayate_config::app::AppProtocol::FastCgi;
-    let default_listen = if fastcgi {
-        AppListen::Unix
-    } else {
-        AppListen::Tcp
-    };
-    let listen = match g.app_listen.unwrap_or(default_listen) {
-        AppListen::Unix => hayate_supervisor::Listen::Unix(socket_dir.clone()),
-        AppListen::Tcp => hayate_supervisor::Listen::Tcp,
-        AppListen::TcpBase(base) => hayate_supervisor::Listen::TcpBase(base),
-    };
-    let app_log = match &config.global.app_log {
-        Some(path) => Some(std::sync::Arc::new(
-            hayate_supervisor::RotatingLog::open(
-                path,
-                config.global.app_log_size.0,
-                config.global.app_log_keep as usize,
-            )
-            .with_context(|| format!("app log {}", path.display()))?,
-        )),
-        None => None,
-    };
-    let command = app.command;
-    let supervisor = hayate_supervisor::Supervisor::start(hayate_supervisor::AppSpec {
-        command: command.clone(),
-        cwd: app.cwd.unwrap_or_else(|| PathBuf::from(".")),
-        instances,
-        listen,
-        runtime_dir: socket_dir.clone(),
-        reload_parallel: g.app_reload_parallel,
-        start_timeout: config.global.app_start_timeout.0,
-        ready_path: config.global.app_ready_path.clone(),
-        stop_timeout: config.global.grace_period.0,
-        env: app.env,
-        max_memory: config.global.app_max_memory.map(|s| s.0),
-        max_requests: config.global.app_max_requests.map(u64::from),
-        log: app_log.clone(),
-        run_as: app_identity(&config)?,
-    })?;
-    // An app that cannot start fails `hayate run` here, before "serving".
-    // One second catches a command that is not there or exits at once (a
-    // Node syntax error exits in about 100 ms); a slower start goes on while
-    // hayate serves, its requests queued.
-    // An upgrade waits for the app to be ready: the hayate it replaces
-    // serves until then.
-    let verdict = match inherited.is_upgrade() {
-        true => config.global.app_start_timeout.0,
-        false => config.global.app_start_timeout.0.min(STARTUP_VERDICT),
-    };
-    supervisor
-        .wait_started(verdict)
-        .map_err(|why| anyhow::anyhow!("the app did not start: {why}"))?;
-    let what = format!("{} ({instances} instances)", command.join(" "));
-    // A reload takes a new [app] command, cwd or env from the file (unless
-    // the command line gave the command), then rolls the instances.
-    let from_file = config.app.as_ref().is_some_and(|a| a.command == command);
-    let reload = |next: &Config| {
-        let mut report = String::new();
-        if let Some(app) = next.app.as_ref().filter(|_| from_file) {
-            let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
-            if supervisor.set_command(app.command.clone(), cwd, app.env.clone()) {
-                report
-                    .push_str("[app]: command, cwd or env changed; new instances start with it\n");
-            }
-        }
-        supervisor.reload();
-        report.push_str("app: reloading its instances, app_reload_parallel at a time\n");
-        report
-    };
-    let status = supervisor.status();
+    // A reload takes an app's new command, cwd or env from the file
+    // (unless the command line gave the command), then rolls its instances.
+    let from_file = config
+        .apps
+        .iter()
+        .zip(&apps)
+        .all(|(file, running)| file.command == running.command)
+        && !config.apps.is_empty();
+    let running =
+        apps::RunningApps::start(&config, apps.clone(), from_file, inherited.is_upgrade())?;
+    let what = running.describe(&config, &apps);
+    let reload = |next: &Config, only: Option<&str>| running.reload(next, only);
+    let roles = running.roles(&config);
     let metrics = hayate_core::metrics::Metrics::default();
-    metrics.register(std::sync::Arc::new(status.clone()));
+    metrics.register(std::sync::Arc::new(hayate_supervisor::AllApps(
+        running.statuses(),
+    )));
+    let status: hayate_server::StatusFn =
+        std::sync::Arc::new(move || apps::RunningApps::status_text(&roles));
     let mut hooks = hooks(&config, config_file, what, &reload, Some(status), metrics);
     hooks.reread = reread;
     hooks.inherited = inherited;
-    if let Some(log) = app_log {
-        hooks.on_reopen_logs = Box::new(move || log.reopen());
-    }
-    let result =
-        hayate_server::run(config, Some(supervisor.slots()), hooks).context("server failed");
-    drop(supervisor); // stops every instance and waits
-    let _ = std::fs::remove_dir_all(&socket_dir);
+    hooks.app_names = running.names();
+    hooks.on_reopen_logs = Box::new(|| running.reopen_logs());
+    let result = hayate_server::run(config, running.table(), hooks).context("server failed");
+    drop(running); // stops every instance and waits
     result
 }
 
@@ -603,8 +570,8 @@ fn hooks<'a>(
     config: &Config,
     config_file: Option<&String>,
     what: String,
-    on_reload: &'a dyn Fn(&Config) -> String,
-    status: Option<hayate_supervisor::AppStatus>,
+    on_reload: &'a dyn Fn(&Config, Option<&str>) -> String,
+    status: Option<hayate_server::StatusFn>,
     metrics: hayate_core::metrics::Metrics,
 ) -> hayate_server::Hooks<'a> {
     let workers = config.global.workers.get();
@@ -625,12 +592,13 @@ fn hooks<'a>(
             }
         }),
         on_reload: Box::new(on_reload),
+        app_names: Vec::new(),
         reread: None,
         inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),
         control: Some(control_place(config)),
         config_file: config_file.map(PathBuf::from),
-        status: status.map(|s| std::sync::Arc::new(move || s.text()) as hayate_server::StatusFn),
+        status,
         metrics,
     }
 }
@@ -728,15 +696,24 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         }
         .into());
     }
-    if let Some(cwd) = config.app.as_ref().and_then(|a| a.cwd.as_ref()) {
-        if !cwd.is_dir() {
-            return Err(ConfigError {
-                file: Some(file.clone()),
-                line: None,
-                key: Some("cwd".into()),
-                message: format!("[app] directory {} does not exist", cwd.display()),
+    for app in &config.apps {
+        let error = |key: &str, message: String| ConfigError {
+            file: Some(file.clone()),
+            line: app.line,
+            key: Some(key.into()),
+            message: match app.name.as_str() {
+                hayate_config::app::DEFAULT_APP_NAME => format!("[app] {message}"),
+                name => format!("[[app]] {name}: {message}"),
+            },
+        };
+        if let Some(cwd) = app.cwd.as_ref().filter(|cwd| !cwd.is_dir()) {
+            let message = format!("directory {} does not exist", cwd.display());
+            return Err(error("cwd", message).into());
+        }
+        if let Some(path) = &app.env_file {
+            if let Err(e) = apps::read_env_file(path) {
+                return Err(error("env_file", format!("{e:#}")).into());
             }
-            .into());
         }
     }
     println!("{}: ok", file.display());

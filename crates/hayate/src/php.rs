@@ -34,7 +34,7 @@ pub fn run(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
     let mut overrides: Overrides = cli::overrides_from(m)?;
     let root = PathBuf::from(m.get_one::<String>("dir").map_or(".", String::as_str));
     overrides.route.root = Some(root.clone());
-    overrides.route.app = Some(true);
+    overrides.route.app = Some(hayate_config::app::AppRef::Only);
     overrides.global.app_protocol = Some(AppProtocol::FastCgi);
     let pool = PhpPool::sized_to_machine();
     // Every child may hold a kept connection: hayate's bound is the pool.
@@ -68,14 +68,16 @@ pub fn run(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         None => nix::unistd::geteuid().is_root(),
     };
     let app = AppSection {
+        name: hayate_config::app::DEFAULT_APP_NAME.into(),
         command: PhpPool::command(&binary, &conf, as_root),
         cwd: Some(root),
-        env: Vec::new(),
         // One master: php-fpm runs its children itself.
         instances: Some(Instances::Count(1)),
+        served: true,
+        ..AppSection::default()
     };
     let file = m.get_one::<String>("config");
-    let result = supervise(config, app, file, reread, inherited);
+    let result = supervise(config, vec![app], file, reread, inherited);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -894,22 +894,6 @@ fn status_shows_requests_waiting_in_the_queue() {
 }
 
 /// The admin listener's address, from the error log.
-fn admin_addr(h: &Hayate) -> std::net::SocketAddr {
-    wait_log(h, "the admin listener", |l| {
-        l.contains("admin listener on http://")
-    });
-    let log = h.stderr();
-    let rest = log
-        .split("admin listener on http://")
-        .nth(1)
-        .expect("admin line");
-    rest.split('/')
-        .next()
-        .expect("addr")
-        .parse()
-        .expect("admin address")
-}
-
 /// One parsed sample: name, labels, value.
 type Sample = (String, Vec<(String, String)>, f64);
 
@@ -996,7 +980,7 @@ fn metrics_and_status_on_the_admin_listener() {
     let dir = app_dir("v1");
     let h = run(dir.path(), "2", &["--admin", "127.0.0.1:0"]);
     wait_log(&h, "two ready instances", |l| ready_count(l) >= 2);
-    let admin = admin_addr(&h);
+    let admin = h.admin_addr();
     let scrape = || {
         let r = Client::connect(admin).get("/metrics", &[]);
         assert_eq!(r.status, 200);

@@ -1,4 +1,5 @@
 use super::*;
+use crate::app::Instances;
 
 fn load(text: &str) -> Result<Config, ConfigErrors> {
     load_file("h.toml".as_ref(), text, &Overrides::default())
@@ -183,7 +184,7 @@ fn app_section() {
         &Overrides::default(),
     )
     .expect("valid");
-    let app = cfg.app.expect("app");
+    let app = cfg.apps.first().cloned().expect("app");
     assert_eq!(app.command, vec!["node", "server.js"]);
     assert_eq!(app.instances, Some(Instances::Count(3)));
     assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/app")));
@@ -198,17 +199,89 @@ fn app_section() {
     assert_eq!(cfg.global.app_listen, Some(crate::app::AppListen::Tcp));
     assert_eq!(cfg.global.app_reload_parallel.get(), 2);
     let slash = &cfg.sites[0].routes[0];
-    assert!(slash.options.app, "files first, the app for the rest");
+    assert!(
+        slash.options.app.is_on(),
+        "files first, the app for the rest"
+    );
     assert_eq!(
         slash.options.root.as_deref(),
         Some(Path::new("/srv/app/public"))
     );
 
     let cfg = load("[app]\ncommand = \"node server.js\"\ncwd = \"srv\"\n").expect("valid");
-    let app = cfg.app.expect("app");
+    let app = cfg.apps.first().cloned().expect("app");
     assert_eq!(app.command, vec!["node", "server.js"]);
     assert_eq!(app.cwd.as_deref(), Some(Path::new("./srv")));
-    assert!(cfg.sites[0].routes[0].options.app);
+    assert!(cfg.sites[0].routes[0].options.app.is_on());
+}
+
+#[test]
+fn several_apps() {
+    assert!(load("root = \"public\"\n").expect("valid").apps.is_empty());
+    let text = "root = \"public\"\n\
+        [[app]]\nname = \"api\"\ncommand = \"node api.js\"\nmax_memory = \"100MiB\"\nenv_file = \"api.env\"\n\
+        [[app]]\nname = \"worker\"\ncommand = \"node worker.js\"\n\
+        [[site]]\nroot = \"public\"\n\
+        [[site.route]]\nprefix = \"/api/\"\napp = \"api\"\n";
+    let cfg = load_file("/srv/h.toml".as_ref(), text, &Overrides::default()).expect("valid");
+    let names: Vec<(&str, bool)> = cfg
+        .apps
+        .iter()
+        .map(|a| (a.name.as_str(), a.served))
+        .collect();
+    assert_eq!(names, vec![("api", true), ("worker", false)]);
+    let api = &cfg.apps[0];
+    assert_eq!(
+        api.options(&cfg.global).max_memory.map(|s| s.0),
+        Some(100 << 20)
+    );
+    assert_eq!(
+        cfg.global.app_max_memory, None,
+        "an [[app]]'s options are its own"
+    );
+    assert_eq!(api.env_file.as_deref(), Some(Path::new("/srv/api.env")));
+    let route = |p: &str| {
+        cfg.sites[0]
+            .routes
+            .iter()
+            .find(|r| r.prefix == p)
+            .expect("route")
+    };
+    assert_eq!(route("/api/").options.app, AppRef::Named("api".into()));
+    assert_eq!(
+        route("/").options.app,
+        AppRef::Off,
+        "[[app]]s are served only where named"
+    );
+}
+
+#[test]
+fn several_apps_errors() {
+    let two = "[[app]]\nname = \"a\"\ncommand = \"x\"\n[[app]]\nname = \"b\"\ncommand = \"y\"\n";
+    assert_eq!(
+        err(&format!("{two}[[app]]\nname = \"a\"\ncommand = \"z\"\n")),
+        "h.toml:7: name: two [[app]] tables named \"a\": each app needs a name of its own"
+    );
+    assert_eq!(
+        err(&format!(
+            "{two}[[site]]\n[[site.route]]\nprefix = \"/\"\napp = \"c\"\n"
+        )),
+        "h.toml:10: app: route \"/\": no [[app]] named \"c\" (declared: a, b)"
+    );
+    assert!(err(&format!("{two}[[site]]\napp = true\n"))
+        .starts_with("h.toml:8: app: route \"/\": app = true sends to the only app, but 2"));
+    assert_eq!(
+        err("[[app]]\ncommand = \"x\"\n"),
+        "h.toml:1: name: every [[app]] needs a name, as in name = \"api\""
+    );
+    assert!(err("[[app]]\nname = \"A b\"\ncommand = \"x\"\n").starts_with("h.toml:2: name:"));
+    assert_eq!(
+        err("root = \".\"\n[[app]]\nname = \"a\"\ncommand = \"x\"\nuser = \"www\"\n"),
+        "h.toml:5: user: app_user is for every app: set it at the top level of the file"
+    );
+    let bad_name =
+        err("[[app]]\nname = \"a\"\ncommand = \"x\"\n[[site]]\nroot = \".\"\napp = \"B\"\n");
+    assert!(bad_name.starts_with("h.toml:6: app:"), "{bad_name}");
 }
 
 #[test]

@@ -115,37 +115,52 @@ fn quantile_interpolates_and_handles_no_observations() {
 fn app_instances_cache_compression_and_tls() {
     let m = Metrics::default();
     m.register_fn(|out| {
+        let app = ("app", "api");
         let i = |n| ("instance", n);
         for state in ["starting", "ready", "backoff"] {
             let v = u8::from(state == "ready");
             sample(
                 out,
                 "hayate_app_instance_state",
-                &[i("0"), ("state", state)],
+                &[app, i("0"), ("state", state)],
                 v,
             );
             let v = u8::from(state == "backoff");
             sample(
                 out,
                 "hayate_app_instance_state",
-                &[i("1"), ("state", state)],
+                &[app, i("1"), ("state", state)],
                 v,
             );
         }
-        sample(out, "hayate_app_instance_pid", &[i("0")], 4242);
-        sample(out, "hayate_app_instance_uptime_seconds", &[i("0")], 7);
-        sample(out, "hayate_app_instance_restarts_total", &[i("1")], 2);
+        // A second app's slot stays out of the first's instances.
+        let worker = [("app", "jobs"), i("0"), ("state", "ready")];
+        sample(out, "hayate_app_instance_state", &worker, 1);
+        sample(out, "hayate_app_instance_pid", &[app, i("0")], 4242);
+        sample(out, "hayate_app_instance_uptime_seconds", &[app, i("0")], 7);
+        sample(out, "hayate_app_instance_restarts_total", &[app, i("1")], 2);
         sample(
             out,
             "hayate_app_instance_memory_rss_bytes",
-            &[i("0")],
+            &[app, i("0")],
             1 << 20,
         );
-        sample(out, "hayate_app_instance_in_flight", &[i("0")], 1);
-        sample(out, "hayate_app_instance_requests_total", &[i("0")], 12);
+        sample(out, "hayate_app_instance_in_flight", &[app, i("0")], 1);
+        sample(
+            out,
+            "hayate_app_instance_requests_total",
+            &[app, i("0")],
+            12,
+        );
         let reason = ("reason", "exit code 1 <b>");
-        sample(out, "hayate_app_instance_last_exit", &[i("1"), reason], 1);
-        sample(out, "hayate_app_queue_depth", &[], 5);
+        sample(
+            out,
+            "hayate_app_instance_last_exit",
+            &[app, i("1"), reason],
+            1,
+        );
+        sample(out, "hayate_app_queue_depth", &[app], 5);
+        sample(out, "hayate_app_queue_depth", &[("app", "jobs")], 0);
         for (name, n) in [("hits", 3), ("misses", 1), ("stale", 0), ("evictions", 4)] {
             sample(out, &format!("hayate_cache_{name}_total"), &[], n);
         }
@@ -194,7 +209,11 @@ fn app_instances_cache_compression_and_tls() {
     });
     let v = doc(&m, &info(), Duration::ZERO);
     let app = &v["app"];
+    assert_eq!(app["name"], "api");
     assert_eq!(app["queue_depth"], 5);
+    assert_eq!(app["instances"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["apps"][1]["name"], "jobs");
+    assert_eq!(v["apps"][1]["instances"][0]["state"], "ready");
     assert_eq!(
         app["instances"][0],
         json!({"instance": 0, "state": "ready", "pid": 4242, "uptime_seconds": 7,

@@ -1,0 +1,387 @@
+//! The config's apps as running supervisors: one [`Supervisor`] each,
+//! started together, reloaded together or one by name, shown together.
+//!
+//! One app (`hayate run -- CMD`, an `[app]` section) keeps the old
+//! contract: if it cannot start, hayate exits with the reason. With several
+//! apps, one that cannot start is logged and shown in `hayate status` (its
+//! routes answer 503 once it is down) while the others start and serve.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use hayate_config::app::{AppListen, AppProtocol, AppSection, Instances};
+use hayate_config::Config;
+use hayate_core::app::{AppTable, ServedApp};
+use hayate_supervisor::{AppSpec, AppStatus, Listen, RotatingLog, Supervisor};
+
+/// How long hayate waits for an app's first start to fail before it
+/// serves: one second catches a command that is not there or exits at
+/// once (a Node syntax error exits in about 100 ms); a slower start goes
+/// on while hayate serves, its requests queued.
+const STARTUP_VERDICT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One app, running.
+pub(crate) struct RunningApp {
+    name: String,
+    /// Routes send to it (else: a worker).
+    served: bool,
+    fastcgi: bool,
+    /// Its command came from the file (a reload takes the file's new one).
+    from_file: bool,
+    /// Its `app_*` options as started (a reload that changes them says
+    /// they wait for a restart).
+    options: String,
+    log: Option<Arc<RotatingLog>>,
+    supervisor: Supervisor,
+}
+
+/// Every app, running; dropping it stops them all.
+pub(crate) struct RunningApps {
+    apps: Vec<RunningApp>,
+    /// Where their sockets and files are (removed on drop).
+    runtime_dir: PathBuf,
+}
+
+impl RunningApps {
+    /// Starts `apps` (a single one whose first start fails is an error;
+    /// of several, a failing one is only reported). `upgrade`: hayate takes
+    /// over from another, which serves until the apps are ready.
+    pub fn start(
+        config: &Config,
+        apps: Vec<AppSection>,
+        from_file: bool,
+        upgrade: bool,
+    ) -> anyhow::Result<RunningApps> {
+        let runtime_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
+        let several = apps.len() > 1;
+        let run_as = crate::app_identity(config)?;
+        let mut running = RunningApps {
+            apps: Vec::new(),
+            runtime_dir: runtime_dir.clone(),
+        };
+        check_port_ranges(config, &apps)?;
+        for app in apps {
+            let options = app.options(&config.global);
+            let fastcgi = options.protocol == AppProtocol::FastCgi;
+            // Loopback TCP unless told otherwise: Next.js and Fastify want
+            // a port number (issue 33); php-fpm takes a socket path,
+            // private to it. A worker listens nowhere.
+            let dir = match several {
+                true => runtime_dir.join(&app.name),
+                false => runtime_dir.clone(),
+            };
+            let default_listen = if fastcgi {
+                AppListen::Unix
+            } else {
+                AppListen::Tcp
+            };
+            let listen = match (app.served, options.listen.unwrap_or(default_listen)) {
+                (false, _) => Listen::None,
+                (true, AppListen::Unix) => Listen::Unix(dir.clone()),
+                (true, AppListen::Tcp) => Listen::Tcp,
+                (true, AppListen::TcpBase(base)) => Listen::TcpBase(base),
+            };
+            let log = match &options.log {
+                Some(path) => Some(Arc::new(
+                    RotatingLog::open(path, options.log_size.0, options.log_keep as usize)
+                        .with_context(|| format!("app {} log {}", app.name, path.display()))?,
+                )),
+                None => None,
+            };
+            let spec = AppSpec {
+                name: app.name.clone(),
+                command: app.command.clone(),
+                cwd: app.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
+                instances: app
+                    .instances
+                    .unwrap_or(Instances::Auto)
+                    .get(config.global.workers.get()),
+                listen,
+                runtime_dir: dir,
+                reload_parallel: options.reload_parallel,
+                start_timeout: options.start_timeout.0,
+                ready_path: options.ready_path.clone(),
+                stop_timeout: config.global.grace_period.0,
+                env: environment(&app).with_context(|| format!("app {}", app.name))?,
+                max_memory: options.max_memory.map(|s| s.0),
+                max_requests: options.max_requests.map(u64::from),
+                log: log.clone(),
+                run_as: run_as.clone(),
+            };
+            let supervisor =
+                Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
+            running.apps.push(RunningApp {
+                name: app.name,
+                served: app.served,
+                fastcgi,
+                from_file,
+                options: format!("{options:?}"),
+                log,
+                supervisor,
+            });
+        }
+        for app in &running.apps {
+            let verdict = match upgrade {
+                true => config.global.app_start_timeout.0,
+                false => config.global.app_start_timeout.0.min(STARTUP_VERDICT),
+            };
+            if let Err(why) = app.supervisor.wait_started(verdict) {
+                if !several {
+                    anyhow::bail!("the app did not start: {why}");
+                }
+                log::error!(
+                    "app {} did not start: {why}; the other apps start and serve, its routes answer 503 once it is down",
+                    app.name
+                );
+            }
+        }
+        Ok(running)
+    }
+
+    /// The served apps, for the routes.
+    pub fn table(&self) -> AppTable {
+        AppTable::new(
+            self.apps
+                .iter()
+                .filter(|a| a.served)
+                .map(|a| ServedApp {
+                    name: a.name.as_str().into(),
+                    slots: a.supervisor.slots(),
+                    fastcgi: a.fastcgi,
+                })
+                .collect(),
+        )
+    }
+
+    /// The apps' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.apps.iter().map(|a| a.name.clone()).collect()
+    }
+
+    /// What the "serving" line says of the apps.
+    pub fn describe(&self, config: &Config, sections: &[AppSection]) -> String {
+        match (&self.apps[..], sections) {
+            ([_], [one]) => {
+                let n = one
+                    .instances
+                    .unwrap_or(Instances::Auto)
+                    .get(config.global.workers.get());
+                format!("{} ({n} instances)", one.command.join(" "))
+            }
+            (apps, _) => format!(
+                "{} apps ({})",
+                apps.len(),
+                apps.iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Every app's status handle.
+    pub fn statuses(&self) -> Vec<AppStatus> {
+        self.apps.iter().map(|a| a.supervisor.status()).collect()
+    }
+
+    /// `hayate status`: each app's table under a line naming it and its
+    /// routes (or that it is a worker).
+    pub fn status_text(statuses: &[(AppStatus, String)]) -> String {
+        statuses
+            .iter()
+            .map(|(status, role)| status.text(role))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Each app's status handle and what it is: `served at site/prefix,...`
+    /// or `worker (no route)`.
+    pub fn roles(&self, config: &Config) -> Vec<(AppStatus, String)> {
+        self.apps
+            .iter()
+            .map(|a| {
+                let role = match a.served {
+                    false => "worker (no route: supervised, not proxied to)".to_string(),
+                    true => format!("served at {}", routes_of(config, &a.name, self.apps.len())),
+                };
+                (a.supervisor.status(), role)
+            })
+            .collect()
+    }
+
+    /// A reload: every app (`only` is `None`) or the one named takes its
+    /// new command, cwd and env from `next` (if it came from the file) and
+    /// rolls its instances. Returns the report.
+    pub fn reload(&self, next: &Config, only: Option<&str>) -> String {
+        let mut report = String::new();
+        let single = self.apps.len() == 1;
+        for app in &self.apps {
+            if only.is_some_and(|name| name != app.name) {
+                continue;
+            }
+            let declared = next
+                .apps
+                .iter()
+                .find(|a| a.name == app.name || (single && next.apps.len() == 1));
+            if declared.is_some_and(|d| format!("{:?}", d.options(&next.global)) != app.options) {
+                report.push_str(&format!(
+                    "{}: app_* options changed: not until a restart (the supervisor is set up at start)\n",
+                    app.name
+                ));
+            }
+            if let Some(section) = declared.filter(|_| app.from_file) {
+                let cwd = section.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+                match environment(section) {
+                    Ok(env) => {
+                        if app
+                            .supervisor
+                            .set_command(section.command.clone(), cwd, env)
+                        {
+                            let what = match single {
+                                true => "[app]".to_string(),
+                                false => format!("[[app]] {}", app.name),
+                            };
+                            report.push_str(&format!(
+                                "{what}: command, cwd or env changed; new instances start with it\n"
+                            ));
+                        }
+                    }
+                    Err(e) => report.push_str(&format!(
+                        "{}: {e:#}; its new instances start with the environment they had\n",
+                        app.name
+                    )),
+                }
+            }
+            app.supervisor.reload();
+            report.push_str(&format!(
+                "{}: reloading its instances, app_reload_parallel at a time\n",
+                app.name
+            ));
+        }
+        if only.is_none() && !single {
+            for section in &next.apps {
+                if !self.apps.iter().any(|a| a.name == section.name) {
+                    report.push_str(&format!(
+                        "{}: new in the file; it starts when hayate restarts\n",
+                        section.name
+                    ));
+                }
+            }
+        }
+        report
+    }
+
+    /// Opens every app log again (SIGUSR1).
+    pub fn reopen_logs(&self) -> std::io::Result<()> {
+        for log in self.apps.iter().filter_map(|a| a.log.as_ref()) {
+            log.reopen()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RunningApps {
+    fn drop(&mut self) {
+        // Each supervisor stops its instances and waits.
+        self.apps.clear();
+        let _ = std::fs::remove_dir_all(&self.runtime_dir);
+    }
+}
+
+/// Refuses apps whose `listen = "tcp:BASE"` port ranges overlap: each
+/// takes BASE to BASE+2N-1 (N instances, and their replacements), and
+/// two apps on one port would pass each other's readiness checks.
+fn check_port_ranges(config: &Config, apps: &[AppSection]) -> anyhow::Result<()> {
+    let workers = config.global.workers.get();
+    let ranges: Vec<(&str, u32, u32)> = apps
+        .iter()
+        .filter(|a| a.served)
+        .filter_map(|a| match a.options(&config.global).listen {
+            Some(AppListen::TcpBase(base)) => {
+                let n = a.instances.unwrap_or(Instances::Auto).get(workers) as u32;
+                Some((a.name.as_str(), u32::from(base), u32::from(base) + 2 * n))
+            }
+            _ => None,
+        })
+        .collect();
+    for (i, (a, a_start, a_end)) in ranges.iter().enumerate() {
+        for (b, b_start, b_end) in &ranges[i + 1..] {
+            anyhow::ensure!(
+                b_end <= a_start || a_end <= b_start,
+                "apps {a} and {b}: their tcp:BASE ports overlap ({a}: {a_start}-{}, {b}: {b_start}-{}); \
+                 give each a base at least 2 x its instances apart",
+                a_end - 1,
+                b_end - 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Where routes send to app `name`: `HOST/PREFIX` or `/PREFIX`, comma
+/// separated.
+fn routes_of(config: &Config, name: &str, apps: usize) -> String {
+    let mut places = Vec::new();
+    for site in &config.sites {
+        let host = site.hosts.first().map_or("", String::as_str);
+        for route in &site.routes {
+            let to_it = match route.options.app.name() {
+                Some(n) => n == name,
+                None => route.options.app.is_on() && apps == 1,
+            };
+            if to_it {
+                places.push(format!("{host}{}", route.prefix));
+            }
+        }
+    }
+    places.join(", ")
+}
+
+/// An app's environment: its `env_file` (read now), then its `env`.
+fn environment(app: &AppSection) -> anyhow::Result<Vec<(String, String)>> {
+    let mut env = Vec::new();
+    if let Some(path) = &app.env_file {
+        env = read_env_file(path)?;
+    }
+    env.extend(app.env.iter().cloned());
+    Ok(env)
+}
+
+/// Reads and parses an `env_file`; an error names `file:line`.
+pub(crate) fn read_env_file(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("env_file {}", path.display()))?;
+    hayate_config::app::parse_env_file(&text)
+        .map_err(|(line, why)| anyhow::anyhow!("{}:{line}: {why}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_apps(api_base: u16, web_base: u16) -> Config {
+        let text = format!(
+            "root = \".\"\nworkers = 1\n\
+             [[app]]\nname = \"api\"\ncommand = \"x\"\ninstances = 2\nlisten = \"tcp:{api_base}\"\n\
+             [[app]]\nname = \"web\"\ncommand = \"y\"\ninstances = 1\nlisten = \"tcp:{web_base}\"\n\
+             [[site]]\nroot = \".\"\n[[site.route]]\nprefix = \"/a/\"\napp = \"api\"\n\
+             [[site.route]]\nprefix = \"/w/\"\napp = \"web\"\n"
+        );
+        let overrides = hayate_config::Overrides::default();
+        hayate_config::load_file("h.toml".as_ref(), &text, &overrides).expect("valid")
+    }
+
+    #[test]
+    fn tcp_base_ranges_of_two_apps_must_not_overlap() {
+        // api takes 4000-4003 (2 instances and their replacements).
+        let ok = two_apps(4000, 4004);
+        assert!(check_port_ranges(&ok, &ok.apps).is_ok());
+        let bad = two_apps(4000, 4003);
+        let e = check_port_ranges(&bad, &bad.apps).expect_err("overlap");
+        assert!(
+            e.to_string().contains("api: 4000-4003, web: 4003-4004"),
+            "{e}"
+        );
+    }
+}
