@@ -146,6 +146,38 @@ fn more_clients_than_the_budget_wait_in_the_backlog_and_are_all_answered() {
     drop(open);
 }
 
+#[test]
+fn answers_given_at_the_budget_say_the_connection_closes() {
+    // A client that sends its next request as soon as an answer comes (a
+    // load generator, a proxy reusing its connections) must not meet a
+    // close cut into its connection at the budget: the answer says
+    // `Connection: close` first, and the client reconnects.
+    let (_origin, h) = proxy_at_the_limit();
+    // All but one place of the budget (140 at this limit), each answered
+    // once and kept.
+    let others: Vec<Client> = (0..139)
+        .map(|_| {
+            let mut c = h.client();
+            assert_eq!(c.get("/warm", &[]).status, 200);
+            c
+        })
+        .collect();
+    // The last place: the worker is at the budget from its accept on.
+    let mut last = h.client();
+    let r = last.get("/last", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "an answer at the budget says the connection closes"
+    );
+    assert!(last.is_closed(), "and it does");
+    // Its place goes to a newcomer.
+    assert_eq!(h.client().get("/new", &[]).status, 200);
+    h.assert_no_errors();
+    drop(others);
+}
+
 /// An HTTP/2 connection (prior knowledge) that asked `GET path` and read
 /// its whole answer, kept open and idle.
 fn idle_http2_after_one_request(h: &Hayate, path: &str) -> std::net::TcpStream {
