@@ -73,9 +73,16 @@ impl UpstreamGroup {
             ));
         }
         // A request already in line is not refused for the queue's depth.
-        let depth = match retry {
-            Some(_) => self.settings.queue_depth.max(self.settings.shortage_depth),
-            None => self.settings.queue_depth,
+        // That depth bounds waits for members at their limit; a request
+        // waiting for a descriptor (hayate short of them now, or no member
+        // limit set, so that nothing else waits) may take as many places
+        // as the budget holds clients. Read per wait, the shortage flag
+        // alone let 1,024 bound them whenever one connect had just
+        // succeeded (272,876 503s in case B at `ulimit -n 4096`).
+        let depth = if retry.is_some() || self.settings.max_conns == 0 {
+            self.settings.queue_depth.max(self.settings.shortage_depth)
+        } else {
+            self.settings.queue_depth
         };
         if newcomer && self.waiting.get() >= depth {
             return Err(busy(format!(
