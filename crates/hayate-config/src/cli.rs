@@ -127,6 +127,7 @@ pub fn heading(key: &str) -> &'static str {
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
         "trusted_proxies" | "allow" | "deny" => "Site policy",
+        _ if starts("otel_") => "Tracing",
         _ if starts("basic_auth")
             || starts("rate_limit")
             || starts("conn_limit")

@@ -244,6 +244,18 @@ options! {
         "Where hayate's own log goes (default: stderr, which systemd's journal takes); reopened on SIGUSR1";
     slow_request: Dur = unset, "DURATION",
         "Log requests slower than this (head read to response written) to the error log at WARN, with their upstream connect and head times, route, status and request id (off unless set)";
+    otel_endpoint: OtelEndpoint = unset, "URL",
+        "OpenTelemetry collector to export a span per request to (OTLP, http://HOST:PORT; http/protobuf posts to /v1/traces unless the URL has a path); tracing is off unless set. W3C traceparent is read from requests and sent to upstreams (FastCGI: HTTP_TRACEPARENT) with hayate's span as the parent";
+    otel_protocol: OtelProtocol = "http/protobuf", "grpc|http/protobuf",
+        "How spans reach otel_endpoint: http/protobuf (OTLP/HTTP, port 4318; the OpenTelemetry SDKs' default) or grpc (OTLP/gRPC over h2c, port 4317)";
+    otel_sample: SampleRatio = "1", "RATIO",
+        "Share of traces exported, 0 to 1, decided by the trace id (so every hop decides alike); a request whose traceparent says not sampled is not exported, one that says sampled still is only within this share";
+    otel_service_name: String = "hayate", "NAME",
+        "service.name of the exported spans";
+    otel_queue: u32 = "2048", "N",
+        "Spans waiting for export at most (about 400 bytes each); while the collector is slow or down, more are dropped (hayate_otel_spans_dropped_total), never waited for";
+    otel_timeout: Dur = "10s", "DURATION",
+        "Time for the collector to take one batch of spans (connect and answer); then the batch is dropped";
     log_level: LogLevel = "info", "LEVEL",
         "Error log level: off, error, warn, info or debug";
     file_cache_size: Size = "64MiB", "SIZE",
