@@ -107,6 +107,9 @@ pub struct UpstreamTimes {
     /// The X-Request-Id hayate made for the request (64 bits, written as
     /// 16 hex digits); 0 when it passed on the client's own.
     pub made_request_id: u64,
+    /// When the attempt that answered began (a trace's upstream events are
+    /// placed from it).
+    pub attempt_started: std::time::Instant,
 }
 
 /// A response body.
@@ -394,6 +397,7 @@ mod holding_tests {
             connect_us: 0,
             head_us: 7,
             made_request_id: 1,
+            attempt_started: std::time::Instant::now(),
         };
         r.set_upstream_times(times);
         r.hold(held.clone());

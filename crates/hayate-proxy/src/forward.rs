@@ -253,6 +253,7 @@ impl UpstreamGroup {
                             connect_us: micros(now - attempt_started),
                             head_us: micros(head_took),
                             made_request_id: request.made_request_id(),
+                            attempt_started,
                         });
                     }
                     match &self.settings.balance {

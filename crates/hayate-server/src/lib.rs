@@ -27,6 +27,7 @@ pub mod handoff;
 mod http_map;
 pub mod listen;
 mod main_loop;
+mod otel;
 pub mod pipeline;
 pub mod policy;
 mod proxy_protocol;
@@ -177,6 +178,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
             .register_fn(move |out| compression::render_metrics(&v, out));
         hooks.metrics.register_fn(policy::render_metrics);
         hooks.metrics.register_fn(proxy_protocol::render_metrics);
+        hooks.metrics.register_fn(otel::render_metrics);
     }
     let info = Arc::new(status_json::ServerInfo::new(
         workers,

@@ -190,7 +190,8 @@ impl Router {
             // per route, below
             proxy_protocol: false,
             upstream_times: g.access_log != hayate_config::values::AccessLog::Off
-                || g.slow_request.is_some(),
+                || g.slow_request.is_some()
+                || g.otel_endpoint.is_some(),
             // set from max_conns by UpstreamGroup::speaking_http2
             h2_max_conns: 0,
         };

@@ -1,0 +1,187 @@
+//! OpenTelemetry tracing (`otel_endpoint`): a span of kind SERVER per
+//! request, begun as its head is read (`hayate_core::trace`: the client's
+//! `traceparent` continued, or a new trace) and ended as its response is
+//! written, with the request's route, status, protocol, client, cache
+//! status, bytes and upstream times; exported off the request path by
+//! [`export`]'s thread.
+//!
+//! Tracing off costs a request one test of `Generation::tracer` (`None`).
+//! Spans are counted on /metrics: exported, and dropped (queue full,
+//! collector slow, down or refusing).
+//!
+//! OTLP is encoded by hand ([`proto`]) rather than with the OpenTelemetry
+//! crates: decision 0022 has the measurements.
+
+mod export;
+mod proto;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use hayate_config::GlobalOptions;
+use hayate_core::request::{RequestHead, Version};
+use hayate_core::trace::{sample_threshold, RequestTrace};
+use tokio::sync::mpsc;
+
+use crate::access_log::Entry;
+use export::ExportSettings;
+use proto::Message;
+
+/// Spans the collector took.
+static EXPORTED: AtomicU64 = AtomicU64::new(0);
+/// Spans dropped: the queue was full, or the collector did not take them.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The exporter every generation with the same settings shares: a reload
+/// that leaves the otel_* options alone keeps it (and its queue).
+static EXPORTER: Mutex<Option<(ExportSettings, mpsc::Sender<Vec<u8>>)>> = Mutex::new(None);
+
+/// A generation's tracer: how it samples and where its spans go.
+#[derive(Debug, Clone)]
+pub struct Tracer {
+    sample_below: u64,
+    queue: mpsc::Sender<Vec<u8>>,
+}
+
+impl Tracer {
+    /// The tracer of `g`, when `otel_endpoint` is set.
+    pub(crate) fn of(g: &GlobalOptions) -> std::io::Result<Option<Tracer>> {
+        let Some(endpoint) = &g.otel_endpoint else {
+            return Ok(None);
+        };
+        let settings = ExportSettings {
+            endpoint: endpoint.clone(),
+            protocol: g.otel_protocol,
+            service_name: g.otel_service_name.clone(),
+            queue: g.otel_queue as usize,
+            timeout: g.otel_timeout.0,
+        };
+        let mut exporter = EXPORTER.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = match &*exporter {
+            Some((s, queue)) if *s == settings && !queue.is_closed() => queue.clone(),
+            _ => {
+                let queue = export::start(settings.clone())?;
+                *exporter = Some((settings, queue.clone()));
+                queue
+            }
+        };
+        Ok(Some(Tracer {
+            sample_below: sample_threshold(g.otel_sample.0),
+            queue,
+        }))
+    }
+
+    /// The trace of a request whose head was just read.
+    #[inline(never)]
+    pub(crate) fn start(&self, head: &RequestHead) -> Box<RequestTrace> {
+        Box::new(RequestTrace::start(head, self.sample_below))
+    }
+
+    /// Ends the span of a request whose response was written, and queues it
+    /// for export if it is sampled. `route` is the route that answered.
+    #[inline(never)]
+    pub(crate) fn finish(&self, head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) {
+        if !trace.sampled {
+            return;
+        }
+        let span = encode_span(head, trace, e);
+        if self.queue.try_send(span).is_err() {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A `Span` message (trace.proto) with the HTTP semantic conventions'
+/// attribute names where they have one, `hayate.*` for the rest.
+fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u8> {
+    let start = unix_nanos(trace.start);
+    let end = start + u64::try_from(e.duration.as_nanos()).unwrap_or(0);
+    let mut route = Vec::new();
+    if let Some((site, prefix)) = e.route {
+        route.extend_from_slice(site.as_bytes());
+        route.extend_from_slice(prefix);
+    }
+    let mut name = head.method().to_vec();
+    if !route.is_empty() {
+        name.push(b' ');
+        name.extend_from_slice(&route);
+    }
+    let mut s = Message(Vec::with_capacity(512));
+    s.bytes(1, &trace.trace_id);
+    s.bytes(2, &trace.span_id);
+    if let Some(state) = head.header(b"tracestate") {
+        s.bytes(3, state);
+    }
+    if let Some(parent) = &trace.parent_span_id {
+        s.bytes(4, parent);
+    }
+    s.bytes(5, &name);
+    s.uint(6, proto::KIND_SERVER);
+    s.fixed64(7, start);
+    s.fixed64(8, end);
+    s.str_attr(9, "http.request.method", head.method());
+    s.str_attr(9, "url.path", head.path());
+    let scheme: &[u8] = match head.scheme {
+        hayate_core::transport::Scheme::Https => b"https",
+        hayate_core::transport::Scheme::Http => b"http",
+    };
+    s.str_attr(9, "url.scheme", scheme);
+    s.int_attr(9, "http.response.status_code", e.status.into());
+    let version: &[u8] = match head.version {
+        Version::Http10 => b"1.0",
+        Version::Http11 => b"1.1",
+        Version::Http2 => b"2",
+        Version::Http3 => b"3",
+    };
+    s.str_attr(9, "network.protocol.version", version);
+    s.str_attr(9, "client.address", e.peer.as_bytes());
+    if let Some(host) = head.host() {
+        s.str_attr(9, "server.address", hayate_core::field::strip_port(host));
+    }
+    if !route.is_empty() {
+        s.str_attr(9, "http.route", &route);
+    }
+    s.int_attr(9, "http.response.body.size", e.bytes);
+    if let Some(cache) = e.cache {
+        s.str_attr(9, "hayate.cache.status", cache.as_bytes());
+    }
+    if let Some(u) = e.upstream {
+        s.float_attr(9, "hayate.upstream.connect_time", f64::from(u.connect_us) / 1e6);
+        s.float_attr(9, "hayate.upstream.header_time", f64::from(u.head_us) / 1e6);
+        // The attempt began this long before the span's end (now).
+        let ago = u64::try_from(Instant::now().saturating_duration_since(u.attempt_started).as_nanos())
+            .unwrap_or(0);
+        let attempt = end.saturating_sub(ago).max(start);
+        let event = |s: &mut Message, at: u64, what: &[u8]| {
+            s.message(11, |ev| {
+                ev.fixed64(1, at);
+                ev.bytes(2, what);
+            })
+        };
+        event(&mut s, attempt, b"upstream attempt");
+        event(&mut s, attempt + u64::from(u.connect_us) * 1000, b"upstream connected");
+        event(&mut s, attempt + u64::from(u.head_us) * 1000, b"upstream response head");
+    }
+    if e.status >= 500 {
+        s.message(15, |status| status.uint(3, proto::STATUS_ERROR));
+    }
+    s.0
+}
+
+/// The exporter's counters, for /metrics.
+pub(crate) fn render_metrics(out: &mut String) {
+    use hayate_core::metrics::{family, sample, Kind};
+    let name = "hayate_otel_spans_exported_total";
+    family(out, name, "Spans the OpenTelemetry collector took", Kind::Counter);
+    sample(out, name, &[], EXPORTED.load(Ordering::Relaxed));
+    let name = "hayate_otel_spans_dropped_total";
+    let help = "Spans not exported: the queue was full (otel_queue), or the collector was slow, down or refused them";
+    family(out, name, help, Kind::Counter);
+    sample(out, name, &[], DROPPED.load(Ordering::Relaxed));
+}

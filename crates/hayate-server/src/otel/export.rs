@@ -1,0 +1,198 @@
+//! The exporter: a thread of its own that takes finished spans from a
+//! bounded queue, batches them, and sends each batch to the collector
+//! (OTLP/HTTP or OTLP/gRPC). Workers only ever `try_send` into the queue:
+//! a full queue drops the span and counts it, so a slow or dead collector
+//! never delays a request. A batch the collector does not take within
+//! `otel_timeout` is dropped and counted too (no retry: a second try
+//! would hold the queue up while new spans are dropped instead).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hayate_config::values::{OtelEndpoint, OtelProtocol};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::{proto, DROPPED, EXPORTED};
+
+/// Spans per batch at most: the OpenTelemetry SDKs' batch processor's
+/// default (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`), about 200 KiB at hayate's
+/// ~400 bytes a span.
+const MAX_BATCH: usize = 512;
+
+/// How long a batch waits to fill. The SDKs wait 5 s; 1 s shows a request
+/// in the trace viewer about as it ends, for one POST a second at most
+/// while requests are few.
+const BATCH_DELAY: Duration = Duration::from_secs(1);
+
+/// Where and how batches go.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ExportSettings {
+    pub(crate) endpoint: OtelEndpoint,
+    pub(crate) protocol: OtelProtocol,
+    pub(crate) service_name: String,
+    pub(crate) queue: usize,
+    pub(crate) timeout: Duration,
+}
+
+/// Starts the exporter's thread; spans sent into the returned queue are
+/// exported until every sender is dropped (the last generation using these
+/// settings ended), then what is queued is sent and the thread ends.
+pub(crate) fn start(settings: ExportSettings) -> std::io::Result<mpsc::Sender<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel(settings.queue.max(1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("hayate-otel".into())
+        .spawn(move || runtime.block_on(run(settings, rx)))?;
+    Ok(tx)
+}
+
+async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut warned = false;
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        let deadline = tokio::time::Instant::now() + BATCH_DELAY;
+        while batch.len() < MAX_BATCH {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(span)) => batch.push(span),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let body = proto::export_request(&settings.service_name, &batch);
+        let n = batch.len() as u64;
+        batch.clear();
+        let sent = tokio::time::timeout(settings.timeout, send(&settings, body)).await;
+        match sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into())) {
+            Ok(()) => {
+                EXPORTED.fetch_add(n, Ordering::Relaxed);
+                warned = false;
+            }
+            Err(e) => {
+                DROPPED.fetch_add(n, Ordering::Relaxed);
+                // Once per outage, not once a batch.
+                if !warned {
+                    log::warn!(
+                        "otel: {n} spans not exported to http://{}: {e}",
+                        settings.endpoint.authority
+                    );
+                    warned = true;
+                }
+            }
+        }
+    }
+}
+
+async fn send(settings: &ExportSettings, body: Vec<u8>) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect(&settings.endpoint.authority)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    match settings.protocol {
+        OtelProtocol::HttpProtobuf => post(tcp, &settings.endpoint, &body).await,
+        OtelProtocol::Grpc => grpc_export(tcp, &settings.endpoint, body).await,
+    }
+}
+
+/// OTLP/HTTP: one POST of `application/x-protobuf` on a connection of its
+/// own (a batch a second at most while requests are few; under load one
+/// per 512 spans), answered 2xx when taken.
+async fn post(
+    mut tcp: tokio::net::TcpStream,
+    endpoint: &OtelEndpoint,
+    body: &[u8],
+) -> Result<(), String> {
+    let path = if endpoint.path.is_empty() {
+        "/v1/traces"
+    } else {
+        &endpoint.path
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\n\
+         Content-Length: {}\r\nConnection: close\r\nUser-Agent: hayate/{}\r\n\r\n",
+        endpoint.authority,
+        body.len(),
+        env!("CARGO_PKG_VERSION")
+    );
+    tcp.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
+    tcp.write_all(body).await.map_err(|e| e.to_string())?;
+    // The status line is all that is read: the answer's body (an
+    // ExportTraceServiceResponse, maybe with partial_success) is not.
+    let mut answer = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        match tcp.read(&mut answer[got..]).await {
+            Ok(0) => return Err("the collector closed the connection".into()),
+            Ok(n) => got += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    match &answer[9..10] {
+        b"2" => Ok(()),
+        _ => Err(format!(
+            "answered {}",
+            String::from_utf8_lossy(&answer[..got]).lines().next().unwrap_or("")
+        )),
+    }
+}
+
+/// OTLP/gRPC: `TraceService/Export` over h2c, the request a gRPC message
+/// (a flag byte, a 4-byte length, the protobuf), taken when the trailers
+/// say `grpc-status: 0`.
+async fn grpc_export(
+    tcp: tokio::net::TcpStream,
+    endpoint: &OtelEndpoint,
+    body: Vec<u8>,
+) -> Result<(), String> {
+    let (client, conn) = h2::client::handshake(tcp)
+        .await
+        .map_err(|e| format!("HTTP/2: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut client = client.ready().await.map_err(|e| e.to_string())?;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            endpoint.authority
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .map_err(|e| e.to_string())?;
+    let (answer, mut stream) = client
+        .send_request(request, false)
+        .map_err(|e| e.to_string())?;
+    let mut message = Vec::with_capacity(5 + body.len());
+    message.push(0);
+    message.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    message.extend_from_slice(&body);
+    stream
+        .send_data(Bytes::from(message), true)
+        .map_err(|e| e.to_string())?;
+    let answer = answer.await.map_err(|e| e.to_string())?;
+    let status = |h: &http::HeaderMap| {
+        h.get("grpc-status")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    };
+    // Trailers-only answers carry grpc-status in the head.
+    let mut grpc_status = status(answer.headers());
+    let mut body = answer.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    if grpc_status.is_none() {
+        let trailers = body.trailers().await.map_err(|e| e.to_string())?;
+        grpc_status = trailers.as_ref().and_then(status);
+    }
+    match grpc_status.as_deref() {
+        Some("0") => Ok(()),
+        Some(code) => Err(format!("grpc-status {code}")),
+        None => Err("no grpc-status".into()),
+    }
+}
