@@ -1,0 +1,288 @@
+//! OpenTelemetry traces end to end (issue 41, part 1), with a real
+//! collector (Jaeger, `hayate_testkit::jaeger`) and a Node app traced by
+//! OpenTelemetry's own SDK (tests/otel-app, installed from its lockfile):
+//! a request through hayate to the app is one trace in which hayate's
+//! SERVER span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC;
+//! a client's traceparent is continued, a malformed one starts a new
+//! trace, an unsampled one is passed on but not exported; the access log's
+//! `$trace_id` is the trace's; a collector that is down, or one that never
+//! answers, leaves requests unaffected and its spans counted as dropped.
+
+// Tests block on purpose (they are clients, not the server).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hayate_testkit::jaeger::Jaeger;
+use hayate_testkit::node::NodeProcess;
+use hayate_testkit::origin::{Origin, OriginOptions};
+use hayate_testkit::pebble::free_port;
+use hayate_testkit::{eventually, Hayate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+
+/// The traced app's sources, in the repository.
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otel-app");
+
+/// A client's traceparent (W3C Trace Context's example).
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// The app with its node_modules, installed on first use.
+fn app_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("otel-app");
+        hayate_testkit::node::install(Path::new(SOURCES), dir)
+    })
+}
+
+/// The traced app, exporting to `jaeger` over OTLP/HTTP.
+fn traced_app(jaeger: &Jaeger) -> (NodeProcess, u16) {
+    let url = format!("http://{}/v1/traces", jaeger.otlp_http);
+    let app = NodeProcess::start(app_dir(), &["app.js", &url]);
+    let port = app.listening_port();
+    (app, port)
+}
+
+/// hayate proxying to 127.0.0.1:`port`, exporting to `endpoint` over
+/// `protocol`, with the access log's lines `$trace_id $status`.
+fn hayate(port: u16, endpoint: &str, protocol: &str, extra: &[&str]) -> Hayate {
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut args = vec![
+        "--workers",
+        "1",
+        "--proxy",
+        &proxy,
+        "--otel-endpoint",
+        endpoint,
+        "--otel-protocol",
+        protocol,
+        "--access-log-format",
+        "$trace_id $status",
+    ];
+    args.extend_from_slice(extra);
+    Hayate::start(BIN, &args)
+}
+
+/// The traceparent the app received, as it answered it: (trace id, parent
+/// span id, flags).
+fn received_traceparent(body: &str) -> (String, String, String) {
+    let v: serde_json::Value = serde_json::from_str(body).expect("the app's JSON");
+    let tp = v["traceparent"].as_str().expect("a traceparent reached the app");
+    let parts: Vec<&str> = tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "{tp}");
+    assert_eq!(parts[0], "00", "{tp}");
+    (parts[1].into(), parts[2].into(), parts[3].into())
+}
+
+/// The span of `service` in Jaeger's `trace`.
+fn span_of<'a>(trace: &'a serde_json::Value, service: &str) -> Option<&'a serde_json::Value> {
+    let process = trace["processes"]
+        .as_object()?
+        .iter()
+        .find(|(_, p)| p["serviceName"] == service)?
+        .0;
+    trace["spans"]
+        .as_array()?
+        .iter()
+        .find(|s| s["processID"] == process.as_str())
+}
+
+/// A span's tag `key`.
+fn tag<'a>(span: &'a serde_json::Value, key: &str) -> &'a serde_json::Value {
+    span["tags"]
+        .as_array()
+        .and_then(|tags| tags.iter().find(|t| t["key"] == key))
+        .map_or(&serde_json::Value::Null, |t| &t["value"])
+}
+
+/// The span id a span is CHILD_OF.
+fn parent_of(span: &serde_json::Value) -> Option<&str> {
+    span["references"]
+        .as_array()?
+        .iter()
+        .find(|r| r["refType"] == "CHILD_OF")?["spanID"]
+        .as_str()
+}
+
+/// Waits until Jaeger has both spans of `trace_id`, hayate's and the
+/// app's, and returns the trace.
+fn both_spans(jaeger: &Jaeger, trace_id: &str) -> serde_json::Value {
+    eventually("hayate's and the app's spans in Jaeger", || {
+        let trace = jaeger.trace(trace_id).ok_or_else(|| "no trace yet".to_string())?;
+        match (span_of(&trace, "hayate"), span_of(&trace, "node-app")) {
+            (Some(_), Some(_)) => Ok(trace),
+            _ => Err(format!("{trace:#}")),
+        }
+    })
+}
+
+#[test]
+fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_parent() {
+    let jaeger = Jaeger::start();
+    let (_app, port) = traced_app(&jaeger);
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let h = hayate(port, &endpoint, "http/protobuf", &[]);
+    let r = h.client().get("/orders/7?secret=1", &[]);
+    assert_eq!(r.status, 200);
+    let (trace_id, hayate_span, flags) = received_traceparent(&r.text());
+    assert_eq!(flags, "01");
+    let trace = both_spans(&jaeger, &trace_id);
+    let ours = span_of(&trace, "hayate").expect("hayate's span");
+    let app = span_of(&trace, "node-app").expect("the app's span");
+    assert_eq!(ours["spanID"], hayate_span.as_str(), "{trace:#}");
+    assert_eq!(parent_of(app), Some(hayate_span.as_str()), "{trace:#}");
+    // A new trace: hayate's span is the root.
+    assert_eq!(parent_of(ours), None, "{trace:#}");
+    assert_eq!(tag(ours, "span.kind"), "server");
+    assert_eq!(tag(ours, "http.request.method"), "GET");
+    assert_eq!(tag(ours, "url.path"), "/orders/7");
+    assert_eq!(tag(ours, "http.response.status_code"), 200);
+    assert_eq!(tag(ours, "network.protocol.version"), "1.1");
+    assert_eq!(tag(ours, "client.address"), "127.0.0.1");
+    assert_eq!(tag(ours, "server.address"), "127.0.0.1");
+    assert!(tag(ours, "http.response.body.size").as_i64() > Some(0), "{ours:#}");
+    assert!(tag(ours, "hayate.upstream.header_time").is_f64(), "{ours:#}");
+    let events: Vec<&str> = ours["logs"]
+        .as_array()
+        .map(|logs| {
+            logs.iter()
+                .filter_map(|l| tag(l, "event").as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(events.contains(&"upstream response head"), "{ours:#}");
+    // The app's span lies within hayate's.
+    let (start, app_start) = (ours["startTime"].as_u64(), app["startTime"].as_u64());
+    assert!(start <= app_start, "{trace:#}");
+    // $trace_id is the trace's.
+    let lines = eventually("the access log line", || {
+        let lines = h.stdout_lines(Duration::from_millis(100));
+        (!lines.is_empty()).then_some(lines).ok_or_else(|| "no line".to_string())
+    });
+    assert_eq!(lines, [format!("{trace_id} 200")]);
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_clients_traceparent_is_continued_over_otlp_grpc() {
+    let jaeger = Jaeger::start();
+    let (_app, port) = traced_app(&jaeger);
+    let endpoint = format!("http://{}", jaeger.otlp_grpc);
+    let h = hayate(port, &endpoint, "grpc", &[]);
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let state = "vendor=opaque";
+    let r = h.client().get("/", &[("traceparent", &tp), ("tracestate", state)]);
+    let (trace_id, hayate_span, _) = received_traceparent(&r.text());
+    assert_eq!(trace_id, CLIENT_TRACE);
+    assert_ne!(hayate_span, CLIENT_SPAN, "hayate's span, not the client's");
+    let trace = both_spans(&jaeger, CLIENT_TRACE);
+    let ours = span_of(&trace, "hayate").expect("hayate's span");
+    assert_eq!(ours["spanID"], hayate_span.as_str());
+    assert_eq!(parent_of(ours), Some(CLIENT_SPAN), "{trace:#}");
+    let app = span_of(&trace, "node-app").expect("the app's span");
+    assert_eq!(parent_of(app), Some(hayate_span.as_str()), "{trace:#}");
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_malformed_traceparent_starts_a_new_trace_and_an_unsampled_one_is_not_exported() {
+    let jaeger = Jaeger::start();
+    let (_app, port) = traced_app(&jaeger);
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let h = hayate(port, &endpoint, "http/protobuf", &[]);
+    // Upper-case hex is not valid (W3C Trace Context §3.2.2.3).
+    let upper = format!("00-{}-{CLIENT_SPAN}-01", CLIENT_TRACE.to_uppercase());
+    let r = h.client().get("/", &[("traceparent", &upper)]);
+    let (fresh, _, flags) = received_traceparent(&r.text());
+    assert_ne!(fresh, CLIENT_TRACE);
+    assert_eq!(flags, "01");
+    // Not sampled: passed on as it is (a new span, the flag kept), not
+    // exported.
+    let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
+    let tp = format!("00-{unsampled_trace}-b7ad6b7169203331-00");
+    let r = h.client().get("/", &[("traceparent", &tp)]);
+    let (trace_id, span, flags) = received_traceparent(&r.text());
+    assert_eq!((trace_id.as_str(), flags.as_str()), (unsampled_trace, "00"));
+    assert_ne!(span, "b7ad6b7169203331");
+    // A sampled request after it: once its spans are in, the unsampled
+    // one's would have been (one queue, in order).
+    let r = h.client().get("/", &[]);
+    let (after, _, _) = received_traceparent(&r.text());
+    both_spans(&jaeger, &after);
+    both_spans(&jaeger, &fresh);
+    assert!(jaeger.trace(unsampled_trace).is_none(), "an unsampled trace was exported");
+    h.assert_no_errors();
+}
+
+/// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).
+fn span_counters(admin: &Path) -> (u64, u64) {
+    let text = hayate_testkit::unix_get(admin, "/metrics");
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{text}"))
+    };
+    (
+        value("hayate_otel_spans_exported_total"),
+        value("hayate_otel_spans_dropped_total"),
+    )
+}
+
+/// 20 requests to `h`, each answered at once: none waits for the collector.
+fn twenty_requests_answered_at_once(h: &Hayate) {
+    let started = Instant::now();
+    let mut client = h.client();
+    for _ in 0..20 {
+        assert_eq!(client.get("/", &[]).status, 200);
+    }
+    // The collector's timeout is 5 s: waiting on it would show.
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_are_counted() {
+    let origin = Origin::start(OriginOptions::default());
+    let port: u16 = origin.url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens on this port.
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let admin = dir.path().join("down.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let extra = ["--admin", &admin_arg, "--otel-timeout", "5s"];
+    let h = hayate(port, &down, "http/protobuf", &extra);
+    twenty_requests_answered_at_once(&h);
+    eventually("20 spans dropped", || {
+        match span_counters(&admin) {
+            (0, 20) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    drop(h);
+
+    // A listener that takes connections and never answers: once the first
+    // batch is stuck on it (its connection accepted), a queue of 4 fills
+    // and the rest are dropped as they end, while requests go on as before.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    silent.set_nonblocking(true).expect("nonblocking");
+    let silent_url = format!("http://{}", silent.local_addr().expect("addr"));
+    let admin = dir.path().join("silent.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let extra = ["--admin", &admin_arg, "--otel-timeout", "5s", "--otel-queue", "4"];
+    let h = hayate(port, &silent_url, "grpc", &extra);
+    assert_eq!(h.client().get("/", &[]).status, 200);
+    let _stuck = eventually("the exporter connecting", || {
+        silent.accept().map_err(|e| e.to_string())
+    });
+    twenty_requests_answered_at_once(&h);
+    eventually("spans past the queue dropped", || {
+        match span_counters(&admin) {
+            (0, 16) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}
