@@ -303,6 +303,7 @@ mod heading_tests {
         assert_eq!(of("root"), "Files");
         assert_eq!(of("trusted_proxies"), "Site policy");
         assert_eq!(of("basic_auth_realm"), "Site policy");
+        assert_eq!(of("otel_endpoint"), "Tracing");
         let files: Vec<_> = GLOBAL_OPTIONS
             .iter()
             .chain(ROUTE_OPTIONS)
