@@ -20,6 +20,8 @@ use hayate_testkit::jaeger::Jaeger;
 use hayate_testkit::node::NodeProcess;
 use hayate_testkit::origin::{Origin, OriginOptions};
 use hayate_testkit::pebble::free_port;
+use hayate_testkit::php::PhpFpm;
+use hayate_supervisor::php::PhpPool;
 use hayate_testkit::{eventually, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -216,6 +218,52 @@ fn a_malformed_traceparent_starts_a_new_trace_and_an_unsampled_one_is_not_export
     both_spans(&jaeger, &after);
     both_spans(&jaeger, &fresh);
     assert!(jaeger.trace(unsampled_trace).is_none(), "an unsampled trace was exported");
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_php_script_gets_hayates_span_as_its_parent_in_http_traceparent() {
+    let jaeger = Jaeger::start();
+    let fpm = PhpFpm::start(&PhpPool {
+        children: 1,
+        max_requests: 0,
+        terminate_after_secs: 0,
+    });
+    let root = tempfile::tempdir().expect("tempdir");
+    let script = "<?php echo $_SERVER['HTTP_TRACEPARENT'] ?? 'none';\n";
+    std::fs::write(root.path().join("tp.php"), script).expect("write");
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let address = fpm.address();
+    let h = Hayate::start(
+        BIN,
+        &[
+            root.path().to_str().expect("utf-8"),
+            "--fastcgi",
+            &address,
+            "--workers",
+            "1",
+            "--otel-endpoint",
+            &endpoint,
+        ],
+    );
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let r = h.client().get("/tp.php", &[("traceparent", &tp)]);
+    assert_eq!(r.status, 200);
+    let sent = r.text();
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{sent}");
+    assert_eq!((parts[0], parts[1], parts[3]), ("00", CLIENT_TRACE, "01"));
+    assert_ne!(parts[2], CLIENT_SPAN, "hayate's span, not the client's");
+    let ours = eventually("hayate's span in Jaeger", || {
+        let trace = jaeger
+            .trace(CLIENT_TRACE)
+            .ok_or_else(|| "no trace yet".to_string())?;
+        span_of(&trace, "hayate")
+            .cloned()
+            .ok_or_else(|| format!("{trace:#}"))
+    });
+    assert_eq!(ours["spanID"], parts[2]);
+    assert_eq!(parent_of(&ours), Some(CLIENT_SPAN));
     h.assert_no_errors();
 }
 
