@@ -247,7 +247,12 @@ mod tests {
             b"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
         ];
         for b in bad {
-            assert_eq!(TraceParent::parse(b), None, "{}", String::from_utf8_lossy(b));
+            assert_eq!(
+                TraceParent::parse(b),
+                None,
+                "{}",
+                String::from_utf8_lossy(b)
+            );
         }
     }
 
@@ -255,7 +260,10 @@ mod tests {
     fn a_request_continues_its_clients_trace_under_a_new_span() {
         let t = RequestTrace::start(&head(&[VALID]), u64::MAX);
         assert_eq!(t.trace_id_hex(), b"4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(t.parent_span_id, Some(TraceParent::parse(VALID).unwrap().span_id));
+        assert_eq!(
+            t.parent_span_id,
+            Some(TraceParent::parse(VALID).unwrap().span_id)
+        );
         assert!(t.sampled);
         let sent = TraceParent::parse(&t.traceparent).unwrap();
         assert_eq!(sent.trace_id, t.trace_id);

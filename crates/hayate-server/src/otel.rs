@@ -152,11 +152,19 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
         s.str_attr(9, "hayate.cache.status", cache.as_bytes());
     }
     if let Some(u) = e.upstream {
-        s.float_attr(9, "hayate.upstream.connect_time", f64::from(u.connect_us) / 1e6);
+        s.float_attr(
+            9,
+            "hayate.upstream.connect_time",
+            f64::from(u.connect_us) / 1e6,
+        );
         s.float_attr(9, "hayate.upstream.header_time", f64::from(u.head_us) / 1e6);
         // The attempt began this long before the span's end (now).
-        let ago = u64::try_from(Instant::now().saturating_duration_since(u.attempt_started).as_nanos())
-            .unwrap_or(0);
+        let ago = u64::try_from(
+            Instant::now()
+                .saturating_duration_since(u.attempt_started)
+                .as_nanos(),
+        )
+        .unwrap_or(0);
         let attempt = end.saturating_sub(ago).max(start);
         let event = |s: &mut Message, at: u64, what: &[u8]| {
             s.message(11, |ev| {
@@ -165,8 +173,16 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
             })
         };
         event(&mut s, attempt, b"upstream attempt");
-        event(&mut s, attempt + u64::from(u.connect_us) * 1000, b"upstream connected");
-        event(&mut s, attempt + u64::from(u.head_us) * 1000, b"upstream response head");
+        event(
+            &mut s,
+            attempt + u64::from(u.connect_us) * 1000,
+            b"upstream connected",
+        );
+        event(
+            &mut s,
+            attempt + u64::from(u.head_us) * 1000,
+            b"upstream response head",
+        );
     }
     if e.status >= 500 {
         s.message(15, |status| status.uint(3, proto::STATUS_ERROR));
@@ -178,7 +194,12 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
 pub(crate) fn render_metrics(out: &mut String) {
     use hayate_core::metrics::{family, sample, Kind};
     let name = "hayate_otel_spans_exported_total";
-    family(out, name, "Spans the OpenTelemetry collector took", Kind::Counter);
+    family(
+        out,
+        name,
+        "Spans the OpenTelemetry collector took",
+        Kind::Counter,
+    );
     sample(out, name, &[], EXPORTED.load(Ordering::Relaxed));
     let name = "hayate_otel_spans_dropped_total";
     let help = "Spans not exported: the queue was full (otel_queue), or the collector was slow, down or refused them";

@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use hayate_supervisor::php::PhpPool;
 use hayate_testkit::jaeger::Jaeger;
 use hayate_testkit::node::NodeProcess;
 use hayate_testkit::origin::{Origin, OriginOptions};
 use hayate_testkit::pebble::free_port;
 use hayate_testkit::php::PhpFpm;
-use hayate_supervisor::php::PhpPool;
 use hayate_testkit::{eventually, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -74,7 +74,9 @@ fn hayate(port: u16, endpoint: &str, protocol: &str, extra: &[&str]) -> Hayate {
 /// span id, flags).
 fn received_traceparent(body: &str) -> (String, String, String) {
     let v: serde_json::Value = serde_json::from_str(body).expect("the app's JSON");
-    let tp = v["traceparent"].as_str().expect("a traceparent reached the app");
+    let tp = v["traceparent"]
+        .as_str()
+        .expect("a traceparent reached the app");
     let parts: Vec<&str> = tp.split('-').collect();
     assert_eq!(parts.len(), 4, "{tp}");
     assert_eq!(parts[0], "00", "{tp}");
@@ -115,7 +117,9 @@ fn parent_of(span: &serde_json::Value) -> Option<&str> {
 /// app's, and returns the trace.
 fn both_spans(jaeger: &Jaeger, trace_id: &str) -> serde_json::Value {
     eventually("hayate's and the app's spans in Jaeger", || {
-        let trace = jaeger.trace(trace_id).ok_or_else(|| "no trace yet".to_string())?;
+        let trace = jaeger
+            .trace(trace_id)
+            .ok_or_else(|| "no trace yet".to_string())?;
         match (span_of(&trace, "hayate"), span_of(&trace, "node-app")) {
             (Some(_), Some(_)) => Ok(trace),
             _ => Err(format!("{trace:#}")),
@@ -147,8 +151,14 @@ fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_pare
     assert_eq!(tag(ours, "network.protocol.version"), "1.1");
     assert_eq!(tag(ours, "client.address"), "127.0.0.1");
     assert_eq!(tag(ours, "server.address"), "127.0.0.1");
-    assert!(tag(ours, "http.response.body.size").as_i64() > Some(0), "{ours:#}");
-    assert!(tag(ours, "hayate.upstream.header_time").is_f64(), "{ours:#}");
+    assert!(
+        tag(ours, "http.response.body.size").as_i64() > Some(0),
+        "{ours:#}"
+    );
+    assert!(
+        tag(ours, "hayate.upstream.header_time").is_f64(),
+        "{ours:#}"
+    );
     let events: Vec<&str> = ours["logs"]
         .as_array()
         .map(|logs| {
@@ -164,7 +174,9 @@ fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_pare
     // $trace_id is the trace's.
     let lines = eventually("the access log line", || {
         let lines = h.stdout_lines(Duration::from_millis(100));
-        (!lines.is_empty()).then_some(lines).ok_or_else(|| "no line".to_string())
+        (!lines.is_empty())
+            .then_some(lines)
+            .ok_or_else(|| "no line".to_string())
     });
     assert_eq!(lines, [format!("{trace_id} 200")]);
     h.assert_no_errors();
@@ -178,7 +190,9 @@ fn a_clients_traceparent_is_continued_over_otlp_grpc() {
     let h = hayate(port, &endpoint, "grpc", &[]);
     let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     let state = "vendor=opaque";
-    let r = h.client().get("/", &[("traceparent", &tp), ("tracestate", state)]);
+    let r = h
+        .client()
+        .get("/", &[("traceparent", &tp), ("tracestate", state)]);
     let (trace_id, hayate_span, _) = received_traceparent(&r.text());
     assert_eq!(trace_id, CLIENT_TRACE);
     assert_ne!(hayate_span, CLIENT_SPAN, "hayate's span, not the client's");
@@ -217,7 +231,10 @@ fn a_malformed_traceparent_starts_a_new_trace_and_an_unsampled_one_is_not_export
     let (after, _, _) = received_traceparent(&r.text());
     both_spans(&jaeger, &after);
     both_spans(&jaeger, &fresh);
-    assert!(jaeger.trace(unsampled_trace).is_none(), "an unsampled trace was exported");
+    assert!(
+        jaeger.trace(unsampled_trace).is_none(),
+        "an unsampled trace was exported"
+    );
     h.assert_no_errors();
 }
 
@@ -289,13 +306,22 @@ fn twenty_requests_answered_at_once(h: &Hayate) {
         assert_eq!(client.get("/", &[]).status, 200);
     }
     // The collector's timeout is 5 s: waiting on it would show.
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
 fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_are_counted() {
     let origin = Origin::start(OriginOptions::default());
-    let port: u16 = origin.url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    let port: u16 = origin
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing listens on this port.
     let down = format!("http://127.0.0.1:{}", free_port());
@@ -304,11 +330,9 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
     let extra = ["--admin", &admin_arg, "--otel-timeout", "5s"];
     let h = hayate(port, &down, "http/protobuf", &extra);
     twenty_requests_answered_at_once(&h);
-    eventually("20 spans dropped", || {
-        match span_counters(&admin) {
-            (0, 20) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
+    eventually("20 spans dropped", || match span_counters(&admin) {
+        (0, 20) => Ok(()),
+        other => Err(format!("{other:?}")),
     });
     drop(h);
 
@@ -320,7 +344,14 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
     let silent_url = format!("http://{}", silent.local_addr().expect("addr"));
     let admin = dir.path().join("silent.sock");
     let admin_arg = format!("unix:{}", admin.display());
-    let extra = ["--admin", &admin_arg, "--otel-timeout", "5s", "--otel-queue", "4"];
+    let extra = [
+        "--admin",
+        &admin_arg,
+        "--otel-timeout",
+        "5s",
+        "--otel-queue",
+        "4",
+    ];
     let h = hayate(port, &silent_url, "grpc", &extra);
     assert_eq!(h.client().get("/", &[]).status, 200);
     let _stuck = eventually("the exporter connecting", || {

@@ -83,7 +83,9 @@ impl OptValue for SampleRatio {
         };
         match ratio {
             Ok(r) if (0.0..=1.0).contains(&r) => Ok(SampleRatio(r)),
-            _ => Err(format!("expected a ratio from 0 to 1 (or 0% to 100%), got {s:?}")),
+            _ => Err(format!(
+                "expected a ratio from 0 to 1 (or 0% to 100%), got {s:?}"
+            )),
         }
     }
 
@@ -104,7 +106,10 @@ mod tests {
     #[test]
     fn endpoints_are_http_urls_with_a_port() {
         let e = OtelEndpoint::parse_str("http://127.0.0.1:4318").unwrap();
-        assert_eq!((e.authority.as_str(), e.path.as_str()), ("127.0.0.1:4318", ""));
+        assert_eq!(
+            (e.authority.as_str(), e.path.as_str()),
+            ("127.0.0.1:4318", "")
+        );
         let e = OtelEndpoint::parse_str("http://collector/otlp/v1/traces").unwrap();
         assert_eq!(e.authority, "collector:80");
         assert_eq!(e.path, "/otlp/v1/traces");

@@ -117,7 +117,9 @@ async fn post(
         body.len(),
         env!("CARGO_PKG_VERSION")
     );
-    tcp.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
+    tcp.write_all(head.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
     tcp.write_all(body).await.map_err(|e| e.to_string())?;
     // The status line is all that is read: the answer's body (an
     // ExportTraceServiceResponse, maybe with partial_success) is not.
@@ -134,7 +136,10 @@ async fn post(
         b"2" => Ok(()),
         _ => Err(format!(
             "answered {}",
-            String::from_utf8_lossy(&answer[..got]).lines().next().unwrap_or("")
+            String::from_utf8_lossy(&answer[..got])
+                .lines()
+                .next()
+                .unwrap_or("")
         )),
     }
 }
