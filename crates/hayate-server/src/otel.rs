@@ -47,7 +47,11 @@ pub struct Tracer {
 impl Tracer {
     /// The tracer of `g`, when `otel_endpoint` is set.
     pub(crate) fn of(g: &GlobalOptions) -> std::io::Result<Option<Tracer>> {
+        let mut exporter = EXPORTER.lock().unwrap_or_else(|e| e.into_inner());
         let Some(endpoint) = &g.otel_endpoint else {
+            // Turned off: the exporter ends once the generations that
+            // still hold its queue do.
+            *exporter = None;
             return Ok(None);
         };
         let settings = ExportSettings {
@@ -57,7 +61,6 @@ impl Tracer {
             queue: g.otel_queue as usize,
             timeout: g.otel_timeout.0,
         };
-        let mut exporter = EXPORTER.lock().unwrap_or_else(|e| e.into_inner());
         let queue = match &*exporter {
             Some((s, queue)) if *s == settings && !queue.is_closed() => queue.clone(),
             _ => {
@@ -148,6 +151,9 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
         s.str_attr(9, "http.route", &route);
     }
     s.int_attr(9, "http.response.body.size", e.bytes);
+    if let Some(code) = e.grpc_status {
+        s.int_attr(9, "rpc.grpc.status_code", code.into());
+    }
     if let Some(cache) = e.cache {
         s.str_attr(9, "hayate.cache.status", cache.as_bytes());
     }
