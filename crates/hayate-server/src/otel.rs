@@ -105,15 +105,13 @@ fn unix_nanos(t: SystemTime) -> u64 {
 fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u8> {
     let start = unix_nanos(trace.start);
     let end = start + u64::try_from(e.duration.as_nanos()).unwrap_or(0);
-    let mut route = Vec::new();
-    if let Some((site, prefix)) = e.route {
-        route.extend_from_slice(site.as_bytes());
-        route.extend_from_slice(prefix);
-    }
+    // The route's prefix is its path template (`http.route`); its site,
+    // when it has a name, is an attribute of its own.
+    let (site, prefix) = e.route.unwrap_or(("*", b""));
     let mut name = head.method().to_vec();
-    if !route.is_empty() {
+    if !prefix.is_empty() {
         name.push(b' ');
-        name.extend_from_slice(&route);
+        name.extend_from_slice(prefix);
     }
     let mut s = Message(Vec::with_capacity(512));
     s.bytes(1, &trace.trace_id);
@@ -147,8 +145,11 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
     if let Some(host) = head.host() {
         s.str_attr(9, "server.address", hayate_core::field::strip_port(host));
     }
-    if !route.is_empty() {
-        s.str_attr(9, "http.route", &route);
+    if !prefix.is_empty() {
+        s.str_attr(9, "http.route", prefix);
+    }
+    if site != "*" {
+        s.str_attr(9, "hayate.site", site.as_bytes());
     }
     s.int_attr(9, "http.response.body.size", e.bytes);
     if let Some(code) = e.grpc_status {
