@@ -110,6 +110,9 @@ pub struct UpstreamTimes {
     /// When the attempt that answered began (a trace's upstream events are
     /// placed from it).
     pub attempt_started: std::time::Instant,
+    /// The member that answered: its index in its group (a trace names
+    /// it).
+    pub member: u16,
 }
 
 /// A response body.
@@ -398,6 +401,7 @@ mod holding_tests {
             head_us: 7,
             made_request_id: 1,
             attempt_started: std::time::Instant::now(),
+            member: 0,
         };
         r.set_upstream_times(times);
         r.hold(held.clone());

@@ -254,6 +254,7 @@ impl UpstreamGroup {
                             head_us: micros(head_took),
                             made_request_id: request.made_request_id(),
                             attempt_started,
+                            member: u16::try_from(i).unwrap_or(u16::MAX),
                         });
                     }
                     match &self.settings.balance {

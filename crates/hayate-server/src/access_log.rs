@@ -127,7 +127,11 @@ pub(crate) fn record<'a>(
         crate::slow_request::report(req, &entry);
     }
     if let (Some(trace), Some(tracer)) = (traced, &g.tracer) {
-        tracer.finish(req, trace, &entry);
+        let member = served
+            .route
+            .zip(entry.upstream)
+            .and_then(|(route, u)| g.router.upstream_member(route, u.member));
+        tracer.finish(req, trace, &entry, member);
     }
 }
 

@@ -82,13 +82,20 @@ impl Tracer {
     }
 
     /// Ends the span of a request whose response was written, and queues it
-    /// for export if it is sampled. `route` is the route that answered.
+    /// for export if it is sampled. `member` is the upstream member that
+    /// answered, if one did.
     #[inline(never)]
-    pub(crate) fn finish(&self, head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) {
+    pub(crate) fn finish(
+        &self,
+        head: &RequestHead,
+        trace: &RequestTrace,
+        e: &Entry<'_>,
+        member: Option<&str>,
+    ) {
         if !trace.sampled {
             return;
         }
-        let span = encode_span(head, trace, e);
+        let span = encode_span(head, trace, e, member);
         if self.queue.try_send(span).is_err() {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
@@ -102,7 +109,12 @@ fn unix_nanos(t: SystemTime) -> u64 {
 
 /// A `Span` message (trace.proto) with the HTTP semantic conventions'
 /// attribute names where they have one, `hayate.*` for the rest.
-fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u8> {
+fn encode_span(
+    head: &RequestHead,
+    trace: &RequestTrace,
+    e: &Entry<'_>,
+    member: Option<&str>,
+) -> Vec<u8> {
     let start = unix_nanos(trace.start);
     let end = start + u64::try_from(e.duration.as_nanos()).unwrap_or(0);
     // The route's prefix is its path template (`http.route`); its site,
@@ -157,6 +169,9 @@ fn encode_span(head: &RequestHead, trace: &RequestTrace, e: &Entry<'_>) -> Vec<u
     }
     if let Some(cache) = e.cache {
         s.str_attr(9, "hayate.cache.status", cache.as_bytes());
+    }
+    if let Some(member) = member {
+        s.str_attr(9, "hayate.upstream.member", member.as_bytes());
     }
     if let Some(u) = e.upstream {
         s.float_attr(

@@ -468,6 +468,12 @@ impl Router {
             .filter_map(|r| Some((r.index, r.upstream.as_ref()?)))
     }
 
+    /// The label of member `member` of route `route`'s upstream group.
+    pub fn upstream_member(&self, route: usize, member: u16) -> Option<&str> {
+        let (_, group) = self.upstream_groups().find(|(i, _)| *i == route)?;
+        group.member_label(member.into())
+    }
+
     /// Finds the route for `host` (as sent, maybe with a port) and the
     /// normalized `path`.
     pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Option<&Route> {

@@ -156,6 +156,10 @@ fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_pare
         tag(ours, "http.response.body.size").as_i64() > Some(0),
         "{ours:#}"
     );
+    let member = tag(ours, "hayate.upstream.member")
+        .as_str()
+        .unwrap_or_default();
+    assert!(member.ends_with(&format!("127.0.0.1:{port}")), "{ours:#}");
     assert!(
         tag(ours, "hayate.upstream.header_time").is_f64(),
         "{ours:#}"

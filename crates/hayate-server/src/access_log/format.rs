@@ -511,6 +511,7 @@ mod tests {
                 head_us: 42_000,
                 made_request_id: 0,
                 attempt_started: std::time::Instant::now(),
+                member: 0,
             }),
             tls: Some(TlsInfo {
                 version: "TLSv1.3",
@@ -537,6 +538,7 @@ mod tests {
                 head_us: 1,
                 made_request_id: 0xab,
                 attempt_started: std::time::Instant::now(),
+                member: 0,
             }),
             ..entry()
         };
@@ -619,6 +621,7 @@ mod tests {
                 head_us: 31_000,
                 made_request_id: 0x1234,
                 attempt_started: std::time::Instant::now(),
+                member: 0,
             }),
             ..entry()
         };
