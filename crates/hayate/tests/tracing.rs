@@ -4,7 +4,8 @@
 //! a request through hayate to the app is one trace in which hayate's
 //! SERVER span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC;
 //! a client's traceparent is continued, a malformed one starts a new
-//! trace, an unsampled one is passed on but not exported; the access log's
+//! trace, an unsampled one is passed on but not exported; an h2c upstream
+//! and a PHP script (HTTP_TRACEPARENT) get hayate's span as their parent; the access log's
 //! `$trace_id` is the trace's; a collector that is down, or one that never
 //! answers, leaves requests unaffected and its spans counted as dropped.
 
@@ -44,8 +45,15 @@ fn app_dir() -> &'static Path {
 
 /// The traced app, exporting to `jaeger` over OTLP/HTTP.
 fn traced_app(jaeger: &Jaeger) -> (NodeProcess, u16) {
+    app(jaeger, &[])
+}
+
+/// The app with more `args`.
+fn app(jaeger: &Jaeger, args: &[&str]) -> (NodeProcess, u16) {
     let url = format!("http://{}/v1/traces", jaeger.otlp_http);
-    let app = NodeProcess::start(app_dir(), &["app.js", &url]);
+    let mut all = vec!["app.js", &url];
+    all.extend_from_slice(args);
+    let app = NodeProcess::start(app_dir(), &all);
     let port = app.listening_port();
     (app, port)
 }
@@ -250,6 +258,40 @@ fn a_malformed_traceparent_starts_a_new_trace_and_an_unsampled_one_is_not_export
         jaeger.trace(unsampled_trace).is_none(),
         "an unsampled trace was exported"
     );
+    h.assert_no_errors();
+}
+
+#[test]
+fn an_h2c_upstream_gets_hayates_span_as_its_parent() {
+    let jaeger = Jaeger::start();
+    let (_app, port) = app(&jaeger, &["--h2c"]);
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let proxy = format!("h2c://127.0.0.1:{port}");
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--workers",
+            "1",
+            "--proxy",
+            &proxy,
+            "--otel-endpoint",
+            &endpoint,
+        ],
+    );
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let r = h.client().get("/", &[("traceparent", &tp)]);
+    assert_eq!(r.status, 200);
+    let (trace_id, hayate_span, _) = received_traceparent(&r.text());
+    assert_eq!(trace_id, CLIENT_TRACE);
+    let ours = eventually("hayate's span in Jaeger", || {
+        let trace = jaeger
+            .trace(CLIENT_TRACE)
+            .ok_or_else(|| "no trace yet".to_string())?;
+        span_of(&trace, "hayate")
+            .cloned()
+            .ok_or_else(|| format!("{trace:#}"))
+    });
+    assert_eq!(ours["spanID"], hayate_span.as_str());
     h.assert_no_errors();
 }
 
