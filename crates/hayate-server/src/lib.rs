@@ -366,6 +366,7 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         .run()
         .await
     });
+    otel::finish_at_exit();
     let c = shared.variants.stats();
     if c.variants > 0 {
         log::info!(

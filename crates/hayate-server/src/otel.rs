@@ -17,7 +17,7 @@ mod proto;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hayate_config::GlobalOptions;
 use hayate_core::request::{RequestHead, Version};
@@ -35,7 +35,10 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// The exporter every generation with the same settings shares: a reload
 /// that leaves the otel_* options alone keeps it (and its queue).
-static EXPORTER: Mutex<Option<(ExportSettings, mpsc::Sender<Vec<u8>>)>> = Mutex::new(None);
+static EXPORTER: Mutex<Option<(ExportSettings, export::Exporter)>> = Mutex::new(None);
+
+/// The longest an exit waits for the last spans to be sent.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// A generation's tracer: how it samples and where its spans go.
 #[derive(Debug, Clone)]
@@ -62,10 +65,11 @@ impl Tracer {
             timeout: g.otel_timeout.0,
         };
         let queue = match &*exporter {
-            Some((s, queue)) if *s == settings && !queue.is_closed() => queue.clone(),
+            Some((s, e)) if *s == settings && !e.queue.is_closed() => e.queue.clone(),
             _ => {
-                let queue = export::start(settings.clone())?;
-                *exporter = Some((settings, queue.clone()));
+                let started = export::start(settings.clone())?;
+                let queue = started.queue.clone();
+                *exporter = Some((settings, started));
                 queue
             }
         };
@@ -210,6 +214,16 @@ fn encode_span(
         s.message(15, |status| status.uint(3, proto::STATUS_ERROR));
     }
     s.0
+}
+
+/// At exit: the current exporter sends the spans it holds (those of the
+/// last second) and ends; waits for it at most 2 s, or `otel_timeout` if
+/// shorter.
+pub(crate) fn finish_at_exit() {
+    let current = EXPORTER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((settings, exporter)) = current {
+        exporter.finish(settings.timeout.min(EXIT_WAIT));
+    }
 }
 
 /// The exporter's counters, for /metrics.

@@ -6,7 +6,8 @@
 //! a client's traceparent is continued, a malformed one starts a new
 //! trace, an unsampled one is passed on but not exported; an h2c upstream
 //! and a PHP script (HTTP_TRACEPARENT) get hayate's span as their parent; the access log's
-//! `$trace_id` is the trace's; a collector that is down, or one that never
+//! `$trace_id` is the trace's; the spans still batched when hayate stops
+//! are sent; a collector that is down, or one that never
 //! answers, leaves requests unaffected and its spans counted as dropped.
 
 // Tests block on purpose (they are clients, not the server).
@@ -339,6 +340,25 @@ fn a_php_script_gets_hayates_span_as_its_parent_in_http_traceparent() {
     assert_eq!(ours["spanID"], parts[2]);
     assert_eq!(parent_of(&ours), Some(CLIENT_SPAN));
     h.assert_no_errors();
+}
+
+#[test]
+fn the_spans_of_the_last_second_are_sent_when_hayate_stops() {
+    let jaeger = Jaeger::start();
+    let origin = Origin::start(OriginOptions::default());
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let proxy = origin.url();
+    let mut h = Hayate::start(BIN, &["--proxy", &proxy, "--otel-endpoint", &endpoint]);
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
+    // Stopped at once: the span still waits in the exporter's batch.
+    assert!(h.stop().success());
+    let trace = eventually("hayate's span in Jaeger", || {
+        jaeger
+            .trace(CLIENT_TRACE)
+            .ok_or_else(|| "no trace".to_string())
+    });
+    assert!(span_of(&trace, "hayate").is_some(), "{trace:#}");
 }
 
 /// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).

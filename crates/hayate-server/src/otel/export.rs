@@ -7,12 +7,13 @@
 //! would hold the queue up while new spans are dropped instead).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use hayate_config::values::{OtelEndpoint, OtelProtocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use super::{proto, DROPPED, EXPORTED};
 
@@ -36,31 +37,75 @@ pub(crate) struct ExportSettings {
     pub(crate) timeout: Duration,
 }
 
-/// Starts the exporter's thread; spans sent into the returned queue are
-/// exported until every sender is dropped (the last generation using these
-/// settings ended), then what is queued is sent and the thread ends.
-pub(crate) fn start(settings: ExportSettings) -> std::io::Result<mpsc::Sender<Vec<u8>>> {
-    let (tx, rx) = mpsc::channel(settings.queue.max(1));
+/// A running exporter: its queue, and how to make it send what it holds
+/// and end (at exit).
+pub(crate) struct Exporter {
+    pub(crate) queue: mpsc::Sender<Vec<u8>>,
+    stop: Arc<Notify>,
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+impl Exporter {
+    /// Asks the exporter to send what is queued now and end; waits for it
+    /// at most `wait`.
+    pub(crate) fn finish(self, wait: Duration) {
+        self.stop.notify_one();
+        let _ = self.ended.recv_timeout(wait);
+    }
+}
+
+/// Starts the exporter's thread; spans sent into its queue are exported
+/// until [`Exporter::finish`], or until every sender is dropped (the last
+/// generation using these settings ended), then what is queued is sent and
+/// the thread ends.
+pub(crate) fn start(settings: ExportSettings) -> std::io::Result<Exporter> {
+    let (queue, rx) = mpsc::channel(settings.queue.max(1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let stop = Arc::new(Notify::new());
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    let stopped = stop.clone();
     std::thread::Builder::new()
         .name("hayate-otel".into())
-        .spawn(move || runtime.block_on(run(settings, rx)))?;
-    Ok(tx)
+        .spawn(move || {
+            runtime.block_on(run(settings, rx, &stopped));
+            let _ = ended_tx.send(());
+        })?;
+    Ok(Exporter { queue, stop, ended })
 }
 
-async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>) {
+async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>, stop: &Notify) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut warned = false;
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
+    let mut stopping = false;
+    while !stopping {
+        tokio::select! {
+            span = rx.recv() => match span {
+                Some(span) => batch.push(span),
+                None => return,
+            },
+            () = stop.notified() => stopping = true,
+        }
         let deadline = tokio::time::Instant::now() + BATCH_DELAY;
-        while batch.len() < MAX_BATCH {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(span)) => batch.push(span),
-                Ok(None) | Err(_) => break,
+        while batch.len() < MAX_BATCH && !stopping {
+            tokio::select! {
+                span = tokio::time::timeout_at(deadline, rx.recv()) => match span {
+                    Ok(Some(span)) => batch.push(span),
+                    Ok(None) | Err(_) => break,
+                },
+                () = stop.notified() => stopping = true,
             }
+        }
+        // At exit: what is queued now, in one last batch or a few.
+        while stopping && batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(span) => batch.push(span),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
         }
         let body = proto::export_request(&settings.service_name, &batch);
         let n = batch.len() as u64;
