@@ -7,7 +7,8 @@
 //! trace, an unsampled one is passed on but not exported; an h2c upstream
 //! and a PHP script (HTTP_TRACEPARENT) get hayate's span as their parent; the access log's
 //! `$trace_id` is the trace's; the spans still batched when hayate stops
-//! are sent; a collector that is down, or one that never
+//! are sent; a reload turns tracing on and moves it to another collector
+//! and protocol; a collector that is down, or one that never
 //! answers, leaves requests unaffected and its spans counted as dropped.
 
 // Tests block on purpose (they are clients, not the server).
@@ -359,6 +360,57 @@ fn the_spans_of_the_last_second_are_sent_when_hayate_stops() {
             .ok_or_else(|| "no trace".to_string())
     });
     assert!(span_of(&trace, "hayate").is_some(), "{trace:#}");
+}
+
+#[test]
+fn a_reload_turns_tracing_on_and_moves_it_to_another_collector() {
+    let (first, second) = (Jaeger::start(), Jaeger::start());
+    let origin = Origin::start(OriginOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let control = dir.path().join("control.sock");
+    let config = |otel: &str| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 2\ncontrol = \"{}\"\n{otel}\nproxy = [\"{}\"]\n",
+            control.display(),
+            origin.url()
+        )
+    };
+    let file = dir.path().join("hayate.toml");
+    let h = Hayate::start_config(BIN, &file, &config(""));
+    let reload = |otel: String| {
+        std::fs::write(&file, config(&otel)).expect("write");
+        let (ok, said) = hayate_testkit::run_to_end(
+            std::process::Command::new(BIN)
+                .args(["reload", "--control"])
+                .arg(&control),
+        );
+        assert!(ok, "{said}");
+    };
+    let traced_request = |trace: &str| {
+        let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
+        assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
+    };
+    // Off: nothing is exported.
+    let untraced = "11111111111111111111111111111111";
+    traced_request(untraced);
+    reload(format!("otel_endpoint = \"http://{}\"", first.otlp_http));
+    traced_request(CLIENT_TRACE);
+    eventually("the span in the first Jaeger", || {
+        first.trace(CLIENT_TRACE).ok_or_else(|| "none".to_string())
+    });
+    assert!(first.trace(untraced).is_none(), "traced while off");
+    let moved = "0af7651916cd43dd8448eb211c80319c";
+    let otel = format!(
+        "otel_endpoint = \"http://{}\"\notel_protocol = \"grpc\"",
+        second.otlp_grpc
+    );
+    reload(otel);
+    traced_request(moved);
+    eventually("the span in the second Jaeger", || {
+        second.trace(moved).ok_or_else(|| "none".to_string())
+    });
+    assert!(first.trace(moved).is_none());
+    h.assert_no_errors();
 }
 
 /// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).
