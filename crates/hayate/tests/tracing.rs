@@ -3,7 +3,7 @@
 //! OpenTelemetry's own SDK (tests/otel-app, installed from its lockfile):
 //! a request through hayate to the app is one trace in which hayate's
 //! SERVER span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC;
-//! a client's traceparent is continued, a malformed one starts a new
+//! a client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed one starts a new
 //! trace, an unsampled one is passed on but not exported; an h2c upstream
 //! and a PHP script (HTTP_TRACEPARENT) get hayate's span as their parent; the access log's
 //! `$trace_id` is the trace's; the spans still batched when hayate stops
@@ -208,7 +208,7 @@ fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_pare
 }
 
 #[test]
-fn a_clients_traceparent_is_continued_over_otlp_grpc() {
+fn a_clients_traceparent_is_continued_over_http1_and_http2_exported_over_otlp_grpc() {
     let jaeger = Jaeger::start();
     let (_app, port) = traced_app(&jaeger);
     let endpoint = format!("http://{}", jaeger.otlp_grpc);
@@ -227,6 +227,16 @@ fn a_clients_traceparent_is_continued_over_otlp_grpc() {
     assert_eq!(parent_of(ours), Some(CLIENT_SPAN), "{trace:#}");
     let app = span_of(&trace, "node-app").expect("the app's span");
     assert_eq!(parent_of(app), Some(hayate_span.as_str()), "{trace:#}");
+    assert_eq!(tag(ours, "network.protocol.version"), "1.1");
+    // Over HTTP/2 (curl, h2c with prior knowledge) alike.
+    let over_h2 = "0af7651916cd43dd8448eb211c80319c";
+    let tp = format!("traceparent: 00-{over_h2}-{CLIENT_SPAN}-01");
+    let status = hayate_testkit::curl::status(h.addr.port(), "/", true, &[&tp]);
+    assert_eq!(status, 200);
+    let trace = both_spans(&jaeger, over_h2);
+    let ours = span_of(&trace, "hayate").expect("hayate's span");
+    assert_eq!(tag(ours, "network.protocol.version"), "2", "{ours:#}");
+    assert_eq!(parent_of(ours), Some(CLIENT_SPAN), "{trace:#}");
     h.assert_no_errors();
 }
 
