@@ -3,13 +3,14 @@
 //! OpenTelemetry's own SDK (tests/otel-app, installed from its lockfile):
 //! a request through hayate to the app is one trace in which hayate's
 //! SERVER span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC;
-//! a client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed one starts a new
-//! trace, an unsampled one is passed on but not exported; an h2c upstream
-//! and a PHP script (HTTP_TRACEPARENT) get hayate's span as their parent; the access log's
-//! `$trace_id` is the trace's; the spans still batched when hayate stops
-//! are sent; a reload turns tracing on and moves it to another collector
-//! and protocol; a collector that is down, or one that never
-//! answers, leaves requests unaffected and its spans counted as dropped.
+//! a client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed
+//! one starts a new trace, an unsampled one is passed on but not exported;
+//! an h2c upstream and a PHP script (HTTP_TRACEPARENT) get hayate's span
+//! as their parent; the access log's `$trace_id` is the trace's; the spans
+//! still batched when hayate stops are sent; a reload turns tracing on and
+//! moves it to another collector and protocol; a collector that is down,
+//! or one that never answers, leaves requests unaffected and its spans
+//! counted as dropped.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
