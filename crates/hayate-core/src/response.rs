@@ -113,6 +113,10 @@ pub struct UpstreamTimes {
     /// The member that answered: its index in its group (a trace names
     /// it).
     pub member: u16,
+    /// How long the request waited in its group's queue (for a member under
+    /// `max_conns`) before this attempt, from its first wait; 0 when it
+    /// never waited.
+    pub queued_us: u32,
 }
 
 /// A response body.
@@ -402,6 +406,7 @@ mod holding_tests {
             made_request_id: 1,
             attempt_started: std::time::Instant::now(),
             member: 0,
+            queued_us: 0,
         };
         r.set_upstream_times(times);
         r.hold(held.clone());

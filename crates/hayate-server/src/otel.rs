@@ -198,6 +198,15 @@ fn encode_span(
                 ev.bytes(2, what);
             })
         };
+        if u.queued_us > 0 {
+            s.float_attr(
+                9,
+                "hayate.upstream.queue_time",
+                f64::from(u.queued_us) / 1e6,
+            );
+            let queued = attempt.saturating_sub(u64::from(u.queued_us) * 1000);
+            event(&mut s, queued.max(start), b"upstream queue");
+        }
         event(&mut s, attempt, b"upstream attempt");
         event(
             &mut s,

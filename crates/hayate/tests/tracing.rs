@@ -6,7 +6,7 @@
 //! a client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed
 //! one starts a new trace, an unsampled one is passed on but not exported;
 //! an h2c upstream and a PHP script (HTTP_TRACEPARENT) get hayate's span
-//! as their parent; the access log's `$trace_id` is the trace's; the spans
+//! as their parent; a request's wait in the upstream queue is on its span; the access log's `$trace_id` is the trace's; the spans
 //! still batched when hayate stops are sent; a reload turns tracing on and
 //! moves it to another collector and protocol; a collector that is down,
 //! or one that never answers, leaves requests unaffected and its spans
@@ -422,6 +422,65 @@ fn a_reload_turns_tracing_on_and_moves_it_to_another_collector() {
     });
     assert!(first.trace(moved).is_none());
     h.assert_no_errors();
+}
+
+#[test]
+fn a_request_that_waited_for_a_member_has_its_queue_wait_on_its_span() {
+    let jaeger = Jaeger::start();
+    let o = Origin::start(OriginOptions::default());
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let proxy = o.url();
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--workers",
+            "1",
+            "--proxy",
+            &proxy,
+            "--proxy-max-conns",
+            "1",
+            "--proxy-queue",
+            "1",
+            "--otel-endpoint",
+            &endpoint,
+        ],
+    );
+    let addr = h.addr;
+    let get = move |path: &'static str| hayate_testkit::Client::connect(addr).get(path, &[]);
+    // The one connection is taken by a request the origin holds.
+    let held = o.hold("/echo/first");
+    let first = std::thread::spawn(move || get("/echo/first").status);
+    assert!(o.wait_for("/echo/first", 1, Duration::from_secs(5)));
+    // Of two more, one waits in the one-place queue: the other's 503 says
+    // it is there.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let tx = tx.clone();
+        std::thread::spawn(move || tx.send(get("/echo")));
+    }
+    let refused = rx.recv_timeout(Duration::from_secs(5)).expect("the 503");
+    assert_eq!(refused.status, 503);
+    drop(held);
+    let queued = rx.recv_timeout(Duration::from_secs(5)).expect("the answer");
+    assert_eq!(queued.status, 200);
+    assert_eq!(first.join().expect("join"), 200);
+    let echo = hayate_testkit::origin::Echo::parse(&queued.text());
+    let tp = echo.header("traceparent").expect("a traceparent upstream");
+    let trace_id = tp.split('-').nth(1).expect("a trace id").to_string();
+    let ours = eventually("the queued request's span", || {
+        let trace = jaeger
+            .trace(&trace_id)
+            .ok_or_else(|| "no trace yet".to_string())?;
+        span_of(&trace, "hayate")
+            .cloned()
+            .ok_or_else(|| format!("{trace:#}"))
+    });
+    assert!(
+        tag(&ours, "hayate.upstream.queue_time").as_f64() > Some(0.0),
+        "{ours:#}"
+    );
+    let first_event = ours["logs"][0]["fields"][0]["value"].as_str();
+    assert_eq!(first_event, Some("upstream queue"), "{ours:#}");
 }
 
 /// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).

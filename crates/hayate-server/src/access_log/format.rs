@@ -512,6 +512,7 @@ mod tests {
                 made_request_id: 0,
                 attempt_started: std::time::Instant::now(),
                 member: 0,
+                queued_us: 0,
             }),
             tls: Some(TlsInfo {
                 version: "TLSv1.3",
@@ -539,6 +540,7 @@ mod tests {
                 made_request_id: 0xab,
                 attempt_started: std::time::Instant::now(),
                 member: 0,
+                queued_us: 0,
             }),
             ..entry()
         };
@@ -622,6 +624,7 @@ mod tests {
                 made_request_id: 0x1234,
                 attempt_started: std::time::Instant::now(),
                 member: 0,
+                queued_us: 0,
             }),
             ..entry()
         };
