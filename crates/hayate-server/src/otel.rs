@@ -129,7 +129,9 @@ fn encode_span(
         name.push(b' ');
         name.extend_from_slice(prefix);
     }
-    let mut s = Message(Vec::with_capacity(512));
+    // A proxied request's span is ~630 bytes (the test below): one
+    // allocation.
+    let mut s = Message(Vec::with_capacity(768));
     s.bytes(1, &trace.trace_id);
     s.bytes(2, &trace.span_id);
     if let Some(state) = head.header(b"tracestate") {
@@ -250,4 +252,50 @@ pub(crate) fn render_metrics(out: &mut String) {
     let help = "Spans not exported: the queue was full (otel_queue), or the collector was slow, down or refused them";
     family(out, name, help, Kind::Counter);
     sample(out, name, &[], DROPPED.load(Ordering::Relaxed));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_core::transport::Scheme;
+    use hayate_core::UpstreamTimes;
+
+    #[test]
+    fn a_proxied_requests_span_is_about_650_bytes() {
+        let mut head =
+            RequestHead::new(b"GET", b"/api/orders/7?x=1", Version::Http11, Scheme::Http);
+        head.push_field(b"host", b"shop.example.com:8080");
+        let trace = RequestTrace::start(&head, u64::MAX);
+        let entry = Entry {
+            peer: "203.0.113.7",
+            status: 200,
+            bytes: 5120,
+            duration: Duration::from_millis(12),
+            cache: Some("MISS"),
+            tls: None,
+            upstream: Some(UpstreamTimes {
+                connect_us: 300,
+                head_us: 9000,
+                made_request_id: 1,
+                attempt_started: Instant::now(),
+                member: 0,
+                queued_us: 0,
+            }),
+            route: Some(("shop.example.com", b"/api/")),
+            grpc_status: None,
+        };
+        let span = encode_span(&head, &trace, &entry, Some("http://10.0.0.5:3000"));
+        // The otel_queue help's "about 650 bytes each" (631 here).
+        assert!((500..800).contains(&span.len()), "{} bytes", span.len());
+        let has = |s: &[u8]| span.windows(s.len()).any(|w| w == s);
+        assert!(has(b"GET /api/"), "the name: method and route");
+        assert!(
+            has(b"shop.example.com") && !has(b":8080"),
+            "server.address without port"
+        );
+        assert!(has(b"/api/orders/7") && !has(b"x=1"), "url.path, no query");
+        assert!(has(&trace.trace_id) && has(&trace.span_id));
+        assert!(has(b"upstream response head") && has(b"http://10.0.0.5:3000"));
+        assert!(!has(b"upstream queue"), "no queue event without a wait");
+    }
 }
