@@ -245,9 +245,11 @@ options! {
     slow_request: Dur = unset, "DURATION",
         "Log requests slower than this (head read to response written) to the error log at WARN, with their upstream connect and head times, route, status and request id (off unless set)";
     otel_endpoint: OtelEndpoint = unset, "URL",
-        "OpenTelemetry collector to export a span per request to (OTLP, http://HOST:PORT; http/protobuf posts to /v1/traces unless the URL has a path); tracing is off unless set. W3C traceparent is read from requests and sent to upstreams (FastCGI: HTTP_TRACEPARENT) with hayate's span as the parent";
+        "OpenTelemetry collector to export a span per request to (OTLP, http://HOST:PORT or https://; http/protobuf posts to /v1/traces unless the URL has a path); tracing is off unless set. W3C traceparent is read from requests and sent to upstreams (FastCGI: HTTP_TRACEPARENT) with hayate's span as the parent";
+    otel_ca: PathBuf = unset, "FILE",
+        "CA certificates (PEM) an https:// otel_endpoint is verified against, instead of the system's";
     otel_protocol: OtelProtocol = "http/protobuf", "grpc|http/protobuf",
-        "How spans reach otel_endpoint: http/protobuf (OTLP/HTTP, port 4318; the OpenTelemetry SDKs' default) or grpc (OTLP/gRPC over h2c, port 4317)";
+        "How spans reach otel_endpoint: http/protobuf (OTLP/HTTP, port 4318; the OpenTelemetry SDKs' default) or grpc (OTLP/gRPC, HTTP/2: h2c, or h2 over https://; port 4317)";
     otel_sample: SampleRatio = "1", "RATIO",
         "Share of traces exported, 0 to 1, decided by the trace id (so every hop decides alike); a request whose traceparent says not sampled is not exported, one that says sampled still is only within this share";
     otel_service_name: String = "hayate", "NAME",

@@ -63,6 +63,7 @@ impl Tracer {
             service_name: g.otel_service_name.clone(),
             queue: g.otel_queue as usize,
             timeout: g.otel_timeout.0,
+            ca: g.otel_ca.clone(),
         };
         let queue = match &*exporter {
             Some((s, e)) if *s == settings && !e.queue.is_closed() => e.queue.clone(),

@@ -27,6 +27,16 @@ impl Jaeger {
     /// Starts Jaeger with an in-memory store; waits until its receivers and
     /// its query API accept connections.
     pub fn start() -> Jaeger {
+        Jaeger::start_with(None)
+    }
+
+    /// Like [`Jaeger::start`], its OTLP receivers (gRPC and HTTP) over TLS
+    /// with this certificate chain and key (PEM files).
+    pub fn start_tls(cert: &str, key: &str) -> Jaeger {
+        Jaeger::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Jaeger {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = |port: u16| -> SocketAddr { ([127, 0, 0, 1], port).into() };
         let (grpc, http, query, query_grpc) = (
@@ -35,6 +45,12 @@ impl Jaeger {
             addr(free_port()),
             addr(free_port()),
         );
+        let tls = match tls {
+            Some((cert, key)) => {
+                format!("\n        tls:\n          cert_file: \"{cert}\"\n          key_file: \"{key}\"")
+            }
+            None => String::new(),
+        };
         // No batch processor: a span is stored as it is received, so the
         // query API has it as soon as the export was answered.
         let config = format!(
@@ -66,9 +82,9 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: "{grpc}"
+        endpoint: "{grpc}"{tls}
       http:
-        endpoint: "{http}"
+        endpoint: "{http}"{tls}
 exporters:
   jaeger_storage_exporter:
     trace_storage: memstore

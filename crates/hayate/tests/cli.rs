@@ -138,7 +138,7 @@ fn check_names_file_line_and_key_of_every_error() {
         ),
         (
             format!("root = \"{root}\"\n\notel_endpoint = \"collector:4317\"\n"),
-            "3: otel_endpoint: \"collector:4317\": expected http://HOST:PORT",
+            "3: otel_endpoint: \"collector:4317\": expected http(s)://HOST:PORT",
         ),
         (
             format!("root = \"{root}\"\notel_protocol = \"http/json\"\n"),

@@ -1,16 +1,17 @@
 //! OpenTelemetry traces end to end (issue 41, part 1), with a real
 //! collector (Jaeger, `hayate_testkit::jaeger`) and a Node app traced by
-//! OpenTelemetry's own SDK (tests/otel-app, installed from its lockfile):
-//! a request through hayate to the app is one trace in which hayate's
-//! SERVER span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC;
-//! a client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed
-//! one starts a new trace, an unsampled one is passed on but not exported;
-//! an h2c upstream and a PHP script (HTTP_TRACEPARENT) get hayate's span
-//! as their parent; a request's wait in the upstream queue is on its span; the access log's `$trace_id` is the trace's; the spans
-//! still batched when hayate stops are sent; a reload turns tracing on and
-//! moves it to another collector and protocol; a collector that is down,
-//! or one that never answers, leaves requests unaffected and its spans
-//! counted as dropped.
+//! OpenTelemetry's own SDK (tests/otel-app, installed from its lockfile): a
+//! request through hayate to the app is one trace in which hayate's SERVER
+//! span is the parent of the app's, over OTLP/HTTP and OTLP/gRPC; a
+//! client's traceparent is continued (HTTP/1.1 and HTTP/2), a malformed one
+//! starts a new trace, an unsampled one is passed on but not exported; an
+//! h2c upstream and a PHP script (HTTP_TRACEPARENT) get hayate's span as
+//! their parent; a request's wait in the upstream queue is on its span; the
+//! access log's `$trace_id` is the trace's; the spans still batched when
+//! hayate stops are sent; an https collector is verified against otel_ca
+//! (both protocols); a reload turns tracing on and moves it to another
+//! collector and protocol; a collector that is down, or one that never
+//! answers, leaves requests unaffected and its spans counted as dropped.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -481,6 +482,49 @@ fn a_request_that_waited_for_a_member_has_its_queue_wait_on_its_span() {
     );
     let first_event = ours["logs"][0]["fields"][0]["value"].as_str();
     assert_eq!(first_event, Some("upstream queue"), "{ours:#}");
+}
+
+#[test]
+fn spans_reach_an_https_collector_verified_against_otel_ca_over_both_protocols() {
+    let pki = hayate_testkit::tls::Pki::new();
+    let (cert, key, _) = pki.issue(&["localhost"], "collector");
+    let jaeger = Jaeger::start_tls(&cert, &key);
+    let origin = Origin::start(OriginOptions::default());
+    let ca = pki.ca();
+    let ca = ca.to_str().expect("utf-8");
+    let proxy = origin.url();
+    for (protocol, port, trace) in [
+        ("http/protobuf", jaeger.otlp_http.port(), CLIENT_TRACE),
+        (
+            "grpc",
+            jaeger.otlp_grpc.port(),
+            "0af7651916cd43dd8448eb211c80319c",
+        ),
+    ] {
+        let endpoint = format!("https://localhost:{port}");
+        let h = Hayate::start(
+            BIN,
+            &[
+                "--proxy",
+                &proxy,
+                "--otel-endpoint",
+                &endpoint,
+                "--otel-protocol",
+                protocol,
+                "--otel-ca",
+                ca,
+            ],
+        );
+        let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
+        assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
+        let trace = eventually(&format!("the span over {protocol} and TLS"), || {
+            jaeger
+                .trace(trace)
+                .ok_or_else(|| "no trace yet".to_string())
+        });
+        assert!(span_of(&trace, "hayate").is_some(), "{trace:#}");
+        h.assert_no_errors();
+    }
 }
 
 /// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).

@@ -5,12 +5,15 @@ use toml::de::DeValue;
 
 use super::OptValue;
 
-/// `otel_endpoint`: where spans are exported, `http://HOST:PORT[/PATH]`.
-/// For http/protobuf a URL without a path gets the OTLP default,
-/// `/v1/traces` (as the OpenTelemetry SDKs' `OTEL_EXPORTER_OTLP_ENDPOINT`).
+/// `otel_endpoint`: where spans are exported,
+/// `http://HOST:PORT[/PATH]` or `https://...`. For http/protobuf a URL
+/// without a path gets the OTLP default, `/v1/traces` (as the
+/// OpenTelemetry SDKs' `OTEL_EXPORTER_OTLP_ENDPOINT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtelEndpoint {
-    /// `HOST:PORT` as given (the port defaults to 80).
+    /// Over TLS (`https://`).
+    pub tls: bool,
+    /// `HOST:PORT` as given (the port defaults to 80, 443 over TLS).
     pub authority: String,
     /// The path given, `""` when none was.
     pub path: String,
@@ -19,14 +22,10 @@ pub struct OtelEndpoint {
 impl OptValue for OtelEndpoint {
     fn parse_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let rest = match s.strip_prefix("http://") {
-            Some(rest) => rest,
-            None if s.starts_with("https://") => {
-                return Err(format!(
-                    "{s:?}: https:// collectors are not supported yet; use http:// (a collector on the same host or network)"
-                ))
-            }
-            None => return Err(format!("{s:?}: expected http://HOST:PORT[/PATH]")),
+        let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(format!("{s:?}: expected http(s)://HOST:PORT[/PATH]")),
         };
         let (authority, path) = match rest.find('/') {
             Some(at) => rest.split_at(at),
@@ -34,17 +33,18 @@ impl OptValue for OtelEndpoint {
         };
         let plain = |b: u8| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b);
         if authority.is_empty() || !authority.bytes().all(plain) {
-            return Err(format!("{s:?}: expected http://HOST:PORT[/PATH]"));
+            return Err(format!("{s:?}: expected http(s)://HOST:PORT[/PATH]"));
         }
         if !path.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!("{s:?}: the path must be printable ASCII"));
         }
         let authority = if authority.ends_with(']') || !authority.contains(':') {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
         } else {
             authority.to_string()
         };
         Ok(OtelEndpoint {
+            tls,
             authority,
             path: path.to_string(),
         })
@@ -114,12 +114,15 @@ mod tests {
         assert_eq!(e.authority, "collector:80");
         assert_eq!(e.path, "/otlp/v1/traces");
         let e = OtelEndpoint::parse_str("http://[::1]").unwrap();
-        assert_eq!(e.authority, "[::1]:80");
+        assert_eq!((e.tls, e.authority.as_str()), (false, "[::1]:80"));
+        let e = OtelEndpoint::parse_str("https://otlp.example.com").unwrap();
+        assert_eq!(
+            (e.tls, e.authority.as_str()),
+            (true, "otlp.example.com:443")
+        );
         for bad in ["", "127.0.0.1:4317", "http://", "http://a b", "ftp://x"] {
             assert!(OtelEndpoint::parse_str(bad).is_err(), "{bad:?}");
         }
-        let https = OtelEndpoint::parse_str("https://x:4318").unwrap_err();
-        assert!(https.contains("not supported"), "{https}");
     }
 
     #[test]

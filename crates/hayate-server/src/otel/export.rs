@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hayate_config::values::{OtelEndpoint, OtelProtocol};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
 
 use super::{proto, DROPPED, EXPORTED};
 
@@ -35,6 +37,8 @@ pub(crate) struct ExportSettings {
     pub(crate) service_name: String,
     pub(crate) queue: usize,
     pub(crate) timeout: Duration,
+    /// The CA file an https endpoint is verified against (`otel_ca`).
+    pub(crate) ca: Option<std::path::PathBuf>,
 }
 
 /// A running exporter: its queue, and how to make it send what it holds
@@ -59,6 +63,10 @@ impl Exporter {
 /// generation using these settings ended), then what is queued is sent and
 /// the thread ends.
 pub(crate) fn start(settings: ExportSettings) -> std::io::Result<Exporter> {
+    let tls = match settings.endpoint.tls {
+        true => Some(Arc::new(client_tls(&settings)?)),
+        false => None,
+    };
     let (queue, rx) = mpsc::channel(settings.queue.max(1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -69,13 +77,32 @@ pub(crate) fn start(settings: ExportSettings) -> std::io::Result<Exporter> {
     std::thread::Builder::new()
         .name("hayate-otel".into())
         .spawn(move || {
-            runtime.block_on(run(settings, rx, &stopped));
+            runtime.block_on(run(settings, tls, rx, &stopped));
             let _ = ended_tx.send(());
         })?;
     Ok(Exporter { queue, stop, ended })
 }
 
-async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>, stop: &Notify) {
+/// The TLS client of an https endpoint: the system's roots or `otel_ca`,
+/// ALPN h2 for gRPC.
+fn client_tls(settings: &ExportSettings) -> std::io::Result<ClientConfig> {
+    let mut config = hayate_tls::upstream_client_config(settings.ca.as_deref(), true, None)
+        .map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("otel_ca: {e}"))
+        })?;
+    config.alpn_protocols = match settings.protocol {
+        OtelProtocol::Grpc => vec![b"h2".to_vec()],
+        OtelProtocol::HttpProtobuf => vec![b"http/1.1".to_vec()],
+    };
+    Ok(config)
+}
+
+async fn run(
+    settings: ExportSettings,
+    tls: Option<Arc<ClientConfig>>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    stop: &Notify,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut warned = false;
     let mut stopping = false;
@@ -110,7 +137,8 @@ async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>, stop: &N
         let body = proto::export_request(&settings.service_name, &batch);
         let n = batch.len() as u64;
         batch.clear();
-        let sent = tokio::time::timeout(settings.timeout, send(&settings, body)).await;
+        let sent =
+            tokio::time::timeout(settings.timeout, send(&settings, tls.as_ref(), body)).await;
         match sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into())) {
             Ok(()) => {
                 EXPORTED.fetch_add(n, Ordering::Relaxed);
@@ -121,7 +149,7 @@ async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>, stop: &N
                 // Once per outage, not once a batch.
                 if !warned {
                     log::warn!(
-                        "otel: {n} spans not exported to http://{}: {e}",
+                        "otel: {n} spans not exported to {}: {e}",
                         settings.endpoint.authority
                     );
                     warned = true;
@@ -131,14 +159,38 @@ async fn run(settings: ExportSettings, mut rx: mpsc::Receiver<Vec<u8>>, stop: &N
     }
 }
 
-async fn send(settings: &ExportSettings, body: Vec<u8>) -> Result<(), String> {
+async fn send(
+    settings: &ExportSettings,
+    tls: Option<&Arc<ClientConfig>>,
+    body: Vec<u8>,
+) -> Result<(), String> {
     let tcp = tokio::net::TcpStream::connect(&settings.endpoint.authority)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
+    let Some(tls) = tls else {
+        return speak(tcp, settings, body).await;
+    };
+    let host = hayate_core::field::strip_port(settings.endpoint.authority.as_bytes());
+    let host = String::from_utf8_lossy(host);
+    let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+        .map_err(|e| format!("{host}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    speak(stream, settings, body).await
+}
+
+/// The export over a connection, plain or TLS.
+async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    settings: &ExportSettings,
+    body: Vec<u8>,
+) -> Result<(), String> {
     match settings.protocol {
-        OtelProtocol::HttpProtobuf => post(tcp, &settings.endpoint, &body).await,
-        OtelProtocol::Grpc => grpc_export(tcp, &settings.endpoint, body).await,
+        OtelProtocol::HttpProtobuf => post(stream, &settings.endpoint, &body).await,
+        OtelProtocol::Grpc => grpc_export(stream, &settings.endpoint, body).await,
     }
 }
 
@@ -146,7 +198,7 @@ async fn send(settings: &ExportSettings, body: Vec<u8>) -> Result<(), String> {
 /// own (a batch a second at most while requests are few; under load one
 /// per 512 spans), answered 2xx when taken.
 async fn post(
-    mut tcp: tokio::net::TcpStream,
+    mut tcp: impl AsyncRead + AsyncWrite + Unpin,
     endpoint: &OtelEndpoint,
     body: &[u8],
 ) -> Result<(), String> {
@@ -193,7 +245,7 @@ async fn post(
 /// (a flag byte, a 4-byte length, the protobuf), taken when the trailers
 /// say `grpc-status: 0`.
 async fn grpc_export(
-    tcp: tokio::net::TcpStream,
+    tcp: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     endpoint: &OtelEndpoint,
     body: Vec<u8>,
 ) -> Result<(), String> {
@@ -207,7 +259,8 @@ async fn grpc_export(
     let request = http::Request::builder()
         .method("POST")
         .uri(format!(
-            "http://{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            "{}://{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            if endpoint.tls { "https" } else { "http" },
             endpoint.authority
         ))
         .header("content-type", "application/grpc")
