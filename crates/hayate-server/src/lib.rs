@@ -248,6 +248,9 @@ pub fn run(mut config: Config, app: Option<AppSlots>, mut hooks: Hooks<'_>) -> i
         );
     }
 
+    // The exporter starts here, so a bad otel_ca is refused before anything
+    // is served; the workers' generations take the same one.
+    otel::Tracer::of(&config.global)?;
     let shutdown = Shutdown::new();
     let (publish, blueprint) = tokio::sync::watch::channel(Arc::new(Blueprint {
         number: 0,

@@ -486,6 +486,22 @@ fn a_request_that_waited_for_a_member_has_its_queue_wait_on_its_span() {
 
 #[test]
 fn spans_reach_an_https_collector_verified_against_otel_ca_over_both_protocols() {
+    // A CA file that is not there is refused before anything is served.
+    let (ok, said) = hayate_testkit::run_to_end(std::process::Command::new(BIN).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--proxy",
+        "http://127.0.0.1:9",
+        "--otel-endpoint",
+        "https://localhost:4318",
+        "--otel-ca",
+        "/nonexistent/ca.pem",
+    ]));
+    assert!(
+        !ok && said.contains("otel_ca: /nonexistent/ca.pem"),
+        "{said}"
+    );
+    assert!(!said.contains("serving"), "{said}");
     let pki = hayate_testkit::tls::Pki::new();
     let (cert, key, _) = pki.issue(&["localhost"], "collector");
     let jaeger = Jaeger::start_tls(&cert, &key);
