@@ -486,8 +486,11 @@ fn a_request_that_waited_for_a_member_has_its_queue_wait_on_its_span() {
 
 #[test]
 fn spans_reach_an_https_collector_verified_against_otel_ca_over_both_protocols() {
-    // A CA file that is not there is refused before anything is served.
-    let (ok, said) = hayate_testkit::run_to_end(std::process::Command::new(BIN).args([
+    // A CA file that is not there is refused before anything is served
+    // (`timeout`: a hayate that started anyway would serve on).
+    let (ok, said) = hayate_testkit::run_to_end(std::process::Command::new("timeout").args([
+        "10",
+        BIN,
         "--listen",
         "127.0.0.1:0",
         "--proxy",
