@@ -127,6 +127,7 @@ pub fn heading(key: &str) -> &'static str {
         k if LOGS.contains(&k) => "Logs",
         "hsts" | "state_dir" => "TLS",
         "trusted_proxies" | "allow" | "deny" => "Site policy",
+        _ if starts("otel_") => "Tracing",
         _ if starts("basic_auth")
             || starts("rate_limit")
             || starts("conn_limit")
@@ -302,6 +303,7 @@ mod heading_tests {
         assert_eq!(of("root"), "Files");
         assert_eq!(of("trusted_proxies"), "Site policy");
         assert_eq!(of("basic_auth_realm"), "Site policy");
+        assert_eq!(of("otel_endpoint"), "Tracing");
         let files: Vec<_> = GLOBAL_OPTIONS
             .iter()
             .chain(ROUTE_OPTIONS)

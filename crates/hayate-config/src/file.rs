@@ -333,6 +333,13 @@ impl Cx<'_> {
     }
 
     fn unknown(&self, key: &Spanned<std::borrow::Cow<'_, str>>, extra: &[&str]) -> ConfigError {
+        let k = key.get_ref().as_ref();
+        if GLOBAL_OPTIONS.iter().any(|o| o.key == k) {
+            // Unknown only where it stands: it was once answered "did you
+            // mean" the key itself.
+            let message = "a server-wide option: set it at the top of the file, before any table";
+            return self.err(key.span().start, k, message.into());
+        }
         let candidates = GLOBAL_OPTIONS
             .iter()
             .chain(ROUTE_OPTIONS)

@@ -233,7 +233,7 @@ options! {
     access_log: AccessLog = "stdout", "off|stdout|stderr|PATH",
         "Where the access log goes";
     access_log_format: LogFormat = "combined", "combined|common|json|ecs|TEMPLATE",
-        "Access log line format: a preset (combined: NCSA combined as nginx writes it, which GoAccess and other tools read; common; json; ecs: Elastic Common Schema) or a template of $variables, nginx's names where nginx has one: $client_ip ($remote_addr), $remote_user, $time_local, $time_iso8601, $request, $request_method, $request_uri, $host, $status, $body_bytes_sent, $http_NAME (a request field: $http_referer, $http_user_agent), $request_id, $trace_id (- until hayate traces requests), $route, $protocol, $tls_version, $cache, $request_time, $upstream_connect_time, $upstream_header_time (seconds with ms; - where no upstream answered); values are escaped (\\xHH), so no value can forge a line";
+        "Access log line format: a preset (combined: NCSA combined as nginx writes it, which GoAccess and other tools read; common; json; ecs: Elastic Common Schema) or a template of $variables, nginx's names where nginx has one: $client_ip ($remote_addr), $remote_user, $time_local, $time_iso8601, $request, $request_method, $request_uri, $host, $status, $body_bytes_sent, $http_NAME (a request field: $http_referer, $http_user_agent), $request_id, $trace_id (the W3C trace id when otel_endpoint is set, else -), $route, $protocol, $tls_version, $cache, $request_time, $upstream_connect_time, $upstream_header_time (seconds with ms; - where no upstream answered); values are escaped (\\xHH), so no value can forge a line";
     access_log_size: Size = unset, "SIZE",
         "Rotate a file access log at this size (access.log becomes access.log.1; off unless set; SIGUSR1 reopens it after an outside rotation)";
     access_log_age: Dur = unset, "DURATION",
@@ -244,6 +244,20 @@ options! {
         "Where hayate's own log goes (default: stderr, which systemd's journal takes); reopened on SIGUSR1";
     slow_request: Dur = unset, "DURATION",
         "Log requests slower than this (head read to response written) to the error log at WARN, with their upstream connect and head times, route, status and request id (off unless set)";
+    otel_endpoint: OtelEndpoint = unset, "URL",
+        "OpenTelemetry collector to export a span per request to (OTLP, http://HOST:PORT or https://; http/protobuf posts to /v1/traces unless the URL has a path); tracing is off unless set. W3C traceparent is read from requests and sent to upstreams (FastCGI: HTTP_TRACEPARENT) with hayate's span as the parent";
+    otel_ca: PathBuf = unset, "FILE",
+        "CA certificates (PEM) an https:// otel_endpoint is verified against, instead of the system's";
+    otel_protocol: OtelProtocol = "http/protobuf", "grpc|http/protobuf",
+        "How spans reach otel_endpoint: http/protobuf (OTLP/HTTP, port 4318; the OpenTelemetry SDKs' default) or grpc (OTLP/gRPC, HTTP/2: h2c, or h2 over https://; port 4317)";
+    otel_sample: SampleRatio = "1", "RATIO",
+        "Share of traces exported, 0 to 1, decided by the trace id (so every hop decides alike); a request whose traceparent says not sampled is not exported, one that says sampled still is only within this share";
+    otel_service_name: String = "hayate", "NAME",
+        "service.name of the exported spans";
+    otel_queue: u32 = "2048", "N",
+        "Spans waiting for export at most (about 650 bytes each); while the collector is slow or down, more are dropped (hayate_otel_spans_dropped_total), never waited for";
+    otel_timeout: Dur = "10s", "DURATION",
+        "Time for the collector to take one batch of spans (connect and answer); then the batch is dropped";
     log_level: LogLevel = "info", "LEVEL",
         "Error log level: off, error, warn, info or debug";
     file_cache_size: Size = "64MiB", "SIZE",

@@ -17,6 +17,7 @@ mod error_pages;
 mod files;
 mod headers;
 mod log_format;
+mod otel;
 mod policy;
 mod tls;
 mod upstream;
@@ -24,6 +25,7 @@ pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
+pub use otel::{OtelEndpoint, OtelProtocol, SampleRatio};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
 pub use tls::{AcmeChallenge, ClientAuth, TlsMode};
 pub use upstream::{

@@ -30,6 +30,7 @@ pub mod request;
 pub mod response;
 pub mod shutdown;
 pub mod status;
+pub mod trace;
 pub mod transport;
 pub mod variant;
 

@@ -95,6 +95,8 @@ pub struct RequestHead {
     pub version: Version,
     /// What the client's listener speaks.
     pub scheme: Scheme,
+    /// The request's trace, when tracing is on (`otel_endpoint`).
+    pub trace: Option<Box<crate::trace::RequestTrace>>,
 }
 
 /// Where each part of a head sits in a buffer a parser filled.
@@ -128,6 +130,7 @@ impl RequestHead {
             fields: Vec::new(),
             version,
             scheme,
+            trace: None,
         }
     }
 
@@ -144,6 +147,7 @@ impl RequestHead {
             fields,
             version: parts.version,
             scheme: parts.scheme,
+            trace: None,
         }
     }
 

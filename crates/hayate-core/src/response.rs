@@ -107,6 +107,16 @@ pub struct UpstreamTimes {
     /// The X-Request-Id hayate made for the request (64 bits, written as
     /// 16 hex digits); 0 when it passed on the client's own.
     pub made_request_id: u64,
+    /// When the attempt that answered began (a trace's upstream events are
+    /// placed from it).
+    pub attempt_started: std::time::Instant,
+    /// The member that answered: its index in its group (a trace names
+    /// it).
+    pub member: u16,
+    /// How long the request waited in its group's queue (for a member under
+    /// `max_conns`) before this attempt, from its first wait; 0 when it
+    /// never waited.
+    pub queued_us: u32,
 }
 
 /// A response body.
@@ -394,6 +404,9 @@ mod holding_tests {
             connect_us: 0,
             head_us: 7,
             made_request_id: 1,
+            attempt_started: std::time::Instant::now(),
+            member: 0,
+            queued_us: 0,
         };
         r.set_upstream_times(times);
         r.hold(held.clone());

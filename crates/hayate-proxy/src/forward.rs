@@ -266,6 +266,12 @@ impl UpstreamGroup {
                             connect_us: micros(now - attempt_started),
                             head_us: micros(head_took),
                             made_request_id: request.made_request_id(),
+                            attempt_started,
+                            member: u16::try_from(i).unwrap_or(u16::MAX),
+                            queued_us: queue_deadline.map_or(0, |deadline| {
+                                let queued = deadline - self.settings.queue_timeout;
+                                micros(attempt_started.saturating_duration_since(queued))
+                            }),
                         });
                     }
                     match &self.settings.balance {

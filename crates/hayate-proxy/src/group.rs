@@ -234,6 +234,12 @@ pub struct UpstreamGroup {
 }
 
 impl UpstreamGroup {
+    /// The label of member `i` (its address, `app[N]` for a supervised
+    /// app's slot), as /metrics names it.
+    pub fn member_label(&self, i: usize) -> Option<&str> {
+        self.members.get(i).map(|m| m.label.as_str())
+    }
+
     /// A group of `addrs`.
     pub fn new(addrs: &[UpstreamAddr], mut settings: ProxySettings) -> UpstreamGroup {
         if settings.proxy_protocol {

@@ -102,9 +102,10 @@ impl Sink {
     }
 }
 
-/// Records an exchange of generation `g`: its access log line, and the
-/// error log's line when it was slower than `slow_request`. The route's
-/// name is looked up only when one of them writes it.
+/// Records an exchange of generation `g`: its access log line, the error
+/// log's line when it was slower than `slow_request`, and its span when it
+/// is traced. The route's name is looked up only when one of them writes
+/// it.
 pub(crate) fn record<'a>(
     g: &'a crate::worker::Generation,
     req: &RequestHead,
@@ -112,7 +113,10 @@ pub(crate) fn record<'a>(
     mut entry: Entry<'a>,
 ) {
     let slow = g.slow_request.filter(|limit| entry.duration >= *limit);
-    let named = slow.is_some() || g.access_log.as_ref().is_some_and(AccessLog::names_route);
+    let traced = req.trace.as_deref().filter(|t| t.sampled);
+    let named = slow.is_some()
+        || traced.is_some()
+        || g.access_log.as_ref().is_some_and(AccessLog::names_route);
     if named {
         entry.route = served.route.and_then(|i| g.router.route_name(i));
     }
@@ -121,6 +125,13 @@ pub(crate) fn record<'a>(
     }
     if slow.is_some() {
         crate::slow_request::report(req, &entry);
+    }
+    if let (Some(trace), Some(tracer)) = (traced, &g.tracer) {
+        let member = served
+            .route
+            .zip(entry.upstream)
+            .and_then(|(route, u)| g.router.upstream_member(route, u.member));
+        tracer.finish(req, trace, &entry, member);
     }
 }
 

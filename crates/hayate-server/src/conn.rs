@@ -197,6 +197,9 @@ impl Conn {
             // what waits on it: the future keeps none of it across a wait.
             let (upgraded, keep_alive, cx, rest, route) = {
                 let client = pipeline::Client::new(&self.peer, self.forwarded.as_deref());
+                if let Some(tracer) = &w.tracer {
+                    req.head.trace = Some(tracer.start(&req.head));
+                }
                 let answer = match pipeline::rewrite(&mut req.head, &w.router, started, client) {
                     Some(answered) => Answer::Now(answered, None),
                     None => pipeline::answer(&req.head, &w.router, started, client),

@@ -434,6 +434,9 @@ impl Stream {
         let mut head = request_head(&parts, self.scheme, websocket);
         // This stream's generation to its end, even across a reload.
         let w = self.worker.generation();
+        if let Some(tracer) = &w.tracer {
+            head.trace = Some(tracer.start(&head));
+        }
         // Identify: who the client is, once for the whole stream.
         let forwarded = w.router.client_of(&head, &self.peer, None);
         let client = pipeline::Client::new(&self.peer, forwarded.as_deref());

@@ -27,6 +27,7 @@ pub mod handoff;
 mod http_map;
 pub mod listen;
 mod main_loop;
+mod otel;
 pub mod pipeline;
 pub mod policy;
 mod proxy_protocol;
@@ -183,6 +184,7 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
             .register_fn(move |out| compression::render_metrics(&v, out));
         hooks.metrics.register_fn(policy::render_metrics);
         hooks.metrics.register_fn(proxy_protocol::render_metrics);
+        hooks.metrics.register_fn(otel::render_metrics);
     }
     let info = Arc::new(status_json::ServerInfo::new(
         workers,
@@ -252,6 +254,9 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
         );
     }
 
+    // The exporter starts here, so a bad otel_ca is refused before anything
+    // is served; the workers' generations take the same one.
+    otel::Tracer::of(&config.global)?;
     let shutdown = Shutdown::new();
     let (publish, blueprint) = tokio::sync::watch::channel(Arc::new(Blueprint {
         number: 0,
@@ -371,6 +376,7 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
         .run()
         .await
     });
+    otel::finish_at_exit();
     let c = shared.variants.stats();
     if c.variants > 0 {
         log::info!(

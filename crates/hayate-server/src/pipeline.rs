@@ -694,16 +694,22 @@ fn server_port(req: &RequestHead) -> u16 {
         })
 }
 
-/// The request as the proxy and the cache see it.
+/// The request as the proxy and the cache see it. A traced request's
+/// `traceparent` names hayate's span as the parent (to every upstream
+/// protocol alike: FastCGI's HTTP_TRACEPARENT comes from it too).
 pub(crate) fn proxied<'r>(
     req: &'r RequestHead,
     target: &'r [u8],
     client: Client<'r>,
 ) -> ProxyRequest<'r> {
+    let headers = match &req.trace {
+        None => req.fields().collect(),
+        Some(trace) => traced_fields(req, &trace.traceparent),
+    };
     ProxyRequest {
         method: req.method(),
         target,
-        headers: req.fields().collect(),
+        headers,
         client_ip: client.addr(),
         forwarded_chain: client.forwarded_chain(),
         scheme: req.scheme,
@@ -716,6 +722,18 @@ pub(crate) fn proxied<'r>(
         },
         client_cert: client.peer.client_cert.as_deref(),
     }
+}
+
+/// The fields of a traced request, its `traceparent` replaced by `ours`.
+#[cold]
+#[inline(never)]
+fn traced_fields<'r>(req: &'r RequestHead, ours: &'r [u8]) -> hayate_proxy::RequestFields<'r> {
+    let mut fields: hayate_proxy::RequestFields<'r> = req
+        .fields()
+        .filter(|(name, _)| !name_is(name, b"traceparent"))
+        .collect();
+    fields.push((b"traceparent", ours));
+    fields
 }
 
 /// Inlined: once `serve` was inlined into `answer`, this stopped being

@@ -195,7 +195,8 @@ impl Router {
             // per route, below
             proxy_protocol: false,
             upstream_times: g.access_log != hayate_config::values::AccessLog::Off
-                || g.slow_request.is_some(),
+                || g.slow_request.is_some()
+                || g.otel_endpoint.is_some(),
             // set from max_conns by UpstreamGroup::speaking_http2
             h2_max_conns: 0,
         };
@@ -483,6 +484,12 @@ impl Router {
             .iter()
             .flat_map(|s| &s.routes)
             .filter_map(|r| Some((r.index, r.upstream.as_ref()?)))
+    }
+
+    /// The label of member `member` of route `route`'s upstream group.
+    pub fn upstream_member(&self, route: usize, member: u16) -> Option<&str> {
+        let (_, group) = self.upstream_groups().find(|(i, _)| *i == route)?;
+        group.member_label(member.into())
     }
 
     /// Finds the route for `host` (as sent, maybe with a port) and the

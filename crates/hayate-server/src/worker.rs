@@ -58,9 +58,11 @@ pub struct Generation {
     pub access_log: Option<AccessLog>,
     /// Requests at least this slow go to the error log (`slow_request`).
     pub slow_request: Option<Duration>,
-    /// An exchange's record is made: the access log or `slow_request` is
-    /// on (one test on the hot path for both).
+    /// An exchange's record is made: the access log, `slow_request` or
+    /// tracing is on (one test on the hot path for all).
     pub records_exchanges: bool,
+    /// Each request's span is made and exported (`otel_endpoint`).
+    pub tracer: Option<crate::otel::Tracer>,
     /// This worker's request counters, when the admin listener is on.
     pub metrics: Option<Arc<WorkerMetrics>>,
     /// Whether HTTP/2 is served (h2c on plain listeners).
@@ -184,7 +186,10 @@ impl Generation {
                 .clone()
                 .map(|sink| AccessLog::new(g.access_log_format.clone(), sink)),
             slow_request: g.slow_request.map(|d| d.0),
-            records_exchanges: plan.log_sink.is_some() || g.slow_request.is_some(),
+            records_exchanges: plan.log_sink.is_some()
+                || g.slow_request.is_some()
+                || g.otel_endpoint.is_some(),
+            tracer: crate::otel::Tracer::of(g)?,
             metrics: shared.request_metrics.as_ref().map(|m| m.worker()),
             http2: g.http2,
             listen_keys: plan.listen_keys.clone(),

@@ -132,6 +132,18 @@ fn check_names_file_line_and_key_of_every_error() {
             "[app]\ncommand = \"node app.js\"\nreload_parallel = 0\n".to_string(),
             "3: reload_parallel: expected a whole number from 1",
         ),
+        (
+            format!("root = \"{root}\"\notel_sample = 1.5\n"),
+            "2: otel_sample: expected a ratio from 0 to 1",
+        ),
+        (
+            format!("root = \"{root}\"\n\notel_endpoint = \"collector:4317\"\n"),
+            "3: otel_endpoint: \"collector:4317\": expected http(s)://HOST:PORT",
+        ),
+        (
+            format!("root = \"{root}\"\notel_protocol = \"http/json\"\n"),
+            "2: otel_protocol: expected grpc or http/protobuf",
+        ),
         (format!("root = \"{root}\"\nworkers = \n"), "2:"),
         (format!("root = \"{root}\"\n[site\n"), "2:"),
     ];

@@ -110,6 +110,10 @@ fn errors_name_file_line_and_key() {
         err("root = \".\"\n\nlistne = \"1\"\n"),
         "h.toml:3: listne: unknown key (did you mean \"listen\"?)"
     );
+    assert_eq!(
+        err("root = \".\"\n[[site]]\nroot = \".\"\notel_sample = 0.5\n"),
+        "h.toml:4: otel_sample: a server-wide option: set it at the top of the file, before any table"
+    );
     assert!(
         err("root = \".\"\n[[site]]\nroot = \"x\"\n[[site.route]]\nprefix = \"a\"\n")
             .starts_with("h.toml:5: prefix:")

@@ -67,7 +67,7 @@ pub enum LogVariable {
     BodyBytesSent,
     /// `$request_id`: the X-Request-Id the upstream was sent.
     RequestId,
-    /// `$trace_id`: the W3C trace id (empty until tracing exists).
+    /// `$trace_id`: the W3C trace id of a traced request (`otel_endpoint`).
     TraceId,
     /// `$route`: the route's site and prefix.
     Route,

@@ -258,8 +258,10 @@ fn variable(out: &mut Vec<u8>, v: LogVariable, req: &RequestHead, e: &Entry<'_>)
             Some(id) => escape(out, id),
             None => dash(out),
         },
-        // No trace exists until hayate traces (issue 41, part 1).
-        LogVariable::TraceId => dash(out),
+        LogVariable::TraceId => match &req.trace {
+            Some(t) => out.extend_from_slice(t.trace_id_hex()),
+            None => dash(out),
+        },
         LogVariable::Route => match e.route {
             Some((site, prefix)) => {
                 escape(out, site.as_bytes());
@@ -508,6 +510,9 @@ mod tests {
                 connect_us: 1_500,
                 head_us: 42_000,
                 made_request_id: 0,
+                attempt_started: std::time::Instant::now(),
+                member: 0,
+                queued_us: 0,
             }),
             tls: Some(TlsInfo {
                 version: "TLSv1.3",
@@ -533,6 +538,9 @@ mod tests {
                 connect_us: 0,
                 head_us: 1,
                 made_request_id: 0xab,
+                attempt_started: std::time::Instant::now(),
+                member: 0,
+                queued_us: 0,
             }),
             ..entry()
         };
@@ -614,6 +622,9 @@ mod tests {
                 connect_us: 2_000,
                 head_us: 31_000,
                 made_request_id: 0x1234,
+                attempt_started: std::time::Instant::now(),
+                member: 0,
+                queued_us: 0,
             }),
             ..entry()
         };

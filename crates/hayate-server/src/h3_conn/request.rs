@@ -50,6 +50,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let mut head = request_head(&parts);
     // This stream's generation to its end, even across a reload.
     let w = conn.worker.generation();
+    if let Some(tracer) = &w.tracer {
+        head.trace = Some(tracer.start(&head));
+    }
     // Identify: who the client is, once for the whole stream.
     let forwarded = w.router.client_of(&head, &conn.peer, None);
     let client = pipeline::Client::new(&conn.peer, forwarded.as_deref());
