@@ -90,7 +90,7 @@ _bench_stop() {
     local -a tree=() starts=()
     for p in $(bench_proc_tree "$pid"); do
         tree+=("$p")
-        starts+=("$(_proc_start "$p")")
+        starts+=("$(_proc_start "$p" || true)") # it may have exited since the listing
     done
     kill -TERM "$pid" 2>/dev/null
     for ((i = 0; i < 50; i++)); do

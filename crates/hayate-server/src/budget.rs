@@ -87,6 +87,11 @@ pub fn limit_at_start() -> u64 {
     getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(_, hard)| hard)
 }
 
+/// The client connections the budget holds under the limit in force now.
+pub fn clients_now(workers: usize) -> usize {
+    Budget::new(current_limit(), workers).clients
+}
+
 /// The open-file limit in force now (the soft one; after start, raised to
 /// the hard one).
 pub fn current_limit() -> u64 {

@@ -175,11 +175,7 @@ impl Router {
             replay_buffer: g.proxy_replay_buffer.0,
             max_conns: g.proxy_max_conns,
             queue_depth: g.proxy_queue as usize,
-            shortage_depth: crate::budget::Budget::new(
-                crate::budget::current_limit(),
-                g.workers.get(),
-            )
-            .clients,
+            shortage_depth: crate::budget::clients_now(g.workers.get()),
             queue_timeout: g.proxy_queue_timeout.0,
             max_fails: g.proxy_max_fails,
             fail_timeout: g.proxy_fail_timeout.0,

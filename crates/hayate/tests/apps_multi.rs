@@ -108,13 +108,11 @@ fn start(dir: &Path, run: bool) -> Hayate {
     Hayate::start_in(BIN, args, &[], Some(dir))
 }
 
-/// Waits (bounded) until `pred` holds, polling every 20 ms.
+/// Waits (bounded) until `pred` holds: the testkit's poll.
 fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while !pred() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    hayate_testkit::eventually(what, || {
+        pred().then_some(()).ok_or_else(|| "not yet".into())
+    });
 }
 
 fn ready_count(log: &str, app: &str) -> usize {
