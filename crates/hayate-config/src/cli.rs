@@ -137,7 +137,7 @@ pub fn heading(key: &str) -> &'static str {
         }
         "response_headers" | "request_headers" | "security_headers" => "Headers",
         "error_pages" | "intercept_errors" => "Headers",
-        "internal" | "x_sendfile" => "Proxy",
+        "internal" | "x_sendfile" | "grpc_web" => "Proxy",
         _ if starts("cors_") => "Headers",
         // The Cache-Control header of files, not the response cache.
         "cache_control" => "Files",

@@ -396,6 +396,8 @@ options! {
         "Private key (PEM) of proxy_tls_cert";
     proxy_protocol: UpstreamProxyProtocol = "off", "off|v2",
         "v2: each connection to this route's upstream starts with a PROXY protocol v2 header naming the client (for upstreams that read it: HAProxy, nginx's listen ... proxy_protocol, another hayate); such a connection carries one client's request and is closed after it, never pooled";
+    grpc_web: bool = "false", "BOOL",
+        "Translate browsers' gRPC-Web calls (application/grpc-web, and base64 application/grpc-web-text, over any HTTP version) to gRPC for this route's HTTP/2 upstream (h2c://, unix+h2c: or https:// with proxy_http2 = on) and back, the status as the body's last frame: a browser app calls a gRPC server with no Envoy between";
     strip_prefix: bool = "false", "BOOL",
         "Remove the route's prefix from the path before looking it up under root";
     index: String = "index.html", "FILE",

@@ -40,6 +40,11 @@ impl UpstreamGroup {
     /// Forwards a request and returns the response to write (errors
     /// included: 502, 503, 504, or the client's 400/408/413).
     pub async fn forward<B: ClientBody>(&self, req: &ProxyRequest<'_>, body: &mut B) -> Response {
+        if self.settings.grpc_web && self.protocol == Protocol::Http2 {
+            if let Some(call) = crate::grpc_web::WebCall::of(req) {
+                return self.forward_grpc_web(&call, req, body).await;
+            }
+        }
         let response = match self.protocol {
             Protocol::Http1 => self.forward_as::<Http1, B>(req, body).await,
             Protocol::FastCgi => self.forward_as::<FastCgi, B>(req, body).await,
@@ -50,6 +55,21 @@ impl UpstreamGroup {
             true => crate::grpc::rescue(response),
             false => response,
         }
+    }
+
+    /// A browser's gRPC-Web call, translated to gRPC and its answer back
+    /// (`grpc_web.rs`); the group speaks HTTP/2 (checked at load).
+    async fn forward_grpc_web<B: ClientBody>(
+        &self,
+        call: &crate::grpc_web::WebCall,
+        req: &ProxyRequest<'_>,
+        body: &mut B,
+    ) -> Response {
+        let grpc_type = call.grpc_type();
+        let grpc_req = call.grpc_request(req, &grpc_type);
+        let mut grpc_body = call.request_body(body);
+        let answer = self.forward_h2(&grpc_req, &mut grpc_body).await;
+        call.response(answer)
     }
 
     /// [`UpstreamGroup::forward`] in the upstream's protocol `P`.

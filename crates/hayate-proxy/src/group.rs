@@ -82,6 +82,9 @@ pub struct ProxySettings {
     /// HTTP/2 connections per member and worker (`max_conns` of an HTTP/2
     /// group, `h2_pool.rs`); 0: as many as streams need.
     pub h2_max_conns: u32,
+    /// Browsers' gRPC-Web calls are translated to gRPC (`grpc_web.rs`);
+    /// only for a group that speaks HTTP/2.
+    pub grpc_web: bool,
 }
 
 /// How a group spreads requests.
@@ -148,6 +151,7 @@ impl Default for ProxySettings {
             proxy_protocol: false,
             upstream_times: false,
             h2_max_conns: 0,
+            grpc_web: false,
         }
     }
 }

@@ -85,6 +85,12 @@ pub(crate) fn timeout(req: &ProxyRequest<'_>) -> Option<Duration> {
 /// 200, no body, and `grpc-status` with a `grpc-message` in its headers (a
 /// trailers-only response); any other answer is returned as it is.
 pub(crate) fn rescue(response: Response) -> Response {
+    rescue_as(response, b"application/grpc")
+}
+
+/// [`rescue`] with the content type of the call's protocol (gRPC-Web's
+/// for a browser's call).
+pub(crate) fn rescue_as(response: Response, content_type: &[u8]) -> Response {
     if !response.generated || response.status.is_success() {
         return response;
     }
@@ -93,7 +99,7 @@ pub(crate) fn rescue(response: Response) -> Response {
     let mut r = Response::new(Status::OK);
     r.generated = true;
     r.close = response.close;
-    r.header("content-type", b"application/grpc");
+    r.header("content-type", content_type);
     r.header("grpc-status", status.code().as_bytes());
     // Percent-encoded by the spec; the text is plain ASCII without '%'.
     let message = format!(

@@ -32,6 +32,7 @@ pub mod figures;
 mod forward;
 mod group;
 mod grpc;
+mod grpc_web;
 mod h1_client;
 mod h2_body;
 mod h2_client;

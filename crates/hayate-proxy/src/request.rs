@@ -11,7 +11,7 @@ use hayate_core::transport::Scheme;
 pub type RequestFields<'a> = Vec<(&'a [u8], &'a [u8])>;
 
 /// The request as the proxy needs it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ProxyRequest<'a> {
     /// Method.
     pub method: &'a [u8],

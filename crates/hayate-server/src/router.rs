@@ -13,17 +13,14 @@ use hayate_compress::{Policy, VariantStore};
 
 use hayate_cache::{ResponseCache, RoutePolicy};
 use hayate_config::app::AppRef;
-use hayate_config::values::{
-    BalanceSpec, FastCgiSpec, ListenAddr, ProxySpec, Scheme, UpstreamHttp2, UpstreamProxyProtocol,
-};
+use hayate_config::values::{ListenAddr, Scheme, UpstreamProxyProtocol};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppTable;
 use hayate_core::field::strip_port;
-use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamAddr, UpstreamGroup};
+use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 use hayate_static::scripts::ScriptRoot;
 use hayate_static::{CacheLimits, StaticOptions, StaticRoot};
 use hayate_tls::acme::Challenges;
-use tokio_rustls::rustls::ClientConfig;
 
 use crate::cached::RouteCache;
 use crate::policy::client_cert::ExpectedCert;
@@ -195,6 +192,8 @@ impl Router {
                 || g.otel_endpoint.is_some(),
             // set from max_conns by UpstreamGroup::speaking_http2
             h2_max_conns: 0,
+            // per route, below
+            grpc_web: false,
         };
         let largest_body = config
             .sites
@@ -235,6 +234,7 @@ impl Router {
                         name => HostPolicy::Fixed(name.to_string()),
                     },
                     proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
+                    grpc_web: r.options.grpc_web,
                     tls: match route_client_cert(&r.prefix, &r.options, config)? {
                         Some(own) => Some(own),
                         None => proxy.tls.clone(),
@@ -273,7 +273,7 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
+                    "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?} {}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
@@ -283,10 +283,18 @@ impl Router {
                     r.options.proxy_protocol,
                     r.options.proxy_tls_cert,
                     r.options.proxy_tls_key,
+                    r.options.grpc_web,
                 );
                 let upstream = match (&r.options.proxy, app) {
                     _ if reusable.contains_key(&upstream_key) => {
                         reusable.get(&upstream_key).cloned()
+                    }
+                    // FastCGI and apps speak no HTTP/2.
+                    _ if r.options.grpc_web
+                        && r.options.proxy.is_none()
+                        && (r.options.fastcgi.is_some() || app.is_some()) =>
+                    {
+                        return Err(grpc_web_needs_http2())
                     }
                     _ if r.options.fastcgi.is_some() => {
                         let specs = r.options.fastcgi.as_deref().unwrap_or_default();
@@ -622,127 +630,6 @@ pub fn handler_path<'p>(route: &Route, path: &'p [u8]) -> std::borrow::Cow<'p, [
     }
 }
 
-/// The TLS client settings for `https://` upstream members, when some route
-/// has one.
-fn upstream_tls(config: &Config) -> io::Result<Option<Arc<ClientConfig>>> {
-    let any_https = config.sites.iter().flat_map(|s| &s.routes).any(|r| {
-        r.options.proxy.iter().flatten().any(|spec| {
-            spec.members
-                .iter()
-                .any(|m| ProxySpec::member_weight(m).0.starts_with("https://"))
-        })
-    });
-    if !any_https {
-        return Ok(None);
-    }
-    let g = &config.global;
-    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, None)
-        .map(|c| Some(Arc::new(c)))
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("https upstreams: {e}")))
-}
-
-/// The TLS client of a route that presents its own client certificate to
-/// https upstreams (`proxy_tls_cert`, `proxy_tls_key`); `None` when it
-/// presents none. Read when the routes are built (start, reload).
-fn route_client_cert(
-    prefix: &str,
-    options: &RouteOptions,
-    config: &Config,
-) -> io::Result<Option<Arc<ClientConfig>>> {
-    let invalid = |m: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("route {prefix:?}: {m}"),
-        )
-    };
-    let pair = match (&options.proxy_tls_cert, &options.proxy_tls_key) {
-        (None, None) => return Ok(None),
-        (Some(cert), Some(key)) => (cert.as_path(), key.as_path()),
-        (Some(_), None) => return Err(invalid("proxy_tls_cert needs proxy_tls_key".into())),
-        (None, Some(_)) => return Err(invalid("proxy_tls_key needs proxy_tls_cert".into())),
-    };
-    let g = &config.global;
-    hayate_tls::upstream_client_config(g.proxy_tls_ca.as_deref(), g.proxy_tls_verify, Some(pair))
-        .map(|c| Some(Arc::new(c)))
-        .map_err(invalid)
-}
-
-/// The balancing of `spec`, or `default` when `proxy_balance` is unset.
-fn balance(spec: Option<&BalanceSpec>, default: Balance) -> Balance {
-    match spec {
-        None => default,
-        Some(BalanceSpec::LeastConn) => Balance::LeastOutstanding,
-        Some(BalanceSpec::RoundRobin) => Balance::RoundRobin,
-        Some(BalanceSpec::HashHeader(h)) => Balance::HashHeader(h.clone()),
-        Some(BalanceSpec::HashCookie(c)) => Balance::HashCookie(c.clone()),
-        Some(BalanceSpec::HashIp) => Balance::HashIp,
-        Some(BalanceSpec::Sticky(c)) => Balance::Sticky(c.clone()),
-    }
-}
-
-/// The group of `specs`' members: HTTP/2 when they are `h2c://` (or
-/// `https://` under `proxy_http2 = on`), HTTP/1.1 otherwise; one group
-/// speaks one protocol (its pool and forwarding differ).
-fn upstream_group(
-    specs: &[ProxySpec],
-    settings: &ProxySettings,
-    http2: UpstreamHttp2,
-) -> io::Result<UpstreamGroup> {
-    let mut addrs = Vec::new();
-    let mut weights = Vec::new();
-    for member in specs.iter().flat_map(|s| &s.members) {
-        let (url, weight) = ProxySpec::member_weight(member);
-        addrs.push(
-            UpstreamAddr::parse(url).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
-        );
-        weights.push(weight);
-    }
-    let speaks_h2 =
-        |a: &UpstreamAddr| a.is_h2c() || (http2 == UpstreamHttp2::On && a.tls_name().is_some());
-    let h2 = addrs.iter().filter(|a| speaks_h2(a)).count();
-    if h2 != 0 && h2 != addrs.len() {
-        let members: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "upstream members {} mix HTTP/2 (h2c://, or https:// with proxy_http2 = on) and HTTP/1.1: put them in separate routes",
-                members.join(", ")
-            ),
-        ));
-    }
-    let mut group = UpstreamGroup::new(&addrs, settings.clone());
-    group.set_weights(&weights);
-    Ok(match h2 {
-        0 => group,
-        _ => group.speaking_http2(),
-    })
-}
-
-/// The FastCGI group of a route.
-fn fastcgi_group(
-    specs: &[FastCgiSpec],
-    settings: &ProxySettings,
-    config: &Config,
-) -> io::Result<UpstreamGroup> {
-    let addrs = specs
-        .iter()
-        .flat_map(|s| &s.members)
-        .map(|m| UpstreamAddr::parse(m).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)))
-        .collect::<io::Result<Vec<_>>>()?;
-    Ok(UpstreamGroup::new(&addrs, fastcgi_settings(settings, config)).speaking_fastcgi())
-}
-
-/// The settings of a FastCGI group: `fastcgi_max_conns` shared out among
-/// the workers (each has its own pool; at least one connection each), so
-/// that together they hold no more php-fpm children than it allows.
-fn fastcgi_settings(settings: &ProxySettings, config: &Config) -> ProxySettings {
-    let workers = config.global.workers.get().max(1) as u32;
-    ProxySettings {
-        max_conns: (config.global.fastcgi_max_conns / workers).max(1),
-        ..settings.clone()
-    }
-}
-
 fn static_options(root: &Path, o: &RouteOptions, limits: &CacheLimits) -> StaticOptions {
     StaticOptions {
         root: root.to_path_buf(),
@@ -795,3 +682,9 @@ fn http3_alt_svc(config: &Config) -> Option<Rc<[u8]>> {
 
 #[cfg(test)]
 mod tests;
+mod upstreams;
+
+use upstreams::{
+    balance, fastcgi_group, fastcgi_settings, grpc_web_needs_http2, route_client_cert,
+    upstream_group, upstream_tls,
+};

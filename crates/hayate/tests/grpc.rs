@@ -183,6 +183,81 @@ fn grpc_calls_of_every_kind_to_a_server_on_a_unix_socket() {
     only_errors_about(&h, down);
 }
 
+/// A browser's gRPC-Web calls (`grpc_web = true`), made by hand as its
+/// library makes them over HTTP/1.1, reach the grpc-js server as gRPC and
+/// come back with the status in the body: binary and base64 text, a
+/// server stream whose messages arrive as they are sent, an error status
+/// with its metadata, a member that is down, a body that is not base64.
+#[test]
+fn grpc_web_calls_from_a_browser_client() {
+    let server = NodeProcess::start(app(), &["grpc.js", "server"]);
+    let port = server.listening_port();
+    let site = hayate_testkit::site();
+    let mut args = vec![site.path().to_str().expect("path").to_string()];
+    args.extend(routes(&format!("h2c://127.0.0.1:{port}"), closed_port()));
+    args.push("--grpc-web".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h = Hayate::start(BIN, &args);
+    let out = Command::new("node")
+        .args(["grpc-web-client.js", &format!("http://{}", h.addr)])
+        .current_dir(app())
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cases: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let names: Vec<&str> = cases.iter().filter_map(|c| c["case"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "web_unary",
+            "web_text_unary",
+            "web_server_stream",
+            "web_error_status",
+            "web_upstream_down",
+            "web_bad_text"
+        ],
+        "{stdout}"
+    );
+    let failed: Vec<&serde_json::Value> = cases.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed cases: {failed:#?}\nhayate's log:\n{}",
+        h.stderr()
+    );
+}
+
+/// `grpc_web` on a route whose upstream speaks HTTP/1.1 is refused at
+/// start, saying what it needs.
+#[test]
+fn grpc_web_needs_an_http2_upstream() {
+    let site = hayate_testkit::site();
+    let out = Command::new(BIN)
+        .args([
+            site.path().to_str().expect("path"),
+            "--proxy",
+            "http://127.0.0.1:9",
+            "--grpc-web",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("hayate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("grpc_web") && stderr.contains("h2c://"),
+        "{stderr}"
+    );
+}
+
 /// hayate's log holds no error but the down member's failed connect and
 /// the call that hit the route's proxy_timeout (a 504, as gRPC's
 /// DEADLINE_EXCEEDED); the call whose own deadline passed is no error.
