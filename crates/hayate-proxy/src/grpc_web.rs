@@ -297,9 +297,11 @@ struct Base64Decoder {
 }
 
 impl Base64Decoder {
-    /// Decodes what `piece` completes.
+    /// Decodes what `piece` completes. Line breaks and spaces are skipped
+    /// (a body made by a shell's `base64` ends with one; never data).
     fn push(&mut self, piece: &[u8]) -> io::Result<Bytes> {
-        self.carry.extend_from_slice(piece);
+        self.carry
+            .extend(piece.iter().filter(|b| !b.is_ascii_whitespace()));
         let whole = self.carry.len() / 4 * 4;
         let mut out = Vec::with_capacity(whole / 4 * 3);
         // Each padded quantum ends a run the decoder takes whole.
@@ -436,7 +438,7 @@ mod tests {
         // "hello" (aGVsbG8=) then "!!" (ISE=), as two flushed pieces cut
         // in odd places.
         let mut out = Vec::new();
-        for piece in [&b"aGV"[..], b"sbG8=IS", b"E="] {
+        for piece in [&b"aGV"[..], b"sbG8=IS", b"E=\r\n"] {
             out.extend_from_slice(&d.push(piece).unwrap());
         }
         d.finish().unwrap();
