@@ -502,6 +502,9 @@ impl Stream {
         // the body limits) so that its stream ends as it closes it, not by
         // a reset racing its last frames (HTTP/1 drains the same way).
         body.drain().await;
+        if let (Some(m), Some(code)) = (&w.metrics, sent.grpc_status) {
+            m.record_grpc(route, code);
+        }
         let outcome = (status, sent.grpc_status);
         self.log(&head, client.addr(), outcome, served, sent.bytes, started);
     }

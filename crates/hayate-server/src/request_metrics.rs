@@ -1,5 +1,6 @@
 //! Requests per route, by status class, and their latency (time until the
-//! response head is ready), for `GET /metrics` on the admin listener.
+//! response head is ready), and gRPC calls by the status they ended with,
+//! for `GET /metrics` on the admin listener.
 //!
 //! Each worker counts into its own [`WorkerMetrics`]: only that worker's
 //! thread writes it, so a count is a relaxed load and store (no locked
@@ -35,6 +36,30 @@ const PROTOCOLS: [(Version, &str); 4] = [
     (Version::Http3, "HTTP/3"),
 ];
 const DURATION: &str = "hayate_http_request_duration_seconds";
+const GRPC: &str = "hayate_grpc_calls_total";
+/// gRPC's status codes by number (its `statuscodes.md`), as
+/// `grpc_code` labels them (the names go-grpc-prometheus and
+/// OpenTelemetry's `rpc.grpc.status_code` readers know). A code past
+/// them counts as UNKNOWN, as gRPC clients read one.
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
 
 #[derive(Default)]
 struct RouteCounters {
@@ -42,6 +67,8 @@ struct RouteCounters {
     /// Per bucket, not cumulative; the last one is +Inf.
     buckets: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
     sum_us: AtomicU64,
+    /// gRPC calls by the `grpc-status` they ended with.
+    grpc: [AtomicU64; GRPC_CODES.len()],
 }
 
 /// Adds to a counter that only this thread writes.
@@ -77,8 +104,32 @@ impl WorkerMetrics {
     }
 }
 
+impl WorkerMetrics {
+    /// Counts a gRPC call of `route` that ended with `grpc-status` `code`
+    /// (in its trailers, or the head of a trailers-only answer).
+    pub fn record_grpc(&self, route: Option<usize>, code: u16) {
+        if let Some(c) = self.routes.get(route.unwrap_or(UNROUTED)) {
+            let i = match usize::from(code) {
+                i if i < GRPC_CODES.len() => i,
+                _ => 2,
+            };
+            bump(&c.grpc[i], 1);
+        }
+    }
+}
+
 /// The slot of requests that matched no route.
 const UNROUTED: usize = 0;
+
+/// One route's counts, summed over the workers.
+#[derive(Default)]
+struct RouteTotals {
+    classes: [u64; 5],
+    /// Per bucket, not cumulative.
+    buckets: [u64; LATENCY_BUCKETS_US.len() + 1],
+    sum_us: u64,
+    grpc: [u64; GRPC_CODES.len()],
+}
 
 /// Every worker's counters and the routes' labels: the metrics source.
 pub struct RequestMetrics {
@@ -138,25 +189,25 @@ impl RequestMetrics {
         self.labels.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    /// Per slot: status class counts, bucket counts (not cumulative), sum.
-    fn totals(&self, slots: usize) -> Vec<([u64; 5], [u64; LATENCY_BUCKETS_US.len() + 1], u64)> {
+    /// Per slot: every worker's counts summed.
+    fn totals(&self, slots: usize) -> Vec<RouteTotals> {
         let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
+        let add = |totals: &mut [u64], counters: &[AtomicU64]| {
+            for (t, v) in totals.iter_mut().zip(counters) {
+                *t += v.load(Ordering::Relaxed);
+            }
+        };
         (0..slots)
             .map(|i| {
-                let mut classes = [0; 5];
-                let mut buckets = [0; LATENCY_BUCKETS_US.len() + 1];
-                let mut sum = 0u64;
+                let mut t = RouteTotals::default();
                 for w in &workers {
                     let Some(c) = w.routes.get(i) else { continue };
-                    for (t, v) in classes.iter_mut().zip(&c.classes) {
-                        *t += v.load(Ordering::Relaxed);
-                    }
-                    for (t, v) in buckets.iter_mut().zip(&c.buckets) {
-                        *t += v.load(Ordering::Relaxed);
-                    }
-                    sum = sum.wrapping_add(c.sum_us.load(Ordering::Relaxed));
+                    add(&mut t.classes, &c.classes);
+                    add(&mut t.buckets, &c.buckets);
+                    add(&mut t.grpc, &c.grpc);
+                    t.sum_us = t.sum_us.wrapping_add(c.sum_us.load(Ordering::Relaxed));
                 }
-                (classes, buckets, sum)
+                t
             })
             .collect()
     }
@@ -186,8 +237,8 @@ impl MetricsSource for RequestMetrics {
             "Requests answered, by site, route prefix and status class",
             Kind::Counter,
         );
-        for ((site, route), (classes, _, _)) in labels.iter().zip(&totals) {
-            for (class, n) in CLASSES.iter().zip(classes) {
+        for ((site, route), t) in labels.iter().zip(&totals) {
+            for (class, n) in CLASSES.iter().zip(&t.classes) {
                 sample(
                     out,
                     REQUESTS,
@@ -202,9 +253,28 @@ impl MetricsSource for RequestMetrics {
             "Time from the complete request head to the response head, by site and route prefix",
             Kind::Histogram,
         );
-        for ((site, route), (_, buckets, sum)) in labels.iter().zip(&totals) {
+        for ((site, route), t) in labels.iter().zip(&totals) {
             let labels = [("site", site.as_str()), ("route", route.as_str())];
-            latency_histogram(out, DURATION, &labels, buckets, *sum);
+            latency_histogram(out, DURATION, &labels, &t.buckets, t.sum_us);
+        }
+        family(
+            out,
+            GRPC,
+            "gRPC calls by site, route prefix and the grpc-status they ended with (routes that carried gRPC)",
+            Kind::Counter,
+        );
+        for ((site, route), t) in labels.iter().zip(&totals) {
+            if t.grpc.iter().all(|n| *n == 0) {
+                continue;
+            }
+            for (code, n) in GRPC_CODES.iter().zip(&t.grpc) {
+                let labels = [
+                    ("site", site.as_str()),
+                    ("route", route),
+                    ("grpc_code", code),
+                ];
+                sample(out, GRPC, &labels, *n);
+            }
         }
     }
 }

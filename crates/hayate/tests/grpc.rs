@@ -160,10 +160,39 @@ fn grpc_calls_of_every_kind_through_hayate_over_h2c() {
     let mut args = vec![site.path().to_str().expect("path").to_string()];
     let down = closed_port();
     args.extend(routes(&format!("h2c://127.0.0.1:{port}"), down));
+    args.extend(["--admin".into(), "127.0.0.1:0".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let h = Hayate::start(BIN, &args);
     every_call_kind(&h, &server, None);
     only_errors_about(&h, down);
+    // /metrics counts the calls by the status they ended with, per route:
+    // the client's cases (OK, INVALID_ARGUMENT, the two DEADLINE_EXCEEDED,
+    // the server stream it CANCELLED) and the member that is down.
+    let admin = h.admin_addr();
+    let sample = |route: &str, code: &str| {
+        format!("hayate_grpc_calls_total{{site=\"*\",route=\"{route}\",grpc_code=\"{code}\"}} ")
+    };
+    eventually("gRPC calls on /metrics by grpc-status", || {
+        let metrics = hayate_testkit::Client::connect(admin)
+            .get("/metrics", &[])
+            .text();
+        let count = |route: &str, code: &str| -> u64 {
+            let line = sample(route, code);
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(line.as_str())?.parse().ok())
+                .unwrap_or(0)
+        };
+        let seen = (
+            count("/", "OK"),
+            count("/", "INVALID_ARGUMENT"),
+            count("/hayate.test.Down/", "UNAVAILABLE"),
+            count("/hayate.test.Down/", "OK"),
+        );
+        (seen.0 >= 4 && seen.1 == 1 && seen.2 == 1 && seen.3 == 0)
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?} in {metrics}"))
+    });
 }
 
 #[test]
