@@ -288,8 +288,6 @@ options! {
         "How long a member taken out gets no requests; then requests try it again (one more failure takes it out again)";
     proxy_balance: BalanceSpec = unset, "POLICY",
         "least_conn, round_robin, sticky[:COOKIE] (hayate's own cookie sends a client back to the member that served it), hash:ip, hash:header:NAME or hash:cookie:NAME (consistent); default: sticky for hayate run's instances (socket.io needs it), least_conn otherwise";
-    proxy_health_check: String = unset, "PATH",
-        "Probe every member with GET PATH; a member is used only while it answers 2xx (HTTP/1.1 members only: HTTP/2 ones, such as gRPC servers, are judged by their answers)";
     proxy_health_interval: Dur = "5s", "DURATION",
         "Time between health probes (each waits for its answer up to proxy_connect_timeout)";
     trusted_proxies: Vec<IpNet> = unset, "CIDR",
@@ -390,6 +388,8 @@ options! {
         "Time for an upstream's response head, and longest pause in a proxied body (504); per site or route (a slow report endpoint may wait longer than the rest)";
     proxy_host: String = "pass", "pass|upstream|HOST",
         "Host sent to this route's upstream: the client's, the member's host:port, or a fixed name";
+    proxy_health_check: String = unset, "PATH|grpc[:SERVICE]|off",
+        "Probe every member of this route's upstream every proxy_health_interval: PATH, with GET PATH (over HTTP/2 to HTTP/2 members), a member is used only while it answers 2xx; grpc, with gRPC's health protocol (grpc.health.v1.Health/Check, the server as a whole or SERVICE), a member is used only while it answers SERVING (HTTP/2 members only); off: none, members judged by their answers alone";
     proxy_tls_cert: PathBuf = unset, "FILE",
         "Client certificate chain (PEM, leaf first) this route presents to https:// upstreams that ask for one (mutual TLS); with proxy_tls_key";
     proxy_tls_key: PathBuf = unset, "FILE",

@@ -238,6 +238,16 @@ pub struct UpstreamGroup {
 }
 
 impl UpstreamGroup {
+    /// The route's health probe (`proxy_health_check`), if any.
+    pub fn health_check(&self) -> Option<&str> {
+        self.settings.health_check.as_deref()
+    }
+
+    /// Whether the members speak HTTP/2.
+    pub fn speaks_http2(&self) -> bool {
+        self.protocol == Protocol::Http2
+    }
+
     /// The label of member `i` (its address, `app[N]` for a supervised
     /// app's slot), as /metrics names it.
     pub fn member_label(&self, i: usize) -> Option<&str> {

@@ -139,25 +139,7 @@ impl H2Pool {
         self.opening.set(self.opening.get() + 1);
         let _opening = Opening(self);
         let transport = crate::upconn::connect(target, connect_timeout, None, tls, None).await?;
-        if matches!(transport, Transport::Tls(_)) && transport.alpn() != Some(b"h2") {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: TLS without ALPN h2 (proxy_http2 = on needs an HTTP/2 member)",
-                    member.label
-                ),
-            ));
-        }
-        let handshake = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_header_list_size(MAX_HEADER_LIST)
-            .enable_push(false)
-            .handshake::<_, Bytes>(transport);
-        let (send, connection) = tokio::time::timeout(connect_timeout, handshake)
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
-            .map_err(h2_io)?;
+        let (send, connection) = handshake(transport, &member.label, connect_timeout).await?;
         let state = Rc::new(ConnState {
             streams: Cell::new(0),
             idle_since: Cell::new(hayate_core::loop_time::instant()),
@@ -290,6 +272,31 @@ pub(crate) fn h2_io(e: h2::Error) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, e)
 }
 
+/// The HTTP/2 handshake on a member's new connection (the pool's, or a
+/// health probe's), within `limit`; a TLS member must have chosen `h2`.
+pub(crate) async fn handshake(
+    transport: Transport,
+    label: &str,
+    limit: Duration,
+) -> io::Result<(SendRequest<Bytes>, Connection<Transport, Bytes>)> {
+    if matches!(transport, Transport::Tls(_)) && transport.alpn() != Some(b"h2") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{label}: TLS without ALPN h2 (proxy_http2 = on needs an HTTP/2 member)"),
+        ));
+    }
+    let handshake = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .enable_push(false)
+        .handshake::<_, Bytes>(transport);
+    tokio::time::timeout(limit, handshake)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
+        .map_err(h2_io)
+}
+
 impl UpstreamGroup {
     /// The group with members that speak HTTP/2 (`h2c://` members, or
     /// `https://` ones under `proxy_http2 = on`): requests share
@@ -299,11 +306,6 @@ impl UpstreamGroup {
     pub fn speaking_http2(mut self) -> UpstreamGroup {
         let s = &mut self.settings;
         s.h2_max_conns = std::mem::take(&mut s.max_conns);
-        // Active probes are HTTP/1.1 GETs, which an h2c member (a gRPC
-        // server) refuses: probed, every member would be taken out. Its
-        // members are judged by their answers (passive ejection) until
-        // probes speak HTTP/2 (gRPC's health protocol, issue 38).
-        s.health_check = None;
         if let Some(tls) = &s.tls {
             let mut config = ClientConfig::clone(tls);
             config.alpn_protocols = vec![b"h2".to_vec()];
@@ -350,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn an_http2_group_bounds_connections_not_requests_and_is_not_probed() {
+    fn an_http2_group_bounds_connections_not_requests_and_is_probed_over_http2() {
         let addrs = [crate::UpstreamAddr::parse("h2c://127.0.0.1:1").expect("addr")];
         let settings = crate::ProxySettings {
             max_conns: 4,
@@ -359,7 +361,7 @@ mod tests {
         };
         let g = UpstreamGroup::new(&addrs, settings).speaking_http2();
         assert_eq!((g.settings.max_conns, g.settings.h2_max_conns), (0, 4));
-        assert_eq!(g.settings.health_check, None, "an HTTP/1.1 probe");
+        assert_eq!(g.settings.health_check.as_deref(), Some("/healthz"));
         assert_eq!(g.protocol, Protocol::Http2);
     }
 

@@ -1,21 +1,53 @@
-//! Active health checks: each worker probes its group's members with `GET
-//! path` every `health_interval`; a member that fails is taken out of
-//! balancing (and its idle connections closed) until a probe passes.
+//! Active health checks: each worker probes its group's members every
+//! `health_interval`, with `GET path` (HTTP/1.1, or HTTP/2 to HTTP/2
+//! members) or gRPC's health protocol (`h2_probe.rs`); a member that fails
+//! is taken out of balancing (and its idle connections closed) until a
+//! probe passes.
 
+mod h2_probe;
+
+use std::io;
 use std::rc::Weak;
 use std::time::Duration;
 
+use crate::group::Protocol;
 use crate::{UpstreamAddr, UpstreamGroup};
+
+/// What a probe asks (`proxy_health_check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthProbe {
+    /// `GET path`, answered 2xx.
+    Get(String),
+    /// gRPC's health check of a service (`""`: the server as a whole),
+    /// answered SERVING; HTTP/2 members only.
+    Grpc(String),
+}
+
+impl HealthProbe {
+    /// `PATH`, `grpc` or `grpc:SERVICE`.
+    pub fn parse(value: &str) -> Result<HealthProbe, String> {
+        match value.strip_prefix("grpc") {
+            Some("") => Ok(HealthProbe::Grpc(String::new())),
+            Some(rest) if rest.len() > 1 && rest.starts_with(':') => {
+                Ok(HealthProbe::Grpc(rest[1..].to_string()))
+            }
+            _ if value.starts_with('/') => Ok(HealthProbe::Get(value.to_string())),
+            _ => Err("expected a PATH (starting with /), grpc or grpc:SERVICE".into()),
+        }
+    }
+}
+
+type Tls<'a> = Option<&'a std::sync::Arc<tokio_rustls::rustls::ClientConfig>>;
 
 impl UpstreamGroup {
     /// Runs active health checks while the group is in use (spawned per
     /// worker and group when `health_check` is set; it holds the group
     /// weakly, so a group a reload dropped stops being probed).
     pub async fn run_health_checks(group: Weak<Self>) {
-        let Some((path, interval)) = group
-            .upgrade()
-            .and_then(|g| Some((g.settings.health_check.clone()?, g.settings.health_interval)))
-        else {
+        let Some((check, interval)) = group.upgrade().and_then(|g| {
+            let check = HealthProbe::parse(g.settings.health_check.as_deref()?).ok()?;
+            Some((check, g.settings.health_interval))
+        }) else {
             return;
         };
         let mut tick = tokio::time::interval(interval);
@@ -37,13 +69,19 @@ impl UpstreamGroup {
                 // To a member that reads a PROXY header first, a probe is
                 // hayate's own connection: LOCAL (HAProxy's check-send-proxy).
                 let local = hayate_core::proxy_header::v2_header(None, 0);
-                let ok = probe(
-                    &target,
-                    this.settings.tls.as_ref(),
-                    this.settings.proxy_protocol.then_some(&local[..]),
-                    &path,
-                    this.settings.connect_timeout,
-                )
+                let tls = this.settings.tls.as_ref();
+                let limit = this.settings.connect_timeout;
+                let ok = within(limit, async {
+                    match this.protocol {
+                        Protocol::Http2 => {
+                            h2_probe::probe(&target, tls, &m.label, &check, limit).await
+                        }
+                        _ => {
+                            let preamble = this.settings.proxy_protocol.then_some(&local[..]);
+                            probe(&target, tls, preamble, &check, limit).await
+                        }
+                    }
+                })
                 .await;
                 match (ok, m.probe_down.get()) {
                     // hayate's own shortage says nothing of the member.
@@ -69,28 +107,55 @@ impl UpstreamGroup {
     }
 }
 
-/// A health probe: `GET path` on a fresh connection, 2xx within `limit`.
+/// An HTTP/1.1 health probe: `GET path` on a fresh connection, 2xx.
 async fn probe(
     addr: &UpstreamAddr,
-    tls: Option<&std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
+    tls: Tls<'_>,
     preamble: Option<&[u8]>,
-    path: &str,
+    check: &HealthProbe,
     limit: Duration,
-) -> std::io::Result<()> {
-    let attempt = async {
-        let mut conn = crate::upconn::connect(addr, limit, None, tls, preamble).await?;
-        let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!("answered {}", status.code())))
-        }
+) -> io::Result<()> {
+    let HealthProbe::Get(path) = check else {
+        // Refused at load (the route's check needs HTTP/2 members).
+        return Err(io::Error::other("gRPC's health protocol needs HTTP/2"));
     };
-    match tokio::time::timeout(limit, attempt).await {
+    let mut conn = crate::upconn::connect(addr, limit, None, tls, preamble).await?;
+    let status = hayate_core::h1::probe::get(&mut conn, path, "hayate-health", limit).await?;
+    match status.is_success() {
+        true => Ok(()),
+        false => Err(io::Error::other(format!("answered {}", status.code()))),
+    }
+}
+
+/// `probe`, or a timeout error after `limit`.
+async fn within(
+    limit: Duration,
+    probe: impl std::future::Future<Output = io::Result<()>>,
+) -> io::Result<()> {
+    match tokio::time::timeout(limit, probe).await {
         Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "no answer in time",
-        )),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no answer in time")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_by_their_setting() {
+        let get = HealthProbe::Get("/healthz".into());
+        assert_eq!(HealthProbe::parse("/healthz"), Ok(get));
+        assert_eq!(
+            HealthProbe::parse("grpc"),
+            Ok(HealthProbe::Grpc(String::new()))
+        );
+        assert_eq!(
+            HealthProbe::parse("grpc:hayate.test.Probe"),
+            Ok(HealthProbe::Grpc("hayate.test.Probe".into()))
+        );
+        for bad in ["healthz", "grpc:", "grpcx", ""] {
+            assert!(HealthProbe::parse(bad).is_err(), "{bad:?}");
+        }
     }
 }

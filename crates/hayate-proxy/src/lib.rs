@@ -57,6 +57,7 @@ pub use fastcgi::read_fastcgi_answer;
 pub use figures::{FiguresSlot, MemberFigures, MemberState};
 pub use group::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 pub use h2_body::{field_lines, trailer_map, RecvBody};
+pub use health::HealthProbe;
 pub use request::{CgiScript, ClientPorts, ForwardedChain, ProxyRequest, RequestFields};
 pub use request_head::request_id_hex;
 pub use sticky::DEFAULT_COOKIE as DEFAULT_STICKY_COOKIE;

@@ -177,7 +177,8 @@ impl Router {
             max_fails: g.proxy_max_fails,
             fail_timeout: g.proxy_fail_timeout.0,
             balance: balance(g.proxy_balance.as_ref(), Balance::LeastOutstanding),
-            health_check: g.proxy_health_check.clone(),
+            // per route, below
+            health_check: None,
             health_interval: g.proxy_health_interval.0,
             // per route, below
             host: HostPolicy::Pass,
@@ -235,6 +236,7 @@ impl Router {
                     },
                     proxy_protocol: r.options.proxy_protocol == UpstreamProxyProtocol::V2,
                     grpc_web: r.options.grpc_web,
+                    health_check: r.options.proxy_health_check.clone().filter(|c| c != "off"),
                     tls: match route_client_cert(&r.prefix, &r.options, config)? {
                         Some(own) => Some(own),
                         None => proxy.tls.clone(),
@@ -273,7 +275,7 @@ impl Router {
                     _ => None,
                 };
                 let upstream_key = format!(
-                    "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?} {}",
+                    "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?} {} {:?}",
                     r.options.proxy,
                     r.options.app,
                     r.options.proxy_host,
@@ -284,6 +286,7 @@ impl Router {
                     r.options.proxy_tls_cert,
                     r.options.proxy_tls_key,
                     r.options.grpc_web,
+                    r.options.proxy_health_check,
                 );
                 let upstream = match (&r.options.proxy, app) {
                     _ if reusable.contains_key(&upstream_key) => {
@@ -332,6 +335,9 @@ impl Router {
                     }
                     (None, None) => None,
                 };
+                if let Some(group) = &upstream {
+                    check_health_probe(&r.prefix, group)?;
+                }
                 let spec = &r.options.cache;
                 let cache = cache.filter(|_| spec.enabled && upstream.is_some());
                 let position =
@@ -685,6 +691,6 @@ mod tests;
 mod upstreams;
 
 use upstreams::{
-    balance, fastcgi_group, fastcgi_settings, grpc_web_needs_http2, route_client_cert,
-    upstream_group, upstream_tls,
+    balance, check_health_probe, fastcgi_group, fastcgi_settings, grpc_web_needs_http2,
+    route_client_cert, upstream_group, upstream_tls,
 };

@@ -287,6 +287,71 @@ fn grpc_web_needs_an_http2_upstream() {
     );
 }
 
+/// `proxy_health_check = "grpc"` probes HTTP/2 members with gRPC's health
+/// protocol (grpc-js serving grpc.health.v1): a server answering
+/// NOT_SERVING is taken out, one answering SERVING stays in, and a check
+/// of a service the server does not know (NOT_FOUND) takes it out of that
+/// route only.
+#[test]
+fn grpc_health_checks_take_out_members_not_serving() {
+    let sick = NodeProcess::start(app(), &["grpc.js", "server", "-", "NOT_SERVING"]);
+    let well = NodeProcess::start(app(), &["grpc.js", "server"]);
+    let (sick, well) = (sick.listening_port(), well.listening_port());
+    let dir = tempfile::tempdir().expect("dir");
+    let config = format!(
+        "listen = [\"127.0.0.1:0\"]\nproxy_health_interval = \"100ms\"\n\
+         [[site]]\n\
+         [[site.route]]\nprefix = \"/hayate.test.Probe/\"\n\
+         proxy = [\"h2c://127.0.0.1:{sick}\", \"h2c://127.0.0.1:{well}\"]\n\
+         proxy_health_check = \"grpc\"\n\
+         [[site.route]]\nprefix = \"/hayate.test.Other/\"\n\
+         proxy = [\"h2c://127.0.0.1:{well}\"]\n\
+         proxy_health_check = \"grpc:hayate.test.Other\"\n"
+    );
+    let h = Hayate::start_config(BIN, &dir.path().join("hayate.toml"), &config);
+    let failed = |port: u16, why: &str| {
+        format!("upstream h2c://127.0.0.1:{port} failed its health check: {why}")
+    };
+    eventually("the probes' verdicts in the log", || {
+        let log = h.stderr();
+        (log.contains(&failed(sick, "answered NOT_SERVING"))
+            && log.contains(&failed(well, "grpc-status 5")))
+        .then_some(())
+        .ok_or(log)
+    });
+    let log = h.stderr();
+    assert_eq!(
+        log.matches(&format!("h2c://127.0.0.1:{well} failed"))
+            .count(),
+        1,
+        "the serving member fails only the check of a service it does not know:\n{log}"
+    );
+}
+
+/// `proxy_health_check = "grpc"` needs HTTP/2 members: refused at start
+/// for HTTP/1.1 ones, naming the route.
+#[test]
+fn grpc_health_checks_need_http2_members() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("hayate.toml");
+    std::fs::write(
+        &file,
+        "listen = [\"127.0.0.1:0\"]\n[[site]]\n[[site.route]]\nprefix = \"/api/\"\n\
+         proxy = [\"http://127.0.0.1:9\"]\nproxy_health_check = \"grpc\"\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .args(["--config", file.to_str().expect("path")])
+        .output()
+        .expect("hayate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("\"/api/\"") && stderr.contains("needs HTTP/2 members"),
+        "{stderr}"
+    );
+}
+
 /// hayate's log holds no error but the down member's failed connect and
 /// the call that hit the route's proxy_timeout (a 504, as gRPC's
 /// DEADLINE_EXCEEDED); the call whose own deadline passed is no error.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hayate_config::values::{BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2};
 use hayate_config::{Config, RouteOptions};
-use hayate_proxy::{Balance, ProxySettings, UpstreamAddr, UpstreamGroup};
+use hayate_proxy::{Balance, HealthProbe, ProxySettings, UpstreamAddr, UpstreamGroup};
 use tokio_rustls::rustls::ClientConfig;
 
 /// The TLS client settings for `https://` upstream members, when some route
@@ -143,4 +143,23 @@ pub(super) fn grpc_web_needs_http2() -> io::Error {
         io::ErrorKind::InvalidInput,
         "grpc_web translates to gRPC, which needs HTTP/2 upstream members (h2c://HOST:PORT, unix+h2c:PATH, or https:// with proxy_http2 = on)",
     )
+}
+
+/// A route's health probe, if it has one, that its group can make: a GET
+/// of a path, or gRPC's health protocol to HTTP/2 members.
+pub(super) fn check_health_probe(prefix: &str, group: &UpstreamGroup) -> io::Result<()> {
+    let Some(check) = group.health_check() else {
+        return Ok(());
+    };
+    let why = match HealthProbe::parse(check) {
+        Err(why) => why,
+        Ok(HealthProbe::Grpc(_)) if !group.speaks_http2() => {
+            "gRPC's health protocol needs HTTP/2 members (h2c://, unix+h2c: or https:// with proxy_http2 = on)".into()
+        }
+        Ok(_) => return Ok(()),
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("route {prefix:?}: proxy_health_check = {check:?}: {why}"),
+    ))
 }

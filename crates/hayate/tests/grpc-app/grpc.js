@@ -1,6 +1,9 @@
 // A grpc-js server and client for crates/hayate/tests/grpc.rs.
-//   node grpc.js server [unix:PATH] listens on 127.0.0.1 (a free port), prints "listening PORT"
-//                                   (or on the socket PATH, and prints "listening PATH")
+//   node grpc.js server [unix:PATH|HOST:PORT] [HEALTH]
+//                                   listens on 127.0.0.1 (a free port), prints "listening PORT"
+//                                   (or on the socket PATH, and prints "listening PATH"); its
+//                                   grpc.health.v1 service answers HEALTH (default SERVING) for
+//                                   the server and hayate.test.Probe, NOT_FOUND for others
 //   node grpc.js client TARGET [CA] runs every call kind against TARGET (h2c, or TLS
 //                                   trusting CA for the name localhost) and prints one
 //                                   JSON line per case: {"case", "ok", "detail"}
@@ -13,12 +16,22 @@ const loader = require('@grpc/proto-loader');
 
 const definition = loader.loadSync(path.join(__dirname, 'test.proto'), { keepCase: true, defaults: true });
 const proto = grpc.loadPackageDefinition(definition).hayate.test;
+const health = grpc.loadPackageDefinition(
+  loader.loadSync(path.join(__dirname, 'health.proto'), { keepCase: true, defaults: true }),
+).grpc.health.v1;
 // 4 MiB messages and their framing fit.
 const MAX = 8 * 1024 * 1024;
 const LIMITS = { 'grpc.max_receive_message_length': MAX, 'grpc.max_send_message_length': MAX };
 
-function server(on) {
+function server(on, status = 'SERVING') {
   const s = new grpc.Server(LIMITS);
+  s.addService(health.Health.service, {
+    check(call, done) {
+      const known = ['', 'hayate.test.Probe'];
+      if (!known.includes(call.request.service)) return done({ code: grpc.status.NOT_FOUND, details: 'unknown service' });
+      done(null, { status });
+    },
+  });
   s.addService(proto.Probe.service, {
     echo(call, done) {
       const m = call.request;
@@ -59,9 +72,9 @@ function server(on) {
       call.on('end', () => call.end());
     },
   });
-  s.bindAsync(on || '127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
+  s.bindAsync(on && on !== '-' ? on : '127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
     if (err) throw err;
-    console.log('listening ' + (on ? on.slice('unix:'.length) : port));
+    console.log('listening ' + (on && on.startsWith('unix:') ? on.slice('unix:'.length) : port));
   });
 }
 
@@ -178,7 +191,7 @@ async function client(target, ca) {
   down.close();
 }
 
-const [mode, target, ca] = process.argv.slice(2);
-if (mode === 'server') server(target);
-else if (mode === 'client') client(target, ca).catch((e) => { console.error(e); process.exit(1); });
-else { console.error('usage: grpc.js server | client TARGET [CA]'); process.exit(2); }
+const [mode, target, third] = process.argv.slice(2);
+if (mode === 'server') server(target, third);
+else if (mode === 'client') client(target, third).catch((e) => { console.error(e); process.exit(1); });
+else { console.error('usage: grpc.js server [ON] [HEALTH] | client TARGET [CA]'); process.exit(2); }
