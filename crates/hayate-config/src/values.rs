@@ -25,7 +25,7 @@ pub use error_pages::{ErrorPages, StatusMatch};
 pub use files::Symlinks;
 pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
-pub use otel::{OtelEndpoint, OtelProtocol, SampleRatio};
+pub use otel::{OtelEndpoint, OtelHeaders, OtelProtocol, SampleRatio};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
 pub use tls::{AcmeChallenge, ClientAuth, TlsMode};
 pub use upstream::{

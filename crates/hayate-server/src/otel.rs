@@ -61,6 +61,7 @@ impl Tracer {
             endpoint: endpoint.clone(),
             protocol: g.otel_protocol,
             service_name: g.otel_service_name.clone(),
+            headers: g.otel_headers.clone().unwrap_or_default(),
             queue: g.otel_queue as usize,
             timeout: g.otel_timeout.0,
             ca: g.otel_ca.clone(),

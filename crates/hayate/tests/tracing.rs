@@ -16,6 +16,7 @@
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -194,6 +195,24 @@ fn a_request_through_hayate_to_a_traced_app_is_one_trace_with_hayate_as_the_pare
             "upstream response head"
         ],
         "{ours:#}"
+    );
+    // The resource names the box and the process (Jaeger: the process's
+    // tags), and hayate's version.
+    let process = &trace["processes"][ours["processID"].as_str().unwrap_or_default()];
+    let process_tag = |key: &str| {
+        process["tags"]
+            .as_array()
+            .and_then(|tags| tags.iter().find(|t| t["key"] == key))
+            .map_or(serde_json::Value::Null, |t| t["value"].clone())
+    };
+    assert_eq!(process_tag("service.version"), env!("CARGO_PKG_VERSION"));
+    assert_eq!(process_tag("process.pid"), h.pid(), "{process:#}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    assert_eq!(process_tag("host.name"), host.trim(), "{process:#}");
+    assert_eq!(
+        process_tag("service.instance.id"),
+        format!("{}:{}", host.trim(), h.pid()),
+        "{process:#}"
     );
     // The app's span lies within hayate's.
     let (start, app_start) = (ours["startTime"].as_u64(), app["startTime"].as_u64());
@@ -626,4 +645,43 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
             other => Err(format!("{other:?}")),
         }
     });
+}
+
+/// `otel_headers` (a hosted collector's credentials) go with every export,
+/// percent-decoded, and are never written to the log.
+#[test]
+fn otel_headers_go_with_every_export_and_stay_out_of_the_log() {
+    let origin = Origin::start(OriginOptions::default());
+    let port: u16 = origin
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let collector = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", collector.local_addr().expect("addr"));
+    let h = hayate(
+        port,
+        &endpoint,
+        "http/protobuf",
+        &[
+            "--otel-headers",
+            "api-key=s3cr%3Dt,x-tenant=blue",
+            "--log-level",
+            "debug",
+        ],
+    );
+    assert_eq!(h.client().get("/", &[]).status, 200);
+    let (mut conn, _) = collector.accept().expect("the export's connection");
+    let mut head = Vec::new();
+    hayate_testkit::read_through_blank_line(&mut conn, &mut head).expect("the export's head");
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("post /v1/traces http/1.1\r\n"), "{head}");
+    assert!(head.contains("\r\napi-key: s3cr=t\r\n"), "{head}");
+    assert!(head.contains("\r\nx-tenant: blue\r\n"), "{head}");
+    conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .expect("answer");
+    drop(conn);
+    let log = h.stderr();
+    assert!(!log.contains("s3cr"), "a secret in the log:\n{log}");
 }

@@ -70,6 +70,62 @@ impl OptValue for OtelProtocol {
     }
 }
 
+/// `otel_headers`: header fields sent with every export (a SaaS
+/// collector's API key), in `OTEL_EXPORTER_OTLP_HEADERS`' form:
+/// `name=value` pairs separated by commas, values percent-encoded.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct OtelHeaders(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for OtelHeaders {
+    /// The names, and a fingerprint of the values: they are secrets (API
+    /// keys), never printed, yet a reload must see that one changed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.0.hash(&mut h);
+        let names: Vec<&str> = self.0.iter().map(|(n, _)| n.as_str()).collect();
+        write!(f, "OtelHeaders({names:?}, values #{:016x})", h.finish())
+    }
+}
+
+impl OptValue for OtelHeaders {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        let mut fields = Vec::new();
+        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(format!(
+                    "expected name=value pairs separated by commas, got {pair:?}"
+                ));
+            };
+            let name = name.trim().to_ascii_lowercase();
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return Err(format!("{name:?} is not a header field name"));
+            }
+            let value = percent_decoded(value.trim())
+                .filter(|v| v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f)))
+                .ok_or_else(|| format!("the value of {name} is not a valid field value"))?;
+            fields.push((name, value));
+        }
+        Ok(OtelHeaders(fields))
+    }
+}
+
+/// `%XX` escapes decoded (the W3C Baggage octet form OTLP's variable uses).
+fn percent_decoded(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// `otel_sample`: the share of traces sampled, 0 to 1.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampleRatio(pub f64);
@@ -131,6 +187,29 @@ mod tests {
         let http = OtelProtocol::parse_str("http/protobuf");
         assert_eq!(http, Ok(OtelProtocol::HttpProtobuf));
         assert!(OtelProtocol::parse_str("http/json").is_err());
+    }
+
+    #[test]
+    fn headers_are_otlps_name_value_pairs_and_never_printed() {
+        let h = OtelHeaders::parse_str("api-key=s3cr%3Dt, X-Tenant = a b").unwrap();
+        assert_eq!(
+            h.0,
+            [
+                ("api-key".into(), "s3cr=t".into()),
+                ("x-tenant".into(), "a b".into())
+            ]
+        );
+        let shown = format!("{h:?}");
+        assert!(!shown.contains("s3cr"), "{shown}");
+        let other = OtelHeaders::parse_str("api-key=another").unwrap();
+        assert_ne!(
+            format!("{other:?}"),
+            shown,
+            "a changed value shows as a change"
+        );
+        for bad in ["key", "a b=c", "k=%zz", "k=a%0Ab", "=v"] {
+            assert!(OtelHeaders::parse_str(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

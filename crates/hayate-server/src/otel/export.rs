@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hayate_config::values::{OtelEndpoint, OtelProtocol};
+use hayate_config::values::{OtelEndpoint, OtelHeaders, OtelProtocol};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
 
-use super::{proto, DROPPED, EXPORTED};
+use super::proto::{self, Resource};
+use super::{DROPPED, EXPORTED};
 
 /// Spans per batch at most: the OpenTelemetry SDKs' batch processor's
 /// default (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`), about 320 KiB at hayate's
@@ -35,6 +36,8 @@ pub(crate) struct ExportSettings {
     pub(crate) endpoint: OtelEndpoint,
     pub(crate) protocol: OtelProtocol,
     pub(crate) service_name: String,
+    /// Sent with every export (`otel_headers`: credentials).
+    pub(crate) headers: OtelHeaders,
     pub(crate) queue: usize,
     pub(crate) timeout: Duration,
     /// The CA file an https endpoint is verified against (`otel_ca`).
@@ -103,6 +106,7 @@ async fn run(
     mut rx: mpsc::Receiver<Vec<u8>>,
     stop: &Notify,
 ) {
+    let resource = Resource::this_process(&settings.service_name);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut warned = false;
     let mut stopping = false;
@@ -134,7 +138,7 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
-        let body = proto::export_request(&settings.service_name, &batch);
+        let body = proto::export_request(&resource, &batch);
         let n = batch.len() as u64;
         batch.clear();
         let sent =
@@ -189,8 +193,8 @@ async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     body: Vec<u8>,
 ) -> Result<(), String> {
     match settings.protocol {
-        OtelProtocol::HttpProtobuf => post(stream, &settings.endpoint, &body).await,
-        OtelProtocol::Grpc => grpc_export(stream, &settings.endpoint, body).await,
+        OtelProtocol::HttpProtobuf => post(stream, settings, &body).await,
+        OtelProtocol::Grpc => grpc_export(stream, settings, body).await,
     }
 }
 
@@ -199,21 +203,27 @@ async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 /// per 512 spans), answered 2xx when taken.
 async fn post(
     mut tcp: impl AsyncRead + AsyncWrite + Unpin,
-    endpoint: &OtelEndpoint,
+    settings: &ExportSettings,
     body: &[u8],
 ) -> Result<(), String> {
+    let endpoint = &settings.endpoint;
     let path = if endpoint.path.is_empty() {
         "/v1/traces"
     } else {
         &endpoint.path
     };
-    let head = format!(
+    let mut head = format!(
         "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\n\
-         Content-Length: {}\r\nConnection: close\r\nUser-Agent: hayate/{}\r\n\r\n",
+         Content-Length: {}\r\nConnection: close\r\nUser-Agent: hayate/{}\r\n",
         endpoint.authority,
         body.len(),
         env!("CARGO_PKG_VERSION")
     );
+    // Names and values were checked at load (no CR or LF can pass).
+    for (name, value) in &settings.headers.0 {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
     tcp.write_all(head.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
@@ -246,9 +256,10 @@ async fn post(
 /// say `grpc-status: 0`.
 async fn grpc_export(
     tcp: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    endpoint: &OtelEndpoint,
+    settings: &ExportSettings,
     body: Vec<u8>,
 ) -> Result<(), String> {
+    let endpoint = &settings.endpoint;
     let (client, conn) = h2::client::handshake(tcp)
         .await
         .map_err(|e| format!("HTTP/2: {e}"))?;
@@ -256,7 +267,11 @@ async fn grpc_export(
         let _ = conn.await;
     });
     let mut client = client.ready().await.map_err(|e| e.to_string())?;
-    let request = http::Request::builder()
+    let mut request = http::Request::builder();
+    for (name, value) in &settings.headers.0 {
+        request = request.header(name, value);
+    }
+    let request = request
         .method("POST")
         .uri(format!(
             "{}://{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",

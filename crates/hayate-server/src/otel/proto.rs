@@ -81,14 +81,49 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Who exports: the OpenTelemetry resource every batch names (the
+/// semantic conventions' service, host and process attributes), so a
+/// trace viewer tells a fleet's boxes apart.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resource {
+    pub(crate) service_name: String,
+    /// `host.name`: the kernel's host name.
+    pub(crate) host: String,
+    /// `process.pid`.
+    pub(crate) pid: u32,
+}
+
+impl Resource {
+    /// This process's resource, named `service_name`.
+    pub(crate) fn this_process(service_name: &str) -> Resource {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        Resource {
+            service_name: service_name.to_string(),
+            host,
+            pid: std::process::id(),
+        }
+    }
+}
+
 /// An `ExportTraceServiceRequest` of `spans` (each an encoded `Span`):
-/// one `ResourceSpans` (1) with the resource (1: `service.name`) and one
-/// `ScopeSpans` (2) of scope (1) `hayate` and the spans (2).
-pub(crate) fn export_request(service_name: &str, spans: &[Vec<u8>]) -> Vec<u8> {
+/// one `ResourceSpans` (1) with the resource (1) and one `ScopeSpans` (2)
+/// of scope (1) `hayate` and the spans (2).
+pub(crate) fn export_request(resource: &Resource, spans: &[Vec<u8>]) -> Vec<u8> {
     let mut req = Message::default();
     req.message(1, |rs| {
-        rs.message(1, |resource| {
-            resource.str_attr(1, "service.name", service_name.as_bytes());
+        rs.message(1, |r| {
+            r.str_attr(1, "service.name", resource.service_name.as_bytes());
+            r.str_attr(1, "service.version", env!("CARGO_PKG_VERSION").as_bytes());
+            // Unique per process (the conventions ask for it to be unique
+            // per instance of the service): host and pid.
+            let instance = format!("{}:{}", resource.host, resource.pid);
+            r.str_attr(1, "service.instance.id", instance.as_bytes());
+            if !resource.host.is_empty() {
+                r.str_attr(1, "host.name", resource.host.as_bytes());
+            }
+            r.int_attr(1, "process.pid", u64::from(resource.pid));
         });
         rs.message(2, |ss| {
             ss.message(1, |scope| {
@@ -122,7 +157,12 @@ mod tests {
 
     #[test]
     fn an_export_request_nests_the_spans_under_one_resource() {
-        let body = export_request("svc", &[vec![0x0a, 0x00]]);
+        let resource = Resource {
+            service_name: "svc".into(),
+            host: "box1".into(),
+            pid: 7,
+        };
+        let body = export_request(&resource, &[vec![0x0a, 0x00]]);
         // ResourceSpans (field 1, length-delimited), then its resource.
         assert_eq!(body[0], 0x0a);
         assert!(body.windows(3).any(|w| w == b"svc"));
