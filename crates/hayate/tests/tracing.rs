@@ -648,9 +648,10 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
 }
 
 /// `otel_headers` (a hosted collector's credentials) go with every export,
-/// percent-decoded, and are never written to the log.
+/// percent-decoded, and are never written to the log; a collector's
+/// partial success (spans it refused) counts those spans as dropped.
 #[test]
-fn otel_headers_go_with_every_export_and_stay_out_of_the_log() {
+fn otel_headers_go_with_every_export_and_refused_spans_are_counted() {
     let origin = Origin::start(OriginOptions::default());
     let port: u16 = origin
         .url()
@@ -660,17 +661,18 @@ fn otel_headers_go_with_every_export_and_stay_out_of_the_log() {
         .expect("port");
     let collector = TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", collector.local_addr().expect("addr"));
-    let h = hayate(
-        port,
-        &endpoint,
-        "http/protobuf",
-        &[
-            "--otel-headers",
-            "api-key=s3cr%3Dt,x-tenant=blue",
-            "--log-level",
-            "debug",
-        ],
-    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let extra = [
+        "--otel-headers",
+        "api-key=s3cr%3Dt,x-tenant=blue",
+        "--log-level",
+        "debug",
+        "--admin",
+        &admin_arg,
+    ];
+    let h = hayate(port, &endpoint, "http/protobuf", &extra);
     assert_eq!(h.client().get("/", &[]).status, 200);
     let (mut conn, _) = collector.accept().expect("the export's connection");
     let mut head = Vec::new();
@@ -679,9 +681,23 @@ fn otel_headers_go_with_every_export_and_stay_out_of_the_log() {
     assert!(head.starts_with("post /v1/traces http/1.1\r\n"), "{head}");
     assert!(head.contains("\r\napi-key: s3cr=t\r\n"), "{head}");
     assert!(head.contains("\r\nx-tenant: blue\r\n"), "{head}");
-    conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .expect("answer");
+    // ExportTraceServiceResponse { partial_success { rejected_spans: 1,
+    // error_message: "quota" } }, chunked as a collector may send it.
+    conn.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n\
+          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+          b\r\n\x0a\x09\x08\x01\x12\x05quota\r\n0\r\n\r\n",
+    )
+    .expect("answer");
     drop(conn);
+    eventually(
+        "the refused span counted as dropped",
+        || match span_counters(&admin) {
+            (0, 1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
     let log = h.stderr();
+    assert!(log.contains("refused 1 of 1 spans: quota"), "{log}");
     assert!(!log.contains("s3cr"), "a secret in the log:\n{log}");
 }

@@ -144,9 +144,25 @@ async fn run(
         let sent =
             tokio::time::timeout(settings.timeout, send(&settings, tls.as_ref(), body)).await;
         match sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into())) {
-            Ok(()) => {
+            Ok(None) => {
                 EXPORTED.fetch_add(n, Ordering::Relaxed);
                 warned = false;
+            }
+            // OTLP's partial success: the collector took the batch but
+            // refused some of its spans (over a quota, malformed): those
+            // are counted as dropped, with the collector's reason.
+            Ok(Some(refused)) => {
+                let rejected = refused.spans.min(n);
+                EXPORTED.fetch_add(n - rejected, Ordering::Relaxed);
+                DROPPED.fetch_add(rejected, Ordering::Relaxed);
+                if !warned {
+                    log::warn!(
+                        "otel: {} refused {rejected} of {n} spans: {}",
+                        settings.endpoint.authority,
+                        refused.message
+                    );
+                    warned = true;
+                }
             }
             Err(e) => {
                 DROPPED.fetch_add(n, Ordering::Relaxed);
@@ -163,11 +179,23 @@ async fn run(
     }
 }
 
+/// What a collector refused of a batch it took (OTLP's
+/// `ExportTracePartialSuccess`).
+#[derive(Debug, PartialEq, Eq)]
+struct Refused {
+    spans: u64,
+    message: String,
+}
+
+/// What an export came to: taken whole (`None`), taken but for some
+/// spans, or not taken (the error).
+type Outcome = Result<Option<Refused>, String>;
+
 async fn send(
     settings: &ExportSettings,
     tls: Option<&Arc<ClientConfig>>,
     body: Vec<u8>,
-) -> Result<(), String> {
+) -> Outcome {
     let tcp = tokio::net::TcpStream::connect(&settings.endpoint.authority)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -191,7 +219,7 @@ async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     settings: &ExportSettings,
     body: Vec<u8>,
-) -> Result<(), String> {
+) -> Outcome {
     match settings.protocol {
         OtelProtocol::HttpProtobuf => post(stream, settings, &body).await,
         OtelProtocol::Grpc => grpc_export(stream, settings, body).await,
@@ -205,7 +233,7 @@ async fn post(
     mut tcp: impl AsyncRead + AsyncWrite + Unpin,
     settings: &ExportSettings,
     body: &[u8],
-) -> Result<(), String> {
+) -> Outcome {
     let endpoint = &settings.endpoint;
     let path = if endpoint.path.is_empty() {
         "/v1/traces"
@@ -228,27 +256,77 @@ async fn post(
         .await
         .map_err(|e| e.to_string())?;
     tcp.write_all(body).await.map_err(|e| e.to_string())?;
-    // The status line is all that is read: the answer's body (an
-    // ExportTraceServiceResponse, maybe with partial_success) is not.
-    let mut answer = [0u8; 64];
-    let mut got = 0;
-    while got < 12 {
-        match tcp.read(&mut answer[got..]).await {
-            Ok(0) => return Err("the collector closed the connection".into()),
-            Ok(n) => got += n,
-            Err(e) => return Err(e.to_string()),
+    // The answer, to the end (the connection closes after it): its
+    // status, and its body, an ExportTraceServiceResponse that may say
+    // some spans were refused.
+    let mut answer = Vec::new();
+    let mut piece = [0u8; 4096];
+    loop {
+        match tcp.read(&mut piece).await {
+            Ok(0) => break,
+            Ok(n) if answer.len() + n <= MAX_ANSWER => answer.extend_from_slice(&piece[..n]),
+            Ok(_) => return Err("an answer over 64 KiB".into()),
+            Err(e) if answer.is_empty() => return Err(e.to_string()),
+            // A collector that resets after its answer: what came counts.
+            Err(_) => break,
         }
     }
-    match &answer[9..10] {
-        b"2" => Ok(()),
-        _ => Err(format!(
-            "answered {}",
-            String::from_utf8_lossy(&answer[..got])
-                .lines()
-                .next()
-                .unwrap_or("")
-        )),
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut head = httparse::Response::new(&mut fields);
+    let head_len = match head.parse(&answer) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if answer.is_empty() => {
+            return Err("the collector closed the connection".into())
+        }
+        _ => return Err("a malformed answer".into()),
+    };
+    let code = head.code.unwrap_or(0);
+    if !(200..300).contains(&code) {
+        return Err(format!("answered {code} {}", head.reason.unwrap_or("")));
     }
+    let chunked = head.headers.iter().any(|f| {
+        f.name.eq_ignore_ascii_case("transfer-encoding")
+            && f.value.to_ascii_lowercase().ends_with(b"chunked")
+    });
+    let rest = &answer[head_len..];
+    let body = match chunked {
+        false => rest.to_vec(),
+        true => {
+            let mut body = Vec::new();
+            let mut decoder = hayate_core::h1::chunked::ChunkedDecoder::default();
+            // A body cut short still says what it says so far.
+            let _ = decoder.decode(rest, |data| body.extend_from_slice(data));
+            body
+        }
+    };
+    Ok(partial_success(&body))
+}
+
+/// Most bytes of a collector's answer read (a partial success's message
+/// is a sentence; 64 KiB is far past any real one).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// The refused spans an `ExportTraceServiceResponse` reports (field 1,
+/// `partial_success`: `rejected_spans` (1), `error_message` (2)); `None`
+/// when it reports none (an empty answer is a full success).
+fn partial_success(response: &[u8]) -> Option<Refused> {
+    let partial = proto::fields(response).find_map(|(n, v)| match (n, v) {
+        (1, proto::Value::Bytes(b)) => Some(b),
+        _ => None,
+    })?;
+    let mut refused = Refused {
+        spans: 0,
+        message: String::new(),
+    };
+    for field in proto::fields(partial) {
+        match field {
+            (1, proto::Value::Varint(n)) => refused.spans = n,
+            (2, proto::Value::Bytes(m)) => refused.message = String::from_utf8_lossy(m).into(),
+            _ => {}
+        }
+    }
+    // A message alone is a warning with every span taken (OTLP says so).
+    (refused.spans > 0).then_some(refused)
 }
 
 /// OTLP/gRPC: `TraceService/Export` over h2c, the request a gRPC message
@@ -258,7 +336,7 @@ async fn grpc_export(
     tcp: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     settings: &ExportSettings,
     body: Vec<u8>,
-) -> Result<(), String> {
+) -> Outcome {
     let endpoint = &settings.endpoint;
     let (client, conn) = h2::client::handshake(tcp)
         .await
@@ -300,17 +378,46 @@ async fn grpc_export(
     // Trailers-only answers carry grpc-status in the head.
     let mut grpc_status = status(answer.headers());
     let mut body = answer.into_body();
+    let mut message = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|e| e.to_string())?;
         let _ = body.flow_control().release_capacity(chunk.len());
+        if message.len() + chunk.len() > MAX_ANSWER {
+            return Err("an answer over 64 KiB".into());
+        }
+        message.extend_from_slice(&chunk);
     }
     if grpc_status.is_none() {
         let trailers = body.trailers().await.map_err(|e| e.to_string())?;
         grpc_status = trailers.as_ref().and_then(status);
     }
     match grpc_status.as_deref() {
-        Some("0") => Ok(()),
+        // The answer's one message, past its 5-byte frame header.
+        Some("0") => Ok(message.get(5..).and_then(partial_success)),
         Some(code) => Err(format!("grpc-status {code}")),
         None => Err("no grpc-status".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_successes_report_refused_spans() {
+        // partial_success { rejected_spans: 3, error_message: "quota" }
+        let answer = [0x0a, 9, 0x08, 3, 0x12, 5, b'q', b'u', b'o', b't', b'a'];
+        let refused = partial_success(&answer);
+        assert_eq!(
+            refused,
+            Some(Refused {
+                spans: 3,
+                message: "quota".into()
+            })
+        );
+        assert_eq!(partial_success(&[]), None, "an empty answer: all taken");
+        // A warning alone (no span refused).
+        assert_eq!(partial_success(&[0x0a, 3, 0x12, 1, b'w']), None);
+        assert_eq!(partial_success(&[0x0a, 9, 0x08]), None, "cut");
     }
 }

@@ -138,6 +138,52 @@ pub(crate) fn export_request(resource: &Resource, spans: &[Vec<u8>]) -> Vec<u8> 
     req.0
 }
 
+/// A field's value as read: a varint, or length-delimited bytes (fixed
+/// widths are read past).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Value<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+/// The fields of a message, in order, until its end or the first one that
+/// is cut or of an unknown wire type (a collector's answer is read for
+/// what it can say, never trusted to be whole).
+pub(crate) fn fields(mut message: &[u8]) -> impl Iterator<Item = (u64, Value<'_>)> {
+    std::iter::from_fn(move || {
+        let (key, rest) = read_varint(message)?;
+        let (value, rest) = match key & 7 {
+            0 => {
+                let (n, rest) = read_varint(rest)?;
+                (Value::Varint(n), rest)
+            }
+            1 => (Value::Fixed, rest.get(8..)?),
+            2 => {
+                let (n, rest) = read_varint(rest)?;
+                let n = usize::try_from(n).ok()?;
+                (Value::Bytes(rest.get(..n)?), rest.get(n..)?)
+            }
+            5 => (Value::Fixed, rest.get(4..)?),
+            _ => return None,
+        };
+        message = rest;
+        Some((key >> 3, value))
+    })
+}
+
+/// A varint and what follows it; `None` when `bytes` is empty or cut.
+fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut n = 0u64;
+    for (i, b) in bytes.iter().enumerate().take(10) {
+        n |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((n, &bytes[i + 1..]));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
