@@ -481,7 +481,7 @@ impl Stream {
             m.record(route, Version::Http2, status.code(), started.elapsed());
         }
         let head_request = head.method() == b"HEAD";
-        let mut sent = send::Sent::default();
+        let mut sent = crate::http_map::Sent::default();
         let mut response = response;
         if websocket {
             match std::mem::take(&mut response.body) {

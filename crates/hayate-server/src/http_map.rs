@@ -114,3 +114,32 @@ pub fn malformed(
     .context(format!("{protocol} request from {peer}"))
     .into_response()
 }
+
+/// What went out of a response, for the access log and /metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Sent {
+    /// Body bytes written.
+    pub bytes: u64,
+    /// A gRPC call's `grpc-status`, from the head (trailers-only) or the
+    /// trailers.
+    pub grpc_status: Option<u16>,
+}
+
+impl Sent {
+    /// Notes the `grpc-status` of a response head (a trailers-only answer).
+    pub(crate) fn note_grpc_head(&mut self, fields: &hayate_core::Fields) {
+        self.grpc_status = fields.get(b"grpc-status").and_then(grpc_status);
+    }
+
+    /// Notes the `grpc-status` of a trailer section (`Name: value\r\n`).
+    pub(crate) fn note_grpc_trailers(&mut self, lines: &[u8]) {
+        let found = hayate_core::field::header_lines(lines)
+            .find(|(name, _)| name.eq_ignore_ascii_case(b"grpc-status"));
+        self.grpc_status = found.and_then(|(_, value)| grpc_status(value));
+    }
+}
+
+/// A `grpc-status` value (0-16 in gRPC's list; any number kept).
+fn grpc_status(value: &[u8]) -> Option<u16> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}

@@ -352,6 +352,99 @@ fn grpc_health_checks_need_http2_members() {
     );
 }
 
+/// gRPC from an HTTP/3 client (aioquic, `tests/h3_client.py`): a unary
+/// call with its trailers, and a bidirectional call whose messages each
+/// wait for the answer to the one before (the client's body flows up while
+/// the answer flows down); /metrics counts them by status.
+#[test]
+fn grpc_calls_from_an_http3_client() {
+    let server = NodeProcess::start(app(), &["grpc.js", "server"]);
+    let port = server.listening_port();
+    let member = format!("h2c://127.0.0.1:{port}");
+    let args = [
+        "--http3",
+        "true",
+        "--proxy",
+        &member,
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    let (h, state, _site) = hayate_testkit::tls::start_with_local_ca(BIN, &args);
+    let ca = hayate_testkit::tls::local_ca(state.path());
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py");
+    let call = tempfile::NamedTempFile::new().expect("temp file");
+    // Msg { text: "hi" } in its gRPC frame.
+    std::fs::write(call.path(), [0, 0, 0, 0, 4, 0x0a, 2, b'h', b'i']).expect("write");
+    let h3 = |args: &[&str]| {
+        let out = Command::new("python3")
+            .arg(client)
+            .arg("--ca")
+            .arg(&ca)
+            .args(args)
+            .output()
+            .expect("python3");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("a JSON line")
+    };
+    let port = h.addr.port().to_string();
+    let unary = h3(&[
+        "127.0.0.1",
+        &port,
+        "POST",
+        "/hayate.test.Probe/Echo",
+        "--header",
+        "content-type: application/grpc",
+        "--header",
+        "te: trailers",
+        "--body-file",
+        call.path().to_str().expect("path"),
+    ]);
+    assert_eq!(unary["status"], 200, "{unary:#}");
+    assert!(
+        unary["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("echo:hi")),
+        "{unary:#}"
+    );
+    let trailer = |answer: &serde_json::Value, name: &str| {
+        answer["trailers"]
+            .as_array()
+            .and_then(|t| t.iter().find(|f| f[0] == name))
+            .map(|f| f[1].clone())
+    };
+    assert_eq!(
+        trailer(&unary, "grpc-status"),
+        Some("0".into()),
+        "{unary:#}"
+    );
+    let chat = h3(&[
+        "--grpc-chat",
+        "/hayate.test.Probe/Chat",
+        "a,b,c",
+        "127.0.0.1",
+        &port,
+    ]);
+    assert_eq!(
+        chat["chat"],
+        serde_json::json!(["echo:a", "echo:b", "echo:c"]),
+        "{chat:#}"
+    );
+    assert_eq!(trailer(&chat, "grpc-status"), Some("0".into()), "{chat:#}");
+    let admin = h.admin_addr();
+    eventually("both calls on /metrics", || {
+        let metrics = hayate_testkit::Client::connect(admin)
+            .get("/metrics", &[])
+            .text();
+        let ok = "hayate_grpc_calls_total{site=\"*\",route=\"/\",grpc_code=\"OK\"} 2";
+        metrics.contains(ok).then_some(()).ok_or(metrics)
+    });
+}
+
 /// hayate's log holds no error but the down member's failed connect and
 /// the call that hit the route's proxy_timeout (a 504, as gRPC's
 /// DEADLINE_EXCEEDED); the call whose own deadline passed is no error.

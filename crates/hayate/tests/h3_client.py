@@ -9,7 +9,14 @@ what the handshake negotiated (ALPN, whether 0-RTT data was accepted).
         METHOD PATH [--header 'name: value']... [--body-file FILE]...
 
 A request is METHOD PATH followed by its own --header/--body-file options;
-a new METHOD starts the next request. With --ticket, the session ticket the
+a new METHOD starts the next request.
+
+    h3_client.py --ca CA.pem --grpc-chat PATH TEXT,TEXT... HOST PORT
+
+makes one gRPC bidirectional call instead (messages `{text}` of field 1):
+each message is sent once the answer to the one before came back, so a
+server that waits for the request's end never answers; prints what came
+back and the call's trailers. With --ticket, the session ticket the
 server sends is kept in FILE, and one already there resumes the session;
 with --early as well, the first request goes out as 0-RTT data whatever the
 ticket allows, to see that the server refuses it.
@@ -96,6 +103,8 @@ class Client(QuicConnectionProtocol):
                     answer["trailers"] = fields
             elif isinstance(e, DataReceived):
                 answer["body"].extend(e.data)
+                if "data" in answer:
+                    answer["data"].set()
             if e.stream_ended:
                 del self.pending[e.stream_id]
                 future.set_result(answer)
@@ -117,6 +126,44 @@ class Client(QuicConnectionProtocol):
         return await future
 
 
+    async def grpc_chat(self, authority, path, texts):
+        """One bidirectional gRPC call: a message, then its answer, then the
+        next; the answers' texts and the call's trailers."""
+        stream_id = self._quic.get_next_available_stream_id()
+        fields = [
+            (b":method", b"POST"),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        future = asyncio.get_running_loop().create_future()
+        answer = {"headers": None, "trailers": None, "interim": [], "body": bytearray(), "data": asyncio.Event()}
+        self.pending[stream_id] = (future, answer)
+        self.h3.send_headers(stream_id, fields)
+        got = []
+        for text in texts:
+            message = b"\x0a" + bytes([len(text)]) + text.encode()
+            self.h3.send_data(stream_id, b"\x00" + len(message).to_bytes(4, "big") + message, end_stream=False)
+            self.transmit()
+            while not future.done():
+                body = answer["body"]
+                if len(body) >= 5 and len(body) >= 5 + int.from_bytes(body[1:5], "big"):
+                    n = int.from_bytes(body[1:5], "big")
+                    reply = bytes(body[5 : 5 + n])
+                    answer["body"] = body[5 + n :]
+                    # Field 1 (text) comes first in grpc-js's encoding.
+                    got.append(reply[2 : 2 + reply[1]].decode() if reply[:1] == b"\x0a" else "")
+                    break
+                answer["data"].clear()
+                await asyncio.wait_for(answer["data"].wait(), 5)
+        self.h3.send_data(stream_id, b"", end_stream=True)
+        self.transmit()
+        await asyncio.wait_for(future, 5)
+        return got, answer
+
+
 def early_packets(logger):
     """How many 0-RTT packets the client sent (from its qlog trace)."""
     count = 0
@@ -134,6 +181,7 @@ def parse(argv):
     top.add_argument("--ticket")
     top.add_argument("--early", action="store_true")
     top.add_argument("--server-name", default="localhost")
+    top.add_argument("--grpc-chat", nargs=2, metavar=("PATH", "TEXTS"))
     top.add_argument("host")
     top.add_argument("port", type=int)
     top.add_argument("rest", nargs=argparse.REMAINDER)
@@ -187,6 +235,10 @@ async def main(argv):
         session_ticket_handler=keep,
         wait_connected=not args.early,
     ) as client:
+        if args.grpc_chat:
+            path, texts = args.grpc_chat
+            got, answer = await client.grpc_chat(authority, path, texts.split(","))
+            print(json.dumps({"chat": got, "headers": answer["headers"], "trailers": answer["trailers"]}), flush=True)
         for method, path, headers, body in requests:
             answer = await client.request(authority, method, path, headers, body)
             fields = answer["headers"] or []

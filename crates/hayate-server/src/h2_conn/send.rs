@@ -20,20 +20,10 @@ use hayate_core::deadline::within;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status};
 
-use crate::http_map::{response_head, trailer_map};
+use crate::http_map::{response_head, trailer_map, Sent};
 
 /// Bytes of a file read per DATA write.
 const FILE_CHUNK: usize = 64 * 1024;
-
-/// What went out of a response, for the access log.
-#[derive(Debug, Default)]
-pub(super) struct Sent {
-    /// Body bytes written.
-    pub bytes: u64,
-    /// A gRPC call's `grpc-status`, from the head (trailers-only) or the
-    /// trailers.
-    pub grpc_status: Option<u16>,
-}
 
 /// Sends a response: HEADERS (with Date, Server and the length when known),
 /// then the body within the client's window, then trailers. `sent` counts
@@ -45,7 +35,7 @@ pub(super) async fn send(
     send_timeout: Duration,
     sent: &mut Sent,
 ) -> Result<(), h2::Error> {
-    sent.grpc_status = response.fields.get(b"grpc-status").and_then(grpc_status);
+    sent.note_grpc_head(&response.fields);
     let sent_bytes = &mut sent.bytes;
     let body_allowed = !response.status.forbids_body();
     let head = response_head(&response, body_allowed);
@@ -98,9 +88,7 @@ pub(super) async fn send(
                 Ok(Some(data)) => send_bytes(&mut out, data, send_timeout, sent_bytes).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
-                        let found = hayate_core::field::header_lines(&trailers)
-                            .find(|(name, _)| name.eq_ignore_ascii_case(b"grpc-status"));
-                        sent.grpc_status = found.and_then(|(_, value)| grpc_status(value));
+                        sent.note_grpc_trailers(&trailers);
                         return out.send_trailers(trailer_map(&trailers));
                     }
                     break;
@@ -192,9 +180,4 @@ async fn send_file(
         send_bytes(out, piece, send_timeout, sent).await?;
     }
     Ok(())
-}
-
-/// A `grpc-status` value (0-16 in gRPC's list; any number kept).
-fn grpc_status(value: &[u8]) -> Option<u16> {
-    std::str::from_utf8(value).ok()?.trim().parse().ok()
 }

@@ -16,6 +16,7 @@ use h3::server::{RequestResolver, RequestStream};
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::request::{RequestHead, Version};
+use hayate_core::response::BodySource;
 use hayate_core::transport::Peer;
 use hayate_core::transport::Scheme;
 use hayate_core::{Fields, Status};
@@ -23,7 +24,7 @@ use tokio::sync::Notify;
 
 use super::{header_timeout, send, Connection};
 use crate::access_log::{self, Served};
-use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field};
+use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field, Sent};
 use crate::pipeline::{self, Answer};
 use crate::worker::Generation;
 
@@ -91,7 +92,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
         m.record(route, Version::Http3, status.code(), started.elapsed());
     }
     let head_request = head.method() == b"HEAD";
-    let mut sent = 0;
+    let mut sent = Sent::default();
     let sending = send::send(&mut out, response, head_request, w.timeouts.send, &mut sent);
     if let Err(e) = pinned(|| sending).await {
         log::debug!("HTTP/3 stream from {}: {e}", conn.peer);
@@ -99,18 +100,20 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     // A body nobody read is read to its end (within its limits), so that
     // the client's stream ends as it closes it, as HTTP/2's does.
     body.drain().await;
+    if let (Some(m), Some(code)) = (&w.metrics, sent.grpc_status) {
+        m.record_grpc(route, code);
+    }
     if w.records_exchanges {
         let entry = access_log::Entry {
             peer: client.addr(),
             status: status.code(),
-            bytes: sent,
+            bytes: sent.bytes,
             duration: started.elapsed(),
             cache: served.cache,
             tls: None,
             upstream: served.upstream,
             route: None,
-            // gRPC over HTTP/3 is not served yet (issue 38).
-            grpc_status: None,
+            grpc_status: sent.grpc_status,
         };
         access_log::record(&w, &head, served, entry);
     }
@@ -128,7 +131,8 @@ fn request_head(parts: &http::request::Parts) -> RequestHead {
 /// body size limit and timeout. QUIC gives the window back as they are
 /// read, so a slow upstream slows the client (back-pressure).
 struct StreamBody {
-    recv: Recv,
+    /// `None` once handed over ([`ClientBody::detach`]).
+    recv: Option<Recv>,
     length: BodyLength,
     /// A chunk read ahead to learn whether a body follows the head.
     first: Option<Bytes>,
@@ -162,7 +166,7 @@ impl StreamBody {
             (None, _) => BodyLength::Chunked,
         };
         StreamBody {
-            recv,
+            recv: Some(recv),
             length,
             read: first.as_ref().map_or(0, |f| f.len() as u64),
             first,
@@ -205,14 +209,13 @@ impl ClientBody for StreamBody {
         if let Some(first) = self.first.take() {
             return Ok(Some(first));
         }
-        if self.ended {
+        let Some(recv) = self.recv.as_mut().filter(|_| !self.ended) else {
             return Ok(None);
-        }
+        };
         let next = tokio::time::timeout(
             self.timeout,
             poll_fn(|cx| {
-                self.recv
-                    .poll_recv_data(cx)
+                recv.poll_recv_data(cx)
                     .map(|r| r.map(|d| d.map(|mut d| d.copy_to_bytes(d.remaining()))))
             }),
         )
@@ -233,7 +236,7 @@ impl ClientBody for StreamBody {
             }
             Ok(None) => {
                 self.ended = true;
-                if let Ok(Some(trailers)) = self.recv.recv_trailers().await {
+                if let Ok(Some(trailers)) = recv.recv_trailers().await {
                     self.trailers = Some(field_lines(&trailers));
                 }
                 Ok(None)
@@ -248,6 +251,69 @@ impl ClientBody for StreamBody {
 
     fn limit(&mut self, max: u64) {
         self.max = self.max.min(max);
+    }
+
+    /// The rest of the body as a source of its own, for an HTTP/2
+    /// upstream that answers while the client still sends (a gRPC
+    /// bidirectional call): as HTTP/2's stream body, no idle timeout of
+    /// its own (a call may be quiet for minutes; the client's reset or the
+    /// stream's end ends it), the size limit kept.
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        if let BodyLength::Known(n) = self.length {
+            if n > self.max {
+                return None;
+            }
+        }
+        let recv = self.recv.take()?;
+        Some(Box::new(DetachedBody {
+            recv,
+            first: self.first.take(),
+            data_done: self.ended,
+            read: self.read,
+            max: self.max,
+            trailers: None,
+        }))
+    }
+}
+
+/// A stream's body handed over to an upstream exchange.
+struct DetachedBody {
+    recv: Recv,
+    first: Option<Bytes>,
+    data_done: bool,
+    read: u64,
+    max: u64,
+    trailers: Option<Bytes>,
+}
+
+impl BodySource for DetachedBody {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Ok(Some(first)));
+        }
+        if !self.data_done {
+            let aborted = |e| io::Error::new(io::ErrorKind::ConnectionAborted, e);
+            match std::task::ready!(self.recv.poll_recv_data(cx)) {
+                Ok(Some(mut data)) => {
+                    let data = data.copy_to_bytes(data.remaining());
+                    self.read += data.len() as u64;
+                    if self.read > self.max {
+                        return Poll::Ready(Err(too_large()));
+                    }
+                    return Poll::Ready(Ok(Some(data)));
+                }
+                Ok(None) => self.data_done = true,
+                Err(e) => return Poll::Ready(Err(aborted(e))),
+            }
+        }
+        if let Ok(Some(trailers)) = std::task::ready!(self.recv.poll_recv_trailers(cx)) {
+            self.trailers = Some(field_lines(&trailers));
+        }
+        Poll::Ready(Ok(None))
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.trailers.take()
     }
 }
 
@@ -306,6 +372,10 @@ impl ClientBody for Exchange<'_> {
 
     fn limit(&mut self, max: u64) {
         self.body.limit(max);
+    }
+
+    fn detach(&mut self) -> Option<Box<dyn BodySource>> {
+        self.body.detach()
     }
 
     fn interim(&mut self, status: Status, fields: &Fields) {

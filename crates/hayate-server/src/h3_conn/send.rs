@@ -15,7 +15,7 @@ use h3::server::RequestStream;
 use hayate_core::response::FileRange;
 use hayate_core::{Body, Chunk, Response, Status};
 
-use crate::http_map::{response_head, trailer_map};
+use crate::http_map::{response_head, trailer_map, Sent};
 
 /// A request stream's sending half.
 pub(super) type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
@@ -52,14 +52,15 @@ impl From<StreamError> for Stopped {
 
 /// Sends a response: HEADERS (with Date, Server and the length when known),
 /// then the body, then trailers, and ends the stream. `sent` counts the
-/// body bytes written.
+/// body bytes written and notes a gRPC call's status.
 pub(super) async fn send(
     out: &mut Send,
     response: Response,
     head_request: bool,
     send_timeout: Duration,
-    sent: &mut u64,
+    sent: &mut Sent,
 ) -> Result<(), Stopped> {
+    sent.note_grpc_head(&response.fields);
     let body_allowed = !response.status.forbids_body();
     let head = match response_head(&response, body_allowed).body(()) {
         Ok(h) => h,
@@ -99,12 +100,13 @@ pub(super) async fn send(
                 Ok(Some(data)) => writer.bytes(data).await?,
                 Ok(None) => {
                     if let Some(trailers) = stream.source.trailers() {
+                        writer.sent.note_grpc_trailers(&trailers);
                         writer.out.send_trailers(trailer_map(&trailers)).await?;
                     }
                     break;
                 }
                 Err(e) => {
-                    let sent = *writer.sent;
+                    let sent = writer.sent.bytes;
                     log::error!("response body from upstream failed after {sent} bytes: {e}");
                     writer.out.stop_stream(Code::H3_INTERNAL_ERROR);
                     return Ok(());
@@ -119,7 +121,7 @@ pub(super) async fn send(
 struct Writer<'a> {
     out: &'a mut Send,
     send_timeout: Duration,
-    sent: &'a mut u64,
+    sent: &'a mut Sent,
 }
 
 impl Writer<'_> {
@@ -136,7 +138,7 @@ impl Writer<'_> {
                     return Err(Stopped::SendTimeout(self.send_timeout));
                 }
             }
-            *self.sent += len;
+            self.sent.bytes += len;
         }
         Ok(())
     }
