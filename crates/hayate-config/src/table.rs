@@ -218,8 +218,6 @@ options! {
         "Time to receive a request's whole head once it has begun (408 after); a new connection that sends nothing is closed after it, without a response";
     keepalive_timeout: Dur = "75s", "DURATION",
         "How long an idle keep-alive connection is kept open";
-    body_timeout: Dur = "60s", "DURATION",
-        "Longest pause between two reads of a request body (408 after)";
     send_timeout: Dur = "60s", "DURATION",
         "Longest pause of a client that does not read its response before it is closed";
     http2_goaway_timeout: Dur = "2s", "DURATION",
@@ -454,6 +452,8 @@ options! {
         "cors requests may carry cookies and Authorization (never with cors = *: the origin is then named)";
     cors_max_age: Dur = "10m", "DURATION",
         "How long browsers keep a cors preflight's answer (Chrome keeps at most 2h)";
+    body_timeout: Dur = "60s", "DURATION",
+        "Longest pause between two reads of a request body (408 after); per site or route (an upload endpoint for slow mobile clients may wait longer than the rest)";
     max_body_size: Size = "1MiB", "SIZE",
         "Largest request body accepted; larger gets 413 (per site or route: large uploads only where they belong)";
     internal: bool = "false", "BOOL",

@@ -75,6 +75,11 @@ pub trait ClientBody {
     /// Lowers the size limit to `max` bytes (a route's `max_body_size`,
     /// below the connection's): past it, reading fails as over the limit.
     fn limit(&mut self, _max: u64) {}
+
+    /// Lowers the longest pause between two reads to `pause` (a route's
+    /// `body_timeout`, below the connection's): past it, reading fails as
+    /// timed out.
+    fn pause_limit(&mut self, _pause: std::time::Duration) {}
 }
 
 /// A body that is empty (tests, internal requests).

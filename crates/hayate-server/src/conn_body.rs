@@ -160,6 +160,10 @@ impl ClientBody for ConnBody<'_> {
         self.state.max = self.state.max.min(max);
     }
 
+    fn pause_limit(&mut self, pause: Duration) {
+        self.state.timeout = self.state.timeout.min(pause);
+    }
+
     fn length(&self) -> BodyLength {
         match self.state.decoder.framing() {
             Framing::Empty => BodyLength::None,

@@ -738,6 +738,10 @@ impl ClientBody for Exchange<'_> {
         self.body.max = self.body.max.min(max);
     }
 
+    fn pause_limit(&mut self, pause: std::time::Duration) {
+        self.body.timeout = self.body.timeout.min(pause);
+    }
+
     fn interim(&mut self, status: Status, fields: &Fields) {
         let mut head = http::Response::builder().status(status.code());
         for (name, value) in fields.iter() {

@@ -453,6 +453,9 @@ pub async fn upstream<B: ClientBody>(
         }
         body.limit(max);
     }
+    if let Some(pause) = route.body_timeout {
+        body.pause_limit(pause);
+    }
     let forward_auth = route.policies.as_ref().and_then(|p| p.forward_auth());
     // Fields the auth service's answer adds to the request sent on.
     let mut authorized = Vec::new();

@@ -75,6 +75,9 @@ pub struct Route {
     /// Its `max_body_size`, when below the largest of any route (which
     /// the connection's reading enforces for all of them).
     pub max_body_size: Option<u64>,
+    /// Its `body_timeout`, when below the longest of any route (the
+    /// connection's).
+    pub body_timeout: Option<std::time::Duration>,
     /// What its upstream group is made from, for a reload to find the
     /// group again (see [`Router::build`]).
     upstream_key: String,
@@ -203,6 +206,7 @@ impl Router {
             .map(|r| r.options.max_body_size.0)
             .max()
             .unwrap_or(0);
+        let longest_pause = longest_body_timeout(config);
         let mut sites = Vec::new();
         for site in &config.sites {
             let mut routes = Vec::new();
@@ -386,6 +390,7 @@ impl Router {
                     policies,
                     internal: r.options.internal,
                     max_body_size: Some(r.options.max_body_size.0).filter(|&m| m < largest_body),
+                    body_timeout: Some(r.options.body_timeout.0).filter(|&t| t < longest_pause),
                     follows_internal_redirects: has_internal || r.options.x_sendfile.is_some(),
                     sendfile: match &r.options.x_sendfile {
                         // Files named one by one: no index, listing or fallback.
@@ -591,6 +596,18 @@ fn reusable_groups(
         .flat_map(|s| &s.routes)
         .filter_map(|r| Some((r.upstream_key.clone(), r.upstream.clone()?)))
         .collect()
+}
+
+/// The longest `body_timeout` of any route: what a connection waits
+/// between two reads of a body before its route is known to wait less.
+pub fn longest_body_timeout(config: &Config) -> std::time::Duration {
+    config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .map(|r| r.options.body_timeout.0)
+        .max()
+        .unwrap_or_default()
 }
 
 /// The response cache shared by every worker, when a route caches.

@@ -177,7 +177,9 @@ impl Generation {
             timeouts: Timeouts {
                 header: g.header_timeout.0,
                 keepalive: g.keepalive_timeout.0,
-                body: g.body_timeout.0,
+                // The longest any route waits; a route that waits less
+                // lowers it for its own requests (`Route::body_timeout`).
+                body: crate::router::longest_body_timeout(&plan.config),
                 send: g.send_timeout.0,
                 goaway: g.http2_goaway_timeout.0,
             },

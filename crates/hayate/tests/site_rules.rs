@@ -362,6 +362,36 @@ fn max_body_size_per_route_lets_uploads_in_where_they_belong() {
     assert_eq!(chunked("/api/a", true), "413");
 }
 
+/// `body_timeout` per route: a route that waits less for a paused body
+/// answers 408 by its own limit while the rest of the site keeps the
+/// longer one (here 30 s: a test past its read timeout if the route's were
+/// not applied).
+#[test]
+fn body_timeout_per_route_gives_up_on_a_paused_body_sooner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Origin::start(OriginOptions::default());
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nbody_timeout = \"30s\"\n\
+         [[site]]\nproxy = [\"{origin}\"]\n\
+         [[site.route]]\nprefix = \"/form/\"\nproxy = [\"{origin}\"]\nbody_timeout = \"300ms\"\n",
+        origin = o.url()
+    );
+    let h = start(dir.path(), &text);
+    let mut c = h.client();
+    c.send(b"POST /form/a HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
+    let r = c.read_response(false);
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert_eq!(o.requests(), 0, "nothing sent upstream");
+    // The rest of the site still takes a body that pauses past 300 ms: the
+    // origin answers once the body is whole.
+    let mut c = h.client();
+    c.send(b"POST /api/a HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\n\r\nabc");
+    // The pause is what is tested (600 ms, twice the short route's limit).
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    c.send(b"def");
+    assert_eq!(c.read_response(false).status, 200);
+}
+
 #[test]
 fn proxy_timeout_per_route_lets_a_slow_endpoint_take_longer() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -253,6 +253,10 @@ impl ClientBody for StreamBody {
         self.max = self.max.min(max);
     }
 
+    fn pause_limit(&mut self, pause: Duration) {
+        self.timeout = self.timeout.min(pause);
+    }
+
     /// The rest of the body as a source of its own, for an HTTP/2
     /// upstream that answers while the client still sends (a gRPC
     /// bidirectional call): as HTTP/2's stream body, no idle timeout of
@@ -372,6 +376,10 @@ impl ClientBody for Exchange<'_> {
 
     fn limit(&mut self, max: u64) {
         self.body.limit(max);
+    }
+
+    fn pause_limit(&mut self, pause: Duration) {
+        self.body.pause_limit(pause);
     }
 
     fn detach(&mut self) -> Option<Box<dyn BodySource>> {
