@@ -14,12 +14,17 @@
 //! Each instance runs in its own process group; stopping sends SIGTERM to
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
+mod build;
 mod instance;
 mod loopback;
 mod port_errors;
+mod schedule;
 mod status;
+mod file_watch;
 pub use hayate_core::logfile::RotatingLog;
+pub use schedule::RestartTimes;
 pub use status::{AllApps, AppStatus, InstanceFigures};
+pub use file_watch::{WatchSpec, ALWAYS_IGNORED};
 pub mod php;
 
 use std::collections::VecDeque;
@@ -27,7 +32,7 @@ use std::io;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -72,6 +77,10 @@ pub struct AppSpec {
     /// The user instances run as (`app_user`, or hayate's `user`); `None`:
     /// hayate's own.
     pub run_as: Option<Identity>,
+    /// Restart on changes of its files (`watch`, `--watch`), after a build.
+    pub watch: Option<WatchSpec>,
+    /// Restart on a schedule (`restart_cron`, `restart_every`).
+    pub schedule: Option<RestartTimes>,
 }
 
 /// How an instance is told to listen (the value of `PORT`).
@@ -106,8 +115,12 @@ pub const CRASH_LIMIT: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Control {
+    /// Counts rolling reloads asked for.
     reload: u64,
+    /// hayate stops: every instance stops, the supervisor ends.
     stop: bool,
+    /// `hayate stop APP`: no instance runs until `hayate start APP`.
+    app_stopped: bool,
 }
 
 /// A slot's lifecycle, for `hayate status`.
@@ -164,7 +177,7 @@ pub(crate) type StatusBoard = Arc<Board>;
 /// SIGKILL after the stop timeout) and waits.
 pub struct Supervisor {
     status: AppStatus,
-    control: watch::Sender<Control>,
+    control: Arc<watch::Sender<Control>>,
     /// What the next instances start as (a reload may change the command).
     spec: Arc<ArcSwap<AppSpec>>,
     thread: Option<JoinHandle<()>>,
@@ -205,7 +218,9 @@ impl Supervisor {
         let (control, rx) = watch::channel(Control {
             reload: 0,
             stop: false,
+            app_stopped: false,
         });
+        let control = Arc::new(control);
         let slots = app.clone();
         let initial = SlotStatus {
             state: ChildState::Starting,
@@ -221,6 +236,13 @@ impl Supervisor {
         });
         let tasks_board = board.clone();
         let name: Arc<str> = spec.name.as_str().into();
+        let notes = Arc::new(Mutex::new(status::Notes::default()));
+        let restarter = Restarter {
+            name: name.clone(),
+            control: control.clone(),
+            notes: notes.clone(),
+        };
+        let (watching, schedule) = (spec.watch.clone(), spec.schedule.clone());
         let spec = Arc::new(ArcSwap::from_pointee(spec));
         let spec_slot = spec.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -231,6 +253,14 @@ impl Supervisor {
             .spawn(move || {
                 rt.block_on(async move {
                     let spec = spec_slot;
+                    // They end with the slots' tasks (hayate stops).
+                    let mut side_tasks = Vec::new();
+                    if let Some(w) = watching {
+                        side_tasks.push(tokio::spawn(file_watch::run(w, spec.clone(), restarter.clone())));
+                    }
+                    if let Some(times) = schedule {
+                        side_tasks.push(tokio::spawn(schedule::run(times, restarter)));
+                    }
                     let roll = Arc::new(Semaphore::new(spec.load().reload_parallel.get() as usize));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
@@ -256,10 +286,18 @@ impl Supervisor {
                     for t in tasks {
                         let _ = t.await;
                     }
+                    for t in side_tasks {
+                        t.abort();
+                    }
                 })
             })?;
         Ok(Supervisor {
-            status: AppStatus { name, board, app },
+            status: AppStatus {
+                name,
+                board,
+                app,
+                notes,
+            },
             control,
             spec,
             thread: Some(thread),
@@ -332,6 +370,84 @@ impl Supervisor {
     pub fn reload(&self) {
         self.control.send_modify(|c| c.reload += 1);
     }
+
+    /// `hayate stop APP`: its routes answer 503 at once, its instances
+    /// are drained and stopped, and none starts until [`Self::start_app`].
+    /// False if it was stopped already.
+    pub fn stop_app(&self) -> bool {
+        let slots = &self.status.app;
+        if slots.stopped.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        // Requests waiting for an instance learn that none will come.
+        slots.ready.notify_waiters();
+        self.control.send_modify(|c| c.app_stopped = true);
+        log::info!("{}: stopping (hayate stop {0})", self.status.name);
+        true
+    }
+
+    /// `hayate start APP`: starts what [`Self::stop_app`] stopped. False
+    /// if it was not stopped.
+    pub fn start_app(&self) -> bool {
+        if !self.status.app.stopped.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.control.send_modify(|c| c.app_stopped = false);
+        log::info!("{}: starting (hayate start {0})", self.status.name);
+        true
+    }
+
+    /// `hayate restart APP`: a rolling reload of its instances without
+    /// re-reading the config (a stopped app starts).
+    pub fn restart(&self) {
+        if !self.start_app() {
+            self.restarter().restart(&format!("hayate restart {}", self.status.name));
+        }
+    }
+
+    fn restarter(&self) -> Restarter {
+        Restarter {
+            name: self.status.name.clone(),
+            control: self.control.clone(),
+            notes: self.status.notes.clone(),
+        }
+    }
+}
+
+/// What asks for an app's restarts on its own (file changes, schedule),
+/// from the supervisor's tasks.
+#[derive(Clone)]
+pub(crate) struct Restarter {
+    name: Arc<str>,
+    control: Arc<watch::Sender<Control>>,
+    notes: Arc<Mutex<status::Notes>>,
+}
+
+impl Restarter {
+    /// Whether `hayate stop APP` holds the app stopped.
+    fn is_stopped(&self) -> bool {
+        self.control.borrow().app_stopped
+    }
+
+    /// A rolling reload, logged with `why`; none while the app is stopped.
+    fn restart(&self, why: &str) {
+        if self.is_stopped() {
+            log::info!(
+                "{}: {why}; not restarted: the app is stopped (hayate start {0})",
+                self.name
+            );
+            return;
+        }
+        log::info!("{}: restarting its instances: {why}", self.name);
+        self.control.send_modify(|c| c.reload += 1);
+    }
+
+    /// Changes what `hayate status` says of the app's restarts.
+    fn notes(&self, change: impl FnOnce(&mut status::Notes)) {
+        if let Ok(mut notes) = self.notes.lock() {
+            change(&mut notes);
+        }
+    }
 }
 
 impl Drop for Supervisor {
@@ -386,6 +502,19 @@ impl SlotTask {
         loop {
             if self.control.borrow().stop {
                 break;
+            }
+            if self.control.borrow().app_stopped {
+                if let Some(run) = current.take() {
+                    self.slot.replace(None);
+                    run.stop(self.spec.load().stop_timeout).await;
+                }
+                self.set_state(ChildState::Stopped, None, false);
+                if !self.wait_for_start().await {
+                    break;
+                }
+                exits.clear();
+                reloads_seen = self.control.borrow().reload;
+                continue;
             }
             let Some(run) = current.as_mut() else {
                 match self.start().await {
@@ -447,6 +576,19 @@ impl SlotTask {
             run.stop(self.spec.load().stop_timeout).await;
         }
         self.set_state(ChildState::Stopped, None, false);
+    }
+
+    /// Waits, the app stopped, for `hayate start APP`: true then, false
+    /// when hayate stops first.
+    async fn wait_for_start(&mut self) -> bool {
+        loop {
+            if self.control.changed().await.is_err() || self.control.borrow().stop {
+                return false;
+            }
+            if !self.control.borrow().app_stopped {
+                return true;
+            }
+        }
     }
 
     /// Why `run` must be recycled, if it must: memory (RSS read from
@@ -571,7 +713,7 @@ impl SlotTask {
                 if self.control.changed().await.is_err() || self.control.borrow().stop {
                     return false;
                 }
-                if self.control.borrow().reload != seen {
+                if self.control.borrow().reload != seen || self.control.borrow().app_stopped {
                     exits.clear();
                     self.halted.fetch_sub(1, Ordering::AcqRel);
                     return true;

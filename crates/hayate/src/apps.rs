@@ -13,7 +13,10 @@ use anyhow::Context;
 use hayate_config::app::{AppListen, AppProtocol, AppSection, Instances};
 use hayate_config::Config;
 use hayate_core::app::{AppTable, ServedApp};
-use hayate_supervisor::{AppSpec, AppStatus, Listen, RotatingLog, Supervisor};
+use hayate_server::control::AppAction;
+use hayate_supervisor::{
+    AppSpec, AppStatus, Listen, RestartTimes, RotatingLog, Supervisor, WatchSpec,
+};
 
 /// How long hayate waits for an app's first start to fail before it
 /// serves: one second catches a command that is not there or exits at
@@ -32,6 +35,8 @@ pub(crate) struct RunningApp {
     /// Its `app_*` options as started (a reload that changes them says
     /// they wait for a restart).
     options: String,
+    /// Its watch, build and schedule as started (the same).
+    restarts: String,
     log: Option<Arc<RotatingLog>>,
     supervisor: Supervisor,
 }
@@ -108,15 +113,29 @@ impl RunningApps {
                 max_requests: options.max_requests.map(u64::from),
                 log: log.clone(),
                 run_as: run_as.clone(),
+                watch: app.watch.clone().map(|rules| WatchSpec {
+                    paths: rules.paths,
+                    ignore: rules.ignore,
+                    debounce: options.watch_debounce.0,
+                    max_dirs: options.watch_max_dirs as usize,
+                    build: app.build.clone(),
+                    build_timeout: options.build_timeout.0,
+                }),
+                schedule: app.schedule.clone().map(|schedule| RestartTimes {
+                    what: schedule.describe(),
+                    next: Arc::new(move |now| schedule.next_after(now)),
+                }),
             };
             let supervisor =
                 Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
+            let restarts = restarts_of(&app);
             running.apps.push(RunningApp {
                 name: app.name,
                 served: app.served,
                 fastcgi,
                 from_file,
                 options: format!("{options:?}"),
+                restarts,
                 log,
                 supervisor,
             });
@@ -230,6 +249,12 @@ impl RunningApps {
                     app.name
                 ));
             }
+            if declared.is_some_and(|d| restarts_of(d) != app.restarts) {
+                report.push_str(&format!(
+                    "{}: watch, ignore, build or its restart schedule changed: not until a restart\n",
+                    app.name
+                ));
+            }
             if let Some(section) = declared.filter(|_| app.from_file) {
                 let cwd = section.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
                 match environment(section) {
@@ -270,6 +295,28 @@ impl RunningApps {
             }
         }
         report
+    }
+
+    /// `hayate start|stop|restart APP` (`name` is one of [`Self::names`]).
+    pub fn act(&self, action: AppAction, name: &str) -> String {
+        let Some(app) = self.apps.iter().find(|a| a.name == name) else {
+            return format!("no app named {name:?}\n");
+        };
+        let s = &app.supervisor;
+        match action {
+            AppAction::Stop if s.stop_app() => format!(
+                "{name}: stopping its instances (drained first); its routes answer 503 until hayate start {name}\n"
+            ),
+            AppAction::Stop => format!("{name}: stopped already\n"),
+            AppAction::Start if s.start_app() => format!("{name}: starting its instances\n"),
+            AppAction::Start => format!(
+                "{name}: runs already (hayate restart {name} replaces its instances)\n"
+            ),
+            AppAction::Restart => {
+                s.restart();
+                format!("{name}: replacing its instances, app_reload_parallel at a time\n")
+            }
+        }
     }
 
     /// Opens every app log again (SIGUSR1).
@@ -336,6 +383,46 @@ fn routes_of(config: &Config, name: &str, apps: usize) -> String {
         }
     }
     places.join(", ")
+}
+
+/// `hayate run --watch`: an app with no `watch` of its own watches its
+/// whole directory, except its `ignore` and the routes' roots under it
+/// (files served from a root are read fresh: no restart needed).
+pub(crate) fn watch_by_default(app: &mut AppSection, static_roots: &[PathBuf]) {
+    if app.watch.is_some() {
+        return;
+    }
+    let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+    let mut ignore = app.ignore.clone();
+    for root in static_roots {
+        if let Ok(under) = root.strip_prefix(&cwd) {
+            if !under.as_os_str().is_empty() {
+                // With a `/`, an ignore entry is a path from the app's
+                // directory, not a name matched anywhere.
+                ignore.push(format!("./{}", under.display()));
+            }
+        }
+    }
+    app.watch = Some(hayate_config::app_restart::WatchRules {
+        paths: Vec::new(),
+        ignore,
+    });
+}
+
+/// The routes' static roots, resolved.
+pub(crate) fn static_roots(config: &Config) -> Vec<PathBuf> {
+    config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .filter_map(|r| std::fs::canonicalize(r.options.root.as_ref()?).ok())
+        .collect()
+}
+
+/// What an app restarts on by itself, to compare across reloads.
+fn restarts_of(app: &AppSection) -> String {
+    format!("{:?} {:?} {:?}", app.watch, app.build, app.schedule)
 }
 
 /// An app's environment: its `env_file` (read now), then its `env`.
