@@ -195,10 +195,14 @@ impl Cx<'_> {
             }
         }
         let section = if global.is_some() { "[app]" } else { "[[app]]" };
-        if let [_, (_, at), ..] = schedule[..] {
+        if let [_, (second, at), ..] = &schedule[..] {
+            let key = match second {
+                RestartSchedule::Cron(_) => "restart_cron",
+                RestartSchedule::Every(_) => "restart_every",
+            };
             return Err(self.err(
-                at,
-                "restart_every",
+                *at,
+                key,
                 "restart_cron and restart_every both set: give one schedule".into(),
             ));
         }
