@@ -379,7 +379,12 @@ impl Supervisor {
         if slots.stopped.swap(true, Ordering::AcqRel) {
             return false;
         }
-        // Requests waiting for an instance learn that none will come.
+        // No request goes to its instances from now on (their slot tasks
+        // drain and stop them); those waiting for one learn that none
+        // will come.
+        for slot in &slots.slots {
+            slot.replace(None);
+        }
         slots.ready.notify_waiters();
         self.control.send_modify(|c| c.app_stopped = true);
         log::info!("{}: stopping (hayate stop {0})", self.status.name);
@@ -506,7 +511,11 @@ impl SlotTask {
             if self.control.borrow().app_stopped {
                 if let Some(run) = current.take() {
                     self.slot.replace(None);
-                    run.stop(self.spec.load().stop_timeout).await;
+                    let limit = self.spec.load().stop_timeout;
+                    if !run.drain(limit).await {
+                        log::warn!("{} still busy after {limit:?}; stopping it", self.tag());
+                    }
+                    run.stop(limit).await;
                 }
                 self.set_state(ChildState::Stopped, None, false);
                 if !self.wait_for_start().await {
