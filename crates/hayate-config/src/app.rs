@@ -107,12 +107,8 @@ impl AppSection {
             log: own.app_log.clone().or(global.app_log.clone()),
             log_size: own.app_log_size.unwrap_or(global.app_log_size),
             log_keep: own.app_log_keep.unwrap_or(global.app_log_keep),
-            watch_debounce: own
-                .app_watch_debounce
-                .unwrap_or(global.app_watch_debounce),
-            watch_max_dirs: own
-                .app_watch_max_dirs
-                .unwrap_or(global.app_watch_max_dirs),
+            watch_debounce: own.app_watch_debounce.unwrap_or(global.app_watch_debounce),
+            watch_max_dirs: own.app_watch_max_dirs.unwrap_or(global.app_watch_max_dirs),
             build_timeout: own.app_build_timeout.unwrap_or(global.app_build_timeout),
         }
     }

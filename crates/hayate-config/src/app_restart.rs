@@ -53,7 +53,7 @@ pub fn check_watch_entry(entry: &str) -> Result<(), String> {
 pub enum RestartSchedule {
     /// `restart_cron`: at the times a cron pattern names, in the server's
     /// local time zone (`TZ`, else /etc/localtime).
-    Cron(CronPattern),
+    Cron(Box<CronPattern>),
     /// `restart_every`: this long after the app started, then after each
     /// such restart.
     Every(Duration),
@@ -128,11 +128,16 @@ mod tests {
     fn cron_patterns_give_the_next_time() {
         let c = CronPattern::parse("0 4 * * *").expect("valid");
         let now = Local.with_ymd_and_hms(2026, 11, 27, 5, 0, 0).unwrap();
-        let next = RestartSchedule::Cron(c).next_after(now).expect("next");
+        let next = RestartSchedule::Cron(Box::new(c))
+            .next_after(now)
+            .expect("next");
         assert_eq!((next.hour(), next.minute()), (4, 0));
         assert!(next > now && next - now <= chrono::Duration::hours(23));
-        let secs = CronPattern::parse("*/2 * * * * *").expect("six fields");
-        assert!(RestartSchedule::Cron(secs).next_after(now).expect("next") - now <= chrono::Duration::seconds(2));
+        let secs = Box::new(CronPattern::parse("*/2 * * * * *").expect("six fields"));
+        assert!(
+            RestartSchedule::Cron(secs).next_after(now).expect("next") - now
+                <= chrono::Duration::seconds(2)
+        );
         assert!(CronPattern::parse("@daily").is_ok());
     }
 
@@ -141,13 +146,18 @@ mod tests {
         for bad in ["0 4 * *", "61 * * * *", "a b c d e", "", "0 0 30 2 *"] {
             assert!(CronPattern::parse(bad).is_err(), "{bad:?}");
         }
-        assert!(CronPattern::parse("0 4 * *").unwrap_err().contains("expected 5 fields"));
+        assert!(CronPattern::parse("0 4 * *")
+            .unwrap_err()
+            .contains("expected 5 fields"));
     }
 
     #[test]
     fn restart_every_has_a_floor() {
         assert!(parse_restart_every(Duration::from_millis(500)).is_err());
-        assert_eq!(parse_restart_every(Duration::from_secs(3600)), Ok(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_restart_every(Duration::from_secs(3600)),
+            Ok(Duration::from_secs(3600))
+        );
         let now = Local::now();
         let next = RestartSchedule::Every(Duration::from_secs(60)).next_after(now);
         assert_eq!(next, Some(now + chrono::Duration::seconds(60)));

@@ -375,7 +375,7 @@ pub fn parse_answer(answer: &str) -> (bool, &str) {
 #[cfg(test)]
 mod tests {
     use super::ControlCommand::{self, *};
-    use super::{family, in_family, PidFile};
+    use super::{family, in_family, AppAction, PidFile};
     use std::path::{Path, PathBuf};
 
     #[test]
@@ -391,11 +391,11 @@ mod tests {
         assert_eq!(ControlCommand::parse("reload api web\n"), None);
         assert_eq!(
             ControlCommand::parse("stop api\n"),
-            Some(ControlCommand::App(AppAction::Stop, "api".into()))
+            Some(App(AppAction::Stop, "api".into()))
         );
         assert_eq!(
             ControlCommand::parse("restart web\n"),
-            Some(ControlCommand::App(AppAction::Restart, "web".into()))
+            Some(App(AppAction::Restart, "web".into()))
         );
         assert_eq!(ControlCommand::parse("start\n"), None, "start names an app");
     }

@@ -70,6 +70,9 @@ pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 /// `reload APP` named (`None`: every app); returns what it did.
 pub type OnReload<'a> = Box<dyn Fn(&Config, Option<&str>) -> String + 'a>;
 
+/// `hayate start|stop|restart APP`: acts on the app, returns what it did.
+pub type OnApp<'a> = Box<dyn Fn(control::AppAction, &str) -> String + 'a>;
+
 /// What the binary hooks into a running server.
 pub struct Hooks<'a> {
     /// See [`OnListening`].
@@ -82,7 +85,7 @@ pub struct Hooks<'a> {
     pub app_names: Vec<String>,
     /// `hayate start|stop|restart APP`, for an app of `app_names`; returns
     /// what it did.
-    pub on_app: Box<dyn Fn(control::AppAction, &str) -> String + 'a>,
+    pub on_app: OnApp<'a>,
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,

@@ -243,7 +243,12 @@ impl Watcher {
             );
             return false;
         }
-        match self.events.get_ref().0.add_watch(&self.root.join(rel), event_mask()) {
+        match self
+            .events
+            .get_ref()
+            .0
+            .add_watch(&self.root.join(rel), event_mask())
+        {
             Ok(wd) => {
                 self.dirs.insert(wd, (rel.to_path_buf(), recursive));
                 true
@@ -320,7 +325,9 @@ impl Watcher {
             };
             let (rel, recursive) = (dir.join(name), *recursive);
             let is_dir = e.mask.contains(AddWatchFlags::IN_ISDIR);
-            let made = e.mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+            let made = e
+                .mask
+                .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
             if is_dir && made && recursive {
                 self.add_tree(&rel, true);
             }
@@ -420,7 +427,10 @@ pub(crate) async fn run(spec: WatchSpec, app: Arc<ArcSwap<AppSpec>>, restarter: 
                 );
                 continue;
             }
-            log::info!("{name}: build `{command}` done in {:.1}s", built.took.as_secs_f64());
+            log::info!(
+                "{name}: build `{command}` done in {:.1}s",
+                built.took.as_secs_f64()
+            );
         }
         restarter.restart(&why);
     }
@@ -452,9 +462,15 @@ mod tests {
         assert!(!all.counts(Path::new(".git/index")));
         let some = rules(&["src", "*.json"], &["*.log", "src/generated/"]);
         assert!(some.counts(Path::new("src/a.ts")) && some.counts(Path::new("conf/app.json")));
-        assert!(!some.counts(Path::new("lib/a.ts")), "neither under src nor *.json");
+        assert!(
+            !some.counts(Path::new("lib/a.ts")),
+            "neither under src nor *.json"
+        );
         assert!(!some.counts(Path::new("src/debug.log")), "ignored by name");
-        assert!(!some.counts(Path::new("src/generated/x.ts")), "ignored by path");
+        assert!(
+            !some.counts(Path::new("src/generated/x.ts")),
+            "ignored by path"
+        );
         let dist = rules(&[], &["dist"]);
         assert!(!dist.counts(Path::new("dist/app.js")) && !dist.counts(Path::new("a/dist/b")));
         assert!(dist.counts(Path::new("distant.js")));
@@ -469,13 +485,20 @@ mod tests {
             r.roots(dir.path()),
             vec![(PathBuf::from("src"), true), (PathBuf::new(), false)]
         );
-        assert_eq!(rules(&["src", "*.js"], &[]).roots(dir.path()), vec![(PathBuf::new(), true)]);
+        assert_eq!(
+            rules(&["src", "*.js"], &[]).roots(dir.path()),
+            vec![(PathBuf::new(), true)]
+        );
     }
 
     #[test]
     fn reasons_name_a_file() {
         assert_eq!(why(&[PathBuf::from("src/a.js")]), "src/a.js changed");
-        let two = [PathBuf::from("b.js"), PathBuf::from("a.js"), PathBuf::from("a.js")];
+        let two = [
+            PathBuf::from("b.js"),
+            PathBuf::from("a.js"),
+            PathBuf::from("a.js"),
+        ];
         assert_eq!(why(&two), "a.js and 1 more files changed");
     }
 }

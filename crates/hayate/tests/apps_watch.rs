@@ -104,7 +104,10 @@ struct Load {
 
 impl Load {
     fn start(h: &Hayate, paths: &[&str]) -> Load {
-        let (stop, answered) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU32::new(0)));
+        let (stop, answered) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU32::new(0)),
+        );
         let threads = paths
             .iter()
             .map(|path| {
@@ -219,7 +222,10 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
     eventually("api answers with v2", || answer(&mut c, "/api/").2 == "v2");
     eventually("api's old instances gone", || !alive(api_pid));
     let failures = load.failures();
-    assert!(failures.is_empty(), "failed during the restart: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "failed during the restart: {failures:?}"
+    );
 
     let log = h.stderr();
     assert_eq!(
@@ -229,7 +235,11 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
     );
     assert!(restart_lines(&log, "web").is_empty(), "{log}");
     let (status, pid, version) = answer(&mut c, "/web/");
-    assert_eq!((status, pid, version.as_str()), (200, web_pid, "v1"), "web untouched");
+    assert_eq!(
+        (status, pid, version.as_str()),
+        (200, web_pid, "v1"),
+        "web untouched"
+    );
     let (ok, status) = hayate_in(dir.path(), &["status"]);
     assert!(ok && status.contains("watching: src in "), "{status}");
     h.assert_no_errors();
@@ -237,8 +247,10 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
 
 #[test]
 fn a_failing_build_keeps_the_old_instances_serving() {
-    let config = two_apps(r#"build = ["node", "build.js"]"#)
-        .replace(r#"VERSION_FILE = "src/version.txt""#, r#"VERSION_FILE = "dist/version.txt""#);
+    let config = two_apps(r#"build = ["node", "build.js"]"#).replace(
+        r#"VERSION_FILE = "src/version.txt""#,
+        r#"VERSION_FILE = "dist/version.txt""#,
+    );
     let dir = app_dir(&config);
     let h = start(dir.path(), &[]);
     let mut c = h.client();
@@ -261,17 +273,27 @@ fn a_failing_build_keeps_the_old_instances_serving() {
     assert!(restart_lines(&log, "api").is_empty(), "{log}");
     let (status, pid, version) = answer(&mut c, "/api/");
     assert_eq!((status, version.as_str()), (200, "v1"));
-    assert!(pid == before.1 || alive(before.1), "v1's instances still serve");
+    assert!(
+        pid == before.1 || alive(before.1),
+        "v1's instances still serve"
+    );
 
     // Fixed: built, then restarted; the build's own output (dist/) is not
     // watched and restarts nothing more.
     std::fs::write(dir.path().join("src/version.txt"), "v3").expect("write");
     eventually("api answers with v3", || answer(&mut c, "/api/").2 == "v3");
     let failures = load.failures();
-    assert!(failures.is_empty(), "failed during the restart: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "failed during the restart: {failures:?}"
+    );
     let log = h.stderr();
     assert!(log.contains("api: build `node build.js` done in "), "{log}");
-    assert_eq!(restart_lines(&log, "api"), ["src/version.txt changed"], "{log}");
+    assert_eq!(
+        restart_lines(&log, "api"),
+        ["src/version.txt changed"],
+        "{log}"
+    );
 }
 
 #[test]
@@ -283,7 +305,9 @@ fn run_watch_without_a_list_watches_the_app_directory_but_its_static_root() {
     let dir = app_dir(config);
     let h = start(dir.path(), &["--watch"]);
     let mut c = h.client();
-    eventually("watching", || h.stderr().contains("app: watching its directory"));
+    eventually("watching", || {
+        h.stderr().contains("app: watching its directory")
+    });
     eventually("app answers", || answer(&mut c, "/").0 == 200);
     // A static file: served fresh, no restart; then one that counts.
     std::fs::write(dir.path().join("public/hello.txt"), "fresh\n").expect("write");
@@ -331,10 +355,17 @@ fn scheduled_restarts_replace_instances_with_no_failed_request() {
     );
     let load = Load::start(&h, &["/api/", "/web/"]);
     let (api, web) = (answer(&mut c, "/api/").1, answer(&mut c, "/web/").1);
-    eventually("api's new instance (cron)", || answer(&mut c, "/api/").1 != api && !alive(api));
-    eventually("web's new instance (every)", || answer(&mut c, "/web/").1 != web && !alive(web));
+    eventually("api's new instance (cron)", || {
+        answer(&mut c, "/api/").1 != api && !alive(api)
+    });
+    eventually("web's new instance (every)", || {
+        answer(&mut c, "/web/").1 != web && !alive(web)
+    });
     let failures = load.failures();
-    assert!(failures.is_empty(), "failed during the restarts: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "failed during the restarts: {failures:?}"
+    );
     let log = h.stderr();
     assert!(
         log.contains("api: restarting its instances: scheduled by restart_cron \"*/2 * * * * *\"")
@@ -363,7 +394,10 @@ fn apps_stop_start_and_restart_by_name() {
     eventually("api's instances stopped", || !alive(api));
     assert_eq!(answer(&mut c, "/web/").1, web, "web serves on");
     let (ok, status) = hayate_in(dir.path(), &["status"]);
-    assert!(ok && status.contains("stopped by hayate stop api"), "{status}");
+    assert!(
+        ok && status.contains("stopped by hayate stop api"),
+        "{status}"
+    );
     // Stopped, it stays so: a change of its files restarts nothing.
     std::fs::write(dir.path().join("src/version.txt"), "v2").expect("write");
     eventually("the change noted", || {
@@ -384,11 +418,17 @@ fn apps_stop_start_and_restart_by_name() {
     assert!(ok && out.contains("api: replacing its instances"), "{out}");
     eventually("api's new instances", || !alive(started));
     let failures = load.failures();
-    assert!(failures.is_empty(), "failed during the restart: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "failed during the restart: {failures:?}"
+    );
     assert_eq!(answer(&mut c, "/web/").1, web, "web untouched");
 
     let (ok, out) = hayate_in(dir.path(), &["restart", "nope"]);
-    assert!(!ok && out.contains("no app named \"nope\" runs (apps: api, web)"), "{out}");
+    assert!(
+        !ok && out.contains("no app named \"nope\" runs (apps: api, web)"),
+        "{out}"
+    );
     let (ok, out) = hayate_in(dir.path(), &["start"]);
     assert!(!ok && out.contains("<APP>"), "{out}");
     h.assert_no_errors();
@@ -405,21 +445,34 @@ fn bad_watch_and_schedule_settings_name_file_and_line() {
         out
     };
     let out = check("restart_cron = \"0 4 * *\"");
-    assert!(out.contains("bad.toml:5: restart_cron: \"0 4 * *\": expected 5 fields"), "{out}");
+    assert!(
+        out.contains("bad.toml:5: restart_cron: \"0 4 * *\": expected 5 fields"),
+        "{out}"
+    );
     let out = check("restart_cron = \"0 25 * * *\"");
-    assert!(out.contains("bad.toml:5: restart_cron: \"0 25 * * *\""), "{out}");
+    assert!(
+        out.contains("bad.toml:5: restart_cron: \"0 25 * * *\""),
+        "{out}"
+    );
     let out = check("restart_every = \"100ms\"");
-    assert!(out.contains("bad.toml:5: restart_every: 100ms is shorter than 1s"), "{out}");
+    assert!(
+        out.contains("bad.toml:5: restart_every: 100ms is shorter than 1s"),
+        "{out}"
+    );
     let out = check("restart_every = \"1h\"\nrestart_cron = \"0 4 * * *\"");
     let both = ["bad.toml:5: restart_every: ", "bad.toml:6: restart_cron: "];
     assert!(
-        both.iter().any(|at| out.contains(&format!("{at}restart_cron and restart_every both set"))),
+        both.iter()
+            .any(|at| out.contains(&format!("{at}restart_cron and restart_every both set"))),
         "{out}"
     );
     let out = check("watch = [\"src\", \"../elsewhere\"]");
     assert!(out.contains("bad.toml:5: watch: \"../elsewhere\""), "{out}");
     let out = check("build = []");
-    assert!(out.contains("bad.toml:5: build: expected a command"), "{out}");
+    assert!(
+        out.contains("bad.toml:5: build: expected a command"),
+        "{out}"
+    );
     let out = check("watch_debounce = \"soon\"");
     assert!(out.contains("bad.toml:5: watch_debounce"), "{out}");
 }

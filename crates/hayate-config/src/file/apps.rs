@@ -149,14 +149,22 @@ impl Cx<'_> {
                     app.build = split_command(s).map_err(|m| self.err(at, k, m))?;
                 }
                 ("build", _) => {
-                    app.build = self.strings(k, value, true)?.into_iter().map(|(e, _)| e).collect();
+                    app.build = self
+                        .strings(k, value, true)?
+                        .into_iter()
+                        .map(|(e, _)| e)
+                        .collect();
                 }
                 ("restart_cron", DeValue::String(s)) => {
                     let cron = CronPattern::parse(s).map_err(|m| self.err(at, k, m))?;
-                    schedule.push((RestartSchedule::Cron(cron), at));
+                    schedule.push((RestartSchedule::Cron(Box::new(cron)), at));
                 }
                 ("restart_cron", _) => {
-                    return Err(self.err(at, k, "expected a cron pattern, as in \"0 4 * * *\"".into()))
+                    return Err(self.err(
+                        at,
+                        k,
+                        "expected a cron pattern, as in \"0 4 * * *\"".into(),
+                    ))
                 }
                 ("restart_every", v) => {
                     let every = Dur::parse_toml(v)
@@ -259,7 +267,11 @@ impl Cx<'_> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if non_empty && strings.is_empty() {
-            return Err(self.err(value.span().start, key, "expected a command, not an empty list".into()));
+            return Err(self.err(
+                value.span().start,
+                key,
+                "expected a command, not an empty list".into(),
+            ));
         }
         Ok(strings)
     }
