@@ -17,7 +17,9 @@ use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
 use hayate_server::control::ControlPlace;
 use hayate_server::handoff::Inherited;
 
-use crate::control_client::{ask, control, control_command, default_control_path, find_control};
+use crate::control_client::{
+    app_command, ask, control, control_command, default_control_path, find_control,
+};
 
 /// The arguments of serving: a directory, a config file, every option.
 fn with_serve_args(cmd: Command) -> Command {
@@ -144,28 +146,15 @@ fn command() -> Command {
             )
             .arg(Arg::new("app").value_name("APP").help("Stop only this app")),
         )
-        .subcommand(
-            control_command("start", "Start an app that hayate stop APP stopped").arg(
-                Arg::new("app")
-                    .value_name("APP")
-                    .required(true)
-                    .help("The app's name in the file"),
-            ),
-        )
-        .subcommand(
-            control_command(
-                "restart",
-                "Replace an app's instances, app_reload_parallel at a time, with no failed \
-                 request (without re-reading the config: hayate reload APP does); a stopped \
-                 app starts",
-            )
-            .arg(
-                Arg::new("app")
-                    .value_name("APP")
-                    .required(true)
-                    .help("The app's name in the file"),
-            ),
-        )
+        .subcommand(app_command(
+            "start",
+            "Start an app that hayate stop APP stopped",
+        ))
+        .subcommand(app_command(
+            "restart",
+            "Replace an app's instances, app_reload_parallel at a time, with no failed request \
+             (without re-reading the config: hayate reload APP does); a stopped app starts",
+        ))
         .subcommand(
             control_command(
                 "logs",

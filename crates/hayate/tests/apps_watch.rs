@@ -297,6 +297,29 @@ fn a_failing_build_keeps_the_old_instances_serving() {
 }
 
 #[test]
+fn a_build_that_hangs_is_stopped_at_its_timeout() {
+    let config = two_apps(
+        "build = [\"node\", \"-e\", \"setTimeout(() => {}, 60000)\"]\nbuild_timeout = \"300ms\"",
+    );
+    let dir = app_dir(&config);
+    let h = start(dir.path(), &[]);
+    let mut c = h.client();
+    eventually("api watching", || h.stderr().contains("api: watching src"));
+    eventually("api answers", || answer(&mut c, "/api/").0 == 200);
+    std::fs::write(dir.path().join("src/version.txt"), "v2").expect("write");
+    eventually("the timeout told", || {
+        h.stderr()
+            .contains("it ran past app_build_timeout (300ms) and was stopped; the running instances keep serving")
+    });
+    assert_eq!(answer(&mut c, "/api/").2, "v1");
+    assert!(
+        restart_lines(&h.stderr(), "api").is_empty(),
+        "{}",
+        h.stderr()
+    );
+}
+
+#[test]
 fn run_watch_without_a_list_watches_the_app_directory_but_its_static_root() {
     let config = "listen = \"127.0.0.1:0\"\nworkers = 1\napp_watch_debounce = \"100ms\"\n\
                   root = \"public\"\n\
