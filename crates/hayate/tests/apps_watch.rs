@@ -156,11 +156,16 @@ impl Load {
 }
 
 /// Two apps: `api` at /api/ watching `src` (`*.log` ignored), `web` at
-/// /web/ watching nothing; `api_extra` goes into api's table.
+/// /web/ watching nothing; `api_extra` goes into api's table. They listen
+/// on Unix sockets: these tests restart instances often (every second on
+/// a schedule), and a free TCP port found for a new instance can be taken
+/// by another test's process before the instance binds it (the reload
+/// then fails, logged, the old instance serving on).
 fn two_apps(api_extra: &str) -> String {
     format!(
         r#"listen = "127.0.0.1:0"
 workers = 1
+app_listen = "unix"
 
 [[app]]
 name = "api"
