@@ -61,7 +61,8 @@ struct Rules {
     patterns: Vec<String>,
     /// `ignore` entries (and [`ALWAYS_IGNORED`]) matched against each part.
     ignore_parts: Vec<String>,
-    /// `ignore` entries with a `/`: paths from the app's directory.
+    /// `ignore` entries with a `/`: paths from the app's directory, each
+    /// part a name or a pattern (`logs/*.log`).
     ignore_paths: Vec<PathBuf>,
 }
 
@@ -90,7 +91,7 @@ impl Rules {
         rel.iter().any(|part| {
             let part = part.as_encoded_bytes();
             self.ignore_parts.iter().any(|i| glob(i.as_bytes(), part))
-        }) || self.ignore_paths.iter().any(|p| rel.starts_with(p))
+        }) || self.ignore_paths.iter().any(|p| under(p, rel))
     }
 
     /// Whether a change of `rel` restarts the app.
@@ -103,7 +104,10 @@ impl Rules {
         }
         let name = rel.file_name().map_or(&[][..], |n| n.as_encoded_bytes());
         self.paths.iter().any(|p| rel.starts_with(p))
-            || self.patterns.iter().any(|p| glob(p.as_bytes(), name))
+            || self.patterns.iter().any(|p| match p.contains('/') {
+                true => under(&clean(p), rel),
+                false => glob(p.as_bytes(), name),
+            })
     }
 
     /// The directories to watch, each with whether everything under it is
@@ -134,6 +138,17 @@ fn clean(entry: &str) -> PathBuf {
         .components()
         .filter(|c| !matches!(c, std::path::Component::CurDir))
         .collect()
+}
+
+/// Whether `rel` is `entry` or under it, each part of `entry` a name or a
+/// pattern.
+fn under(entry: &Path, rel: &Path) -> bool {
+    let mut parts = rel.iter();
+    entry.iter().all(|e| {
+        parts
+            .next()
+            .is_some_and(|part| glob(e.as_encoded_bytes(), part.as_encoded_bytes()))
+    })
 }
 
 /// Matches `name` against `pattern`: `*` any run of bytes, `?` one byte.
@@ -471,6 +486,10 @@ mod tests {
             !some.counts(Path::new("src/generated/x.ts")),
             "ignored by path"
         );
+        let own = rules(&["src/*.ts"], &["run/hayate.*"]);
+        assert!(own.counts(Path::new("src/a.ts")) && !own.counts(Path::new("lib/a.ts")));
+        assert!(!rules(&[], &["run/hayate.*"]).counts(Path::new("run/hayate.pid.42")));
+        assert!(rules(&[], &["run/hayate.*"]).counts(Path::new("run/other")));
         let dist = rules(&[], &["dist"]);
         assert!(!dist.counts(Path::new("dist/app.js")) && !dist.counts(Path::new("a/dist/b")));
         assert!(dist.counts(Path::new("distant.js")));

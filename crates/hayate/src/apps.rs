@@ -115,7 +115,11 @@ impl RunningApps {
                 run_as: run_as.clone(),
                 watch: app.watch.clone().map(|rules| WatchSpec {
                     paths: rules.paths,
-                    ignore: rules.ignore,
+                    ignore: rules
+                        .ignore
+                        .into_iter()
+                        .chain(own_files(config, &app))
+                        .collect(),
                     debounce: options.watch_debounce.0,
                     max_dirs: options.watch_max_dirs as usize,
                     build: app.build.clone(),
@@ -410,6 +414,53 @@ pub(crate) fn watch_by_default(app: &mut AppSection, static_roots: &[PathBuf]) {
     });
 }
 
+/// hayate's own files in the app's directory, as `ignore` entries: its
+/// control socket, pid and lock files, its logs and their rotations.
+/// Written while it runs, they must not restart the app.
+fn own_files(config: &Config, app: &AppSection) -> Vec<String> {
+    let g = &config.global;
+    let access_log = match &g.access_log {
+        hayate_config::values::AccessLog::File(path) => Some(path.clone()),
+        _ => None,
+    };
+    let app_log = app.options(g).log;
+    let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let Ok(cwd) = std::fs::canonicalize(cwd) else {
+        return Vec::new();
+    };
+    let mut own = Vec::new();
+    for (path, stem_only) in [
+        (g.control.clone(), true),
+        (g.error_log.clone(), false),
+        (access_log, false),
+        (app_log, false),
+    ] {
+        let Some(path) = path else { continue };
+        let path = std::path::absolute(&path).unwrap_or(path);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let Ok(under) =
+            std::fs::canonicalize(dir).map(|d| d.strip_prefix(&cwd).map(Path::to_path_buf))
+        else {
+            continue;
+        };
+        let Ok(under) = under else { continue };
+        let name = name.to_string_lossy();
+        // The control socket's family: NAME.sock, NAME.pid (written as
+        // NAME.pid.PID, then renamed), NAME.lock.
+        let stem = match stem_only {
+            true => path
+                .file_stem()
+                .map_or(name.to_string(), |s| s.to_string_lossy().into()),
+            false => name.to_string(),
+        };
+        own.push(format!("./{}", under.join(&*stem).display()));
+        own.push(format!("./{}", under.join(format!("{stem}.*")).display()));
+    }
+    own
+}
+
 /// The routes' static roots, resolved.
 pub(crate) fn static_roots(config: &Config) -> Vec<PathBuf> {
     config
@@ -457,6 +508,32 @@ mod tests {
         );
         let overrides = hayate_config::Overrides::default();
         hayate_config::load_file("h.toml".as_ref(), &text, &overrides).expect("valid")
+    }
+
+    #[test]
+    fn hayates_own_files_in_a_watched_directory_are_ignored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().display();
+        let text = format!(
+            "root = \".\"\ncontrol = \"{d}/run/c.sock\"\nerror_log = \"{d}/error.log\"\n\
+             [app]\ncommand = \"x\"\nlog = \"{d}/app.log\"\n"
+        );
+        std::fs::create_dir(dir.path().join("run")).expect("mkdir");
+        let path = dir.path().join("h.toml");
+        let overrides = hayate_config::Overrides::default();
+        let config = hayate_config::load_file(&path, &text, &overrides).expect("valid");
+        let own = own_files(&config, &config.apps[0]);
+        assert_eq!(
+            own,
+            [
+                "./run/c",
+                "./run/c.*",
+                "./error.log",
+                "./error.log.*",
+                "./app.log",
+                "./app.log.*"
+            ]
+        );
     }
 
     #[test]
