@@ -197,6 +197,17 @@ app = "web"
     )
 }
 
+/// Waits until api's two instances and web's one are ready: an instance
+/// still starting when a test writes a file would read the new version.
+fn all_ready(h: &Hayate) {
+    eventually("every instance ready", || {
+        let log = h.stderr();
+        ["api[0] ready", "api[1] ready", "web[0] ready"]
+            .iter()
+            .all(|l| log.contains(l))
+    });
+}
+
 fn restart_lines(log: &str, app: &str) -> Vec<String> {
     let start = format!("{app}: restarting its instances: ");
     log.lines()
@@ -210,6 +221,7 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
     let h = start(dir.path(), &[]);
     let mut c = h.client();
     eventually("api watching", || h.stderr().contains("api: watching src"));
+    all_ready(&h);
     eventually("both apps answer", || {
         answer(&mut c, "/api/").0 == 200 && answer(&mut c, "/web/").0 == 200
     });
@@ -260,6 +272,7 @@ fn a_failing_build_keeps_the_old_instances_serving() {
     let h = start(dir.path(), &[]);
     let mut c = h.client();
     eventually("api watching", || h.stderr().contains("api: watching src"));
+    all_ready(&h);
     eventually("api answers", || answer(&mut c, "/api/").0 == 200);
     let load = Load::start(&h, &["/api/"]);
     let before = answer(&mut c, "/api/");
@@ -310,7 +323,7 @@ fn a_build_that_hangs_is_stopped_at_its_timeout() {
     let h = start(dir.path(), &[]);
     let mut c = h.client();
     eventually("api watching", || h.stderr().contains("api: watching src"));
-    eventually("api answers", || answer(&mut c, "/api/").0 == 200);
+    all_ready(&h);
     std::fs::write(dir.path().join("src/version.txt"), "v2").expect("write");
     eventually("the timeout told", || {
         h.stderr()
