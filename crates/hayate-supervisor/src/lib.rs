@@ -410,6 +410,11 @@ impl Supervisor {
         true
     }
 
+    /// Whether `hayate stop APP` holds it stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.status.app.is_stopped()
+    }
+
     /// `hayate restart APP`: a rolling reload of its instances without
     /// re-reading the config (a stopped app starts).
     pub fn restart(&self) {

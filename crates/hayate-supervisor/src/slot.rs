@@ -209,7 +209,11 @@ impl SlotTask {
 
     fn publish(&self, r: &Running) {
         self.set_state(ChildState::Ready, Some(r.pid()), false);
-        self.slot.replace(Some(r.instance.clone()));
+        // Started while `hayate stop APP` came: no traffic for it (the
+        // loop stops it next).
+        if !self.control.borrow().app_stopped {
+            self.slot.replace(Some(r.instance.clone()));
+        }
         self.ready.notify_waiters();
         log::info!(
             "{} ready (pid {}) on {}",

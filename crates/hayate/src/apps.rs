@@ -282,6 +282,13 @@ impl RunningApps {
                     )),
                 }
             }
+            if app.supervisor.is_stopped() {
+                report.push_str(&format!(
+                    "{0}: stopped (hayate start {0} starts it as the file says now)\n",
+                    app.name
+                ));
+                continue;
+            }
             app.supervisor.reload();
             report.push_str(&format!(
                 "{}: reloading its instances, app_reload_parallel at a time\n",

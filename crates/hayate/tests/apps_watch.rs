@@ -447,6 +447,16 @@ fn apps_stop_start_and_restart_by_name() {
     assert_eq!(c.get("/api/", &[]).status, 503);
     let (ok, out) = hayate_in(dir.path(), &["stop", "api"]);
     assert!(ok && out.contains("api: stopped already"), "{out}");
+    let (ok, out) = hayate_in(dir.path(), &["reload", "api"]);
+    assert!(
+        ok && out.contains("api: stopped (hayate start api starts it"),
+        "{out}"
+    );
+    assert_eq!(
+        c.get("/api/", &[]).status,
+        503,
+        "a reload does not start it"
+    );
 
     let (ok, out) = hayate_in(dir.path(), &["start", "api"]);
     assert!(ok && out.contains("api: starting"), "{out}");
