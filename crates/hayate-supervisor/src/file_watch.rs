@@ -396,6 +396,16 @@ pub(crate) async fn run(spec: WatchSpec, app: Arc<ArcSwap<AppSpec>>, restarter: 
             return;
         }
     };
+    for missing in spec
+        .paths
+        .iter()
+        .filter(|p| !is_pattern(p) && !root.join(p).exists())
+    {
+        log::warn!(
+            "{name}: watch names {missing:?}, which is not in {} (yet): a file made there restarts the app, a directory's contents do not",
+            root.display()
+        );
+    }
     let what = match spec.paths.is_empty() {
         true => "its directory".to_string(),
         false => spec.paths.join(", "),
