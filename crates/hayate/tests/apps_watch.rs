@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{run_to_end, Client, Hayate};
+use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -72,12 +72,6 @@ fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {
     run_to_end(std::process::Command::new(BIN).args(args).current_dir(dir))
 }
 
-fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
-    hayate_testkit::eventually(what, || {
-        pred().then_some(()).ok_or_else(|| "not yet".into())
-    });
-}
-
 /// `(status, pid, version)` of an app's answer.
 fn answer(c: &mut Client, path: &str) -> (u16, i32, String) {
     let r = c.get(path, &[]);
@@ -88,10 +82,6 @@ fn answer(c: &mut Client, path: &str) -> (u16, i32, String) {
         }
         _ => (r.status, 0, text),
     }
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
 /// Requests on `paths` in a loop until stopped; each thread returns the
