@@ -15,6 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 
+use crate::app_restart::{RestartSchedule, WatchRules};
 use crate::table::{GlobalLayer, GlobalOptions};
 use crate::values::{Dur, ListenAddr, OptValue, Size};
 
@@ -46,6 +47,16 @@ pub struct AppSection {
     pub served: bool,
     /// The line of the file where it is declared, for errors.
     pub line: Option<usize>,
+    /// `watch` and `ignore`: restart on a change of its files (`None`: only
+    /// under `hayate run --watch`, then its whole directory).
+    pub watch: Option<WatchRules>,
+    /// `ignore` without `watch`: what `--watch` skips.
+    pub ignore: Vec<String>,
+    /// `build`: a command run before a restart for a change of its files; a
+    /// failure keeps the running instances.
+    pub build: Vec<String>,
+    /// `restart_cron` or `restart_every`.
+    pub schedule: Option<RestartSchedule>,
 }
 
 /// The `app_*` options of one app: its own, else the global ones.
@@ -71,6 +82,12 @@ pub struct AppOptions {
     pub log_size: Size,
     /// `app_log_keep`.
     pub log_keep: u32,
+    /// `app_watch_debounce`.
+    pub watch_debounce: Dur,
+    /// `app_watch_max_dirs`.
+    pub watch_max_dirs: u32,
+    /// `app_build_timeout`.
+    pub build_timeout: Dur,
 }
 
 impl AppSection {
@@ -90,6 +107,9 @@ impl AppSection {
             log: own.app_log.clone().or(global.app_log.clone()),
             log_size: own.app_log_size.unwrap_or(global.app_log_size),
             log_keep: own.app_log_keep.unwrap_or(global.app_log_keep),
+            watch_debounce: own.app_watch_debounce.unwrap_or(global.app_watch_debounce),
+            watch_max_dirs: own.app_watch_max_dirs.unwrap_or(global.app_watch_max_dirs),
+            build_timeout: own.app_build_timeout.unwrap_or(global.app_build_timeout),
         }
     }
 }
@@ -107,6 +127,9 @@ pub const PER_APP_OPTIONS: &[&str] = &[
     "app_log",
     "app_log_size",
     "app_log_keep",
+    "app_watch_debounce",
+    "app_watch_max_dirs",
+    "app_build_timeout",
 ];
 
 /// Checks an app's name: what a route, `hayate reload APP` and a metric
@@ -349,6 +372,36 @@ pub const APP_SECTION_KEYS: &[(&str, &str, &str, &str)] = &[
         "FILE",
         "",
         "KEY=VALUE lines (# comments, export and quotes allowed) added to the environment at every start, before env; relative to the config file",
+    ),
+    (
+        "watch",
+        "[\"DIR\", \"FILE\", \"*.js\"...]",
+        "`hayate run --watch` (the whole app directory)",
+        "Restart the app (a rolling reload, no failed request) when these change: directories (everything under them), files, or name patterns (*.js anywhere under the app's directory); relative to the app's cwd; .git and node_modules never count",
+    ),
+    (
+        "ignore",
+        "[\"NAME\", \"*.log\", \"DIR/SUB\"...]",
+        "",
+        "Changes that never restart the app: a name or pattern matching any part of the changed path, or a path from the app's cwd",
+    ),
+    (
+        "build",
+        "[\"PROGRAM\", \"ARG\"...]",
+        "",
+        "Run in the app's cwd before a restart for a file change (app_build_timeout at most); if it fails, its output is logged and the running instances keep serving",
+    ),
+    (
+        "restart_cron",
+        "\"MIN HOUR DAY MONTH WEEKDAY\"",
+        "",
+        "Restart the app (rolling) at these times, in the server's local time zone (TZ, else /etc/localtime); 5 cron fields or 6 with seconds first; hayate status shows the next one",
+    ),
+    (
+        "restart_every",
+        "DURATION",
+        "",
+        "Restart the app (rolling) this long after it started, then again after each such restart (at least 1s; not with restart_cron)",
     ),
     (
         "instances",

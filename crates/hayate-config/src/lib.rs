@@ -8,6 +8,7 @@
 //! Precedence, lowest first: defaults, config file, environment, CLI.
 
 pub mod app;
+pub mod app_restart;
 pub mod cli;
 mod dollar;
 mod file;

@@ -111,8 +111,44 @@ pub fn markdown_reference() -> String {
     );
     out.push_str(EXAMPLE_APPS_CONFIG);
     out.push_str("```\n\n");
+    out.push_str(
+        "## Restarts on their own: file changes, a schedule, by name\n\n\
+         Each is the rolling reload of `hayate reload NAME` (new instances ready before the \
+         old ones drain and stop: no failed request), of that app only, logged with its \
+         reason (`api: restarting its instances: src/routes.js changed`).\n\n\
+         - **Watch** (`watch`, or `hayate run --watch` for every app: its whole directory): \
+         inotify watches the named directories, files and name patterns under the app's \
+         `cwd`; `.git`, `node_modules` and what `ignore` names never count (nor, under \
+         `--watch`, the routes' roots inside the app's directory: files are served fresh). \
+         A restart waits until the files have stayed unchanged for `watch_debounce`. With a \
+         `build`, it runs first (at most `build_timeout`); if it fails, the running \
+         instances keep serving and its output is logged; what changes while it runs is \
+         taken as its own output. At most `watch_max_dirs` directories are watched, and a \
+         limit met (that one, or the kernel's `fs.inotify.max_user_watches`) is logged with \
+         the directory it stopped at.\n\
+         - **Schedule**: `restart_cron` (cron fields in the server's local time zone: `TZ`, \
+         else /etc/localtime) or `restart_every` (counted from the app's start, then from \
+         each such restart). `hayate status` shows the next time.\n\
+         - **By name**: `hayate restart NAME` (without re-reading the file), `hayate stop \
+         NAME` (drained, then stopped, and kept stopped, even across file changes and \
+         schedules, until `hayate start NAME`; its routes answer 503 \"the app is stopped\" \
+         meanwhile).\n\n```toml\n",
+    );
+    out.push_str(EXAMPLE_WATCH_CONFIG);
+    out.push_str("```\n\n");
     out
 }
+
+/// An example of watch, build and a scheduled restart, shown in docs and
+/// checked by a test.
+pub const EXAMPLE_WATCH_CONFIG: &str = r#"[[app]]
+name = "web"
+command = ["node", "dist/server.js"]
+watch = ["src", "*.json"]             # directories, files, name patterns
+ignore = ["*.test.ts"]                # besides .git and node_modules
+build = ["npm", "run", "build"]       # first; a failure keeps the old instances
+restart_cron = "0 4 * * *"            # every day at 04:00, local time
+"#;
 
 /// An example of several apps (a Node API, a PHP site, a queue worker),
 /// shown in docs and the README and checked by a test.
@@ -353,6 +389,29 @@ mod tests {
         assert!(
             readme.contains(EXAMPLE_APPS_CONFIG),
             "README's Several apps example differs from EXAMPLE_APPS_CONFIG"
+        );
+    }
+
+    #[test]
+    fn example_watch_config_is_valid() {
+        let cfg = load_file(
+            "example.toml".as_ref(),
+            &format!("root = \".\"\n{EXAMPLE_WATCH_CONFIG}"),
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let web = &cfg.apps[0];
+        let watch = web.watch.clone().expect("watch");
+        assert_eq!(watch.paths, ["src", "*.json"]);
+        assert_eq!(watch.ignore, ["*.test.ts"]);
+        assert_eq!(web.build, ["npm", "run", "build"]);
+        let schedule = web.schedule.as_ref().expect("schedule");
+        assert_eq!(schedule.describe(), "restart_cron \"0 4 * * *\"");
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(readme).expect("README.md");
+        assert!(
+            readme.contains(EXAMPLE_WATCH_CONFIG),
+            "README's watch example differs from EXAMPLE_WATCH_CONFIG"
         );
     }
 

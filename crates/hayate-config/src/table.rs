@@ -328,6 +328,12 @@ options! {
         "hayate run: size at which the app log is rotated";
     app_log_keep: u32 = "5", "N",
         "hayate run: rotated app log files kept";
+    app_watch_debounce: Dur = "300ms", "DURATION",
+        "hayate run: with watch (or --watch), how long the app's files must stay unchanged after a change before the app restarts (an editor's save or a git checkout writes many files within ~100 ms: one restart for them all)";
+    app_watch_max_dirs: u32 = "10000", "N",
+        "hayate run: most directories watched for one app (one inotify watch each, out of the user's fs.inotify.max_user_watches); past it the rest are not watched, and the log says so";
+    app_build_timeout: Dur = "300s", "DURATION",
+        "hayate run: longest run of an app's build step before it is stopped and counted as failed (the running instances keep serving)";
     control: PathBuf = unset, "PATH",
         "Control socket for hayate status, reload, upgrade, stop, logs and purge (default: one per user and directory in $XDG_RUNTIME_DIR/hayate, /run/hayate for root, else the temp dir; a further hayate started in the same directory gets its own)";
     user: String = unset, "USER",

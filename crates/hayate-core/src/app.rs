@@ -9,7 +9,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -100,6 +100,9 @@ pub struct AppSlots {
     pub queued: Arc<AtomicUsize>,
     /// Slots in a crash loop, not restarted until a reload.
     pub halted: Arc<AtomicUsize>,
+    /// Stopped by `hayate stop APP`, until `hayate start APP`: requests
+    /// are answered 503 at once instead of waiting for an instance.
+    pub stopped: Arc<AtomicBool>,
 }
 
 impl AppSlots {
@@ -114,6 +117,11 @@ impl AppSlots {
         self.halted.load(Ordering::Acquire) >= self.slots.len()
     }
 
+    /// Whether `hayate stop APP` stopped it.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
     /// `n` empty slots.
     pub fn new(n: usize) -> AppSlots {
         AppSlots {
@@ -121,6 +129,7 @@ impl AppSlots {
             ready: Arc::new(Notify::new()),
             queued: Arc::new(AtomicUsize::new(0)),
             halted: Arc::new(AtomicUsize::new(0)),
+            stopped: Arc::new(AtomicBool::new(false)),
         }
     }
 }

@@ -59,6 +59,9 @@ pub enum ErrorKind {
     /// hayate stopped restarting them until a reload. 503 at once, with a
     /// body that says so, instead of a queue wait that cannot end well.
     AppDown,
+    /// The supervised app was stopped by `hayate stop APP` and stays so
+    /// until `hayate start APP`: 503 at once, with a body that says so.
+    AppStopped,
     /// A file hayate may not read (permissions): 403.
     Forbidden,
     /// hayate's own failure (an I/O error on a file it could open): 500.
@@ -82,7 +85,8 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed
             | ErrorKind::UpstreamTimeout
             | ErrorKind::UpstreamBusy
-            | ErrorKind::AppDown => Side::Upstream,
+            | ErrorKind::AppDown
+            | ErrorKind::AppStopped => Side::Upstream,
             ErrorKind::Forbidden | ErrorKind::Internal | ErrorKind::LocalShortage => Side::Internal,
         }
     }
@@ -97,9 +101,10 @@ impl ErrorKind {
             ErrorKind::ClientGone => Status::CLIENT_CLOSED_REQUEST,
             ErrorKind::UpstreamFailed => Status::BAD_GATEWAY,
             ErrorKind::UpstreamTimeout => Status::GATEWAY_TIMEOUT,
-            ErrorKind::UpstreamBusy | ErrorKind::AppDown | ErrorKind::LocalShortage => {
-                Status::SERVICE_UNAVAILABLE
-            }
+            ErrorKind::UpstreamBusy
+            | ErrorKind::AppDown
+            | ErrorKind::AppStopped
+            | ErrorKind::LocalShortage => Status::SERVICE_UNAVAILABLE,
             ErrorKind::Forbidden => Status::FORBIDDEN,
             ErrorKind::Internal => Status::INTERNAL_SERVER_ERROR,
         }
@@ -187,6 +192,10 @@ impl Error {
     pub fn into_response(self) -> Response {
         let status = self.kind.status();
         match (self.kind.side(), self.kind.retry_later()) {
+            // Asked for by the operator: not a failure.
+            _ if self.kind == ErrorKind::AppStopped => {
+                log::info!("{}: {}", status.code(), self.message())
+            }
             (Side::Client, _) => log::info!("{}: {}", status.code(), self.message()),
             (Side::Upstream, true) => log::warn!("{}: {}", status.code(), self.message()),
             (Side::Upstream, false) => log::error!("{}", self.message()),
@@ -203,6 +212,11 @@ impl Error {
             r.body = crate::Body::Bytes(bytes::Bytes::from_static(
                 b"503 Service Unavailable: the app is down (its instances crashed in a loop \
                   and are not restarted until hayate reload)\n",
+            ));
+        }
+        if self.kind == ErrorKind::AppStopped {
+            r.body = crate::Body::Bytes(bytes::Bytes::from_static(
+                b"503 Service Unavailable: the app is stopped (hayate start APP starts it)\n",
             ));
         }
         if self.kind.retry_later() {
@@ -346,6 +360,11 @@ mod tests {
                 false,
             ),
             (
+                Error::new(ErrorKind::AppStopped, io(io::ErrorKind::Other)),
+                503,
+                false,
+            ),
+            (
                 Error::new(
                     ErrorKind::Refused(Status::REQUEST_HEADER_FIELDS_TOO_LARGE),
                     io(io::ErrorKind::InvalidData),
@@ -359,7 +378,10 @@ mod tests {
             let r = error.into_response();
             assert_eq!((r.status.code(), r.close), (code, close), "{kind:?}");
             let retry_after = r.field(b"retry-after") == Some(&b"1"[..]);
-            assert_eq!(retry_after, code == 503, "{kind:?}");
+            // A stopped app stays so until an operator starts it: a client
+            // told to retry in a second would only spin.
+            let later = code == 503 && kind != ErrorKind::AppStopped;
+            assert_eq!(retry_after, later, "{kind:?}");
         }
     }
 

@@ -66,6 +66,12 @@ impl UpstreamGroup {
         retry: Option<Duration>,
     ) -> Result<(), Error> {
         let busy = |why: String| Error::new(ErrorKind::UpstreamBusy, io::Error::other(why));
+        if self.app.as_ref().is_some_and(AppSlots::is_stopped) {
+            return Err(Error::new(
+                ErrorKind::AppStopped,
+                io::Error::other("the app is stopped (hayate stop APP)"),
+            ));
+        }
         if self.app.as_ref().is_some_and(AppSlots::is_down) {
             return Err(Error::new(
                 ErrorKind::AppDown,

@@ -40,11 +40,36 @@ pub enum ControlCommand {
     PurgeUrl(String),
     /// Remove every cached response tagged so (Surrogate-Key).
     PurgeTag(String),
+    /// `start APP`, `stop APP`, `restart APP`: one app, by name.
+    App(AppAction, String),
+}
+
+/// What `hayate start|stop|restart APP` does to the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppAction {
+    /// Start an app that `stop APP` stopped.
+    Start,
+    /// Stop its instances (drained first) and keep them stopped; its routes
+    /// answer 503 meanwhile.
+    Stop,
+    /// Replace its instances, rolling, without re-reading the config.
+    Restart,
+}
+
+impl AppAction {
+    /// The command's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppAction::Start => "start",
+            AppAction::Stop => "stop",
+            AppAction::Restart => "restart",
+        }
+    }
 }
 
 impl ControlCommand {
-    /// Parses a command line: `status`, `reload [APP]`, `stop`, `purge url URL`,
-    /// `purge tag TAG`.
+    /// Parses a command line: `status`, `reload [APP]`, `stop [APP]`, `start
+    /// APP`, `restart APP`, `purge url URL`, `purge tag TAG`.
     pub fn parse(line: &str) -> Option<ControlCommand> {
         let mut words = line.split_whitespace();
         let command = match (words.next()?, words.next(), words.next()) {
@@ -52,6 +77,11 @@ impl ControlCommand {
             ("reload", None, _) => ControlCommand::Reload(None),
             ("reload", Some(app), None) => ControlCommand::Reload(Some(app.to_string())),
             ("stop", None, _) => ControlCommand::Stop,
+            ("start", Some(app), None) => ControlCommand::App(AppAction::Start, app.to_string()),
+            ("stop", Some(app), None) => ControlCommand::App(AppAction::Stop, app.to_string()),
+            ("restart", Some(app), None) => {
+                ControlCommand::App(AppAction::Restart, app.to_string())
+            }
             ("upgrade", None, _) => ControlCommand::Upgrade,
             ("logs", None, _) => ControlCommand::Logs,
             ("purge", Some("url"), Some(u)) => ControlCommand::PurgeUrl(u.to_string()),
@@ -292,7 +322,7 @@ pub async fn read_command(stream: tokio::net::UnixStream) -> io::Result<(Control
             let other = line.trim();
             pending
                 .answer(Err(format!(
-                    "unknown command {other:?} (status, reload [APP], upgrade, stop, logs, purge url URL, purge tag TAG)\n"
+                    "unknown command {other:?} (status, reload [APP], upgrade, stop [APP], start APP, restart APP, logs, purge url URL, purge tag TAG)\n"
                 )))
                 .await?;
             Err(io::Error::new(
@@ -345,7 +375,7 @@ pub fn parse_answer(answer: &str) -> (bool, &str) {
 #[cfg(test)]
 mod tests {
     use super::ControlCommand::{self, *};
-    use super::{family, in_family, PidFile};
+    use super::{family, in_family, AppAction, PidFile};
     use std::path::{Path, PathBuf};
 
     #[test]
@@ -359,6 +389,15 @@ mod tests {
             Some(ControlCommand::Reload(Some("api".into())))
         );
         assert_eq!(ControlCommand::parse("reload api web\n"), None);
+        assert_eq!(
+            ControlCommand::parse("stop api\n"),
+            Some(App(AppAction::Stop, "api".into()))
+        );
+        assert_eq!(
+            ControlCommand::parse("restart web\n"),
+            Some(App(AppAction::Restart, "web".into()))
+        );
+        assert_eq!(ControlCommand::parse("start\n"), None, "start names an app");
     }
 
     #[test]

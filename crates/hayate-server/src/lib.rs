@@ -70,6 +70,9 @@ pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 /// `reload APP` named (`None`: every app); returns what it did.
 pub type OnReload<'a> = Box<dyn Fn(&Config, Option<&str>) -> String + 'a>;
 
+/// `hayate start|stop|restart APP`: acts on the app, returns what it did.
+pub type OnApp<'a> = Box<dyn Fn(control::AppAction, &str) -> String + 'a>;
+
 /// What the binary hooks into a running server.
 pub struct Hooks<'a> {
     /// See [`OnListening`].
@@ -80,6 +83,9 @@ pub struct Hooks<'a> {
     pub on_reload: OnReload<'a>,
     /// The names of the supervised apps (`hayate reload APP` must name one).
     pub app_names: Vec<String>,
+    /// `hayate start|stop|restart APP`, for an app of `app_names`; returns
+    /// what it did.
+    pub on_app: OnApp<'a>,
     /// Reads the configuration again for a reload; `None`: there is no
     /// file to re-read.
     pub reread: Option<reload::Reread<'a>>,
@@ -364,6 +370,7 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
             status: hooks.status.clone(),
             on_reload: &hooks.on_reload,
             app_names: &hooks.app_names,
+            on_app: &hooks.on_app,
             on_reopen_logs: &hooks.on_reopen_logs,
             reloader,
             cache: cache_slot,

@@ -58,6 +58,8 @@ pub struct MainLoop<'a> {
     pub on_reload: &'a dyn Fn(&hayate_config::Config, Option<&str>) -> String,
     /// The supervised apps' names.
     pub app_names: &'a [String],
+    /// `start|stop|restart APP` on an app of [`Self::app_names`].
+    pub on_app: &'a dyn Fn(control::AppAction, &str) -> String,
     /// Called on SIGUSR1 once the access log is reopened (the app log).
     pub on_reopen_logs: &'a dyn Fn() -> io::Result<()>,
     /// Applies configuration reloads.
@@ -156,13 +158,21 @@ impl MainLoop<'_> {
                 answer.extend(self.reloader.shared_tier_summary());
                 Ok(answer)
             }
-            ControlCommand::Reload(Some(app)) if !self.app_names.contains(app) => Err(format!(
-                "no app named {app:?} runs (apps: {})\n",
-                match self.app_names {
-                    [] => "none".to_string(),
-                    names => names.join(", "),
-                }
-            )),
+            ControlCommand::Reload(Some(app)) | ControlCommand::App(_, app)
+                if !self.app_names.contains(app) =>
+            {
+                Err(format!(
+                    "no app named {app:?} runs (apps: {})\n",
+                    match self.app_names {
+                        [] => "none".to_string(),
+                        names => names.join(", "),
+                    }
+                ))
+            }
+            ControlCommand::App(action, app) => {
+                log::info!("control: {} {app}", action.as_str());
+                Ok((self.on_app)(*action, app))
+            }
             ControlCommand::Reload(app) => {
                 log::info!(
                     "control: reloading {}",

@@ -5,7 +5,11 @@
 //! exponential backoff and jitter, and stops restarting a crash loop;
 //! reloads `reload_parallel` slots at a time (start the new instance, wait
 //! until ready, switch, drain the old one at the proxy, stop it), keeping
-//! the old instance when the new one fails.
+//! the old instance when the new one fails. The same reload also comes
+//! from the app's own triggers: a change of its files (`file_watch.rs`, a
+//! build first: `build.rs`) and a schedule (`schedule.rs`). `hayate stop
+//! APP` stops its instances until `hayate start APP` (`slot.rs` holds a
+//! slot's life).
 //!
 //! It runs on its own thread with its own runtime and meets the proxy only
 //! through [`AppSlots`] (hayate-core): the proxy reads each slot's current
@@ -14,29 +18,34 @@
 //! Each instance runs in its own process group; stopping sends SIGTERM to
 //! the group, then SIGKILL after the stop timeout, so no orphan survives.
 
+mod build;
+mod file_watch;
 mod instance;
 mod loopback;
 mod port_errors;
+mod schedule;
+mod slot;
 mod status;
+pub use file_watch::{WatchSpec, ALWAYS_IGNORED};
 pub use hayate_core::logfile::RotatingLog;
+pub use schedule::RestartTimes;
 pub use status::{AllApps, AppStatus, InstanceFigures};
 pub mod php;
 
-use std::collections::VecDeque;
 use std::io;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use hayate_core::app::{AppSlot, AppSlots};
+use hayate_core::app::AppSlots;
 use hayate_core::identity::Identity;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Semaphore};
 
-use instance::Running;
+use slot::SlotTask;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -72,6 +81,10 @@ pub struct AppSpec {
     /// The user instances run as (`app_user`, or hayate's `user`); `None`:
     /// hayate's own.
     pub run_as: Option<Identity>,
+    /// Restart on changes of its files (`watch`, `--watch`), after a build.
+    pub watch: Option<WatchSpec>,
+    /// Restart on a schedule (`restart_cron`, `restart_every`).
+    pub schedule: Option<RestartTimes>,
 }
 
 /// How an instance is told to listen (the value of `PORT`).
@@ -106,8 +119,12 @@ pub const CRASH_LIMIT: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Control {
+    /// Counts rolling reloads asked for.
     reload: u64,
+    /// hayate stops: every instance stops, the supervisor ends.
     stop: bool,
+    /// `hayate stop APP`: no instance runs until `hayate start APP`.
+    app_stopped: bool,
 }
 
 /// A slot's lifecycle, for `hayate status`.
@@ -164,7 +181,7 @@ pub(crate) type StatusBoard = Arc<Board>;
 /// SIGKILL after the stop timeout) and waits.
 pub struct Supervisor {
     status: AppStatus,
-    control: watch::Sender<Control>,
+    control: Arc<watch::Sender<Control>>,
     /// What the next instances start as (a reload may change the command).
     spec: Arc<ArcSwap<AppSpec>>,
     thread: Option<JoinHandle<()>>,
@@ -205,7 +222,9 @@ impl Supervisor {
         let (control, rx) = watch::channel(Control {
             reload: 0,
             stop: false,
+            app_stopped: false,
         });
+        let control = Arc::new(control);
         let slots = app.clone();
         let initial = SlotStatus {
             state: ChildState::Starting,
@@ -221,6 +240,13 @@ impl Supervisor {
         });
         let tasks_board = board.clone();
         let name: Arc<str> = spec.name.as_str().into();
+        let notes = Arc::new(Mutex::new(status::Notes::default()));
+        let restarter = Restarter {
+            name: name.clone(),
+            control: control.clone(),
+            notes: notes.clone(),
+        };
+        let (watching, schedule) = (spec.watch.clone(), spec.schedule.clone());
         let spec = Arc::new(ArcSwap::from_pointee(spec));
         let spec_slot = spec.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -231,6 +257,18 @@ impl Supervisor {
             .spawn(move || {
                 rt.block_on(async move {
                     let spec = spec_slot;
+                    // They end with the slots' tasks (hayate stops).
+                    let mut side_tasks = Vec::new();
+                    if let Some(w) = watching {
+                        side_tasks.push(tokio::spawn(file_watch::run(
+                            w,
+                            spec.clone(),
+                            restarter.clone(),
+                        )));
+                    }
+                    if let Some(times) = schedule {
+                        side_tasks.push(tokio::spawn(schedule::run(times, restarter)));
+                    }
                     let roll = Arc::new(Semaphore::new(spec.load().reload_parallel.get() as usize));
                     let ids = Arc::new(AtomicU64::new(1));
                     let tasks: Vec<_> = slots
@@ -256,10 +294,18 @@ impl Supervisor {
                     for t in tasks {
                         let _ = t.await;
                     }
+                    for t in side_tasks {
+                        t.abort();
+                    }
                 })
             })?;
         Ok(Supervisor {
-            status: AppStatus { name, board, app },
+            status: AppStatus {
+                name,
+                board,
+                app,
+                notes,
+            },
             control,
             spec,
             thread: Some(thread),
@@ -332,6 +378,95 @@ impl Supervisor {
     pub fn reload(&self) {
         self.control.send_modify(|c| c.reload += 1);
     }
+
+    /// `hayate stop APP`: its routes answer 503 at once, its instances
+    /// are drained and stopped, and none starts until [`Self::start_app`].
+    /// False if it was stopped already.
+    pub fn stop_app(&self) -> bool {
+        let slots = &self.status.app;
+        if slots.stopped.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        // No request goes to its instances from now on (their slot tasks
+        // drain and stop them); those waiting for one learn that none
+        // will come.
+        for slot in &slots.slots {
+            slot.replace(None);
+        }
+        slots.ready.notify_waiters();
+        self.control.send_modify(|c| c.app_stopped = true);
+        log::info!("{}: stopping (hayate stop {0})", self.status.name);
+        true
+    }
+
+    /// `hayate start APP`: starts what [`Self::stop_app`] stopped. False
+    /// if it was not stopped.
+    pub fn start_app(&self) -> bool {
+        if !self.status.app.stopped.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.control.send_modify(|c| c.app_stopped = false);
+        log::info!("{}: starting (hayate start {0})", self.status.name);
+        true
+    }
+
+    /// Whether `hayate stop APP` holds it stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.status.app.is_stopped()
+    }
+
+    /// `hayate restart APP`: a rolling reload of its instances without
+    /// re-reading the config (a stopped app starts).
+    pub fn restart(&self) {
+        if !self.start_app() {
+            self.restarter()
+                .restart(&format!("hayate restart {}", self.status.name));
+        }
+    }
+
+    fn restarter(&self) -> Restarter {
+        Restarter {
+            name: self.status.name.clone(),
+            control: self.control.clone(),
+            notes: self.status.notes.clone(),
+        }
+    }
+}
+
+/// What asks for an app's restarts on its own (file changes, schedule),
+/// from the supervisor's tasks.
+#[derive(Clone)]
+pub(crate) struct Restarter {
+    name: Arc<str>,
+    control: Arc<watch::Sender<Control>>,
+    notes: Arc<Mutex<status::Notes>>,
+}
+
+impl Restarter {
+    /// Whether `hayate stop APP` holds the app stopped.
+    fn is_stopped(&self) -> bool {
+        self.control.borrow().app_stopped
+    }
+
+    /// A rolling reload, logged with `why`; none while the app is stopped.
+    fn restart(&self, why: &str) {
+        if self.is_stopped() {
+            log::info!(
+                "{}: {why}; not restarted: the app is stopped (hayate start {0})",
+                self.name
+            );
+            return;
+        }
+        log::info!("{}: restarting its instances: {why}", self.name);
+        self.control.send_modify(|c| c.reload += 1);
+    }
+
+    /// Changes what `hayate status` says of the app's restarts.
+    fn notes(&self, change: impl FnOnce(&mut status::Notes)) {
+        if let Ok(mut notes) = self.notes.lock() {
+            change(&mut notes);
+        }
+    }
 }
 
 impl Drop for Supervisor {
@@ -340,274 +475,5 @@ impl Drop for Supervisor {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-/// One slot's life: start, watch, restart, reload, stop.
-struct SlotTask {
-    index: usize,
-    spec: Arc<ArcSwap<AppSpec>>,
-    slot: Arc<AppSlot>,
-    ready: Arc<Notify>,
-    /// Slots in a crash loop (all of them: the app is down).
-    halted: Arc<AtomicUsize>,
-    control: watch::Receiver<Control>,
-    /// Reloads roll one slot at a time.
-    roll: Arc<Semaphore>,
-    ids: Arc<AtomicU64>,
-    board: StatusBoard,
-    /// Under `tcp:BASE`: the next start takes the slot's second port.
-    alternate: AtomicBool,
-}
-
-impl SlotTask {
-    fn tag(&self) -> String {
-        self.spec.load().tag(self.index)
-    }
-
-    async fn start(&self) -> io::Result<Running> {
-        let alternate = self.alternate.load(Ordering::Relaxed);
-        let control = self.control.clone();
-        let stopping = move || control.borrow().stop;
-        let spec = self.spec.load_full();
-        let r = Running::start(self.index, &spec, &self.ids, alternate, stopping).await;
-        if r.is_ok() {
-            self.alternate.store(!alternate, Ordering::Relaxed);
-        }
-        r
-    }
-
-    async fn run(mut self) {
-        let mut reloads_seen = self.control.borrow().reload;
-        let mut exits: VecDeque<Instant> = VecDeque::new();
-        let mut current: Option<Running> = None;
-        let mut limits = tokio::time::interval(LIMIT_CHECK);
-        limits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            if self.control.borrow().stop {
-                break;
-            }
-            let Some(run) = current.as_mut() else {
-                match self.start().await {
-                    Ok(r) => {
-                        self.publish(&r);
-                        current = Some(r);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
-                    Err(e) => {
-                        self.set_state(ChildState::Backoff, None, true);
-                        self.note_exit(format!("failed to start: {e}"));
-                        log::error!("{} failed to start: {e}", self.tag());
-                        if !self.after_exit(&mut exits).await {
-                            break;
-                        }
-                    }
-                }
-                continue;
-            };
-            tokio::select! {
-                status = run.wait() => {
-                    self.slot.replace(None);
-                    self.set_state(ChildState::Backoff, None, true);
-                    log::warn!("{} (pid {}) exited: {status}", self.tag(), run.pid());
-                    self.note_exit(status.to_string());
-                    if let Some(old) = current.take() {
-                        old.kill_group();
-                        old.cleanup();
-                    }
-                    if !self.after_exit(&mut exits).await {
-                        break;
-                    }
-                }
-                _ = limits.tick() => {
-                    if let Some(reason) = self.over_limit(run) {
-                        log::info!("{} (pid {}) {reason}: replacing it", self.tag(), run.pid());
-                        self.note_exit(format!("replaced: {reason}"));
-                        if let Some(old) = current.take() {
-                            current = Some(self.roll_over(old).await);
-                        }
-                    }
-                }
-                changed = self.control.changed() => {
-                    if changed.is_err() || self.control.borrow().stop {
-                        break;
-                    }
-                    let reload = self.control.borrow().reload;
-                    if reload != reloads_seen {
-                        reloads_seen = reload;
-                        if let Some(old) = current.take() {
-                            current = Some(self.roll_over(old).await);
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(run) = current.take() {
-            self.slot.replace(None);
-            run.stop(self.spec.load().stop_timeout).await;
-        }
-        self.set_state(ChildState::Stopped, None, false);
-    }
-
-    /// Why `run` must be recycled, if it must: memory (RSS read from
-    /// /proc at every check) or requests served.
-    fn over_limit(&self, run: &Running) -> Option<String> {
-        if let Some(max) = self.spec.load().max_memory {
-            let rss = run.rss_bytes().unwrap_or(0);
-            if rss > max {
-                return Some(format!(
-                    "uses {} MiB, over its {} MiB limit",
-                    rss >> 20,
-                    max >> 20
-                ));
-            }
-        }
-        if let Some(max) = self.spec.load().max_requests {
-            let served = run.instance.served.load(Ordering::Relaxed);
-            if served >= max {
-                return Some(format!("served {served} requests, its limit"));
-            }
-        }
-        None
-    }
-
-    fn set_state(&self, state: ChildState, pid: Option<u32>, restarted: bool) {
-        self.update(|s| {
-            if s.state != state || s.pid != pid {
-                s.since = Instant::now();
-            }
-            s.state = state;
-            s.pid = pid;
-            s.restarts += u32::from(restarted);
-            if state == ChildState::Ready && s.first_start.is_none() {
-                s.first_start = Some(Ok(()));
-            }
-        });
-    }
-
-    /// Records why the slot's instance ended (or did not start).
-    fn note_exit(&self, why: String) {
-        self.update(|s| {
-            if s.first_start.is_none() {
-                s.first_start = Some(Err(why.clone()));
-            }
-            s.last_exit = Some(why);
-        });
-    }
-
-    fn update(&self, change: impl FnOnce(&mut SlotStatus)) {
-        if let Ok(mut board) = self.board.slots.lock() {
-            change(&mut board[self.index]);
-        }
-        self.board.changed.notify_all();
-    }
-
-    fn publish(&self, r: &Running) {
-        self.set_state(ChildState::Ready, Some(r.pid()), false);
-        self.slot.replace(Some(r.instance.clone()));
-        self.ready.notify_waiters();
-        log::info!(
-            "{} ready (pid {}) on {}",
-            self.tag(),
-            r.pid(),
-            r.instance.addr
-        );
-    }
-
-    /// Replaces `old` with a new instance: start, wait ready, switch, drain,
-    /// stop. If the new one fails, `old` keeps serving.
-    async fn roll_over(&self, old: Running) -> Running {
-        let _turn = self.roll.acquire().await;
-        match self.start().await {
-            Ok(new) => {
-                self.publish(&new);
-                let drained = old.drain(self.spec.load().stop_timeout).await;
-                if !drained {
-                    log::warn!(
-                        "{} old instance still busy after {:?}; stopping it",
-                        self.tag(),
-                        self.spec.load().stop_timeout
-                    );
-                }
-                old.stop(self.spec.load().stop_timeout).await;
-                new
-            }
-            // hayate stops: the old instance is stopped with the others.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => old,
-            Err(e) => {
-                log::error!(
-                    "{} reload failed: {e}; the running instance keeps serving",
-                    self.tag()
-                );
-                old
-            }
-        }
-    }
-
-    /// After an exit: wait the backoff, or give up on a crash loop (then
-    /// only a reload or stop continues). False when stopping.
-    async fn after_exit(&mut self, exits: &mut VecDeque<Instant>) -> bool {
-        let now = Instant::now();
-        exits.push_back(now);
-        while exits
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
-        {
-            exits.pop_front();
-        }
-        if exits.len() >= CRASH_LIMIT {
-            self.set_state(ChildState::Halted, None, false);
-            // Requests waiting for this app re-check whether it is down.
-            self.halted.fetch_add(1, Ordering::AcqRel);
-            self.ready.notify_waiters();
-            log::error!(
-                "{} crash loop: {} exits within {:?}; not restarting it until a reload",
-                self.tag(),
-                exits.len(),
-                CRASH_WINDOW
-            );
-            let seen = self.control.borrow().reload;
-            loop {
-                if self.control.changed().await.is_err() || self.control.borrow().stop {
-                    return false;
-                }
-                if self.control.borrow().reload != seen {
-                    exits.clear();
-                    self.halted.fetch_sub(1, Ordering::AcqRel);
-                    return true;
-                }
-            }
-        }
-        let delay = backoff(exits.len());
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => true,
-            changed = self.control.changed() => changed.is_ok() && !self.control.borrow().stop,
-        }
-    }
-}
-
-/// 100 ms doubling per recent exit, capped at 5 s, with ±20 % jitter so a
-/// fleet does not restart in lockstep.
-fn backoff(recent_exits: usize) -> Duration {
-    let base = 100u64
-        .saturating_mul(1 << recent_exits.saturating_sub(1).min(6))
-        .min(5_000);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let jitter = u64::from(nanos % 400) as i64 - 200; // -200..200 per mille
-    Duration::from_millis((base as i64 + base as i64 * jitter / 1000).max(10) as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let ms = |n| backoff(n).as_millis();
-        assert!((80..=120).contains(&ms(1)), "{}", ms(1));
-        assert!((160..=240).contains(&ms(2)), "{}", ms(2));
-        assert!(ms(20) <= 6_000 && ms(20) >= 4_000, "{}", ms(20));
     }
 }

@@ -4,6 +4,7 @@
 //! instances stay apart.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use hayate_core::app::AppSlots;
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
@@ -16,9 +17,21 @@ use crate::{instance, ChildState, StatusBoard};
 #[derive(Clone)]
 pub struct AppStatus {
     /// The app's name: the `app` label of its samples.
-    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) name: Arc<str>,
     pub(crate) board: StatusBoard,
     pub(crate) app: AppSlots,
+    /// What its restarts on its own look like now.
+    pub(crate) notes: Arc<Mutex<Notes>>,
+}
+
+/// What `hayate status` says of an app's own restarts, kept by the tasks
+/// that make them.
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    /// When the next scheduled restart is, and by what.
+    pub next_restart: Option<String>,
+    /// What is watched for changes.
+    pub watching: Option<String>,
 }
 
 /// One slot's figures.
@@ -86,6 +99,20 @@ impl AppStatus {
     /// depth.
     pub fn text(&self, role: &str) -> String {
         let mut out = format!("app {}: {role}\n", self.name);
+        if self.app.is_stopped() {
+            out.push_str(&format!(
+                "stopped by hayate stop {0}: its routes answer 503 until hayate start {0}\n",
+                self.name
+            ));
+        }
+        if let Ok(notes) = self.notes.lock() {
+            if let Some(next) = &notes.next_restart {
+                out.push_str(&format!("next restart: {next}\n"));
+            }
+            if let Some(watching) = &notes.watching {
+                out.push_str(&format!("watching: {watching}\n"));
+            }
+        }
         out.push_str(
             "instance  state       pid      uptime    restarts  rss_mib  in_flight  served    last exit\n",
         );

@@ -665,6 +665,18 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -
     }
 }
 
+/// [`eventually`] for a condition that has no reason to tell.
+pub fn eventually_true(what: &str, mut holds: impl FnMut() -> bool) {
+    eventually(what, || {
+        holds().then_some(()).ok_or_else(|| "not yet".into())
+    })
+}
+
+/// Whether process `pid` runs (a zombie has exited: it does not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
 /// [`eventually`] inside an async test: the thread's other tasks (a client
 /// connection that must flush) run between checks.
 pub async fn eventually_async<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {

@@ -13,7 +13,10 @@ use anyhow::Context;
 use hayate_config::app::{AppListen, AppProtocol, AppSection, Instances};
 use hayate_config::Config;
 use hayate_core::app::{AppTable, ServedApp};
-use hayate_supervisor::{AppSpec, AppStatus, Listen, RotatingLog, Supervisor};
+use hayate_server::control::AppAction;
+use hayate_supervisor::{
+    AppSpec, AppStatus, Listen, RestartTimes, RotatingLog, Supervisor, WatchSpec,
+};
 
 /// How long hayate waits for an app's first start to fail before it
 /// serves: one second catches a command that is not there or exits at
@@ -32,6 +35,8 @@ pub(crate) struct RunningApp {
     /// Its `app_*` options as started (a reload that changes them says
     /// they wait for a restart).
     options: String,
+    /// Its watch, build and schedule as started (the same).
+    restarts: String,
     log: Option<Arc<RotatingLog>>,
     supervisor: Supervisor,
 }
@@ -108,15 +113,33 @@ impl RunningApps {
                 max_requests: options.max_requests.map(u64::from),
                 log: log.clone(),
                 run_as: run_as.clone(),
+                watch: app.watch.clone().map(|rules| WatchSpec {
+                    paths: rules.paths,
+                    ignore: rules
+                        .ignore
+                        .into_iter()
+                        .chain(own_files(config, &app))
+                        .collect(),
+                    debounce: options.watch_debounce.0,
+                    max_dirs: options.watch_max_dirs as usize,
+                    build: app.build.clone(),
+                    build_timeout: options.build_timeout.0,
+                }),
+                schedule: app.schedule.clone().map(|schedule| RestartTimes {
+                    what: schedule.describe(),
+                    next: Arc::new(move |now| schedule.next_after(now)),
+                }),
             };
             let supervisor =
                 Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
+            let restarts = restarts_of(&app);
             running.apps.push(RunningApp {
                 name: app.name,
                 served: app.served,
                 fastcgi,
                 from_file,
                 options: format!("{options:?}"),
+                restarts,
                 log,
                 supervisor,
             });
@@ -230,6 +253,12 @@ impl RunningApps {
                     app.name
                 ));
             }
+            if declared.is_some_and(|d| restarts_of(d) != app.restarts) {
+                report.push_str(&format!(
+                    "{}: watch, ignore, build or its restart schedule changed: not until a restart\n",
+                    app.name
+                ));
+            }
             if let Some(section) = declared.filter(|_| app.from_file) {
                 let cwd = section.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
                 match environment(section) {
@@ -253,6 +282,13 @@ impl RunningApps {
                     )),
                 }
             }
+            if app.supervisor.is_stopped() {
+                report.push_str(&format!(
+                    "{0}: stopped (hayate start {0} starts it as the file says now)\n",
+                    app.name
+                ));
+                continue;
+            }
             app.supervisor.reload();
             report.push_str(&format!(
                 "{}: reloading its instances, app_reload_parallel at a time\n",
@@ -270,6 +306,28 @@ impl RunningApps {
             }
         }
         report
+    }
+
+    /// `hayate start|stop|restart APP` (`name` is one of [`Self::names`]).
+    pub fn act(&self, action: AppAction, name: &str) -> String {
+        let Some(app) = self.apps.iter().find(|a| a.name == name) else {
+            return format!("no app named {name:?}\n");
+        };
+        let s = &app.supervisor;
+        match action {
+            AppAction::Stop if s.stop_app() => format!(
+                "{name}: stopping its instances (drained first); its routes answer 503 until hayate start {name}\n"
+            ),
+            AppAction::Stop => format!("{name}: stopped already\n"),
+            AppAction::Start if s.start_app() => format!("{name}: starting its instances\n"),
+            AppAction::Start => format!(
+                "{name}: runs already (hayate restart {name} replaces its instances)\n"
+            ),
+            AppAction::Restart => {
+                s.restart();
+                format!("{name}: replacing its instances, app_reload_parallel at a time\n")
+            }
+        }
     }
 
     /// Opens every app log again (SIGUSR1).
@@ -338,6 +396,93 @@ fn routes_of(config: &Config, name: &str, apps: usize) -> String {
     places.join(", ")
 }
 
+/// `hayate run --watch`: an app with no `watch` of its own watches its
+/// whole directory, except its `ignore` and the routes' roots under it
+/// (files served from a root are read fresh: no restart needed).
+pub(crate) fn watch_by_default(app: &mut AppSection, static_roots: &[PathBuf]) {
+    if app.watch.is_some() {
+        return;
+    }
+    let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+    let mut ignore = app.ignore.clone();
+    for root in static_roots {
+        if let Ok(under) = root.strip_prefix(&cwd) {
+            if !under.as_os_str().is_empty() {
+                // With a `/`, an ignore entry is a path from the app's
+                // directory, not a name matched anywhere.
+                ignore.push(format!("./{}", under.display()));
+            }
+        }
+    }
+    app.watch = Some(hayate_config::app_restart::WatchRules {
+        paths: Vec::new(),
+        ignore,
+    });
+}
+
+/// hayate's own files in the app's directory, as `ignore` entries: its
+/// control socket, pid and lock files, its logs and their rotations.
+/// Written while it runs, they must not restart the app.
+fn own_files(config: &Config, app: &AppSection) -> Vec<String> {
+    let g = &config.global;
+    let access_log = match &g.access_log {
+        hayate_config::values::AccessLog::File(path) => Some(path.clone()),
+        _ => None,
+    };
+    let app_log = app.options(g).log;
+    let cwd = app.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let Ok(cwd) = std::fs::canonicalize(cwd) else {
+        return Vec::new();
+    };
+    let mut own = Vec::new();
+    for (path, stem_only) in [
+        (g.control.clone(), true),
+        (g.error_log.clone(), false),
+        (access_log, false),
+        (app_log, false),
+    ] {
+        let Some(path) = path else { continue };
+        let path = std::path::absolute(&path).unwrap_or(path);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let Ok(under) =
+            std::fs::canonicalize(dir).map(|d| d.strip_prefix(&cwd).map(Path::to_path_buf))
+        else {
+            continue;
+        };
+        let Ok(under) = under else { continue };
+        let name = name.to_string_lossy();
+        // The control socket's family: NAME.sock, NAME.pid (written as
+        // NAME.pid.PID, then renamed), NAME.lock.
+        let stem = match stem_only {
+            true => path
+                .file_stem()
+                .map_or(name.to_string(), |s| s.to_string_lossy().into()),
+            false => name.to_string(),
+        };
+        own.push(format!("./{}", under.join(&*stem).display()));
+        own.push(format!("./{}", under.join(format!("{stem}.*")).display()));
+    }
+    own
+}
+
+/// The routes' static roots, resolved.
+pub(crate) fn static_roots(config: &Config) -> Vec<PathBuf> {
+    config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .filter_map(|r| std::fs::canonicalize(r.options.root.as_ref()?).ok())
+        .collect()
+}
+
+/// What an app restarts on by itself, to compare across reloads.
+fn restarts_of(app: &AppSection) -> String {
+    format!("{:?} {:?} {:?}", app.watch, app.build, app.schedule)
+}
+
 /// An app's environment: its `env_file` (read now), then its `env`.
 fn environment(app: &AppSection) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = Vec::new();
@@ -370,6 +515,32 @@ mod tests {
         );
         let overrides = hayate_config::Overrides::default();
         hayate_config::load_file("h.toml".as_ref(), &text, &overrides).expect("valid")
+    }
+
+    #[test]
+    fn hayates_own_files_in_a_watched_directory_are_ignored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().display();
+        let text = format!(
+            "root = \".\"\ncontrol = \"{d}/run/c.sock\"\nerror_log = \"{d}/error.log\"\n\
+             [app]\ncommand = \"x\"\nlog = \"{d}/app.log\"\n"
+        );
+        std::fs::create_dir(dir.path().join("run")).expect("mkdir");
+        let path = dir.path().join("h.toml");
+        let overrides = hayate_config::Overrides::default();
+        let config = hayate_config::load_file(&path, &text, &overrides).expect("valid");
+        let own = own_files(&config, &config.apps[0]);
+        assert_eq!(
+            own,
+            [
+                "./run/c",
+                "./run/c.*",
+                "./error.log",
+                "./error.log.*",
+                "./app.log",
+                "./app.log.*"
+            ]
+        );
     }
 
     #[test]

@@ -36,6 +36,16 @@ pub fn control_command(name: &'static str, about: &'static str) -> Command {
         )
 }
 
+/// A control command that names one app: `hayate start APP`.
+pub fn app_command(name: &'static str, about: &'static str) -> Command {
+    control_command(name, about).arg(
+        Arg::new("app")
+            .value_name("APP")
+            .required(true)
+            .help("The app's name in the config file"),
+    )
+}
+
 /// `hayate list`.
 pub fn list_command() -> Command {
     Command::new("list").about(

@@ -17,7 +17,9 @@ use hayate_config::{cli, Config, ConfigError, ConfigErrors, Overrides};
 use hayate_server::control::ControlPlace;
 use hayate_server::handoff::Inherited;
 
-use crate::control_client::{ask, control, control_command, default_control_path, find_control};
+use crate::control_client::{
+    app_command, ask, control, control_command, default_control_path, find_control,
+};
 
 /// The arguments of serving: a directory, a config file, every option.
 fn with_serve_args(cmd: Command) -> Command {
@@ -65,6 +67,16 @@ fn command() -> Command {
                     .value_name("N|auto")
                     .env("HAYATE_INSTANCES")
                     .help("Instances of the app [default: auto, one per worker]"),
+            )
+            .arg(
+                Arg::new("watch")
+                    .long("watch")
+                    .action(clap::ArgAction::SetTrue)
+                    .help(
+                        "Restart each app (rolling, no failed request) when its files change: \
+                         those its watch names, else its whole directory (.git, node_modules and \
+                         its ignore excepted); its build runs first",
+                    ),
             )
             .arg(
                 Arg::new("command")
@@ -125,10 +137,23 @@ fn command() -> Command {
              connection refused); once it serves, this one drains and exits. Exits 1 if the new \
              one fails (this one keeps serving)",
         ))
-        .subcommand(control_command(
-            "stop",
-            "Stop hayate gracefully: no new connection; requests in flight finish within \
-             grace_period",
+        .subcommand(
+            control_command(
+                "stop",
+                "Stop hayate gracefully: no new connection; requests in flight finish within \
+                 grace_period. With APP: stop that app's instances (drained first) and keep it \
+                 stopped until hayate start APP; its routes answer 503 meanwhile",
+            )
+            .arg(Arg::new("app").value_name("APP").help("Stop only this app")),
+        )
+        .subcommand(app_command(
+            "start",
+            "Start an app that hayate stop APP stopped",
+        ))
+        .subcommand(app_command(
+            "restart",
+            "Replace an app's instances, app_reload_parallel at a time, with no failed request \
+             (without re-reading the config: hayate reload APP does); a stopped app starts",
         ))
         .subcommand(
             control_command(
@@ -316,7 +341,10 @@ fn main() -> ExitCode {
                     m.get_flag("follow"),
                 )
             }),
-        Some((name @ ("status" | "reload" | "upgrade" | "stop" | "purge"), m)) => control(name, m),
+        Some((
+            name @ ("status" | "reload" | "upgrade" | "stop" | "start" | "restart" | "purge"),
+            m,
+        )) => control(name, m),
         Some(("list", _)) => control_client::list(),
         Some(("service", m)) => service(m),
         Some(("help-config", _)) => {
@@ -426,6 +454,13 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         config = load_with(m, &overrides)?;
     }
     let reread = rereader(m, overrides);
+    let watch = m.get_flag("watch");
+    if watch {
+        let roots = apps::static_roots(&config);
+        for app in &mut config.apps {
+            apps::watch_by_default(app, &roots);
+        }
+    }
     if config.apps.len() > 1 {
         // The file's [[app]]s, each as declared.
         anyhow::ensure!(
@@ -454,6 +489,9 @@ fn run_app(m: &ArgMatches, inherited: Inherited) -> anyhow::Result<()> {
         });
     if !command.is_empty() {
         app.command = command;
+    }
+    if watch {
+        apps::watch_by_default(&mut app, &apps::static_roots(&config));
     }
     if app.command.is_empty() {
         anyhow::bail!(
@@ -502,6 +540,7 @@ pub(crate) fn supervise(
         apps::RunningApps::start(&config, apps.clone(), from_file, inherited.is_upgrade())?;
     let what = running.describe(&config, &apps);
     let reload = |next: &Config, only: Option<&str>| running.reload(next, only);
+    let act = |action, name: &str| running.act(action, name);
     let roles = running.roles(&config);
     let metrics = hayate_core::metrics::Metrics::default();
     metrics.register(std::sync::Arc::new(hayate_supervisor::AllApps(
@@ -513,6 +552,7 @@ pub(crate) fn supervise(
     hooks.reread = reread;
     hooks.inherited = inherited;
     hooks.app_names = running.names();
+    hooks.on_app = Box::new(act);
     hooks.on_reopen_logs = Box::new(|| running.reopen_logs());
     let result = hayate_server::run(config, running.table(), hooks).context("server failed");
     drop(running); // stops every instance and waits
@@ -593,6 +633,7 @@ fn hooks<'a>(
         }),
         on_reload: Box::new(on_reload),
         app_names: Vec::new(),
+        on_app: Box::new(|_, _| String::new()),
         reread: None,
         inherited: Inherited::default(),
         on_reopen_logs: Box::new(|| Ok(())),

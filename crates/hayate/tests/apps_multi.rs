@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hayate_testkit::{run_to_end, Client, Hayate};
+use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -108,13 +108,6 @@ fn start(dir: &Path, run: bool) -> Hayate {
     Hayate::start_in(BIN, args, &[], Some(dir))
 }
 
-/// Waits (bounded) until `pred` holds: the testkit's poll.
-fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
-    hayate_testkit::eventually(what, || {
-        pred().then_some(()).ok_or_else(|| "not yet".into())
-    });
-}
-
 fn ready_count(log: &str, app: &str) -> usize {
     let tag = format!("{app}[");
     log.lines()
@@ -148,10 +141,6 @@ fn pids(c: &mut Client, path: &str, n: usize) -> HashSet<i32> {
         }
     }
     panic!("only {pids:?} answered on {path}");
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
 fn hayate_in(dir: &Path, args: &[&str]) -> (bool, String) {

@@ -16,8 +16,11 @@ use crate::app::{
     split_command, valid_app_name, valid_env_name, AppRef, AppSection, Instances, APP_SECTION_KEYS,
     DEFAULT_APP_NAME, PER_APP_OPTIONS,
 };
+use crate::app_restart::{
+    check_watch_entry, parse_restart_every, CronPattern, RestartSchedule, WatchRules,
+};
 use crate::table::{GlobalLayer, GLOBAL_OPTIONS};
-use crate::values::OptValue;
+use crate::values::{Dur, OptValue};
 use crate::{ConfigError, Site};
 
 type Key<'k> = Spanned<std::borrow::Cow<'k, str>>;
@@ -81,6 +84,9 @@ impl Cx<'_> {
         };
         let mut name = None;
         let mut cwd = None;
+        let mut watch = None;
+        let mut ignore = Vec::new();
+        let mut schedule = Vec::new();
         for (key, value) in table {
             let k = key.get_ref().as_ref();
             let at = value.span().start;
@@ -128,6 +134,44 @@ impl Cx<'_> {
                 ("env", _) => {
                     return Err(self.err(at, k, "expected a table of NAME = \"VALUE\"".into()))
                 }
+                ("watch" | "ignore", _) => {
+                    let entries = self.strings(k, value, false)?;
+                    for (entry, at) in &entries {
+                        check_watch_entry(entry).map_err(|m| self.err(*at, k, m))?;
+                    }
+                    let entries = entries.into_iter().map(|(e, _)| e).collect();
+                    match k {
+                        "watch" => watch = Some(entries),
+                        _ => ignore = entries,
+                    }
+                }
+                ("build", DeValue::String(s)) => {
+                    app.build = split_command(s).map_err(|m| self.err(at, k, m))?;
+                }
+                ("build", _) => {
+                    app.build = self
+                        .strings(k, value, true)?
+                        .into_iter()
+                        .map(|(e, _)| e)
+                        .collect();
+                }
+                ("restart_cron", DeValue::String(s)) => {
+                    let cron = CronPattern::parse(s).map_err(|m| self.err(at, k, m))?;
+                    schedule.push((RestartSchedule::Cron(Box::new(cron)), at));
+                }
+                ("restart_cron", _) => {
+                    return Err(self.err(
+                        at,
+                        k,
+                        "expected a cron pattern, as in \"0 4 * * *\"".into(),
+                    ))
+                }
+                ("restart_every", v) => {
+                    let every = Dur::parse_toml(v)
+                        .and_then(|d| parse_restart_every(d.0))
+                        .map_err(|m| self.err(at, k, m))?;
+                    schedule.push((RestartSchedule::Every(every), at));
+                }
                 ("instances", v) => {
                     app.instances = Some(Instances::parse_toml(v).map_err(|m| self.err(at, k, m))?);
                 }
@@ -159,6 +203,23 @@ impl Cx<'_> {
             }
         }
         let section = if global.is_some() { "[app]" } else { "[[app]]" };
+        if let [_, (second, at), ..] = &schedule[..] {
+            let key = match second {
+                RestartSchedule::Cron(_) => "restart_cron",
+                RestartSchedule::Every(_) => "restart_every",
+            };
+            return Err(self.err(
+                *at,
+                key,
+                "restart_cron and restart_every both set: give one schedule".into(),
+            ));
+        }
+        app.schedule = schedule.pop().map(|(s, _)| s);
+        app.watch = watch.map(|paths| WatchRules {
+            paths,
+            ignore: ignore.clone(),
+        });
+        app.ignore = ignore;
         if app.command.is_empty() {
             return Err(self.err(
                 at_table,
@@ -182,6 +243,37 @@ impl Cx<'_> {
             None => self.file_dir(),
         });
         Ok(app)
+    }
+
+    /// A list of non-empty strings (or one string) with where each is;
+    /// `non_empty`: an empty list is refused.
+    fn strings(
+        &self,
+        key: &str,
+        value: &Spanned<DeValue<'_>>,
+        non_empty: bool,
+    ) -> Result<Vec<(String, usize)>, ConfigError> {
+        let items: Vec<&Spanned<DeValue<'_>>> = match value.get_ref() {
+            DeValue::Array(items) => items.iter().collect(),
+            _ => vec![value],
+        };
+        let strings = items
+            .into_iter()
+            .map(|i| match i.get_ref() {
+                DeValue::String(s) if !s.is_empty() && !s.contains('\0') => {
+                    Ok((s.to_string(), i.span().start))
+                }
+                _ => Err(self.err(i.span().start, key, "expected non-empty strings".into())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if non_empty && strings.is_empty() {
+            return Err(self.err(
+                value.span().start,
+                key,
+                "expected a command, not an empty list".into(),
+            ));
+        }
+        Ok(strings)
     }
 
     /// An app's `env` table, in file order.
