@@ -17,7 +17,8 @@
 //!   `/.well-known/acme-challenge/TOKEN`), or TLS-ALPN-01 (RFC 8737),
 //!   answered by the TLS listener's certificate choice when a client offers
 //!   only `acme-tls/1`. HTTP-01 when hayate has a plain-HTTP TCP listener,
-//!   else TLS-ALPN-01 (`acme_challenge` chooses).
+//!   else TLS-ALPN-01 (`acme_challenge` chooses). DNS-01, the only one for
+//!   wildcard names, by a TXT record in DNS (see `dns01`).
 //! - Renewal at two thirds of a certificate's life, or earlier when the CA's
 //!   renewal information (ARI, RFC 9773) suggests a window that has begun
 //!   (a CA revoking certificates asks this way). A failure is logged with
@@ -37,10 +38,13 @@ use crate::store::{CertStore, Layer};
 
 mod account;
 mod challenges;
+mod dns01;
 mod order;
 mod renewal;
+mod rfc2136;
 
 pub use challenges::Challenges;
+pub use dns01::{Dns01Outcome, Dns01Settings, DnsProvider};
 
 /// The ALPN protocol of TLS-ALPN-01 validation (RFC 8737 §6.2).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -52,6 +56,8 @@ pub enum ChallengeKind {
     Http01,
     /// A certificate on the TLS listener (port 443 for a public CA).
     TlsAlpn01,
+    /// A TXT record in DNS (the only one for wildcard names).
+    Dns01,
 }
 
 /// What ACME needs to know.
@@ -70,6 +76,8 @@ pub struct AcmeSettings {
     pub names: Vec<String>,
     /// The challenge to answer.
     pub challenge: ChallengeKind,
+    /// How DNS-01 records are set, with `ChallengeKind::Dns01`.
+    pub dns01: Option<Dns01Settings>,
 }
 
 /// The ACME side of the TLS server.

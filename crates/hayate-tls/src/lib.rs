@@ -55,7 +55,9 @@ pub use upstream::upstream_client_config;
 
 use acme_store::AcmeStore;
 
-use acme::{Acme, AcmeSettings, ChallengeKind, Challenges, ACME_TLS_ALPN};
+use acme::{
+    Acme, AcmeSettings, ChallengeKind, Challenges, Dns01Settings, DnsProvider, ACME_TLS_ALPN,
+};
 use client_auth::Handshakes;
 use sources::Sources;
 use store::Layer;
@@ -522,13 +524,15 @@ fn site_names(config: &Config, mode: TlsMode) -> Vec<String> {
     names
 }
 
-/// ACME's settings: the names (wildcards and addresses skipped: they need
-/// DNS-01 or an IP-capable CA), the challenge, where state is kept.
+/// ACME's settings: the names (addresses and localhost skipped: no CA
+/// validates them; wildcards only with DNS-01, which the config check
+/// enforces), the challenge, where state is kept.
 fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, String> {
     let g = &config.global;
+    let dns01 = g.acme_challenge == AcmeChallenge::Dns01;
     let mut names = site_names(config, TlsMode::Acme);
     names.retain(|n| {
-        let usable = !n.starts_with("*.") && n.parse::<IpAddr>().is_err() && n != "localhost";
+        let usable = (dns01 || !n.starts_with("*.")) && n.parse::<IpAddr>().is_err() && n != "localhost";
         if !usable {
             log::warn!("ACME: no certificate for {n:?}: wildcards need DNS-01, and addresses and localhost cannot be validated");
         }
@@ -547,6 +551,7 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
     let challenge = match g.acme_challenge {
         AcmeChallenge::Http01 => ChallengeKind::Http01,
         AcmeChallenge::TlsAlpn01 => ChallengeKind::TlsAlpn01,
+        AcmeChallenge::Dns01 => ChallengeKind::Dns01,
         AcmeChallenge::Auto if plain_tcp => ChallengeKind::Http01,
         AcmeChallenge::Auto => ChallengeKind::TlsAlpn01,
     };
@@ -557,6 +562,43 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         dir: acme::state_subdir(state_dir, &g.acme_directory),
         names,
         challenge,
+        dns01: if dns01 {
+            Some(dns01_settings(g)?)
+        } else {
+            None
+        },
+    })
+}
+
+/// How DNS-01 records are set and seen (the config check made sure there
+/// is a way: a primary server or a hook, and somewhere to look).
+fn dns01_settings(g: &hayate_config::GlobalOptions) -> Result<Dns01Settings, String> {
+    let (provider, primary) = match (&g.acme_dns_server, &g.acme_dns_hook) {
+        (Some(server), _) => (
+            DnsProvider::update(server.0, g.acme_dns_tsig_key.as_ref())?,
+            Some(server.0),
+        ),
+        (None, Some(command)) => (
+            DnsProvider::Hook {
+                command: command.clone(),
+                timeout: g.acme_dns_hook_timeout.0,
+            },
+            None,
+        ),
+        (None, None) => {
+            return Err("acme_challenge = dns-01 needs acme_dns_server or acme_dns_hook".into())
+        }
+    };
+    let resolver = g
+        .acme_dns_resolver
+        .map(|r| r.0)
+        .or(primary)
+        .ok_or("acme_dns_hook needs acme_dns_resolver: where to see the record")?;
+    Ok(Dns01Settings {
+        provider,
+        zone: g.acme_dns_zone.clone(),
+        resolver,
+        propagation_timeout: g.acme_dns_propagation_timeout.0,
     })
 }
 

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 
+use crate::acme::Dns01Outcome;
 use crate::client_auth::CertFailure;
 use crate::store::CertStore;
 
@@ -70,6 +71,8 @@ pub struct TlsMetrics {
     /// if it failed (one atomic, so outcome and time are read together);
     /// 0 before any.
     acme_last: AtomicU64,
+    /// DNS-01 attempts, by [`Dns01Outcome`].
+    acme_dns01: [AtomicU64; 5],
     store: Option<Arc<CertStore>>,
 }
 
@@ -110,6 +113,11 @@ impl TlsMetrics {
             .map_or(0, |d| d.as_secs());
         self.acme_last
             .store(now * 2 + u64::from(!issued), Ordering::Relaxed);
+    }
+
+    /// Counts a DNS-01 attempt by its outcome.
+    pub fn acme_dns01(&self, outcome: Dns01Outcome) {
+        self.acme_dns01[outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a certificate another box ordered, served here.
@@ -164,6 +172,17 @@ impl MetricsSource for TlsMetrics {
         sample(out, name, &[("result", "issued")], issued);
         let failed = self.acme_failed.load(Ordering::Relaxed);
         sample(out, name, &[("result", "failed")], failed);
+        let name = "hayate_acme_dns01_total";
+        family(
+            out,
+            name,
+            "DNS-01 attempts: ok (the TXT record set and seen), unreachable, refused (TSIG key, zone), hook_failed, propagation_timeout",
+            Kind::Counter,
+        );
+        for outcome in Dns01Outcome::ALL {
+            let n = self.acme_dns01[outcome as usize].load(Ordering::Relaxed);
+            sample(out, name, &[("outcome", outcome.as_str())], n);
+        }
         let name = "hayate_acme_shared_certificates_total";
         family(
             out,

@@ -9,7 +9,8 @@ use instant_acme::{
     Account, AuthorizationStatus, ChallengeType, Identifier, NewOrder, OrderStatus, RetryPolicy,
 };
 
-use super::{Acme, ChallengeKind};
+use super::dns01::Presented;
+use super::{Acme, ChallengeKind, Dns01Outcome};
 use crate::acme_store::{AcmeStore, ChallengeAnswer, Lock, StoredCertificate};
 use crate::certificate::Certificate;
 use crate::sources::renewal_due;
@@ -146,6 +147,8 @@ impl Acme {
         let mut answered = Vec::new();
         let mut authorizations = order.authorizations();
         let mut published = Ok(());
+        // DNS-01 records put in DNS, removed once the CA has looked.
+        let mut presented = Vec::new();
         while let Some(authz) = authorizations.next().await {
             let mut authz = authz.map_err(|e| format!("authorization: {e}"))?;
             match authz.status {
@@ -156,6 +159,7 @@ impl Acme {
             let kind = match self.settings.challenge {
                 ChallengeKind::Http01 => ChallengeType::Http01,
                 ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
+                ChallengeKind::Dns01 => ChallengeType::Dns01,
             };
             let mut challenge = authz
                 .challenge(kind.clone())
@@ -170,6 +174,18 @@ impl Acme {
                     name: name.to_ascii_lowercase(),
                     digest: key_authorization.digest().as_ref().to_vec(),
                 },
+                ChallengeKind::Dns01 => {
+                    let value = key_authorization.dns_value();
+                    published = self.present_dns01(name, &value, &mut presented).await;
+                    if published.is_err() {
+                        break;
+                    }
+                    challenge
+                        .set_ready()
+                        .await
+                        .map_err(|e| format!("challenge: {e}"))?;
+                    continue;
+                }
             };
             self.challenges.answer(&answer)?;
             answered.push(answer);
@@ -179,7 +195,8 @@ impl Acme {
             published = self
                 .storage
                 .publish_challenge(answered.last().expect("pushed"), ORDER_TIMEOUT * 2)
-                .await;
+                .await
+                .map_err(|e| format!("sharing the challenge with the other boxes: {e}"));
             if published.is_err() {
                 break;
             }
@@ -194,8 +211,15 @@ impl Acme {
                 .poll_ready(&retries)
                 .await
                 .map_err(|e| format!("validation: {e}")),
-            Err(e) => Err(format!("sharing the challenge with the other boxes: {e}")),
+            Err(e) => Err(e),
         };
+        if let Some(dns) = &self.settings.dns01 {
+            for record in &presented {
+                if let Err(e) = dns.cleanup(record).await {
+                    log::warn!("ACME: DNS-01: removing the TXT record {}: {e}", record.fqdn);
+                }
+            }
+        }
         for answer in &answered {
             self.challenges.forget(answer);
             if let Err(e) = self.storage.withdraw_challenge(answer).await {
@@ -227,6 +251,39 @@ impl Acme {
                 .map_err(|e| format!("sharing the certificate: {e}"))?;
         }
         Ok(cert)
+    }
+}
+
+impl Acme {
+    /// Puts `name`'s DNS-01 record `value` in DNS (noted in `presented`
+    /// for its removal) and waits until it is seen; the outcome counted.
+    async fn present_dns01(
+        &self,
+        name: &str,
+        value: &str,
+        presented: &mut Vec<Presented>,
+    ) -> Result<(), String> {
+        let dns = self
+            .settings
+            .dns01
+            .as_ref()
+            .ok_or("acme_challenge = dns-01 without a way to set records")?;
+        let result = async {
+            let record = dns.present(name, value).await?;
+            presented.push(record);
+            let record = presented.last().expect("pushed");
+            log::info!(
+                "ACME: DNS-01: set the TXT record {}; waiting to see it",
+                record.fqdn
+            );
+            dns.wait_until_seen(record).await
+        }
+        .await;
+        let outcome = result
+            .as_ref()
+            .map_or_else(|e| e.outcome, |()| Dns01Outcome::Ok);
+        self.metrics.acme_dns01(outcome);
+        result.map_err(|e| format!("DNS-01: {e}"))
     }
 }
 
