@@ -12,6 +12,7 @@ use std::path::Path;
 
 use hayate_testkit::bind::{self, Bind};
 use hayate_testkit::pebble::{free_port, Pebble};
+use hayate_testkit::redis::Redis;
 use hayate_testkit::tls::{served_certificate, TlsClient};
 use hayate_testkit::{eventually, site, Hayate};
 
@@ -22,6 +23,16 @@ const RECORD: &str = "_acme-challenge.example.test";
 /// certificates from `pebble` over DNS-01, configured by `dns` (TOML lines),
 /// and `other.test` from its local CA.
 fn hayate(dir: &Path, tls_port: u16, pebble: &Pebble, dns: &str) -> Hayate {
+    hayate_with(dir, tls_port, pebble, dns, &[])
+}
+
+fn hayate_with(
+    dir: &Path,
+    tls_port: u16,
+    pebble: &Pebble,
+    dns: &str,
+    envs: &[(&str, &str)],
+) -> Hayate {
     let config = format!(
         r#"listen = "https://127.0.0.1:{tls_port}"
 admin = "unix:{admin}"
@@ -29,7 +40,6 @@ state_dir = "{state}"
 acme_directory = "{directory}"
 acme_ca_root = "{api_ca}"
 acme_challenge = "dns-01"
-acme_dns_propagation_timeout = "5s"
 {dns}
 
 [[site]]
@@ -51,7 +61,7 @@ root = "{root}"
     std::fs::create_dir_all(dir.join("root")).expect("root");
     std::fs::write(dir.join("root/hello.txt"), "hello world\n").expect("write");
     std::fs::write(dir.join("hayate.toml"), config).expect("write");
-    Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(dir))
+    Hayate::start_in(BIN, &["--config", "hayate.toml"], envs, Some(dir))
 }
 
 fn metrics(dir: &Path) -> String {
@@ -120,12 +130,11 @@ fn a_wildcard_certificate_over_rfc2136() {
     );
 }
 
-#[test]
-fn a_wildcard_certificate_through_a_hook() {
-    let bind = Bind::start();
-    let pebble = Pebble::start_with_dns(bind.addr, 90 * 24 * 3600);
-    let dir = tempfile::tempdir().expect("dir");
-    let hook = dir.path().join("hook.sh");
+/// A hook script calling `nsupdate` with BIND's key (lego's exec
+/// contract: present|cleanup FQDN VALUE), noting each call in `hook.log`
+/// beside it.
+fn hook_script(dir: &Path, bind: &Bind) -> std::path::PathBuf {
+    let hook = dir.join("hook.sh");
     // lego's exec contract: present|cleanup FQDN VALUE.
     let script = format!(
         r#"#!/bin/sh
@@ -140,14 +149,23 @@ echo "$1 $2" >> {log}
 "#,
         port = bind.addr.port(),
         key = bind.key_file.display(),
-        log = dir.path().join("hook.log").display(),
+        log = dir.join("hook.log").display(),
     );
     std::fs::write(&hook, script).expect("write");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    hook
+}
+
+#[test]
+fn a_wildcard_certificate_through_a_hook() {
+    let bind = Bind::start();
+    let pebble = Pebble::start_with_dns(bind.addr, 90 * 24 * 3600);
+    let dir = tempfile::tempdir().expect("dir");
+    let hook = hook_script(dir.path(), &bind);
     let tls_port = free_port();
     let dns = format!(
-        "acme_dns_hook = [\"{}\"]\nacme_dns_resolver = \"{}\"",
+        "acme_dns_hook = [\"{}\"]\nacme_dns_resolver = \"{}\"\nacme_dns_propagation_timeout = \"5s\"",
         hook.display(),
         bind.addr
     );
@@ -231,5 +249,57 @@ fn a_dns_server_that_is_down_fails_clearly() {
         &dns,
         "unreachable",
         &format!("DNS server {down}: Connection refused"),
+    );
+}
+
+#[test]
+fn a_record_never_seen_times_out_clearly() {
+    // A hook that says done and sets nothing: the record never appears.
+    let dns = "acme_dns_hook = [\"true\"]\nacme_dns_resolver = \"BIND\"\nacme_dns_propagation_timeout = \"1s\"";
+    fails_clearly(dns, "propagation_timeout", "was not seen at 127.0.0.1");
+}
+
+#[test]
+fn boxes_sharing_acme_solve_dns01_once() {
+    let bind = Bind::start();
+    let pebble = Pebble::start_with_dns(bind.addr, 90 * 24 * 3600);
+    let redis = Redis::start();
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let hooks = tempfile::tempdir().expect("dir");
+    let hook = hook_script(hooks.path(), &bind);
+    let dns = format!(
+        "acme_dns_hook = [\"{}\"]\nacme_dns_resolver = \"{}\"\nshared = \"{}\"",
+        hook.display(),
+        bind.addr,
+        redis.url()
+    );
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let (port_a, port_b) = (free_port(), free_port());
+    let envs = [("HAYATE_SHARED_KEY", key)];
+    let a = hayate_with(dir_a.path(), port_a, &pebble, &dns, &envs);
+    let b = hayate_with(dir_b.path(), port_b, &pebble, &dns, &envs);
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    let served = |h: &Hayate, port: u16| {
+        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
+        eventually("the wildcard certificate", || {
+            client
+                .try_connect(addr, "a.example.test")
+                .map(|c| served_certificate(&c))
+                .map_err(|e| format!("{e}; its log:\n{}", h.stderr()))
+        })
+    };
+    assert_eq!(
+        served(&a, port_a),
+        served(&b, port_b),
+        "one certificate for both"
+    );
+    let calls = std::fs::read_to_string(hooks.path().join("hook.log")).expect("hook log");
+    assert_eq!(
+        calls,
+        format!("present {RECORD}.\ncleanup {RECORD}.\n"),
+        "one box set the record"
     );
 }
