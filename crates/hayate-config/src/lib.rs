@@ -546,6 +546,40 @@ fn check_dns01(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
     }
 }
 
+/// On-demand TLS's options together: never without its ask URL (a scan of
+/// random names would otherwise order a certificate for each), a plain
+/// http:// one, and a wait that ends before the handshake's.
+fn check_on_demand(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    if !g.tls_on_demand {
+        return Ok(());
+    }
+    let Some(ask) = &g.tls_on_demand_ask else {
+        return Err((
+            "tls_on_demand",
+            "tls_on_demand needs tls_on_demand_ask: the URL that says which names may get a certificate (without it, anyone could make hayate order certificates for any name)".into(),
+        ));
+    };
+    if !ask.starts_with("http://") || ask.len() == "http://".len() {
+        return Err((
+            "tls_on_demand_ask",
+            format!("expected a plain http://HOST:PORT/PATH URL, got {ask:?}"),
+        ));
+    }
+    if g.tls_on_demand_timeout.0 >= g.tls_handshake_timeout.0 {
+        return Err((
+            "tls_on_demand_timeout",
+            "tls_on_demand_timeout must be less than tls_handshake_timeout, which bounds the whole handshake".into(),
+        ));
+    }
+    if g.tls_on_demand_rate == 0 {
+        return Err((
+            "tls_on_demand_rate",
+            "0 would order nothing: at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The HTTPS options together: a key for every certificate, and
 /// certificates for every https listener. `Err((key, why))`.
 fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, String)> {
@@ -588,11 +622,12 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
         }
     }
     check_dns01(g)?;
+    check_on_demand(g)?;
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
     let site_tls = sites
         .iter()
         .any(|s| s.tls.mode.is_some() || !s.tls.certs.is_empty());
-    if https && certs == 0 && g.tls.is_none() && !site_tls {
+    if https && certs == 0 && g.tls.is_none() && !site_tls && !g.tls_on_demand {
         return Err((
             "listen",
             "an https:// listener needs certificates: tls_cert and tls_key, or tls = \"internal\""

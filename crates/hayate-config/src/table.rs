@@ -206,6 +206,16 @@ options! {
         "dns-01: the server asked whether the TXT record is there before the CA is told to look (default: acme_dns_server; needed with acme_dns_hook)";
     acme_dns_propagation_timeout: Dur = "2m", "DURATION",
         "dns-01: how long to wait for the TXT record to be seen (asked every second or so) before the order fails and is retried later";
+    tls_on_demand: bool = "false", "BOOL",
+        "On-demand TLS: a handshake for a name no certificate has asks tls_on_demand_ask whether to serve it and, if allowed, obtains its certificate from acme_directory (over acme_challenge) while the handshake waits, then serves and renews it like any other; refused names get a TLS alert. Needs tls_on_demand_ask";
+    tls_on_demand_ask: String = unset, "URL",
+        "On-demand TLS: asked GET URL?domain=NAME (plain http://HOST:PORT/PATH, the app beside hayate) before a certificate is obtained for NAME; a 2xx answer allows it, anything else refuses";
+    tls_on_demand_timeout: Dur = "8s", "DURATION",
+        "On-demand TLS: how long a handshake waits for the ask and the certificate (less than tls_handshake_timeout); past it the handshake gets an alert, and the order goes on for the next one";
+    tls_on_demand_rate: u32 = "10", "N",
+        "On-demand TLS: certificates ordered per minute at most, for all names together (a burst of as many); a handshake past it gets an alert (Let's Encrypt allows 300 new orders per 3 hours)";
+    tls_on_demand_refusal_ttl: Dur = "10m", "DURATION",
+        "On-demand TLS: how long a name that was refused, or whose order failed, is refused again without asking (at most 10,000 names kept)";
     tls_cert: Vec<PathBuf> = unset, "FILE",
         "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
     tls_key: Vec<PathBuf> = unset, "FILE",

@@ -284,3 +284,25 @@ fn a_wildcard_with_acme_needs_dns01_named_at_its_line() {
         .to_string();
     assert!(e.contains("c.toml:7") && e.contains("hmac-md5"), "{e}");
 }
+
+#[test]
+fn on_demand_tls_needs_its_ask_url() {
+    let base = "listen = [\"https://127.0.0.1:8443\"]\nroot = \"/srv/a\"\ntls_on_demand = true\n";
+    let e = load_file("c.toml".as_ref(), base, &Overrides::default())
+        .expect_err("no ask")
+        .to_string();
+    assert!(e.contains("c.toml:3") && e.contains("tls_on_demand_ask"), "{e}");
+    let https = format!("{base}tls_on_demand_ask = \"https://app/allowed\"\n");
+    let e = load_file("c.toml".as_ref(), &https, &Overrides::default())
+        .expect_err("not plain http")
+        .to_string();
+    assert!(e.contains("c.toml:4") && e.contains("http://"), "{e}");
+    let ok = format!("{base}tls_on_demand_ask = \"http://127.0.0.1:3000/allowed\"\n");
+    let cfg = load_file("c.toml".as_ref(), &ok, &Overrides::default()).expect("valid");
+    assert_eq!(cfg.global.tls_on_demand_rate, 10);
+    let slow = format!("{ok}tls_on_demand_timeout = \"30s\"\n");
+    let e = load_file("c.toml".as_ref(), &slow, &Overrides::default())
+        .expect_err("past the handshake timeout")
+        .to_string();
+    assert!(e.contains("tls_handshake_timeout"), "{e}");
+}

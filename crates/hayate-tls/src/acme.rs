@@ -31,9 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use tokio::sync::mpsc;
+
 use crate::acme_store::{AcmeStore, DirectoryStore};
 use crate::certificate::Certificate;
 use crate::metrics::TlsMetrics;
+use crate::on_demand::OnDemandOrder;
 use crate::store::{CertStore, Layer};
 
 mod account;
@@ -78,6 +81,9 @@ pub struct AcmeSettings {
     pub challenge: ChallengeKind,
     /// How DNS-01 records are set, with `ChallengeKind::Dns01`.
     pub dns01: Option<Dns01Settings>,
+    /// Whether names are also ordered on demand (their stored
+    /// certificates served at start too).
+    pub on_demand: bool,
 }
 
 /// The ACME side of the TLS server.
@@ -94,6 +100,8 @@ pub(crate) struct Acme {
     storage: Arc<dyn AcmeStore>,
     /// The certificates obtained so far, by name.
     current: Mutex<HashMap<String, Certificate>>,
+    /// Names to order on demand (taken by the ACME thread when it starts).
+    on_demand: Mutex<Option<mpsc::UnboundedReceiver<OnDemandOrder>>>,
 }
 
 impl Acme {
@@ -116,7 +124,15 @@ impl Acme {
             local,
             storage,
             current: Mutex::new(HashMap::new()),
+            on_demand: Mutex::new(None),
         }
+    }
+
+    /// Where handshakes send the names to order on demand.
+    pub(crate) fn on_demand_orders(&self) -> mpsc::UnboundedSender<OnDemandOrder> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.on_demand.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
+        tx
     }
 
     /// Serves the certificates of the state directory that are still valid
@@ -125,7 +141,11 @@ impl Acme {
     pub(crate) fn load_stored(&self) {
         let now = SystemTime::now();
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        for name in &self.settings.names {
+        let mut names = self.settings.names.clone();
+        if self.settings.on_demand {
+            names.extend(self.local.stored_names());
+        }
+        for name in &names {
             let (cert, key) = self.local.cert_paths(name);
             if !cert.exists() {
                 continue;
@@ -159,6 +179,11 @@ impl Acme {
         if let Err(e) = spawned {
             log::error!("ACME: cannot start: {e}");
         }
+    }
+
+    fn current_names(&self) -> Vec<String> {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.keys().cloned().collect()
     }
 
     fn held(&self, name: &str) -> Option<Certificate> {

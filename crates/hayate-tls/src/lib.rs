@@ -25,6 +25,7 @@ mod certificate;
 pub mod client_auth;
 pub mod local_ca;
 mod metrics;
+mod on_demand;
 mod provider;
 mod sources;
 mod store;
@@ -49,6 +50,7 @@ use tokio::net::TcpStream;
 pub use certificate::Certificate;
 pub use client_auth::CertFailure;
 pub use metrics::{Failure, TlsMetrics};
+pub use on_demand::{OnDemandOutcome, OnDemandSettings};
 pub use provider::provider;
 pub use store::CertStore;
 pub use upstream::upstream_client_config;
@@ -90,6 +92,11 @@ pub struct TlsServer {
     handshake_timeout: Duration,
     ca_path: Option<PathBuf>,
     challenges: Option<Arc<Challenges>>,
+    /// On-demand TLS, when `tls_on_demand` is on.
+    on_demand: Option<Arc<on_demand::OnDemand>>,
+    /// The configuration of a handshake refused a certificate on demand:
+    /// it has none, so rustls ends the handshake with an alert.
+    refusing: Arc<ServerConfig>,
     /// Counts the certificate sources loaded: a reload's new ones end the
     /// old ones' watch.
     sources_generation: Arc<AtomicU64>,
@@ -116,7 +123,8 @@ impl TlsServer {
         let store = Arc::new(CertStore::default());
         store.replace(Layer::Configured, sources.certificates());
         let metrics = Arc::new(TlsMetrics::new(store.clone()));
-        let acme = if uses(config, TlsMode::Acme) {
+        let mut on_demand = None;
+        let acme = if uses(config, TlsMode::Acme) || g.tls_on_demand {
             let challenges = Arc::new(Challenges::default());
             let settings = acme_settings(config, &state_dir)?;
             let acme = Acme::new(
@@ -127,6 +135,17 @@ impl TlsServer {
                 shared_acme,
             );
             acme.load_stored();
+            if g.tls_on_demand {
+                let ask = g.tls_on_demand_ask.as_deref().unwrap_or_default();
+                let settings = OnDemandSettings::new(
+                    ask,
+                    g.tls_on_demand_timeout.0,
+                    g.tls_on_demand_rate,
+                    g.tls_on_demand_refusal_ttl.0,
+                )?;
+                let orders = acme.on_demand_orders();
+                on_demand = Some(Arc::new(on_demand::OnDemand::new(settings, orders)));
+            }
             Some((acme, challenges))
         } else {
             None
@@ -155,6 +174,8 @@ impl TlsServer {
             ca_path: sources.ca_path(),
             store: store.clone(),
             challenges,
+            on_demand,
+            refusing: Arc::new(refusing_config()?),
             sources_generation: Arc::new(AtomicU64::new(0)),
         };
         sources.watch(store, server.sources_generation.clone(), 0);
@@ -271,17 +292,29 @@ impl TlsServer {
         let handshakes = self.handshakes.load();
         // Both boxed: until here, a connection's task holds only this
         // function's small state (rustls's is kilobytes).
-        let (accepted, chosen) = match handshakes.single() {
-            Some(h) => {
+        let (accepted, chosen) = match (handshakes.single(), &self.on_demand) {
+            (Some(h), None) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(h.config.clone());
                 (Box::pin(acceptor.accept(tcp)).await, h)
             }
-            None => {
-                // Sites differ in client certificates: the ClientHello's
-                // SNI picks the configuration.
+            _ => {
+                // Sites differ in client certificates, or names may get
+                // certificates on demand: the ClientHello's SNI picks the
+                // configuration, or is ordered first.
                 let hello =
                     tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
                 let start = Box::pin(hello).await.map_err(|e| handshake_error(&e))?;
+                if let Some(on_demand) = &self.on_demand {
+                    if let Some(name) = self.wants_on_demand(&start.client_hello()) {
+                        let (outcome, why) = Box::pin(on_demand.obtain(&name)).await;
+                        self.metrics.on_demand(outcome);
+                        if outcome != OnDemandOutcome::Issued {
+                            log::info!("TLS: no certificate on demand for {name}: {why}");
+                            let _ = Box::pin(start.into_stream(self.refusing.clone())).await;
+                            return Err(Failure::OnDemand);
+                        }
+                    }
+                }
                 let h = handshakes.for_hello(&start.client_hello());
                 (Box::pin(start.into_stream(h.config.clone())).await, h)
             }
@@ -314,6 +347,37 @@ impl TlsServer {
         };
         Ok((Transport::Tls(Box::new(TlsStream::Server(s))), cert))
     }
+}
+
+impl TlsServer {
+    /// The name of `hello` to order on demand: one no certificate has, in
+    /// a handshake that is not an ACME server's TLS-ALPN-01 check.
+    fn wants_on_demand(&self, hello: &ClientHello<'_>) -> Option<String> {
+        let mut alpn = hello.alpn().into_iter().flatten();
+        if alpn.any(|p| p == ACME_TLS_ALPN) {
+            return None;
+        }
+        let name = hello.server_name()?;
+        (!self.store.has(name)).then(|| name.to_ascii_lowercase())
+    }
+}
+
+/// A configuration without certificates: rustls answers its handshakes
+/// with an alert (a name refused on demand).
+fn refusing_config() -> Result<ServerConfig, String> {
+    #[derive(Debug)]
+    struct NoCertificate;
+    impl ResolvesServerCert for NoCertificate {
+        fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+    let provider = Arc::new(provider::provider());
+    Ok(ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(VERSIONS)
+        .map_err(|e| format!("TLS configuration: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(NoCertificate)))
 }
 
 /// The failure a handshake's I/O error stands for.
@@ -482,14 +546,15 @@ fn configured_sources(config: &Config, state_dir: &Path) -> Result<Sources, Stri
     Sources::load(&pairs, internal)
 }
 
-/// Whether some certificates come from ACME (with an https listener).
+/// Whether some certificates come from ACME (with an https listener),
+/// on demand included.
 pub fn uses_acme(config: &Config) -> bool {
     let https = config
         .global
         .listen
         .iter()
         .any(|l| l.scheme == Scheme::Https);
-    https && uses(config, TlsMode::Acme)
+    https && (uses(config, TlsMode::Acme) || config.global.tls_on_demand)
 }
 
 fn uses(config: &Config, mode: TlsMode) -> bool {
@@ -538,7 +603,7 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         }
         usable
     });
-    if names.is_empty() {
+    if names.is_empty() && !g.tls_on_demand {
         return Err(
             "tls = acme needs the names to get certificates for: hosts in [[site]], or tls_names"
                 .into(),
@@ -567,6 +632,7 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         } else {
             None
         },
+        on_demand: g.tls_on_demand,
     })
 }
 

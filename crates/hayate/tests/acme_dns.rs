@@ -14,7 +14,7 @@ use hayate_testkit::bind::{self, Bind};
 use hayate_testkit::pebble::{free_port, Pebble};
 use hayate_testkit::redis::Redis;
 use hayate_testkit::tls::{served_certificate, TlsClient};
-use hayate_testkit::{eventually, site, Hayate};
+use hayate_testkit::{eventually, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 const RECORD: &str = "_acme-challenge.example.test";

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::order::Obtained;
 use super::Acme;
 use crate::certificate::Certificate;
+use crate::on_demand::OnDemandOrder;
 use crate::sources::{renewal_due, renewal_time};
 
 /// First wait after a failed order; doubled after each failure.
@@ -44,10 +45,23 @@ impl Acme {
         let mut looks: HashMap<String, (SystemTime, Duration)> = HashMap::new();
         let mut advice: HashMap<String, Advice> = HashMap::new();
         let mut ari = true;
+        // The configured names, those stored from on-demand orders, and
+        // those ordered on demand from now on.
+        let mut names = self.settings.names.clone();
+        names.extend(
+            self.current_names()
+                .into_iter()
+                .filter(|n| !self.settings.names.contains(n)),
+        );
+        let mut on_demand = self
+            .on_demand
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         loop {
             let now = SystemTime::now();
             let mut wake = now + MAX_WAIT;
-            for name in &self.settings.names {
+            for name in &names {
                 let held = self.held(name);
                 let mut due = held.as_ref().is_none_or(|c| renewal_due(c, now));
                 if let (Some(c), false, true) = (&held, due, ari) {
@@ -146,8 +160,7 @@ impl Acme {
                 Some(notice) = stored_by_another(&mut stored_elsewhere) => {
                     // A name, or every name after a (re)subscription: what
                     // was stored meanwhile was not announced to this box.
-                    let names = self.settings.names.iter();
-                    for name in names.filter(|n| notice.is_empty() || **n == notice) {
+                    for name in names.iter().filter(|n| notice.is_empty() || **n == notice) {
                         if self.take_stored(name).await {
                             retry.remove(name);
                             looks.remove(name);
@@ -162,6 +175,50 @@ impl Acme {
                         }
                     }
                 }
+                Some(order) = on_demand_order(&mut on_demand) => {
+                    let result = self.order_on_demand(&mut account, &order.name).await;
+                    if result.is_ok() && !names.contains(&order.name) {
+                        names.push(order.name.clone());
+                    }
+                    let _ = order.reply.send(result);
+                }
+            }
+        }
+    }
+
+    /// A certificate for a name asked for on demand: the one held when it
+    /// is not due (another handshake's order got it), else ordered now.
+    async fn order_on_demand(
+        &self,
+        account: &mut Option<Account>,
+        name: &str,
+    ) -> Result<(), String> {
+        let held = self.held(name);
+        if held
+            .as_ref()
+            .is_some_and(|c| !renewal_due(c, SystemTime::now()))
+        {
+            return Ok(());
+        }
+        match self.obtain(account, name, held.as_ref(), FIRST_RETRY).await {
+            Ok(Obtained::Ordered(c)) => {
+                log::info!(
+                    "ACME: obtained a certificate for {name} on demand (valid until {})",
+                    httpdate::fmt_http_date(c.not_after)
+                );
+                self.metrics.acme_outcome(true);
+                self.hold(name, c);
+                Ok(())
+            }
+            Ok(Obtained::FromStore(c)) => {
+                self.hold(name, c);
+                Ok(())
+            }
+            Ok(Obtained::Waiting) => Err("another box is ordering it".into()),
+            Err(e) => {
+                log::error!("ACME: no certificate for {name} on demand: {e}");
+                self.metrics.acme_outcome(false);
+                Err(e)
             }
         }
     }
@@ -185,6 +242,17 @@ impl Acme {
             Err(instant_acme::Error::Unsupported(_)) => Err(None),
             Err(e) => Err(Some(e.to_string())),
         }
+    }
+}
+
+/// The next name to order on demand; never resolves without on-demand
+/// TLS.
+async fn on_demand_order(
+    rx: &mut Option<mpsc::UnboundedReceiver<OnDemandOrder>>,
+) -> Option<OnDemandOrder> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
