@@ -291,7 +291,10 @@ fn on_demand_tls_needs_its_ask_url() {
     let e = load_file("c.toml".as_ref(), base, &Overrides::default())
         .expect_err("no ask")
         .to_string();
-    assert!(e.contains("c.toml:3") && e.contains("tls_on_demand_ask"), "{e}");
+    assert!(
+        e.contains("c.toml:3") && e.contains("tls_on_demand_ask"),
+        "{e}"
+    );
     let https = format!("{base}tls_on_demand_ask = \"https://app/allowed\"\n");
     let e = load_file("c.toml".as_ref(), &https, &Overrides::default())
         .expect_err("not plain http")

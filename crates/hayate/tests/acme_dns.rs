@@ -188,21 +188,24 @@ fn fails_clearly(dns: &str, outcome: &str, why: &str) {
     let tls_port = free_port();
     let dns = dns.replace("BIND", &bind.addr.to_string());
     let h = hayate(dir.path(), tls_port, &pebble, &dns);
+    // The DNS-01 step is counted first, then the order's failure.
     eventually("the DNS-01 failure counted", || {
         let m = metrics(dir.path());
         let line = format!("hayate_acme_dns01_total{{outcome=\"{outcome}\"}} 1");
-        if m.contains(&line) {
+        if m.contains(&line) && m.contains("hayate_acme_orders_total{result=\"failed\"} 1") {
             Ok(())
         } else {
             Err(format!("{m}\n{}", h.stderr()))
         }
     });
-    let log = h.stderr();
+    let log = eventually("the failure logged, with its retry", || {
+        let log = h.stderr();
+        match log.contains("next attempt in 10s") {
+            true => Ok(log),
+            false => Err(log),
+        }
+    });
     assert!(log.contains(why), "{log}");
-    assert!(
-        log.contains("next attempt in 10s"),
-        "retried with backoff: {log}"
-    );
     let m = metrics(dir.path());
     assert!(
         m.contains("hayate_acme_orders_total{result=\"failed\"} 1"),
