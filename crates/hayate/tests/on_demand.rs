@@ -99,25 +99,56 @@ fn hayate(
     )
 }
 
+/// What both tests use: a site, a state directory, pebble validating
+/// TLS-ALPN-01 on hayate's https port, the ask server, a client trusting
+/// pebble's certificates.
+struct Setup {
+    root: tempfile::TempDir,
+    state: tempfile::TempDir,
+    tls_port: u16,
+    pebble: Pebble,
+    ask: AskServer,
+    client: TlsClient,
+    addr: std::net::SocketAddr,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let tls_port = free_port();
+        let pebble = Pebble::start(free_port(), tls_port, 90 * 24 * 3600);
+        let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+        Setup {
+            root: site(),
+            state: tempfile::tempdir().expect("state"),
+            tls_port,
+            pebble,
+            ask: AskServer::start(),
+            client,
+            addr: format!("127.0.0.1:{tls_port}").parse().expect("addr"),
+        }
+    }
+}
+
+fn wait_listening(addr: std::net::SocketAddr) {
+    hayate_testkit::eventually("hayate listening", || {
+        std::net::TcpStream::connect(addr)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+}
+
 fn metrics(state: &Path) -> String {
     hayate_testkit::unix_get(&state.join("admin.sock"), "/metrics")
 }
 
 #[test]
 fn an_allowed_name_gets_a_certificate_at_its_first_handshake() {
-    let root = site();
-    let state = tempfile::tempdir().expect("state");
-    let tls_port = free_port();
-    let pebble = Pebble::start(free_port(), tls_port, 90 * 24 * 3600);
-    let ask = AskServer::start();
-    let h = hayate(root.path(), state.path(), tls_port, &pebble, &ask.url, "10");
-    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
-    let addr = format!("127.0.0.1:{tls_port}").parse().expect("addr");
-    hayate_testkit::eventually("hayate listening", || {
-        std::net::TcpStream::connect(addr)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
+    let t = Setup::new();
+    let (root, state, tls_port, pebble, ask, client, addr) = (
+        &t.root, &t.state, t.tls_port, &t.pebble, &t.ask, &t.client, t.addr,
+    );
+    let h = hayate(root.path(), state.path(), tls_port, pebble, &ask.url, "10");
+    wait_listening(addr);
 
     let started = Instant::now();
     let mut c = client
@@ -161,12 +192,8 @@ fn an_allowed_name_gets_a_certificate_at_its_first_handshake() {
     );
     // Stored: a restart serves it without asking or ordering.
     drop(h);
-    let h = hayate(root.path(), state.path(), tls_port, &pebble, &ask.url, "10");
-    hayate_testkit::eventually("hayate listening again", || {
-        std::net::TcpStream::connect(addr)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
+    let h = hayate(root.path(), state.path(), tls_port, pebble, &ask.url, "10");
+    wait_listening(addr);
     let c = client
         .try_connect(addr, "allowed.test")
         .unwrap_or_else(|e| panic!("{e}; hayate's log:\n{}", h.stderr()));
@@ -176,19 +203,17 @@ fn an_allowed_name_gets_a_certificate_at_its_first_handshake() {
 
 #[test]
 fn new_names_are_held_to_the_rate() {
-    let root = site();
-    let state = tempfile::tempdir().expect("state");
-    let tls_port = free_port();
-    let pebble = Pebble::start(free_port(), tls_port, 90 * 24 * 3600);
-    let ask = AskServer::start();
-    let h = hayate(root.path(), state.path(), tls_port, &pebble, &ask.url, "2");
-    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
-    let addr = format!("127.0.0.1:{tls_port}").parse().expect("addr");
-    hayate_testkit::eventually("hayate listening", || {
-        std::net::TcpStream::connect(addr)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
+    let t = Setup::new();
+    let (state, ask, client, addr) = (&t.state, &t.ask, &t.client, t.addr);
+    let h = hayate(
+        t.root.path(),
+        state.path(),
+        t.tls_port,
+        &t.pebble,
+        &ask.url,
+        "2",
+    );
+    wait_listening(addr);
     let mut served = 0;
     for i in 0..30 {
         let name = format!("r{i}-{}.ok.test", std::process::id());

@@ -166,37 +166,34 @@ impl Acme {
                 .ok_or_else(|| format!("the ACME server offers no {kind:?} challenge"))?;
             let key_authorization = challenge.key_authorization();
             let answer = match self.settings.challenge {
-                ChallengeKind::Http01 => ChallengeAnswer::Http01 {
+                ChallengeKind::Http01 => Some(ChallengeAnswer::Http01 {
                     token: challenge.token.clone(),
                     key_authorization: key_authorization.as_str().to_string(),
-                },
-                ChallengeKind::TlsAlpn01 => ChallengeAnswer::TlsAlpn01 {
+                }),
+                ChallengeKind::TlsAlpn01 => Some(ChallengeAnswer::TlsAlpn01 {
                     name: name.to_ascii_lowercase(),
                     digest: key_authorization.digest().as_ref().to_vec(),
-                },
-                ChallengeKind::Dns01 => {
-                    let value = key_authorization.dns_value();
-                    published = self.present_dns01(name, &value, &mut presented).await;
-                    if published.is_err() {
-                        break;
-                    }
-                    challenge
-                        .set_ready()
+                }),
+                // Set in DNS by this box: nothing for the others to answer.
+                ChallengeKind::Dns01 => None,
+            };
+            published = match answer {
+                Some(answer) => {
+                    self.challenges.answer(&answer)?;
+                    answered.push(answer);
+                    // Every box answers before the CA is told to look: a
+                    // failed validation counts against the CA's limits
+                    // (Let's Encrypt: 5 per name per hour).
+                    self.storage
+                        .publish_challenge(answered.last().expect("pushed"), ORDER_TIMEOUT * 2)
                         .await
-                        .map_err(|e| format!("challenge: {e}"))?;
-                    continue;
+                        .map_err(|e| format!("sharing the challenge with the other boxes: {e}"))
+                }
+                None => {
+                    let value = key_authorization.dns_value();
+                    self.present_dns01(name, &value, &mut presented).await
                 }
             };
-            self.challenges.answer(&answer)?;
-            answered.push(answer);
-            // Every box answers before the CA is told to look: a failed
-            // validation counts against the CA's limits (Let's Encrypt:
-            // 5 per name per hour).
-            published = self
-                .storage
-                .publish_challenge(answered.last().expect("pushed"), ORDER_TIMEOUT * 2)
-                .await
-                .map_err(|e| format!("sharing the challenge with the other boxes: {e}"));
             if published.is_err() {
                 break;
             }
