@@ -241,4 +241,44 @@ fn new_names_are_held_to_the_rate() {
         m.contains("hayate_acme_orders_total{result=\"issued\"} 2"),
         "{m}"
     );
+
+    // A scan: 1,000 more new names, each asked about and refused an order;
+    // memory stays bounded (the refusal memory holds names the app
+    // refused only, the bucket is one number).
+    let before = rss_kib(h.pid());
+    let started = Instant::now();
+    for i in 0..1000 {
+        let name = format!("scan{i}.ok.test");
+        let e = client.try_connect(addr, &name).err().expect("rate limited");
+        assert!(e.contains("alert"), "{e}");
+    }
+    let (after, took) = (rss_kib(h.pid()), started.elapsed());
+    eprintln!(
+        "1,000 handshakes for new names: {} ms, RSS {before} -> {after} KiB",
+        took.as_millis()
+    );
+    assert!(after < before + 8 * 1024, "RSS {before} -> {after} KiB");
+    let m = metrics(state.path());
+    assert!(
+        m.contains("hayate_tls_on_demand_total{outcome=\"rate_limited\"} 1028"),
+        "{m}"
+    );
+    assert!(
+        m.contains("hayate_acme_orders_total{result=\"issued\"} 2"),
+        "{m}"
+    );
+}
+
+/// The resident set of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .expect("VmRSS");
+    line.trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .expect("KiB")
 }
