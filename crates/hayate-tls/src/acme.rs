@@ -152,7 +152,7 @@ impl Acme {
             }
             match Certificate::from_files(&cert, &key) {
                 Ok(c) if c.not_after > now => {
-                    current.insert(name.clone(), c);
+                    current.insert(name.clone(), self.described(name, c));
                 }
                 Ok(_) => log::info!("ACME: the stored certificate for {name} has expired"),
                 Err(e) => log::warn!("ACME: the stored certificate for {name} is unusable: {e}"),
@@ -181,6 +181,23 @@ impl Acme {
         }
     }
 
+    /// `cert` with its source saying how it is obtained, for the status
+    /// page and /metrics: `acme dns-01 (PATH)`, `acme tls-alpn-01 on
+    /// demand (PATH)` (the challenge it is renewed with).
+    fn described(&self, name: &str, mut cert: Certificate) -> Certificate {
+        let how = match self.settings.challenge {
+            ChallengeKind::Http01 => "http-01",
+            ChallengeKind::TlsAlpn01 => "tls-alpn-01",
+            ChallengeKind::Dns01 => "dns-01",
+        };
+        let demand = match self.settings.names.iter().any(|n| n == name) {
+            true => "",
+            false => " on demand",
+        };
+        cert.source = format!("acme {how}{demand} ({})", cert.source);
+        cert
+    }
+
     fn current_names(&self) -> Vec<String> {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         current.keys().cloned().collect()
@@ -192,6 +209,7 @@ impl Acme {
     }
 
     fn hold(&self, name: &str, cert: Certificate) {
+        let cert = self.described(name, cert);
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         current.insert(name.to_string(), cert);
         let certs: Vec<Certificate> = current.values().cloned().collect();

@@ -125,6 +125,10 @@ fn a_wildcard_certificate_over_rfc2136() {
         "{m}"
     );
     assert!(
+        m.contains("source=\"acme dns-01 ("),
+        "how it was obtained: {m}"
+    );
+    assert!(
         !h.stderr().contains(bind::KEY_SECRET),
         "the secret is never logged"
     );

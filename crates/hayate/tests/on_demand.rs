@@ -187,6 +187,10 @@ fn an_allowed_name_gets_a_certificate_at_its_first_handshake() {
         "{m}"
     );
     assert!(
+        m.contains("source=\"acme tls-alpn-01 on demand ("),
+        "how it was obtained: {m}"
+    );
+    assert!(
         m.contains("hayate_tls_handshakes_total{result=\"failed\",reason=\"on_demand\"} 2"),
         "{m}"
     );
