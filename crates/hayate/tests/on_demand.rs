@@ -286,3 +286,39 @@ fn rss_kib(pid: u32) -> u64 {
         .parse()
         .expect("KiB")
 }
+
+#[test]
+fn concurrent_handshakes_for_a_new_name_order_it_once() {
+    let t = Setup::new();
+    let h = hayate(
+        t.root.path(),
+        t.state.path(),
+        t.tls_port,
+        &t.pebble,
+        &t.ask.url,
+        "10",
+    );
+    wait_listening(t.addr);
+    let certs: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let tries: Vec<_> = (0..5)
+            .map(|_| {
+                s.spawn(|| {
+                    t.client
+                        .try_connect(t.addr, "same.ok.test")
+                        .map(|c| served_certificate(&c))
+                })
+            })
+            .collect();
+        tries
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .map(|r| r.unwrap_or_else(|e| panic!("{e}; log:\n{}", h.stderr())))
+            .collect()
+    });
+    assert!(certs.iter().all(|c| *c == certs[0]), "one certificate");
+    let m = metrics(t.state.path());
+    assert!(
+        m.contains("hayate_acme_orders_total{result=\"issued\"} 1"),
+        "ordered once: {m}"
+    );
+}
