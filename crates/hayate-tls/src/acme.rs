@@ -19,6 +19,9 @@
 //!   only `acme-tls/1`. HTTP-01 when hayate has a plain-HTTP TCP listener,
 //!   else TLS-ALPN-01 (`acme_challenge` chooses). DNS-01, the only one for
 //!   wildcard names, by a TXT record in DNS (see `dns01`).
+//! - Names ordered on demand (`crate::on_demand`): sent by handshakes over
+//!   a channel, ordered by the same thread one at a time, then renewed with
+//!   the configured names.
 //! - Renewal at two thirds of a certificate's life, or earlier when the CA's
 //!   renewal information (ARI, RFC 9773) suggests a window that has begun
 //!   (a CA revoking certificates asks this way). A failure is logged with
