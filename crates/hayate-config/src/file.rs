@@ -13,7 +13,7 @@ use toml::Spanned;
 use crate::app::AppRef;
 use crate::rules::{parse_rule, Rule};
 use crate::table::{GlobalLayer, RouteLayer, GLOBAL_OPTIONS, ROUTE_OPTIONS};
-use crate::values::{ClientAuth, OptValue, ProxySpec, TlsMode};
+use crate::values::{AcmeChallenge, ClientAuth, OptValue, ProxySpec, TlsMode};
 use crate::{Config, ConfigError, ConfigErrors, Overrides, Route, Site, SiteTls};
 
 /// Parses and validates `text`, the contents of the config file at `path`,
@@ -397,11 +397,15 @@ impl Cx<'_> {
         let mut rules = Vec::new();
         let (mut certs, mut keys) = (Vec::new(), Vec::new());
         let mut client_auth_at = site.span().start;
+        let mut hosts_at = site.span().start;
         for (key, value) in site.get_ref() {
             let k = key.get_ref().as_ref();
             let at = value.span().start;
             match k {
-                "hosts" => hosts = self.hosts(value)?,
+                "hosts" => {
+                    hosts = self.hosts(value)?;
+                    hosts_at = at;
+                }
                 "route" => route_tables = self.tables(key, value)?,
                 "rule" => rules = self.rules(key, value)?,
                 "tls" => {
@@ -472,6 +476,22 @@ impl Cx<'_> {
                 auth.as_str()
             );
             return Err(self.err(client_auth_at, "tls_client_ca", message));
+        }
+        // The names this site's ACME certificates are for (as hayate-tls
+        // picks them): a wildcard among them needs DNS-01.
+        let acme = match tls.mode {
+            Some(mode) => mode == TlsMode::Acme,
+            None => {
+                global.tls == Some(TlsMode::Acme)
+                    && global.tls_names.is_none()
+                    && tls.certs.is_empty()
+            }
+        };
+        let dns01 = global.acme_challenge == Some(AcmeChallenge::Dns01);
+        if let (true, false, Some(name)) = (acme, dns01, hosts.iter().find(|h| h.starts_with("*.")))
+        {
+            let message = format!("{name:?} is a wildcard: ACME issues wildcards over DNS only; set acme_challenge = \"dns-01\" with acme_dns_server or acme_dns_hook");
+            return Err(self.err(hosts_at, "hosts", message));
         }
         self.anchor(&mut layer);
         layer.merge_from(top_route);

@@ -506,6 +506,81 @@ pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
     }
 }
 
+/// DNS-01's options together: a way to put records in DNS (RFC 2136 or
+/// a hook, not both), somewhere to see them, and wildcard `tls_names`
+/// only with DNS-01 (a site's wildcard hosts are checked with the site).
+fn check_dns01(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    let dns01 = g.acme_challenge == values::AcmeChallenge::Dns01;
+    let acme = g.tls == Some(values::TlsMode::Acme);
+    let wildcard = g.tls_names.iter().flatten().find(|n| n.starts_with("*."));
+    if let (true, false, Some(name)) = (acme, dns01, wildcard) {
+        return Err((
+            "tls_names",
+            format!("{name:?} is a wildcard: ACME issues wildcards over DNS only; set acme_challenge = \"dns-01\" with acme_dns_server or acme_dns_hook"),
+        ));
+    }
+    if !dns01 {
+        return Ok(());
+    }
+    match (&g.acme_dns_server, &g.acme_dns_hook) {
+        (None, None) => Err((
+            "acme_challenge",
+            "acme_challenge = \"dns-01\" needs acme_dns_server (RFC 2136 updates) or acme_dns_hook (a program that sets the record)".into(),
+        )),
+        (Some(_), Some(_)) => Err((
+            "acme_dns_hook",
+            "acme_dns_hook and acme_dns_server are two ways to set the record: give one".into(),
+        )),
+        (None, Some(hook)) if hook.is_empty() => Err((
+            "acme_dns_hook",
+            "acme_dns_hook needs a program: [\"/path/to/program\", \"args\"...]".into(),
+        )),
+        (None, Some(_)) if g.acme_dns_resolver.is_none() => Err((
+            "acme_dns_resolver",
+            "acme_dns_hook needs acme_dns_resolver: the DNS server (IP:PORT) asked whether the record the hook set is there yet".into(),
+        )),
+        _ if g.acme_dns_tsig_key.is_some() && g.acme_dns_server.is_none() => Err((
+            "acme_dns_tsig_key",
+            "acme_dns_tsig_key signs updates to acme_dns_server, which is not set".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// On-demand TLS's options together: never without its ask URL (a scan of
+/// random names would otherwise order a certificate for each), a plain
+/// http:// one, and a wait that ends before the handshake's.
+fn check_on_demand(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    if !g.tls_on_demand {
+        return Ok(());
+    }
+    let Some(ask) = &g.tls_on_demand_ask else {
+        return Err((
+            "tls_on_demand",
+            "tls_on_demand needs tls_on_demand_ask: the URL that says which names may get a certificate (without it, anyone could make hayate order certificates for any name)".into(),
+        ));
+    };
+    if !ask.starts_with("http://") || ask.len() == "http://".len() {
+        return Err((
+            "tls_on_demand_ask",
+            format!("expected a plain http://HOST:PORT/PATH URL, got {ask:?}"),
+        ));
+    }
+    if g.tls_on_demand_timeout.0 >= g.tls_handshake_timeout.0 {
+        return Err((
+            "tls_on_demand_timeout",
+            "tls_on_demand_timeout must be less than tls_handshake_timeout, which bounds the whole handshake".into(),
+        ));
+    }
+    if g.tls_on_demand_rate == 0 {
+        return Err((
+            "tls_on_demand_rate",
+            "0 would order nothing: at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The HTTPS options together: a key for every certificate, and
 /// certificates for every https listener. `Err((key, why))`.
 fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, String)> {
@@ -547,11 +622,13 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
             ));
         }
     }
+    check_dns01(g)?;
+    check_on_demand(g)?;
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
     let site_tls = sites
         .iter()
         .any(|s| s.tls.mode.is_some() || !s.tls.certs.is_empty());
-    if https && certs == 0 && g.tls.is_none() && !site_tls {
+    if https && certs == 0 && g.tls.is_none() && !site_tls && !g.tls_on_demand {
         return Err((
             "listen",
             "an https:// listener needs certificates: tls_cert and tls_key, or tls = \"internal\""

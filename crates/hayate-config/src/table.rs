@@ -183,15 +183,39 @@ options! {
     tls: TlsMode = unset, "internal|acme",
         "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
     tls_names: Vec<String> = unset, "NAME",
-        "Names automatic certificates are for (default: every site's hosts; wildcards need DNS and are skipped by acme)";
+        "Names automatic certificates are for (default: every site's hosts; a wildcard *.example.com needs acme_challenge = \"dns-01\" with acme)";
     acme_directory: String = "https://acme-v02.api.letsencrypt.org/directory", "URL",
         "ACME directory for tls = acme (Let's Encrypt staging: https://acme-staging-v02.api.letsencrypt.org/directory)";
     acme_email: String = unset, "EMAIL",
         "Contact address of the ACME account (expiry notices)";
     acme_ca_root: PathBuf = unset, "FILE",
         "CA certificate (PEM) that a private ACME server's HTTPS is verified against";
-    acme_challenge: AcmeChallenge = "auto", "auto|http-01|tls-alpn-01",
-        "ACME challenge: http-01 is answered on the plain-HTTP listener (port 80), tls-alpn-01 on the https one (443); auto: http-01 when there is a plain-HTTP TCP listener";
+    acme_challenge: AcmeChallenge = "auto", "auto|http-01|tls-alpn-01|dns-01",
+        "ACME challenge: http-01 is answered on the plain-HTTP listener (port 80), tls-alpn-01 on the https one (443), dns-01 by a TXT record put in DNS over RFC 2136 (acme_dns_server) or by acme_dns_hook; auto: http-01 when there is a plain-HTTP TCP listener. Wildcard names (*.example.com) need dns-01";
+    acme_dns_server: DnsAddr = unset, "IP:PORT",
+        "dns-01: the primary DNS server of the names' zone, which takes RFC 2136 dynamic updates (port 53 unless given)";
+    acme_dns_tsig_key: TsigKey = unset, "NAME:ALG:SECRET|FILE",
+        "dns-01: the TSIG key that signs the updates to acme_dns_server: NAME:hmac-sha256:BASE64SECRET, or the path of a key file as tsig-keygen writes it (starting with / or ., so the secret can stay out of the config); the secret is never logged";
+    acme_dns_zone: String = unset, "ZONE",
+        "dns-01: the zone the TXT records go in (default: found by asking acme_dns_server for the SOA of _acme-challenge.NAME)";
+    acme_dns_hook: Vec<String> = unset, "COMMAND",
+        "dns-01: a program (and its first arguments) that puts the TXT record in DNS, called as COMMAND present FQDN VALUE and COMMAND cleanup FQDN VALUE (lego's exec provider; FQDN ends with a dot); exit 0 for done, its stderr is in the error otherwise";
+    acme_dns_hook_timeout: Dur = "60s", "DURATION",
+        "dns-01: how long one acme_dns_hook call may run before it is killed";
+    acme_dns_resolver: DnsAddr = unset, "IP:PORT",
+        "dns-01: the server asked whether the TXT record is there before the CA is told to look (default: acme_dns_server; needed with acme_dns_hook)";
+    acme_dns_propagation_timeout: Dur = "2m", "DURATION",
+        "dns-01: how long to wait for the TXT record to be seen (asked every second or so) before the order fails and is retried later";
+    tls_on_demand: bool = "false", "BOOL",
+        "On-demand TLS: a handshake for a name no certificate has asks tls_on_demand_ask whether to serve it and, if allowed, obtains its certificate from acme_directory (over acme_challenge) while the handshake waits, then serves and renews it like any other; refused names get a TLS alert. Needs tls_on_demand_ask";
+    tls_on_demand_ask: String = unset, "URL",
+        "On-demand TLS: asked GET URL?domain=NAME (plain http://HOST:PORT/PATH, the app beside hayate) before a certificate is obtained for NAME; a 2xx answer allows it, anything else refuses";
+    tls_on_demand_timeout: Dur = "8s", "DURATION",
+        "On-demand TLS: how long a handshake waits for the ask and the certificate (less than tls_handshake_timeout); past it the handshake gets an alert, and the order goes on for the next one";
+    tls_on_demand_rate: u32 = "10", "N",
+        "On-demand TLS: certificates ordered per minute at most, for all names together (a burst of as many); a handshake past it gets an alert (Let's Encrypt allows 300 new orders per 3 hours)";
+    tls_on_demand_refusal_ttl: Dur = "10m", "DURATION",
+        "On-demand TLS: how long a name that was refused, or whose order failed, is refused again without asking (at most 10,000 names kept)";
     tls_cert: Vec<PathBuf> = unset, "FILE",
         "Certificate chain (PEM, leaf first) for https:// listeners; repeat with tls_key for each certificate; SNI picks among them by their names; changed files are reloaded";
     tls_key: Vec<PathBuf> = unset, "FILE",

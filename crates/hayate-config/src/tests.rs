@@ -244,3 +244,68 @@ fn keys_flags_and_envs_are_unique() {
         );
     }
 }
+
+#[test]
+fn a_wildcard_with_acme_needs_dns01_named_at_its_line() {
+    let site = "listen = [\"https://127.0.0.1:8443\"]\ntls = \"acme\"\n\n[[site]]\nhosts = [\"*.example.com\"]\nroot = \"/srv/a\"\n";
+    let e = load_file("c.toml".as_ref(), site, &Overrides::default())
+        .expect_err("a wildcard over HTTP-01")
+        .to_string();
+    assert!(e.contains("c.toml:5") && e.contains("dns-01"), "{e}");
+    let names = "listen = [\"https://127.0.0.1:8443\"]\nroot = \"/srv/a\"\ntls = \"acme\"\ntls_names = [\"*.example.com\"]\n";
+    let e = load_file("c.toml".as_ref(), names, &Overrides::default())
+        .expect_err("a wildcard name over HTTP-01")
+        .to_string();
+    assert!(e.contains("c.toml:4") && e.contains("tls_names"), "{e}");
+    // DNS-01 needs a way to set the record, and a hook somewhere to see it.
+    let dns01 = format!("{names}acme_challenge = \"dns-01\"\n");
+    let e = load_file("c.toml".as_ref(), &dns01, &Overrides::default())
+        .expect_err("no DNS server")
+        .to_string();
+    assert!(
+        e.contains("c.toml:5") && e.contains("acme_dns_server"),
+        "{e}"
+    );
+    let hook = format!("{dns01}acme_dns_hook = [\"/usr/local/bin/dns\"]\n");
+    let e = load_file("c.toml".as_ref(), &hook, &Overrides::default())
+        .expect_err("nowhere to look")
+        .to_string();
+    assert!(e.contains("acme_dns_resolver"), "{e}");
+    let ok = format!(
+        "{dns01}acme_dns_server = \"192.0.2.53\"\nacme_dns_tsig_key = \"k:hmac-sha256:aGk=\"\n"
+    );
+    let cfg = load_file("c.toml".as_ref(), &ok, &Overrides::default()).expect("valid");
+    assert_eq!(cfg.global.acme_dns_server.map(|a| a.0.port()), Some(53));
+    let bad_key = format!(
+        "{dns01}acme_dns_server = \"192.0.2.53\"\nacme_dns_tsig_key = \"k:hmac-md5:aGk=\"\n"
+    );
+    let e = load_file("c.toml".as_ref(), &bad_key, &Overrides::default())
+        .expect_err("MD5")
+        .to_string();
+    assert!(e.contains("c.toml:7") && e.contains("hmac-md5"), "{e}");
+}
+
+#[test]
+fn on_demand_tls_needs_its_ask_url() {
+    let base = "listen = [\"https://127.0.0.1:8443\"]\nroot = \"/srv/a\"\ntls_on_demand = true\n";
+    let e = load_file("c.toml".as_ref(), base, &Overrides::default())
+        .expect_err("no ask")
+        .to_string();
+    assert!(
+        e.contains("c.toml:3") && e.contains("tls_on_demand_ask"),
+        "{e}"
+    );
+    let https = format!("{base}tls_on_demand_ask = \"https://app/allowed\"\n");
+    let e = load_file("c.toml".as_ref(), &https, &Overrides::default())
+        .expect_err("not plain http")
+        .to_string();
+    assert!(e.contains("c.toml:4") && e.contains("http://"), "{e}");
+    let ok = format!("{base}tls_on_demand_ask = \"http://127.0.0.1:3000/allowed\"\n");
+    let cfg = load_file("c.toml".as_ref(), &ok, &Overrides::default()).expect("valid");
+    assert_eq!(cfg.global.tls_on_demand_rate, 10);
+    let slow = format!("{ok}tls_on_demand_timeout = \"30s\"\n");
+    let e = load_file("c.toml".as_ref(), &slow, &Overrides::default())
+        .expect_err("past the handshake timeout")
+        .to_string();
+    assert!(e.contains("tls_handshake_timeout"), "{e}");
+}

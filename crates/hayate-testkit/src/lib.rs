@@ -6,6 +6,7 @@
 // Test helpers block on purpose; they never run inside hayate.
 #![allow(clippy::disallowed_methods)]
 
+pub mod bind;
 pub mod browser;
 pub mod curl;
 pub mod h2_frames;

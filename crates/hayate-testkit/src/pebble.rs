@@ -64,6 +64,22 @@ impl Pebble {
     /// `tls_port` of 127.0.0.1, issuing certificates valid for
     /// `validity_secs`; waits until its directory answers.
     pub fn start(http_port: u16, tls_port: u16, validity_secs: u64) -> Pebble {
+        Pebble::start_using(http_port, tls_port, validity_secs, None)
+    }
+
+    /// Starts pebble resolving every name (DNS-01's TXT records included)
+    /// at the DNS server `dns` (a real authoritative server of the test's
+    /// zone) instead of its companion's.
+    pub fn start_with_dns(dns: SocketAddr, validity_secs: u64) -> Pebble {
+        Pebble::start_using(free_port(), free_port(), validity_secs, Some(dns))
+    }
+
+    fn start_using(
+        http_port: u16,
+        tls_port: u16,
+        validity_secs: u64,
+        dns: Option<SocketAddr>,
+    ) -> Pebble {
         let dir = tempfile::tempdir().expect("tempdir");
         // pebble's own HTTPS certificate, from a CA made here.
         let ca_key = rcgen::KeyPair::generate().expect("key");
@@ -80,7 +96,7 @@ impl Pebble {
         std::fs::write(dir.path().join("cert.pem"), cert.pem()).expect("write");
         std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).expect("write");
 
-        let (api, management, dns) = (free_port(), free_port(), free_port());
+        let (api, management) = (free_port(), free_port());
         let config = format!(
             r#"{{"pebble": {{
   "listenAddress": "127.0.0.1:{api}",
@@ -101,19 +117,28 @@ impl Pebble {
         let config_path = dir.path().join("pebble.json");
         std::fs::write(&config_path, config).expect("write");
 
-        let dns_server = Command::new(binary("pebble-challtestsrv"))
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
-            .args(["-management", &format!("127.0.0.1:{}", free_port())])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pebble-challtestsrv");
+        let mut children = Vec::new();
+        let dns = match dns {
+            Some(dns) => dns.to_string(),
+            None => {
+                let port = free_port();
+                let dns_server = Command::new(binary("pebble-challtestsrv"))
+                    .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+                    .args(["-dnsserver", &format!("127.0.0.1:{port}")])
+                    .args(["-management", &format!("127.0.0.1:{}", free_port())])
+                    .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start pebble-challtestsrv");
+                children.push(dns_server);
+                format!("127.0.0.1:{port}")
+            }
+        };
         let mut pebble = Command::new(binary("pebble"))
             .arg("-config")
             .arg(&config_path)
-            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .args(["-dnsserver", &dns])
             // No random sleeps before validation, no random nonce rejections.
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
@@ -130,11 +155,12 @@ impl Pebble {
                 }
             }
         });
+        children.push(pebble);
         let p = Pebble {
             directory: format!("https://127.0.0.1:{api}/dir"),
             api_ca,
             management: format!("127.0.0.1:{management}").parse().expect("addr"),
-            children: vec![dns_server, pebble],
+            children,
             dir,
         };
         rx.recv_timeout(WAIT).expect("pebble did not start");

@@ -140,6 +140,19 @@ impl DirectoryStore {
         }
     }
 
+    /// The names of the certificates stored here (those ordered on demand
+    /// included).
+    pub fn stored_names(&self) -> Vec<String> {
+        let dir = self.dir.join("certs");
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".crt").map(str::to_string)
+            })
+            .collect()
+    }
+
     /// Where `name`'s chain and key are.
     pub fn cert_paths(&self, name: &str) -> (PathBuf, PathBuf) {
         let dir = self.dir.join("certs");

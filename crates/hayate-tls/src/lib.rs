@@ -25,6 +25,7 @@ mod certificate;
 pub mod client_auth;
 pub mod local_ca;
 mod metrics;
+mod on_demand;
 mod provider;
 mod sources;
 mod store;
@@ -49,13 +50,16 @@ use tokio::net::TcpStream;
 pub use certificate::Certificate;
 pub use client_auth::CertFailure;
 pub use metrics::{Failure, TlsMetrics};
+pub use on_demand::{OnDemandOutcome, OnDemandSettings};
 pub use provider::provider;
 pub use store::CertStore;
 pub use upstream::upstream_client_config;
 
 use acme_store::AcmeStore;
 
-use acme::{Acme, AcmeSettings, ChallengeKind, Challenges, ACME_TLS_ALPN};
+use acme::{
+    Acme, AcmeSettings, ChallengeKind, Challenges, Dns01Settings, DnsProvider, ACME_TLS_ALPN,
+};
 use client_auth::Handshakes;
 use sources::Sources;
 use store::Layer;
@@ -88,6 +92,11 @@ pub struct TlsServer {
     handshake_timeout: Duration,
     ca_path: Option<PathBuf>,
     challenges: Option<Arc<Challenges>>,
+    /// On-demand TLS, when `tls_on_demand` is on.
+    on_demand: Option<Arc<on_demand::OnDemand>>,
+    /// The configuration of a handshake refused a certificate on demand:
+    /// it has none, so rustls ends the handshake with an alert.
+    refusing: Arc<ServerConfig>,
     /// Counts the certificate sources loaded: a reload's new ones end the
     /// old ones' watch.
     sources_generation: Arc<AtomicU64>,
@@ -114,7 +123,8 @@ impl TlsServer {
         let store = Arc::new(CertStore::default());
         store.replace(Layer::Configured, sources.certificates());
         let metrics = Arc::new(TlsMetrics::new(store.clone()));
-        let acme = if uses(config, TlsMode::Acme) {
+        let mut on_demand = None;
+        let acme = if uses(config, TlsMode::Acme) || g.tls_on_demand {
             let challenges = Arc::new(Challenges::default());
             let settings = acme_settings(config, &state_dir)?;
             let acme = Acme::new(
@@ -125,6 +135,17 @@ impl TlsServer {
                 shared_acme,
             );
             acme.load_stored();
+            if g.tls_on_demand {
+                let ask = g.tls_on_demand_ask.as_deref().unwrap_or_default();
+                let settings = OnDemandSettings::new(
+                    ask,
+                    g.tls_on_demand_timeout.0,
+                    g.tls_on_demand_rate,
+                    g.tls_on_demand_refusal_ttl.0,
+                )?;
+                let orders = acme.on_demand_orders();
+                on_demand = Some(Arc::new(on_demand::OnDemand::new(settings, orders)));
+            }
             Some((acme, challenges))
         } else {
             None
@@ -153,6 +174,8 @@ impl TlsServer {
             ca_path: sources.ca_path(),
             store: store.clone(),
             challenges,
+            on_demand,
+            refusing: Arc::new(refusing_config()?),
             sources_generation: Arc::new(AtomicU64::new(0)),
         };
         sources.watch(store, server.sources_generation.clone(), 0);
@@ -269,17 +292,29 @@ impl TlsServer {
         let handshakes = self.handshakes.load();
         // Both boxed: until here, a connection's task holds only this
         // function's small state (rustls's is kilobytes).
-        let (accepted, chosen) = match handshakes.single() {
-            Some(h) => {
+        let (accepted, chosen) = match (handshakes.single(), &self.on_demand) {
+            (Some(h), None) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(h.config.clone());
                 (Box::pin(acceptor.accept(tcp)).await, h)
             }
-            None => {
-                // Sites differ in client certificates: the ClientHello's
-                // SNI picks the configuration.
+            _ => {
+                // Sites differ in client certificates, or names may get
+                // certificates on demand: the ClientHello's SNI picks the
+                // configuration, or is ordered first.
                 let hello =
                     tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
                 let start = Box::pin(hello).await.map_err(|e| handshake_error(&e))?;
+                if let Some(on_demand) = &self.on_demand {
+                    if let Some(name) = self.wants_on_demand(&start.client_hello()) {
+                        let (outcome, why) = Box::pin(on_demand.obtain(&name)).await;
+                        self.metrics.on_demand(outcome);
+                        if outcome != OnDemandOutcome::Issued {
+                            log::info!("TLS: no certificate on demand for {name}: {why}");
+                            let _ = Box::pin(start.into_stream(self.refusing.clone())).await;
+                            return Err(Failure::OnDemand);
+                        }
+                    }
+                }
                 let h = handshakes.for_hello(&start.client_hello());
                 (Box::pin(start.into_stream(h.config.clone())).await, h)
             }
@@ -312,6 +347,37 @@ impl TlsServer {
         };
         Ok((Transport::Tls(Box::new(TlsStream::Server(s))), cert))
     }
+}
+
+impl TlsServer {
+    /// The name of `hello` to order on demand: one no certificate has, in
+    /// a handshake that is not an ACME server's TLS-ALPN-01 check.
+    fn wants_on_demand(&self, hello: &ClientHello<'_>) -> Option<String> {
+        let mut alpn = hello.alpn().into_iter().flatten();
+        if alpn.any(|p| p == ACME_TLS_ALPN) {
+            return None;
+        }
+        let name = hello.server_name()?;
+        (!self.store.has(name)).then(|| name.to_ascii_lowercase())
+    }
+}
+
+/// A configuration without certificates: rustls answers its handshakes
+/// with an alert (a name refused on demand).
+fn refusing_config() -> Result<ServerConfig, String> {
+    #[derive(Debug)]
+    struct NoCertificate;
+    impl ResolvesServerCert for NoCertificate {
+        fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+    let provider = Arc::new(provider::provider());
+    Ok(ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(VERSIONS)
+        .map_err(|e| format!("TLS configuration: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(NoCertificate)))
 }
 
 /// The failure a handshake's I/O error stands for.
@@ -480,14 +546,15 @@ fn configured_sources(config: &Config, state_dir: &Path) -> Result<Sources, Stri
     Sources::load(&pairs, internal)
 }
 
-/// Whether some certificates come from ACME (with an https listener).
+/// Whether some certificates come from ACME (with an https listener),
+/// on demand included.
 pub fn uses_acme(config: &Config) -> bool {
     let https = config
         .global
         .listen
         .iter()
         .any(|l| l.scheme == Scheme::Https);
-    https && uses(config, TlsMode::Acme)
+    https && (uses(config, TlsMode::Acme) || config.global.tls_on_demand)
 }
 
 fn uses(config: &Config, mode: TlsMode) -> bool {
@@ -522,19 +589,21 @@ fn site_names(config: &Config, mode: TlsMode) -> Vec<String> {
     names
 }
 
-/// ACME's settings: the names (wildcards and addresses skipped: they need
-/// DNS-01 or an IP-capable CA), the challenge, where state is kept.
+/// ACME's settings: the names (addresses and localhost skipped: no CA
+/// validates them; wildcards only with DNS-01, which the config check
+/// enforces), the challenge, where state is kept.
 fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, String> {
     let g = &config.global;
+    let dns01 = g.acme_challenge == AcmeChallenge::Dns01;
     let mut names = site_names(config, TlsMode::Acme);
     names.retain(|n| {
-        let usable = !n.starts_with("*.") && n.parse::<IpAddr>().is_err() && n != "localhost";
+        let usable = (dns01 || !n.starts_with("*.")) && n.parse::<IpAddr>().is_err() && n != "localhost";
         if !usable {
             log::warn!("ACME: no certificate for {n:?}: wildcards need DNS-01, and addresses and localhost cannot be validated");
         }
         usable
     });
-    if names.is_empty() {
+    if names.is_empty() && !g.tls_on_demand {
         return Err(
             "tls = acme needs the names to get certificates for: hosts in [[site]], or tls_names"
                 .into(),
@@ -547,6 +616,7 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
     let challenge = match g.acme_challenge {
         AcmeChallenge::Http01 => ChallengeKind::Http01,
         AcmeChallenge::TlsAlpn01 => ChallengeKind::TlsAlpn01,
+        AcmeChallenge::Dns01 => ChallengeKind::Dns01,
         AcmeChallenge::Auto if plain_tcp => ChallengeKind::Http01,
         AcmeChallenge::Auto => ChallengeKind::TlsAlpn01,
     };
@@ -557,6 +627,44 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         dir: acme::state_subdir(state_dir, &g.acme_directory),
         names,
         challenge,
+        dns01: if dns01 {
+            Some(dns01_settings(g)?)
+        } else {
+            None
+        },
+        on_demand: g.tls_on_demand,
+    })
+}
+
+/// How DNS-01 records are set and seen (the config check made sure there
+/// is a way: a primary server or a hook, and somewhere to look).
+fn dns01_settings(g: &hayate_config::GlobalOptions) -> Result<Dns01Settings, String> {
+    let (provider, primary) = match (&g.acme_dns_server, &g.acme_dns_hook) {
+        (Some(server), _) => (
+            DnsProvider::update(server.0, g.acme_dns_tsig_key.as_ref())?,
+            Some(server.0),
+        ),
+        (None, Some(command)) => (
+            DnsProvider::Hook {
+                command: command.clone(),
+                timeout: g.acme_dns_hook_timeout.0,
+            },
+            None,
+        ),
+        (None, None) => {
+            return Err("acme_challenge = dns-01 needs acme_dns_server or acme_dns_hook".into())
+        }
+    };
+    let resolver = g
+        .acme_dns_resolver
+        .map(|r| r.0)
+        .or(primary)
+        .ok_or("acme_dns_hook needs acme_dns_resolver: where to see the record")?;
+    Ok(Dns01Settings {
+        provider,
+        zone: g.acme_dns_zone.clone(),
+        resolver,
+        propagation_timeout: g.acme_dns_propagation_timeout.0,
     })
 }
 

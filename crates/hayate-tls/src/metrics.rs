@@ -7,7 +7,9 @@ use std::time::SystemTime;
 
 use hayate_core::metrics::{family, sample, Kind, MetricsSource};
 
+use crate::acme::Dns01Outcome;
 use crate::client_auth::CertFailure;
+use crate::on_demand::OnDemandOutcome;
 use crate::store::CertStore;
 
 /// Why a handshake did not complete.
@@ -28,16 +30,20 @@ pub enum Failure {
     /// or one that did not verify (`hayate_tls_client_cert_failures_total`
     /// says why).
     ClientCert,
+    /// On-demand TLS got no certificate for the name
+    /// (`hayate_tls_on_demand_total` says why).
+    OnDemand,
 }
 
 impl Failure {
-    const ALL: [Failure; 6] = [
+    const ALL: [Failure; 7] = [
         Failure::Timeout,
         Failure::PlainHttp,
         Failure::NotTls,
         Failure::Closed,
         Failure::Protocol,
         Failure::ClientCert,
+        Failure::OnDemand,
     ];
 
     /// The metric label.
@@ -49,6 +55,7 @@ impl Failure {
             Failure::Closed => "closed",
             Failure::Protocol => "protocol",
             Failure::ClientCert => "client_cert",
+            Failure::OnDemand => "on_demand",
         }
     }
 }
@@ -58,7 +65,7 @@ impl Failure {
 pub struct TlsMetrics {
     full: AtomicU64,
     resumed: AtomicU64,
-    failed: [AtomicU64; 6],
+    failed: [AtomicU64; 7],
     /// Handshakes refused for their client certificate, by
     /// [`CertFailure`].
     client_cert_failed: [AtomicU64; 5],
@@ -70,6 +77,11 @@ pub struct TlsMetrics {
     /// if it failed (one atomic, so outcome and time are read together);
     /// 0 before any.
     acme_last: AtomicU64,
+    /// DNS-01 attempts, by [`Dns01Outcome`].
+    acme_dns01: [AtomicU64; 5],
+    /// On-demand handshakes for names without a certificate, by
+    /// [`OnDemandOutcome`].
+    on_demand: [AtomicU64; 4],
     store: Option<Arc<CertStore>>,
 }
 
@@ -110,6 +122,16 @@ impl TlsMetrics {
             .map_or(0, |d| d.as_secs());
         self.acme_last
             .store(now * 2 + u64::from(!issued), Ordering::Relaxed);
+    }
+
+    /// Counts an on-demand handshake by its outcome.
+    pub fn on_demand(&self, outcome: OnDemandOutcome) {
+        self.on_demand[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a DNS-01 attempt by its outcome.
+    pub fn acme_dns01(&self, outcome: Dns01Outcome) {
+        self.acme_dns01[outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a certificate another box ordered, served here.
@@ -164,6 +186,28 @@ impl MetricsSource for TlsMetrics {
         sample(out, name, &[("result", "issued")], issued);
         let failed = self.acme_failed.load(Ordering::Relaxed);
         sample(out, name, &[("result", "failed")], failed);
+        let name = "hayate_acme_dns01_total";
+        family(
+            out,
+            name,
+            "DNS-01 attempts: ok (the TXT record set and seen), unreachable, refused (TSIG key, zone), hook_failed, propagation_timeout",
+            Kind::Counter,
+        );
+        for outcome in Dns01Outcome::ALL {
+            let n = self.acme_dns01[outcome as usize].load(Ordering::Relaxed);
+            sample(out, name, &[("outcome", outcome.as_str())], n);
+        }
+        let name = "hayate_tls_on_demand_total";
+        family(
+            out,
+            name,
+            "On-demand TLS: handshakes for a name without a certificate, by outcome (issued, refused by the ask URL, rate_limited, failed)",
+            Kind::Counter,
+        );
+        for outcome in OnDemandOutcome::ALL {
+            let n = self.on_demand[outcome as usize].load(Ordering::Relaxed);
+            sample(out, name, &[("outcome", outcome.as_str())], n);
+        }
         let name = "hayate_acme_shared_certificates_total";
         family(
             out,

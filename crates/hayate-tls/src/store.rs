@@ -94,6 +94,17 @@ impl CertStore {
         table.default.clone()
     }
 
+    /// Whether a certificate has `name` (exactly, or a wildcard one level
+    /// up), not the default's fallback.
+    pub fn has(&self, name: &str) -> bool {
+        let table = self.table.load();
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        table.exact.contains_key(&name)
+            || name
+                .split_once('.')
+                .is_some_and(|(_, parent)| table.wildcard.contains_key(parent))
+    }
+
     /// The certificates served now.
     pub fn certificates(&self) -> Vec<Certificate> {
         self.table.load().certificates.clone()
