@@ -380,6 +380,7 @@ CASE_TITLES = {
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
     "H2": "H2. HTTP/2 over TLS 1.3 (h2load, the same certificate for both)",
+    "GR": "GR. gRPC over h2c (grpc-go behind both; h2load sending gRPC calls)",
 }
 
 # (header, function(summary, ref_summary) -> cell) per case
@@ -435,6 +436,9 @@ TARGETS = {
     ("T", "resumed handshake"): ("per core", ">=", 1.20),
     ("T", "keep-alive 1 KiB"): ("us_cpu_per_req", "<=", 0.85),
     ("T", "100 MiB"): ("mb_per_s", ">=", 1.00),
+    ("GR", "unary"): ("us_cpu_per_req", "<=", 0.75),
+    # 100 messages a call: calls per core is messages per core / 100
+    ("GR", "server stream"): ("per core", ">=", 1.30),
 }
 
 
@@ -460,20 +464,28 @@ def target_met(case, variant, s, r):
 
 
 def _c_target(s, r):
+    # The issues' targets are hayate's (a contender beside the reference is not held to them).
+    if not s.get("contender", "").startswith("hayate"):
+        return ""
     t = target_met(s.get("case"), s.get("variant"), s, r)
     if t is None:
         return ""
     return f"{t[0]}: {'met' if t[1] else '**missed**'}"
 
 
+def _per_core_row(s):
+    """Rows read per core: case T's handshakes, case GR's calls."""
+    return s.get("variant", "").endswith("handshake") or s.get("case") == "GR"
+
+
 def _c_per_core(s, r):
-    """Handshakes per second on one core: 1 / CPU per handshake (handshake rows)."""
+    """Handshakes (calls) per second on one core: 1 / CPU per handshake."""
     c = med(s, "us_cpu_per_req")
-    return f"{1e6 / c:,.0f}" if c and s.get("variant", "").endswith("handshake") else ""
+    return f"{1e6 / c:,.0f}" if c and _per_core_row(s) else ""
 
 
 def _c_per_core_ratio(s, r):
-    if not r or not s.get("variant", "").endswith("handshake"):
+    if not r or not _per_core_row(s):
         return ""
     x = ratio(med(r, "us_cpu_per_req"), med(s, "us_cpu_per_req"))
     return fmt_ratio(x) if x is not None else ""
@@ -549,6 +561,12 @@ CASE_COLUMNS = {
            ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
            ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
            ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    # gRPC: calls/s and CPU per call, the front alone and with the gRPC server; the issue's target
+    "GR": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("per core/s", _c_per_core),
+           ("per core × ref", _c_per_core_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu),
+           ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
+           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
 }
 _GROUP_CELL = {"file": "variant", "handler": "variant", "load": "variant", "concurrency": "conc", "workers": "workers",
                "contender": "contender", "setup": "contender", "streams": "conc"}
@@ -600,10 +618,10 @@ def load_warnings(summaries):
     for s in summaries:
         busy, own, steal = med(s, "server_core_busy_pct"), med(s, "server_cpu_pct"), med(s, "steal_pct")
         setup_s, dur = med(s, "setup_cpu_s"), med(s, "duration_s")
-        if s["case"] == "H2" and own is not None and setup_s is not None and dur:
+        if s["case"] in ("H2", "GR") and own is not None and setup_s is not None and dur:
             own = max(own, 100 * setup_s / dur)  # the proxied row's app shares the server's core
         label = f"{s['case']} {s['variant']} c{s['conc']} w{s['workers']} {s['contender']}"
-        if s["case"] in ("A", "E", "L", "T", "H2") and busy is not None and own is not None and busy - own > 20 \
+        if s["case"] in ("A", "E", "L", "T", "H2", "GR") and busy is not None and own is not None and busy - own > 20 \
                 and s["workers"] in ("", "1"):
             out.append(f"{label}: server core {busy:.0f} % busy but the server used {own:.0f} %: other load; not reliable")
         if steal is not None and steal > 5:
@@ -712,6 +730,18 @@ CASE_TEXT = {
           "not limit it), MB/s counts the bytes received, partial bodies at the end included. The target "
           "column is the issue's: CPU per request ≤ 0.7× nginx static, ≤ 0.85× proxied, MB/s ≥ 1.0× on 100 MiB. "
           "When client % is near 100 h2load limits rps: compare CPU per request there.",
+    "GR": "A grpc-go server (bench/grpc: grpc-go 1.85, messages passed as bytes with no generated code, "
+          "MaxConcurrentStreams 1000) on core 0 beside the front server: nginx (1 worker, `listen ... http2` "
+          "in plain text, `grpc_pass` to an upstream with keepalive 1024) and hayate (--workers 1, "
+          "--proxy h2c://: its multiplexed HTTP/2 pool); `grpc-go direct` is h2load asking the server "
+          "itself. h2load -t1 on core 1 POSTs a gRPC call (content-type application/grpc, te: trailers, "
+          "one 5-byte message) with prior knowledge: `unary` is /bench.Echo/Unary, -c10 -m10 (100 calls in "
+          "flight); `server stream` is /bench.Echo/Stream answering 100 messages of 1 KiB per call, -c10 "
+          "-m1. Before the runs each setup passes a grpc-go client's unary call and server stream through "
+          "it (status OK, every message). µs CPU/req is the front server's per call; the next column adds "
+          "the gRPC server. Targets (the issue's): CPU per unary call ≤ 0.75× nginx; server-stream "
+          "messages per second per core ≥ 1.3× nginx (`per core/s` × 100 messages). The notes count the "
+          "front's connections to the gRPC server after a run (the issue: ≤ 1/50 of the streams in flight).",
 }
 
 
@@ -739,7 +769,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "PHP", "C", "D", "P", "G", "R", "X", "L", "E", "T", "H2"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "G", "R", "X", "L", "E", "T", "H2", "GR"):
         t = case_table(summaries, case)
         if not t:
             continue
@@ -1052,9 +1082,10 @@ class MemSampler(threading.Thread):
 # ------------------------------------------------------------------ one measurement
 
 def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_args=(), sink_bin=None,
-                 tlsload_bin=None, streams=1):
+                 tlsload_bin=None, streams=1, data=None):
     """The load tool's command line. CONC: connections, except for h2load-h2 where it is the
-    streams in flight, STREAMS per connection (conc 100, streams 10: 10 connections)."""
+    streams in flight, STREAMS per connection (conc 100, streams 10: 10 connections). DATA:
+    a file h2load POSTs as each request's body (case GR's gRPC call)."""
     secs = max(1, int(round(float(secs))))  # the tools take whole seconds
     if tool == "wrk":
         cmd = ["wrk", "-t1", f"-c{conc}", f"-d{secs}s", "--timeout", f"{timeout_s}s",
@@ -1075,6 +1106,8 @@ def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_a
         cmd = ["h2load", "-t1", f"-c{max(1, conc // streams)}", f"-m{streams}", "-D", str(secs)]
         if url.startswith("https:"):  # case T's cipher (tlsload's choice); h2load would prefer AES-128-GCM
             cmd.append("--tls13-ciphers=TLS_AES_256_GCM_SHA384")
+        if data:
+            cmd += ["-d", str(data)]
         for h in headers:
             cmd += ["-H", h]
         return cmd + [url]
@@ -1131,7 +1164,7 @@ def measure(a):
     except OSError:
         pass
     mk = lambda secs: tool_command(a.tool, a.url, a.conc, secs, a.timeout, a.header, a.lua, a.lua_arg, a.sink,
-                                   a.tlsload, a.streams)
+                                   a.tlsload, a.streams, a.data)
     if a.warmup > 0:
         _run_tool(mk(a.warmup), a.client_cpus, a.warmup)
     kids = proc_children_map()
@@ -1387,6 +1420,7 @@ def main(argv=None):
     m.add_argument("--tlsload", help="bench/ceiling/tlsload binary (tools tls-new, tls-resume, tls-bulk)")
     m.add_argument("--streams", type=int, default=1,
                    help="h2load-h2: streams per connection (--conc counts the streams in flight)")
+    m.add_argument("--data", help="h2load: a file POSTed as each request's body")
     m.add_argument("--pids", required=True, help="root pids of the setup; the first --front are the front server")
     m.add_argument("--front", type=int, default=1)
     m.add_argument("--server-cpus", default=os.environ.get("SERVER_CPU", "0"))
