@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use hayate_compress::AcceptEncoding;
 use hayate_core::boxed::pinned;
-use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::client_body::ClientBody;
 use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};
 use hayate_core::{Coding, Response, Status};
@@ -441,20 +441,8 @@ pub async fn upstream<B: ClientBody>(
         router,
         slot,
     } = to;
-    // A route that takes less than the connection reads: its own limit,
-    // a declared length over it refused before anything is sent on.
-    if let Some(max) = route.max_body_size {
-        if matches!(body.length(), BodyLength::Known(n) if n > max) {
-            let refused = hayate_core::error::Error::client_body(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "request body over the route's max_body_size",
-            ));
-            return finish(refused.into_response(), route, req, client);
-        }
-        body.limit(max);
-    }
-    if let Some(pause) = route.body_timeout {
-        body.pause_limit(pause);
+    if let Err(refused) = route.limit_body(body) {
+        return finish(refused.into_response(), route, req, client);
     }
     let forward_auth = route.policies.as_ref().and_then(|p| p.forward_auth());
     // Fields the auth service's answer adds to the request sent on.

@@ -16,6 +16,8 @@ use hayate_config::app::AppRef;
 use hayate_config::values::{ListenAddr, Scheme, UpstreamProxyProtocol};
 use hayate_config::{Config, RouteOptions};
 use hayate_core::app::AppTable;
+use hayate_core::client_body::{BodyLength, ClientBody};
+use hayate_core::error::Error;
 use hayate_core::field::strip_port;
 use hayate_proxy::{Balance, HostPolicy, ProxySettings, UpstreamGroup};
 use hayate_static::scripts::ScriptRoot;
@@ -89,6 +91,27 @@ const SECURITY_HSTS: std::time::Duration = std::time::Duration::from_secs(365 * 
 /// The Strict-Transport-Security value `options` ask for: `hsts`, or the
 /// security_headers preset's a year (RFC 6797's example, and what
 /// hstspreload.org asks at least).
+impl Route {
+    /// Puts the route's own body limits on `body` where they are below the
+    /// connection's (its size limit, its longest pause); a declared length
+    /// over the size is refused before anything is sent on.
+    pub fn limit_body<B: ClientBody>(&self, body: &mut B) -> Result<(), Error> {
+        if let Some(max) = self.max_body_size {
+            if matches!(body.length(), BodyLength::Known(n) if n > max) {
+                return Err(Error::client_body(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "request body over the route's max_body_size",
+                )));
+            }
+            body.limit(max);
+        }
+        if let Some(pause) = self.body_timeout {
+            body.pause_limit(pause);
+        }
+        Ok(())
+    }
+}
+
 fn hsts_value(options: &RouteOptions) -> Option<Vec<u8>> {
     options
         .hsts
