@@ -156,6 +156,7 @@ impl MainLoop<'_> {
             ControlCommand::Status => {
                 let mut answer = self.status.as_ref().map(|s| s()).unwrap_or_default();
                 answer.extend(self.reloader.shared_tier_summary());
+                answer.extend(self.reloader.certificate_summary());
                 Ok(answer)
             }
             ControlCommand::Reload(Some(app)) | ControlCommand::App(_, app)

@@ -187,6 +187,12 @@ impl<'a> Reloader<'a> {
         self.shared_tier.as_ref().map(|t| t.summary())
     }
 
+    /// The certificates served and how each was obtained, for `hayate
+    /// status`; `None` when no listener speaks TLS.
+    pub fn certificate_summary(&self) -> Option<String> {
+        crate::status_json::certificate_lines(&self.metrics)
+    }
+
     /// A reloader for the server running `parts.publish`'s blueprint.
     pub fn new(parts: ReloadParts<'a>) -> Reloader<'a> {
         let running = parts.publish.borrow().clone();

@@ -210,6 +210,25 @@ pub fn render(metrics: &Metrics, info: &ServerInfo) -> String {
     serde_json::to_string(&snapshot(metrics, info)).unwrap_or_default()
 }
 
+/// The certificates served, one line each (name, how it was obtained,
+/// issuer, days left), for `hayate status`; `None` without TLS.
+pub fn certificate_lines(metrics: &Metrics) -> Option<String> {
+    let samples = metrics::parse(&metrics.render());
+    let tls = tls(&Scrape { samples: &samples })?;
+    if tls.certificates.is_empty() {
+        return None;
+    }
+    let mut out = String::from("certificates:\n");
+    for c in &tls.certificates {
+        let issuer = c.issuer.as_deref().unwrap_or("-");
+        out.push_str(&format!(
+            "  {}  {}  issuer {issuer}  expires in {} days\n",
+            c.name, c.source, c.expires_in_days
+        ));
+    }
+    Some(out)
+}
+
 /// Counts are whole numbers in the scrape; as integers in the JSON.
 fn count(v: f64) -> u64 {
     if v.is_finite() && v > 0.0 {

@@ -133,6 +133,55 @@ fn sni_chooses_among_certificates_exact_then_wildcard_then_the_first() {
     assert_eq!(c.get("/hello.txt", &[]).status, 200);
 }
 
+/// `hayate status` lists the certificates served and how each was
+/// obtained (files here, the local CA below), as the status page does.
+#[test]
+fn hayate_status_lists_the_certificates_and_how_each_was_obtained() {
+    let root = site();
+    let pki = Pki::new();
+    let (cert, key, _) = pki.issue(&["a.test"], "a");
+    let dir = tempfile::tempdir().expect("dir");
+    let control = dir.path().join("control.sock");
+    let control = control.to_str().expect("path");
+    let files = https(&[
+        root.path().to_str().expect("path"),
+        "--listen",
+        "https://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--control",
+        control,
+    ]);
+    let (ok, status) = hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .arg("status")
+            .env("HAYATE_CONTROL", control),
+    );
+    assert!(ok, "{status}");
+    let line = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("a.test "))
+        .unwrap_or_else(|| panic!("no line for a.test in:\n{status}"));
+    assert!(
+        line.contains(cert.as_str()) && line.contains("expires in"),
+        "{line}"
+    );
+    drop(files);
+    let (_h, _state, _root) = start_with_local_ca(BIN, &["--control", control]);
+    let (ok, status) = hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .arg("status")
+            .env("HAYATE_CONTROL", control),
+    );
+    assert!(ok, "{status}");
+    assert!(
+        status.contains("certificates:") && status.contains("local CA"),
+        "{status}"
+    );
+}
+
 #[test]
 fn sessions_resume_and_handshakes_are_counted() {
     let root = site();
