@@ -153,6 +153,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeldWrites<T> {
                 return noted(&mut held.stall, polled);
             }
         }
+        if held.out.capacity() == 0 {
+            // The whole batch at once: grown by doubling from nothing, a
+            // 16 KiB batch of 1 KiB frames was five reallocs and copies
+            // (1.1 % of hayate's CPU on case GR's server stream, perf).
+            held.out.reserve(HOLD);
+        }
         for b in bufs {
             held.out.extend_from_slice(b);
         }
