@@ -325,3 +325,38 @@ fn php_fpm_as_an_app_reloads_alone_with_no_failed_request() {
 fn a_node_app_next_to_them_reloads_alone_with_no_failed_request() {
     reload_alone_under_load("node", Some("v2"));
 }
+
+/// The README's "Several apps" config: the first TOML block under that
+/// heading.
+fn readme_apps_example() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let section = readme
+        .split_once("\n## Several apps\n")
+        .expect("a Several apps section")
+        .1;
+    let block = section.split_once("```toml\n").expect("a TOML block").1;
+    block.split_once("```").expect("its end").0.to_string()
+}
+
+#[test]
+fn the_readmes_several_apps_example_passes_hayate_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The directories it names (cwd, root) are checked to exist.
+    for sub in ["api", "admin", "site/public"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+    }
+    // The env_file it names is read at check (a missing one is an error).
+    std::fs::write(dir.path().join("api/.env"), "TOKEN=x\n").expect("write");
+    let example = readme_apps_example();
+    for app in ["\"api\"", "\"admin\"", "\"site\"", "\"jobs\""] {
+        assert!(example.contains(&format!("name = {app}")), "{example}");
+    }
+    std::fs::write(dir.path().join("hayate.toml"), &example).expect("write");
+    let (ok, out) = run_to_end(
+        std::process::Command::new(BIN)
+            .args(["check", "hayate.toml"])
+            .current_dir(dir.path()),
+    );
+    assert!(ok, "hayate check of the README's example: {out}");
+}
