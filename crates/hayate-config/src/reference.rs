@@ -108,8 +108,10 @@ pub fn markdown_reference() -> String {
          shown by `hayate status` while the others serve (its routes answer 503 once it is \
          down). `hayate reload NAME` rolls only that app's instances (after re-reading the \
          file); `hayate reload` rolls them all. `hayate status`, `/metrics` (an `app` label) \
-         and the status page (`apps` in `/status.json`) show each app by name. Adding or \
-         removing an app takes a restart.\n\n```toml\n",
+         and the status page (`apps` in `/status.json`) show each app by name. A reload \
+         adds and removes apps by name: one new in the file starts (its routes serve once \
+         it is ready), one gone from it is drained and stopped, the others keep their \
+         processes.\n\n```toml\n",
     );
     out.push_str(EXAMPLE_APPS_CONFIG);
     out.push_str("```\n\n");
