@@ -220,10 +220,10 @@ mod tests {
             fastcgi: false,
         };
         let one = AppTable::new(vec![app("app")]);
-        assert_eq!(one.find(None).map(|a| &*a.name), Some("app"));
+        assert_eq!(one.find(None).map(|a| a.name), Some("app".into()));
         let two = AppTable::new(vec![app("api"), app("web")]);
         assert!(two.find(None).is_none(), "app = true is ambiguous with two");
-        assert_eq!(two.find(Some("web")).map(|a| &*a.name), Some("web"));
+        assert_eq!(two.find(Some("web")).map(|a| a.name), Some("web".into()));
         assert!(two.find(Some("nope")).is_none());
         assert!(AppTable::default().find(None).is_none());
         let seen_by_a_clone = two.clone();
