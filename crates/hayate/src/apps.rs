@@ -229,6 +229,12 @@ impl RunningApps {
         if !self.changes_by_name(next) {
             return report;
         }
+        if let Err(e) = check_port_ranges(next, &next.apps) {
+            // Said in the log too: the reload is then refused (a route
+            // names an app that does not run), and its report with it.
+            log::error!("reload: {e:#}; no app new in the file starts");
+            return format!("{e:#}; no app new in the file starts\n");
+        }
         let running: Vec<String> = self.names();
         for section in next.apps.iter().filter(|a| !running.contains(&a.name)) {
             let dir = self.runtime_dir.join(&section.name);
@@ -247,10 +253,13 @@ impl RunningApps {
                     }
                     self.lock().push(app);
                 }
-                Err(e) => report.push_str(&format!(
-                    "{}: new in the file, but did not start: {e:#}\n",
-                    section.name
-                )),
+                Err(e) => {
+                    log::error!("reload: app {} did not start: {e:#}", section.name);
+                    report.push_str(&format!(
+                        "{}: new in the file, but did not start: {e:#}\n",
+                        section.name
+                    ));
+                }
             }
         }
         report
