@@ -1,5 +1,5 @@
 //! The same supervision for any runtime (issue 40, part 4): a Python WSGI
-//! app under gunicorn and a Deno app (both from PyPI, pinned in
+//! app under gunicorn, an ASGI one under uvicorn and a Deno app (from PyPI, pinned in
 //! tests/python-apps/requirements.txt, installed once into a virtual
 //! environment under the target dir), php-fpm as an `[[app]]` speaking
 //! FastCGI, and a Node app, in one config. Each is reloaded alone
@@ -9,7 +9,7 @@
 //!
 //! How each gets hayate's socket (`app_listen = "unix"`: a path in PORT):
 //! gunicorn reads gunicorn.conf.py from its directory, which binds
-//! `unix:$PORT`; Deno's `Deno.serve({ path })`; php-fpm's pool file says
+//! `unix:$PORT`; uvicorn takes `--uds "$PORT"` through a shell; Deno's `Deno.serve({ path })`; php-fpm's pool file says
 //! `listen = ${PORT}` (php-fpm expands it); Node's `listen(PORT)`.
 
 // Tests block on purpose (they are clients, not the server).
@@ -63,6 +63,17 @@ bind = "unix:" + os.environ["PORT"]
 workers = 2
 "#;
 
+/// An ASGI app: answers `asgi pid P version V`.
+const ASGI_APP: &str = r#"
+import os
+VERSION = open("version.txt").read().strip()
+async def app(scope, receive, send):
+    body = f"asgi pid {os.getpid()} version {VERSION}".encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})
+"#;
+
 /// A Deno app: answers `deno pid P version V` on the socket in PORT.
 const DENO_APP: &str = r#"
 const version = Deno.readTextFileSync("version.txt").trim();
@@ -81,8 +92,8 @@ require('http').createServer((req, res) => {
 /// A PHP page: the PHP worker's pid (php-fpm's master is the instance).
 const PHP_PAGE: &str = "<?php echo 'php pid ', getmypid(), ' version v1';\n";
 
-/// The four apps, each in its own directory, and the config serving them
-/// at /py/, /deno/, /node/ and / (PHP, with files).
+/// The five apps, each in its own directory, and the config serving them
+/// at /py/, /asgi/, /deno/, /node/ and / (PHP, with files).
 fn ecosystem() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let write = |name: &str, text: &str| {
@@ -92,9 +103,10 @@ fn ecosystem() -> tempfile::TempDir {
     };
     write("py/app.py", WSGI_APP);
     write("py/gunicorn.conf.py", GUNICORN_CONF);
+    write("asgi/main.py", ASGI_APP);
     write("deno/server.ts", DENO_APP);
     write("node/server.js", NODE_APP);
-    for app in ["py", "deno", "node"] {
+    for app in ["py", "asgi", "deno", "node"] {
         write(&format!("{app}/version.txt"), "v1");
     }
     write("site/index.php", PHP_PAGE);
@@ -116,6 +128,12 @@ app_listen = "unix"
 name = "py"
 command = ["{gunicorn}", "app:app"]
 cwd = "py"
+instances = 2
+
+[[app]]
+name = "asgi"
+command = ["sh", "-c", "exec {uvicorn} main:app --lifespan off --uds \"$PORT\""]
+cwd = "asgi"
 instances = 2
 
 [[app]]
@@ -146,6 +164,10 @@ prefix = "/py/"
 app = "py"
 
 [[site.route]]
+prefix = "/asgi/"
+app = "asgi"
+
+[[site.route]]
 prefix = "/deno/"
 app = "deno"
 
@@ -154,6 +176,7 @@ prefix = "/node/"
 app = "node"
 "#,
         gunicorn = venv_bin("gunicorn"),
+        uvicorn = venv_bin("uvicorn"),
         deno = venv_bin("deno"),
     );
     write("hayate.toml", &toml);
@@ -229,15 +252,16 @@ impl Load {
     }
 }
 
-const APPS: [(&str, usize); 4] = [("py", 2), ("deno", 2), ("node", 2), ("php", 1)];
-const ROUTES: [(&str, &str); 4] = [
+const APPS: [(&str, usize); 5] = [("py", 2), ("asgi", 2), ("deno", 2), ("node", 2), ("php", 1)];
+const ROUTES: [(&str, &str); 5] = [
     ("/py/", "py"),
+    ("/asgi/", "asgi"),
     ("/deno/", "deno"),
     ("/node/", "node"),
     ("/index.php", "php"),
 ];
 
-/// Starts the four apps; returns hayate once every instance is ready.
+/// Starts the five apps; returns hayate once every instance is ready.
 fn start(dir: &Path) -> Hayate {
     let h = Hayate::start_in(BIN, &["run", "--config", "hayate.toml"], &[], Some(dir));
     for (app, n) in APPS {
@@ -309,6 +333,11 @@ fn reload_alone_under_load(app: &str, new_version: Option<&str>) {
 #[test]
 fn a_python_app_under_gunicorn_reloads_alone_with_no_failed_request() {
     reload_alone_under_load("py", Some("v2"));
+}
+
+#[test]
+fn a_python_asgi_app_under_uvicorn_reloads_alone_with_no_failed_request() {
+    reload_alone_under_load("asgi", Some("v2"));
 }
 
 #[test]
