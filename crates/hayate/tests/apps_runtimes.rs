@@ -242,13 +242,16 @@ impl Load {
         });
     }
 
-    fn failures(self) -> Vec<String> {
+    /// Stops the load: the answers counted and those that failed.
+    fn failures(self) -> (u32, Vec<String>) {
         self.more(20);
         self.stop.store(true, Ordering::Relaxed);
-        self.threads
+        let failures = self
+            .threads
             .into_iter()
             .flat_map(|t| t.join().expect("join"))
-            .collect()
+            .collect();
+        (self.answered.load(Ordering::SeqCst), failures)
     }
 }
 
@@ -304,11 +307,12 @@ fn reload_alone_under_load(app: &str, new_version: Option<&str>) {
         !old.iter().any(|&p| alive(p))
     });
     load.more(20);
-    let failures = load.failures();
+    let (answered, failures) = load.failures();
     assert!(
         failures.is_empty(),
         "requests failed while {app} reloaded: {failures:?}"
     );
+    eprintln!("{app} reloaded under load: {answered} requests, none failed");
     for (other, pids) in &before {
         if other != &app {
             assert_eq!(
