@@ -12,6 +12,7 @@
 //! routes' table, drained and stopped; the others keep their processes.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Context;
@@ -44,6 +45,9 @@ pub(crate) struct RunningApp {
     restarts: String,
     log: Option<Arc<RotatingLog>>,
     supervisor: Supervisor,
+    /// Started by a reload that has not rolled the apps yet (it must not
+    /// roll this one: it starts from the file as it is).
+    fresh: bool,
 }
 
 impl RunningApp {
@@ -72,6 +76,8 @@ pub(crate) struct RunningApps {
     run_as: Option<hayate_core::identity::Identity>,
     /// Where their sockets and files are (removed on drop).
     runtime_dir: PathBuf,
+    /// Numbers the directories of apps a reload starts.
+    generation: AtomicU32,
     /// The configuration of the last start or reload (where each app is
     /// served, for `hayate status`).
     config: Mutex<Arc<Config>>,
@@ -96,6 +102,7 @@ impl RunningApps {
             from_file,
             run_as: crate::app_identity(config)?,
             runtime_dir: runtime_dir.clone(),
+            generation: AtomicU32::new(0),
             config: Mutex::new(Arc::new(config.clone())),
         };
         for app in apps {
@@ -212,6 +219,7 @@ impl RunningApps {
             restarts,
             log,
             supervisor,
+            fresh: false,
         })
     }
 
@@ -235,14 +243,33 @@ impl RunningApps {
             log::error!("reload: {e:#}; no app new in the file starts");
             return format!("{e:#}; no app new in the file starts\n");
         }
-        let running: Vec<String> = self.names();
-        for section in next.apps.iter().filter(|a| !running.contains(&a.name)) {
-            let dir = self.runtime_dir.join(&section.name);
+        let running: Vec<(String, bool)> = self
+            .lock()
+            .iter()
+            .map(|a| (a.name.clone(), a.served))
+            .collect();
+        // An app whose role changed (a worker now served, or the reverse)
+        // is replaced too: a worker has no socket for a route.
+        let new = |a: &&AppSection| !running.contains(&(a.name.clone(), a.served));
+        for section in next.apps.iter().filter(new) {
+            // A directory of its own: a removed app of the same name may
+            // still be draining, its socket files named as the new ones'.
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+            let dir = self
+                .runtime_dir
+                .join(format!("{}.{generation}", section.name));
+            let was = running.iter().any(|(name, _)| *name == section.name);
             match self.start_one(next, section.clone(), dir) {
-                Ok(app) => {
+                Ok(mut app) => {
+                    app.fresh = true;
                     report.push_str(&format!(
-                        "{}: new in the file; starting its instances{}\n",
+                        "{}: {}; starting its instances{}\n",
                         app.name,
+                        match (was, app.served) {
+                            (false, _) => "new in the file",
+                            (true, true) => "now served (was a worker)",
+                            (true, false) => "now a worker (was served)",
+                        },
                         match app.served {
                             true => " (its routes' requests wait for the first)",
                             false => " (a worker)",
@@ -281,21 +308,33 @@ impl RunningApps {
             return report;
         }
         let mut apps = self.lock();
-        let (gone, kept): (Vec<RunningApp>, Vec<RunningApp>) = std::mem::take(&mut *apps)
-            .into_iter()
-            .partition(|a| !next.apps.iter().any(|d| d.name == a.name));
-        *apps = kept;
+        let (gone, kept): (Vec<RunningApp>, Vec<RunningApp>) =
+            std::mem::take(&mut *apps).into_iter().partition(|a| {
+                !next
+                    .apps
+                    .iter()
+                    .any(|d| d.name == a.name && d.served == a.served)
+            });
+        let replaced = |name: &str| kept.iter().any(|a| a.name == name);
         for app in gone {
             report.push_str(&format!(
-                "{}: gone from the file; draining and stopping its instances\n",
-                app.name
+                "{}: {}; draining and stopping its instances\n",
+                app.name,
+                match replaced(&app.name) {
+                    true => "its role changed",
+                    false => "gone from the file",
+                }
             ));
-            self.table.remove(&app.name);
+            if app.served {
+                // Its replacement, if any, is a worker: not in the table.
+                self.table.remove(&app.name);
+            }
             std::thread::spawn(move || {
                 app.supervisor.stop_app();
                 drop(app);
             });
         }
+        *apps = kept;
         report
     }
 
@@ -366,10 +405,12 @@ impl RunningApps {
     pub fn reload(&self, next: &Config, only: Option<&str>) -> String {
         *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(next.clone());
         let mut report = self.stop_removed(next);
-        let apps = self.lock();
+        let mut apps = self.lock();
         let single = apps.len() == 1;
-        for app in apps.iter() {
-            if only.is_some_and(|name| name != app.name) {
+        for app in apps.iter_mut() {
+            // One started by this reload runs the file as it is now.
+            let fresh = std::mem::take(&mut app.fresh);
+            if fresh || only.is_some_and(|name| name != app.name) {
                 continue;
             }
             let declared = next

@@ -455,6 +455,56 @@ fn a_reload_starts_an_app_new_in_the_file_and_stops_one_gone_from_it() {
 }
 
 #[test]
+fn a_reload_replaces_an_app_whose_role_changed() {
+    let dir = apps_dir(r#"["node", "served.js"]"#);
+    let h = start(dir.path(), false);
+    eventually("web ready", || ready_count(&h.stderr(), "web") >= 1);
+    let mut c = h.client();
+    let web_served = pids(&mut c, "/web/", 1);
+    let api_before = pids(&mut c, "/api/", 2);
+    let toml = std::fs::read_to_string(dir.path().join("hayate.toml")).expect("read");
+    let served = |toml: &str| {
+        std::fs::write(dir.path().join("hayate.toml"), toml).expect("write");
+        let (ok, report) = hayate_in(dir.path(), &["reload", "queue"]);
+        assert!(ok, "{report}");
+        report
+    };
+
+    // web's route leaves the file: web is a worker now, its served
+    // instance drained and stopped.
+    let report = served(&toml.replace("[[site.route]]\nprefix = \"/web/\"\napp = \"web\"\n", ""));
+    for line in [
+        "web: now a worker (was served); starting its instances",
+        "web: its role changed; draining and stopping its instances",
+    ] {
+        assert!(report.contains(line), "{line:?} in {report}");
+    }
+    eventually("web's served instance stopped", || {
+        !web_served.iter().any(|&p| alive(p))
+    });
+    assert_eq!(c.get("/web/", &[]).status, 404);
+    let (_, status) = hayate_in(dir.path(), &["status"]);
+    assert!(status.contains("app web: worker"), "{status}");
+
+    // And back: served again once its new instance is ready.
+    let report = served(&toml);
+    assert!(
+        report.contains("web: now served (was a worker)"),
+        "{report}"
+    );
+    eventually("web served again", || answer(&mut c, "/web/").0 == 200);
+    assert!(!pids(&mut c, "/web/", 1).is_subset(&web_served));
+    assert_eq!(
+        pids(&mut c, "/api/", 2),
+        api_before,
+        "api kept its processes"
+    );
+    let (_, status) = hayate_in(dir.path(), &["status"]);
+    assert!(status.contains("app web: served at /web/"), "{status}");
+    h.assert_no_errors();
+}
+
+#[test]
 fn an_app_whose_command_does_not_exist_leaves_the_others_serving() {
     let dir = apps_dir(r#"["no-such-command-here"]"#);
     let h = start(dir.path(), true);
