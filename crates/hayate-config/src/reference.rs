@@ -108,8 +108,10 @@ pub fn markdown_reference() -> String {
          shown by `hayate status` while the others serve (its routes answer 503 once it is \
          down). `hayate reload NAME` rolls only that app's instances (after re-reading the \
          file); `hayate reload` rolls them all. `hayate status`, `/metrics` (an `app` label) \
-         and the status page (`apps` in `/status.json`) show each app by name. Adding or \
-         removing an app takes a restart.\n\n```toml\n",
+         and the status page (`apps` in `/status.json`) show each app by name. A reload \
+         adds and removes apps by name: one new in the file starts (its routes serve once \
+         it is ready), one gone from it is drained and stopped, the others keep their \
+         processes.\n\n```toml\n",
     );
     out.push_str(EXAMPLE_APPS_CONFIG);
     out.push_str("```\n\n");
@@ -152,8 +154,9 @@ build = ["npm", "run", "build"]       # first; a failure keeps the old instances
 restart_cron = "0 4 * * *"            # every day at 04:00, local time
 "#;
 
-/// An example of several apps (a Node API, a PHP site, a queue worker),
-/// shown in docs and the README and checked by a test.
+/// An example of several apps (a Node API, a Python app, a PHP site, a
+/// queue worker), shown in docs and the README and checked by tests (here,
+/// and `hayate check` on the README's copy in tests/apps_runtimes.rs).
 pub const EXAMPLE_APPS_CONFIG: &str = r#"listen = "0.0.0.0:8080"
 app_max_memory = "1GiB"             # every app's default
 
@@ -164,6 +167,13 @@ cwd = "api"
 instances = "auto"
 env_file = "api/.env"               # KEY=VALUE lines, read at every start
 ready_path = "/healthz"
+
+[[app]]
+name = "admin"                      # Python: admin/gunicorn.conf.py binds "unix:" + PORT
+command = [".venv/bin/gunicorn", "admin.wsgi"]
+cwd = "admin"
+listen = "unix"                     # PORT is a socket path
+instances = 2
 
 [[app]]
 name = "site"                       # php-fpm, its pool listening on ${PORT}
@@ -180,12 +190,16 @@ max_memory = "256MiB"
 
 [[site]]
 hosts = ["example.com"]
-root = "/srv/site/public"           # files, then site's PHP scripts
+root = "site/public"                # files, then site's PHP scripts
 app = "site"
 
 [[site.route]]
 prefix = "/api/"
 app = "api"
+
+[[site.route]]
+prefix = "/admin/"
+app = "admin"
 "#;
 
 /// One option's row of a reference table, under the file key `key`.
@@ -381,8 +395,16 @@ mod tests {
             .iter()
             .map(|a| (a.name.as_str(), a.served))
             .collect();
-        assert_eq!(apps, [("api", true), ("site", true), ("jobs", false)]);
-        let jobs = cfg.apps[2].options(&cfg.global);
+        assert_eq!(
+            apps,
+            [
+                ("api", true),
+                ("admin", true),
+                ("site", true),
+                ("jobs", false)
+            ]
+        );
+        let jobs = cfg.apps[3].options(&cfg.global);
         assert_eq!(jobs.max_memory.map(|s| s.0), Some(256 << 20));
         let api = cfg.apps[0].options(&cfg.global);
         assert_eq!(api.max_memory.map(|s| s.0), Some(1 << 30));

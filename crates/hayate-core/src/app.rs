@@ -146,26 +146,65 @@ pub struct ServedApp {
 }
 
 /// The served apps, by name: what the server is given and routes look up.
-/// Cloning is shallow. Workers (apps no route names) are not in it.
+/// Cloning is shallow: every clone (the reloader's, each worker's) sees an
+/// app added or removed by a reload that adds or removes an `[[app]]`.
+/// Routers look apps up when they are built, never per request; the lock
+/// is held only to copy the list out. Workers (apps no route names) are
+/// not in it.
 #[derive(Debug, Clone, Default)]
 pub struct AppTable {
-    apps: Arc<[ServedApp]>,
+    apps: Arc<std::sync::RwLock<Arc<[ServedApp]>>>,
 }
 
 impl AppTable {
     /// A table of `apps` (names unique).
     pub fn new(apps: Vec<ServedApp>) -> AppTable {
-        AppTable { apps: apps.into() }
+        AppTable {
+            apps: Arc::new(std::sync::RwLock::new(apps.into())),
+        }
+    }
+
+    fn list(&self) -> Arc<[ServedApp]> {
+        self.apps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The app called `name`; with `None` (a route's `app = true`), the
     /// only app, if there is exactly one.
-    pub fn find(&self, name: Option<&str>) -> Option<&ServedApp> {
-        match (name, &*self.apps) {
-            (None, [only]) => Some(only),
+    pub fn find(&self, name: Option<&str>) -> Option<ServedApp> {
+        match (name, &*self.list()) {
+            (None, [only]) => Some(only.clone()),
             (None, _) => None,
-            (Some(name), apps) => apps.iter().find(|a| &*a.name == name),
+            (Some(name), apps) => apps.iter().find(|a| &*a.name == name).cloned(),
         }
+    }
+
+    /// Adds `app` (a reload started it), replacing one of its name.
+    pub fn add(&self, app: ServedApp) {
+        let mut apps = self
+            .apps
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut list: Vec<ServedApp> = apps
+            .iter()
+            .filter(|a| a.name != app.name)
+            .cloned()
+            .collect();
+        list.push(app);
+        *apps = list.into();
+    }
+
+    /// Removes the app called `name` (a reload's config no longer has
+    /// it; routers built before keep their copy until they are replaced).
+    pub fn remove(&self, name: &str) {
+        let mut apps = self
+            .apps
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list: Vec<ServedApp> = apps.iter().filter(|a| &*a.name != name).cloned().collect();
+        *apps = list.into();
     }
 }
 
@@ -181,11 +220,19 @@ mod tests {
             fastcgi: false,
         };
         let one = AppTable::new(vec![app("app")]);
-        assert_eq!(one.find(None).map(|a| &*a.name), Some("app"));
+        assert_eq!(one.find(None).map(|a| a.name), Some("app".into()));
         let two = AppTable::new(vec![app("api"), app("web")]);
         assert!(two.find(None).is_none(), "app = true is ambiguous with two");
-        assert_eq!(two.find(Some("web")).map(|a| &*a.name), Some("web"));
+        assert_eq!(two.find(Some("web")).map(|a| a.name), Some("web".into()));
         assert!(two.find(Some("nope")).is_none());
         assert!(AppTable::default().find(None).is_none());
+        let seen_by_a_clone = two.clone();
+        two.add(app("admin"));
+        two.remove("api");
+        assert_eq!(
+            seen_by_a_clone.find(Some("admin")).map(|a| a.name),
+            Some("admin".into())
+        );
+        assert!(seen_by_a_clone.find(Some("api")).is_none());
     }
 }

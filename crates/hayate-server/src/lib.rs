@@ -70,6 +70,11 @@ pub type StatusFn = Arc<dyn Fn() -> String + Send + Sync>;
 /// `reload APP` named (`None`: every app); returns what it did.
 pub type OnReload<'a> = Box<dyn Fn(&Config, Option<&str>) -> String + 'a>;
 
+/// Called by a reload before the new configuration's routers are built:
+/// starts the apps it declares that do not run yet (their routes need
+/// them); returns what it did.
+pub type StartNewApps<'a> = Box<dyn Fn(&Config) -> String + 'a>;
+
 /// `hayate start|stop|restart APP`: acts on the app, returns what it did.
 pub type OnApp<'a> = Box<dyn Fn(control::AppAction, &str) -> String + 'a>;
 
@@ -81,8 +86,11 @@ pub struct Hooks<'a> {
     /// configuration is in place (the apps' commands and rolling reloads);
     /// returns what it did, for the reload's report.
     pub on_reload: OnReload<'a>,
-    /// The names of the supervised apps (`hayate reload APP` must name one).
-    pub app_names: Vec<String>,
+    /// See [`StartNewApps`].
+    pub start_new_apps: StartNewApps<'a>,
+    /// The names of the supervised apps, now (`hayate reload APP` must
+    /// name one; a reload may add or remove apps).
+    pub app_names: Box<dyn Fn() -> Vec<String> + 'a>,
     /// `hayate start|stop|restart APP`, for an app of `app_names`; returns
     /// what it did.
     pub on_app: OnApp<'a>,
@@ -343,6 +351,7 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
     let unix_paths = Arc::new(std::sync::Mutex::new(listeners.unix_paths));
     let reloader = Reloader::new(ReloadParts {
         reread: hooks.reread,
+        start_new_apps: hooks.start_new_apps,
         as_read,
         publish,
         built: built_rx,
@@ -369,7 +378,7 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
             signals: signals_seen,
             status: hooks.status.clone(),
             on_reload: &hooks.on_reload,
-            app_names: &hooks.app_names,
+            app_names: &*hooks.app_names,
             on_app: &hooks.on_app,
             on_reopen_logs: &hooks.on_reopen_logs,
             reloader,

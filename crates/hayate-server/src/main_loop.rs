@@ -57,7 +57,7 @@ pub struct MainLoop<'a> {
     /// Called once a reload applied the configuration (the apps' roll).
     pub on_reload: &'a dyn Fn(&hayate_config::Config, Option<&str>) -> String,
     /// The supervised apps' names.
-    pub app_names: &'a [String],
+    pub app_names: &'a dyn Fn() -> Vec<String>,
     /// `start|stop|restart APP` on an app of [`Self::app_names`].
     pub on_app: &'a dyn Fn(control::AppAction, &str) -> String,
     /// Called on SIGUSR1 once the access log is reopened (the app log).
@@ -160,11 +160,11 @@ impl MainLoop<'_> {
                 Ok(answer)
             }
             ControlCommand::Reload(Some(app)) | ControlCommand::App(_, app)
-                if !self.app_names.contains(app) =>
+                if !(self.app_names)().contains(app) =>
             {
                 Err(format!(
                     "no app named {app:?} runs (apps: {})\n",
-                    match self.app_names {
+                    match (self.app_names)().as_slice() {
                         [] => "none".to_string(),
                         names => names.join(", "),
                     }

@@ -128,6 +128,7 @@ struct ListenChange {
 /// The reload side of a running server.
 pub struct Reloader<'a> {
     reread: Option<Reread<'a>>,
+    start_new_apps: crate::StartNewApps<'a>,
     /// The configuration as read (before its listeners were resolved).
     as_read: Config,
     running: Arc<Blueprint>,
@@ -149,6 +150,8 @@ pub struct Reloader<'a> {
 pub struct ReloadParts<'a> {
     /// See [`Reread`]; `None` when there is no file to read again.
     pub reread: Option<Reread<'a>>,
+    /// See [`crate::StartNewApps`].
+    pub start_new_apps: crate::StartNewApps<'a>,
     /// The configuration as read at start.
     pub as_read: Config,
     /// Where blueprints are published to the workers.
@@ -198,6 +201,7 @@ impl<'a> Reloader<'a> {
         let running = parts.publish.borrow().clone();
         Reloader {
             reread: parts.reread,
+            start_new_apps: parts.start_new_apps,
             as_read: parts.as_read,
             running,
             publish: parts.publish,
@@ -326,6 +330,11 @@ impl<'a> Reloader<'a> {
             false => self.running.log_sink.clone(),
             true => Sink::from_config(&next.global).map_err(|e| format!("{e}\n"))?,
         };
+        // Apps new in the file start now, their routes needing them (their
+        // requests wait in queue until an instance is ready). A reload
+        // refused after this point leaves them running with no route until
+        // the next reload takes the file.
+        notes.extend((self.start_new_apps)(&next).lines().map(String::from));
         // Everything a worker will open, opened once here first: a root that
         // does not exist fails the reload, not a worker.
         Router::build(&next, &self.app, cache.as_ref(), &self.variants, None, None)

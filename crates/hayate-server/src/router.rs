@@ -290,6 +290,7 @@ impl Router {
                         )
                     })?),
                 };
+                let app = app.as_ref();
                 let app_fastcgi = app.is_some_and(|a| a.fastcgi);
                 let runs_scripts = r.options.fastcgi.is_some() || app_fastcgi;
                 let scripts = match (runs_scripts, &r.options.root) {

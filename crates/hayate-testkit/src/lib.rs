@@ -15,6 +15,7 @@ pub mod node;
 pub mod origin;
 pub mod pebble;
 pub mod php;
+pub mod python;
 pub mod redis;
 pub mod tls;
 mod unix;

@@ -5,9 +5,15 @@
 //! contract: if it cannot start, hayate exits with the reason. With several
 //! apps, one that cannot start is logged and shown in `hayate status` (its
 //! routes answer 503 once it is down) while the others start and serve.
+//!
+//! A reload of a config whose apps come from the file adds and removes
+//! apps by name: one new in the file starts before the new routes are
+//! built (they need its slots), one gone from it is taken out of the
+//! routes' table, drained and stopped; the others keep their processes.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Context;
 use hayate_config::app::{AppListen, AppProtocol, AppSection, Instances};
@@ -39,13 +45,42 @@ pub(crate) struct RunningApp {
     restarts: String,
     log: Option<Arc<RotatingLog>>,
     supervisor: Supervisor,
+    /// Started by a reload that has not rolled the apps yet (it must not
+    /// roll this one: it starts from the file as it is).
+    fresh: bool,
+}
+
+impl RunningApp {
+    /// What routes send to.
+    fn served(&self) -> ServedApp {
+        ServedApp {
+            name: self.name.as_str().into(),
+            slots: self.supervisor.slots(),
+            fastcgi: self.fastcgi,
+        }
+    }
 }
 
 /// Every app, running; dropping it stops them all.
 pub(crate) struct RunningApps {
-    apps: Vec<RunningApp>,
+    /// Locked by the main loop's hooks (reload, start/stop, status) and
+    /// never across a wait.
+    apps: Mutex<Vec<RunningApp>>,
+    /// The served apps' slots, shared with the server's routers: a reload
+    /// adds and removes apps there.
+    table: AppTable,
+    /// Whether the apps came from the file's `[[app]]` tables (a reload
+    /// may then add or remove some).
+    from_file: bool,
+    /// Who the apps run as.
+    run_as: Option<hayate_core::identity::Identity>,
     /// Where their sockets and files are (removed on drop).
     runtime_dir: PathBuf,
+    /// Numbers the directories of apps a reload starts.
+    generation: AtomicU32,
+    /// The configuration of the last start or reload (where each app is
+    /// served, for `hayate status`).
+    config: Mutex<Arc<Config>>,
 }
 
 impl RunningApps {
@@ -60,91 +95,25 @@ impl RunningApps {
     ) -> anyhow::Result<RunningApps> {
         let runtime_dir = std::env::temp_dir().join(format!("hayate-{}", std::process::id()));
         let several = apps.len() > 1;
-        let run_as = crate::app_identity(config)?;
-        let mut running = RunningApps {
-            apps: Vec::new(),
-            runtime_dir: runtime_dir.clone(),
-        };
         check_port_ranges(config, &apps)?;
+        let mut running = RunningApps {
+            apps: Mutex::new(Vec::new()),
+            table: AppTable::default(),
+            from_file,
+            run_as: crate::app_identity(config)?,
+            runtime_dir: runtime_dir.clone(),
+            generation: AtomicU32::new(0),
+            config: Mutex::new(Arc::new(config.clone())),
+        };
         for app in apps {
-            let options = app.options(&config.global);
-            let fastcgi = options.protocol == AppProtocol::FastCgi;
-            // Loopback TCP unless told otherwise: Next.js and Fastify want
-            // a port number (issue 33); php-fpm takes a socket path,
-            // private to it. A worker listens nowhere.
             let dir = match several {
                 true => runtime_dir.join(&app.name),
                 false => runtime_dir.clone(),
             };
-            let default_listen = if fastcgi {
-                AppListen::Unix
-            } else {
-                AppListen::Tcp
-            };
-            let listen = match (app.served, options.listen.unwrap_or(default_listen)) {
-                (false, _) => Listen::None,
-                (true, AppListen::Unix) => Listen::Unix(dir.clone()),
-                (true, AppListen::Tcp) => Listen::Tcp,
-                (true, AppListen::TcpBase(base)) => Listen::TcpBase(base),
-            };
-            let log = match &options.log {
-                Some(path) => Some(Arc::new(
-                    RotatingLog::open(path, options.log_size.0, options.log_keep as usize)
-                        .with_context(|| format!("app {} log {}", app.name, path.display()))?,
-                )),
-                None => None,
-            };
-            let spec = AppSpec {
-                name: app.name.clone(),
-                command: app.command.clone(),
-                cwd: app.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
-                instances: app
-                    .instances
-                    .unwrap_or(Instances::Auto)
-                    .get(config.global.workers.get()),
-                listen,
-                runtime_dir: dir,
-                reload_parallel: options.reload_parallel,
-                start_timeout: options.start_timeout.0,
-                ready_path: options.ready_path.clone(),
-                stop_timeout: config.global.grace_period.0,
-                env: environment(&app).with_context(|| format!("app {}", app.name))?,
-                max_memory: options.max_memory.map(|s| s.0),
-                max_requests: options.max_requests.map(u64::from),
-                log: log.clone(),
-                run_as: run_as.clone(),
-                watch: app.watch.clone().map(|rules| WatchSpec {
-                    paths: rules.paths,
-                    ignore: rules
-                        .ignore
-                        .into_iter()
-                        .chain(own_files(config, &app))
-                        .collect(),
-                    debounce: options.watch_debounce.0,
-                    max_dirs: options.watch_max_dirs as usize,
-                    build: app.build.clone(),
-                    build_timeout: options.build_timeout.0,
-                }),
-                schedule: app.schedule.clone().map(|schedule| RestartTimes {
-                    what: schedule.describe(),
-                    next: Arc::new(move |now| schedule.next_after(now)),
-                }),
-            };
-            let supervisor =
-                Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
-            let restarts = restarts_of(&app);
-            running.apps.push(RunningApp {
-                name: app.name,
-                served: app.served,
-                fastcgi,
-                from_file,
-                options: format!("{options:?}"),
-                restarts,
-                log,
-                supervisor,
-            });
+            let app = running.start_one(config, app, dir)?;
+            running.lock().push(app);
         }
-        for app in &running.apps {
+        for app in running.lock().iter() {
             let verdict = match upgrade {
                 true => config.global.app_start_timeout.0,
                 false => config.global.app_start_timeout.0.min(STARTUP_VERDICT),
@@ -159,32 +128,224 @@ impl RunningApps {
                 );
             }
         }
+        let served: Vec<ServedApp> = running
+            .lock()
+            .iter()
+            .filter(|a| a.served)
+            .map(RunningApp::served)
+            .collect();
+        running.table = AppTable::new(served);
         Ok(running)
     }
 
-    /// The served apps, for the routes.
+    fn lock(&self) -> MutexGuard<'_, Vec<RunningApp>> {
+        self.apps.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts one app's supervisor, its sockets and files under `dir`.
+    fn start_one(
+        &self,
+        config: &Config,
+        app: AppSection,
+        dir: PathBuf,
+    ) -> anyhow::Result<RunningApp> {
+        let options = app.options(&config.global);
+        let fastcgi = options.protocol == AppProtocol::FastCgi;
+        // Loopback TCP unless told otherwise: Next.js and Fastify want
+        // a port number (issue 33); php-fpm takes a socket path,
+        // private to it. A worker listens nowhere.
+        let default_listen = if fastcgi {
+            AppListen::Unix
+        } else {
+            AppListen::Tcp
+        };
+        let listen = match (app.served, options.listen.unwrap_or(default_listen)) {
+            (false, _) => Listen::None,
+            (true, AppListen::Unix) => Listen::Unix(dir.clone()),
+            (true, AppListen::Tcp) => Listen::Tcp,
+            (true, AppListen::TcpBase(base)) => Listen::TcpBase(base),
+        };
+        let log = match &options.log {
+            Some(path) => Some(Arc::new(
+                RotatingLog::open(path, options.log_size.0, options.log_keep as usize)
+                    .with_context(|| format!("app {} log {}", app.name, path.display()))?,
+            )),
+            None => None,
+        };
+        let spec = AppSpec {
+            name: app.name.clone(),
+            command: app.command.clone(),
+            cwd: app.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
+            instances: app
+                .instances
+                .unwrap_or(Instances::Auto)
+                .get(config.global.workers.get()),
+            listen,
+            runtime_dir: dir,
+            reload_parallel: options.reload_parallel,
+            start_timeout: options.start_timeout.0,
+            ready_path: options.ready_path.clone(),
+            stop_timeout: config.global.grace_period.0,
+            env: environment(&app).with_context(|| format!("app {}", app.name))?,
+            max_memory: options.max_memory.map(|s| s.0),
+            max_requests: options.max_requests.map(u64::from),
+            log: log.clone(),
+            run_as: self.run_as.clone(),
+            watch: app.watch.clone().map(|rules| WatchSpec {
+                paths: rules.paths,
+                ignore: rules
+                    .ignore
+                    .into_iter()
+                    .chain(own_files(config, &app))
+                    .collect(),
+                debounce: options.watch_debounce.0,
+                max_dirs: options.watch_max_dirs as usize,
+                build: app.build.clone(),
+                build_timeout: options.build_timeout.0,
+            }),
+            schedule: app.schedule.clone().map(|schedule| RestartTimes {
+                what: schedule.describe(),
+                next: Arc::new(move |now| schedule.next_after(now)),
+            }),
+        };
+        let supervisor = Supervisor::start(spec).with_context(|| format!("app {}", app.name))?;
+        let restarts = restarts_of(&app);
+        Ok(RunningApp {
+            name: app.name,
+            served: app.served,
+            fastcgi,
+            from_file: self.from_file,
+            options: format!("{options:?}"),
+            restarts,
+            log,
+            supervisor,
+            fresh: false,
+        })
+    }
+
+    /// The served apps, for the routes (shared: a reload that adds or
+    /// removes an app changes it).
     pub fn table(&self) -> AppTable {
-        AppTable::new(
-            self.apps
-                .iter()
-                .filter(|a| a.served)
-                .map(|a| ServedApp {
-                    name: a.name.as_str().into(),
-                    slots: a.supervisor.slots(),
-                    fastcgi: a.fastcgi,
-                })
-                .collect(),
-        )
+        self.table.clone()
+    }
+
+    /// A reload's first step, before the new routes are built: starts the
+    /// apps new in `next` (by name; not with one app before and after,
+    /// which stays the same app). Returns the report.
+    pub fn start_new(&self, next: &Config) -> String {
+        let mut report = String::new();
+        if !self.changes_by_name(next) {
+            return report;
+        }
+        if let Err(e) = check_port_ranges(next, &next.apps) {
+            // Said in the log too: the reload is then refused (a route
+            // names an app that does not run), and its report with it.
+            log::error!("reload: {e:#}; no app new in the file starts");
+            return format!("{e:#}; no app new in the file starts\n");
+        }
+        let running: Vec<(String, bool)> = self
+            .lock()
+            .iter()
+            .map(|a| (a.name.clone(), a.served))
+            .collect();
+        // An app whose role changed (a worker now served, or the reverse)
+        // is replaced too: a worker has no socket for a route.
+        let new = |a: &&AppSection| !running.contains(&(a.name.clone(), a.served));
+        for section in next.apps.iter().filter(new) {
+            // A directory of its own: a removed app of the same name may
+            // still be draining, its socket files named as the new ones'.
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+            let dir = self
+                .runtime_dir
+                .join(format!("{}.{generation}", section.name));
+            let was = running.iter().any(|(name, _)| *name == section.name);
+            match self.start_one(next, section.clone(), dir) {
+                Ok(mut app) => {
+                    app.fresh = true;
+                    report.push_str(&format!(
+                        "{}: {}; starting its instances{}\n",
+                        app.name,
+                        match (was, app.served) {
+                            (false, _) => "new in the file",
+                            (true, true) => "now served (was a worker)",
+                            (true, false) => "now a worker (was served)",
+                        },
+                        match app.served {
+                            true => " (its routes' requests wait for the first)",
+                            false => " (a worker)",
+                        }
+                    ));
+                    if app.served {
+                        self.table.add(app.served());
+                    }
+                    self.lock().push(app);
+                }
+                Err(e) => {
+                    log::error!("reload: app {} did not start: {e:#}", section.name);
+                    report.push_str(&format!(
+                        "{}: new in the file, but did not start: {e:#}\n",
+                        section.name
+                    ));
+                }
+            }
+        }
+        report
+    }
+
+    /// Whether a reload to `next` adds and removes apps by name: the apps
+    /// come from the file, and there are apps in it; one before and one
+    /// after is the same app, whatever its name.
+    fn changes_by_name(&self, next: &Config) -> bool {
+        self.from_file && !next.apps.is_empty() && !(self.lock().len() == 1 && next.apps.len() == 1)
+    }
+
+    /// Takes the apps gone from `next` out of the routes' table, then
+    /// drains and stops them on a thread of their own (a drain lasts up to
+    /// `grace_period`; the main loop must not wait). Returns the report.
+    fn stop_removed(&self, next: &Config) -> String {
+        let mut report = String::new();
+        if !self.changes_by_name(next) {
+            return report;
+        }
+        let mut apps = self.lock();
+        let (gone, kept): (Vec<RunningApp>, Vec<RunningApp>) =
+            std::mem::take(&mut *apps).into_iter().partition(|a| {
+                !next
+                    .apps
+                    .iter()
+                    .any(|d| d.name == a.name && d.served == a.served)
+            });
+        let replaced = |name: &str| kept.iter().any(|a| a.name == name);
+        for app in gone {
+            report.push_str(&format!(
+                "{}: {}; draining and stopping its instances\n",
+                app.name,
+                match replaced(&app.name) {
+                    true => "its role changed",
+                    false => "gone from the file",
+                }
+            ));
+            if app.served {
+                // Its replacement, if any, is a worker: not in the table.
+                self.table.remove(&app.name);
+            }
+            std::thread::spawn(move || {
+                app.supervisor.stop_app();
+                drop(app);
+            });
+        }
+        *apps = kept;
+        report
     }
 
     /// The apps' names, in order.
     pub fn names(&self) -> Vec<String> {
-        self.apps.iter().map(|a| a.name.clone()).collect()
+        self.lock().iter().map(|a| a.name.clone()).collect()
     }
 
     /// What the "serving" line says of the apps.
     pub fn describe(&self, config: &Config, sections: &[AppSection]) -> String {
-        match (&self.apps[..], sections) {
+        match (&self.lock()[..], sections) {
             ([_], [one]) => {
                 let n = one
                     .instances
@@ -205,7 +366,7 @@ impl RunningApps {
 
     /// Every app's status handle.
     pub fn statuses(&self) -> Vec<AppStatus> {
-        self.apps.iter().map(|a| a.supervisor.status()).collect()
+        self.lock().iter().map(|a| a.supervisor.status()).collect()
     }
 
     /// `hayate status`: each app's table under a line naming it and its
@@ -219,14 +380,19 @@ impl RunningApps {
     }
 
     /// Each app's status handle and what it is: `served at site/prefix,...`
-    /// or `worker (no route)`.
-    pub fn roles(&self, config: &Config) -> Vec<(AppStatus, String)> {
-        self.apps
-            .iter()
+    /// (routes of the running configuration) or `worker (no route)`.
+    pub fn roles(&self) -> Vec<(AppStatus, String)> {
+        let config = self
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let apps = self.lock();
+        apps.iter()
             .map(|a| {
                 let role = match a.served {
                     false => "worker (no route: supervised, not proxied to)".to_string(),
-                    true => format!("served at {}", routes_of(config, &a.name, self.apps.len())),
+                    true => format!("served at {}", routes_of(&config, &a.name, apps.len())),
                 };
                 (a.supervisor.status(), role)
             })
@@ -237,10 +403,14 @@ impl RunningApps {
     /// new command, cwd and env from `next` (if it came from the file) and
     /// rolls its instances. Returns the report.
     pub fn reload(&self, next: &Config, only: Option<&str>) -> String {
-        let mut report = String::new();
-        let single = self.apps.len() == 1;
-        for app in &self.apps {
-            if only.is_some_and(|name| name != app.name) {
+        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(next.clone());
+        let mut report = self.stop_removed(next);
+        let mut apps = self.lock();
+        let single = apps.len() == 1;
+        for app in apps.iter_mut() {
+            // One started by this reload runs the file as it is now.
+            let fresh = std::mem::take(&mut app.fresh);
+            if fresh || only.is_some_and(|name| name != app.name) {
                 continue;
             }
             let declared = next
@@ -295,22 +465,13 @@ impl RunningApps {
                 app.name
             ));
         }
-        if only.is_none() && !single {
-            for section in &next.apps {
-                if !self.apps.iter().any(|a| a.name == section.name) {
-                    report.push_str(&format!(
-                        "{}: new in the file; it starts when hayate restarts\n",
-                        section.name
-                    ));
-                }
-            }
-        }
         report
     }
 
     /// `hayate start|stop|restart APP` (`name` is one of [`Self::names`]).
     pub fn act(&self, action: AppAction, name: &str) -> String {
-        let Some(app) = self.apps.iter().find(|a| a.name == name) else {
+        let apps = self.lock();
+        let Some(app) = apps.iter().find(|a| a.name == name) else {
             return format!("no app named {name:?}\n");
         };
         let s = &app.supervisor;
@@ -332,7 +493,7 @@ impl RunningApps {
 
     /// Opens every app log again (SIGUSR1).
     pub fn reopen_logs(&self) -> std::io::Result<()> {
-        for log in self.apps.iter().filter_map(|a| a.log.as_ref()) {
+        for log in self.lock().iter().filter_map(|a| a.log.as_ref()) {
             log.reopen()?;
         }
         Ok(())
@@ -342,7 +503,7 @@ impl RunningApps {
 impl Drop for RunningApps {
     fn drop(&mut self) {
         // Each supervisor stops its instances and waits.
-        self.apps.clear();
+        self.lock().clear();
         let _ = std::fs::remove_dir_all(&self.runtime_dir);
     }
 }

@@ -536,22 +536,38 @@ pub(crate) fn supervise(
         .zip(&apps)
         .all(|(file, running)| file.command == running.command)
         && !config.apps.is_empty();
-    let running =
-        apps::RunningApps::start(&config, apps.clone(), from_file, inherited.is_upgrade())?;
+    let running = std::sync::Arc::new(apps::RunningApps::start(
+        &config,
+        apps.clone(),
+        from_file,
+        inherited.is_upgrade(),
+    )?);
     let what = running.describe(&config, &apps);
     let reload = |next: &Config, only: Option<&str>| running.reload(next, only);
     let act = |action, name: &str| running.act(action, name);
-    let roles = running.roles(&config);
+    // Status and metrics show the apps running now (a reload may add or
+    // remove some); they hold no reference that would keep the apps
+    // running past `drop(running)` below.
     let metrics = hayate_core::metrics::Metrics::default();
-    metrics.register(std::sync::Arc::new(hayate_supervisor::AllApps(
-        running.statuses(),
-    )));
-    let status: hayate_server::StatusFn =
-        std::sync::Arc::new(move || apps::RunningApps::status_text(&roles));
+    let apps_now = std::sync::Arc::downgrade(&running);
+    metrics.register_fn(move |out| {
+        if let Some(running) = apps_now.upgrade() {
+            use hayate_core::metrics::MetricsSource;
+            hayate_supervisor::AllApps(running.statuses()).render(out);
+        }
+    });
+    let apps_now = std::sync::Arc::downgrade(&running);
+    let status: hayate_server::StatusFn = std::sync::Arc::new(move || {
+        apps_now
+            .upgrade()
+            .map(|running| apps::RunningApps::status_text(&running.roles()))
+            .unwrap_or_default()
+    });
     let mut hooks = hooks(&config, config_file, what, &reload, Some(status), metrics);
     hooks.reread = reread;
     hooks.inherited = inherited;
-    hooks.app_names = running.names();
+    hooks.app_names = Box::new(|| running.names());
+    hooks.start_new_apps = Box::new(|next: &Config| running.start_new(next));
     hooks.on_app = Box::new(act);
     hooks.on_reopen_logs = Box::new(|| running.reopen_logs());
     let result = hayate_server::run(config, running.table(), hooks).context("server failed");
@@ -632,7 +648,8 @@ fn hooks<'a>(
             }
         }),
         on_reload: Box::new(on_reload),
-        app_names: Vec::new(),
+        start_new_apps: Box::new(|_| String::new()),
+        app_names: Box::new(Vec::new),
         on_app: Box::new(|_, _| String::new()),
         reread: None,
         inherited: Inherited::default(),

@@ -341,6 +341,170 @@ fn reloading_one_app_under_load_fails_no_request_and_leaves_the_others() {
 }
 
 #[test]
+fn a_reload_starts_an_app_new_in_the_file_and_stops_one_gone_from_it() {
+    let dir = apps_dir(r#"["node", "served.js"]"#);
+    let h = start(dir.path(), false);
+    eventually("api's two instances", || {
+        ready_count(&h.stderr(), "api") >= 2
+    });
+    eventually("a tick", || !ticks(dir.path()).is_empty());
+    let mut c = h.client();
+    let api_before = pids(&mut c, "/api/", 2);
+    let web_before = pids(&mut c, "/web/", 1);
+    let queue_pid = || {
+        let ticks = ticks(dir.path());
+        let last = ticks.last().cloned().unwrap_or_default();
+        last.split(' ').nth(1).unwrap_or_default().to_string()
+    };
+
+    let queue_before = queue_pid();
+    // web leaves the file, admin comes in, at /admin/.
+    let toml = std::fs::read_to_string(dir.path().join("hayate.toml")).expect("read");
+    let toml = toml
+        .replace("name = \"web\"", "name = \"admin\"")
+        .replace("APP_NAME = \"web\"", "APP_NAME = \"admin\"")
+        .replace(
+            "prefix = \"/web/\"\napp = \"web\"",
+            "prefix = \"/admin/\"\napp = \"admin\"",
+        );
+    std::fs::write(dir.path().join("version-admin.txt"), "v1").expect("write");
+    std::fs::write(dir.path().join("hayate.toml"), toml).expect("write");
+
+    // api under load all along: the reload touches it not.
+    let addr = h.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU32::new(0));
+    let loader = {
+        let (stop, answered) = (stop.clone(), answered.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(addr);
+            let mut failures = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let (status, name, ..) = answer(&mut c, "/api/");
+                if (status, name.as_str()) != (200, "api") {
+                    failures.push((status, name));
+                }
+                answered.fetch_add(1, Ordering::SeqCst);
+            }
+            failures
+        })
+    };
+    let wait_answers = |more: u32| {
+        let from = answered.load(Ordering::SeqCst);
+        eventually("more answers", || {
+            answered.load(Ordering::SeqCst) >= from + more
+        });
+    };
+    wait_answers(10);
+    // Naming queue: only queue's instances roll, besides what the file's
+    // change of apps does.
+    let (ok, report) = hayate_in(dir.path(), &["reload", "queue"]);
+    assert!(ok, "{report}");
+    for line in [
+        "admin: new in the file; starting its instances",
+        "web: gone from the file; draining and stopping its instances",
+        "queue: reloading its instances",
+    ] {
+        assert!(report.contains(line), "{line:?} in {report}");
+    }
+    assert!(!report.contains("api: reloading"), "{report}");
+
+    // admin answers on its route once ready (this config's queue waits
+    // 20 ms for an instance); web's route is gone, its process drained
+    // and stopped.
+    eventually("admin ready", || ready_count(&h.stderr(), "admin") >= 1);
+    let (status, name, ..) = answer(&mut c, "/admin/");
+    assert_eq!((status, name.as_str()), (200, "admin"));
+    assert_eq!(c.get("/web/", &[]).status, 404, "web's route left with it");
+    eventually("web's instance stopped", || {
+        !web_before.iter().any(|&p| alive(p))
+    });
+    wait_answers(10);
+    stop.store(true, Ordering::Relaxed);
+    let failures = loader.join().expect("join");
+    assert!(failures.is_empty(), "api's requests failed: {failures:?}");
+    assert_eq!(
+        pids(&mut c, "/api/", 2),
+        api_before,
+        "api kept its processes"
+    );
+    eventually("queue's new instance ticks", || queue_pid() != queue_before);
+
+    // The new app is one like the others: by name, in status and metrics.
+    let (ok, status) = hayate_in(dir.path(), &["status"]);
+    assert!(
+        ok && status.contains("app admin: served at /admin/"),
+        "{status}"
+    );
+    assert!(!status.contains("app web"), "{status}");
+    let metrics = Client::connect(h.admin_addr()).get("/metrics", &[]).text();
+    assert!(metrics.contains("app=\"admin\""), "{metrics}");
+    assert!(!metrics.contains("app=\"web\""), "{metrics}");
+    let (ok, report) = hayate_in(dir.path(), &["reload", "admin"]);
+    assert!(
+        ok && report.contains("admin: reloading its instances"),
+        "{report}"
+    );
+    let (ok, report) = hayate_in(dir.path(), &["stop", "web"]);
+    assert!(
+        !ok && report.contains("no app named \"web\" runs"),
+        "{report}"
+    );
+    h.assert_no_errors();
+}
+
+#[test]
+fn a_reload_replaces_an_app_whose_role_changed() {
+    let dir = apps_dir(r#"["node", "served.js"]"#);
+    let h = start(dir.path(), false);
+    eventually("web ready", || ready_count(&h.stderr(), "web") >= 1);
+    let mut c = h.client();
+    let web_served = pids(&mut c, "/web/", 1);
+    let api_before = pids(&mut c, "/api/", 2);
+    let toml = std::fs::read_to_string(dir.path().join("hayate.toml")).expect("read");
+    let served = |toml: &str| {
+        std::fs::write(dir.path().join("hayate.toml"), toml).expect("write");
+        let (ok, report) = hayate_in(dir.path(), &["reload", "queue"]);
+        assert!(ok, "{report}");
+        report
+    };
+
+    // web's route leaves the file: web is a worker now, its served
+    // instance drained and stopped.
+    let report = served(&toml.replace("[[site.route]]\nprefix = \"/web/\"\napp = \"web\"\n", ""));
+    for line in [
+        "web: now a worker (was served); starting its instances",
+        "web: its role changed; draining and stopping its instances",
+    ] {
+        assert!(report.contains(line), "{line:?} in {report}");
+    }
+    eventually("web's served instance stopped", || {
+        !web_served.iter().any(|&p| alive(p))
+    });
+    assert_eq!(c.get("/web/", &[]).status, 404);
+    let (_, status) = hayate_in(dir.path(), &["status"]);
+    assert!(status.contains("app web: worker"), "{status}");
+
+    // And back: served again once its new instance is ready.
+    let report = served(&toml);
+    assert!(
+        report.contains("web: now served (was a worker)"),
+        "{report}"
+    );
+    eventually("web served again", || answer(&mut c, "/web/").0 == 200);
+    assert!(!pids(&mut c, "/web/", 1).is_subset(&web_served));
+    assert_eq!(
+        pids(&mut c, "/api/", 2),
+        api_before,
+        "api kept its processes"
+    );
+    let (_, status) = hayate_in(dir.path(), &["status"]);
+    assert!(status.contains("app web: served at /web/"), "{status}");
+    h.assert_no_errors();
+}
+
+#[test]
 fn an_app_whose_command_does_not_exist_leaves_the_others_serving() {
     let dir = apps_dir(r#"["no-such-command-here"]"#);
     let h = start(dir.path(), true);

@@ -2,7 +2,8 @@
 //! Node app and `--admin`, traffic, and the page's tables updating live to
 //! the numbers `/metrics` shows (requests, status classes, a compressed
 //! body, the upstream member, the instance and why it was restarted);
-//! values from the config appear as text, never as markup.
+//! values from the config appear as text, never as markup. With several
+//! `[[app]]`s, every app's instances by name, and one a reload adds.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -285,6 +286,84 @@ async fn the_status_page_updates_live_and_agrees_with_metrics() {
     let instance = page["app"][0].as_array().expect("one instance row");
     assert_eq!(instance[4], "1", "one restart: {page}");
 
+    browser.close().await;
+    h.assert_no_errors();
+}
+
+/// Reads the app table after the render in which every instance of
+/// `arguments[0]` (labels such as `api[1]`) shows `ready`: each row's
+/// cells and the queue facts, or `null` after 5 s.
+const READ_APPS: &str = r##"
+const [want, done] = arguments;
+function read() {
+  const rows = [...document.querySelectorAll("#app tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent));
+  if (!want.every((w) => rows.some((r) => r[0] === w && r[1] === "ready"))) return false;
+  done({ rows, queue: document.getElementById("queue").textContent });
+  return true;
+}
+if (!read()) {
+  const wait = () => { if (read()) document.removeEventListener("status-update", wait); };
+  document.addEventListener("status-update", wait);
+  setTimeout(() => done(null), 5000);
+}
+"##;
+
+async fn read_apps(browser: &Browser, want: &[&str]) -> Value {
+    let page = browser
+        .client
+        .execute_async(READ_APPS, vec![json!(want)])
+        .await
+        .expect("script");
+    assert!(!page.is_null(), "the page never showed {want:?} ready");
+    page
+}
+
+/// Two `[[app]]`s; `extra` is appended (a third app and its route).
+fn two_apps(extra: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nworkers = 1\nadmin = \"127.0.0.1:0\"\napp_listen = \"unix\"\n\
+         [[app]]\nname = \"api\"\ncommand = [\"node\", \"app.js\"]\ninstances = 2\n\
+         [[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\ninstances = 1\n{extra}\
+         [[site]]\nroot = \"public\"\n\
+         [[site.route]]\nprefix = \"/api/\"\napp = \"api\"\n\
+         [[site.route]]\nprefix = \"/web/\"\napp = \"web\"\n"
+    )
+}
+
+#[tokio::test]
+async fn the_status_page_shows_every_app_and_one_a_reload_adds() {
+    let dir = app_dir();
+    std::fs::write(dir.path().join("hayate.toml"), two_apps("")).expect("write");
+    let args = ["run", "--config", "hayate.toml"];
+    let h = Hayate::start_in(BIN, &args, &[], Some(dir.path()));
+    let admin = admin_address(&h).await;
+    let browser = Browser::start(1024, 768).await;
+    browser
+        .client
+        .goto(&format!("http://{admin}/"))
+        .await
+        .expect("load the page");
+    let page = read_apps(&browser, &["api[0]", "api[1]", "web[0]"]).await;
+    let labels: Vec<&str> = page["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r[0].as_str().expect("label"))
+        .collect();
+    assert_eq!(labels, ["api[0]", "api[1]", "web[0]"], "{page}");
+    assert_eq!(page["queue"], "api 0, web 0", "{page}");
+
+    let admin_app = "[[app]]\nname = \"admin\"\ncommand = [\"node\", \"app.js\"]\ninstances = 1\n\
+                     [[site]]\nhosts = [\"admin.test\"]\nroot = \"public\"\napp = \"admin\"\n";
+    std::fs::write(dir.path().join("hayate.toml"), two_apps(admin_app)).expect("write");
+    let (ok, report) = hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .args(["reload", "web"])
+            .current_dir(dir.path()),
+    );
+    assert!(ok && report.contains("admin: new in the file"), "{report}");
+    let page = read_apps(&browser, &["api[0]", "api[1]", "web[0]", "admin[0]"]).await;
+    assert_eq!(page["queue"], "api 0, web 0, admin 0", "{page}");
     browser.close().await;
     h.assert_no_errors();
 }
