@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod net;
 pub mod path;
+pub mod protobuf;
 pub mod proxy_header;
 pub mod request;
 pub mod response;

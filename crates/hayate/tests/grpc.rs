@@ -66,23 +66,9 @@ fn routes(member: &str, down_port: u16) -> Vec<String> {
 /// past hayate's.
 fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
     let target = h.addr.to_string();
-    let mut args = vec!["grpc.js".to_string(), "client".into(), target];
-    args.extend(ca.map(|p| p.display().to_string()));
-    let out = Command::new("node")
-        .args(&args)
-        .current_dir(app())
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cases: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let mut args = vec!["grpc.js", "client", &target];
+    let ca = ca.map(|p| p.display().to_string());
+    args.extend(ca.as_deref());
     let expected = [
         "unary",
         "server_stream",
@@ -94,14 +80,7 @@ fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
         "four_mib",
         "upstream_down",
     ];
-    let names: Vec<&str> = cases.iter().filter_map(|c| c["case"].as_str()).collect();
-    assert_eq!(names, expected, "{stdout}");
-    let failed: Vec<&serde_json::Value> = cases.iter().filter(|c| c["ok"] != true).collect();
-    assert!(
-        failed.is_empty(),
-        "failed cases: {failed:#?}\nhayate's log:\n{}",
-        h.stderr()
-    );
+    client_cases(h, &args, &expected);
     let mut seen = Vec::new();
     eventually("the server saw the calls given up on cancelled", || {
         seen.extend(server.printed());
@@ -227,40 +206,16 @@ fn grpc_web_calls_from_a_browser_client() {
     args.push("--grpc-web".into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let h = Hayate::start(BIN, &args);
-    let out = Command::new("node")
-        .args(["grpc-web-client.js", &format!("http://{}", h.addr)])
-        .current_dir(app())
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cases: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    let names: Vec<&str> = cases.iter().filter_map(|c| c["case"].as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "web_unary",
-            "web_text_unary",
-            "web_server_stream",
-            "web_error_status",
-            "web_upstream_down",
-            "web_bad_text"
-        ],
-        "{stdout}"
-    );
-    let failed: Vec<&serde_json::Value> = cases.iter().filter(|c| c["ok"] != true).collect();
-    assert!(
-        failed.is_empty(),
-        "failed cases: {failed:#?}\nhayate's log:\n{}",
-        h.stderr()
-    );
+    let base = format!("http://{}", h.addr);
+    let expected = [
+        "web_unary",
+        "web_text_unary",
+        "web_server_stream",
+        "web_error_status",
+        "web_upstream_down",
+        "web_bad_text",
+    ];
+    client_cases(&h, &["grpc-web-client.js", &base], &expected);
 }
 
 /// `grpc_web` on a route whose upstream speaks HTTP/1.1 is refused at
@@ -268,19 +223,14 @@ fn grpc_web_calls_from_a_browser_client() {
 #[test]
 fn grpc_web_needs_an_http2_upstream() {
     let site = hayate_testkit::site();
-    let out = Command::new(BIN)
-        .args([
-            site.path().to_str().expect("path"),
-            "--proxy",
-            "http://127.0.0.1:9",
-            "--grpc-web",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .output()
-        .expect("hayate");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = refused_start(&[
+        site.path().to_str().expect("path"),
+        "--proxy",
+        "http://127.0.0.1:9",
+        "--grpc-web",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
     assert!(
         stderr.contains("grpc_web") && stderr.contains("h2c://"),
         "{stderr}"
@@ -340,12 +290,7 @@ fn grpc_health_checks_need_http2_members() {
          proxy = [\"http://127.0.0.1:9\"]\nproxy_health_check = \"grpc\"\n",
     )
     .expect("write");
-    let out = Command::new(BIN)
-        .args(["--config", file.to_str().expect("path")])
-        .output()
-        .expect("hayate");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = refused_start(&["--config", file.to_str().expect("path")]);
     assert!(
         stderr.contains("\"/api/\"") && stderr.contains("needs HTTP/2 members"),
         "{stderr}"
@@ -443,6 +388,44 @@ fn grpc_calls_from_an_http3_client() {
         let ok = "hayate_grpc_calls_total{site=\"*\",route=\"/\",grpc_code=\"OK\"} 2";
         metrics.contains(ok).then_some(()).ok_or(metrics)
     });
+}
+
+/// Runs a Node client of the app (`args`: its script and arguments), which
+/// prints one JSON line per case (`case`, `ok`, `detail`), and checks that
+/// it ran the `expected` cases in order and every one passed.
+fn client_cases(h: &Hayate, args: &[&str], expected: &[&str]) {
+    let out = Command::new("node")
+        .args(args)
+        .current_dir(app())
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cases: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let names: Vec<&str> = cases.iter().filter_map(|c| c["case"].as_str()).collect();
+    assert_eq!(names, expected, "{stdout}");
+    let failed: Vec<&serde_json::Value> = cases.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed cases: {failed:#?}\nhayate's log:\n{}",
+        h.stderr()
+    );
+}
+
+/// hayate started with `args`, which it must refuse: what it wrote to
+/// stderr.
+fn refused_start(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("hayate");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    stderr
 }
 
 /// hayate's log holds no error but the down member's failed connect and

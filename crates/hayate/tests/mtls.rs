@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use hayate_testkit::tls::TlsClient;
-use hayate_testkit::{Echo, Hayate, Origin, OriginOptions};
+use hayate_testkit::{eventually, Echo, Hayate, Origin, OriginOptions};
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateRevocationListParams, DistinguishedName,
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
@@ -288,15 +288,22 @@ fn required_refuses_no_certificate_another_ca_expired_and_revoked_with_an_alert(
         let why = refused.expect_err(who);
         assert!(why.contains(alert), "{who}: {why}");
     }
-    let metrics = hayate_testkit::unix_get(&s.admin, "/metrics");
-    for reason in ["missing", "unknown_ca", "expired", "revoked"] {
-        let line = format!("hayate_tls_client_cert_failures_total{{reason=\"{reason}\"}} 1");
-        assert!(metrics.contains(&line), "{line}\n{metrics}");
-    }
-    assert!(
-        metrics.contains("hayate_tls_handshakes_total{result=\"failed\",reason=\"client_cert\"} 4"),
-        "{metrics}"
-    );
+    // The alert goes out before the worker counts the failure: the last
+    // handshake's count is waited for.
+    eventually("each refusal counted by its reason", || {
+        let metrics = hayate_testkit::unix_get(&s.admin, "/metrics");
+        let counted = ["missing", "unknown_ca", "expired", "revoked"]
+            .iter()
+            .all(|reason| {
+                metrics.contains(&format!(
+                    "hayate_tls_client_cert_failures_total{{reason=\"{reason}\"}} 1"
+                ))
+            })
+            && metrics.contains(
+                "hayate_tls_handshakes_total{result=\"failed\",reason=\"client_cert\"} 4",
+            );
+        counted.then_some(()).ok_or(metrics)
+    });
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use hayate_core::protobuf::{fields, put_varint, Value};
 
 use super::{HealthProbe, Tls};
 use crate::h2_pool::h2_io;
@@ -109,17 +110,10 @@ fn check_request(service: &str) -> Bytes {
     frame.freeze()
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
 /// Whether a Check answer's frame says SERVING: `HealthCheckResponse {
 /// ServingStatus status = 1; }`, where 1 is SERVING (0 UNKNOWN, 2
-/// NOT_SERVING, 3 SERVICE_UNKNOWN).
+/// NOT_SERVING, 3 SERVICE_UNKNOWN); fields a later version adds are
+/// skipped.
 fn serving(frame: &[u8]) -> io::Result<()> {
     let malformed = || io::Error::other("a malformed health answer");
     let message = match frame {
@@ -130,25 +124,15 @@ fn serving(frame: &[u8]) -> io::Result<()> {
         _ => return Err(malformed()),
     };
     let mut status = 0u64;
-    let mut rest = message;
-    while let Some((key, after)) = varint(rest) {
-        rest = after;
-        match (key >> 3, key & 7) {
-            (1, 0) => {
-                let (value, after) = varint(rest).ok_or_else(malformed)?;
-                status = value;
-                rest = after;
-            }
-            // Fields a later version may add, skipped by their wire type.
-            (_, 0) => rest = varint(rest).ok_or_else(malformed)?.1,
-            (_, 1) => rest = rest.get(8..).ok_or_else(malformed)?,
-            (_, 2) => {
-                let (n, after) = varint(rest).ok_or_else(malformed)?;
-                rest = after.get(n as usize..).ok_or_else(malformed)?;
-            }
-            (_, 5) => rest = rest.get(4..).ok_or_else(malformed)?,
-            _ => return Err(malformed()),
+    let mut read = 0;
+    for (field, value) in fields(message) {
+        read += 1;
+        if let (1, Value::Varint(v)) = (field, value) {
+            status = v;
         }
+    }
+    if read == 0 && !message.is_empty() {
+        return Err(malformed());
     }
     const NAMES: [&str; 4] = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
     match status {
@@ -161,18 +145,6 @@ fn serving(frame: &[u8]) -> io::Result<()> {
             Err(io::Error::other(format!("answered {name}")))
         }
     }
-}
-
-/// A varint and what follows it; `None` when `bytes` is empty or cut.
-fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut n = 0u64;
-    for (i, b) in bytes.iter().enumerate().take(10) {
-        n |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((n, &bytes[i + 1..]));
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
 
+use hayate_core::protobuf::{fields, Value};
+
 use super::proto::{self, Resource};
 use super::{DROPPED, EXPORTED};
 
@@ -310,18 +312,18 @@ const MAX_ANSWER: usize = 64 * 1024;
 /// `partial_success`: `rejected_spans` (1), `error_message` (2)); `None`
 /// when it reports none (an empty answer is a full success).
 fn partial_success(response: &[u8]) -> Option<Refused> {
-    let partial = proto::fields(response).find_map(|(n, v)| match (n, v) {
-        (1, proto::Value::Bytes(b)) => Some(b),
+    let partial = fields(response).find_map(|(n, v)| match (n, v) {
+        (1, Value::Bytes(b)) => Some(b),
         _ => None,
     })?;
     let mut refused = Refused {
         spans: 0,
         message: String::new(),
     };
-    for field in proto::fields(partial) {
+    for field in fields(partial) {
         match field {
-            (1, proto::Value::Varint(n)) => refused.spans = n,
-            (2, proto::Value::Bytes(m)) => refused.message = String::from_utf8_lossy(m).into(),
+            (1, Value::Varint(n)) => refused.spans = n,
+            (2, Value::Bytes(m)) => refused.message = String::from_utf8_lossy(m).into(),
             _ => {}
         }
     }

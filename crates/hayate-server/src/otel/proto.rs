@@ -4,6 +4,8 @@
 //! as its request ends; a batch is the spans' bytes inside one
 //! `ExportTraceServiceRequest`.
 
+use hayate_core::protobuf::put_varint;
+
 /// Protobuf wire types.
 const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
@@ -21,19 +23,19 @@ pub(crate) struct Message(pub(crate) Vec<u8>);
 
 impl Message {
     fn key(&mut self, field: u32, wire: u8) {
-        varint(&mut self.0, u64::from(field << 3 | u32::from(wire)));
+        put_varint(&mut self.0, u64::from(field << 3 | u32::from(wire)));
     }
 
     /// A length-delimited field: bytes, a string or an embedded message.
     pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
         self.key(field, LEN);
-        varint(&mut self.0, b.len() as u64);
+        put_varint(&mut self.0, b.len() as u64);
         self.0.extend_from_slice(b);
     }
 
     pub(crate) fn uint(&mut self, field: u32, v: u64) {
         self.key(field, VARINT);
-        varint(&mut self.0, v);
+        put_varint(&mut self.0, v);
     }
 
     pub(crate) fn fixed64(&mut self, field: u32, v: u64) {
@@ -71,14 +73,6 @@ impl Message {
             kv.message(2, |any| any.fixed64(4, value.to_bits()));
         });
     }
-}
-
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 /// Who exports: the OpenTelemetry resource every batch names (the
@@ -136,52 +130,6 @@ pub(crate) fn export_request(resource: &Resource, spans: &[Vec<u8>]) -> Vec<u8> 
         });
     });
     req.0
-}
-
-/// A field's value as read: a varint, or length-delimited bytes (fixed
-/// widths are read past).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Value<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// The fields of a message, in order, until its end or the first one that
-/// is cut or of an unknown wire type (a collector's answer is read for
-/// what it can say, never trusted to be whole).
-pub(crate) fn fields(mut message: &[u8]) -> impl Iterator<Item = (u64, Value<'_>)> {
-    std::iter::from_fn(move || {
-        let (key, rest) = read_varint(message)?;
-        let (value, rest) = match key & 7 {
-            0 => {
-                let (n, rest) = read_varint(rest)?;
-                (Value::Varint(n), rest)
-            }
-            1 => (Value::Fixed, rest.get(8..)?),
-            2 => {
-                let (n, rest) = read_varint(rest)?;
-                let n = usize::try_from(n).ok()?;
-                (Value::Bytes(rest.get(..n)?), rest.get(n..)?)
-            }
-            5 => (Value::Fixed, rest.get(4..)?),
-            _ => return None,
-        };
-        message = rest;
-        Some((key >> 3, value))
-    })
-}
-
-/// A varint and what follows it; `None` when `bytes` is empty or cut.
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut n = 0u64;
-    for (i, b) in bytes.iter().enumerate().take(10) {
-        n |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((n, &bytes[i + 1..]));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
