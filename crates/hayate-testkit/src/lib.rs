@@ -11,6 +11,7 @@ pub mod browser;
 pub mod curl;
 pub mod h2_frames;
 pub mod jaeger;
+pub mod load;
 pub mod node;
 pub mod origin;
 pub mod pebble;

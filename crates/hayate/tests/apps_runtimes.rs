@@ -16,13 +16,11 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
 
 use hayate_supervisor::php::{php_fpm_binary, PhpPool};
-use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Client, Hayate};
+use hayate_testkit::load::Load;
+use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Hayate, Response};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -193,66 +191,14 @@ fn ready_pids(log: &str, app: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Requests on every path in a loop until stopped; returns what was not
-/// a 200 with the app's name in it.
-struct Load {
-    stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU32>,
-    threads: Vec<JoinHandle<Vec<String>>>,
-}
-
-impl Load {
-    fn start(h: &Hayate, paths: &[(&'static str, &'static str)]) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let answered = Arc::new(AtomicU32::new(0));
-        let threads = paths
-            .iter()
-            .map(|&(path, name)| {
-                let (stop, answered, addr) = (stop.clone(), answered.clone(), h.addr);
-                std::thread::spawn(move || {
-                    let mut c = Client::connect(addr);
-                    let mut failures = Vec::new();
-                    let deadline = Instant::now() + Duration::from_secs(15);
-                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                        let r = c.get(path, &[]);
-                        let text = r.text();
-                        if r.status != 200 || !text.starts_with(name) {
-                            failures.push(format!("{path}: {} {text}", r.status));
-                        }
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
-                    failures
-                })
-            })
-            .collect();
-        let load = Load {
-            stop,
-            answered,
-            threads,
-        };
-        load.more(20);
-        load
-    }
-
-    /// Waits for `n` more answers.
-    fn more(&self, n: u32) {
-        let from = self.answered.load(Ordering::SeqCst);
-        eventually("more answers", || {
-            self.answered.load(Ordering::SeqCst) >= from + n
-        });
-    }
-
-    /// Stops the load: the answers counted and those that failed.
-    fn failures(self) -> (u32, Vec<String>) {
-        self.more(20);
-        self.stop.store(true, Ordering::Relaxed);
-        let failures = self
-            .threads
-            .into_iter()
-            .flat_map(|t| t.join().expect("join"))
-            .collect();
-        (self.answered.load(Ordering::SeqCst), failures)
-    }
+/// An answer that is not a 200 from the app its path names.
+fn not_from_its_app(path: &str, r: &Response) -> Option<String> {
+    let name = ROUTES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map_or("", |(_, n)| n);
+    let text = r.text();
+    (r.status != 200 || !text.starts_with(name)).then(|| format!("{path}: {} {text}", r.status))
 }
 
 const APPS: [(&str, usize); 5] = [("py", 2), ("asgi", 2), ("deno", 2), ("node", 2), ("php", 1)];
@@ -289,7 +235,8 @@ fn reload_alone_under_load(app: &str, new_version: Option<&str>) {
     if new_version.is_some() {
         std::fs::write(dir.path().join(app).join("version.txt"), "v2").expect("write");
     }
-    let load = Load::start(&h, &ROUTES);
+    let paths: Vec<&str> = ROUTES.iter().map(|(p, _)| *p).collect();
+    let load = Load::start(h.addr, &paths, not_from_its_app, 20);
     let (ok, report) = run_to_end(
         std::process::Command::new(BIN)
             .args(["reload", app])
@@ -307,7 +254,7 @@ fn reload_alone_under_load(app: &str, new_version: Option<&str>) {
         !old.iter().any(|&p| alive(p))
     });
     load.more(20);
-    let (answered, failures) = load.failures();
+    let (answered, failures) = load.failures(20);
     assert!(
         failures.is_empty(),
         "requests failed while {app} reloaded: {failures:?}"

@@ -10,12 +10,9 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Client, Hayate};
+use hayate_testkit::load::Load;
+use hayate_testkit::{alive, eventually_true as eventually, run_to_end, Client, Hayate, Response};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -84,65 +81,9 @@ fn answer(c: &mut Client, path: &str) -> (u16, i32, String) {
     }
 }
 
-/// Requests on `paths` in a loop until stopped; each thread returns the
-/// answers that were not 200.
-struct Load {
-    stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU32>,
-    threads: Vec<JoinHandle<Vec<(String, u16)>>>,
-}
-
-impl Load {
-    fn start(h: &Hayate, paths: &[&str]) -> Load {
-        let (stop, answered) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicU32::new(0)),
-        );
-        let threads = paths
-            .iter()
-            .map(|path| {
-                let (stop, answered, addr) = (stop.clone(), answered.clone(), h.addr);
-                let path = path.to_string();
-                std::thread::spawn(move || {
-                    let mut c = Client::connect(addr);
-                    let mut failures = Vec::new();
-                    let deadline = Instant::now() + Duration::from_secs(15);
-                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                        let (status, ..) = answer(&mut c, &path);
-                        if status != 200 {
-                            failures.push((path.clone(), status));
-                        }
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
-                    failures
-                })
-            })
-            .collect();
-        let load = Load {
-            stop,
-            answered,
-            threads,
-        };
-        load.more(10);
-        load
-    }
-
-    /// Waits for `n` more answers.
-    fn more(&self, n: u32) {
-        let from = self.answered.load(Ordering::SeqCst);
-        eventually("more answers", || {
-            self.answered.load(Ordering::SeqCst) >= from + n
-        });
-    }
-
-    fn failures(self) -> Vec<(String, u16)> {
-        self.more(10);
-        self.stop.store(true, Ordering::Relaxed);
-        self.threads
-            .into_iter()
-            .flat_map(|t| t.join().expect("join"))
-            .collect()
-    }
+/// An answer that is not a 200.
+fn not_200(path: &str, r: &Response) -> Option<String> {
+    (r.status != 200).then(|| format!("{path}: {}", r.status))
 }
 
 /// Two apps: `api` at /api/ watching `src` (`*.log` ignored), `web` at
@@ -217,7 +158,7 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
     });
     let web_pid = answer(&mut c, "/web/").1;
     let api_pid = answer(&mut c, "/api/").1;
-    let load = Load::start(&h, &["/api/", "/web/"]);
+    let load = Load::start(h.addr, &["/api/", "/web/"], not_200, 10);
 
     // Ignored: by the app's pattern, and node_modules always; then the
     // change that counts.
@@ -228,7 +169,7 @@ fn a_file_write_restarts_only_the_watched_app_with_no_failed_request() {
     std::fs::write(dir.path().join("src/version.txt"), "v2").expect("write");
     eventually("api answers with v2", || answer(&mut c, "/api/").2 == "v2");
     eventually("api's old instances gone", || !alive(api_pid));
-    let failures = load.failures();
+    let (_, failures) = load.failures(10);
     assert!(
         failures.is_empty(),
         "failed during the restart: {failures:?}"
@@ -264,7 +205,7 @@ fn a_failing_build_keeps_the_old_instances_serving() {
     eventually("api watching", || h.stderr().contains("api: watching src"));
     all_ready(&h);
     eventually("api answers", || answer(&mut c, "/api/").0 == 200);
-    let load = Load::start(&h, &["/api/"]);
+    let load = Load::start(h.addr, &["/api/"], not_200, 10);
     let before = answer(&mut c, "/api/");
 
     std::fs::write(dir.path().join("src/version.txt"), "v2 broken").expect("write");
@@ -290,7 +231,7 @@ fn a_failing_build_keeps_the_old_instances_serving() {
     // watched and restarts nothing more.
     std::fs::write(dir.path().join("src/version.txt"), "v3").expect("write");
     eventually("api answers with v3", || answer(&mut c, "/api/").2 == "v3");
-    let failures = load.failures();
+    let (_, failures) = load.failures(10);
     assert!(
         failures.is_empty(),
         "failed during the restart: {failures:?}"
@@ -384,7 +325,7 @@ fn scheduled_restarts_replace_instances_with_no_failed_request() {
             && status.contains("next restart: "),
         "{status}"
     );
-    let load = Load::start(&h, &["/api/", "/web/"]);
+    let load = Load::start(h.addr, &["/api/", "/web/"], not_200, 10);
     let (api, web) = (answer(&mut c, "/api/").1, answer(&mut c, "/web/").1);
     eventually("api's new instance (cron)", || {
         answer(&mut c, "/api/").1 != api && !alive(api)
@@ -392,7 +333,7 @@ fn scheduled_restarts_replace_instances_with_no_failed_request() {
     eventually("web's new instance (every)", || {
         answer(&mut c, "/web/").1 != web && !alive(web)
     });
-    let failures = load.failures();
+    let (_, failures) = load.failures(10);
     assert!(
         failures.is_empty(),
         "failed during the restarts: {failures:?}"
@@ -454,11 +395,11 @@ fn apps_stop_start_and_restart_by_name() {
     let (_, started, version) = answer(&mut c, "/api/");
     assert_eq!(version, "v2", "a start takes the code as it is now");
 
-    let load = Load::start(&h, &["/api/"]);
+    let load = Load::start(h.addr, &["/api/"], not_200, 10);
     let (ok, out) = hayate_in(dir.path(), &["restart", "api"]);
     assert!(ok && out.contains("api: replacing its instances"), "{out}");
     eventually("api's new instances", || !alive(started));
-    let failures = load.failures();
+    let (_, failures) = load.failures(10);
     assert!(
         failures.is_empty(),
         "failed during the restart: {failures:?}"

@@ -133,6 +133,17 @@ fn sni_chooses_among_certificates_exact_then_wildcard_then_the_first() {
     assert_eq!(c.get("/hello.txt", &[]).status, 200);
 }
 
+/// What `hayate status` says of the hayate on `control`.
+fn status_of(control: &str) -> String {
+    let (ok, status) = hayate_testkit::run_to_end(
+        std::process::Command::new(BIN)
+            .arg("status")
+            .env("HAYATE_CONTROL", control),
+    );
+    assert!(ok, "{status}");
+    status
+}
+
 /// `hayate status` lists the certificates served and how each was
 /// obtained (files here, the local CA below), as the status page does.
 #[test]
@@ -154,12 +165,7 @@ fn hayate_status_lists_the_certificates_and_how_each_was_obtained() {
         "--control",
         control,
     ]);
-    let (ok, status) = hayate_testkit::run_to_end(
-        std::process::Command::new(BIN)
-            .arg("status")
-            .env("HAYATE_CONTROL", control),
-    );
-    assert!(ok, "{status}");
+    let status = status_of(control);
     let line = status
         .lines()
         .find(|l| l.trim_start().starts_with("a.test "))
@@ -170,12 +176,7 @@ fn hayate_status_lists_the_certificates_and_how_each_was_obtained() {
     );
     drop(files);
     let (_h, _state, _root) = start_with_local_ca(BIN, &["--control", control]);
-    let (ok, status) = hayate_testkit::run_to_end(
-        std::process::Command::new(BIN)
-            .arg("status")
-            .env("HAYATE_CONTROL", control),
-    );
-    assert!(ok, "{status}");
+    let status = status_of(control);
     assert!(
         status.contains("certificates:") && status.contains("local CA"),
         "{status}"

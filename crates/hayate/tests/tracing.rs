@@ -594,15 +594,20 @@ fn twenty_requests_answered_at_once(h: &Hayate) {
     );
 }
 
-#[test]
-fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_are_counted() {
-    let origin = Origin::start(OriginOptions::default());
-    let port: u16 = origin
+/// The TCP port an origin listens on.
+fn origin_port(origin: &Origin) -> u16 {
+    origin
         .url()
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
-        .expect("port");
+        .expect("port")
+}
+
+#[test]
+fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_are_counted() {
+    let origin = Origin::start(OriginOptions::default());
+    let port = origin_port(&origin);
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing listens on this port.
     let down = format!("http://127.0.0.1:{}", free_port());
@@ -653,12 +658,7 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
 #[test]
 fn otel_headers_go_with_every_export_and_refused_spans_are_counted() {
     let origin = Origin::start(OriginOptions::default());
-    let port: u16 = origin
-        .url()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port");
+    let port = origin_port(&origin);
     let collector = TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", collector.local_addr().expect("addr"));
     let dir = tempfile::tempdir().expect("tempdir");
