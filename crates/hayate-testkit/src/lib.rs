@@ -16,6 +16,7 @@ pub mod node;
 pub mod origin;
 pub mod pebble;
 pub mod php;
+pub mod ports;
 pub mod python;
 pub mod redis;
 pub mod tls;

@@ -247,7 +247,8 @@ fn an_acme_server_that_is_down_does_not_stop_serving() {
     let state = tempfile::tempdir().expect("state");
     let ports = (free_port(), free_port());
     let api_ca = any_certificate(&state.path().join("ca.pem"));
-    let down = format!("https://127.0.0.1:{}/dir", free_port());
+    let closed = hayate_testkit::ports::ClosedPort::new();
+    let down = format!("https://{}/dir", closed.addr());
     let h = hayate(root.path(), state.path(), ports, &down, &api_ca, "http-01");
     // Plain HTTP is served (ACME's path excepted, everything redirects).
     let plain = format!("127.0.0.1:{}", ports.0).parse().expect("addr");

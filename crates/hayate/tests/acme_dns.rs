@@ -246,16 +246,17 @@ fn an_unknown_tsig_key_is_refused_clearly() {
 
 #[test]
 fn a_dns_server_that_is_down_fails_clearly() {
-    let down = format!("127.0.0.1:{}", free_port());
+    let down = hayate_testkit::ports::ClosedPort::new();
     let dns = format!(
-        "acme_dns_server = \"{down}\"\nacme_dns_tsig_key = \"{}:hmac-sha256:{}\"",
+        "acme_dns_server = \"{}\"\nacme_dns_tsig_key = \"{}:hmac-sha256:{}\"",
+        down.addr(),
         bind::KEY_NAME,
         bind::KEY_SECRET
     );
     fails_clearly(
         &dns,
         "unreachable",
-        &format!("DNS server {down}: Connection refused"),
+        &format!("DNS server {}: Connection refused", down.addr()),
     );
 }
 

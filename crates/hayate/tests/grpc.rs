@@ -14,12 +14,12 @@
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use hayate_testkit::node::NodeProcess;
+use hayate_testkit::ports::ClosedPort;
 use hayate_testkit::{eventually, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -34,12 +34,6 @@ fn app() -> &'static Path {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-app");
         hayate_testkit::node::install(Path::new(SOURCES), dir)
     })
-}
-
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// hayate's routes to the gRPC server `member` (the Probe service; gRPC
@@ -122,7 +116,8 @@ fn every_call_kind(h: &Hayate, server: &NodeProcess, ca: Option<&Path>) {
 fn grpc_calls_of_every_kind_through_hayate_over_tls() {
     let server = NodeProcess::start(app(), &["grpc.js", "server"]);
     let port = server.listening_port();
-    let down = closed_port();
+    let closed = ClosedPort::new();
+    let down = closed.port();
     let routes = routes(&format!("h2c://127.0.0.1:{port}"), down);
     let args: Vec<&str> = routes.iter().map(String::as_str).collect();
     let (h, state, _site) = hayate_testkit::tls::start_with_local_ca(BIN, &args);
@@ -137,7 +132,8 @@ fn grpc_calls_of_every_kind_through_hayate_over_h2c() {
     let port = server.listening_port();
     let site = hayate_testkit::site();
     let mut args = vec![site.path().to_str().expect("path").to_string()];
-    let down = closed_port();
+    let closed = ClosedPort::new();
+    let down = closed.port();
     args.extend(routes(&format!("h2c://127.0.0.1:{port}"), down));
     args.extend(["--admin".into(), "127.0.0.1:0".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -183,7 +179,8 @@ fn grpc_calls_of_every_kind_to_a_server_on_a_unix_socket() {
     server.line_after("listening ");
     let site = hayate_testkit::site();
     let mut args = vec![site.path().to_str().expect("path").to_string()];
-    let down = closed_port();
+    let closed = ClosedPort::new();
+    let down = closed.port();
     args.extend(routes(&format!("unix+h2c:{}", socket.display()), down));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let h = Hayate::start(BIN, &args);
@@ -202,7 +199,8 @@ fn grpc_web_calls_from_a_browser_client() {
     let port = server.listening_port();
     let site = hayate_testkit::site();
     let mut args = vec![site.path().to_str().expect("path").to_string()];
-    args.extend(routes(&format!("h2c://127.0.0.1:{port}"), closed_port()));
+    let closed = ClosedPort::new();
+    args.extend(routes(&format!("h2c://127.0.0.1:{port}"), closed.port()));
     args.push("--grpc-web".into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let h = Hayate::start(BIN, &args);

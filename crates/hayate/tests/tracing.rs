@@ -26,7 +26,6 @@ use hayate_supervisor::php::PhpPool;
 use hayate_testkit::jaeger::Jaeger;
 use hayate_testkit::node::NodeProcess;
 use hayate_testkit::origin::{Origin, OriginOptions};
-use hayate_testkit::pebble::free_port;
 use hayate_testkit::php::PhpFpm;
 use hayate_testkit::{eventually, Hayate};
 
@@ -609,8 +608,8 @@ fn a_collector_that_is_down_or_never_answers_costs_requests_nothing_and_drops_ar
     let origin = Origin::start(OriginOptions::default());
     let port = origin_port(&origin);
     let dir = tempfile::tempdir().expect("tempdir");
-    // Nothing listens on this port.
-    let down = format!("http://127.0.0.1:{}", free_port());
+    let closed = hayate_testkit::ports::ClosedPort::new();
+    let down = format!("http://{}", closed.addr());
     let admin = dir.path().join("down.sock");
     let admin_arg = format!("unix:{}", admin.display());
     let extra = ["--admin", &admin_arg, "--otel-timeout", "5s"];
