@@ -398,6 +398,7 @@ impl Cx<'_> {
         let (mut certs, mut keys) = (Vec::new(), Vec::new());
         let mut client_auth_at = site.span().start;
         let mut hosts_at = site.span().start;
+        let mut challenge_at = site.span().start;
         for (key, value) in site.get_ref() {
             let k = key.get_ref().as_ref();
             let at = value.span().start;
@@ -420,6 +421,12 @@ impl Cx<'_> {
                 "tls_key" => {
                     keys = Vec::<PathBuf>::parse_toml(value.get_ref())
                         .map_err(|m| self.err(at, k, m))?;
+                }
+                "acme_challenge" => {
+                    let challenge = AcmeChallenge::parse_toml(value.get_ref())
+                        .map_err(|m| self.err(at, k, m))?;
+                    tls.acme_challenge = Some(challenge);
+                    challenge_at = at;
                 }
                 "tls_client_auth" => {
                     let auth =
@@ -447,6 +454,7 @@ impl Cx<'_> {
                             "tls",
                             "tls_cert",
                             "tls_key",
+                            "acme_challenge",
                             "tls_client_auth",
                             "tls_client_ca",
                             "tls_client_crl",
@@ -487,11 +495,17 @@ impl Cx<'_> {
                     && tls.certs.is_empty()
             }
         };
-        let dns01 = global.acme_challenge == Some(AcmeChallenge::Dns01);
-        if let (true, false, Some(name)) = (acme, dns01, hosts.iter().find(|h| h.starts_with("*.")))
-        {
-            let message = format!("{name:?} is a wildcard: ACME issues wildcards over DNS only; set acme_challenge = \"dns-01\" with acme_dns_server or acme_dns_hook");
+        // Wildcards are ordered over DNS-01 whatever acme_challenge says,
+        // which needs a way to put records in DNS; so does a site's own
+        // acme_challenge = "dns-01".
+        let dns = global.acme_dns_server.is_some() || global.acme_dns_hook.is_some();
+        if let (true, false, Some(name)) = (acme, dns, hosts.iter().find(|h| h.starts_with("*."))) {
+            let message = format!("{name:?} is a wildcard: ACME issues wildcards over DNS-01 only, which needs acme_dns_server (RFC 2136 updates) or acme_dns_hook");
             return Err(self.err(hosts_at, "hosts", message));
+        }
+        if let (Some(AcmeChallenge::Dns01), false) = (tls.acme_challenge, dns) {
+            let message = "acme_challenge = \"dns-01\" needs acme_dns_server (RFC 2136 updates) or acme_dns_hook (a program that sets the record)".to_string();
+            return Err(self.err(challenge_at, "acme_challenge", message));
         }
         self.anchor(&mut layer);
         layer.merge_from(top_route);

@@ -71,6 +71,9 @@ pub struct SiteTls {
     pub mode: Option<values::TlsMode>,
     /// Certificate and key file pairs.
     pub certs: Vec<(PathBuf, PathBuf)>,
+    /// The ACME challenge for the site's hosts (`None`: the global one's;
+    /// wildcards are always ordered over DNS-01).
+    pub acme_challenge: Option<values::AcmeChallenge>,
     /// The site's own `tls_client_auth`, `tls_client_ca` and
     /// `tls_client_crl` (each `None`: the global one's); see
     /// [`SiteTls::client_certs`].
@@ -508,22 +511,24 @@ pub(crate) fn fastcgi_conflict(route: &RouteLayer) -> Option<&'static str> {
 
 /// DNS-01's options together: a way to put records in DNS (RFC 2136 or
 /// a hook, not both), somewhere to see them, and wildcard `tls_names`
-/// only with DNS-01 (a site's wildcard hosts are checked with the site).
+/// only with such a way (a site's wildcard hosts and its own
+/// `acme_challenge` are checked with the site).
 fn check_dns01(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
     let dns01 = g.acme_challenge == values::AcmeChallenge::Dns01;
+    let dns = g.acme_dns_server.is_some() || g.acme_dns_hook.is_some();
     let acme = g.tls == Some(values::TlsMode::Acme);
     let wildcard = g.tls_names.iter().flatten().find(|n| n.starts_with("*."));
-    if let (true, false, Some(name)) = (acme, dns01, wildcard) {
+    if let (true, false, Some(name)) = (acme, dns, wildcard) {
         return Err((
             "tls_names",
-            format!("{name:?} is a wildcard: ACME issues wildcards over DNS only; set acme_challenge = \"dns-01\" with acme_dns_server or acme_dns_hook"),
+            format!("{name:?} is a wildcard: ACME issues wildcards over DNS-01 only, which needs acme_dns_server (RFC 2136 updates) or acme_dns_hook"),
         ));
     }
-    if !dns01 {
+    if !dns01 && !dns && g.acme_dns_tsig_key.is_none() {
         return Ok(());
     }
     match (&g.acme_dns_server, &g.acme_dns_hook) {
-        (None, None) => Err((
+        (None, None) if dns01 => Err((
             "acme_challenge",
             "acme_challenge = \"dns-01\" needs acme_dns_server (RFC 2136 updates) or acme_dns_hook (a program that sets the record)".into(),
         )),

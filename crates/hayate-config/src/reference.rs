@@ -23,9 +23,11 @@ pub fn markdown_reference() -> String {
          subdomains), route options (defaults for its routes), `[[site.route]]` tables, and \
          its own HTTPS certificates: `tls = \"acme\"` or `\"internal\"` for automatic ones \
          for its hosts, or `tls_cert`/`tls_key` files. The global `tls` covers the sites \
-         that choose nothing. A wildcard host (`*.example.com`) with `tls = \"acme\"` needs \
-         `acme_challenge = \"dns-01\"`: the TXT record set by an RFC 2136 update to \
-         `acme_dns_server` signed with `acme_dns_tsig_key`, or by `acme_dns_hook`. A site also takes its own client certificates \
+         that choose nothing. A wildcard host (`*.example.com`) with `tls = \"acme\"` is \
+         ordered over DNS-01 (the only challenge a CA accepts for wildcards), whatever \
+         `acme_challenge` says for the other names: the TXT record set by an RFC 2136 update \
+         to `acme_dns_server` signed with `acme_dns_tsig_key`, or by `acme_dns_hook`. A site \
+         may choose its own `acme_challenge` for its hosts. A site also takes its own client certificates \
          (`tls_client_auth`, `tls_client_ca`, `tls_client_crl`), over the global ones: the \
          handshake picks them by SNI, and a request whose Host names a site with other \
          settings than its connection's is answered 421.\n\n",

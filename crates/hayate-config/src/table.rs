@@ -183,7 +183,7 @@ options! {
     tls: TlsMode = unset, "internal|acme",
         "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
     tls_names: Vec<String> = unset, "NAME",
-        "Names automatic certificates are for (default: every site's hosts; a wildcard *.example.com needs acme_challenge = \"dns-01\" with acme)";
+        "Names automatic certificates are for (default: every site's hosts; a wildcard *.example.com is ordered over dns-01, which needs acme_dns_server or acme_dns_hook)";
     acme_directory: String = "https://acme-v02.api.letsencrypt.org/directory", "URL",
         "ACME directory for tls = acme (Let's Encrypt staging: https://acme-staging-v02.api.letsencrypt.org/directory)";
     acme_email: String = unset, "EMAIL",
@@ -191,7 +191,7 @@ options! {
     acme_ca_root: PathBuf = unset, "FILE",
         "CA certificate (PEM) that a private ACME server's HTTPS is verified against";
     acme_challenge: AcmeChallenge = "auto", "auto|http-01|tls-alpn-01|dns-01",
-        "ACME challenge: http-01 is answered on the plain-HTTP listener (port 80), tls-alpn-01 on the https one (443), dns-01 by a TXT record put in DNS over RFC 2136 (acme_dns_server) or by acme_dns_hook; auto: http-01 when there is a plain-HTTP TCP listener. Wildcard names (*.example.com) need dns-01";
+        "ACME challenge: http-01 is answered on the plain-HTTP listener (port 80), tls-alpn-01 on the https one (443), dns-01 by a TXT record put in DNS over RFC 2136 (acme_dns_server) or by acme_dns_hook; auto: http-01 when there is a plain-HTTP TCP listener. Wildcard names (*.example.com) are ordered over dns-01 whatever this says; a [[site]] may set its own for its hosts";
     acme_dns_server: DnsAddr = unset, "IP:PORT",
         "dns-01: the primary DNS server of the names' zone, which takes RFC 2136 dynamic updates (port 53 unless given)";
     acme_dns_tsig_key: TsigKey = unset, "NAME:ALG:SECRET|FILE",

@@ -29,6 +29,7 @@ fn changes_name_options_and_routes() {
 }
 
 use super::*;
+use crate::values::AcmeChallenge;
 
 #[test]
 fn every_default_parses() {
@@ -251,13 +252,17 @@ fn a_wildcard_with_acme_needs_dns01_named_at_its_line() {
     let e = load_file("c.toml".as_ref(), site, &Overrides::default())
         .expect_err("a wildcard over HTTP-01")
         .to_string();
-    assert!(e.contains("c.toml:5") && e.contains("dns-01"), "{e}");
+    assert!(
+        e.contains("c.toml:5") && e.contains("acme_dns_server"),
+        "{e}"
+    );
     let names = "listen = [\"https://127.0.0.1:8443\"]\nroot = \"/srv/a\"\ntls = \"acme\"\ntls_names = [\"*.example.com\"]\n";
     let e = load_file("c.toml".as_ref(), names, &Overrides::default())
         .expect_err("a wildcard name over HTTP-01")
         .to_string();
     assert!(e.contains("c.toml:4") && e.contains("tls_names"), "{e}");
     // DNS-01 needs a way to set the record, and a hook somewhere to see it.
+    let names = names.replace("*.example.com", "example.com");
     let dns01 = format!("{names}acme_challenge = \"dns-01\"\n");
     let e = load_file("c.toml".as_ref(), &dns01, &Overrides::default())
         .expect_err("no DNS server")
@@ -283,6 +288,36 @@ fn a_wildcard_with_acme_needs_dns01_named_at_its_line() {
         .expect_err("MD5")
         .to_string();
     assert!(e.contains("c.toml:7") && e.contains("hmac-md5"), "{e}");
+}
+
+#[test]
+fn wildcards_take_dns01_beside_other_challenges_and_a_site_chooses_its_own() {
+    // A way to set records is enough for a wildcard: the other names keep
+    // acme_challenge's (auto) challenge.
+    let base =
+        "listen = [\"https://127.0.0.1:8443\"]\ntls = \"acme\"\nacme_dns_server = \"192.0.2.53\"\n";
+    let sites = format!("{base}\n[[site]]\nhosts = [\"*.example.com\"]\nroot = \"/srv/a\"\n\n[[site]]\nhosts = [\"example.org\"]\nroot = \"/srv/b\"\nacme_challenge = \"tls-alpn-01\"\n");
+    let cfg = load_file("c.toml".as_ref(), &sites, &Overrides::default()).expect("valid");
+    assert_eq!(cfg.global.acme_challenge, AcmeChallenge::Auto);
+    assert_eq!(cfg.sites[0].tls.acme_challenge, None);
+    assert_eq!(
+        cfg.sites[1].tls.acme_challenge,
+        Some(AcmeChallenge::TlsAlpn01)
+    );
+    // A site's dns-01 without a way to set records, named at its line.
+    let no_dns = "listen = [\"https://127.0.0.1:8443\"]\ntls = \"acme\"\n\n[[site]]\nhosts = [\"example.org\"]\nroot = \"/srv/b\"\nacme_challenge = \"dns-01\"\n";
+    let e = load_file("c.toml".as_ref(), no_dns, &Overrides::default())
+        .expect_err("no DNS server")
+        .to_string();
+    assert!(
+        e.contains("c.toml:7") && e.contains("acme_dns_server"),
+        "{e}"
+    );
+    let bad = no_dns.replace("dns-01", "dns-02");
+    let e = load_file("c.toml".as_ref(), &bad, &Overrides::default())
+        .expect_err("no such challenge")
+        .to_string();
+    assert!(e.contains("c.toml:7") && e.contains("dns-02"), "{e}");
 }
 
 #[test]

@@ -74,6 +74,13 @@ impl Pebble {
         Pebble::start_using(free_port(), free_port(), validity_secs, Some(dns))
     }
 
+    /// Like [`Pebble::start_with_dns`], validating TLS-ALPN-01 on
+    /// `tls_port` (names resolve to 127.0.0.1 in the test's zone), for a
+    /// hayate that answers DNS-01 for some names and TLS-ALPN-01 for others.
+    pub fn start_with_dns_and_tls(dns: SocketAddr, tls_port: u16, validity_secs: u64) -> Pebble {
+        Pebble::start_using(free_port(), tls_port, validity_secs, Some(dns))
+    }
+
     fn start_using(
         http_port: u16,
         tls_port: u16,

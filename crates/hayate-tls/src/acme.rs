@@ -80,13 +80,26 @@ pub struct AcmeSettings {
     pub dir: PathBuf,
     /// The names to get certificates for.
     pub names: Vec<String>,
-    /// The challenge to answer.
+    /// The challenge to answer, unless `challenge_of` names another.
     pub challenge: ChallengeKind,
-    /// How DNS-01 records are set, with `ChallengeKind::Dns01`.
+    /// Names answered with another challenge: wildcards (DNS-01) and the
+    /// hosts of sites with their own `acme_challenge`.
+    pub challenge_of: Vec<(String, ChallengeKind)>,
+    /// How DNS-01 records are set, whenever a way is configured.
     pub dns01: Option<Dns01Settings>,
     /// Whether names are also ordered on demand (their stored
     /// certificates served at start too).
     pub on_demand: bool,
+}
+
+impl AcmeSettings {
+    /// The challenge `name` is ordered with.
+    pub fn challenge_for(&self, name: &str) -> ChallengeKind {
+        self.challenge_of
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map_or(self.challenge, |&(_, kind)| kind)
+    }
 }
 
 /// The ACME side of the TLS server.
@@ -188,7 +201,7 @@ impl Acme {
     /// page and /metrics: `acme dns-01 (PATH)`, `acme tls-alpn-01 on
     /// demand (PATH)` (the challenge it is renewed with).
     fn described(&self, name: &str, mut cert: Certificate) -> Certificate {
-        let how = match self.settings.challenge {
+        let how = match self.settings.challenge_for(name) {
             ChallengeKind::Http01 => "http-01",
             ChallengeKind::TlsAlpn01 => "tls-alpn-01",
             ChallengeKind::Dns01 => "dns-01",

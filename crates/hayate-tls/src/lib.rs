@@ -590,14 +590,14 @@ fn site_names(config: &Config, mode: TlsMode) -> Vec<String> {
 }
 
 /// ACME's settings: the names (addresses and localhost skipped: no CA
-/// validates them; wildcards only with DNS-01, which the config check
-/// enforces), the challenge, where state is kept.
+/// validates them; wildcards only with a way to set DNS records, which
+/// the config check enforces), the challenge of each, where state is kept.
 fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, String> {
     let g = &config.global;
-    let dns01 = g.acme_challenge == AcmeChallenge::Dns01;
+    let dns = g.acme_dns_server.is_some() || g.acme_dns_hook.is_some();
     let mut names = site_names(config, TlsMode::Acme);
     names.retain(|n| {
-        let usable = (dns01 || !n.starts_with("*.")) && n.parse::<IpAddr>().is_err() && n != "localhost";
+        let usable = (dns || !n.starts_with("*.")) && n.parse::<IpAddr>().is_err() && n != "localhost";
         if !usable {
             log::warn!("ACME: no certificate for {n:?}: wildcards need DNS-01, and addresses and localhost cannot be validated");
         }
@@ -613,13 +613,34 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         .listen
         .iter()
         .any(|l| l.scheme == Scheme::Http && matches!(l.addr, ListenAddr::Tcp(_)));
-    let challenge = match g.acme_challenge {
+    let kind = |challenge: AcmeChallenge| match challenge {
         AcmeChallenge::Http01 => ChallengeKind::Http01,
         AcmeChallenge::TlsAlpn01 => ChallengeKind::TlsAlpn01,
         AcmeChallenge::Dns01 => ChallengeKind::Dns01,
         AcmeChallenge::Auto if plain_tcp => ChallengeKind::Http01,
         AcmeChallenge::Auto => ChallengeKind::TlsAlpn01,
     };
+    let challenge = kind(g.acme_challenge);
+    // A site's own acme_challenge for its hosts; wildcards over DNS-01,
+    // the only challenge a CA accepts for them (RFC 8555 §7.1.3).
+    let mut challenge_of: Vec<(String, ChallengeKind)> = Vec::new();
+    for site in &config.sites {
+        let Some(own) = site.tls.acme_challenge else {
+            continue;
+        };
+        for host in &site.hosts {
+            let host = host.to_ascii_lowercase();
+            if names.contains(&host) && kind(own) != challenge {
+                challenge_of.push((host, kind(own)));
+            }
+        }
+    }
+    for name in names.iter().filter(|n| n.starts_with("*.")) {
+        challenge_of.retain(|(n, _)| n != name);
+        if challenge != ChallengeKind::Dns01 {
+            challenge_of.push((name.clone(), ChallengeKind::Dns01));
+        }
+    }
     Ok(AcmeSettings {
         directory: g.acme_directory.clone(),
         email: g.acme_email.clone(),
@@ -627,11 +648,8 @@ fn acme_settings(config: &Config, state_dir: &Path) -> Result<AcmeSettings, Stri
         dir: acme::state_subdir(state_dir, &g.acme_directory),
         names,
         challenge,
-        dns01: if dns01 {
-            Some(dns01_settings(g)?)
-        } else {
-            None
-        },
+        challenge_of,
+        dns01: if dns { Some(dns01_settings(g)?) } else { None },
         on_demand: g.tls_on_demand,
     })
 }
@@ -708,5 +726,35 @@ pub fn default_state_dir() -> PathBuf {
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => PathBuf::from(home).join(".local/share/hayate"),
         None => std::env::temp_dir().join(format!("hayate-{}", nix::unistd::geteuid())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_name_has_its_challenge_wildcards_dns01_and_a_sites_own() {
+        let text = r#"listen = ["http://127.0.0.1:8080", "https://127.0.0.1:8443"]
+tls = "acme"
+acme_dns_hook = ["/usr/local/bin/dns"]
+acme_dns_resolver = "192.0.2.53"
+root = "/srv"
+
+[[site]]
+hosts = ["*.example.com", "example.com"]
+
+[[site]]
+hosts = ["Admin.Example.org"]
+acme_challenge = "tls-alpn-01"
+"#;
+        let config = hayate_config::load_file("c.toml".as_ref(), text, &Default::default())
+            .expect("valid");
+        let s = acme_settings(&config, Path::new("/var/lib/hayate")).expect("settings");
+        // auto with a plain-HTTP listener: HTTP-01 unless said otherwise.
+        assert_eq!(s.challenge_for("example.com"), ChallengeKind::Http01);
+        assert_eq!(s.challenge_for("*.example.com"), ChallengeKind::Dns01);
+        assert_eq!(s.challenge_for("admin.example.org"), ChallengeKind::TlsAlpn01);
+        assert!(s.dns01.is_some());
     }
 }

@@ -229,6 +229,66 @@ fn fails_clearly(dns: &str, outcome: &str, why: &str) {
 }
 
 #[test]
+fn a_wildcard_takes_dns01_while_another_name_takes_tls_alpn01() {
+    // acme_challenge is left to auto (TLS-ALPN-01: no plain listener);
+    // the wildcard goes over DNS-01 all the same.
+    let bind = Bind::start();
+    let tls_port = free_port();
+    let pebble = Pebble::start_with_dns_and_tls(bind.addr, tls_port, 90 * 24 * 3600);
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path();
+    let config = format!(
+        r#"listen = "https://127.0.0.1:{tls_port}"
+admin = "unix:{admin}"
+state_dir = "{state}"
+acme_directory = "{directory}"
+acme_ca_root = "{api_ca}"
+acme_dns_server = "{server}"
+acme_dns_tsig_key = "{key}:hmac-sha256:{secret}"
+tls = "acme"
+root = "{root}"
+
+[[site]]
+hosts = ["*.example.test"]
+
+[[site]]
+hosts = ["example.test"]
+"#,
+        admin = d.join("admin.sock").display(),
+        state = d.join("state").display(),
+        directory = pebble.directory,
+        api_ca = pebble.api_ca.display(),
+        server = bind.addr,
+        key = bind::KEY_NAME,
+        secret = bind::KEY_SECRET,
+        root = d.join("root").display(),
+    );
+    std::fs::create_dir_all(d.join("root")).expect("root");
+    std::fs::write(d.join("root/hello.txt"), "hello world\n").expect("write");
+    std::fs::write(d.join("hayate.toml"), config).expect("write");
+    let h = Hayate::start_in(BIN, &["--config", "hayate.toml"], &[], Some(d));
+    let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
+    let addr = format!("127.0.0.1:{tls_port}").parse().expect("addr");
+    for name in ["a.example.test", "example.test"] {
+        let mut c = eventually("a certificate from pebble", || {
+            client
+                .try_connect(addr, name)
+                .map_err(|e| format!("{name}: {e}; hayate's log:\n{}", h.stderr()))
+        });
+        assert_eq!(c.get("/hello.txt", &[]).status, 200, "{name}");
+    }
+    let m = metrics(d);
+    for line in [
+        "hayate_acme_dns01_total{outcome=\"ok\"} 1",
+        "hayate_acme_orders_total{result=\"issued\"} 2",
+        "source=\"acme dns-01 (",
+        "source=\"acme tls-alpn-01 (",
+    ] {
+        assert!(m.contains(line), "{line} in {m}");
+    }
+}
+
+#[test]
 fn a_wrong_tsig_key_is_refused_clearly() {
     // The right name, another secret.
     let dns = format!(

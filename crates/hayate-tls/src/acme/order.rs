@@ -156,7 +156,8 @@ impl Acme {
                 AuthorizationStatus::Valid => continue,
                 other => return Err(format!("authorization is {other:?}")),
             }
-            let kind = match self.settings.challenge {
+            let challenge_kind = self.settings.challenge_for(name);
+            let kind = match challenge_kind {
                 ChallengeKind::Http01 => ChallengeType::Http01,
                 ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
                 ChallengeKind::Dns01 => ChallengeType::Dns01,
@@ -165,7 +166,7 @@ impl Acme {
                 .challenge(kind.clone())
                 .ok_or_else(|| format!("the ACME server offers no {kind:?} challenge"))?;
             let key_authorization = challenge.key_authorization();
-            let answer = match self.settings.challenge {
+            let answer = match challenge_kind {
                 ChallengeKind::Http01 => Some(ChallengeAnswer::Http01 {
                     token: challenge.token.clone(),
                     key_authorization: key_authorization.as_str().to_string(),
