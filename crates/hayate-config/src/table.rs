@@ -324,8 +324,8 @@ options! {
         "Verify https:// upstreams' certificates and names; false accepts any (logged at start: for a test setup only)";
     proxy_via: bool = "false", "BOOL",
         "Add Via: 1.1 hayate to proxied requests and responses";
-    proxy_http2: UpstreamHttp2 = "off", "off|on",
-        "What https:// upstreams speak: off, HTTP/1.1; on, HTTP/2 (ALPN h2, multiplexed: streams share a connection up to the member's SETTINGS_MAX_CONCURRENT_STREAMS, proxy_max_conns then bounds connections). h2c://HOST:PORT members always speak HTTP/2 in plain text (gRPC servers)";
+    proxy_http2: UpstreamHttp2 = "off", "off|on|auto",
+        "What https:// upstreams speak: off, HTTP/1.1; on, HTTP/2 (ALPN h2, multiplexed: streams share a connection up to the member's SETTINGS_MAX_CONCURRENT_STREAMS, proxy_max_conns then bounds connections); auto, what the members choose when offered both by ALPN, learned at the route's first connection (kept for its requests) and again after a connect fails (a route mixing https:// and http:// members speaks HTTP/1.1). h2c://HOST:PORT members always speak HTTP/2 in plain text (gRPC servers)";
     proxy_interim: u32 = "16", "N",
         "Interim responses (103 Early Hints, 102 Processing) passed on to the client per request, ahead of the final one; more are dropped; 0: none";
     fastcgi_max_conns: u32 = "5", "N",

@@ -45,7 +45,7 @@ impl UpstreamGroup {
                 return self.forward_grpc_web(&call, req, body).await;
             }
         }
-        let response = match self.protocol {
+        let response = match self.speaking().await {
             Protocol::Http1 => self.forward_as::<Http1, B>(req, body).await,
             Protocol::FastCgi => self.forward_as::<FastCgi, B>(req, body).await,
             Protocol::Http2 => self.forward_h2(req, body).await,
@@ -367,6 +367,9 @@ impl UpstreamGroup {
         let member = &self.members[i];
         member.failed(&self.settings);
         tried.push(i);
+        if let Some(negotiated) = &self.negotiated {
+            negotiated.forget();
+        }
         if tried.len() < self.members.len() {
             log::warn!(
                 "upstream {}: connect failed: {e}; trying another member",

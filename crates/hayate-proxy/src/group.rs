@@ -217,6 +217,9 @@ pub struct UpstreamGroup {
     pub(crate) settings: ProxySettings,
     /// What the members speak.
     pub(crate) protocol: Protocol,
+    /// Under `proxy_http2 = auto`: what the members chose by ALPN
+    /// (`negotiated.rs`), which `protocol` (HTTP/1.1) gives way to.
+    pub(crate) negotiated: Option<crate::negotiated::Negotiated>,
     next: Cell<usize>,
     /// Requests waiting for a member under its `max_conns` (FIFO).
     pub(crate) waiting: QueueGauge,
@@ -290,6 +293,7 @@ impl UpstreamGroup {
             members,
             settings,
             protocol: Protocol::Http1,
+            negotiated: None,
             next: Cell::new(0),
             waiting: QueueGauge::default(),
             waiting_any: Cell::new(0),

@@ -193,11 +193,11 @@ impl UpstreamGroup {
                 Lease::Wait => member.h2.wait_for_opening().await,
                 Lease::Open => {
                     let target = member.target(guard.instance());
-                    let s = &self.settings;
-                    let tls = s.tls.as_ref();
+                    let timeout = self.settings.connect_timeout;
+                    let tls = self.h2_tls();
                     return member
                         .h2
-                        .open(member, &target, instance, s.connect_timeout, tls)
+                        .open(member, &target, instance, timeout, tls)
                         .await;
                 }
             }

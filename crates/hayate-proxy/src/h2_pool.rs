@@ -139,7 +139,33 @@ impl H2Pool {
         self.opening.set(self.opening.get() + 1);
         let _opening = Opening(self);
         let transport = crate::upconn::connect(target, connect_timeout, None, tls, None).await?;
-        let (send, connection) = handshake(transport, &member.label, connect_timeout).await?;
+        self.add(transport, member, instance, connect_timeout).await
+    }
+
+    /// Makes `transport`, a member's connection whose TLS chose `h2` (the
+    /// one `proxy_http2 = auto` learned on), one of the pool's.
+    pub(crate) async fn adopt(
+        &self,
+        transport: Transport,
+        member: &Member,
+        instance: u64,
+        limit: Duration,
+    ) -> io::Result<H2Conn> {
+        self.opening.set(self.opening.get() + 1);
+        let _opening = Opening(self);
+        self.add(transport, member, instance, limit).await
+    }
+
+    /// The HTTP/2 handshake on `transport`, then the connection is driven
+    /// and pooled.
+    async fn add(
+        &self,
+        transport: Transport,
+        member: &Member,
+        instance: u64,
+        limit: Duration,
+    ) -> io::Result<H2Conn> {
+        let (send, connection) = handshake(transport, &member.label, limit).await?;
         let state = Rc::new(ConnState {
             streams: Cell::new(0),
             idle_since: Cell::new(hayate_core::loop_time::instant()),

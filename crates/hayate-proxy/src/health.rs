@@ -72,8 +72,9 @@ impl UpstreamGroup {
                 let tls = this.settings.tls.as_ref();
                 let limit = this.settings.connect_timeout;
                 let ok = within(limit, async {
-                    match this.protocol {
+                    match this.chosen() {
                         Protocol::Http2 => {
+                            let tls = this.h2_tls();
                             h2_probe::probe(&target, tls, &m.label, &check, limit).await
                         }
                         _ => {

@@ -39,6 +39,7 @@ mod h2_client;
 mod h2_pool;
 mod health;
 mod hop_by_hop;
+mod negotiated;
 mod pool;
 mod protocol;
 mod queue;

@@ -748,13 +748,16 @@ hosts = ["*.example.com", "example.com"]
 hosts = ["Admin.Example.org"]
 acme_challenge = "tls-alpn-01"
 "#;
-        let config = hayate_config::load_file("c.toml".as_ref(), text, &Default::default())
-            .expect("valid");
+        let config =
+            hayate_config::load_file("c.toml".as_ref(), text, &Default::default()).expect("valid");
         let s = acme_settings(&config, Path::new("/var/lib/hayate")).expect("settings");
         // auto with a plain-HTTP listener: HTTP-01 unless said otherwise.
         assert_eq!(s.challenge_for("example.com"), ChallengeKind::Http01);
         assert_eq!(s.challenge_for("*.example.com"), ChallengeKind::Dns01);
-        assert_eq!(s.challenge_for("admin.example.org"), ChallengeKind::TlsAlpn01);
+        assert_eq!(
+            s.challenge_for("admin.example.org"),
+            ChallengeKind::TlsAlpn01
+        );
         assert!(s.dns01.is_some());
     }
 }

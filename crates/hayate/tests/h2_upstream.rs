@@ -1,6 +1,7 @@
 //! HTTP/2 upstreams for ordinary web apps (issue 38): a Node `http2`
 //! server (tests/grpc-app/http2-server.js) behind hayate, as an `h2c://`
-//! member and as an `https://` member with `proxy_http2 = on` (ALPN h2);
+//! member and as an `https://` member with `proxy_http2 = on` (ALPN h2),
+//! or `auto` (ALPN h2 or http/1.1: the member chooses);
 //! GETs and POSTs with bodies larger than the replay buffer; concurrent
 //! requests sharing one connection (multiplexed, where the HTTP/1 pool
 //! holds one connection per request in flight); and a server that closes
@@ -93,6 +94,63 @@ fn get_and_post_to_a_node_http2_server_over_tls_with_proxy_http2_on() {
         ],
     );
     get_and_post(&h);
+    h.assert_no_errors();
+}
+
+/// hayate (one worker) in front of the Node server started with
+/// `server_args` over TLS, under `proxy_http2 = auto`; the server and its
+/// certificates too.
+fn auto_in_front_of(server_args: &[&str]) -> (Hayate, NodeProcess, hayate_testkit::tls::Pki) {
+    let pki = hayate_testkit::tls::Pki::new();
+    let (cert, key, _) = pki.issue(&["127.0.0.1"], "upstream");
+    let mut args = vec!["--tls", &key, &cert];
+    args.extend_from_slice(server_args);
+    let (server, port) = server(&args);
+    let member = format!("https://127.0.0.1:{port}");
+    let ca = pki.ca().display().to_string();
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--proxy",
+            &member,
+            "--proxy-tls-ca",
+            &ca,
+            "--proxy-http2",
+            "auto",
+            "--workers",
+            "1",
+            "--max-body-size",
+            "4MiB",
+        ],
+    );
+    (h, server, pki)
+}
+
+#[test]
+fn proxy_http2_auto_speaks_http2_to_a_member_that_offers_it_on_the_connection_it_learned_on() {
+    let (h, _server, _pki) = auto_in_front_of(&["--allow-http1"]);
+    // Over HTTP/2 from the first request, on connection 1: the one the
+    // protocol was learned on, adopted by the HTTP/2 pool.
+    get_and_post(&h);
+    assert_eq!(stats(&h)["sessions"], 1);
+    h.assert_no_errors();
+}
+
+#[test]
+fn proxy_http2_auto_speaks_http1_to_a_member_without_http2() {
+    let (h, _server, _pki) = auto_in_front_of(&["--http1-only"]);
+    let mut c = h.client();
+    let r = c.get("/hello", &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "hello over http/1.1\n")
+    );
+    let body = big_bytes(1024 * 1024);
+    let r = c.post("/echo", &[], &body);
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the body back as sent");
+    // One connection: the one the protocol was learned on, pooled.
+    assert_eq!(stats(&h)["sessions"], 1);
     h.assert_no_errors();
 }
 

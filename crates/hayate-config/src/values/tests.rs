@@ -260,11 +260,12 @@ fn field_names() {
 }
 
 #[test]
-fn proxy_http2_is_off_or_on_and_h2c_members_parse() {
+fn proxy_http2_is_off_on_or_auto_and_h2c_members_parse() {
     assert_eq!(UpstreamHttp2::parse_str("on"), Ok(UpstreamHttp2::On));
     assert_eq!(UpstreamHttp2::parse_str(" off "), Ok(UpstreamHttp2::Off));
+    assert_eq!(UpstreamHttp2::parse_str("auto"), Ok(UpstreamHttp2::Auto));
     let err = UpstreamHttp2::parse_str("h2").expect_err("not a mode");
-    assert!(err.contains("off or on"), "{err}");
+    assert!(err.contains("off, on or auto"), "{err}");
     let spec = ProxySpec::parse_str("/grpc/=h2c://127.0.0.1:50051").expect("h2c member");
     assert_eq!(spec.members, vec!["h2c://127.0.0.1:50051".to_string()]);
     assert!(ProxySpec::parse_str("unix+h2c:/run/grpc.sock").is_ok());

@@ -248,6 +248,9 @@ pub enum UpstreamHttp2 {
     /// HTTP/2, negotiated by ALPN `h2` (a member that refuses it fails its
     /// connects, with the reason logged).
     On,
+    /// Whichever the members choose by ALPN (`h2` or `http/1.1` offered),
+    /// learned at a route's first connection and again after a failed one.
+    Auto,
 }
 
 impl OptValue for UpstreamHttp2 {
@@ -255,7 +258,8 @@ impl OptValue for UpstreamHttp2 {
         match s.trim() {
             "off" => Ok(UpstreamHttp2::Off),
             "on" => Ok(UpstreamHttp2::On),
-            _ => Err(format!("expected off or on, got {s:?}")),
+            "auto" => Ok(UpstreamHttp2::Auto),
+            _ => Err(format!("expected off, on or auto, got {s:?}")),
         }
     }
 }

@@ -71,8 +71,9 @@ pub(super) fn balance(spec: Option<&BalanceSpec>, default: Balance) -> Balance {
 }
 
 /// The group of `specs`' members: HTTP/2 when they are `h2c://` (or
-/// `https://` under `proxy_http2 = on`), HTTP/1.1 otherwise; one group
-/// speaks one protocol (its pool and forwarding differ).
+/// `https://` under `proxy_http2 = on`), what `https://` ones choose by
+/// ALPN under `auto`, HTTP/1.1 otherwise; one group speaks one protocol at
+/// a time (its pool and forwarding differ).
 pub(super) fn upstream_group(
     specs: &[ProxySpec],
     settings: &ProxySettings,
@@ -105,8 +106,12 @@ pub(super) fn upstream_group(
     }
     let mut group = UpstreamGroup::new(&addrs, settings.clone());
     group.set_weights(&weights);
-    Ok(match h2 {
-        0 => group,
+    // auto: members that all speak TLS choose by ALPN; a plain http://
+    // member among them could not, so such a group speaks HTTP/1.1.
+    let negotiates = http2 == UpstreamHttp2::Auto && addrs.iter().all(|a| a.tls_name().is_some());
+    Ok(match (h2, negotiates) {
+        (0, false) => group,
+        (0, true) => group.negotiating_http2(),
         _ => group.speaking_http2(),
     })
 }
