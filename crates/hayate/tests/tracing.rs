@@ -16,7 +16,7 @@
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -699,4 +699,67 @@ fn otel_headers_go_with_every_export_and_refused_spans_are_counted() {
     let log = h.stderr();
     assert!(log.contains("refused 1 of 1 spans: quota"), "{log}");
     assert!(!log.contains("s3cr"), "a secret in the log:\n{log}");
+}
+
+/// The body of an export POST taken on `conn` (its head read first).
+fn export_body(conn: &mut std::net::TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    hayate_testkit::read_through_blank_line(conn, &mut head).expect("the export's head");
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let len: usize = head
+        .split("\r\ncontent-length: ")
+        .nth(1)
+        .and_then(|rest| rest.split("\r\n").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a Content-Length in {head}"));
+    let mut body = vec![0; len];
+    conn.read_exact(&mut body).expect("the export's body");
+    body
+}
+
+/// A collector that answers 429 with `Retry-After: 1` gets the same batch
+/// again, not before a second has passed, and it then counts as exported.
+#[test]
+fn a_throttling_collector_gets_the_same_batch_again_after_its_retry_after() {
+    let origin = Origin::start(OriginOptions::default());
+    let port = origin_port(&origin);
+    let collector = TcpListener::bind("127.0.0.1:0").expect("bind");
+    collector.set_nonblocking(true).expect("nonblocking");
+    let endpoint = format!("http://{}", collector.local_addr().expect("addr"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let h = hayate(port, &endpoint, "http/protobuf", &["--admin", &admin_arg]);
+    assert_eq!(h.client().get("/", &[]).status, 200);
+    let accept = || {
+        let (conn, _) = eventually("the exporter connecting", || {
+            collector.accept().map_err(|e| e.to_string())
+        });
+        conn.set_nonblocking(false).expect("blocking");
+        conn
+    };
+    let mut first = accept();
+    let batch = export_body(&mut first);
+    first
+        .write_all(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+        .expect("answer");
+    let throttled = std::time::Instant::now();
+    drop(first);
+    let mut again = accept();
+    let waited = throttled.elapsed();
+    assert_eq!(export_body(&mut again), batch, "the same batch");
+    assert!(
+        waited >= std::time::Duration::from_millis(900),
+        "sent again after {waited:?}, before Retry-After's second"
+    );
+    again
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        .expect("answer");
+    drop(again);
+    eventually("the batch counted as exported", || {
+        match span_counters(&admin) {
+            (1, 0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
 }

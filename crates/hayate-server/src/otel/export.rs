@@ -3,8 +3,14 @@
 //! (OTLP/HTTP or OTLP/gRPC). Workers only ever `try_send` into the queue:
 //! a full queue drops the span and counts it, so a slow or dead collector
 //! never delays a request. A batch the collector does not take within
-//! `otel_timeout` is dropped and counted too (no retry: a second try
-//! would hold the queue up while new spans are dropped instead).
+//! `otel_timeout`, or that it refuses, is dropped and counted too, with one
+//! exception: a collector that says it is throttling or briefly unable
+//! (HTTP 429, 502, 503, 504; gRPC's retryable codes, as the OTLP spec
+//! lists them) gets the same batch again after its `Retry-After`, or after
+//! a backoff, and nothing else meanwhile (spans that arrive while it
+//! waits queue up, and past `otel_queue` are dropped and counted: the load
+//! the collector asked to be spared). A collector that is down is not
+//! waited for: each batch is dropped as it fails.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +37,19 @@ const MAX_BATCH: usize = 512;
 /// in the trace viewer about as it ends, for one POST a second at most
 /// while requests are few.
 const BATCH_DELAY: Duration = Duration::from_secs(1);
+
+/// Times a throttled batch is sent in all before it is dropped.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// The first pause after a throttled export that said no `Retry-After`
+/// (doubled at each next one: the OTLP spec's exponential backoff).
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest pause taken, whatever `Retry-After` asks: a collector that
+/// asks for an hour is waited for a minute, then the batch is tried again
+/// (and dropped after MAX_ATTEMPTS), rather than every span of that hour
+/// dropped at the queue.
+const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// Where and how batches go.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,9 +162,32 @@ async fn run(
         let body = proto::export_request(&resource, &batch);
         let n = batch.len() as u64;
         batch.clear();
-        let sent =
-            tokio::time::timeout(settings.timeout, send(&settings, tls.as_ref(), body)).await;
-        match sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into())) {
+        let mut attempts = 0;
+        let outcome = loop {
+            attempts += 1;
+            let sent =
+                tokio::time::timeout(settings.timeout, send(&settings, tls.as_ref(), &body)).await;
+            let outcome = sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into()));
+            let pause = match &outcome {
+                Err(Failure {
+                    retry: Some(retry), ..
+                }) if attempts < MAX_ATTEMPTS && !stopping => match *retry {
+                    Retry::After(pause) => pause.min(MAX_PAUSE),
+                    Retry::Backoff => FIRST_BACKOFF * (1 << (attempts - 1)),
+                },
+                _ => break outcome,
+            };
+            log::debug!(
+                "otel: {} is throttling ({}); the batch again in {pause:?}",
+                settings.endpoint.authority,
+                outcome.err().map(|f| f.why).unwrap_or_default()
+            );
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = stop.notified() => stopping = true,
+            }
+        };
+        match outcome {
             Ok(None) => {
                 EXPORTED.fetch_add(n, Ordering::Relaxed);
                 warned = false;
@@ -166,13 +208,14 @@ async fn run(
                     warned = true;
                 }
             }
-            Err(e) => {
+            Err(failure) => {
                 DROPPED.fetch_add(n, Ordering::Relaxed);
                 // Once per outage, not once a batch.
                 if !warned {
                     log::warn!(
-                        "otel: {n} spans not exported to {}: {e}",
-                        settings.endpoint.authority
+                        "otel: {n} spans not exported to {}: {}",
+                        settings.endpoint.authority,
+                        failure.why
                     );
                     warned = true;
                 }
@@ -189,15 +232,40 @@ struct Refused {
     message: String,
 }
 
-/// What an export came to: taken whole (`None`), taken but for some
-/// spans, or not taken (the error).
-type Outcome = Result<Option<Refused>, String>;
+/// Why a batch was not taken, and whether to send it again (the
+/// collector is throttling, or briefly unable).
+#[derive(Debug, PartialEq, Eq)]
+struct Failure {
+    why: String,
+    retry: Option<Retry>,
+}
 
-async fn send(
-    settings: &ExportSettings,
-    tls: Option<&Arc<ClientConfig>>,
-    body: Vec<u8>,
-) -> Outcome {
+/// When a throttled batch goes again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// When the collector said (`Retry-After`).
+    After(Duration),
+    /// After the backoff: FIRST_BACKOFF, doubled at each attempt.
+    Backoff,
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Failure {
+        Failure { why, retry: None }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(why: &str) -> Failure {
+        Failure::from(why.to_string())
+    }
+}
+
+/// What an export came to: taken whole (`None`), taken but for some
+/// spans, or not taken.
+type Outcome = Result<Option<Refused>, Failure>;
+
+async fn send(settings: &ExportSettings, tls: Option<&Arc<ClientConfig>>, body: &[u8]) -> Outcome {
     let tcp = tokio::net::TcpStream::connect(&settings.endpoint.authority)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -220,10 +288,10 @@ async fn send(
 async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     settings: &ExportSettings,
-    body: Vec<u8>,
+    body: &[u8],
 ) -> Outcome {
     match settings.protocol {
-        OtelProtocol::HttpProtobuf => post(stream, settings, &body).await,
+        OtelProtocol::HttpProtobuf => post(stream, settings, body).await,
         OtelProtocol::Grpc => grpc_export(stream, settings, body).await,
     }
 }
@@ -268,7 +336,7 @@ async fn post(
             Ok(0) => break,
             Ok(n) if answer.len() + n <= MAX_ANSWER => answer.extend_from_slice(&piece[..n]),
             Ok(_) => return Err("an answer over 64 KiB".into()),
-            Err(e) if answer.is_empty() => return Err(e.to_string()),
+            Err(e) if answer.is_empty() => return Err(e.to_string().into()),
             // A collector that resets after its answer: what came counts.
             Err(_) => break,
         }
@@ -284,7 +352,17 @@ async fn post(
     };
     let code = head.code.unwrap_or(0);
     if !(200..300).contains(&code) {
-        return Err(format!("answered {code} {}", head.reason.unwrap_or("")));
+        let why = format!("answered {code} {}", head.reason.unwrap_or(""));
+        // OTLP/HTTP's retryable statuses.
+        let retry = matches!(code, 429 | 502 | 503 | 504).then(|| {
+            let asked = head
+                .headers
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case("retry-after"))
+                .and_then(|f| retry_after(f.value, std::time::SystemTime::now()));
+            asked.map_or(Retry::Backoff, Retry::After)
+        });
+        return Err(Failure { why, retry });
     }
     let chunked = head.headers.iter().any(|f| {
         f.name.eq_ignore_ascii_case("transfer-encoding")
@@ -302,6 +380,17 @@ async fn post(
         }
     };
     Ok(partial_success(&body))
+}
+
+/// A `Retry-After` value (RFC 9110 §10.2.3): seconds, or an HTTP date
+/// (a date already past: at once).
+fn retry_after(value: &[u8], now: std::time::SystemTime) -> Option<Duration> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Most bytes of a collector's answer read (a partial success's message
@@ -337,7 +426,7 @@ fn partial_success(response: &[u8]) -> Option<Refused> {
 async fn grpc_export(
     tcp: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     settings: &ExportSettings,
-    body: Vec<u8>,
+    body: &[u8],
 ) -> Outcome {
     let endpoint = &settings.endpoint;
     let (client, conn) = h2::client::handshake(tcp)
@@ -368,7 +457,7 @@ async fn grpc_export(
     let mut message = Vec::with_capacity(5 + body.len());
     message.push(0);
     message.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    message.extend_from_slice(&body);
+    message.extend_from_slice(body);
     stream
         .send_data(Bytes::from(message), true)
         .map_err(|e| e.to_string())?;
@@ -396,7 +485,15 @@ async fn grpc_export(
     match grpc_status.as_deref() {
         // The answer's one message, past its 5-byte frame header.
         Some("0") => Ok(message.get(5..).and_then(partial_success)),
-        Some(code) => Err(format!("grpc-status {code}")),
+        // The OTLP spec's retryable codes: CANCELLED, DEADLINE_EXCEEDED,
+        // ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS (and
+        // RESOURCE_EXHAUSTED, which it retries only with RetryInfo: a
+        // collector over its quota says so that way).
+        Some(code) => Err(Failure {
+            why: format!("grpc-status {code}"),
+            retry: matches!(code, "1" | "4" | "8" | "10" | "11" | "14" | "15")
+                .then_some(Retry::Backoff),
+        }),
         None => Err("no grpc-status".into()),
     }
 }
@@ -404,6 +501,18 @@ async fn grpc_export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("date");
+        assert_eq!(retry_after(b" 3 ", now), Some(Duration::from_secs(3)));
+        let later = b"Sun, 06 Nov 1994 08:50:07 GMT";
+        assert_eq!(retry_after(later, now), Some(Duration::from_secs(30)));
+        let past = b"Sun, 06 Nov 1994 08:49:00 GMT";
+        assert_eq!(retry_after(past, now), Some(Duration::ZERO));
+        assert_eq!(retry_after(b"soon", now), None);
+        assert_eq!(retry_after(b"-1", now), None);
+    }
 
     #[test]
     fn partial_successes_report_refused_spans() {
