@@ -552,6 +552,21 @@ fn check_dns01(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
     }
 }
 
+/// The collector's client certificate: with its key, for an https://
+/// endpoint (a plain one would never present it).
+fn check_otel_client_cert(g: &GlobalOptions) -> Result<(), (&'static str, String)> {
+    match (&g.otel_tls_cert, &g.otel_tls_key, &g.otel_endpoint) {
+        (None, None, _) => Ok(()),
+        (Some(_), None, _) => Err(("otel_tls_cert", "otel_tls_cert needs otel_tls_key".into())),
+        (None, Some(_), _) => Err(("otel_tls_key", "otel_tls_key needs otel_tls_cert".into())),
+        (_, _, Some(e)) if e.tls => Ok(()),
+        _ => Err((
+            "otel_tls_cert",
+            "otel_tls_cert is presented to an https:// otel_endpoint, and there is none".into(),
+        )),
+    }
+}
+
 /// On-demand TLS's options together: never without its ask URL (a scan of
 /// random names would otherwise order a certificate for each), a plain
 /// http:// one, and a wait that ends before the handshake's.
@@ -629,6 +644,7 @@ fn check_tls(g: &GlobalOptions, sites: &[Site]) -> Result<(), (&'static str, Str
     }
     check_dns01(g)?;
     check_on_demand(g)?;
+    check_otel_client_cert(g)?;
     let https = g.listen.iter().any(|l| l.scheme == values::Scheme::Https);
     let site_tls = sites
         .iter()

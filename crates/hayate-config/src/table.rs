@@ -270,6 +270,10 @@ options! {
         "OpenTelemetry collector to export a span per request to (OTLP, http://HOST:PORT or https://; http/protobuf posts to /v1/traces unless the URL has a path); tracing is off unless set. W3C traceparent is read from requests and sent to upstreams (FastCGI: HTTP_TRACEPARENT) with hayate's span as the parent";
     otel_ca: PathBuf = unset, "FILE",
         "CA certificates (PEM) an https:// otel_endpoint is verified against, instead of the system's";
+    otel_tls_cert: PathBuf = unset, "FILE",
+        "Client certificate chain (PEM, leaf first) presented to an https:// otel_endpoint that asks for one (mutual TLS, OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE); with otel_tls_key";
+    otel_tls_key: PathBuf = unset, "FILE",
+        "Private key (PEM) of otel_tls_cert";
     otel_headers: OtelHeaders = unset, "NAME=VALUE[,...]",
         "Header fields sent with every export, as OTEL_EXPORTER_OTLP_HEADERS writes them (api-key=SECRET,x-tenant=a; values percent-encoded): a hosted collector's credentials. Never logged";
     otel_protocol: OtelProtocol = "http/protobuf", "grpc|http/protobuf",

@@ -344,3 +344,20 @@ fn on_demand_tls_needs_its_ask_url() {
         .to_string();
     assert!(e.contains("tls_handshake_timeout"), "{e}");
 }
+
+#[test]
+fn the_collectors_client_certificate_needs_its_key_and_an_https_endpoint() {
+    let base = "root = \"/srv/a\"\notel_endpoint = \"https://collector:4318\"\n";
+    let ok = format!("{base}otel_tls_cert = \"/etc/c.pem\"\notel_tls_key = \"/etc/k.pem\"\n");
+    load_file("c.toml".as_ref(), &ok, &Overrides::default()).expect("valid");
+    let alone = format!("{base}otel_tls_cert = \"/etc/c.pem\"\n");
+    let e = load_file("c.toml".as_ref(), &alone, &Overrides::default())
+        .expect_err("no key")
+        .to_string();
+    assert!(e.contains("c.toml:3") && e.contains("otel_tls_key"), "{e}");
+    let plain = ok.replace("https://", "http://");
+    let e = load_file("c.toml".as_ref(), &plain, &Overrides::default())
+        .expect_err("plain endpoint")
+        .to_string();
+    assert!(e.contains("https:// otel_endpoint"), "{e}");
+}

@@ -65,6 +65,7 @@ impl Tracer {
             queue: g.otel_queue as usize,
             timeout: g.otel_timeout.0,
             ca: g.otel_ca.clone(),
+            client_cert: g.otel_tls_cert.clone().zip(g.otel_tls_key.clone()),
         };
         let queue = match &*exporter {
             Some((s, e)) if *s == settings && !e.queue.is_closed() => e.queue.clone(),

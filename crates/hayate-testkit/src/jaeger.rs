@@ -33,10 +33,16 @@ impl Jaeger {
     /// Like [`Jaeger::start`], its OTLP receivers (gRPC and HTTP) over TLS
     /// with this certificate chain and key (PEM files).
     pub fn start_tls(cert: &str, key: &str) -> Jaeger {
-        Jaeger::start_with(Some((cert, key)))
+        Jaeger::start_with(Some((cert, key, None)))
     }
 
-    fn start_with(tls: Option<(&str, &str)>) -> Jaeger {
+    /// Like [`Jaeger::start_tls`], requiring a client certificate that
+    /// chains to `client_ca` (mutual TLS).
+    pub fn start_mtls(cert: &str, key: &str, client_ca: &str) -> Jaeger {
+        Jaeger::start_with(Some((cert, key, Some(client_ca))))
+    }
+
+    fn start_with(tls: Option<(&str, &str, Option<&str>)>) -> Jaeger {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = |port: u16| -> SocketAddr { ([127, 0, 0, 1], port).into() };
         let (grpc, http, query, query_grpc) = (
@@ -46,8 +52,11 @@ impl Jaeger {
             addr(free_port()),
         );
         let tls = match tls {
-            Some((cert, key)) => {
-                format!("\n        tls:\n          cert_file: \"{cert}\"\n          key_file: \"{key}\"")
+            Some((cert, key, client_ca)) => {
+                let client_ca = client_ca
+                    .map(|ca| format!("\n          client_ca_file: \"{ca}\""))
+                    .unwrap_or_default();
+                format!("\n        tls:\n          cert_file: \"{cert}\"\n          key_file: \"{key}\"{client_ca}")
             }
             None => String::new(),
         };

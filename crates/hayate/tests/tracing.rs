@@ -564,6 +564,68 @@ fn spans_reach_an_https_collector_verified_against_otel_ca_over_both_protocols()
     }
 }
 
+/// A collector that requires a client certificate takes spans from a
+/// hayate presenting `otel_tls_cert`, over both protocols; without one,
+/// the exports fail and are counted as dropped.
+#[test]
+fn a_collector_requiring_client_certificates_takes_spans_with_otel_tls_cert() {
+    let pki = hayate_testkit::tls::Pki::new();
+    let (cert, key, _) = pki.issue(&["localhost"], "collector");
+    let (client_cert, client_key, _) = pki.issue(&["hayate"], "hayate-client");
+    let ca = pki.ca();
+    let ca = ca.to_str().expect("utf-8");
+    let jaeger = Jaeger::start_mtls(&cert, &key, ca);
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = origin.url();
+    for (protocol, port, trace) in [
+        ("http/protobuf", jaeger.otlp_http.port(), CLIENT_TRACE),
+        (
+            "grpc",
+            jaeger.otlp_grpc.port(),
+            "0af7651916cd43dd8448eb211c80319c",
+        ),
+    ] {
+        let endpoint = format!("https://localhost:{port}");
+        let mut args = vec![
+            "--proxy",
+            &proxy,
+            "--otel-endpoint",
+            &endpoint,
+            "--otel-protocol",
+            protocol,
+            "--otel-ca",
+            ca,
+            "--otel-tls-cert",
+            &client_cert,
+            "--otel-tls-key",
+            &client_key,
+        ];
+        let h = Hayate::start(BIN, &args);
+        let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
+        assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
+        let found = eventually(&format!("the span over {protocol} and mutual TLS"), || {
+            jaeger
+                .trace(trace)
+                .ok_or_else(|| "no trace yet".to_string())
+        });
+        assert!(span_of(&found, "hayate").is_some(), "{found:#}");
+        h.assert_no_errors();
+        drop(h);
+        // Without the certificate, the collector refuses the handshake.
+        args.truncate(args.len() - 4);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let admin = dir.path().join("admin.sock");
+        let admin_arg = format!("unix:{}", admin.display());
+        args.extend(["--admin", &admin_arg]);
+        let h = Hayate::start(BIN, &args);
+        assert_eq!(h.client().get("/", &[]).status, 200);
+        eventually("the span dropped", || match span_counters(&admin) {
+            (0, 1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+    }
+}
+
 /// `/metrics`' `hayate_otel_spans_*_total` counters: (exported, dropped).
 fn span_counters(admin: &Path) -> (u64, u64) {
     let text = hayate_testkit::unix_get(admin, "/metrics");

@@ -63,6 +63,8 @@ pub(crate) struct ExportSettings {
     pub(crate) timeout: Duration,
     /// The CA file an https endpoint is verified against (`otel_ca`).
     pub(crate) ca: Option<std::path::PathBuf>,
+    /// The certificate and key presented to it (`otel_tls_cert`).
+    pub(crate) client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// A running exporter: its queue, and how to make it send what it holds
@@ -108,11 +110,19 @@ pub(crate) fn start(settings: ExportSettings) -> std::io::Result<Exporter> {
 }
 
 /// The TLS client of an https endpoint: the system's roots or `otel_ca`,
-/// ALPN h2 for gRPC.
+/// a client certificate if one is set, ALPN h2 for gRPC.
 fn client_tls(settings: &ExportSettings) -> std::io::Result<ClientConfig> {
-    let mut config = hayate_tls::upstream_client_config(settings.ca.as_deref(), true, None)
+    let client_cert = settings
+        .client_cert
+        .as_ref()
+        .map(|(cert, key)| (cert.as_path(), key.as_path()));
+    let mut config = hayate_tls::upstream_client_config(settings.ca.as_deref(), true, client_cert)
         .map_err(|e| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("otel_ca: {e}"))
+            let what = match client_cert {
+                Some(_) => "otel_ca, otel_tls_cert",
+                None => "otel_ca",
+            };
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{what}: {e}"))
         })?;
     config.alpn_protocols = match settings.protocol {
         OtelProtocol::Grpc => vec![b"h2".to_vec()],
