@@ -13,8 +13,11 @@
 
 use std::cell::RefCell;
 use std::future::poll_fn;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,7 +26,7 @@ use h2::{RecvStream, SendStream};
 use hayate_core::client_body::{BodyLength, ClientBody};
 use hayate_core::error::{Error, ErrorKind};
 use hayate_core::response::{BodySource, StreamBody};
-use hayate_core::{Body, Response, Status};
+use hayate_core::{Body, Fields, Response, Status};
 
 use crate::group::{Outstanding, UpstreamGroup};
 use crate::h2_body::{trailer_map, RecvBody};
@@ -141,7 +144,8 @@ impl UpstreamGroup {
                         .into_response()
                 }
             };
-            let sent = exchange(&conn, request, buffered.as_ref(), body, wait).await;
+            let max_interim = self.settings.max_interim;
+            let sent = exchange(&conn, request, buffered.as_ref(), body, wait, max_interim).await;
             let failure = match sent {
                 Ok((answer, slot, pump)) => {
                     member.succeeded();
@@ -265,6 +269,7 @@ async fn exchange<B: ClientBody>(
     buffered: Option<&Bytes>,
     body: &mut B,
     wait: Duration,
+    max_interim: usize,
 ) -> Result<(http::Response<RecvStream>, StreamSlot, Option<Pump>), Failure> {
     let (send, slot) = conn.stream();
     let refused = |e: h2::Error| {
@@ -285,16 +290,26 @@ async fn exchange<B: ClientBody>(
             // An HTTP/1 client's body cannot leave its connection: it is
             // sent while the answer is awaited, and whole before it.
             None => {
-                let (pumped, head) =
-                    tokio::join!(pump(ClientChunks(body), out), answer_head(answer, wait));
+                // The body is borrowed by its pump meanwhile: interim
+                // answers are passed on once it is sent.
+                let mut early = Vec::new();
+                let keep = |status, fields| early.push((status, fields));
+                let (pumped, head) = tokio::join!(
+                    pump(ClientChunks(body), out),
+                    answer_head(answer, wait, max_interim, keep)
+                );
                 if let Err(Failure::Client(e)) = pumped {
                     return Err(Failure::Client(e));
+                }
+                for (status, fields) in early {
+                    body.interim(status, &fields);
                 }
                 return head.map(|h| (h, slot, None)).map_err(|e| classify(conn, e));
             }
         },
     };
-    match answer_head(answer, wait).await {
+    let pass = |status, fields: Fields| body.interim(status, &fields);
+    match answer_head(answer, wait, max_interim, pass).await {
         Ok(head) => Ok((head, slot, pump)),
         Err(e) => match failed.take() {
             Some(client) => Err(Failure::Client(client)),
@@ -303,16 +318,52 @@ async fn exchange<B: ClientBody>(
     }
 }
 
-/// The answer's head, within `wait`.
+/// The answer's head, within `wait`; the interim answers before it (1xx:
+/// 103 Early Hints) go to `interim` as they come, up to `max_interim` of
+/// them (more are dropped, as the HTTP/1 path does), 100 Continue never
+/// (the client's own connection answered its Expect).
 async fn answer_head(
-    answer: ResponseFuture,
+    mut answer: ResponseFuture,
     wait: Duration,
+    max_interim: usize,
+    mut interim: impl FnMut(Status, Fields),
 ) -> Result<http::Response<RecvStream>, AnswerError> {
-    match tokio::time::timeout(wait, answer).await {
+    let mut passed = 0;
+    let head = poll_fn(|cx| {
+        while let Poll::Ready(Some(early)) = answer.poll_informational(cx) {
+            let early = early?;
+            let status = Status::any(early.status().as_u16());
+            match status {
+                Some(s) if s != Status::CONTINUE && passed < max_interim => {
+                    passed += 1;
+                    interim(s, end_to_end(early.headers()).0);
+                }
+                _ => {}
+            }
+        }
+        Pin::new(&mut answer).poll(cx)
+    });
+    match tokio::time::timeout(wait, head).await {
         Ok(Ok(head)) => Ok(head),
         Ok(Err(e)) => Err(AnswerError::H2(e)),
         Err(_) => Err(AnswerError::TimedOut),
     }
+}
+
+/// An answer's end-to-end fields (HTTP/2 has no connection fields, but an
+/// upstream may still send `keep-alive` or `proxy-connection`), and
+/// whether it has a Date.
+fn end_to_end(headers: &http::HeaderMap) -> (Fields, bool) {
+    let fields: Vec<httparse::Header<'_>> = headers
+        .iter()
+        .map(|(n, v)| httparse::Header {
+            name: n.as_str(),
+            value: v.as_bytes(),
+        })
+        .collect();
+    let mut out = Fields::new();
+    let has_date = crate::h1_client::copy_end_to_end(&mut out, &fields).has_date;
+    (out, has_date)
 }
 
 enum AnswerError {
@@ -444,15 +495,7 @@ fn response(answer: http::Response<RecvStream>, held: Held, is_head: bool, via: 
     let (parts, recv) = answer.into_parts();
     let status = Status::any(parts.status.as_u16()).unwrap_or(Status::BAD_GATEWAY);
     let mut r = Response::new(status);
-    let fields: Vec<httparse::Header<'_>> = parts
-        .headers
-        .iter()
-        .map(|(n, v)| httparse::Header {
-            name: n.as_str(),
-            value: v.as_bytes(),
-        })
-        .collect();
-    r.has_date = crate::h1_client::copy_end_to_end(&mut r.fields, &fields).has_date;
+    (r.fields, r.has_date) = end_to_end(&parts.headers);
     if via {
         r.fields.push(b"Via", b"2 hayate");
     }

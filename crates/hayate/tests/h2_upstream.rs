@@ -155,6 +155,27 @@ fn proxy_http2_auto_speaks_http1_to_a_member_without_http2() {
 }
 
 #[test]
+fn an_http2_upstreams_early_hints_reach_the_client_before_its_answer() {
+    let (_server, port) = server(&[]);
+    let member = format!("h2c://127.0.0.1:{port}");
+    let h = Hayate::start(BIN, &["--proxy", &member]);
+    let mut c = h.client();
+    c.send(b"GET /early HTTP/1.1\r\nHost: test\r\n\r\n");
+    // The 103 comes while the server holds the final answer.
+    let hint = c.read_response(false);
+    assert_eq!(hint.status, 103, "{hint:?}");
+    assert_eq!(
+        hint.header("link"),
+        Some("</style.css>; rel=preload; as=style")
+    );
+    assert_eq!(h.client().get("/release", &[]).status, 200);
+    let r = c.read_response(false);
+    assert_eq!((r.status, r.text().as_str()), (200, "final\n"), "{r:?}");
+    assert_eq!(r.header("link"), None, "hints stay off the final head");
+    h.assert_no_errors();
+}
+
+#[test]
 fn concurrent_requests_share_one_connection() {
     let (_server, port) = server(&[]);
     let member = format!("h2c://127.0.0.1:{port}");

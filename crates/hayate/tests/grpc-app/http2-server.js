@@ -4,6 +4,7 @@
 //   GET  /hello   "hello over h2", with the connection's number in x-session
 //   POST /echo    the body back, its length in the trailer x-length
 //   GET  /slow    after 200 ms
+//   GET  /early   103 Early Hints (a Link), then 200 "final" at GET /release
 //   GET  /stats   {"sessions": connections accepted, "streams": streams served}
 // With --goaway-after N, a connection is closed gracefully (GOAWAY, its open
 // streams finish) once it has served N streams.
@@ -26,6 +27,8 @@ const goawayAfter = Number((arg('--goaway-after') || [0])[0]);
 
 let sessions = 0;
 let streams = 0;
+// Streams of GET /early, answered at GET /release.
+const held = [];
 const allowHttp1 = args.includes('--allow-http1');
 const http1Only = args.includes('--http1-only');
 const keys = tls && { key: fs.readFileSync(tls[0]), cert: fs.readFileSync(tls[1]) };
@@ -98,6 +101,21 @@ server.on('stream', (stream, headers) => {
   if (path === '/hello') {
     stream.respond({ ':status': 200, 'content-type': 'text/plain', 'x-session': String(session.number) });
     return stream.end(method === 'HEAD' ? undefined : 'hello over h2\n');
+  }
+  if (path === '/early') {
+    // 103 Early Hints now, the final answer once /release is asked for.
+    stream.additionalHeaders({ ':status': 103, link: '</style.css>; rel=preload; as=style' });
+    held.push(stream);
+    return;
+  }
+  if (path === '/release') {
+    for (const early of held.splice(0)) {
+      if (early.destroyed) continue;
+      early.respond({ ':status': 200 });
+      early.end('final\n');
+    }
+    stream.respond({ ':status': 200 });
+    return stream.end('released\n');
   }
   if (path === '/slow') {
     return setTimeout(() => {
