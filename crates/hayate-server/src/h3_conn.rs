@@ -18,9 +18,11 @@
 //! handshake timeout for the QUIC handshake, connections counted against
 //! `max_connections` with TCP's, and a Retry (address validation, RFC 9000
 //! §8.1.2) for every new client once a worker has more than
-//! [`RETRY_ABOVE`] handshakes in progress. 0-RTT is never accepted (the
-//! TLS configuration offers no early data). Shutdown sends GOAWAY and lets
-//! the requests in flight finish.
+//! `http3_retry_above` handshakes in progress. 0-RTT is off unless
+//! `http3_early_data = "safe"`: then a request whose head arrives before
+//! the handshake is done came in early data, which an attacker may have
+//! replayed (`early.rs`). Shutdown sends GOAWAY and lets the requests in
+//! flight finish.
 
 use std::cell::Cell;
 use std::io;
@@ -34,8 +36,13 @@ use hayate_core::transport::Peer;
 use quinn::{IdleTimeout, VarInt};
 use tokio_rustls::rustls;
 
-use crate::worker::{ConnGuard, Generation, Shared, Worker};
+use hayate_config::values::EarlyData;
+use hayate_tls::TlsMetrics;
 
+use crate::worker::{ConnGuard, Generation, Shared, Worker};
+use early::Handshake;
+
+mod early;
 mod request;
 mod send;
 
@@ -56,11 +63,6 @@ const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
 /// Response bytes a connection buffers before its streams wait for the
 /// client's acknowledgements (quinn's default is 8 stream windows, 10 MiB).
 const SEND_WINDOW: u64 = 2 * 1024 * 1024;
-/// Handshakes in progress on one worker past which new clients must first
-/// prove their address with a Retry: below it a handshake costs one round
-/// trip less; above it spoofed Initials cost hayate no handshake state
-/// (each holds a TLS handshake, ~10 KB, for up to the handshake timeout).
-const RETRY_ABOVE: usize = 64;
 
 /// The QUIC endpoint of one worker on `udp`, serving HTTP/3 with `tls` and
 /// the limits of the generation `g`.
@@ -103,6 +105,13 @@ pub async fn serve_endpoint(
 ) {
     let mut shutdown = worker.shutdown.clone();
     let handshaking = Rc::new(Cell::new(0usize));
+    // Handshakes in progress past which new clients must first prove their
+    // address with a Retry (`http3_retry_above`, 64 by default): below it
+    // a handshake costs one round trip less; above it spoofed Initials
+    // cost hayate no handshake state (each holds a TLS handshake, ~10 KB,
+    // for up to the handshake timeout).
+    let retry_above = worker.with_generation(|g| g.config.global.http3_retry_above) as usize;
+    let tls_metrics = shared.tls.as_ref().map(|t| t.metrics());
     let local_port = endpoint.local_addr().ok().map(|a| a.port());
     loop {
         let incoming = tokio::select! {
@@ -119,7 +128,7 @@ pub async fn serve_endpoint(
                 break;
             }
         };
-        if handshaking.get() >= RETRY_ABOVE && !incoming.remote_address_validated() {
+        if handshaking.get() >= retry_above && !incoming.remote_address_validated() {
             // The client answers with its Initial again, carrying the
             // token: only then does it cost a handshake.
             let _ = incoming.retry();
@@ -138,6 +147,7 @@ pub async fn serve_endpoint(
             incoming,
             local_port,
             handshaking.clone(),
+            tls_metrics.clone(),
             worker.clone(),
             guard,
         );
@@ -153,6 +163,11 @@ pub async fn serve_endpoint(
 struct Connection {
     peer: Peer,
     worker: Rc<Worker>,
+    quic: quinn::Connection,
+    /// Whether the handshake is done: until then, what arrives is 0-RTT
+    /// data (only with `http3_early_data = "safe"`; always true otherwise).
+    established: Rc<Cell<bool>>,
+    tls_metrics: Option<Arc<TlsMetrics>>,
 }
 
 /// Serves one QUIC connection: the handshake within the TLS handshake
@@ -163,24 +178,30 @@ async fn serve_connection(
     incoming: quinn::Incoming,
     local_port: Option<u16>,
     handshaking: Rc<Cell<usize>>,
+    tls_metrics: Option<Arc<TlsMetrics>>,
     worker: Rc<Worker>,
     guard: ConnGuard,
 ) {
     let from = incoming.remote_address();
-    let timeout = worker.with_generation(|g| g.config.global.tls_handshake_timeout.0);
-    handshaking.set(handshaking.get() + 1);
-    let connected = tokio::time::timeout(timeout, async { incoming.accept()?.await }).await;
-    handshaking.set(handshaking.get() - 1);
-    let quic = match connected {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            log::debug!("HTTP/3 from {from}: handshake failed: {e}");
-            return;
-        }
-        Err(_) => {
-            log::debug!("HTTP/3 from {from}: handshake not done in {timeout:?}");
-            return;
-        }
+    let (timeout, early_data) = worker.with_generation(|g| {
+        let global = &g.config.global;
+        (global.tls_handshake_timeout.0, global.http3_early_data)
+    });
+    let handshake = Handshake {
+        from,
+        timeout,
+        handshaking,
+        metrics: tls_metrics.clone(),
+    };
+    let (quic, established) = match early_data {
+        EarlyData::Off => match handshake.complete(incoming).await {
+            Some(quic) => (quic, Rc::new(Cell::new(true))),
+            None => return,
+        },
+        EarlyData::Safe => match handshake.early(incoming) {
+            Some(accepted) => accepted,
+            None => return,
+        },
     };
     let mut builder = h3::server::builder();
     // No grease: h3 ends the first response with a frame of a reserved
@@ -205,6 +226,9 @@ async fn serve_connection(
     let connection = Rc::new(Connection {
         peer: peer_of(from, local_port),
         worker: worker.clone(),
+        quic: quic.clone(),
+        established,
+        tls_metrics,
     });
     let mut shutdown = worker.shutdown.clone();
     let mut closing = false;

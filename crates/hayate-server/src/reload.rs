@@ -71,6 +71,15 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
         "http3",
         "the QUIC endpoints and their TLS are set up at start",
     ),
+    (
+        "http3_early_data",
+        "the QUIC endpoints and their TLS are set up at start",
+    ),
+    ("http3_gso", "the QUIC endpoints are set up at start"),
+    (
+        "http3_retry_above",
+        "the QUIC endpoints are set up at start",
+    ),
     ("error_log", "the error log is opened at start"),
     ("log_level", "the error log is set up at start"),
     ("cache_size", "the response cache is sized at start"),

@@ -308,6 +308,160 @@ fn early_data_is_refused() {
     h.assert_no_errors();
 }
 
+/// `http3_early_data = "safe"`: a resumed client's GET sent in 0-RTT data
+/// is served and reaches the origin marked `Early-Data: 1`; a POST sent
+/// early is answered 425 Too Early and never reaches it; a request sent
+/// after the handshake carries no mark; a ticket used once resumes nothing
+/// the second time (a replay gets no 0-RTT). The counters say so.
+#[test]
+fn safe_early_data_serves_a_get_and_answers_a_post_425() {
+    let origin = Origin::start(OriginOptions::default());
+    let url = origin.url();
+    let admin = tempfile::tempdir().expect("admin dir");
+    let admin_sock = admin.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin_sock.display());
+    let proxy = format!("/api={url}");
+    let (h, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--http3-early-data",
+            "safe",
+            "--proxy",
+            &proxy,
+            "--admin",
+            &admin_arg,
+        ],
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let ticket = dir.path().join("ticket");
+    let ticket = ticket.to_str().expect("path");
+    let first = h3(
+        &h,
+        state.path(),
+        &["--ticket", ticket],
+        &["GET", "/api/echo"],
+    );
+    assert_eq!(first[0].status(), 200);
+    let seen = Echo::parse(first[0].body());
+    assert_eq!(seen.header("early-data"), None, "after the handshake");
+    assert!(Path::new(ticket).exists(), "hayate sent no session ticket");
+
+    let used = dir.path().join("used-ticket");
+    std::fs::copy(ticket, &used).expect("copy the ticket");
+    let early = h3(
+        &h,
+        state.path(),
+        &["--ticket", ticket, "--early"],
+        &["GET", "/api/echo"],
+    );
+    let get = &early[0];
+    assert!(get.0["early_packets_sent"].as_u64() > Some(0), "{}", get.0);
+    assert!(get.flag("early_data_accepted"), "{}", get.0);
+    assert_eq!(get.status(), 200, "{}", get.0);
+    assert_eq!(Echo::parse(get.body()).header("early-data"), Some("1"));
+
+    let upload = dir.path().join("form");
+    std::fs::write(&upload, b"a=1").expect("write");
+    let posts_before = origin.count("/api/echo");
+    let early = h3(
+        &h,
+        state.path(),
+        &["--ticket", ticket, "--early"],
+        &[
+            "POST",
+            "/api/echo",
+            "--body-file",
+            upload.to_str().expect("path"),
+        ],
+    );
+    let post = &early[0];
+    assert!(post.flag("early_data_accepted"), "{}", post.0);
+    assert_eq!(post.status(), 425, "{}", post.0);
+    assert_eq!(
+        origin.count("/api/echo"),
+        posts_before,
+        "the POST reached the origin"
+    );
+
+    // A ticket is good once: a replayed flight (the used ticket again)
+    // resumes nothing, so its early data is refused and its GET is served
+    // after a full handshake, unmarked.
+    let used = used.to_str().expect("path");
+    let replayed = h3(
+        &h,
+        state.path(),
+        &["--ticket", used, "--early"],
+        &["GET", "/api/echo"],
+    );
+    let again = &replayed[0];
+    assert!(!again.flag("early_data_accepted"), "{}", again.0);
+    assert!(!again.flag("resumed"), "{}", again.0);
+    assert_eq!(Echo::parse(again.body()).header("early-data"), None);
+
+    let metrics = hayate_testkit::unix_get(&admin_sock, "/metrics");
+    for line in [
+        "hayate_tls_early_data_requests_total{result=\"served\"} 1",
+        "hayate_tls_early_data_requests_total{result=\"too_early\"} 1",
+        "hayate_tls_quic_handshakes_total{result=\"completed\"} 4",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+    h.assert_no_errors();
+}
+
+/// HTTP/3 requests are logged with their TLS version (always 1.3), and
+/// QUIC handshakes are counted: completed, and failed by reason (a client
+/// that does not trust the certificate closes the handshake).
+#[test]
+fn quic_handshakes_are_counted_and_logged_as_tls_1_3() {
+    let admin = tempfile::tempdir().expect("admin dir");
+    let admin_sock = admin.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin_sock.display());
+    let (h, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--admin",
+            &admin_arg,
+            "--access-log-format",
+            "$protocol $tls_version $status",
+        ],
+    );
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    let untrusting = Command::new("python3")
+        .arg(CLIENT)
+        .args(["--ca", "/etc/ssl/certs/ca-certificates.crt", "127.0.0.1"])
+        .arg(h.addr.port().to_string())
+        .args(["GET", "/hello.txt"])
+        .output()
+        .expect("run python3");
+    assert!(
+        !untrusting.status.success(),
+        "a client that trusts no local CA was served"
+    );
+    eventually("the handshakes are counted", || {
+        let metrics = hayate_testkit::unix_get(&admin_sock, "/metrics");
+        let completed = "hayate_tls_quic_handshakes_total{result=\"completed\"} 1";
+        let failed = "hayate_tls_quic_handshakes_total{result=\"failed\",reason=\"closed\"} 1";
+        match metrics.contains(completed) && metrics.contains(failed) {
+            true => Ok(()),
+            false => Err(metrics),
+        }
+    });
+    let mut log = Vec::new();
+    eventually("the request is logged with TLSv1.3", || {
+        log.extend(h.stdout_lines(Duration::from_millis(100)));
+        match log.iter().any(|l| l == "HTTP/3 TLSv1.3 200") {
+            true => Ok(()),
+            false => Err(format!("{log:?}")),
+        }
+    });
+}
+
 /// Shutdown sends GOAWAY and lets the request in flight finish: a proxied
 /// request the upstream holds is answered after SIGTERM.
 #[test]

@@ -109,9 +109,13 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     if let Some(tls) = e.tls {
         out.extend_from_slice(b",\"tls\":\"");
         out.extend_from_slice(tls.version.as_bytes());
-        out.extend_from_slice(b"\",\"cipher\":\"");
-        out.extend_from_slice(tls.cipher.as_bytes());
         out.push(b'"');
+        // Unknown for HTTP/3 (quinn does not say): left out.
+        if !tls.cipher.is_empty() {
+            out.extend_from_slice(b",\"cipher\":\"");
+            out.extend_from_slice(tls.cipher.as_bytes());
+            out.push(b'"');
+        }
     }
     if let Some(g) = e.grpc_status {
         out.extend_from_slice(b",\"grpc_status\":");
@@ -182,9 +186,13 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(protocol.to_ascii_lowercase().as_bytes());
         out.extend_from_slice(b"\",\"version\":\"");
         out.extend_from_slice(version.trim_start_matches('v').as_bytes());
-        out.extend_from_slice(b"\",\"cipher\":\"");
-        out.extend_from_slice(tls.cipher.as_bytes());
-        out.extend_from_slice(b"\"}");
+        out.push(b'"');
+        if !tls.cipher.is_empty() {
+            out.extend_from_slice(b",\"cipher\":\"");
+            out.extend_from_slice(tls.cipher.as_bytes());
+            out.push(b'"');
+        }
+        out.push(b'}');
     }
     // hayate's own fields, under its name as ECS asks of custom fields.
     out.extend_from_slice(b",\"hayate\":{");

@@ -19,14 +19,23 @@ use hayate_core::request::{RequestHead, Version};
 use hayate_core::response::BodySource;
 use hayate_core::transport::Peer;
 use hayate_core::transport::Scheme;
+use hayate_core::transport::TlsInfo;
 use hayate_core::{Fields, Status};
 use tokio::sync::Notify;
 
-use super::{header_timeout, send, Connection};
+use super::{early, header_timeout, send, Connection};
 use crate::access_log::{self, Served};
 use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field, Sent};
 use crate::pipeline::{self, Answer};
 use crate::worker::Generation;
+
+/// What the access log says of HTTP/3's TLS: always 1.3 (RFC 9001 §4.2);
+/// quinn does not say which cipher suite the handshake chose, so none is
+/// logged.
+const TLS_INFO: TlsInfo = TlsInfo {
+    version: "TLSv1.3",
+    cipher: "",
+};
 
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type Recv = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -58,9 +67,11 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let forwarded = w.router.client_of(&head, &conn.peer, None);
     let client = pipeline::Client::new(&conn.peer, forwarded.as_deref());
     let mut body = StreamBody::new(recv, &parts.headers, &w);
-    let answer = match padded_field(&parts.headers) {
-        Some(name) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),
-        None => match pipeline::rewrite(&mut head, &w.router, started, client) {
+    let too_early = early::admit(&mut head, &conn);
+    let answer = match (padded_field(&parts.headers), too_early) {
+        (Some(name), _) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),
+        (None, Some(too_early)) => Answer::Now(too_early, None),
+        (None, None) => match pipeline::rewrite(&mut head, &w.router, started, client) {
             Some(answered) => Answer::Now(answered, None),
             None => pipeline::answer(&head, &w.router, started, client),
         },
@@ -110,7 +121,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
             bytes: sent.bytes,
             duration: started.elapsed(),
             cache: served.cache,
-            tls: None,
+            tls: Some(TLS_INFO),
             upstream: served.upstream,
             route: None,
             grpc_status: sent.grpc_status,
