@@ -42,9 +42,17 @@ use hayate_tls::TlsMetrics;
 use crate::worker::{ConnGuard, Generation, Shared, Worker};
 use early::Handshake;
 
+/// HTTP/3's counters, for `/metrics`.
+pub fn render_metrics(out: &mut String) {
+    floods::render_metrics(out);
+    udp::render_metrics(out);
+}
+
 mod early;
+mod floods;
 mod request;
 mod send;
+mod udp;
 
 /// Request streams a client may have open at once (HTTP/2's 128: RFC 9113
 /// §6.5.2 advises at least 100; RFC 9114 §6.1 the same for HTTP/3).
@@ -86,11 +94,13 @@ pub fn endpoint(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport));
     server.migration(false);
-    quinn::Endpoint::new(
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = udp::socket(udp, g.config.global.http3_gso, runtime.as_ref())?;
+    quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
         Some(server),
-        udp,
-        Arc::new(quinn::TokioRuntime),
+        socket,
+        runtime,
     )
 }
 
@@ -131,7 +141,9 @@ pub async fn serve_endpoint(
         if handshaking.get() >= retry_above && !incoming.remote_address_validated() {
             // The client answers with its Initial again, carrying the
             // token: only then does it cost a handshake.
-            let _ = incoming.retry();
+            if incoming.retry().is_ok() {
+                floods::retried();
+            }
             continue;
         }
         let max = worker.generation().config.global.max_connections as usize;
@@ -139,10 +151,12 @@ pub async fn serve_endpoint(
             shared.connections.closed();
             let from = incoming.remote_address();
             log::warn!("HTTP/3 connection from {from} refused: max_connections ({max}) reached");
+            floods::refused_full();
             incoming.refuse();
             continue;
         }
         let guard = ConnGuard::new(&worker, &shared.connections);
+        Handshake::begin(&handshaking);
         let serving = serve_connection(
             incoming,
             local_port,
@@ -168,6 +182,25 @@ struct Connection {
     /// data (only with `http3_early_data = "safe"`; always true otherwise).
     established: Rc<Cell<bool>>,
     tls_metrics: Option<Arc<TlsMetrics>>,
+    /// Streams the client cancelled lately (`floods.rs`).
+    resets: floods::ResetBudget,
+}
+
+impl Connection {
+    /// Notes a stream the client cancelled (RESET_STREAM, STOP_SENDING)
+    /// before its response was done; past the budget, closes the
+    /// connection.
+    fn cancelled_by_client(&self) {
+        if self.resets.over() {
+            log::info!(
+                "HTTP/3 from {}: more than {} streams cancelled in a second: connection closed (H3_EXCESSIVE_LOAD)",
+                self.peer,
+                floods::RESETS_PER_SECOND
+            );
+            let code = VarInt::from_u32(floods::H3_EXCESSIVE_LOAD);
+            self.quic.close(code, b"too many streams reset");
+        }
+    }
 }
 
 /// Serves one QUIC connection: the handshake within the TLS handshake
@@ -229,6 +262,7 @@ async fn serve_connection(
         quic: quic.clone(),
         established,
         tls_metrics,
+        resets: floods::ResetBudget::default(),
     });
     let mut shutdown = worker.shutdown.clone();
     let mut closing = false;
@@ -244,7 +278,9 @@ async fn serve_connection(
             // GOAWAY sent or received, and every request answered.
             Some(Ok(None)) => break,
             Some(Err(e)) => {
-                if !e.is_h3_no_error() {
+                if floods::closed_for_empty_frames(&e) {
+                    log::info!("HTTP/3 from {from}: {e}: connection closed");
+                } else if !e.is_h3_no_error() {
                     log::debug!("HTTP/3 from {from}: {e}");
                 }
                 break;
@@ -266,6 +302,7 @@ async fn serve_connection(
     let linger = worker.with_generation(|g| g.timeouts.goaway);
     let _ = tokio::time::timeout(linger, quic.closed()).await;
     quic.close(VarInt::from_u32(H3_NO_ERROR), b"");
+    udp::count_sent(&quic.stats().udp_tx);
     drop(guard);
 }
 

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py");
+const ABUSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_abuse.py");
 
 /// What the client printed for one request.
 struct Answer(Value);
@@ -316,24 +317,8 @@ fn early_data_is_refused() {
 #[test]
 fn safe_early_data_serves_a_get_and_answers_a_post_425() {
     let origin = Origin::start(OriginOptions::default());
-    let url = origin.url();
-    let admin = tempfile::tempdir().expect("admin dir");
-    let admin_sock = admin.path().join("admin.sock");
-    let admin_arg = format!("unix:{}", admin_sock.display());
-    let proxy = format!("/api={url}");
-    let (h, state, _root) = start_with_local_ca(
-        BIN,
-        &[
-            "--http3",
-            "true",
-            "--http3-early-data",
-            "safe",
-            "--proxy",
-            &proxy,
-            "--admin",
-            &admin_arg,
-        ],
-    );
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root, admin) = with_metrics(&["--http3-early-data", "safe", "--proxy", &proxy]);
     let dir = tempfile::tempdir().expect("dir");
     let ticket = dir.path().join("ticket");
     let ticket = ticket.to_str().expect("path");
@@ -400,14 +385,11 @@ fn safe_early_data_serves_a_get_and_answers_a_post_425() {
     assert!(!again.flag("resumed"), "{}", again.0);
     assert_eq!(Echo::parse(again.body()).header("early-data"), None);
 
-    let metrics = hayate_testkit::unix_get(&admin_sock, "/metrics");
-    for line in [
+    admin.wait_for_metrics(&[
         "hayate_tls_early_data_requests_total{result=\"served\"} 1",
         "hayate_tls_early_data_requests_total{result=\"too_early\"} 1",
         "hayate_tls_quic_handshakes_total{result=\"completed\"} 4",
-    ] {
-        assert!(metrics.contains(line), "{line} in:\n{metrics}");
-    }
+    ]);
     h.assert_no_errors();
 }
 
@@ -416,20 +398,8 @@ fn safe_early_data_serves_a_get_and_answers_a_post_425() {
 /// that does not trust the certificate closes the handshake).
 #[test]
 fn quic_handshakes_are_counted_and_logged_as_tls_1_3() {
-    let admin = tempfile::tempdir().expect("admin dir");
-    let admin_sock = admin.path().join("admin.sock");
-    let admin_arg = format!("unix:{}", admin_sock.display());
-    let (h, state, _root) = start_with_local_ca(
-        BIN,
-        &[
-            "--http3",
-            "true",
-            "--admin",
-            &admin_arg,
-            "--access-log-format",
-            "$protocol $tls_version $status",
-        ],
-    );
+    let format = "$protocol $tls_version $status";
+    let (h, state, _root, admin) = with_metrics(&["--access-log-format", format]);
     let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
     assert_eq!(answers[0].status(), 200);
     let untrusting = Command::new("python3")
@@ -443,15 +413,10 @@ fn quic_handshakes_are_counted_and_logged_as_tls_1_3() {
         !untrusting.status.success(),
         "a client that trusts no local CA was served"
     );
-    eventually("the handshakes are counted", || {
-        let metrics = hayate_testkit::unix_get(&admin_sock, "/metrics");
-        let completed = "hayate_tls_quic_handshakes_total{result=\"completed\"} 1";
-        let failed = "hayate_tls_quic_handshakes_total{result=\"failed\",reason=\"closed\"} 1";
-        match metrics.contains(completed) && metrics.contains(failed) {
-            true => Ok(()),
-            false => Err(metrics),
-        }
-    });
+    admin.wait_for_metrics(&[
+        "hayate_tls_quic_handshakes_total{result=\"completed\"} 1",
+        "hayate_tls_quic_handshakes_total{result=\"failed\",reason=\"closed\"} 1",
+    ]);
     let mut log = Vec::new();
     eventually("the request is logged with TLSv1.3", || {
         log.extend(h.stdout_lines(Duration::from_millis(100)));
@@ -583,4 +548,157 @@ fn http3_connections_share_max_connections_with_tcp() {
         }
     });
     assert!(h.stderr().contains("HTTP/3 connection from 127.0.0.1"));
+}
+
+/// Runs an abusive client (`tests/h3_abuse.py MODE ARGS... HOST PORT`)
+/// against hayate's UDP port; what it printed.
+fn abuse(h: &Hayate, args: &[&str]) -> Value {
+    let out = Command::new("python3")
+        .arg(ABUSE)
+        .args(args)
+        .arg("127.0.0.1")
+        .arg(h.addr.port().to_string())
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the abusive client failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).expect("a JSON line")
+}
+
+/// hayate with HTTP/3 and an admin socket (for /metrics), and `args`.
+fn with_metrics(args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir, AdminSocket) {
+    let admin = AdminSocket::new();
+    let mut all = vec!["--http3", "true", "--admin", &admin.arg];
+    all.extend_from_slice(args);
+    let (h, state, root) = start_with_local_ca(BIN, &all);
+    (h, state, root, admin)
+}
+
+/// A unix socket for the admin listener, in a directory of its own.
+struct AdminSocket {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    arg: String,
+}
+
+impl AdminSocket {
+    fn new() -> AdminSocket {
+        let dir = tempfile::tempdir().expect("admin dir");
+        let path = dir.path().join("admin.sock");
+        let arg = format!("unix:{}", path.display());
+        AdminSocket {
+            _dir: dir,
+            path,
+            arg,
+        }
+    }
+
+    /// Waits until /metrics holds every line of `lines`.
+    fn wait_for_metrics(&self, lines: &[&str]) {
+        eventually("the counters", || {
+            let metrics = hayate_testkit::unix_get(&self.path, "/metrics");
+            match lines.iter().all(|l| metrics.contains(l)) {
+                true => Ok(()),
+                false => Err(format!("{lines:?} in:\n{metrics}")),
+            }
+        });
+    }
+}
+
+/// HTTP/3's rapid reset: a client that cancels more than 128 requests in
+/// a second has its connection closed with H3_EXCESSIVE_LOAD; the next
+/// client is served, and the counter says why.
+#[test]
+fn a_reset_flood_closes_the_connection() {
+    let (h, state, _root, admin) = with_metrics(&[]);
+    let flood = abuse(&h, &["reset-flood", "1000", "/hello.txt"]);
+    assert_eq!(flood["closed_with"], 0x107, "{flood}");
+    assert!(flood["cancelled"].as_u64() < Some(1000), "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    admin.wait_for_metrics(&["hayate_http3_connections_closed_total{reason=\"reset_flood\"} 1"]);
+    h.assert_no_errors();
+}
+
+/// Frames without payload (empty DATA, reserved types): up to 100 on a
+/// stream are skipped (the POST is served, its body empty), past it the
+/// connection is closed with H3_EXCESSIVE_LOAD and counted; the next
+/// client is served.
+#[test]
+fn an_empty_frame_flood_closes_the_connection() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root, admin) = with_metrics(&["--proxy", &proxy]);
+    let few = abuse(&h, &["empty-frames", "40", "/api/echo"]);
+    assert_eq!(
+        (&few["closed_with"], &few["answers"]),
+        (&Value::Null, &1.into()),
+        "{few}"
+    );
+    let flood = abuse(&h, &["empty-frames", "1000", "/api/echo"]);
+    assert_eq!(flood["closed_with"], 0x107, "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    admin.wait_for_metrics(&["hayate_http3_connections_closed_total{reason=\"empty_frames\"} 1"]);
+}
+
+/// A flood of Initial packets (real ClientHellos from many source ports,
+/// never answered): past `http3_retry_above` handshakes in progress, new
+/// clients get a Retry and cost no handshake state; a real client (which
+/// answers the Retry) is served meanwhile, and the counter says how many
+/// Retry packets went out.
+#[test]
+fn an_initial_flood_is_answered_with_retry() {
+    let (h, state, _root, admin) = with_metrics(&["--workers", "1", "--http3-retry-above", "8"]);
+    let flood = abuse(&h, &["initials", "300", "20"]);
+    let retries = flood["retries"].as_u64().expect("retries");
+    assert!(retries > 0, "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    let metrics = hayate_testkit::unix_get(&admin.path, "/metrics");
+    let sent: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hayate_http3_retries_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("hayate_http3_retries_total");
+    // The real client's own Retry besides the flood's, and the flood's
+    // that its sockets did not read in time.
+    assert!(sent > retries, "{sent} Retry sent, {retries} seen");
+}
+
+/// `http3_gso = false`: a 3 MiB download arrives whole, sent one datagram
+/// per system call (with GSO, on loopback, several per call).
+#[test]
+fn a_large_download_without_gso() {
+    const LEN: usize = 3 << 20;
+    for gso in ["false", "true"] {
+        let (h, state, root, admin) = with_metrics(&["--http3-gso", gso]);
+        let data = big_bytes(LEN);
+        std::fs::write(root.path().join("large.bin"), &data).expect("write");
+        let answers = h3(&h, state.path(), &[], &["GET", "/large.bin"]);
+        assert_eq!(
+            (answers[0].status(), answers[0].length()),
+            (200, LEN as u64)
+        );
+        assert_eq!(answers[0].sha256(), sha256(&data));
+        let counter = |metrics: &str, name: &str| -> u64 {
+            let line = metrics.lines().find_map(|l| l.strip_prefix(name));
+            line.and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+        };
+        eventually("the connection's datagrams are counted", || {
+            let metrics = hayate_testkit::unix_get(&admin.path, "/metrics");
+            let datagrams = counter(&metrics, "hayate_http3_datagrams_sent_total ");
+            let sends = counter(&metrics, "hayate_http3_udp_sends_total ");
+            match (gso, datagrams > 2_000) {
+                (_, false) => Err(metrics),
+                ("false", true) if sends == datagrams => Ok(()),
+                ("true", true) if sends < datagrams => Ok(()),
+                _ => Err(format!("GSO {gso}: {sends} sends of {datagrams} datagrams")),
+            }
+        });
+    }
 }

@@ -25,8 +25,9 @@ use hayate_tls::{Failure, TlsMetrics};
 use super::Connection;
 
 /// One connection's handshake: counted in progress on its worker (for the
-/// Retry threshold) and in the TLS metrics, bounded by the handshake
-/// timeout.
+/// Retry threshold: from the accept loop's [`Handshake::begin`], before its
+/// task first runs, so that a burst of Initials taken in one go is
+/// counted whole) and in the TLS metrics, bounded by the handshake timeout.
 pub(super) struct Handshake {
     pub from: SocketAddr,
     pub timeout: Duration,
@@ -35,12 +36,21 @@ pub(super) struct Handshake {
 }
 
 impl Handshake {
+    /// Counts a handshake in progress on `handshaking`, until the
+    /// [`Handshake`] made with it ends.
+    pub fn begin(handshaking: &Cell<usize>) {
+        handshaking.set(handshaking.get() + 1);
+    }
+
+    fn end(&self) {
+        self.handshaking.set(self.handshaking.get() - 1);
+    }
+
     /// Completes the handshake before any request is read (0-RTT off).
     pub async fn complete(self, incoming: quinn::Incoming) -> Option<quinn::Connection> {
-        self.handshaking.set(self.handshaking.get() + 1);
         let connected = tokio::time::timeout(self.timeout, async { incoming.accept()?.await });
         let connected = connected.await;
-        self.handshaking.set(self.handshaking.get() - 1);
+        self.end();
         match connected {
             Ok(Ok(quic)) => {
                 self.counted(None);
@@ -65,18 +75,21 @@ impl Handshake {
         let connecting = match incoming.accept() {
             Ok(c) => c,
             Err(e) => {
+                self.end();
                 self.counted(Some(&e));
                 return None;
             }
         };
         // quinn: "for incoming connections, conversion to 0.5-RTT will
         // always fully succeed".
-        let (quic, done) = connecting.into_0rtt().ok()?;
-        self.handshaking.set(self.handshaking.get() + 1);
+        let Ok((quic, done)) = connecting.into_0rtt() else {
+            self.end();
+            return None;
+        };
         let watched = quic.clone();
         tokio::task::spawn_local(async move {
             let done = tokio::time::timeout(self.timeout, done).await;
-            self.handshaking.set(self.handshaking.get() - 1);
+            self.end();
             match done {
                 // The server's value is true once the handshake completed,
                 // false when the connection failed first.

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
+use h3::error::StreamError;
 use h3::server::{RequestResolver, RequestStream};
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
@@ -47,6 +48,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             log::debug!("HTTP/3 request from {}: {e}", conn.peer);
+            if matches!(e, StreamError::RemoteTerminate { .. }) {
+                conn.cancelled_by_client();
+            }
             return;
         }
         Err(_) => {
@@ -107,6 +111,12 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let sending = send::send(&mut out, response, head_request, w.timeouts.send, &mut sent);
     if let Err(e) = pinned(|| sending).await {
         log::debug!("HTTP/3 stream from {}: {e}", conn.peer);
+        if matches!(
+            e,
+            send::Stopped::Stream(StreamError::RemoteTerminate { .. })
+        ) {
+            conn.cancelled_by_client();
+        }
     }
     // A body nobody read is read to its end (within its limits), so that
     // the client's stream ends as it closes it, as HTTP/2's does.
