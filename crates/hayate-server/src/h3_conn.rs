@@ -184,6 +184,12 @@ struct Connection {
     tls_metrics: Option<Arc<TlsMetrics>>,
     /// Streams the client cancelled lately (`floods.rs`).
     resets: floods::ResetBudget,
+    /// Requests being served, and a wake-up when one ends: at shutdown the
+    /// connection closes once they are done, not when the client closes
+    /// it (its CONNECTION_CLOSE may never come: after an upgrade, the new
+    /// hayate may read it off the shared socket).
+    requests: Cell<usize>,
+    request_ended: tokio::sync::Notify,
 }
 
 impl Connection {
@@ -263,6 +269,8 @@ async fn serve_connection(
         established,
         tls_metrics,
         resets: floods::ResetBudget::default(),
+        requests: Cell::new(0),
+        request_ended: tokio::sync::Notify::new(),
     });
     let mut shutdown = worker.shutdown.clone();
     let mut closing = false;
@@ -270,10 +278,23 @@ async fn serve_connection(
         let next = tokio::select! {
             accepted = h3.accept() => Some(accepted),
             _ = shutdown.wait(), if !closing => None,
+            _ = connection.request_ended.notified(), if closing => {
+                match connection.requests.get() {
+                    0 => break,
+                    _ => continue,
+                }
+            }
         };
         match next {
             Some(Ok(Some(resolver))) => {
-                tokio::task::spawn_local(request::serve(resolver, connection.clone()));
+                let serving = request::serve(resolver, connection.clone());
+                let counted = connection.clone();
+                counted.requests.set(counted.requests.get() + 1);
+                tokio::task::spawn_local(async move {
+                    serving.await;
+                    counted.requests.set(counted.requests.get() - 1);
+                    counted.request_ended.notify_one();
+                });
             }
             // GOAWAY sent or received, and every request answered.
             Some(Ok(None)) => break,
@@ -291,6 +312,9 @@ async fn serve_connection(
                 // retries later ones on a new connection (RFC 9114 §5.2).
                 if let Err(e) = h3.shutdown(0).await {
                     log::debug!("HTTP/3 from {from}: GOAWAY not sent: {e}");
+                    break;
+                }
+                if connection.requests.get() == 0 {
                     break;
                 }
             }

@@ -457,29 +457,82 @@ fn a_request_in_flight_finishes_across_shutdown() {
     assert_eq!(origin.holds_expired(), 0);
 }
 
-/// `hayate upgrade` with HTTP/3 on: the new process binds its UDP sockets
-/// beside the old one's (they are not handed over yet, decision 0018), and
-/// serves HTTP/3 once the old one has drained and exited.
+/// `hayate upgrade` hands the UDP sockets over: while the old hayate
+/// drains (an HTTP/3 request held by the origin), the port still has one
+/// UDP socket per worker, the same ones, and the new hayate serves on them;
+/// the held request finishes on the old one. No request fails.
 #[test]
-fn http3_is_served_after_an_upgrade() {
+fn an_upgrade_hands_the_udp_sockets_over() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("control.sock");
     let sock_arg = sock.to_str().expect("utf-8");
-    let (mut old, state, _root) =
-        start_with_local_ca(BIN, &["--http3", "true", "--control", sock_arg]);
+    let (mut old, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--workers",
+            "2",
+            "--control",
+            sock_arg,
+            "--proxy",
+            &proxy,
+        ],
+    );
+    let port = old.addr.port();
+    let before = udp_sockets_on(port);
+    assert_eq!(before.len(), 2, "one UDP socket per worker");
+    let served = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(served[0].status(), 200);
+    let held = origin.hold("/api/held");
+    let in_flight = h3_command(&old, state.path(), &[], &["GET", "/api/held"])
+        .spawn()
+        .expect("run python3");
+    assert!(
+        origin.wait_for("/api/held", 1, WAIT),
+        "the request reached the origin"
+    );
     let control = |cmd: &str| {
         hayate_testkit::run_to_end(Command::new(BIN).args([cmd, "--control", sock_arg]))
     };
     let (ok, said) = control("upgrade");
     assert!(ok, "{said}");
-    assert!(old.wait().success(), "{}", old.stderr());
-    let answers = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    // Both processes run: the old one drains its held request.
     assert_eq!(
-        (answers[0].status(), answers[0].body()),
-        (200, "hello world\n")
+        udp_sockets_on(port),
+        before,
+        "the same sockets, no new ones"
     );
+    drop(held);
+    let out = in_flight.wait_with_output().expect("client");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    assert_eq!(answers[0].status(), 200);
+    assert!(old.wait().success(), "{}", old.stderr());
+    let after = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!((after[0].status(), after[0].body()), (200, "hello world\n"));
+    assert_eq!(udp_sockets_on(port), before);
     let (ok, said) = control("stop");
     assert!(ok, "{said}");
+}
+
+/// The inodes of the UDP sockets bound to `port` on 127.0.0.1, from
+/// /proc/net/udp (every process's).
+fn udp_sockets_on(port: u16) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/udp").expect("/proc/net/udp");
+    let local = format!("0100007F:{port:04X}");
+    let mut inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(1) == Some(&local.as_str()))
+                .then(|| fields.get(9).map(|s| s.to_string()))?
+        })
+        .collect();
+    inodes.sort();
+    inodes
 }
 
 /// Datagrams that are not QUIC, or not a connection hayate knows, are
