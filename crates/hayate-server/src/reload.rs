@@ -286,6 +286,13 @@ impl<'a> Reloader<'a> {
         next.global.workers = running.global.workers;
         next.global.admin = running.global.admin.clone();
         next.global.control = running.global.control.clone();
+        // HTTP/3's endpoints and TLS are as hayate started: a reload that
+        // turned it on must not advertise it (Alt-Svc) on a port with no
+        // QUIC endpoint.
+        next.global.http3 = running.global.http3;
+        next.global.http3_early_data = running.global.http3_early_data;
+        next.global.http3_gso = running.global.http3_gso;
+        next.global.http3_retry_above = running.global.http3_retry_above;
         // Certificate files and local-CA names: loaded (all or none) now,
         // served once the reload cannot fail any more.
         // Client CAs and CRLs are read again on every reload that has

@@ -535,6 +535,44 @@ fn udp_sockets_on(port: u16) -> Vec<String> {
     inodes
 }
 
+/// A reload that turns HTTP/3 on, or changes its settings, says that
+/// they need a restart, and HTTP/3 stays as it was (off: no Alt-Svc).
+#[test]
+fn a_reload_says_http3_needs_a_restart() {
+    let root = hayate_testkit::site();
+    let state = tempfile::tempdir().expect("state");
+    let (file, control) = (
+        state.path().join("hayate.toml"),
+        state.path().join("c.sock"),
+    );
+    let config = |http3: &str| {
+        format!(
+            "listen = [\"https://127.0.0.1:0\"]\ncontrol = \"{control}\"\nroot = \"{root}\"\n\
+             tls = \"internal\"\nstate_dir = \"{state}\"\n{http3}",
+            control = control.display(),
+            root = root.path().display(),
+            state = state.path().display(),
+        )
+    };
+    std::fs::write(&file, config("")).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("path")]);
+    let on = "http3 = true\nhttp3_early_data = \"safe\"\nhttp3_gso = false\n";
+    std::fs::write(&file, config(on)).expect("write");
+    let (ok, said) = hayate_testkit::run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(ok, "{said}");
+    for key in ["http3", "http3_early_data", "http3_gso"] {
+        let note = format!("{key}: not changed until a restart");
+        assert!(said.contains(&note), "{note} in: {said}");
+    }
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let r = tls.connect(h.addr, "localhost").get("/hello.txt", &[]);
+    assert_eq!((r.status, r.header("alt-svc")), (200, None));
+}
+
 /// Datagrams that are not QUIC, or not a connection hayate knows, are
 /// dropped: the endpoint stays up and serves the next client, and nothing
 /// is logged as an error.
