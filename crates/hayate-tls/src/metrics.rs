@@ -176,6 +176,19 @@ impl TlsMetrics {
     }
 }
 
+/// The samples of `name` for failed handshakes, by each reason of `whys`.
+fn failures(out: &mut String, name: &str, counts: &[AtomicU64; 7], whys: &[Failure]) {
+    for &why in whys {
+        let n = counts[why as usize].load(Ordering::Relaxed);
+        sample(
+            out,
+            name,
+            &[("result", "failed"), ("reason", why.as_str())],
+            n,
+        );
+    }
+}
+
 impl MetricsSource for TlsMetrics {
     fn render(&self, out: &mut String) {
         let name = "hayate_tls_handshakes_total";
@@ -183,15 +196,7 @@ impl MetricsSource for TlsMetrics {
         let (full, resumed) = self.completed_counts();
         sample(out, name, &[("result", "full")], full);
         sample(out, name, &[("result", "resumed")], resumed);
-        for why in Failure::ALL {
-            let n = self.failed[why as usize].load(Ordering::Relaxed);
-            sample(
-                out,
-                name,
-                &[("result", "failed"), ("reason", why.as_str())],
-                n,
-            );
-        }
+        failures(out, name, &self.failed, &Failure::ALL);
         let name = "hayate_tls_quic_handshakes_total";
         family(
             out,
@@ -201,15 +206,8 @@ impl MetricsSource for TlsMetrics {
         );
         let completed = self.quic_completed.load(Ordering::Relaxed);
         sample(out, name, &[("result", "completed")], completed);
-        for why in [Failure::Timeout, Failure::Closed, Failure::Protocol] {
-            let n = self.quic_failed[why as usize].load(Ordering::Relaxed);
-            sample(
-                out,
-                name,
-                &[("result", "failed"), ("reason", why.as_str())],
-                n,
-            );
-        }
+        let quic = [Failure::Timeout, Failure::Closed, Failure::Protocol];
+        failures(out, name, &self.quic_failed, &quic);
         let name = "hayate_tls_early_data_requests_total";
         family(
             out,

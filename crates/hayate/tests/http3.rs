@@ -277,6 +277,21 @@ fn tcp_responses_advertise_http3_when_it_is_on() {
     assert_eq!((r.status, r.header("alt-svc")), (200, None));
 }
 
+/// A first connection that GETs `path` and keeps the session ticket hayate
+/// sends in `dir`: the ticket file, and the answer.
+fn first_with_ticket(h: &Hayate, state: &Path, dir: &Path, path: &str) -> (String, Answer) {
+    let ticket = dir.join("ticket").to_str().expect("path").to_string();
+    let mut first = h3(h, state, &["--ticket", &ticket], &["GET", path]);
+    assert!(Path::new(&ticket).exists(), "hayate sent no session ticket");
+    (ticket, first.remove(0))
+}
+
+/// `requests` sent as 0-RTT data on a session resumed with `ticket` (the
+/// client sends it whatever the ticket allows; it keeps the next ticket).
+fn sent_early(h: &Hayate, state: &Path, ticket: &str, requests: &[&str]) -> Vec<Answer> {
+    h3(h, state, &["--ticket", ticket, "--early"], requests)
+}
+
 /// 0-RTT is off: the tickets hayate sends offer no early data, and a
 /// client that sends some anyway (as if its ticket allowed it) has it
 /// refused; its request is answered after the handshake, on the resumed
@@ -285,22 +300,9 @@ fn tcp_responses_advertise_http3_when_it_is_on() {
 fn early_data_is_refused() {
     let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
     let dir = tempfile::tempdir().expect("dir");
-    let ticket = dir.path().join("ticket");
-    let ticket = ticket.to_str().expect("path");
-    let first = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket],
-        &["GET", "/hello.txt"],
-    );
-    assert_eq!(first[0].status(), 200);
-    assert!(Path::new(ticket).exists(), "hayate sent no session ticket");
-    let early = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket, "--early"],
-        &["GET", "/hello.txt"],
-    );
+    let (ticket, first) = first_with_ticket(&h, state.path(), dir.path(), "/hello.txt");
+    assert_eq!(first.status(), 200);
+    let early = sent_early(&h, state.path(), &ticket, &["GET", "/hello.txt"]);
     let a = &early[0];
     assert!(a.0["early_packets_sent"].as_u64() > Some(0), "{}", a.0);
     assert!(!a.flag("early_data_accepted"), "{}", a.0);
@@ -320,27 +322,15 @@ fn safe_early_data_serves_a_get_and_answers_a_post_425() {
     let proxy = format!("/api={}", origin.url());
     let (h, state, _root, admin) = with_metrics(&["--http3-early-data", "safe", "--proxy", &proxy]);
     let dir = tempfile::tempdir().expect("dir");
-    let ticket = dir.path().join("ticket");
-    let ticket = ticket.to_str().expect("path");
-    let first = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket],
-        &["GET", "/api/echo"],
-    );
-    assert_eq!(first[0].status(), 200);
-    let seen = Echo::parse(first[0].body());
+    let (ticket, first) = first_with_ticket(&h, state.path(), dir.path(), "/api/echo");
+    assert_eq!(first.status(), 200);
+    let seen = Echo::parse(first.body());
     assert_eq!(seen.header("early-data"), None, "after the handshake");
-    assert!(Path::new(ticket).exists(), "hayate sent no session ticket");
+    let ticket = ticket.as_str();
 
     let used = dir.path().join("used-ticket");
     std::fs::copy(ticket, &used).expect("copy the ticket");
-    let early = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket, "--early"],
-        &["GET", "/api/echo"],
-    );
+    let early = sent_early(&h, state.path(), ticket, &["GET", "/api/echo"]);
     let get = &early[0];
     assert!(get.0["early_packets_sent"].as_u64() > Some(0), "{}", get.0);
     assert!(get.flag("early_data_accepted"), "{}", get.0);
@@ -350,10 +340,10 @@ fn safe_early_data_serves_a_get_and_answers_a_post_425() {
     let upload = dir.path().join("form");
     std::fs::write(&upload, b"a=1").expect("write");
     let posts_before = origin.count("/api/echo");
-    let early = h3(
+    let early = sent_early(
         &h,
         state.path(),
-        &["--ticket", ticket, "--early"],
+        ticket,
         &[
             "POST",
             "/api/echo",
@@ -374,12 +364,7 @@ fn safe_early_data_serves_a_get_and_answers_a_post_425() {
     // resumes nothing, so its early data is refused and its GET is served
     // after a full handshake, unmarked.
     let used = used.to_str().expect("path");
-    let replayed = h3(
-        &h,
-        state.path(),
-        &["--ticket", used, "--early"],
-        &["GET", "/api/echo"],
-    );
+    let replayed = sent_early(&h, state.path(), used, &["GET", "/api/echo"]);
     let again = &replayed[0];
     assert!(!again.flag("early_data_accepted"), "{}", again.0);
     assert!(!again.flag("resumed"), "{}", again.0);
