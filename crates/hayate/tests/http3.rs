@@ -1,10 +1,13 @@
-//! HTTP/3 end to end, with a real client of another stack: aioquic
-//! (`tests/h3_client.py`, installed by `scripts/test`) against hayate's
-//! QUIC listener (`http3 = true`) on the UDP port of its https listener,
-//! certificates from its local CA. Files (a range, a 304, a 404), the proxy (GET,
-//! and POST with a body, to a testkit origin; 103 Early Hints), a large body whole, Alt-Svc
-//! on the TCP side, 0-RTT refused, and a request in flight finishing
-//! across shutdown.
+//! HTTP/3 end to end, with real clients of other stacks: aioquic
+//! (`tests/h3_client.py`, and `tests/h3_abuse.py` for floods, installed by
+//! `scripts/test`) and quic-go (`tests/h3-go-client`) against hayate's QUIC
+//! listener (`http3 = true`) on the UDP port of its https listener,
+//! certificates from its local CA. Files (a range, a 304, a 404), the
+//! proxy (GET, and POST with a body, to a testkit origin; 103 Early Hints),
+//! a large body whole (with GSO and without), Alt-Svc on the TCP side,
+//! 0-RTT refused and its safe mode, handshake counters, floods (stream
+//! resets, empty frames, Initials, garbage), a request in flight finishing
+//! across shutdown and across an upgrade that hands the UDP sockets over.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -777,4 +780,42 @@ fn a_large_download_without_gso() {
             }
         });
     }
+}
+
+/// A second implementation, quic-go's HTTP/3 client
+/// (`tests/h3-go-client`, built by `scripts/test`): a file, and a POST of
+/// 300 kB through the proxy, on one connection.
+#[test]
+fn quic_go_gets_a_file_and_posts_a_body() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &proxy]);
+    let client =
+        hayate_testkit::pebble::go_binary("h3-go-client", ". in crates/hayate/tests/h3-go-client");
+    let upload = tempfile::NamedTempFile::new().expect("temp file");
+    let sent = big_bytes(300_000);
+    std::fs::write(upload.path(), &sent).expect("write");
+    let base = format!("https://127.0.0.1:{}", h.addr.port());
+    let out = Command::new(client)
+        .arg("-ca")
+        .arg(local_ca(state.path()))
+        .args(["GET", &format!("{base}/hello.txt"), "-"])
+        .args(["POST", &format!("{base}/api/echo")])
+        .arg(upload.path())
+        .output()
+        .expect("run h3-go-client");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    let [get, post] = &answers[..] else {
+        panic!("two answers: {}", answers.len());
+    };
+    assert_eq!(get.0["proto"], "HTTP/3.0");
+    assert_eq!((get.status(), get.body()), (200, "hello world\n"));
+    assert_eq!(post.status(), 200);
+    let seen = Echo::parse(post.body());
+    assert_eq!(seen.method, "POST");
+    assert_eq!(
+        (seen.body_len, seen.checksum),
+        (sent.len(), checksum(&sent))
+    );
+    h.assert_no_errors();
 }
