@@ -232,6 +232,7 @@ async fn serve_connection(
         timeout,
         handshaking,
         metrics: tls_metrics.clone(),
+        shutdown: worker.shutdown.clone(),
     };
     let (quic, established) = match early_data {
         EarlyData::Off => match handshake.complete(incoming).await {

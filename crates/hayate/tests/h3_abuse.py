@@ -122,11 +122,12 @@ def initials(n, sockets, host, port):
         conn.connect((host, port), now=now)
         for data, _ in conn.datagrams_to_send(now=now):
             socks[i % sockets].sendto(data, (host, port))
-    # What came back within a moment: Retry packets, Initials of
-    # handshakes hayate started.
+    # What came back until a quiet 0.3 s (1 s at most: the handshakes begun
+    # resend their flights): Retry packets,
+    # Initials of handshakes hayate started.
     retries = answers = 0
-    deadline = time.monotonic() + 1
-    while time.monotonic() < deadline:
+    last = start = time.monotonic()
+    while time.monotonic() - last < 0.3 and time.monotonic() - start < 1:
         got = False
         for s in socks:
             try:
@@ -134,6 +135,7 @@ def initials(n, sockets, host, port):
             except BlockingIOError:
                 continue
             got = True
+            last = time.monotonic()
             answers += 1
             header = pull_quic_header(Buffer(data=data), host_cid_length=8)
             if header.packet_type == QuicPacketType.RETRY:

@@ -733,7 +733,7 @@ fn an_empty_frame_flood_closes_the_connection() {
 #[test]
 fn an_initial_flood_is_answered_with_retry() {
     let (h, state, _root, admin) = with_metrics(&["--workers", "1", "--http3-retry-above", "8"]);
-    let flood = abuse(&h, &["initials", "300", "20"]);
+    let flood = abuse(&h, &["initials", "150", "10"]);
     let retries = flood["retries"].as_u64().expect("retries");
     assert!(retries > 0, "{flood}");
     let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use hayate_core::request::RequestHead;
 use hayate_core::response::Response;
+use hayate_core::shutdown::ShutdownWatch;
 use hayate_core::Status;
 use hayate_tls::{Failure, TlsMetrics};
 
@@ -27,12 +28,15 @@ use super::Connection;
 /// One connection's handshake: counted in progress on its worker (for the
 /// Retry threshold: from the accept loop's [`Handshake::begin`], before its
 /// task first runs, so that a burst of Initials taken in one go is
-/// counted whole) and in the TLS metrics, bounded by the handshake timeout.
+/// counted whole) and in the TLS metrics, bounded by the handshake timeout,
+/// and abandoned at shutdown (a flood of half-open handshakes would
+/// otherwise hold the drain for the handshake timeout).
 pub(super) struct Handshake {
     pub from: SocketAddr,
     pub timeout: Duration,
     pub handshaking: Rc<Cell<usize>>,
     pub metrics: Option<Arc<TlsMetrics>>,
+    pub shutdown: ShutdownWatch,
 }
 
 impl Handshake {
@@ -48,8 +52,13 @@ impl Handshake {
 
     /// Completes the handshake before any request is read (0-RTT off).
     pub async fn complete(self, incoming: quinn::Incoming) -> Option<quinn::Connection> {
-        let connected = tokio::time::timeout(self.timeout, async { incoming.accept()?.await });
-        let connected = connected.await;
+        let connecting = tokio::time::timeout(self.timeout, async { incoming.accept()?.await });
+        let mut shutdown = self.shutdown.clone();
+        let connected = tokio::select! {
+            connected = connecting => connected,
+            // Dropping the handshake closes its connection.
+            _ = shutdown.wait() => Ok(Err(quinn::ConnectionError::LocallyClosed)),
+        };
         self.end();
         match connected {
             Ok(Ok(quic)) => {
@@ -88,7 +97,14 @@ impl Handshake {
         };
         let watched = quic.clone();
         tokio::task::spawn_local(async move {
-            let done = tokio::time::timeout(self.timeout, done).await;
+            let mut shutdown = self.shutdown.clone();
+            let done = tokio::select! {
+                done = tokio::time::timeout(self.timeout, done) => done,
+                _ = shutdown.wait() => {
+                    watched.close(quinn::VarInt::from_u32(0), b"shutting down");
+                    Ok(false)
+                }
+            };
             self.end();
             match done {
                 // The server's value is true once the handshake completed,
