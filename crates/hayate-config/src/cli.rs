@@ -107,7 +107,16 @@ pub fn heading(key: &str) -> &'static str {
         "max_headers",
         "max_body_size",
     ];
-    const LISTEN: &[&str] = &["listen", "http2", "http3", "https_redirect", "admin"];
+    const LISTEN: &[&str] = &[
+        "listen",
+        "http2",
+        "http3",
+        "http3_early_data",
+        "http3_gso",
+        "http3_retry_above",
+        "https_redirect",
+        "admin",
+    ];
     const PROCESS: &[&str] = &["workers", "user", "group", "control"];
     const LOGS: &[&str] = &[
         "access_log",

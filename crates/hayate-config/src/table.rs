@@ -179,7 +179,13 @@ options! {
     http2: bool = "true", "BOOL",
         "Serve HTTP/2: over TLS when the client offers it (ALPN h2), and h2c with prior knowledge on plain listeners";
     http3: bool = "false", "BOOL",
-        "Serve HTTP/3 (QUIC, RFC 9114) on the UDP port of every https:// listener, with the same certificates, and advertise it on their TCP responses (Alt-Svc: h3=\":PORT\"; ma=86400); TLS 1.3 only, no 0-RTT, no connection migration";
+        "Serve HTTP/3 (QUIC, RFC 9114) on the UDP port of every https:// listener, with the same certificates, and advertise it on their TCP responses (Alt-Svc: h3=\":PORT\"; ma=86400); TLS 1.3 only, no connection migration";
+    http3_early_data: EarlyData = "off", "off|safe",
+        "0-RTT (early data) on HTTP/3, which an attacker can replay: off (the default) offers none; safe accepts it, serves GET, HEAD and OPTIONS sent in it (marked Early-Data: 1 upstream, RFC 8470) and answers anything else sent early with 425 Too Early (the client sends it again after the handshake)";
+    http3_gso: bool = "true", "BOOL",
+        "Send HTTP/3 datagrams in batches with UDP segmentation offload (GSO) where the kernel has it; false sends them one by one (for NICs or tunnels that mishandle GSO)";
+    http3_retry_above: u32 = "64", "N",
+        "Handshakes in progress on one worker past which a new HTTP/3 client must first prove its address with a QUIC Retry (a round trip more; spoofed Initial floods then cost no handshake state); 0 asks every client";
     tls: TlsMode = unset, "internal|acme",
         "Automatic HTTPS certificates for the site names (tls_names): acme obtains and renews them from acme_directory; internal issues them (and for localhost and the listeners' addresses) from a local CA kept in state_dir, whose path is printed";
     tls_names: Vec<String> = unset, "NAME",

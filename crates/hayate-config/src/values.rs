@@ -27,7 +27,7 @@ pub use headers::{CorsOrigins, HeaderOp, HeaderRule, HeaderRules};
 pub use log_format::{LogFormat, LogPiece, LogTemplate, LogVariable};
 pub use otel::{OtelEndpoint, OtelHeaders, OtelProtocol, SampleRatio};
 pub use policy::{AuthFile, RateKey, RateScope, RateSpec};
-pub use tls::{AcmeChallenge, ClientAuth, DnsAddr, TlsMode, TsigKey};
+pub use tls::{AcmeChallenge, ClientAuth, DnsAddr, EarlyData, TlsMode, TsigKey};
 pub use upstream::{
     speaks_h2c, BalanceSpec, FastCgiSpec, ProxySpec, UpstreamHttp2, UpstreamProxyProtocol,
 };

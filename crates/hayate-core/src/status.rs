@@ -68,6 +68,7 @@ statuses! {
     RANGE_NOT_SATISFIABLE = 416 "Range Not Satisfiable";
     EXPECTATION_FAILED = 417 "Expectation Failed";
     MISDIRECTED_REQUEST = 421 "Misdirected Request";
+    TOO_EARLY = 425 "Too Early";
     TOO_MANY_REQUESTS = 429 "Too Many Requests";
     REQUEST_HEADER_FIELDS_TOO_LARGE = 431 "Request Header Fields Too Large";
     CLIENT_CLOSED_REQUEST = 499 "Client Closed Request";

@@ -18,9 +18,11 @@
 //! handshake timeout for the QUIC handshake, connections counted against
 //! `max_connections` with TCP's, and a Retry (address validation, RFC 9000
 //! §8.1.2) for every new client once a worker has more than
-//! [`RETRY_ABOVE`] handshakes in progress. 0-RTT is never accepted (the
-//! TLS configuration offers no early data). Shutdown sends GOAWAY and lets
-//! the requests in flight finish.
+//! `http3_retry_above` handshakes in progress. 0-RTT is off unless
+//! `http3_early_data = "safe"`: then a request whose head arrives before
+//! the handshake is done came in early data, which an attacker may have
+//! replayed (`early.rs`). Shutdown sends GOAWAY and lets the requests in
+//! flight finish.
 
 use std::cell::Cell;
 use std::io;
@@ -34,10 +36,23 @@ use hayate_core::transport::Peer;
 use quinn::{IdleTimeout, VarInt};
 use tokio_rustls::rustls;
 
-use crate::worker::{ConnGuard, Generation, Shared, Worker};
+use hayate_config::values::EarlyData;
+use hayate_tls::TlsMetrics;
 
+use crate::worker::{ConnGuard, Generation, Shared, Worker};
+use early::Handshake;
+
+/// HTTP/3's counters, for `/metrics`.
+pub fn render_metrics(out: &mut String) {
+    floods::render_metrics(out);
+    udp::render_metrics(out);
+}
+
+mod early;
+mod floods;
 mod request;
 mod send;
+mod udp;
 
 /// Request streams a client may have open at once (HTTP/2's 128: RFC 9113
 /// §6.5.2 advises at least 100; RFC 9114 §6.1 the same for HTTP/3).
@@ -56,11 +71,6 @@ const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
 /// Response bytes a connection buffers before its streams wait for the
 /// client's acknowledgements (quinn's default is 8 stream windows, 10 MiB).
 const SEND_WINDOW: u64 = 2 * 1024 * 1024;
-/// Handshakes in progress on one worker past which new clients must first
-/// prove their address with a Retry: below it a handshake costs one round
-/// trip less; above it spoofed Initials cost hayate no handshake state
-/// (each holds a TLS handshake, ~10 KB, for up to the handshake timeout).
-const RETRY_ABOVE: usize = 64;
 
 /// The QUIC endpoint of one worker on `udp`, serving HTTP/3 with `tls` and
 /// the limits of the generation `g`.
@@ -84,11 +94,13 @@ pub fn endpoint(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport));
     server.migration(false);
-    quinn::Endpoint::new(
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = udp::socket(udp, g.config.global.http3_gso, runtime.as_ref())?;
+    quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
         Some(server),
-        udp,
-        Arc::new(quinn::TokioRuntime),
+        socket,
+        runtime,
     )
 }
 
@@ -103,6 +115,14 @@ pub async fn serve_endpoint(
 ) {
     let mut shutdown = worker.shutdown.clone();
     let handshaking = Rc::new(Cell::new(0usize));
+    // Handshakes in progress past which new clients must first prove their
+    // address with a Retry (`http3_retry_above`, 64 by default): below it
+    // a handshake costs one round trip less; above it spoofed Initials
+    // cost hayate no handshake state (each holds a QUIC connection and a
+    // TLS handshake for up to the handshake timeout: 64 of them held 7 MB
+    // of RSS, debug build, decision 0018).
+    let retry_above = worker.with_generation(|g| g.config.global.http3_retry_above) as usize;
+    let tls_metrics = shared.tls.as_ref().map(|t| t.metrics());
     let local_port = endpoint.local_addr().ok().map(|a| a.port());
     loop {
         let incoming = tokio::select! {
@@ -119,10 +139,12 @@ pub async fn serve_endpoint(
                 break;
             }
         };
-        if handshaking.get() >= RETRY_ABOVE && !incoming.remote_address_validated() {
+        if handshaking.get() >= retry_above && !incoming.remote_address_validated() {
             // The client answers with its Initial again, carrying the
             // token: only then does it cost a handshake.
-            let _ = incoming.retry();
+            if incoming.retry().is_ok() {
+                floods::retried();
+            }
             continue;
         }
         let max = worker.generation().config.global.max_connections as usize;
@@ -130,14 +152,17 @@ pub async fn serve_endpoint(
             shared.connections.closed();
             let from = incoming.remote_address();
             log::warn!("HTTP/3 connection from {from} refused: max_connections ({max}) reached");
+            floods::refused_full();
             incoming.refuse();
             continue;
         }
         let guard = ConnGuard::new(&worker, &shared.connections);
+        Handshake::begin(&handshaking);
         let serving = serve_connection(
             incoming,
             local_port,
             handshaking.clone(),
+            tls_metrics.clone(),
             worker.clone(),
             guard,
         );
@@ -153,6 +178,36 @@ pub async fn serve_endpoint(
 struct Connection {
     peer: Peer,
     worker: Rc<Worker>,
+    quic: quinn::Connection,
+    /// Whether the handshake is done: until then, what arrives is 0-RTT
+    /// data (only with `http3_early_data = "safe"`; always true otherwise).
+    established: Rc<Cell<bool>>,
+    tls_metrics: Option<Arc<TlsMetrics>>,
+    /// Streams the client cancelled lately (`floods.rs`).
+    resets: floods::ResetBudget,
+    /// Requests being served, and a wake-up when one ends: at shutdown the
+    /// connection closes once they are done, not when the client closes
+    /// it (its CONNECTION_CLOSE may never come: after an upgrade, the new
+    /// hayate may read it off the shared socket).
+    requests: Cell<usize>,
+    request_ended: tokio::sync::Notify,
+}
+
+impl Connection {
+    /// Notes a stream the client cancelled (RESET_STREAM, STOP_SENDING)
+    /// before its response was done; past the budget, closes the
+    /// connection.
+    fn cancelled_by_client(&self) {
+        if self.resets.over() {
+            log::info!(
+                "HTTP/3 from {}: more than {} streams cancelled in a second: connection closed (H3_EXCESSIVE_LOAD)",
+                self.peer,
+                floods::RESETS_PER_SECOND
+            );
+            let code = VarInt::from_u32(floods::H3_EXCESSIVE_LOAD);
+            self.quic.close(code, b"too many streams reset");
+        }
+    }
 }
 
 /// Serves one QUIC connection: the handshake within the TLS handshake
@@ -163,24 +218,31 @@ async fn serve_connection(
     incoming: quinn::Incoming,
     local_port: Option<u16>,
     handshaking: Rc<Cell<usize>>,
+    tls_metrics: Option<Arc<TlsMetrics>>,
     worker: Rc<Worker>,
     guard: ConnGuard,
 ) {
     let from = incoming.remote_address();
-    let timeout = worker.with_generation(|g| g.config.global.tls_handshake_timeout.0);
-    handshaking.set(handshaking.get() + 1);
-    let connected = tokio::time::timeout(timeout, async { incoming.accept()?.await }).await;
-    handshaking.set(handshaking.get() - 1);
-    let quic = match connected {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            log::debug!("HTTP/3 from {from}: handshake failed: {e}");
-            return;
-        }
-        Err(_) => {
-            log::debug!("HTTP/3 from {from}: handshake not done in {timeout:?}");
-            return;
-        }
+    let (timeout, early_data) = worker.with_generation(|g| {
+        let global = &g.config.global;
+        (global.tls_handshake_timeout.0, global.http3_early_data)
+    });
+    let handshake = Handshake {
+        from,
+        timeout,
+        handshaking,
+        metrics: tls_metrics.clone(),
+        shutdown: worker.shutdown.clone(),
+    };
+    let (quic, established) = match early_data {
+        EarlyData::Off => match handshake.complete(incoming).await {
+            Some(quic) => (quic, Rc::new(Cell::new(true))),
+            None => return,
+        },
+        EarlyData::Safe => match handshake.early(incoming) {
+            Some(accepted) => accepted,
+            None => return,
+        },
     };
     let mut builder = h3::server::builder();
     // No grease: h3 ends the first response with a frame of a reserved
@@ -205,6 +267,12 @@ async fn serve_connection(
     let connection = Rc::new(Connection {
         peer: peer_of(from, local_port),
         worker: worker.clone(),
+        quic: quic.clone(),
+        established,
+        tls_metrics,
+        resets: floods::ResetBudget::default(),
+        requests: Cell::new(0),
+        request_ended: tokio::sync::Notify::new(),
     });
     let mut shutdown = worker.shutdown.clone();
     let mut closing = false;
@@ -212,15 +280,30 @@ async fn serve_connection(
         let next = tokio::select! {
             accepted = h3.accept() => Some(accepted),
             _ = shutdown.wait(), if !closing => None,
+            _ = connection.request_ended.notified(), if closing => {
+                match connection.requests.get() {
+                    0 => break,
+                    _ => continue,
+                }
+            }
         };
         match next {
             Some(Ok(Some(resolver))) => {
-                tokio::task::spawn_local(request::serve(resolver, connection.clone()));
+                let serving = request::serve(resolver, connection.clone());
+                let counted = connection.clone();
+                counted.requests.set(counted.requests.get() + 1);
+                tokio::task::spawn_local(async move {
+                    serving.await;
+                    counted.requests.set(counted.requests.get() - 1);
+                    counted.request_ended.notify_one();
+                });
             }
             // GOAWAY sent or received, and every request answered.
             Some(Ok(None)) => break,
             Some(Err(e)) => {
-                if !e.is_h3_no_error() {
+                if floods::closed_for_empty_frames(&e) {
+                    log::info!("HTTP/3 from {from}: {e}: connection closed");
+                } else if !e.is_h3_no_error() {
                     log::debug!("HTTP/3 from {from}: {e}");
                 }
                 break;
@@ -233,6 +316,9 @@ async fn serve_connection(
                     log::debug!("HTTP/3 from {from}: GOAWAY not sent: {e}");
                     break;
                 }
+                if connection.requests.get() == 0 {
+                    break;
+                }
             }
         }
     }
@@ -242,6 +328,7 @@ async fn serve_connection(
     let linger = worker.with_generation(|g| g.timeouts.goaway);
     let _ = tokio::time::timeout(linger, quic.closed()).await;
     quic.close(VarInt::from_u32(H3_NO_ERROR), b"");
+    udp::count_sent(&quic.stats().udp_tx);
     drop(guard);
 }
 

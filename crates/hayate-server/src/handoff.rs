@@ -15,8 +15,8 @@
 //! Descriptors travel as in systemd's socket activation (`LISTEN_FDS`, from
 //! fd 3; command-fds maps them in the child, listenfd takes them), described
 //! by one more variable, a line per descriptor: `INDEX KIND KEY`. KIND is
-//! `ready`, `control`, `admin-tcp`/`admin-unix`, or `tcp`/`unix` for a
-//! listener configured as KEY.
+//! `ready`, `control`, `admin-tcp`/`admin-unix`, `tcp`/`unix` for a
+//! listener configured as KEY, or `udp` for one of its HTTP/3 sockets.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -63,8 +63,17 @@ pub fn listen_key(listen: &Listen) -> String {
 enum Kind {
     Ready,
     Control,
-    Admin { tcp: bool },
-    Listener { tcp: bool, key: String },
+    Admin {
+        tcp: bool,
+    },
+    Listener {
+        tcp: bool,
+        key: String,
+    },
+    /// A worker's UDP socket of the https listener `key` (HTTP/3).
+    Quic {
+        key: String,
+    },
 }
 
 impl Kind {
@@ -76,6 +85,7 @@ impl Kind {
             Kind::Admin { tcp: false } => format!("{index} admin-unix"),
             Kind::Listener { tcp: true, key } => format!("{index} tcp {key}"),
             Kind::Listener { tcp: false, key } => format!("{index} unix {key}"),
+            Kind::Quic { key } => format!("{index} udp {key}"),
         }
     }
 
@@ -95,6 +105,7 @@ impl Kind {
                 tcp: false,
                 key: key.into(),
             },
+            ("udp", Some(key)) => Kind::Quic { key: key.into() },
             _ => return None,
         };
         Some((index, kind))
@@ -118,12 +129,23 @@ impl HandoffSet {
         Ok(())
     }
 
+    /// Keeps a duplicate of a worker's HTTP/3 socket of the https
+    /// listener `listen`.
+    pub fn add_quic(&mut self, listen: &Listen, socket: &std::net::UdpSocket) -> io::Result<()> {
+        let key = listen_key(listen);
+        self.sockets
+            .push((Kind::Quic { key }, socket.try_clone()?.into()));
+        Ok(())
+    }
+
     /// Forgets the listener configured as `listen` (a reload removed it):
     /// its duplicates close, so the socket closes with the workers' copies.
     pub fn remove_listener(&mut self, listen: &Listen) {
         let key = listen_key(listen);
-        self.sockets
-            .retain(|(kind, _)| !matches!(kind, Kind::Listener { key: k, .. } if *k == key));
+        self.sockets.retain(|(kind, _)| match kind {
+            Kind::Listener { key: k, .. } | Kind::Quic { key: k } => *k != key,
+            _ => true,
+        });
     }
 
     /// Closes every duplicate: hayate stops, and its listeners must close
@@ -269,6 +291,7 @@ fn stop(child: &mut Child) {
 #[derive(Debug, Default)]
 pub struct Inherited {
     listeners: HashMap<String, Vec<Socket>>,
+    quic: HashMap<String, Vec<std::net::UdpSocket>>,
     control: Option<UnixListener>,
     admin: Option<Socket>,
     ready: Option<UnixStream>,
@@ -318,6 +341,10 @@ impl Inherited {
                     };
                     inherited.listeners.entry(key).or_default().push(socket);
                 }
+                Kind::Quic { key } => {
+                    let socket = fds.take_udp_socket(index)?.ok_or_else(|| bad(line))?;
+                    inherited.quic.entry(key).or_default().push(socket);
+                }
             }
         }
         Ok(inherited)
@@ -331,6 +358,12 @@ impl Inherited {
     /// The sockets of the listener configured as `listen`, if handed over.
     pub fn take_listener(&mut self, listen: &Listen) -> Option<Vec<Socket>> {
         self.listeners.remove(&listen_key(listen))
+    }
+
+    /// The HTTP/3 sockets of the https listener configured as `listen`, if
+    /// handed over.
+    pub fn take_quic(&mut self, listen: &Listen) -> Option<Vec<std::net::UdpSocket>> {
+        self.quic.remove(&listen_key(listen))
     }
 
     /// The control socket, if handed over.
@@ -394,6 +427,9 @@ mod tests {
             Kind::Listener {
                 tcp: false,
                 key: "http://unix:/run/a b.sock".into(),
+            },
+            Kind::Quic {
+                key: "https://[::1]:443".into(),
             },
         ];
         for (i, kind) in kinds.into_iter().enumerate() {

@@ -198,6 +198,9 @@ pub fn run(mut config: Config, app: AppTable, mut hooks: Hooks<'_>) -> io::Resul
             .register_fn(move |out| compression::render_metrics(&v, out));
         hooks.metrics.register_fn(policy::render_metrics);
         hooks.metrics.register_fn(proxy_protocol::render_metrics);
+        if config.global.http3 {
+            hooks.metrics.register_fn(h3_conn::render_metrics);
+        }
         hooks.metrics.register_fn(otel::render_metrics);
     }
     let info = Arc::new(status_json::ServerInfo::new(

@@ -8,7 +8,9 @@
 //! With `http3`, each https TCP listener gets a UDP socket per worker on
 //! the same address and port, also with SO_REUSEPORT (the QUIC endpoints of
 //! `h3_conn`): the kernel hashes a client's 4-tuple to one worker, which
-//! then sees every datagram of that connection (decision 0018).
+//! then sees every datagram of that connection (decision 0018). An upgrade
+//! hands them over like the TCP ones: the new hayate serves on the same
+//! sockets, so the port never has more sockets than workers.
 
 use std::io;
 use std::net::SocketAddr;
@@ -90,10 +92,13 @@ pub fn bind_all(
             if let ListenAddr::Unix(path) = addr {
                 unix_paths.push(path.clone());
             }
-            if let (true, Scheme::Https, ListenAddr::Tcp(a)) = (http3, scheme, &bound) {
-                // The replaced hayate may still hold its UDP sockets (they
-                // are not handed over yet): no probe, join its group.
-                add_quic(&mut per_worker, &key, *a)?;
+            let udp = inherited.take_quic(listen).unwrap_or_default();
+            let quic = http3 && !proxy_protocol;
+            if let (true, Scheme::Https, ListenAddr::Tcp(a)) = (quic, scheme, &bound) {
+                // The replaced hayate's UDP sockets, or new ones beside
+                // them (it ran without http3, or fewer workers): no probe,
+                // it still holds them.
+                add_quic(&mut per_worker, &key, *a, udp, listen, handoff)?;
             }
             addresses.push(Listen {
                 addr: bound,
@@ -119,7 +124,7 @@ pub fn bind_all(
                 }
                 if http3 && scheme == Scheme::Https && !proxy_protocol {
                     probe_udp(bound).map_err(|e| with_context(e, &format!("http3 on {bound}")))?;
-                    add_quic(&mut per_worker, &key, bound)
+                    add_quic(&mut per_worker, &key, bound, Vec::new(), listen, handoff)
                         .map_err(|e| with_context(e, &format!("http3 on {bound}")))?;
                 }
                 addresses.push(Listen {
@@ -235,19 +240,35 @@ fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("not an inet address"))
 }
 
-/// Gives every worker's listener `key` (the last one each was given) its
-/// own SO_REUSEPORT UDP socket on `addr`, for HTTP/3. A PROXY-protocol
-/// listener gets none: QUIC has no PROXY header to name the client.
+/// Gives every worker's listener `key` (each entry a worker was given for
+/// it) its own UDP socket on `addr`, for HTTP/3: one of `inherited` (an
+/// upgrade's) while there are some, else a new SO_REUSEPORT one; a
+/// duplicate of each is kept in `handoff`. Two endpoints never share a
+/// socket: each would read the other's connections' datagrams. Inherited
+/// sockets left over (this hayate has fewer workers) are closed. A
+/// PROXY-protocol listener gets none: QUIC has no PROXY header to name the
+/// client.
 fn add_quic(
     per_worker: &mut [Vec<BoundListener>],
     key: &Arc<str>,
     addr: SocketAddr,
+    inherited: Vec<std::net::UdpSocket>,
+    listen: &Listen,
+    handoff: &mut HandoffSet,
 ) -> io::Result<()> {
+    let mut inherited = inherited.into_iter();
     for slot in per_worker.iter_mut() {
-        if let Some(l) = slot.iter_mut().rev().find(|l| &l.key == key) {
-            if l.quic.is_none() {
-                l.quic = Some(reuseport_udp(addr)?);
-            }
+        for l in slot
+            .iter_mut()
+            .filter(|l| &l.key == key && l.quic.is_none())
+        {
+            let udp = match inherited.next() {
+                Some(udp) => udp,
+                None => reuseport_udp(addr)?,
+            };
+            udp.set_nonblocking(true)?;
+            handoff.add_quic(listen, &udp)?;
+            l.quic = Some(udp);
         }
     }
     Ok(())

@@ -71,6 +71,15 @@ const NEEDS_RESTART: &[(&str, &str)] = &[
         "http3",
         "the QUIC endpoints and their TLS are set up at start",
     ),
+    (
+        "http3_early_data",
+        "the QUIC endpoints and their TLS are set up at start",
+    ),
+    ("http3_gso", "the QUIC endpoints are set up at start"),
+    (
+        "http3_retry_above",
+        "the QUIC endpoints are set up at start",
+    ),
     ("error_log", "the error log is opened at start"),
     ("log_level", "the error log is set up at start"),
     ("cache_size", "the response cache is sized at start"),
@@ -277,6 +286,13 @@ impl<'a> Reloader<'a> {
         next.global.workers = running.global.workers;
         next.global.admin = running.global.admin.clone();
         next.global.control = running.global.control.clone();
+        // HTTP/3's endpoints and TLS are as hayate started: a reload that
+        // turned it on must not advertise it (Alt-Svc) on a port with no
+        // QUIC endpoint.
+        next.global.http3 = running.global.http3;
+        next.global.http3_early_data = running.global.http3_early_data;
+        next.global.http3_gso = running.global.http3_gso;
+        next.global.http3_retry_above = running.global.http3_retry_above;
         // Certificate files and local-CA names: loaded (all or none) now,
         // served once the reload cannot fail any more.
         // Client CAs and CRLs are read again on every reload that has

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hayate_config::values::{AcmeChallenge, ClientAuth, ListenAddr, Scheme, TlsMode};
+use hayate_config::values::{AcmeChallenge, ClientAuth, EarlyData, ListenAddr, Scheme, TlsMode};
 use hayate_config::Config;
 use hayate_core::client_cert::ClientCert;
 use hayate_core::transport::{TlsStream, Transport};
@@ -161,7 +161,7 @@ impl TlsServer {
             challenges.is_some(),
         )?);
         let http3 = match g.http3 {
-            true => Some(Arc::new(http3_config(resolver, &base)?)),
+            true => Some(Arc::new(http3_config(resolver, &base, g.http3_early_data)?)),
             false => None,
         };
         let handshakes = Handshakes::build(config, &base)?;
@@ -486,11 +486,17 @@ fn server_config(resolver: Arc<Resolver>, http2: bool, acme: bool) -> Result<Ser
 }
 
 /// The rustls configuration of HTTP/3: QUIC runs TLS 1.3 only (RFC 9001
-/// §4.2), its ALPN is `h3` alone (RFC 9114 §3.1), and 0-RTT stays off
-/// (early data is replayable; `max_early_data_size` 0 means quinn never
-/// accepts it). Certificates and ticket keys are the TCP listeners'
-/// (`tcp`), so a ticket from either resumes on the other's keys.
-fn http3_config(resolver: Arc<Resolver>, tcp: &ServerConfig) -> Result<ServerConfig, String> {
+/// §4.2), its ALPN is `h3` alone (RFC 9114 §3.1), and 0-RTT is off unless
+/// `early` is `safe` (early data is replayable: `max_early_data_size` 0
+/// means the tickets offer none and quinn refuses any; quinn takes only 0
+/// or `u32::MAX`, the amount being QUIC flow control's business, RFC 9001
+/// §4.6.1). Certificates and ticket keys are the TCP listeners' (`tcp`),
+/// so a ticket from either resumes on the other's keys.
+fn http3_config(
+    resolver: Arc<Resolver>,
+    tcp: &ServerConfig,
+    early: EarlyData,
+) -> Result<ServerConfig, String> {
     let provider = Arc::new(provider::provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -499,8 +505,21 @@ fn http3_config(resolver: Arc<Resolver>, tcp: &ServerConfig) -> Result<ServerCon
         .with_cert_resolver(resolver);
     config.ignore_client_order = true;
     config.alpn_protocols = vec![b"h3".to_vec()];
-    config.ticketer = tcp.ticketer.clone();
-    config.max_early_data_size = 0;
+    match early {
+        EarlyData::Off => {
+            config.ticketer = tcp.ticketer.clone();
+            config.max_early_data_size = 0;
+        }
+        // rustls accepts early data only on stateful resumption: each
+        // ticket is a key of this process's session cache, taken out when
+        // used, so a replayed ClientHello finds no session and its early
+        // data is refused (RFC 8446 §8.1's single-use tickets). The price:
+        // a ticket is good for QUIC only, once, and only until a restart.
+        EarlyData::Safe => {
+            config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+            config.max_early_data_size = u32::MAX;
+        }
+    }
     Ok(config)
 }
 

@@ -82,6 +82,14 @@ pub struct TlsMetrics {
     /// On-demand handshakes for names without a certificate, by
     /// [`OnDemandOutcome`].
     on_demand: [AtomicU64; 4],
+    /// QUIC (HTTP/3) handshakes: completed, then failed by [`Failure`]
+    /// (quinn does not say whether one resumed a session).
+    quic_completed: AtomicU64,
+    quic_failed: [AtomicU64; 7],
+    /// Requests that arrived in 0-RTT data (`http3_early_data = "safe"`):
+    /// served, and answered 425 Too Early.
+    early_served: AtomicU64,
+    early_refused: AtomicU64,
     store: Option<Arc<CertStore>>,
 }
 
@@ -102,6 +110,26 @@ impl TlsMetrics {
     /// Counts a failed one.
     pub fn failed(&self, why: Failure) {
         self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a QUIC handshake that completed.
+    pub fn quic_completed(&self) {
+        self.quic_completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a QUIC handshake that failed.
+    pub fn quic_failed(&self, why: Failure) {
+        self.quic_failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request that arrived in 0-RTT data: served (a safe
+    /// method), or answered 425.
+    pub fn early_request(&self, served: bool) {
+        let c = match served {
+            true => &self.early_served,
+            false => &self.early_refused,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a handshake refused for its client certificate.
@@ -148,6 +176,19 @@ impl TlsMetrics {
     }
 }
 
+/// The samples of `name` for failed handshakes, by each reason of `whys`.
+fn failures(out: &mut String, name: &str, counts: &[AtomicU64; 7], whys: &[Failure]) {
+    for &why in whys {
+        let n = counts[why as usize].load(Ordering::Relaxed);
+        sample(
+            out,
+            name,
+            &[("result", "failed"), ("reason", why.as_str())],
+            n,
+        );
+    }
+}
+
 impl MetricsSource for TlsMetrics {
     fn render(&self, out: &mut String) {
         let name = "hayate_tls_handshakes_total";
@@ -155,15 +196,29 @@ impl MetricsSource for TlsMetrics {
         let (full, resumed) = self.completed_counts();
         sample(out, name, &[("result", "full")], full);
         sample(out, name, &[("result", "resumed")], resumed);
-        for why in Failure::ALL {
-            let n = self.failed[why as usize].load(Ordering::Relaxed);
-            sample(
-                out,
-                name,
-                &[("result", "failed"), ("reason", why.as_str())],
-                n,
-            );
-        }
+        failures(out, name, &self.failed, &Failure::ALL);
+        let name = "hayate_tls_quic_handshakes_total";
+        family(
+            out,
+            name,
+            "QUIC (HTTP/3) handshakes by outcome (TLS 1.3)",
+            Kind::Counter,
+        );
+        let completed = self.quic_completed.load(Ordering::Relaxed);
+        sample(out, name, &[("result", "completed")], completed);
+        let quic = [Failure::Timeout, Failure::Closed, Failure::Protocol];
+        failures(out, name, &self.quic_failed, &quic);
+        let name = "hayate_tls_early_data_requests_total";
+        family(
+            out,
+            name,
+            "Requests that arrived in 0-RTT data (http3_early_data = safe): served (GET, HEAD, OPTIONS), or too_early (answered 425)",
+            Kind::Counter,
+        );
+        let served = self.early_served.load(Ordering::Relaxed);
+        sample(out, name, &[("result", "served")], served);
+        let refused = self.early_refused.load(Ordering::Relaxed);
+        sample(out, name, &[("result", "too_early")], refused);
         let name = "hayate_tls_client_cert_failures_total";
         family(
             out,

@@ -17,7 +17,8 @@ makes one gRPC bidirectional call instead (messages `{text}` of field 1):
 each message is sent once the answer to the one before came back, so a
 server that waits for the request's end never answers; prints what came
 back and the call's trailers. With --ticket, the session ticket the
-server sends is kept in FILE, and one already there resumes the session;
+server sends is kept in FILE (the client waits up to a second for one),
+and one already there resumes the session;
 with --early as well, the first request goes out as 0-RTT data whatever the
 ticket allows, to see that the server refuses it.
 """
@@ -221,10 +222,13 @@ async def main(argv):
             ticket.max_early_data_size = 0xFFFFFFFF
         config.session_ticket = ticket
 
+    kept = asyncio.Event()
+
     def keep(ticket):
         if args.ticket:
             with open(args.ticket, "wb") as f:
                 pickle.dump(ticket, f)
+            kept.set()
 
     authority = f"{args.server_name}:{args.port}"
     async with connect(
@@ -260,12 +264,14 @@ async def main(argv):
             if len(data) <= SHORT_BODY:
                 out["body"] = data.decode("latin-1")
             print(json.dumps(out), flush=True)
-        # Wait a moment for the session ticket, sent after the handshake.
-        if args.ticket and not os.path.exists(args.ticket):
-            for _ in range(100):
-                await asyncio.sleep(0.01)
-                if os.path.exists(args.ticket):
-                    break
+        # Wait a moment for a session ticket of this connection, sent after
+        # the handshake (hayate's 0-RTT tickets are good once: the next
+        # connection needs a new one).
+        if args.ticket:
+            try:
+                await asyncio.wait_for(kept.wait(), 1)
+            except asyncio.TimeoutError:
+                pass
 
 
 if __name__ == "__main__":

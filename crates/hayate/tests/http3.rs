@@ -1,10 +1,13 @@
-//! HTTP/3 end to end, with a real client of another stack: aioquic
-//! (`tests/h3_client.py`, installed by `scripts/test`) against hayate's
-//! QUIC listener (`http3 = true`) on the UDP port of its https listener,
-//! certificates from its local CA. Files (a range, a 304, a 404), the proxy (GET,
-//! and POST with a body, to a testkit origin; 103 Early Hints), a large body whole, Alt-Svc
-//! on the TCP side, 0-RTT refused, and a request in flight finishing
-//! across shutdown.
+//! HTTP/3 end to end, with real clients of other stacks: aioquic
+//! (`tests/h3_client.py`, and `tests/h3_abuse.py` for floods, installed by
+//! `scripts/test`) and quic-go (`tests/h3-go-client`) against hayate's QUIC
+//! listener (`http3 = true`) on the UDP port of its https listener,
+//! certificates from its local CA. Files (a range, a 304, a 404), the
+//! proxy (GET, and POST with a body, to a testkit origin; 103 Early Hints),
+//! a large body whole (with GSO and without), Alt-Svc on the TCP side,
+//! 0-RTT refused and its safe mode, handshake counters, floods (stream
+//! resets, empty frames, Initials, garbage), a request in flight finishing
+//! across shutdown and across an upgrade that hands the UDP sockets over.
 
 // Tests block on purpose (they are clients, not the server).
 #![allow(clippy::disallowed_methods)]
@@ -19,6 +22,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py");
+const ABUSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_abuse.py");
 
 /// What the client printed for one request.
 struct Answer(Value);
@@ -276,6 +280,21 @@ fn tcp_responses_advertise_http3_when_it_is_on() {
     assert_eq!((r.status, r.header("alt-svc")), (200, None));
 }
 
+/// A first connection that GETs `path` and keeps the session ticket hayate
+/// sends in `dir`: the ticket file, and the answer.
+fn first_with_ticket(h: &Hayate, state: &Path, dir: &Path, path: &str) -> (String, Answer) {
+    let ticket = dir.join("ticket").to_str().expect("path").to_string();
+    let mut first = h3(h, state, &["--ticket", &ticket], &["GET", path]);
+    assert!(Path::new(&ticket).exists(), "hayate sent no session ticket");
+    (ticket, first.remove(0))
+}
+
+/// `requests` sent as 0-RTT data on a session resumed with `ticket` (the
+/// client sends it whatever the ticket allows; it keeps the next ticket).
+fn sent_early(h: &Hayate, state: &Path, ticket: &str, requests: &[&str]) -> Vec<Answer> {
+    h3(h, state, &["--ticket", ticket, "--early"], requests)
+}
+
 /// 0-RTT is off: the tickets hayate sends offer no early data, and a
 /// client that sends some anyway (as if its ticket allowed it) has it
 /// refused; its request is answered after the handshake, on the resumed
@@ -284,28 +303,116 @@ fn tcp_responses_advertise_http3_when_it_is_on() {
 fn early_data_is_refused() {
     let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true"]);
     let dir = tempfile::tempdir().expect("dir");
-    let ticket = dir.path().join("ticket");
-    let ticket = ticket.to_str().expect("path");
-    let first = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket],
-        &["GET", "/hello.txt"],
-    );
-    assert_eq!(first[0].status(), 200);
-    assert!(Path::new(ticket).exists(), "hayate sent no session ticket");
-    let early = h3(
-        &h,
-        state.path(),
-        &["--ticket", ticket, "--early"],
-        &["GET", "/hello.txt"],
-    );
+    let (ticket, first) = first_with_ticket(&h, state.path(), dir.path(), "/hello.txt");
+    assert_eq!(first.status(), 200);
+    let early = sent_early(&h, state.path(), &ticket, &["GET", "/hello.txt"]);
     let a = &early[0];
     assert!(a.0["early_packets_sent"].as_u64() > Some(0), "{}", a.0);
     assert!(!a.flag("early_data_accepted"), "{}", a.0);
     assert!(a.flag("resumed"), "{}", a.0);
     assert_eq!((a.status(), a.body()), (200, "hello world\n"));
     h.assert_no_errors();
+}
+
+/// `http3_early_data = "safe"`: a resumed client's GET sent in 0-RTT data
+/// is served and reaches the origin marked `Early-Data: 1`; a POST sent
+/// early is answered 425 Too Early and never reaches it; a request sent
+/// after the handshake carries no mark; a ticket used once resumes nothing
+/// the second time (a replay gets no 0-RTT). The counters say so.
+#[test]
+fn safe_early_data_serves_a_get_and_answers_a_post_425() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root, admin) = with_metrics(&["--http3-early-data", "safe", "--proxy", &proxy]);
+    let dir = tempfile::tempdir().expect("dir");
+    let (ticket, first) = first_with_ticket(&h, state.path(), dir.path(), "/api/echo");
+    assert_eq!(first.status(), 200);
+    let seen = Echo::parse(first.body());
+    assert_eq!(seen.header("early-data"), None, "after the handshake");
+    let ticket = ticket.as_str();
+
+    let used = dir.path().join("used-ticket");
+    std::fs::copy(ticket, &used).expect("copy the ticket");
+    let early = sent_early(&h, state.path(), ticket, &["GET", "/api/echo"]);
+    let get = &early[0];
+    assert!(get.0["early_packets_sent"].as_u64() > Some(0), "{}", get.0);
+    assert!(get.flag("early_data_accepted"), "{}", get.0);
+    assert_eq!(get.status(), 200, "{}", get.0);
+    assert_eq!(Echo::parse(get.body()).header("early-data"), Some("1"));
+
+    let upload = dir.path().join("form");
+    std::fs::write(&upload, b"a=1").expect("write");
+    let posts_before = origin.count("/api/echo");
+    let early = sent_early(
+        &h,
+        state.path(),
+        ticket,
+        &[
+            "POST",
+            "/api/echo",
+            "--body-file",
+            upload.to_str().expect("path"),
+        ],
+    );
+    let post = &early[0];
+    assert!(post.flag("early_data_accepted"), "{}", post.0);
+    assert_eq!(post.status(), 425, "{}", post.0);
+    assert_eq!(
+        origin.count("/api/echo"),
+        posts_before,
+        "the POST reached the origin"
+    );
+
+    // A ticket is good once: a replayed flight (the used ticket again)
+    // resumes nothing, so its early data is refused and its GET is served
+    // after a full handshake, unmarked.
+    let used = used.to_str().expect("path");
+    let replayed = sent_early(&h, state.path(), used, &["GET", "/api/echo"]);
+    let again = &replayed[0];
+    assert!(!again.flag("early_data_accepted"), "{}", again.0);
+    assert!(!again.flag("resumed"), "{}", again.0);
+    assert_eq!(Echo::parse(again.body()).header("early-data"), None);
+
+    admin.wait_for_metrics(&[
+        "hayate_tls_early_data_requests_total{result=\"served\"} 1",
+        "hayate_tls_early_data_requests_total{result=\"too_early\"} 1",
+        "hayate_tls_quic_handshakes_total{result=\"completed\"} 4",
+    ]);
+    h.assert_no_errors();
+}
+
+/// HTTP/3 requests are logged with their TLS version (always 1.3), and
+/// QUIC handshakes are counted: completed, and failed by reason (a client
+/// that does not trust the certificate closes the handshake).
+#[test]
+fn quic_handshakes_are_counted_and_logged_as_tls_1_3() {
+    let format = "$protocol $tls_version $status";
+    let (h, state, _root, admin) = with_metrics(&["--access-log-format", format]);
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    let untrusting = Command::new("python3")
+        .arg(CLIENT)
+        .args(["--ca", "/etc/ssl/certs/ca-certificates.crt", "127.0.0.1"])
+        .arg(h.addr.port().to_string())
+        .args(["GET", "/hello.txt"])
+        .output()
+        .expect("run python3");
+    assert!(
+        !untrusting.status.success(),
+        "a client that trusts no local CA was served"
+    );
+    admin.wait_for_metrics(&[
+        "hayate_tls_quic_handshakes_total{result=\"completed\"} 1",
+        "hayate_tls_quic_handshakes_total{result=\"failed\",reason=\"closed\"} 1",
+    ]);
+    let mut log = Vec::new();
+    eventually("the request is logged with TLSv1.3", || {
+        log.extend(h.stdout_lines(Duration::from_millis(100)));
+        match log.iter().any(|l| l == "HTTP/3 TLSv1.3 200") {
+            true => Ok(()),
+            false => Err(format!("{log:?}")),
+        }
+    });
 }
 
 /// Shutdown sends GOAWAY and lets the request in flight finish: a proxied
@@ -338,29 +445,120 @@ fn a_request_in_flight_finishes_across_shutdown() {
     assert_eq!(origin.holds_expired(), 0);
 }
 
-/// `hayate upgrade` with HTTP/3 on: the new process binds its UDP sockets
-/// beside the old one's (they are not handed over yet, decision 0018), and
-/// serves HTTP/3 once the old one has drained and exited.
+/// `hayate upgrade` hands the UDP sockets over: while the old hayate
+/// drains (an HTTP/3 request held by the origin), the port still has one
+/// UDP socket per worker, the same ones, and the new hayate serves on them;
+/// the held request finishes on the old one. No request fails.
 #[test]
-fn http3_is_served_after_an_upgrade() {
+fn an_upgrade_hands_the_udp_sockets_over() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("control.sock");
     let sock_arg = sock.to_str().expect("utf-8");
-    let (mut old, state, _root) =
-        start_with_local_ca(BIN, &["--http3", "true", "--control", sock_arg]);
+    let (mut old, state, _root) = start_with_local_ca(
+        BIN,
+        &[
+            "--http3",
+            "true",
+            "--workers",
+            "2",
+            "--control",
+            sock_arg,
+            "--proxy",
+            &proxy,
+        ],
+    );
+    let port = old.addr.port();
+    let before = udp_sockets_on(port);
+    assert_eq!(before.len(), 2, "one UDP socket per worker");
+    let served = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(served[0].status(), 200);
+    let held = origin.hold("/api/held");
+    let in_flight = h3_command(&old, state.path(), &[], &["GET", "/api/held"])
+        .spawn()
+        .expect("run python3");
+    assert!(
+        origin.wait_for("/api/held", 1, WAIT),
+        "the request reached the origin"
+    );
     let control = |cmd: &str| {
         hayate_testkit::run_to_end(Command::new(BIN).args([cmd, "--control", sock_arg]))
     };
     let (ok, said) = control("upgrade");
     assert!(ok, "{said}");
-    assert!(old.wait().success(), "{}", old.stderr());
-    let answers = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    // Both processes run: the old one drains its held request.
     assert_eq!(
-        (answers[0].status(), answers[0].body()),
-        (200, "hello world\n")
+        udp_sockets_on(port),
+        before,
+        "the same sockets, no new ones"
     );
+    drop(held);
+    let out = in_flight.wait_with_output().expect("client");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    assert_eq!(answers[0].status(), 200);
+    assert!(old.wait().success(), "{}", old.stderr());
+    let after = h3(&old, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!((after[0].status(), after[0].body()), (200, "hello world\n"));
+    assert_eq!(udp_sockets_on(port), before);
     let (ok, said) = control("stop");
     assert!(ok, "{said}");
+}
+
+/// The inodes of the UDP sockets bound to `port` on 127.0.0.1, from
+/// /proc/net/udp (every process's).
+fn udp_sockets_on(port: u16) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/udp").expect("/proc/net/udp");
+    let local = format!("0100007F:{port:04X}");
+    let mut inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(1) == Some(&local.as_str()))
+                .then(|| fields.get(9).map(|s| s.to_string()))?
+        })
+        .collect();
+    inodes.sort();
+    inodes
+}
+
+/// A reload that turns HTTP/3 on, or changes its settings, says that
+/// they need a restart, and HTTP/3 stays as it was (off: no Alt-Svc).
+#[test]
+fn a_reload_says_http3_needs_a_restart() {
+    let root = hayate_testkit::site();
+    let state = tempfile::tempdir().expect("state");
+    let (file, control) = (
+        state.path().join("hayate.toml"),
+        state.path().join("c.sock"),
+    );
+    let config = |http3: &str| {
+        format!(
+            "listen = [\"https://127.0.0.1:0\"]\ncontrol = \"{control}\"\nroot = \"{root}\"\n\
+             tls = \"internal\"\nstate_dir = \"{state}\"\n{http3}",
+            control = control.display(),
+            root = root.path().display(),
+            state = state.path().display(),
+        )
+    };
+    std::fs::write(&file, config("")).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("path")]);
+    let on = "http3 = true\nhttp3_early_data = \"safe\"\nhttp3_gso = false\n";
+    std::fs::write(&file, config(on)).expect("write");
+    let (ok, said) = hayate_testkit::run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(ok, "{said}");
+    for key in ["http3", "http3_early_data", "http3_gso"] {
+        let note = format!("{key}: not changed until a restart");
+        assert!(said.contains(&note), "{note} in: {said}");
+    }
+    let tls = TlsClient::trusting(&local_ca(state.path()));
+    let r = tls.connect(h.addr, "localhost").get("/hello.txt", &[]);
+    assert_eq!((r.status, r.header("alt-svc")), (200, None));
 }
 
 /// Datagrams that are not QUIC, or not a connection hayate knows, are
@@ -429,4 +627,195 @@ fn http3_connections_share_max_connections_with_tcp() {
         }
     });
     assert!(h.stderr().contains("HTTP/3 connection from 127.0.0.1"));
+}
+
+/// Runs an abusive client (`tests/h3_abuse.py MODE ARGS... HOST PORT`)
+/// against hayate's UDP port; what it printed.
+fn abuse(h: &Hayate, args: &[&str]) -> Value {
+    let out = Command::new("python3")
+        .arg(ABUSE)
+        .args(args)
+        .arg("127.0.0.1")
+        .arg(h.addr.port().to_string())
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the abusive client failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).expect("a JSON line")
+}
+
+/// hayate with HTTP/3 and an admin socket (for /metrics), and `args`.
+fn with_metrics(args: &[&str]) -> (Hayate, tempfile::TempDir, tempfile::TempDir, AdminSocket) {
+    let admin = AdminSocket::new();
+    let mut all = vec!["--http3", "true", "--admin", &admin.arg];
+    all.extend_from_slice(args);
+    let (h, state, root) = start_with_local_ca(BIN, &all);
+    (h, state, root, admin)
+}
+
+/// A unix socket for the admin listener, in a directory of its own.
+struct AdminSocket {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    arg: String,
+}
+
+impl AdminSocket {
+    fn new() -> AdminSocket {
+        let dir = tempfile::tempdir().expect("admin dir");
+        let path = dir.path().join("admin.sock");
+        let arg = format!("unix:{}", path.display());
+        AdminSocket {
+            _dir: dir,
+            path,
+            arg,
+        }
+    }
+
+    /// Waits until /metrics holds every line of `lines`.
+    fn wait_for_metrics(&self, lines: &[&str]) {
+        eventually("the counters", || {
+            let metrics = hayate_testkit::unix_get(&self.path, "/metrics");
+            match lines.iter().all(|l| metrics.contains(l)) {
+                true => Ok(()),
+                false => Err(format!("{lines:?} in:\n{metrics}")),
+            }
+        });
+    }
+}
+
+/// HTTP/3's rapid reset: a client that cancels more than 128 requests in
+/// a second has its connection closed with H3_EXCESSIVE_LOAD; the next
+/// client is served, and the counter says why.
+#[test]
+fn a_reset_flood_closes_the_connection() {
+    let (h, state, _root, admin) = with_metrics(&[]);
+    let flood = abuse(&h, &["reset-flood", "1000", "/hello.txt"]);
+    assert_eq!(flood["closed_with"], 0x107, "{flood}");
+    assert!(flood["cancelled"].as_u64() < Some(1000), "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    admin.wait_for_metrics(&["hayate_http3_connections_closed_total{reason=\"reset_flood\"} 1"]);
+    h.assert_no_errors();
+}
+
+/// Frames without payload (empty DATA, reserved types): up to 100 on a
+/// stream are skipped (the POST is served, its body empty), past it the
+/// connection is closed with H3_EXCESSIVE_LOAD and counted; the next
+/// client is served.
+#[test]
+fn an_empty_frame_flood_closes_the_connection() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root, admin) = with_metrics(&["--proxy", &proxy]);
+    let few = abuse(&h, &["empty-frames", "40", "/api/echo"]);
+    assert_eq!(
+        (&few["closed_with"], &few["answers"]),
+        (&Value::Null, &1.into()),
+        "{few}"
+    );
+    let flood = abuse(&h, &["empty-frames", "1000", "/api/echo"]);
+    assert_eq!(flood["closed_with"], 0x107, "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    admin.wait_for_metrics(&["hayate_http3_connections_closed_total{reason=\"empty_frames\"} 1"]);
+}
+
+/// A flood of Initial packets (real ClientHellos from many source ports,
+/// never answered): past `http3_retry_above` handshakes in progress, new
+/// clients get a Retry and cost no handshake state; a real client (which
+/// answers the Retry) is served meanwhile, and the counter says how many
+/// Retry packets went out.
+#[test]
+fn an_initial_flood_is_answered_with_retry() {
+    let (h, state, _root, admin) = with_metrics(&["--workers", "1", "--http3-retry-above", "8"]);
+    let flood = abuse(&h, &["initials", "150", "10"]);
+    let retries = flood["retries"].as_u64().expect("retries");
+    assert!(retries > 0, "{flood}");
+    let answers = h3(&h, state.path(), &[], &["GET", "/hello.txt"]);
+    assert_eq!(answers[0].status(), 200);
+    let metrics = hayate_testkit::unix_get(&admin.path, "/metrics");
+    let sent: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hayate_http3_retries_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("hayate_http3_retries_total");
+    // The real client's own Retry besides the flood's, and the flood's
+    // that its sockets did not read in time.
+    assert!(sent > retries, "{sent} Retry sent, {retries} seen");
+}
+
+/// `http3_gso = false`: a 3 MiB download arrives whole, sent one datagram
+/// per system call (with GSO, on loopback, several per call).
+#[test]
+fn a_large_download_without_gso() {
+    const LEN: usize = 3 << 20;
+    for gso in ["false", "true"] {
+        let (h, state, root, admin) = with_metrics(&["--http3-gso", gso]);
+        let data = big_bytes(LEN);
+        std::fs::write(root.path().join("large.bin"), &data).expect("write");
+        let answers = h3(&h, state.path(), &[], &["GET", "/large.bin"]);
+        assert_eq!(
+            (answers[0].status(), answers[0].length()),
+            (200, LEN as u64)
+        );
+        assert_eq!(answers[0].sha256(), sha256(&data));
+        let counter = |metrics: &str, name: &str| -> u64 {
+            let line = metrics.lines().find_map(|l| l.strip_prefix(name));
+            line.and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+        };
+        eventually("the connection's datagrams are counted", || {
+            let metrics = hayate_testkit::unix_get(&admin.path, "/metrics");
+            let datagrams = counter(&metrics, "hayate_http3_datagrams_sent_total ");
+            let sends = counter(&metrics, "hayate_http3_udp_sends_total ");
+            match (gso, datagrams > 2_000) {
+                (_, false) => Err(metrics),
+                ("false", true) if sends == datagrams => Ok(()),
+                ("true", true) if sends < datagrams => Ok(()),
+                _ => Err(format!("GSO {gso}: {sends} sends of {datagrams} datagrams")),
+            }
+        });
+    }
+}
+
+/// A second implementation, quic-go's HTTP/3 client
+/// (`tests/h3-go-client`, built by `scripts/test`): a file, and a POST of
+/// 300 kB through the proxy, on one connection.
+#[test]
+fn quic_go_gets_a_file_and_posts_a_body() {
+    let origin = Origin::start(OriginOptions::default());
+    let proxy = format!("/api={}", origin.url());
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &proxy]);
+    let client =
+        hayate_testkit::pebble::go_binary("h3-go-client", ". in crates/hayate/tests/h3-go-client");
+    let upload = tempfile::NamedTempFile::new().expect("temp file");
+    let sent = big_bytes(300_000);
+    std::fs::write(upload.path(), &sent).expect("write");
+    let base = format!("https://127.0.0.1:{}", h.addr.port());
+    let out = Command::new(client)
+        .arg("-ca")
+        .arg(local_ca(state.path()))
+        .args(["GET", &format!("{base}/hello.txt"), "-"])
+        .args(["POST", &format!("{base}/api/echo")])
+        .arg(upload.path())
+        .output()
+        .expect("run h3-go-client");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    let [get, post] = &answers[..] else {
+        panic!("two answers: {}", answers.len());
+    };
+    assert_eq!(get.0["proto"], "HTTP/3.0");
+    assert_eq!((get.status(), get.body()), (200, "hello world\n"));
+    assert_eq!(post.status(), 200);
+    let seen = Echo::parse(post.body());
+    assert_eq!(seen.method, "POST");
+    assert_eq!(
+        (seen.body_len, seen.checksum),
+        (sent.len(), checksum(&sent))
+    );
+    h.assert_no_errors();
 }

@@ -27,6 +27,29 @@ impl OptValue for TlsMode {
     }
 }
 
+/// Whether HTTP/3 accepts 0-RTT (early data, RFC 9001 §4.6), which an
+/// attacker can replay: off, or for safe methods only (RFC 8470).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EarlyData {
+    /// Session tickets offer no early data; a client that sends some has
+    /// it refused and sends its requests again after the handshake.
+    #[default]
+    Off,
+    /// Early data accepted: GET, HEAD and OPTIONS sent in it are served
+    /// and marked `Early-Data: 1` upstream; anything else gets 425.
+    Safe,
+}
+
+impl OptValue for EarlyData {
+    fn parse_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(EarlyData::Off),
+            "safe" => Ok(EarlyData::Safe),
+            _ => Err(format!("expected off or safe, got {s:?}")),
+        }
+    }
+}
+
 /// Whether an https site asks its clients for a certificate (mutual TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClientAuth {

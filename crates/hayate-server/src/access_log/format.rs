@@ -109,9 +109,13 @@ fn json(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
     if let Some(tls) = e.tls {
         out.extend_from_slice(b",\"tls\":\"");
         out.extend_from_slice(tls.version.as_bytes());
-        out.extend_from_slice(b"\",\"cipher\":\"");
-        out.extend_from_slice(tls.cipher.as_bytes());
         out.push(b'"');
+        // Unknown for HTTP/3 (quinn does not say): left out.
+        if !tls.cipher.is_empty() {
+            out.extend_from_slice(b",\"cipher\":\"");
+            out.extend_from_slice(tls.cipher.as_bytes());
+            out.push(b'"');
+        }
     }
     if let Some(g) = e.grpc_status {
         out.extend_from_slice(b",\"grpc_status\":");
@@ -182,9 +186,13 @@ fn ecs(out: &mut Vec<u8>, req: &RequestHead, e: &Entry<'_>) {
         out.extend_from_slice(protocol.to_ascii_lowercase().as_bytes());
         out.extend_from_slice(b"\",\"version\":\"");
         out.extend_from_slice(version.trim_start_matches('v').as_bytes());
-        out.extend_from_slice(b"\",\"cipher\":\"");
-        out.extend_from_slice(tls.cipher.as_bytes());
-        out.extend_from_slice(b"\"}");
+        out.push(b'"');
+        if !tls.cipher.is_empty() {
+            out.extend_from_slice(b",\"cipher\":\"");
+            out.extend_from_slice(tls.cipher.as_bytes());
+            out.push(b'"');
+        }
+        out.push(b'}');
     }
     // hayate's own fields, under its name as ECS asks of custom fields.
     out.extend_from_slice(b",\"hayate\":{");
@@ -460,6 +468,14 @@ mod tests {
         assert!(out.ends_with(
             b",\"cache\":\"MISS\",\"tls\":\"TLSv1.3\",\"cipher\":\"TLS13_AES_128_GCM_SHA256\"}\n"
         ));
+        // HTTP/3: the version, no cipher (quinn does not say which).
+        let mut out = Vec::new();
+        let h3 = TlsInfo {
+            version: "TLSv1.3",
+            cipher: "",
+        };
+        json(&mut out, &req, &Entry { tls: Some(h3), ..e });
+        assert!(out.ends_with(b",\"tls\":\"TLSv1.3\"}\n"), "{out:?}");
         let mut out = Vec::new();
         json(&mut out, &req, &e);
         let line = String::from_utf8(out).expect("ascii");
@@ -641,5 +657,14 @@ mod tests {
         assert_eq!(v["hayate"]["upstream"]["connect_time"], 0.002);
         assert_eq!(v["hayate"]["upstream"]["header_time"], 0.031);
         assert!(v.get("user_agent").is_none(), "no value, no field: {line}");
+        // HTTP/3: no cipher known, no cipher field.
+        let h3 = TlsInfo {
+            version: "TLSv1.3",
+            cipher: "",
+        };
+        let line = render("ecs", &req, &Entry { tls: Some(h3), ..e });
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(v["tls"]["version"], "1.3", "{line}");
+        assert!(v["tls"].get("cipher").is_none(), "{line}");
     }
 }

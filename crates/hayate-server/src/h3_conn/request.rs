@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
+use h3::error::StreamError;
 use h3::server::{RequestResolver, RequestStream};
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::{BodyLength, ClientBody};
@@ -19,14 +20,23 @@ use hayate_core::request::{RequestHead, Version};
 use hayate_core::response::BodySource;
 use hayate_core::transport::Peer;
 use hayate_core::transport::Scheme;
+use hayate_core::transport::TlsInfo;
 use hayate_core::{Fields, Status};
 use tokio::sync::Notify;
 
-use super::{header_timeout, send, Connection};
+use super::{early, header_timeout, send, Connection};
 use crate::access_log::{self, Served};
 use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field, Sent};
 use crate::pipeline::{self, Answer};
 use crate::worker::Generation;
+
+/// What the access log says of HTTP/3's TLS: always 1.3 (RFC 9001 §4.2);
+/// quinn does not say which cipher suite the handshake chose, so none is
+/// logged.
+const TLS_INFO: TlsInfo = TlsInfo {
+    version: "TLSv1.3",
+    cipher: "",
+};
 
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type Recv = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -38,6 +48,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             log::debug!("HTTP/3 request from {}: {e}", conn.peer);
+            if matches!(e, StreamError::RemoteTerminate { .. }) {
+                conn.cancelled_by_client();
+            }
             return;
         }
         Err(_) => {
@@ -58,9 +71,11 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let forwarded = w.router.client_of(&head, &conn.peer, None);
     let client = pipeline::Client::new(&conn.peer, forwarded.as_deref());
     let mut body = StreamBody::new(recv, &parts.headers, &w);
-    let answer = match padded_field(&parts.headers) {
-        Some(name) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),
-        None => match pipeline::rewrite(&mut head, &w.router, started, client) {
+    let too_early = early::admit(&mut head, &conn);
+    let answer = match (padded_field(&parts.headers), too_early) {
+        (Some(name), _) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),
+        (None, Some(too_early)) => Answer::Now(too_early, None),
+        (None, None) => match pipeline::rewrite(&mut head, &w.router, started, client) {
             Some(answered) => Answer::Now(answered, None),
             None => pipeline::answer(&head, &w.router, started, client),
         },
@@ -96,6 +111,12 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let sending = send::send(&mut out, response, head_request, w.timeouts.send, &mut sent);
     if let Err(e) = pinned(|| sending).await {
         log::debug!("HTTP/3 stream from {}: {e}", conn.peer);
+        if matches!(
+            e,
+            send::Stopped::Stream(StreamError::RemoteTerminate { .. })
+        ) {
+            conn.cancelled_by_client();
+        }
     }
     // A body nobody read is read to its end (within its limits), so that
     // the client's stream ends as it closes it, as HTTP/2's does.
@@ -110,7 +131,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
             bytes: sent.bytes,
             duration: started.elapsed(),
             cache: served.cache,
-            tls: None,
+            tls: Some(TLS_INFO),
             upstream: served.upstream,
             route: None,
             grpc_status: sent.grpc_status,
