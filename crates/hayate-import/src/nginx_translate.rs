@@ -1,0 +1,631 @@
+//! The walk over an nginx configuration: `http`, `server`, `location` and
+//! `upstream` blocks become hayate's top level, sites, routes, rules and
+//! groups; every other directive goes through the table
+//! (`nginx_table::ROWS`), which says how it maps and does it.
+//!
+//! nginx picks a location in this order: `=` exact, then the longest
+//! prefix (done if it is `^~`), then the regexes in file order, then that
+//! longest prefix. hayate runs its rules first, in order, then picks the
+//! longest prefix route. So exact and regex locations that answer by
+//! themselves (`return`, `rewrite`, `deny all`) become rules, exact ones
+//! first; the PHP regex location (`\.php$` with `fastcgi_pass`) becomes
+//! the site's `fastcgi`, which runs `.php` scripts under every route;
+//! prefix locations become routes.
+
+use crate::hayate_toml::{Config, Keys, Route, Site, Upstream, Value};
+use crate::nginx_parse::{Directive, Pos};
+use crate::nginx_apply;
+use crate::nginx_table::{self, How};
+use crate::values;
+
+/// What became of a reported directive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// hayate does it by default, or better.
+    NotNeeded,
+    /// Carried over, behaving differently as the note says.
+    Differs,
+    /// Known, but this use of it could not be carried over.
+    NotCarried,
+    /// hayate has no equivalent.
+    NotSupported,
+}
+
+impl Kind {
+    /// How the report line says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::NotNeeded => "not needed",
+            Kind::Differs => "carried with a difference",
+            Kind::NotCarried => "not carried",
+            Kind::NotSupported => "not supported",
+        }
+    }
+
+    /// Whether something of the nginx config is left behind.
+    pub fn is_loss(self) -> bool {
+        matches!(self, Kind::NotCarried | Kind::NotSupported)
+    }
+}
+
+/// One line of the report: a directive not carried over, or carried over
+/// with a difference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Where the directive was.
+    pub pos: Pos,
+    /// Its name.
+    pub directive: String,
+    /// What became of it.
+    pub kind: Kind,
+    /// Why, or how it differs.
+    pub what: String,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (pos, directive) = (&self.pos, &self.directive);
+        write!(f, "{pos}: {directive}: {}: {}", self.kind.as_str(), self.what)
+    }
+}
+
+/// What directives set: the top level, a site, or a route of a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The `http` block: global options and route defaults.
+    Top,
+    /// A `server` block.
+    Site(usize),
+    /// A prefix `location` of a server.
+    Route(usize, usize),
+    /// The PHP location of a server (`location ~ \.php$`): only the FastCGI
+    /// directives mean something there.
+    Php(usize),
+    /// An exact or regex location, carried as rules with this condition.
+    Rules(usize),
+}
+
+/// How an nginx location matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Match {
+    /// `location /p` or `location ^~ /p` (true: `^~`).
+    Prefix(String, bool),
+    /// `location = /p`.
+    Exact(String),
+    /// `location ~ re` or `~* re` (true: case-insensitive).
+    Regex(String, bool),
+    /// `location @name`.
+    Named(String),
+}
+
+impl Match {
+    fn parse(d: &Directive) -> Result<Match, String> {
+        match d.args.as_slice() {
+            [p] if p.starts_with('@') => Ok(Match::Named(p.clone())),
+            [p] => Ok(Match::Prefix(p.clone(), false)),
+            [m, p] if m == "^~" => Ok(Match::Prefix(p.clone(), true)),
+            [m, p] if m == "=" => Ok(Match::Exact(p.clone())),
+            [m, p] if m == "~" => Ok(Match::Regex(p.clone(), false)),
+            [m, p] if m == "~*" => Ok(Match::Regex(p.clone(), true)),
+            _ => Err(format!("location {}: not a location form", d.args.join(" "))),
+        }
+    }
+
+    /// The rule condition that holds where this location matches.
+    fn condition(&self) -> Keys {
+        let mut keys = Keys::default();
+        match self {
+            Match::Prefix(p, _) if p == "/" => {}
+            Match::Prefix(p, _) => keys.set("prefix", Value::Str(p.clone())),
+            Match::Exact(p) => keys.set("match", Value::Str(format!("^{}$", regex_escape(p)))),
+            Match::Regex(re, ci) => {
+                let re = if *ci { format!("(?i){re}") } else { re.clone() };
+                keys.set("match", Value::Str(re))
+            }
+            Match::Named(_) => {}
+        }
+        keys
+    }
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The state of one import.
+#[derive(Debug, Default)]
+pub struct Translation {
+    /// The config being built.
+    pub config: Config,
+    /// The report.
+    pub notes: Vec<Note>,
+    /// Where directives go now.
+    pub target: Option<Target>,
+    /// Conditions of the rules made for exact and regex locations, by
+    /// `Target::Rules` index.
+    pub conditions: Vec<Keys>,
+    /// `limit_req_zone`s: name -> (rate, key).
+    pub req_zones: Vec<(String, String, String)>,
+    /// `limit_conn_zone`s: name -> key.
+    pub conn_zones: Vec<(String, String)>,
+    /// Named locations of the server being translated.
+    pub named: Vec<Directive>,
+    /// The server being translated needs a FastCGI front controller
+    /// (try_files ... /index.php).
+    pub wants_fastcgi: Option<Pos>,
+    /// Rules of the current server, by the order nginx checks them:
+    /// server level, exact locations, regex locations.
+    pub rule_phases: [Vec<(String, Keys)>; 3],
+}
+
+impl Translation {
+    /// Adds a report line.
+    pub fn note(&mut self, d: &Directive, kind: Kind, what: impl Into<String>) {
+        self.notes.push(Note {
+            pos: d.pos.clone(),
+            directive: d.name.clone(),
+            kind,
+            what: what.into(),
+        });
+    }
+
+    fn target(&self) -> Target {
+        self.target.unwrap_or(Target::Top)
+    }
+
+    /// The options of the current target (a site's for rules and PHP).
+    pub fn keys(&mut self) -> &mut Keys {
+        match self.target() {
+            Target::Top => &mut self.config.top,
+            Target::Site(s) | Target::Php(s) => &mut self.config.sites[s].keys,
+            Target::Route(s, r) => &mut self.config.sites[s].routes[r].keys,
+            Target::Rules(_) => unreachable!("rule targets take rules only"),
+        }
+    }
+
+    /// The site being translated.
+    pub fn site(&mut self) -> Option<&mut Site> {
+        match self.target() {
+            Target::Top => None,
+            Target::Site(s) | Target::Php(s) | Target::Route(s, _) => {
+                self.config.sites.get_mut(s)
+            }
+            Target::Rules(_) => self.config.sites.last_mut(),
+        }
+    }
+
+    /// Whether directives now go to option keys (not to rules only).
+    pub fn takes_options(&self) -> bool {
+        matches!(
+            self.target(),
+            Target::Top | Target::Site(_) | Target::Route(..)
+        )
+    }
+
+    /// Whether the target is the PHP location.
+    pub fn in_php(&self) -> bool {
+        matches!(self.target(), Target::Php(_))
+    }
+
+    /// Adds a rule whose action is `action`, under the current location's
+    /// condition, in the phase nginx would run it.
+    pub fn rule(&mut self, d: &Directive, action: Keys) -> Result<(), String> {
+        let (phase, mut keys) = match self.target() {
+            Target::Top => return Err("at the http level: put it in a server".into()),
+            Target::Site(_) => (0, Keys::default()),
+            Target::Route(s, r) => {
+                let prefix = self.config.sites[s].routes[r].prefix.clone();
+                (2, Match::Prefix(prefix, false).condition())
+            }
+            Target::Php(_) => return Err(NOT_IN_PHP.into()),
+            Target::Rules(i) => {
+                let cond = self.conditions[i].clone();
+                let phase = if cond.get("prefix").is_some() { 2 } else { 1 };
+                (phase, cond)
+            }
+        };
+        for (k, v) in action.0 {
+            if k == "match" && keys.get("match").is_some() {
+                return Err(
+                    "its own regex inside a regex or exact location: a hayate rule has one match"
+                        .into(),
+                );
+            }
+            keys.set(&k, v);
+        }
+        // A prefix condition with its own rewrite regex stays one rule.
+        self.rule_phases[phase].push((d.pos.to_string(), keys));
+        Ok(())
+    }
+}
+
+/// The key `listen ... default_server` marks its site with until the
+/// server block is done (never written out).
+pub const DEFAULT_MARK: &str = "__default_server";
+
+/// Why most directives mean nothing inside the PHP location.
+pub const NOT_IN_PHP: &str =
+    "inside the PHP location: hayate runs scripts with its own FastCGI settings";
+
+/// Translates parsed nginx directives (the main context).
+pub fn translate(main: &[Directive]) -> Translation {
+    let mut t = Translation::default();
+    for d in main {
+        match d.name.as_str() {
+            "http" => http(&mut t, d.block.as_deref().unwrap_or_default()),
+            // A file of server blocks (a sites-available file) alone.
+            "server" | "upstream" => http(&mut t, std::slice::from_ref(d)),
+            _ => directive(&mut t, d),
+        }
+    }
+    t
+}
+
+fn http(t: &mut Translation, body: &[Directive]) {
+    // Upstreams and zones first: servers name them, wherever they are.
+    for d in body {
+        match d.name.as_str() {
+            "upstream" => upstream(t, d),
+            "limit_req_zone" | "limit_conn_zone" => {
+                t.target = Some(Target::Top);
+                directive(t, d)
+            }
+            _ => {}
+        }
+    }
+    for d in body {
+        t.target = Some(Target::Top);
+        match d.name.as_str() {
+            "upstream" | "limit_req_zone" | "limit_conn_zone" => {}
+            "server" => server(t, d),
+            _ => directive(t, d),
+        }
+    }
+}
+
+/// One directive through the table.
+pub fn directive(t: &mut Translation, d: &Directive) {
+    let Some(row) = nginx_table::row(&d.name) else {
+        t.note(d, Kind::NotSupported, "hayate has no equivalent");
+        return;
+    };
+    match row.how {
+        How::NotNeeded(why) => t.note(d, Kind::NotNeeded, format!("{why}")),
+        How::Unsupported(why) => t.note(d, Kind::NotSupported, format!("{why}")),
+        How::Translated | How::Differs(_) => {
+            let Some(apply) = row.apply else { return };
+            match apply(t, d) {
+                Ok(None) => {
+                    if let How::Differs(text) = row.how {
+                        t.note(d, Kind::Differs, format!("{text}"))
+                    }
+                }
+                Ok(Some(text)) => t.note(d, Kind::Differs, format!("{text}")),
+                Err(text) => t.note(d, Kind::NotCarried, format!("{text}")),
+            }
+        }
+    }
+}
+
+fn upstream(t: &mut Translation, d: &Directive) {
+    let mut group = Upstream {
+        from: d.pos.to_string(),
+        name: d.arg(0).to_string(),
+        members: Vec::new(),
+    };
+    for inner in d.block.as_deref().unwrap_or_default() {
+        t.target = Some(Target::Top);
+        if inner.name == "server" {
+            match nginx_apply::upstream_server(t, inner) {
+                Ok(Some(member)) => group.members.push(member),
+                Ok(None) => {}
+                Err(text) => t.note(inner, Kind::NotCarried, format!("{text}")),
+            }
+        } else {
+            directive(t, inner);
+        }
+    }
+    if group.members.is_empty() {
+        t.note(d, Kind::NotCarried, "no member left");
+        return;
+    }
+    t.config.upstreams.push(group);
+}
+
+/// `server_name`s of a plain-HTTP server that only sends everyone to
+/// HTTPS: hayate does that itself (https_redirect).
+fn only_redirects_to_https(body: &[Directive]) -> bool {
+    let redirect = |d: &Directive| {
+        d.name == "return"
+            && matches!(d.arg(0), "301" | "302" | "307" | "308")
+            && d.arg(1).starts_with("https://")
+            && d.arg(1).ends_with("$request_uri")
+    };
+    let listens_plain = body
+        .iter()
+        .filter(|d| d.name == "listen")
+        .all(|d| !d.args.iter().any(|a| a == "ssl"));
+    let mut redirects = false;
+    for d in body {
+        match d.name.as_str() {
+            "listen" | "server_name" => {}
+            "return" if redirect(d) => redirects = true,
+            "location" if d.args == ["/"] => {
+                let inner = d.block.as_deref().unwrap_or_default();
+                if inner.len() == 1 && redirect(&inner[0]) {
+                    redirects = true
+                } else {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    listens_plain && redirects
+}
+
+fn server(t: &mut Translation, d: &Directive) {
+    let body = d.block.as_deref().unwrap_or_default();
+    if only_redirects_to_https(body) {
+        for inner in body.iter().filter(|i| i.name == "listen") {
+            t.target = Some(Target::Top);
+            let _ = nginx_apply::listen_address(t, inner);
+        }
+        t.note(
+            d,
+            Kind::NotNeeded, "this server only redirects to HTTPS, which hayate does for every \
+             plain-HTTP listener (https_redirect; with 308, which keeps the method)",
+        );
+        return;
+    }
+    let index = t.config.sites.len();
+    t.config.sites.push(Site {
+        from: d.pos.to_string(),
+        ..Default::default()
+    });
+    t.named = body
+        .iter()
+        .filter(|l| l.name == "location" && l.arg(0).starts_with('@'))
+        .cloned()
+        .collect();
+    t.wants_fastcgi = None;
+    t.rule_phases = Default::default();
+    for inner in body {
+        t.target = Some(Target::Site(index));
+        if inner.name == "location" {
+            location(t, index, inner, None);
+        } else {
+            directive(t, inner);
+        }
+    }
+    let phases = std::mem::take(&mut t.rule_phases);
+    let site = &mut t.config.sites[index];
+    if site.keys.get(DEFAULT_MARK).is_some() {
+        site.keys.remove(DEFAULT_MARK);
+        if !site.hosts.is_empty() {
+            t.notes.push(Note {
+                pos: d.pos.clone(),
+                directive: "listen".into(),
+                kind: Kind::Differs,
+                what: "default_server: hayate's default site is the \
+                       one without hosts; this one answers its own names only"
+                    .into(),
+            });
+        }
+    }
+    let site = &mut t.config.sites[index];
+    site.rules = phases.into_iter().flatten().collect();
+    if let Some(pos) = t.wants_fastcgi.take() {
+        if site.keys.get("fastcgi").is_none() {
+            t.notes.push(Note {
+                pos,
+                directive: "try_files".into(),
+                kind: Kind::NotCarried,
+                what: "it ends at a PHP front controller, and this server has no \
+                       fastcgi_pass location"
+                    .into(),
+            });
+        }
+    }
+    merge_same_hosts(t, index);
+}
+
+/// nginx can serve the same names from two server blocks on different
+/// ports (80 and 443); hayate picks a site by Host alone, so they become
+/// one site.
+fn merge_same_hosts(t: &mut Translation, index: usize) {
+    let hosts = t.config.sites[index].hosts.clone();
+    let Some(first) = t.config.sites[..index]
+        .iter()
+        .position(|s| s.hosts == hosts)
+    else {
+        return;
+    };
+    let later = t.config.sites.remove(index);
+    let site = &mut t.config.sites[first];
+    for (k, v) in later.keys.0 {
+        if site.keys.get(&k).is_none() {
+            site.keys.set(&k, v);
+        }
+    }
+    site.rules.extend(later.rules);
+    for route in later.routes {
+        if !site.routes.iter().any(|r| r.prefix == route.prefix) {
+            site.routes.push(route);
+        }
+    }
+    site.from = format!("{} and {}", site.from, later.from);
+}
+
+/// A `location` of server `site`; `parent` is the route of an enclosing
+/// prefix location (nested locations start from its settings).
+fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usize>) {
+    let body = d.block.as_deref().unwrap_or_default();
+    let m = match Match::parse(d) {
+        Ok(m) => m,
+        Err(e) => return t.note(d, Kind::NotCarried, format!("{e}")),
+    };
+    let is_php = body.iter().any(|i| i.name == "fastcgi_pass");
+    match &m {
+        Match::Named(_) => {} // taken where try_files names it
+        Match::Regex(re, _) if is_php => {
+            if !re.contains("php") {
+                t.note(
+                    d,
+                    Kind::Differs, "hayate runs the files fastcgi_extensions names \
+                     (.php) through FastCGI, whatever this regex says",
+                );
+            }
+            t.target = Some(Target::Php(site));
+            for inner in body {
+                directive(t, inner);
+            }
+        }
+        Match::Prefix(prefix, no_regex) => {
+            let routes = &mut t.config.sites[site].routes;
+            if routes.iter().any(|r| &r.prefix == prefix) {
+                return t.note(d, Kind::NotCarried, "another location has this prefix");
+            }
+            let keys = parent
+                .map(|p| routes[p].keys.clone())
+                .unwrap_or_default();
+            routes.push(Route {
+                from: d.pos.to_string(),
+                prefix: prefix.clone(),
+                keys,
+            });
+            let r = routes.len() - 1;
+            if !prefix.ends_with('/') && prefix != "/" {
+                t.note(
+                    d,
+                    Kind::Differs,
+                    format!(
+                        "hayate's prefixes end at a path segment: \
+                         {prefix} takes {prefix} and {prefix}/..., not {prefix}x as nginx does"
+                    ),
+                );
+            }
+            if *no_regex {
+                t.note(
+                    d,
+                    Kind::Differs, "hayate's rules (from regex and exact locations) \
+                     run before any route, this one's paths included",
+                );
+            }
+            for inner in body {
+                t.target = Some(Target::Route(site, r));
+                if inner.name == "location" {
+                    location(t, site, inner, Some(r));
+                } else {
+                    directive(t, inner);
+                }
+            }
+        }
+        Match::Exact(path) if !answers_alone(body) => {
+            // Content of its own: a route at that path, the nearest hayate has.
+            let routes = &mut t.config.sites[site].routes;
+            if routes.iter().any(|r| &r.prefix == path) {
+                return t.note(d, Kind::NotCarried, "another location has this path");
+            }
+            routes.push(Route {
+                from: d.pos.to_string(),
+                prefix: path.clone(),
+                keys: Keys::default(),
+            });
+            let r = routes.len() - 1;
+            if path != "/" {
+                t.note(
+                    d,
+                    Kind::Differs, format!("a route at {path}, which also takes the paths under it"),
+                );
+            }
+            for inner in body {
+                t.target = Some(Target::Route(site, r));
+                directive(t, inner);
+            }
+        }
+        Match::Exact(_) | Match::Regex(..) => {
+            t.conditions.push(m.condition());
+            let i = t.conditions.len() - 1;
+            for inner in body {
+                t.target = Some(Target::Rules(i));
+                directive(t, inner);
+            }
+        }
+    }
+}
+
+/// Whether a location's block only answers by itself (rules can carry it).
+fn answers_alone(body: &[Directive]) -> bool {
+    body.iter().all(|d| {
+        matches!(
+            d.name.as_str(),
+            "return" | "rewrite" | "deny" | "allow" | "access_log" | "log_not_found"
+        )
+    })
+}
+
+/// `try_files`: the shapes hayate's routes already have.
+pub fn try_files(t: &mut Translation, d: &Directive) -> Result<Option<String>, String> {
+    let Some((last, tries)) = d.args.split_last() else {
+        return Err("no arguments".into());
+    };
+    if t.in_php() {
+        // `try_files $fastcgi_script_name =404;` (Debian's fastcgi-php.conf).
+        return Ok(None);
+    }
+    if !t.takes_options() {
+        return Err("inside a regex or exact location".into());
+    }
+    let extra: Vec<&String> = tries
+        .iter()
+        .filter(|a| !matches!(a.as_str(), "$uri" | "$uri/"))
+        .collect();
+    let mut difference = None;
+    if !extra.is_empty() {
+        difference = Some(format!(
+            "hayate tries the file and the directory only ({} not tried)",
+            extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    if last == "=404" {
+        return Ok(difference);
+    }
+    if last.starts_with('=') {
+        return Err(format!("{last}: hayate answers 404 for a missing file"));
+    }
+    if last.starts_with('@') {
+        let Some(named) = t.named.iter().find(|n| n.arg(0) == last).cloned() else {
+            return Err(format!("no location {last} in this server"));
+        };
+        // The named location's settings apply where nothing matched a file:
+        // hayate's route sends what matches no file to its upstream.
+        for inner in named.block.as_deref().unwrap_or_default() {
+            directive(t, inner);
+        }
+        return Ok(difference);
+    }
+    let target = values::template(last).map_err(|e| format!("{last}: {e}"))?;
+    let file = target.split('?').next().unwrap_or_default();
+    if file.ends_with(".php") {
+        if file != "/index.php" {
+            let name = file.trim_start_matches('/').to_string();
+            t.keys().set("fastcgi_index", Value::Str(name));
+        }
+        t.wants_fastcgi.get_or_insert(d.pos.clone());
+        return Ok(difference);
+    }
+    if file.contains('$') {
+        return Err(format!("{last}: a computed fallback"));
+    }
+    t.keys()
+        .set("fallback", Value::Str(file.trim_start_matches('/').into()));
+    Ok(difference)
+}
