@@ -35,12 +35,9 @@ pub struct Import {
 /// Imports the nginx configuration `file` (and what it includes, relative
 /// to its directory, nginx's prefix for a main file in /etc/nginx).
 pub fn nginx(file: &Path) -> Result<Import, ParseError> {
-    let prefix = file.parent().unwrap_or(Path::new("."));
-    let prefix = if prefix.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        prefix
-    };
+    // A bare file name's prefix is "" (the current directory), so that
+    // included files are named as plainly as the main one.
+    let prefix = file.parent().unwrap_or(Path::new(""));
     let main = nginx_parse::parse_file(file, prefix)?;
     let mut t = nginx_translate::translate(&main);
     finish(&mut t.config);

@@ -261,6 +261,11 @@ pub fn return_(t: &mut Translation, d: &Directive) -> Applied {
 /// `rewrite REGEX REPLACEMENT [FLAG]`.
 pub fn rewrite(t: &mut Translation, d: &Directive) -> Applied {
     let (regex, replacement, flag) = (d.arg(0), d.arg(1), d.arg(2));
+    if regex::Regex::new(regex).is_err() {
+        return Err(format!(
+            "{regex}: hayate's regexes run in linear time, without look-around or back-references"
+        ));
+    }
     let mut action = Keys::default();
     action.set("match", Value::Str(regex.into()));
     let target = values::template(replacement)?;
@@ -367,7 +372,24 @@ pub fn grpc_pass(t: &mut Translation, d: &Directive) -> Applied {
 
 /// `fastcgi_pass ADDR`: the site's FastCGI application.
 pub fn fastcgi_pass(t: &mut Translation, d: &Directive) -> Applied {
-    let addr = d.arg(0);
+    let group = t.config.upstreams.iter().find(|u| u.name == d.arg(0));
+    let addr = match group {
+        Some(group) => {
+            let members: Vec<&str> = group
+                .members
+                .iter()
+                .map(|m| {
+                    let (url, _) = m.split_once(' ').unwrap_or((m, ""));
+                    url.strip_prefix("http://").unwrap_or(url)
+                })
+                .collect();
+            let addr = members.join(",");
+            t.fastcgi_groups.push(group.name.clone());
+            addr
+        }
+        None => d.arg(0).to_string(),
+    };
+    let addr = addr.as_str();
     if addr.contains('$') || !(addr.starts_with("unix:") || addr.contains(':')) {
         return Err(format!("{addr}: hayate takes unix:PATH or HOST:PORT"));
     }
@@ -388,7 +410,7 @@ const FASTCGI_PARAMS: &[&str] = &[
     "CONTENT_LENGTH", "REQUEST_URI", "DOCUMENT_URI", "DOCUMENT_ROOT", "SERVER_PROTOCOL",
     "REQUEST_SCHEME", "HTTPS", "GATEWAY_INTERFACE", "SERVER_SOFTWARE", "REMOTE_ADDR",
     "REMOTE_PORT", "SERVER_ADDR", "SERVER_PORT", "SERVER_NAME", "REDIRECT_STATUS", "PATH_INFO",
-    "PATH_TRANSLATED", "HTTP_PROXY",
+    "PATH_TRANSLATED", "HTTP_PROXY", "HTTP_HOST",
 ];
 
 /// `fastcgi_param NAME VALUE`.
@@ -396,6 +418,11 @@ pub fn fastcgi_param(_: &mut Translation, d: &Directive) -> Applied {
     let name = d.arg(0);
     if FASTCGI_PARAMS.contains(&name) {
         return Ok(None);
+    }
+    if name == "REMOTE_USER" {
+        return Ok(Some(
+            "hayate sends no REMOTE_USER (nginx's is the basic_auth user, empty without it)".into(),
+        ));
     }
     Err(format!("{name}: hayate sends the CGI/1.1 parameters only (set it in php-fpm's pool: env[{name}])"))
 }
@@ -448,6 +475,12 @@ pub fn error_page(t: &mut Translation, d: &Directive) -> Applied {
     if uri.starts_with("http") {
         return Err("a redirect: give the status a [[site.rule]] instead".into());
     }
+    if uri.ends_with(".php") || uri.contains(".php?") {
+        return Err(format!(
+            "{uri} is a script: hayate answers error pages from files (paths that match no file \
+             already go to the FastCGI front controller)"
+        ));
+    }
     let root = match t.keys().get("root").cloned() {
         Some(Value::Str(root)) => root,
         _ => {
@@ -488,6 +521,9 @@ pub fn access(t: &mut Translation, key: &str, d: &Directive) -> Applied {
     let who = d.arg(0);
     if who.starts_with("unix:") {
         return Err("Unix-socket clients".into());
+    }
+    if key == "allow" && who == "all" {
+        return Ok(None);
     }
     if !t.takes_options() {
         if key == "deny" && who == "all" && !t.in_php() {
@@ -616,8 +652,19 @@ pub fn expires(t: &mut Translation, d: &Directive) -> Applied {
     Ok(None)
 }
 
+/// Fails below the http level: hayate has one `what` for every site.
+fn only_top(t: &Translation, what: &str) -> Result<(), String> {
+    match t.target {
+        Some(Target::Top) | None => Ok(()),
+        _ => Err(format!(
+            "hayate has one {what} for every site (set it at the top level)"
+        )),
+    }
+}
+
 /// `access_log PATH [FORMAT] | off`.
 pub fn access_log(t: &mut Translation, d: &Directive) -> Applied {
+    only_top(t, "access log")?;
     let path = d.arg(0);
     let value = if path == "off" { "off" } else { path };
     if path.starts_with("syslog:") {
@@ -643,6 +690,7 @@ pub fn access_log(t: &mut Translation, d: &Directive) -> Applied {
 
 /// `error_log PATH [LEVEL]`.
 pub fn error_log(t: &mut Translation, d: &Directive) -> Applied {
+    only_top(t, "error log")?;
     let path = d.arg(0);
     if path != "stderr" {
         if path.starts_with("syslog:") {

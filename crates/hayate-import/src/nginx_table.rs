@@ -6,7 +6,7 @@
 use crate::hayate_toml::Value;
 use crate::nginx_apply::*;
 use crate::nginx_parse::Directive;
-use crate::nginx_translate::{self as tr, Translation};
+use crate::nginx_translate::{self as tr, Target, Translation};
 use crate::values;
 
 /// How a directive maps.
@@ -84,7 +84,7 @@ pub static ROWS: &[Row] = &[
         t.keys().set("strip_prefix", Value::Bool(true));
         Ok(None)
     }),
-    maps("index", Differs("hayate takes one index file"), "`index` (the first name; `index.php` is `fastcgi_index`)", index),
+    maps("index", Translated, "`index` (the first name; `index.php` is `fastcgi_index`)", index),
     maps("try_files", Translated, "the route's own order: the file, the directory, then `fallback` (a file), the FastCGI front controller (`fastcgi_index`), the upstream (a named location's `proxy_pass`), or 404", tr::try_files),
     maps("return", Translated, "`[[site.rule]]` with `redirect` and `status`, or `respond`", return_),
     maps("rewrite", Translated, "`[[site.rule]]` with `match` and `rewrite` (`break`: `last = true`) or `redirect` (`redirect`: 302, `permanent`: 301)", rewrite),
@@ -125,7 +125,16 @@ pub static ROWS: &[Row] = &[
         t.keys().set("fastcgi_index", Value::Str(d.arg(0).into())); Ok(None)
     }),
     maps("fastcgi_split_path_info", Translated, "understood: hayate splits PATH_INFO after the script's name", |_, _| Ok(None)),
-    maps("fastcgi_intercept_errors", Translated, "`intercept_errors`", |t, d| set_bool(t, "intercept_errors", d)),
+    maps("fastcgi_intercept_errors", Translated, "`intercept_errors`", |t, d| {
+        if let Some(Target::Php(s)) = t.target { t.target = Some(Target::Site(s)) }
+        set_bool(t, "intercept_errors", d)
+    }),
+    maps("fastcgi_hide_header", Translated, "`response_headers` with `-NAME` (removed)", |t, d| {
+        t.keys().insert("response_headers", format!("-{}", d.arg(0)), String::new()); Ok(None)
+    }),
+    maps("proxy_hide_header", Translated, "`response_headers` with `-NAME` (removed)", |t, d| {
+        only_options(t)?; t.keys().insert("response_headers", format!("-{}", d.arg(0)), String::new()); Ok(None)
+    }),
     not_needed("fastcgi_buffers", BUFFERS), not_needed("fastcgi_buffer_size", BUFFERS),
     not_needed("fastcgi_read_timeout", "hayate waits proxy_timeout (60s) for php-fpm's answer"),
     maps("set", Translated, "understood where Debian's fastcgi-php.conf uses it; elsewhere reported", |t, _| {
@@ -222,6 +231,8 @@ pub static ROWS: &[Row] = &[
     not_needed("client_header_timeout", "hayate's header_timeout (10s) bounds a request head"),
     not_needed("send_timeout", "hayate's send_timeout (60s) bounds a client that does not read"),
     not_needed("reset_timedout_connection", "hayate closes timed-out connections at once"),
+    not_needed("resolver", "hayate resolves upstream names with the system's resolver"),
+    not_needed("fastcgi_keep_conn", "hayate keeps FastCGI connections (fastcgi_max_conns)"),
     not_needed("ssl_early_data", "hayate offers no 0-RTT (replay-safe by design)"),
     unsupported("if", "hayate has no if: a [[site.rule]]'s conditions (host, method, header, query, file) cover the common uses; write one by hand"),
     unsupported("map", "hayate has no variables to map"),

@@ -160,6 +160,9 @@ pub struct Translation {
     /// The server being translated needs a FastCGI front controller
     /// (try_files ... /index.php).
     pub wants_fastcgi: Option<Pos>,
+    /// Upstream groups `fastcgi_pass` named: their addresses went into
+    /// `fastcgi`, not into an HTTP `[[upstream]]`.
+    pub fastcgi_groups: Vec<String>,
     /// Rules of the current server, by the order nginx checks them:
     /// server level, exact locations, regex locations.
     pub rule_phases: [Vec<(String, Keys)>; 3],
@@ -246,6 +249,10 @@ impl Translation {
     }
 }
 
+/// The root nginx serves where a server names none (Debian's build:
+/// prefix /usr/share/nginx, `root html`).
+pub const NGINX_DEFAULT_ROOT: &str = "/usr/share/nginx/html";
+
 /// The key `listen ... default_server` marks its site with until the
 /// server block is done (never written out).
 pub const DEFAULT_MARK: &str = "__default_server";
@@ -257,14 +264,38 @@ pub const NOT_IN_PHP: &str =
 /// Translates parsed nginx directives (the main context).
 pub fn translate(main: &[Directive]) -> Translation {
     let mut t = Translation::default();
+    // A file of server blocks (a sites-available file) is read as the
+    // inside of http, as nginx.conf includes it.
+    let bare: Vec<Directive> = main
+        .iter()
+        .filter(|d| matches!(d.name.as_str(), "server" | "upstream" | "limit_req_zone" | "limit_conn_zone"))
+        .cloned()
+        .collect();
+    if !bare.is_empty() {
+        http(&mut t, &bare);
+    }
     for d in main {
+        t.target = Some(Target::Top);
         match d.name.as_str() {
             "http" => http(&mut t, d.block.as_deref().unwrap_or_default()),
-            // A file of server blocks (a sites-available file) alone.
-            "server" | "upstream" => http(&mut t, std::slice::from_ref(d)),
+            "server" | "upstream" | "limit_req_zone" | "limit_conn_zone" => {}
             _ => directive(&mut t, d),
         }
     }
+    // The report in the order of the files as first met, then by line
+    // (upstream blocks were read before the servers that name them).
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for n in &t.notes {
+        if !files.contains(&n.pos.file) {
+            files.push(n.pos.file.clone());
+        }
+    }
+    t.notes.sort_by_key(|n| {
+        let file = files.iter().position(|f| *f == n.pos.file);
+        (file, n.pos.line)
+    });
+    let fastcgi_only = std::mem::take(&mut t.fastcgi_groups);
+    t.config.upstreams.retain(|u| !fastcgi_only.contains(&u.name));
     t
 }
 
@@ -422,6 +453,19 @@ fn server(t: &mut Translation, d: &Directive) {
     }
     let site = &mut t.config.sites[index];
     site.rules = phases.into_iter().flatten().collect();
+    let serves = ["root", "proxy", "fastcgi"];
+    if site.routes.is_empty() && !serves.iter().any(|k| site.keys.get(k).is_some()) {
+        // nginx serves its compiled-in `root html` (under its prefix).
+        site.keys.set("root", Value::Str(NGINX_DEFAULT_ROOT.into()));
+        t.notes.push(Note {
+            pos: d.pos.clone(),
+            directive: "server".into(),
+            kind: Kind::Differs,
+            what: format!(
+                "no root: nginx serves its compiled-in one, which hayate names: {NGINX_DEFAULT_ROOT} (Debian's)"
+            ),
+        });
+    }
     if let Some(pos) = t.wants_fastcgi.take() {
         if site.keys.get("fastcgi").is_none() {
             t.notes.push(Note {
@@ -550,6 +594,19 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
                 t.target = Some(Target::Route(site, r));
                 directive(t, inner);
             }
+        }
+        Match::Regex(re, ci) if regex::Regex::new(re).is_err() => {
+            let hides_dotfiles = re.starts_with("/\\.") && !*ci;
+            let what = if hides_dotfiles && body.iter().all(|i| i.name != "return") {
+                (Kind::Differs, "hayate hides dotfiles itself (a 404, where this answers 403), \
+                 .well-known excepted".to_string())
+            } else {
+                (Kind::NotCarried, format!(
+                    "{re}: hayate's regexes run in linear time, without look-around or \
+                     back-references"
+                ))
+            };
+            t.note(d, what.0, what.1);
         }
         Match::Exact(_) | Match::Regex(..) => {
             t.conditions.push(m.condition());
