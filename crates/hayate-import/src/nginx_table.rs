@@ -69,6 +69,8 @@ use How::{Differs, Translated};
 
 const TLS_BY_RUSTLS: &str =
     "hayate's TLS (rustls) chooses TLS 1.2 and 1.3, modern ciphers and session resumption itself";
+const OCSP: &str = "hayate staples no OCSP responses: browsers do not ask for them, and \
+     Let's Encrypt ended its OCSP service in 2025";
 const BUFFERS: &str = "hayate sizes its buffers itself and streams bodies both ways";
 const WORKERS: &str = "hayate runs one worker thread per core (workers = \"auto\")";
 
@@ -154,8 +156,8 @@ pub static ROWS: &[Row] = &[
     not_needed("ssl_ciphers", TLS_BY_RUSTLS), not_needed("ssl_prefer_server_ciphers", TLS_BY_RUSTLS),
     not_needed("ssl_session_cache", TLS_BY_RUSTLS), not_needed("ssl_session_timeout", TLS_BY_RUSTLS),
     not_needed("ssl_session_tickets", TLS_BY_RUSTLS), not_needed("ssl_dhparam", "hayate uses ECDHE key exchange only: no DH parameters"),
-    not_needed("ssl_ecdh_curve", TLS_BY_RUSTLS), not_needed("ssl_stapling", TLS_BY_RUSTLS),
-    not_needed("ssl_stapling_verify", TLS_BY_RUSTLS), not_needed("ssl_trusted_certificate", TLS_BY_RUSTLS),
+    not_needed("ssl_ecdh_curve", TLS_BY_RUSTLS), not_needed("ssl_stapling", OCSP),
+    not_needed("ssl_stapling_verify", OCSP), not_needed("ssl_trusted_certificate", OCSP),
     not_needed("ssl_buffer_size", BUFFERS),
     not_needed("http2", "hayate serves HTTP/2 on every listener by default (http2 = true)"),
     maps("add_header", Translated, "`response_headers` (hayate sets them on every status, as `always` does, and a route's add to its site's, where nginx's inner add_header replaces the outer ones)", add_header),

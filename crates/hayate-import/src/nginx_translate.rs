@@ -453,6 +453,17 @@ fn server(t: &mut Translation, d: &Directive) {
     }
     let site = &mut t.config.sites[index];
     site.rules = phases.into_iter().flatten().collect();
+    let hides_dotfiles = body.iter().any(|l| l.name == "location" && l.args.iter().any(|a| a.contains("/\\.")));
+    if !hides_dotfiles && (site.keys.get("root").is_some() || !site.routes.is_empty()) {
+        t.notes.push(Note {
+            pos: d.pos.clone(),
+            directive: "server".into(),
+            kind: Kind::Differs,
+            what: "nginx serves files whose name starts with a dot (.env, .git/), hayate hides \
+                   them (404; dotfiles = true serves them), .well-known excepted"
+                .into(),
+        });
+    }
     let serves = ["root", "proxy", "fastcgi"];
     if site.routes.is_empty() && !serves.iter().any(|k| site.keys.get(k).is_some()) {
         // nginx serves its compiled-in `root html` (under its prefix).
@@ -611,9 +622,20 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
         Match::Exact(_) | Match::Regex(..) => {
             t.conditions.push(m.condition());
             let i = t.conditions.len() - 1;
+            let phase = if matches!(m, Match::Exact(_)) { 1 } else { 2 };
+            let rules_before = t.rule_phases[phase].len();
             for inner in body {
                 t.target = Some(Target::Rules(i));
                 directive(t, inner);
+            }
+            if t.rule_phases[phase].len() == rules_before {
+                // A location of files alone: nginx answers 404 for a
+                // missing one, where hayate's route would go on to its
+                // front controller or upstream.
+                let mut keys = m.condition();
+                keys.set("file", Value::Str("missing".into()));
+                keys.set("respond", Value::Int(404));
+                t.rule_phases[phase].push((d.pos.to_string(), keys));
             }
         }
     }
