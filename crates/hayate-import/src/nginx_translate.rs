@@ -454,7 +454,9 @@ fn server(t: &mut Translation, d: &Directive) {
     let site = &mut t.config.sites[index];
     site.rules = phases.into_iter().flatten().collect();
     let hides_dotfiles = body.iter().any(|l| l.name == "location" && l.args.iter().any(|a| a.contains("/\\.")));
-    if !hides_dotfiles && (site.keys.get("root").is_some() || !site.routes.is_empty()) {
+    let has_files = site.keys.get("root").is_some()
+        || site.routes.iter().any(|r| r.keys.get("root").is_some());
+    if !hides_dotfiles && has_files {
         t.notes.push(Note {
             pos: d.pos.clone(),
             directive: "server".into(),
