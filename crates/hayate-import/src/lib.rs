@@ -15,7 +15,11 @@ mod nginx_apply;
 mod nginx_parse;
 mod nginx_table;
 mod nginx_translate;
+mod nginx_upstreams;
 mod values;
+
+#[cfg(test)]
+mod tests;
 
 pub use markdown::table_markdown;
 pub use nginx_parse::{ParseError, Pos};

@@ -32,7 +32,10 @@ pub fn table_markdown() -> String {
     for row in ROWS {
         let (hayate, status) = match row.how {
             How::Translated => (row.hayate.to_string(), "carried over".to_string()),
-            How::Differs(text) => (row.hayate.to_string(), format!("carried over; differs: {text}")),
+            How::Differs(text) => (
+                row.hayate.to_string(),
+                format!("carried over; differs: {text}"),
+            ),
             How::NotNeeded(text) => ("—".to_string(), format!("not needed: {text}")),
             How::Unsupported(text) => ("—".to_string(), format!("not supported: {text}")),
         };
@@ -43,8 +46,6 @@ pub fn table_markdown() -> String {
             status.replace('|', "\\|")
         ));
     }
-    out.push_str(
-        "\nAny other directive is reported as not supported: hayate has no equivalent.\n",
-    );
+    out.push_str("\nAny other directive is reported as not supported: hayate has no equivalent.\n");
     out
 }

@@ -491,7 +491,10 @@ mod tests {
         assert_eq!((e.pos.line, e.pos.col), (3, 1), "{e}");
         assert!(e.message.contains("\"listen\" is not terminated"), "{e}");
         let e = parse("a \"open;\n").unwrap_err();
-        assert_eq!(e.to_string(), "t.conf:1:3: unterminated \"quoted\" argument");
+        assert_eq!(
+            e.to_string(),
+            "t.conf:1:3: unterminated \"quoted\" argument"
+        );
         assert!(parse("}").unwrap_err().message.contains("unexpected"));
     }
 
@@ -504,7 +507,11 @@ mod tests {
         std::fs::write(dir.path().join("conf.d/c.txt"), "c 3;\n").unwrap();
         std::fs::write(dir.path().join("params"), "p 0;\n").unwrap();
         let main = dir.path().join("nginx.conf");
-        std::fs::write(&main, "http {\n include params;\n include conf.d/*.conf;\n}\n").unwrap();
+        std::fs::write(
+            &main,
+            "http {\n include params;\n include conf.d/*.conf;\n}\n",
+        )
+        .unwrap();
         let d = parse_file(&main, dir.path()).unwrap();
         let inner = d[0].block.as_ref().unwrap();
         let names: Vec<_> = inner.iter().map(|d| d.name.as_str()).collect();

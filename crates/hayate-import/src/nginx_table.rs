@@ -7,6 +7,7 @@ use crate::hayate_toml::Value;
 use crate::nginx_apply::*;
 use crate::nginx_parse::Directive;
 use crate::nginx_translate::{self as tr, Target, Translation};
+use crate::nginx_upstreams::*;
 use crate::values;
 
 /// How a directive maps.

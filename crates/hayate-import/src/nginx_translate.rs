@@ -13,9 +13,10 @@
 //! prefix locations become routes.
 
 use crate::hayate_toml::{Config, Keys, Route, Site, Upstream, Value};
-use crate::nginx_parse::{Directive, Pos};
 use crate::nginx_apply;
+use crate::nginx_parse::{Directive, Pos};
 use crate::nginx_table::{self, How};
+use crate::nginx_upstreams;
 use crate::values;
 
 /// What became of a reported directive.
@@ -65,7 +66,12 @@ pub struct Note {
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (pos, directive) = (&self.pos, &self.directive);
-        write!(f, "{pos}: {directive}: {}: {}", self.kind.as_str(), self.what)
+        write!(
+            f,
+            "{pos}: {directive}: {}: {}",
+            self.kind.as_str(),
+            self.what
+        )
     }
 }
 
@@ -107,7 +113,10 @@ impl Match {
             [m, p] if m == "=" => Ok(Match::Exact(p.clone())),
             [m, p] if m == "~" => Ok(Match::Regex(p.clone(), false)),
             [m, p] if m == "~*" => Ok(Match::Regex(p.clone(), true)),
-            _ => Err(format!("location {}: not a location form", d.args.join(" "))),
+            _ => Err(format!(
+                "location {}: not a location form",
+                d.args.join(" ")
+            )),
         }
     }
 
@@ -148,9 +157,10 @@ pub struct Translation {
     pub notes: Vec<Note>,
     /// Where directives go now.
     pub target: Option<Target>,
-    /// Conditions of the rules made for exact and regex locations, by
+    /// Conditions of the rules made for exact and regex locations, with
+    /// the phase their rules run in (1: exact, 2: regex), by
     /// `Target::Rules` index.
-    pub conditions: Vec<Keys>,
+    pub conditions: Vec<(Keys, usize)>,
     /// `limit_req_zone`s: name -> (rate, key).
     pub req_zones: Vec<(String, String, String)>,
     /// `limit_conn_zone`s: name -> key.
@@ -197,9 +207,7 @@ impl Translation {
     pub fn site(&mut self) -> Option<&mut Site> {
         match self.target() {
             Target::Top => None,
-            Target::Site(s) | Target::Php(s) | Target::Route(s, _) => {
-                self.config.sites.get_mut(s)
-            }
+            Target::Site(s) | Target::Php(s) | Target::Route(s, _) => self.config.sites.get_mut(s),
             Target::Rules(_) => self.config.sites.last_mut(),
         }
     }
@@ -229,8 +237,7 @@ impl Translation {
             }
             Target::Php(_) => return Err(NOT_IN_PHP.into()),
             Target::Rules(i) => {
-                let cond = self.conditions[i].clone();
-                let phase = if cond.get("prefix").is_some() { 2 } else { 1 };
+                let (cond, phase) = self.conditions[i].clone();
                 (phase, cond)
             }
         };
@@ -268,7 +275,12 @@ pub fn translate(main: &[Directive]) -> Translation {
     // inside of http, as nginx.conf includes it.
     let bare: Vec<Directive> = main
         .iter()
-        .filter(|d| matches!(d.name.as_str(), "server" | "upstream" | "limit_req_zone" | "limit_conn_zone"))
+        .filter(|d| {
+            matches!(
+                d.name.as_str(),
+                "server" | "upstream" | "limit_req_zone" | "limit_conn_zone"
+            )
+        })
         .cloned()
         .collect();
     if !bare.is_empty() {
@@ -295,7 +307,9 @@ pub fn translate(main: &[Directive]) -> Translation {
         (file, n.pos.line)
     });
     let fastcgi_only = std::mem::take(&mut t.fastcgi_groups);
-    t.config.upstreams.retain(|u| !fastcgi_only.contains(&u.name));
+    t.config
+        .upstreams
+        .retain(|u| !fastcgi_only.contains(&u.name));
     t
 }
 
@@ -354,7 +368,7 @@ fn upstream(t: &mut Translation, d: &Directive) {
     for inner in d.block.as_deref().unwrap_or_default() {
         t.target = Some(Target::Top);
         if inner.name == "server" {
-            match nginx_apply::upstream_server(t, inner) {
+            match nginx_upstreams::upstream_server(t, inner) {
                 Ok(Some(member)) => group.members.push(member),
                 Ok(None) => {}
                 Err(text) => t.note(inner, Kind::NotCarried, format!("{text}")),
@@ -411,7 +425,8 @@ fn server(t: &mut Translation, d: &Directive) {
         }
         t.note(
             d,
-            Kind::NotNeeded, "this server only redirects to HTTPS, which hayate does for every \
+            Kind::NotNeeded,
+            "this server only redirects to HTTPS, which hayate does for every \
              plain-HTTP listener (https_redirect; with 308, which keeps the method)",
         );
         return;
@@ -453,9 +468,11 @@ fn server(t: &mut Translation, d: &Directive) {
     }
     let site = &mut t.config.sites[index];
     site.rules = phases.into_iter().flatten().collect();
-    let hides_dotfiles = body.iter().any(|l| l.name == "location" && l.args.iter().any(|a| a.contains("/\\.")));
-    let has_files = site.keys.get("root").is_some()
-        || site.routes.iter().any(|r| r.keys.get("root").is_some());
+    let hides_dotfiles = body
+        .iter()
+        .any(|l| l.name == "location" && l.args.iter().any(|a| a.contains("/\\.")));
+    let has_files =
+        site.keys.get("root").is_some() || site.routes.iter().any(|r| r.keys.get("root").is_some());
     if !hides_dotfiles && has_files {
         t.notes.push(Note {
             pos: d.pos.clone(),
@@ -536,7 +553,8 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
             if !re.contains("php") {
                 t.note(
                     d,
-                    Kind::Differs, "hayate runs the files fastcgi_extensions names \
+                    Kind::Differs,
+                    "hayate runs the files fastcgi_extensions names \
                      (.php) through FastCGI, whatever this regex says",
                 );
             }
@@ -550,9 +568,7 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
             if routes.iter().any(|r| &r.prefix == prefix) {
                 return t.note(d, Kind::NotCarried, "another location has this prefix");
             }
-            let keys = parent
-                .map(|p| routes[p].keys.clone())
-                .unwrap_or_default();
+            let keys = parent.map(|p| routes[p].keys.clone()).unwrap_or_default();
             routes.push(Route {
                 from: d.pos.to_string(),
                 prefix: prefix.clone(),
@@ -572,7 +588,8 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
             if *no_regex {
                 t.note(
                     d,
-                    Kind::Differs, "hayate's rules (from regex and exact locations) \
+                    Kind::Differs,
+                    "hayate's rules (from regex and exact locations) \
                      run before any route, this one's paths included",
                 );
             }
@@ -600,7 +617,8 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
             if path != "/" {
                 t.note(
                     d,
-                    Kind::Differs, format!("a route at {path}, which also takes the paths under it"),
+                    Kind::Differs,
+                    format!("a route at {path}, which also takes the paths under it"),
                 );
             }
             for inner in body {
@@ -611,20 +629,27 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
         Match::Regex(re, ci) if regex::Regex::new(re).is_err() => {
             let hides_dotfiles = re.starts_with("/\\.") && !*ci;
             let what = if hides_dotfiles && body.iter().all(|i| i.name != "return") {
-                (Kind::Differs, "hayate hides dotfiles itself (a 404, where this answers 403), \
-                 .well-known excepted".to_string())
+                (
+                    Kind::Differs,
+                    "hayate hides dotfiles itself (a 404, where this answers 403), \
+                 .well-known excepted"
+                        .to_string(),
+                )
             } else {
-                (Kind::NotCarried, format!(
-                    "{re}: hayate's regexes run in linear time, without look-around or \
+                (
+                    Kind::NotCarried,
+                    format!(
+                        "{re}: hayate's regexes run in linear time, without look-around or \
                      back-references"
-                ))
+                    ),
+                )
             };
             t.note(d, what.0, what.1);
         }
         Match::Exact(_) | Match::Regex(..) => {
-            t.conditions.push(m.condition());
-            let i = t.conditions.len() - 1;
             let phase = if matches!(m, Match::Exact(_)) { 1 } else { 2 };
+            t.conditions.push((m.condition(), phase));
+            let i = t.conditions.len() - 1;
             let rules_before = t.rule_phases[phase].len();
             for inner in body {
                 t.target = Some(Target::Rules(i));
@@ -673,7 +698,11 @@ pub fn try_files(t: &mut Translation, d: &Directive) -> Result<Option<String>, S
     if !extra.is_empty() {
         difference = Some(format!(
             "hayate tries the file and the directory only ({} not tried)",
-            extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+            extra
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
         ));
     }
     if last == "=404" {

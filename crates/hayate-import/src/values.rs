@@ -4,9 +4,7 @@
 /// `10m` (nginx: MiB) -> `10MiB`; `0` is None (nginx: no limit).
 pub fn size(s: &str) -> Result<Option<String>, String> {
     let (digits, unit) = s.split_at(s.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("{s:?} is not a size"))?;
     if n == 0 {
         return Ok(None);
     }
@@ -73,7 +71,10 @@ pub fn seconds(s: &str) -> Result<u64, String> {
 /// an nginx variable hayate has no value for is an error naming it.
 pub fn template(s: &str) -> Result<String, String> {
     // `$uri$is_args$args`: hayate keeps the query of a template without `?`.
-    let s = s.replace("$is_args$args", "").replace("?$args", "").replace("?$query_string", "");
+    let s = s
+        .replace("$is_args$args", "")
+        .replace("?$args", "")
+        .replace("?$query_string", "");
     let mut out = String::with_capacity(s.len());
     let mut rest = s.as_str();
     while let Some(i) = rest.find('$') {

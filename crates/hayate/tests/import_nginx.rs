@@ -40,7 +40,12 @@ fn staged() -> tempfile::TempDir {
             std::fs::write(&path, text).expect("write");
         }
     }
-    for d in ["var/www/html", "var/www/wordpress", "srv/example.com/public", "path/to"] {
+    for d in [
+        "var/www/html",
+        "var/www/wordpress",
+        "srv/example.com/public",
+        "path/to",
+    ] {
         std::fs::create_dir_all(dir.path().join(d)).expect("mkdir");
     }
     dir
@@ -91,7 +96,10 @@ fn debian_default_site() {
         ]
     );
     assert_eq!(code, 0, "{toml}");
-    assert!(toml.contains("listen = [\"0.0.0.0:80\", \"[::]:80\"]"), "{toml}");
+    assert!(
+        toml.contains("listen = [\"0.0.0.0:80\", \"[::]:80\"]"),
+        "{toml}"
+    );
     assert!(toml.contains("index = \"index.html\""), "{toml}");
     // server_name _ with default_server: the site without hosts.
     assert!(!toml.contains("hosts ="), "{toml}");
@@ -144,7 +152,10 @@ fn laravel_site() {
         ]
     );
     assert_eq!(code, 2, "{toml}");
-    assert!(toml.contains("fastcgi = \"unix:/var/run/php/php8.2-fpm.sock\""), "{toml}");
+    assert!(
+        toml.contains("fastcgi = \"unix:/var/run/php/php8.2-fpm.sock\""),
+        "{toml}"
+    );
     assert!(
         toml.contains("response_headers = { \"X-Frame-Options\" = \"SAMEORIGIN\", \"X-Content-Type-Options\" = \"nosniff\", \"-X-Powered-By\" = \"\" }"),
         "{toml}"
@@ -165,7 +176,9 @@ fn node_app_behind_an_upstream_with_websockets() {
     assert_eq!(code, 0, "{toml}");
     assert!(toml.contains("proxy_balance = \"hash:ip\""), "{toml}");
     assert!(
-        toml.contains("members = [\"http://app01:3000\", \"http://app02:3000\", \"http://app03:3000\"]"),
+        toml.contains(
+            "members = [\"http://app01:3000\", \"http://app02:3000\", \"http://app03:3000\"]"
+        ),
         "{toml}"
     );
     assert!(toml.contains("proxy = \"nodes\""), "{toml}");
@@ -177,7 +190,8 @@ fn node_app_behind_an_upstream_with_websockets() {
 fn mozilla_intermediate_tls() {
     let dir = staged();
     let (code, toml, report) = import(dir.path(), "mozilla-intermediate.conf");
-    let not_needed = |line: u32, d: &str| format!("mozilla-intermediate.conf:{line}: {d}: not needed");
+    let not_needed =
+        |line: u32, d: &str| format!("mozilla-intermediate.conf:{line}: {d}: not needed");
     let mut expected = vec![
         not_needed(4, "server"),
         "mozilla-intermediate.conf:13: server: carried with a difference".to_string(),
@@ -201,7 +215,9 @@ fn mozilla_intermediate_tls() {
     assert_eq!(report, expected);
     assert_eq!(code, 0, "{toml}");
     assert!(
-        toml.contains("listen = [\"0.0.0.0:80\", \"[::]:80\", \"https://0.0.0.0:443\", \"https://[::]:443\"]"),
+        toml.contains(
+            "listen = [\"0.0.0.0:80\", \"[::]:80\", \"https://0.0.0.0:443\", \"https://[::]:443\"]"
+        ),
         "{toml}"
     );
     assert!(toml.contains("tls_key = ["), "{toml}");
@@ -279,7 +295,16 @@ impl Nginx {
         );
         let stderr = dir.join("nginx.stderr");
         let child = Command::new(NGINX)
-            .args(["-e", "stderr", "-p", &prefix, "-c", "nginx.conf", "-g", &globals])
+            .args([
+                "-e",
+                "stderr",
+                "-p",
+                &prefix,
+                "-c",
+                "nginx.conf",
+                "-g",
+                &globals,
+            ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .spawn()
@@ -378,7 +403,10 @@ fn send(addr: SocketAddr, r: &Request) -> Response {
 /// docs/import-nginx.md says both).
 fn seen(r: &Response, host: &str) -> String {
     let location = r.header("location").map(|l| {
-        match l.strip_prefix("http://").and_then(|rest| rest.split_once('/')) {
+        match l
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once('/'))
+        {
             Some((authority, path)) if authority.split(':').next() == Some(host) => {
                 format!("/{path}")
             }
@@ -388,7 +416,9 @@ fn seen(r: &Response, host: &str) -> String {
     if r.status >= 300 {
         return format!("{} location={location:?} (the server's own page)", r.status);
     }
-    let media_type = r.header("content-type").map(|t| t.split(';').next().unwrap_or(t).trim());
+    let media_type = r
+        .header("content-type")
+        .map(|t| t.split(';').next().unwrap_or(t).trim());
     format!(
         "{} type={:?} body={}",
         r.status,
@@ -409,8 +439,14 @@ fn differences(nginx: SocketAddr, hayate: SocketAddr, requests: &[Request]) -> V
                 r.path,
                 seen(&a, r.host),
                 seen(&b, r.host),
-                String::from_utf8_lossy(&a.body).chars().take(200).collect::<String>(),
-                String::from_utf8_lossy(&b.body).chars().take(200).collect::<String>(),
+                String::from_utf8_lossy(&a.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
+                String::from_utf8_lossy(&b.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
             ));
         }
     }
@@ -458,14 +494,20 @@ fn wordpress_site_behaves_as_under_nginx() {
             "server unix:/tmp/php-cgi.socket;\n        server 127.0.0.1:9000;",
             &format!("server unix:{};", fpm.socket().display()),
         )
-        .replace("root /var/www/wordpress;", &format!("root {};", www.display()))
+        .replace(
+            "root /var/www/wordpress;",
+            &format!("root {};", www.display()),
+        )
         .replace(
             "server_name domain.tld;",
             &format!("listen {listen} reuseport;\n        server_name domain.tld;"),
         );
     std::fs::write(dir.path().join("site.conf"), site).expect("write");
-    std::fs::copy(corpus().join("fastcgi_params"), dir.path().join("fastcgi_params"))
-        .expect("copy");
+    std::fs::copy(
+        corpus().join("fastcgi_params"),
+        dir.path().join("fastcgi_params"),
+    )
+    .expect("copy");
     std::fs::create_dir_all(dir.path().join("tmp")).expect("mkdir");
     std::fs::write(
         dir.path().join("nginx.conf"),
@@ -508,7 +550,11 @@ fn wordpress_site_behaves_as_under_nginx() {
     assert!(
         unexpected.is_empty(),
         "differences:\n{}\nnginx log:\n{}",
-        unexpected.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
+        unexpected
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
         nginx.log()
     );
     assert_eq!(found.len(), reported.len(), "{found:#?}");
@@ -520,7 +566,9 @@ fn wordpress_site_behaves_as_under_nginx() {
 #[test]
 fn node_proxy_site_behaves_as_under_nginx() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let origins: Vec<Origin> = (0..3).map(|_| Origin::start(OriginOptions::default())).collect();
+    let origins: Vec<Origin> = (0..3)
+        .map(|_| Origin::start(OriginOptions::default()))
+        .collect();
     let (_held, port) = reserved_port();
     let listen = format!("127.0.0.1:{port}");
     let mut site = std::fs::read_to_string(corpus().join("node-socketio.conf"))
@@ -528,7 +576,10 @@ fn node_proxy_site_behaves_as_under_nginx() {
         .replace("listen 3000;", &format!("listen {listen} reuseport;"));
     for (i, origin) in origins.iter().enumerate() {
         let member = origin.url().trim_start_matches("http://").to_string();
-        site = site.replace(&format!("server app0{}:3000;", i + 1), &format!("server {member};"));
+        site = site.replace(
+            &format!("server app0{}:3000;", i + 1),
+            &format!("server {member};"),
+        );
     }
     // The corpus file is a whole http block: the test's settings go inside.
     let d = dir.path().display();
@@ -611,7 +662,8 @@ fn websocket_upgrade_through_both() {
     let hayate = hayate_from_import(dir.path(), &listen);
     for (addr, done) in [(nginx.addr, nginx_done), (hayate.addr, hayate_done)] {
         let mut s = TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(hayate_testkit::WAIT)).expect("timeout");
+        s.set_read_timeout(Some(hayate_testkit::WAIT))
+            .expect("timeout");
         s.write_all(
             b"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: io.yourhost.com\r\n\
               Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
@@ -628,7 +680,10 @@ fn websocket_upgrade_through_both() {
         assert_eq!(&back, b"ping", "{addr}");
         drop(s);
         let upstream_head = done.join().expect("upgrade server");
-        assert!(upstream_head.contains("upgrade: websocket"), "{addr}: {upstream_head}");
+        assert!(
+            upstream_head.contains("upgrade: websocket"),
+            "{addr}: {upstream_head}"
+        );
     }
     hayate.assert_no_errors();
 }

@@ -1,0 +1,250 @@
+//! The translator, directive by directive: nginx text in, hayate TOML and
+//! report out.
+
+use std::path::Path;
+
+use crate::nginx_parse::parse_str;
+use crate::nginx_translate::translate;
+
+/// The TOML (without its header) and the report lines (`line: directive:
+/// kind: what`) of an nginx text.
+fn import(text: &str) -> (String, Vec<String>) {
+    let main = parse_str(text, Path::new("t.conf"), Path::new("")).expect("parses");
+    let t = translate(&main);
+    let notes = t
+        .notes
+        .iter()
+        .map(|n| format!("{}: {}: {}", n.pos.line, n.directive, n.kind.as_str()))
+        .collect();
+    (t.config.to_toml(""), notes)
+}
+
+#[test]
+fn locations_become_rules_in_nginx_order_and_routes() {
+    let (toml, notes) = import(
+        "server {\n listen 80;\n server_name a.example;\n root /srv/a;\n\
+         location ~ \\.bak$ { deny all; }\n\
+         location = /old { return 301 /new; }\n\
+         rewrite ^/p/(\\d+)$ /post.php?id=$1 last;\n\
+         location /api/ { proxy_pass http://127.0.0.1:3000/; }\n\
+         location ^~ /static/ { alias /srv/static/; }\n}\n",
+    );
+    // Server rewrites, then exact, then regex locations, as nginx checks them.
+    let rewrite = toml.find("match = \"^/p/(\\\\d+)$\"").expect(&toml);
+    let exact = toml.find("match = \"^/old$\"").expect(&toml);
+    let regex = toml.find("match = \"\\\\.bak$\"").expect(&toml);
+    assert!(rewrite < exact && exact < regex, "{toml}");
+    assert!(toml.contains("rewrite = \"/post.php?id=$1\"\n"), "{toml}");
+    assert!(toml.contains("redirect = \"/new\"\nstatus = 301"), "{toml}");
+    assert!(
+        toml.contains("match = \"\\\\.bak$\"\nrespond = 403"),
+        "{toml}"
+    );
+    // proxy_pass with the URI "/": the prefix is stripped.
+    assert!(
+        toml.contains(
+            "prefix = \"/api/\"\nstrip_prefix = true\nproxy = [\"http://127.0.0.1:3000\"]"
+        ),
+        "{toml}"
+    );
+    // A regex location that answers by itself gets no 404 rule of files.
+    assert_eq!(toml.matches("file = \"missing\"").count(), 0, "{toml}");
+    assert!(
+        toml.contains("prefix = \"/static/\"\nroot = \"/srv/static/\"\nstrip_prefix = true"),
+        "{toml}"
+    );
+    assert_eq!(
+        notes,
+        [
+            "1: server: carried with a difference",   // dotfiles
+            "9: location: carried with a difference", // ^~: rules come first
+        ]
+    );
+}
+
+#[test]
+fn rewrite_flags() {
+    let (toml, notes) = import(
+        "server {\n root /srv;\n location /dotfiles/ { deny all; }\n\
+         rewrite ^/a$ /b break;\n rewrite ^/c$ /d redirect;\n rewrite ^/e$ /f permanent;\n\
+         rewrite ^/g$ https://x.example/g;\n rewrite ^/h$ /i;\n rewrite ^/(?=j) /k last;\n}\n",
+    );
+    assert!(toml.contains("rewrite = \"/b\"\nlast = true"), "{toml}");
+    assert!(toml.contains("redirect = \"/d\"\nstatus = 302"), "{toml}");
+    assert!(toml.contains("redirect = \"/f\"\nstatus = 301"), "{toml}");
+    assert!(
+        toml.contains("redirect = \"https://x.example/g\"\nstatus = 302"),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("match = \"^/h$\"\nrewrite = \"/i\""),
+        "{toml}"
+    );
+    assert!(
+        notes.contains(&"8: rewrite: carried with a difference".to_string()),
+        "{notes:?}"
+    );
+    // Look-ahead: hayate's regexes have none.
+    assert!(
+        notes.contains(&"9: rewrite: not carried".to_string()),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn listen_forms_and_names() {
+    let (toml, notes) = import(
+        "server {\n listen 443 ssl http2;\n listen unix:/run/a.sock;\n\
+         listen 127.0.0.1:8080 proxy_protocol;\n listen [::]:8443 ssl default_server;\n\
+         server_name .example.com www.example.* ~^(?<u>.+)\\.example\\.net$;\n\
+         ssl_certificate /etc/ssl/a.pem;\n ssl_certificate_key /etc/ssl/a.key;\n\
+         proxy_pass http://127.0.0.1:3000;\n}\n",
+    );
+    assert!(
+        toml.contains(
+            "listen = [\"https://0.0.0.0:443\", \"unix:/run/a.sock\", \"127.0.0.1:8080 proxy_protocol\", \"https://[::]:8443\"]"
+        ),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("hosts = [\"example.com\", \"*.example.com\"]"),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("tls_cert = [\"/etc/ssl/a.pem\"]\ntls_key = [\"/etc/ssl/a.key\"]"),
+        "{toml}"
+    );
+    assert_eq!(
+        notes,
+        [
+            // default_server on a named server
+            "1: listen: carried with a difference",
+            // the regex name and the tail wildcard
+            "6: server_name: not carried",
+        ]
+    );
+}
+
+#[test]
+fn upstream_members_and_policies() {
+    let (toml, notes) = import(
+        "http {\n upstream app {\n  least_conn;\n  server 10.0.0.1:3000 weight=3 max_fails=2 fail_timeout=30s;\n\
+         server unix:/run/app.sock;\n  server 10.0.0.2:3000 backup;\n  server 10.0.0.3:3000 down;\n\
+         keepalive 32;\n }\n server {\n  location / { proxy_pass http://app; }\n }\n}\n",
+    );
+    assert!(
+        toml.contains(
+            "members = [\"http://10.0.0.1:3000 weight=3\", \"unix:/run/app.sock\", \"http://10.0.0.2:3000\"]"
+        ),
+        "{toml}"
+    );
+    assert!(toml.contains("proxy_balance = \"least_conn\""), "{toml}");
+    assert!(
+        toml.contains("proxy_max_fails = 2\nproxy_fail_timeout = \"30s\""),
+        "{toml}"
+    );
+    assert!(toml.contains("proxy = \"app\""), "{toml}");
+    assert_eq!(
+        notes,
+        [
+            "3: least_conn: carried with a difference",
+            "6: server: carried with a difference", // backup
+            "7: server: not carried",               // down
+            "8: keepalive: not needed",
+        ]
+    );
+}
+
+#[test]
+fn policies_limits_and_headers() {
+    let (toml, notes) = import(
+        "http {\n limit_req_zone $binary_remote_addr zone=one:10m rate=5r/s;\n\
+         limit_conn_zone $binary_remote_addr zone=addr:10m;\n set_real_ip_from 10.0.0.0/8;\n\
+         server {\n  root /srv;\n   client_max_body_size 64m;\n\
+         location /login/ { limit_req zone=one burst=10; limit_conn addr 2; }\n\
+         location /admin/ { allow 192.0.2.0/24; deny all; auth_basic \"Admins\"; \
+         auth_basic_user_file /etc/nginx/htpasswd; }\n\
+         location /api/ { limit_req zone=one burst=20 nodelay; \
+         proxy_pass http://127.0.0.1:3000; proxy_set_header X-Real-IP $remote_addr; \
+         proxy_read_timeout 5m; add_header X-Frame-Options DENY always; expires 1h; }\n }\n}\n",
+    );
+    assert!(
+        toml.contains("trusted_proxies = [\"10.0.0.0/8\"]"),
+        "{toml}"
+    );
+    assert!(toml.contains("max_body_size = \"64MiB\""), "{toml}");
+    assert!(
+        toml.contains("rate_limit = \"5/s burst=10 delay\"\nconn_limit = 2"),
+        "{toml}"
+    );
+    assert!(toml.contains("rate_limit = \"5/s burst=20\"\n"), "{toml}");
+    assert!(
+        toml.contains("allow = [\"192.0.2.0/24\"]\nbasic_auth_realm = \"Admins\"\nbasic_auth = \"/etc/nginx/htpasswd\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("request_headers = { \"X-Real-IP\" = \"$client_ip\" }"),
+        "{toml}"
+    );
+    assert!(toml.contains("proxy_timeout = \"300s\""), "{toml}");
+    assert!(
+        toml.contains("response_headers = { \"X-Frame-Options\" = \"DENY\" }"),
+        "{toml}"
+    );
+    assert!(toml.contains("cache_control = \"max-age=3600\""), "{toml}");
+    assert_eq!(
+        notes,
+        [
+            "5: server: carried with a difference", // dotfiles
+            "8: limit_req: carried with a difference",
+            "8: limit_conn: carried with a difference",
+            "9: auth_basic_user_file: carried with a difference",
+            "10: limit_req: carried with a difference",
+            "10: expires: carried with a difference",
+        ]
+    );
+}
+
+#[test]
+fn try_files_shapes() {
+    let (toml, notes) = import(
+        "server {\n root /srv;\n\
+         location /spa/ { try_files $uri $uri/ /spa/index.html; }\n\
+         location / { try_files $uri @app; }\n\
+         location @app { proxy_pass http://127.0.0.1:3000; proxy_set_header Host $host; }\n\
+         location /x/ { try_files $uri $uri.html =403; }\n}\n",
+    );
+    assert!(
+        toml.contains("prefix = \"/spa/\"\nfallback = \"spa/index.html\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("prefix = \"/\"\nproxy = [\"http://127.0.0.1:3000\"]"),
+        "{toml}"
+    );
+    assert_eq!(
+        notes,
+        [
+            "1: server: carried with a difference",
+            "6: try_files: not carried"
+        ]
+    );
+}
+
+#[test]
+fn unknown_and_unsupported_directives_are_reported() {
+    let (_, notes) = import(
+        "server {\n root /srv;\n if ($host = a) { return 404; }\n\
+         sub_filter a b;\n frobnicate on;\n sendfile on;\n}\n",
+    );
+    assert_eq!(
+        notes,
+        [
+            "1: server: carried with a difference",
+            "3: if: not supported",
+            "4: sub_filter: not supported",
+            "5: frobnicate: not supported",
+            "6: sendfile: not needed",
+        ]
+    );
+}
