@@ -543,9 +543,8 @@ pub fn access_log(t: &mut Translation, d: &Directive) -> Applied {
             result = Err("hayate has one access log: another access_log set it already".into());
         }
     }
-    match result? {
-        Some(d) => differences.push(d),
-        None => {}
+    if let Some(d) = result? {
+        differences.push(d);
     }
     Ok((!differences.is_empty()).then(|| differences.join("; ")))
 }

@@ -342,18 +342,18 @@ pub fn directive(t: &mut Translation, d: &Directive) {
         return;
     };
     match row.how {
-        How::NotNeeded(why) => t.note(d, Kind::NotNeeded, format!("{why}")),
-        How::Unsupported(why) => t.note(d, Kind::NotSupported, format!("{why}")),
+        How::NotNeeded(why) => t.note(d, Kind::NotNeeded, why),
+        How::Unsupported(why) => t.note(d, Kind::NotSupported, why),
         How::Translated | How::Differs(_) => {
             let Some(apply) = row.apply else { return };
             match apply(t, d) {
                 Ok(None) => {
                     if let How::Differs(text) = row.how {
-                        t.note(d, Kind::Differs, format!("{text}"))
+                        t.note(d, Kind::Differs, text)
                     }
                 }
-                Ok(Some(text)) => t.note(d, Kind::Differs, format!("{text}")),
-                Err(text) => t.note(d, Kind::NotCarried, format!("{text}")),
+                Ok(Some(text)) => t.note(d, Kind::Differs, text),
+                Err(text) => t.note(d, Kind::NotCarried, text),
             }
         }
     }
@@ -371,7 +371,7 @@ fn upstream(t: &mut Translation, d: &Directive) {
             match nginx_upstreams::upstream_server(t, inner) {
                 Ok(Some(member)) => group.members.push(member),
                 Ok(None) => {}
-                Err(text) => t.note(inner, Kind::NotCarried, format!("{text}")),
+                Err(text) => t.note(inner, Kind::NotCarried, text),
             }
         } else {
             directive(t, inner);
@@ -544,7 +544,7 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
     let body = d.block.as_deref().unwrap_or_default();
     let m = match Match::parse(d) {
         Ok(m) => m,
-        Err(e) => return t.note(d, Kind::NotCarried, format!("{e}")),
+        Err(e) => return t.note(d, Kind::NotCarried, e),
     };
     let is_php = body.iter().any(|i| i.name == "fastcgi_pass");
     match &m {

@@ -225,7 +225,11 @@ pub fn upstream_server(t: &mut Translation, d: &Directive) -> Result<Option<Stri
                     "proxy_max_conns counts per worker, for every member",
                 );
             }
-            other => t.note(d, Kind::NotCarried, format!("{other}")),
+            other => t.note(
+                d,
+                Kind::NotCarried,
+                format!("{other}: no hayate member option"),
+            ),
         }
     }
     Ok(Some(member))

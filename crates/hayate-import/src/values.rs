@@ -51,7 +51,7 @@ pub fn duration(s: &str) -> Result<String, String> {
         ms += n * factor;
         rest = &rest[unit_end..];
     }
-    Ok(if ms % 1000 == 0 {
+    Ok(if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
