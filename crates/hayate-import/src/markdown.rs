@@ -14,8 +14,9 @@ pub fn table_markdown() -> String {
          configuration (following `include`, globs included, relative to the main file's \
          directory as nginx's prefix) and writes a hayate config. On stderr it reports, one \
          line each (`file:line: directive: what`), every directive not carried over or carried \
-         over with a difference. It exits 0 when everything was carried over, 2 when something \
-         was reported (the config is still written), 1 when the nginx files cannot be read or \
+         over with a difference. It exits 0 when everything was carried over (the report may \
+         still say what was not needed or differs), 2 when something was not carried over or \
+         not supported (the config is still written), 1 when the nginx files cannot be read or \
          parsed (with the position). `--check` also runs the result through `hayate check`.\n\n\
          ## How locations map\n\n\
          nginx picks a location in this order: `=` exact, then the longest prefix (final if it \
@@ -26,6 +27,20 @@ pub fn table_markdown() -> String {
          becomes the site's `fastcgi`, which runs `.php` scripts under every route; prefix \
          locations become routes, whose prefixes end at a path segment. Regex locations with \
          content of their own (`expires`, `proxy_pass`) have no hayate form and are reported.\n\n\
+         ## Differences in every site\n\n\
+         What hayate does by default that nginx does not, found by the differential tests \
+         (`crates/hayate/tests/import_nginx.rs`, which run nginx with a config and hayate \
+         with its import side by side):\n\n\
+         - hayate hides dotfiles (`.env`, `.git/`; 404), which nginx serves unless a location \
+         denies them; the report says so for each server with files (`dotfiles = true` serves \
+         them).\n\
+         - hayate names `charset=utf-8` in the Content-Type of text files; nginx does with its \
+         `charset` directive only.\n\
+         - Error pages and redirect bodies are each server's own text; nginx writes a \
+         redirect's Location absolute (`http://host:port/dir/`), hayate relative (`/dir/`): \
+         the same place for a client.\n\
+         - Plain HTTP is redirected to HTTPS by hayate itself (308) when there is an https \
+         listener: nginx's redirecting server blocks are reported as not needed.\n\n\
          ## Directives\n\n\
          | nginx | hayate | status |\n|---|---|---|\n",
     );

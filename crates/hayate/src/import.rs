@@ -1,7 +1,9 @@
 //! `hayate import nginx FILE [-o OUT] [--check]`: another server's config
 //! as a hayate config (hayate-import does the work), the report on stderr.
-//! Exit 0 when everything was carried over, 2 when something was reported
-//! (the config is still written), 1 when the input cannot be read or parsed.
+//! Exit 0 when everything was carried over (what was not needed or differs
+//! is still reported), 2 when something was not carried over or not
+//! supported (the config is still written), 1 when the input cannot be
+//! read or parsed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,7 +16,7 @@ pub(crate) fn command() -> Command {
         .about(
             "Turn another server's config into a hayate config: prints it (or writes -o OUT), \
              and on stderr one line per directive not carried over or carried with a difference \
-             (file:line: directive: what); exit 0 all carried, 2 something reported, 1 the \
+             (file:line: directive: what); exit 0 all carried, 2 something not carried, 1 the \
              input unreadable",
         )
         .arg_required_else_help(true)
