@@ -336,17 +336,24 @@ impl Drop for Nginx {
     }
 }
 
-/// The http block a test's server file runs in: nginx's temp files under
-/// `dir` (Debian's build names /var/lib/nginx, which an unprivileged
-/// nginx cannot write), no access log.
-fn nginx_main(dir: &Path, site: &str) -> String {
+/// What every test's http block starts with: nginx's temp files under
+/// `dir` (Debian's build names /var/lib/nginx, which an unprivileged nginx
+/// cannot write), media types, no access log.
+fn http_settings(dir: &Path) -> String {
     let d = dir.display();
+    std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
     format!(
-        "events {{}}\nhttp {{\n    include /etc/nginx/mime.types;\n    access_log off;\n    \
+        "\n    include /etc/nginx/mime.types;\n    access_log off;\n    \
          client_body_temp_path {d}/tmp/body;\n    proxy_temp_path {d}/tmp/proxy;\n    \
          fastcgi_temp_path {d}/tmp/fastcgi;\n    uwsgi_temp_path {d}/tmp/uwsgi;\n    \
-         scgi_temp_path {d}/tmp/scgi;\n    include {site};\n}}\n"
+         scgi_temp_path {d}/tmp/scgi;\n"
     )
+}
+
+/// A whole nginx config around a corpus file that is a whole http block.
+fn around_http_block(dir: &Path, http_block: &str) -> String {
+    let settings = http_settings(dir);
+    http_block.replacen("http {", &format!("events {{}}\nhttp {{{settings}"), 1)
 }
 
 /// Imports `dir/nginx.conf` and starts hayate with the result on a port of
@@ -508,12 +515,11 @@ fn wordpress_site_behaves_as_under_nginx() {
         dir.path().join("fastcgi_params"),
     )
     .expect("copy");
-    std::fs::create_dir_all(dir.path().join("tmp")).expect("mkdir");
-    std::fs::write(
-        dir.path().join("nginx.conf"),
-        nginx_main(dir.path(), "site.conf"),
-    )
-    .expect("write");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir.path())
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
     let nginx = Nginx::start(dir.path(), port);
     let hayate = hayate_from_import(dir.path(), &listen);
 
@@ -581,20 +587,11 @@ fn node_proxy_site_behaves_as_under_nginx() {
             &format!("server {member};"),
         );
     }
-    // The corpus file is a whole http block: the test's settings go inside.
-    let d = dir.path().display();
-    let site = site.replacen(
-        "http {",
-        &format!(
-            "events {{}}\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  \
-             client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  \
-             fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  \
-             scgi_temp_path {d}/tmp/scgi;"
-        ),
-        1,
-    );
-    std::fs::create_dir_all(dir.path().join("tmp")).expect("mkdir");
-    std::fs::write(dir.path().join("nginx.conf"), site).expect("write");
+    std::fs::write(
+        dir.path().join("nginx.conf"),
+        around_http_block(dir.path(), &site),
+    )
+    .expect("write");
     let nginx = Nginx::start(dir.path(), port);
     let hayate = hayate_from_import(dir.path(), &listen);
 
@@ -637,25 +634,15 @@ fn websocket_upgrade_through_both() {
     let (_held, port) = reserved_port();
     let listen = format!("127.0.0.1:{port}");
     let site = |app: u16| {
-        std::fs::read_to_string(corpus().join("node-socketio.conf"))
+        let block = std::fs::read_to_string(corpus().join("node-socketio.conf"))
             .expect("corpus")
             .replace("listen 3000;", &format!("listen {listen} reuseport;"))
             .replace(
                 "    server app01:3000;\n    server app02:3000;\n    server app03:3000;",
                 &format!("    server 127.0.0.1:{app};"),
-            )
-            .replacen(
-                "http {",
-                &format!(
-                    "events {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  \
-                     proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  \
-                     uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;",
-                    d = dir.path().display()
-                ),
-                1,
-            )
+            );
+        around_http_block(dir.path(), &block)
     };
-    std::fs::create_dir_all(dir.path().join("tmp")).expect("mkdir");
     std::fs::write(dir.path().join("nginx.conf"), site(nginx_app)).expect("write");
     let nginx = Nginx::start(dir.path(), port);
     std::fs::write(dir.path().join("nginx.conf"), site(hayate_app)).expect("write");
