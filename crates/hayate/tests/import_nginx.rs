@@ -488,8 +488,11 @@ fn wordpress_site_behaves_as_under_nginx() {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(p, text).expect("write");
     }
+    // hayate keeps up to fastcgi_max_conns (5) connections, each holding
+    // a child; nginx opens one per request: with fewer children nginx's
+    // requests waited for hayate's idle ones to close (5 s each).
     let fpm = PhpFpm::start(&PhpPool {
-        children: 2,
+        children: 8,
         max_requests: 0,
         terminate_after_secs: 0,
     });
