@@ -6,6 +6,8 @@ use crate::nginx_parse::Directive;
 use crate::nginx_translate::{Target, Translation, DEFAULT_MARK, NOT_IN_PHP};
 use crate::values;
 
+use std::path::Path;
+
 /// What the row functions return (see `nginx_table::Apply`).
 pub type Applied = Result<Option<String>, String>;
 
@@ -195,22 +197,48 @@ pub fn index(t: &mut Translation, d: &Directive) -> Applied {
     only_options(t)?;
     let (php, files): (Vec<&String>, Vec<&String>) =
         d.args.iter().partition(|a| a.ends_with(".php"));
-    if let Some(first) = files.first() {
-        t.keys().set("index", Value::Str(first.to_string()));
-    }
     if php.first().is_some_and(|p| *p != "index.php") {
         t.keys()
             .set("fastcgi_index", Value::Str(php[0].to_string()));
     }
-    let dropped: Vec<&str> = files.iter().skip(1).map(|s| s.as_str()).collect();
+    let Some(first) = files.first() else {
+        return Ok(None);
+    };
+    // nginx tries the names in turn; hayate serves one: the first that
+    // the root holds now (Debian's default site has index.nginx-debian.html
+    // and no index.html), else the first.
+    let root = current_root(t);
+    let chosen = files
+        .iter()
+        .find(|f| {
+            root.as_ref()
+                .is_some_and(|r| Path::new(r).join(f).is_file())
+        })
+        .unwrap_or(first);
+    t.keys().set("index", Value::Str(chosen.to_string()));
+    let dropped: Vec<&str> = files
+        .iter()
+        .filter(|f| *f != chosen)
+        .map(|s| s.as_str())
+        .collect();
     if dropped.is_empty() {
         Ok(None)
     } else {
         Ok(Some(format!(
-            "hayate takes one index file: {} ({} dropped)",
-            files[0],
+            "hayate takes one index file: {chosen} ({} dropped)",
             dropped.join(", ")
         )))
+    }
+}
+
+/// The root in force where directives go now (the route's, its site's,
+/// the top level's).
+fn current_root(t: &mut Translation) -> Option<String> {
+    let here = t.keys().get("root").cloned();
+    let site = t.site().and_then(|s| s.keys.get("root").cloned());
+    match here.or(site).or_else(|| t.config.top.get("root").cloned()) {
+        Some(Value::Str(root)) => Some(root),
+        _ => None,
     }
 }
 
@@ -336,15 +364,8 @@ pub fn error_page(t: &mut Translation, d: &Directive) -> Applied {
              already go to the FastCGI front controller)"
         ));
     }
-    let root = match t.keys().get("root").cloned() {
-        Some(Value::Str(root)) => root,
-        _ => {
-            let site_root = t.site().and_then(|s| s.keys.get("root").cloned());
-            match site_root.or_else(|| t.config.top.get("root").cloned()) {
-                Some(Value::Str(root)) => root,
-                _ => return Err(format!("{uri}: no root to find it under")),
-            }
-        }
+    let Some(root) = current_root(t) else {
+        return Err(format!("{uri}: no root to find it under"));
     };
     let file = format!(
         "{}/{}",

@@ -226,6 +226,7 @@ pub static ROWS: &[Row] = &[
     not_needed("pid", "hayate is found through its control socket (hayate status)"),
     not_needed("user", "hayate drops privileges with user = NAME once its ports are bound (set it by hand)"),
     not_needed("include", "includes are read in place"),
+    not_needed("load_module", "hayate has no dynamic modules: what a module's directives did is reported where they are used"),
     not_needed("client_body_buffer_size", BUFFERS), not_needed("client_header_buffer_size", BUFFERS),
     not_needed("large_client_header_buffers", "hayate takes heads up to max_header_bytes (32 KiB)"),
     not_needed("proxy_buffers", BUFFERS), not_needed("proxy_buffer_size", BUFFERS), not_needed("proxy_busy_buffers_size", BUFFERS),

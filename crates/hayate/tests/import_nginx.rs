@@ -86,6 +86,9 @@ fn import(dir: &Path, name: &str) -> (i32, String, Vec<String>) {
 #[test]
 fn debian_default_site() {
     let dir = staged();
+    // The page Debian's package puts there: the index nginx would serve.
+    let page = dir.path().join("var/www/html/index.nginx-debian.html");
+    std::fs::write(page, "<h1>Welcome to nginx!</h1>\n").expect("write");
     let (code, toml, report) = import(dir.path(), "debian-default.conf");
     assert_eq!(
         report,
@@ -100,7 +103,10 @@ fn debian_default_site() {
         toml.contains("listen = [\"0.0.0.0:80\", \"[::]:80\"]"),
         "{toml}"
     );
-    assert!(toml.contains("index = \"index.html\""), "{toml}");
+    assert!(
+        toml.contains("index = \"index.nginx-debian.html\""),
+        "{toml}"
+    );
     // server_name _ with default_server: the site without hosts.
     assert!(!toml.contains("hosts ="), "{toml}");
 }
@@ -238,6 +244,24 @@ fn a_parse_error_names_file_line_and_column_and_exits_1() {
         stderr.trim(),
         "hayate import: site.conf:3:1: directive \"listen\" is not terminated by \";\""
     );
+    // Imported, written, and refused by check: exit 1, check's reason.
+    std::fs::write(
+        dir.path().join("site.conf"),
+        "server {\n    listen 8080;\n    root /nonexistent/www;\n}\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["import", "nginx", "site.conf", "-o", "out.toml", "--check"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fails hayate check: out.toml:") && stderr.contains("/nonexistent/www"),
+        "{stderr}"
+    );
+    assert!(dir.path().join("out.toml").is_file());
     let out = Command::new(BIN)
         .args(["import", "nginx", "/nonexistent/nginx.conf"])
         .output()
