@@ -3,7 +3,7 @@
 
 use crate::hayate_toml::{Keys, Value};
 use crate::nginx_parse::Directive;
-use crate::nginx_translate::{Target, Translation, DEFAULT_MARK, NOT_IN_PHP};
+use crate::nginx_translate::{Target, Translation, DEFAULT_MARK, NOT_IN_PHP, NOT_IN_RULES};
 use crate::values;
 
 use std::path::Path;

@@ -167,6 +167,8 @@ pub struct Translation {
     pub conn_zones: Vec<(String, String)>,
     /// Named locations of the server being translated.
     pub named: Vec<Directive>,
+    /// Named locations a try_files of the server being translated used.
+    pub named_used: Vec<String>,
     /// The server being translated needs a FastCGI front controller
     /// (try_files ... /index.php).
     pub wants_fastcgi: Option<Pos>,
@@ -264,6 +266,45 @@ pub const NGINX_DEFAULT_ROOT: &str = "/usr/share/nginx/html";
 /// server block is done (never written out).
 pub const DEFAULT_MARK: &str = "__default_server";
 
+/// Directives whose rows are applied without arguments.
+const TAKE_NO_ARGUMENTS: &[&str] = &[
+    "internal",
+    "least_conn",
+    "ip_hash",
+    "random",
+    "server",
+    "location",
+];
+
+/// What a regex or exact location can carry: rules (and what is refused
+/// with its own reason).
+const IN_RULES: &[&str] = &[
+    "return",
+    "rewrite",
+    "allow",
+    "deny",
+    "access_log",
+    "error_log",
+];
+
+/// What the PHP location can carry: hayate's FastCGI settings.
+const IN_PHP: &[&str] = &[
+    "fastcgi_pass",
+    "fastcgi_param",
+    "fastcgi_index",
+    "fastcgi_split_path_info",
+    "fastcgi_intercept_errors",
+    "fastcgi_hide_header",
+    "try_files",
+    "set",
+    "access_log",
+    "error_log",
+];
+
+/// Why other directives mean nothing in a regex or exact location.
+pub const NOT_IN_RULES: &str = "inside a regex or exact location: hayate routes are prefixes, \
+     and rules carry only return, rewrite and deny all";
+
 /// Why most directives mean nothing inside the PHP location.
 pub const NOT_IN_PHP: &str =
     "inside the PHP location: hayate runs scripts with its own FastCGI settings";
@@ -346,6 +387,22 @@ pub fn directive(t: &mut Translation, d: &Directive) {
         How::Unsupported(why) => t.note(d, Kind::NotSupported, why),
         How::Translated | How::Differs(_) => {
             let Some(apply) = row.apply else { return };
+            if d.args.is_empty() && !TAKE_NO_ARGUMENTS.contains(&row.directive) {
+                // nginx refuses these; so does the importer, by name.
+                return t.note(d, Kind::NotCarried, "no arguments");
+            }
+            let placed = match t.target() {
+                Target::Rules(_) => IN_RULES.contains(&row.directive),
+                Target::Php(_) => IN_PHP.contains(&row.directive),
+                _ => true,
+            };
+            if !placed {
+                let why = match t.target() {
+                    Target::Php(_) => NOT_IN_PHP,
+                    _ => NOT_IN_RULES,
+                };
+                return t.note(d, Kind::NotCarried, why);
+            }
             match apply(t, d) {
                 Ok(None) => {
                     if let How::Differs(text) = row.how {
@@ -451,6 +508,12 @@ fn server(t: &mut Translation, d: &Directive) {
             directive(t, inner);
         }
     }
+    for named in std::mem::take(&mut t.named) {
+        if !t.named_used.contains(&named.args[0]) {
+            t.note(&named, Kind::NotCarried, "no try_files names it (error_page and X-Accel-Redirect to a named location are not carried)");
+        }
+    }
+    t.named_used.clear();
     let phases = std::mem::take(&mut t.rule_phases);
     let site = &mut t.config.sites[index];
     if site.keys.get(DEFAULT_MARK).is_some() {
@@ -715,6 +778,7 @@ pub fn try_files(t: &mut Translation, d: &Directive) -> Result<Option<String>, S
         let Some(named) = t.named.iter().find(|n| n.arg(0) == last).cloned() else {
             return Err(format!("no location {last} in this server"));
         };
+        t.named_used.push(last.clone());
         // The named location's settings apply where nothing matched a file:
         // hayate's route sends what matches no file to its upstream.
         for inner in named.block.as_deref().unwrap_or_default() {

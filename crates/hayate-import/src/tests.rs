@@ -248,3 +248,36 @@ fn unknown_and_unsupported_directives_are_reported() {
         ]
     );
 }
+
+#[test]
+fn every_row_in_every_place_translates_or_reports() {
+    // Each directive of the table, with arguments of every kind, at every
+    // level a config can hold it: an answer or a report line, never a panic.
+    for row in crate::nginx_table::ROWS {
+        let name = row.directive;
+        if matches!(
+            name,
+            "server" | "location" | "upstream" | "http" | "events" | "types" | "include"
+        ) {
+            continue;
+        }
+        for args in [
+            "",
+            " on",
+            " off",
+            " 10m 5s",
+            " a b always",
+            " zone=z:1m rate=1r/s",
+            " =404",
+        ] {
+            let d = format!("{name}{args};");
+            let text = format!(
+                "http {{\n {d}\n upstream u {{ server 127.0.0.1:1; {d} }}\n server {{\n  {d}\n  \
+                 location /x/ {{ {d} }}\n  location ~ \\.php$ {{ fastcgi_pass unix:/a; {d} }}\n  \
+                 location = /e {{ {d} }}\n  location ~* \\.png$ {{ {d} }}\n  location @n {{ {d} }}\n }}\n}}\n"
+            );
+            let (toml, _) = import(&text);
+            assert!(toml.contains("[[site]]"), "{d}: {toml}");
+        }
+    }
+}
