@@ -17,11 +17,7 @@ pub fn only_options(t: &Translation) -> Result<(), String> {
         return Err(NOT_IN_PHP.into());
     }
     if !t.takes_options() {
-        return Err(
-            "inside a regex or exact location: hayate routes are prefixes, and \
-                    rules carry only return, rewrite and deny all"
-                .into(),
-        );
+        return Err(NOT_IN_RULES.into());
     }
     Ok(())
 }
