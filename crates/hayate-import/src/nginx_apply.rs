@@ -310,6 +310,16 @@ pub fn rewrite(t: &mut Translation, d: &Directive) -> Applied {
 /// `add_header NAME VALUE [always]`.
 pub fn add_header(t: &mut Translation, d: &Directive) -> Applied {
     only_options(t)?;
+    let max_age = d.arg(1).trim().strip_prefix("max-age=");
+    if let (true, Some(Ok(seconds))) = (
+        d.arg(0).eq_ignore_ascii_case("strict-transport-security"),
+        max_age.map(str::parse::<u64>),
+    ) {
+        // hayate's own HSTS: on HTTPS responses only, as nginx's 443
+        // server sends it.
+        t.keys().set("hsts", Value::Str(format!("{seconds}s")));
+        return Ok(None);
+    }
     let value = values::template(d.arg(1))?;
     t.keys().insert("response_headers", d.arg(0).into(), value);
     if d.arg(2) == "always" {

@@ -613,7 +613,14 @@ fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<usiz
     match &m {
         Match::Named(_) => {} // taken where try_files names it
         Match::Regex(re, _) if is_php => {
-            if !re.contains("php") {
+            if re.contains("index") {
+                t.note(
+                    d,
+                    Kind::Differs,
+                    "hayate runs every .php file under the root through FastCGI (fastcgi_extensions), \
+                     where this location runs index.php only (nginx serves other .php files as files)",
+                );
+            } else if !re.contains("php") {
                 t.note(
                     d,
                     Kind::Differs,

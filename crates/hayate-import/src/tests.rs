@@ -166,7 +166,8 @@ fn policies_limits_and_headers() {
          auth_basic_user_file /etc/nginx/htpasswd; }\n\
          location /api/ { limit_req zone=one burst=20 nodelay; \
          proxy_pass http://127.0.0.1:3000; proxy_set_header X-Real-IP $remote_addr; \
-         proxy_read_timeout 5m; add_header X-Frame-Options DENY always; expires 1h; }\n }\n}\n",
+         proxy_read_timeout 5m; add_header X-Frame-Options DENY always; expires 1h; \
+         add_header Strict-Transport-Security \"max-age=63072000\" always; }\n }\n}\n",
     );
     assert!(
         toml.contains("trusted_proxies = [\"10.0.0.0/8\"]"),
@@ -192,6 +193,7 @@ fn policies_limits_and_headers() {
         "{toml}"
     );
     assert!(toml.contains("cache_control = \"max-age=3600\""), "{toml}");
+    assert!(toml.contains("hsts = \"63072000s\""), "{toml}");
     assert_eq!(
         notes,
         [
