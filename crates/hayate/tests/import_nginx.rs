@@ -385,8 +385,9 @@ fn around_http_block(dir: &Path, http_block: &str) -> String {
 }
 
 /// Imports `dir/nginx.conf` and starts hayate with the result on a port of
-/// its own (`nginx_listen` in the config becomes 127.0.0.1:0).
-fn hayate_from_import(dir: &Path, nginx_listen: &str) -> Hayate {
+/// its own (`nginx_listen` in the config becomes 127.0.0.1:0); the import's
+/// report with it.
+fn hayate_from_import(dir: &Path, nginx_listen: &str) -> (Hayate, String) {
     let out = Command::new(BIN)
         .current_dir(dir)
         .args(["import", "nginx", "nginx.conf", "--check"])
@@ -400,7 +401,11 @@ fn hayate_from_import(dir: &Path, nginx_listen: &str) -> Hayate {
     );
     let toml = String::from_utf8_lossy(&out.stdout)
         .replace(&format!("\"{nginx_listen}\""), "\"127.0.0.1:0\"");
-    Hayate::start_config(BIN, &dir.join("hayate.toml"), &toml)
+    let report = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        Hayate::start_config(BIN, &dir.join("hayate.toml"), &toml),
+        report,
+    )
 }
 
 /// One request, sent the same way to each server.
@@ -430,12 +435,24 @@ fn send(addr: SocketAddr, r: &Request) -> Response {
     client.read_response(r.method == "HEAD")
 }
 
+/// Header fields compared on answers: cache and security headers, and
+/// those a PHP app's own may be hidden by (X-Powered-By).
+const COMPARED_FIELDS: &[&str] = &[
+    "cache-control",
+    "expires",
+    "x-frame-options",
+    "x-content-type-options",
+    "x-powered-by",
+    "strict-transport-security",
+    "www-authenticate",
+];
+
 /// What a client can tell apart: status, where a redirect leads (nginx
 /// writes it absolute, hayate relative: the same place for the client),
-/// and for answers that are not errors or redirects the media type and the
-/// body (the others' bodies are each server's own text; hayate names
-/// charset=utf-8 on text types, nginx only with its charset directive:
-/// docs/import-nginx.md says both).
+/// and for answers that are not errors or redirects the media type, the
+/// cache and security fields and the body (the others' bodies are each
+/// server's own text; hayate names charset=utf-8 on text types, nginx only
+/// with its charset directive: docs/import-nginx.md says both).
 fn seen(r: &Response, host: &str) -> String {
     let location = r.header("location").map(|l| {
         match l
@@ -449,13 +466,21 @@ fn seen(r: &Response, host: &str) -> String {
         }
     });
     if r.status >= 300 {
-        return format!("{} location={location:?} (the server's own page)", r.status);
+        let auth = r.header("www-authenticate");
+        return format!(
+            "{} location={location:?} www-authenticate={auth:?} (the server's own page)",
+            r.status
+        );
     }
     let media_type = r
         .header("content-type")
         .map(|t| t.split(';').next().unwrap_or(t).trim());
+    let fields: Vec<String> = COMPARED_FIELDS
+        .iter()
+        .filter_map(|f| r.header(f).map(|v| format!("{f}: {v}")))
+        .collect();
     format!(
-        "{} type={:?} body={}",
+        "{} type={:?} fields={fields:?} body={}",
         r.status,
         media_type,
         checksum(&r.body)
@@ -552,7 +577,7 @@ fn wordpress_site_behaves_as_under_nginx() {
     );
     std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
     let nginx = Nginx::start(dir.path(), port);
-    let hayate = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
 
     let req = |method, path, body| Request {
         method,
@@ -578,8 +603,21 @@ fn wordpress_site_behaves_as_under_nginx() {
         req(GET, "/.htaccess", b""),
     ];
     let found = differences(nginx.addr, hayate.addr, &requests);
-    // Each difference left is one the import reports.
-    let reported = ["GET /.htaccess: "];
+    // Each difference left is one the import reports: wordpress.conf:47,
+    // expires in a regex location (no Cache-Control, no Expires); :12, the
+    // dotfile hayate hides.
+    let reported = [
+        "GET /style.css: ",
+        "HEAD /style.css: ",
+        "GET /wp-content/uploads/pic.png: ",
+        "GET /.htaccess: ",
+    ];
+    for line in [
+        "site.conf:48: expires: not carried",
+        "site.conf:12: server: carried with a difference: nginx serves files whose name starts with a dot",
+    ] {
+        assert!(report.contains(line), "{line:?} not in the report:\n{report}");
+    }
     let unexpected: Vec<&String> = found
         .iter()
         .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
@@ -624,7 +662,7 @@ fn node_proxy_site_behaves_as_under_nginx() {
     )
     .expect("write");
     let nginx = Nginx::start(dir.path(), port);
-    let hayate = hayate_from_import(dir.path(), &listen);
+    let (hayate, _) = hayate_from_import(dir.path(), &listen);
 
     let req = |method, path| Request {
         method,
@@ -677,7 +715,7 @@ fn websocket_upgrade_through_both() {
     std::fs::write(dir.path().join("nginx.conf"), site(nginx_app)).expect("write");
     let nginx = Nginx::start(dir.path(), port);
     std::fs::write(dir.path().join("nginx.conf"), site(hayate_app)).expect("write");
-    let hayate = hayate_from_import(dir.path(), &listen);
+    let (hayate, _) = hayate_from_import(dir.path(), &listen);
     for (addr, done) in [(nginx.addr, nginx_done), (hayate.addr, hayate_done)] {
         let mut s = TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(hayate_testkit::WAIT))
