@@ -744,3 +744,118 @@ fn websocket_upgrade_through_both() {
     }
     hayate.assert_no_errors();
 }
+
+/// Laravel's site of the corpus, its root and php-fpm the test's, served by
+/// nginx and by hayate from its import.
+#[test]
+fn laravel_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    for (path, text) in [
+        (
+            "index.php",
+            "<?php if (str_contains($_SERVER['REQUEST_URI'], 'notfound')) { http_response_code(404); }\n\
+             header('Content-Type: text/plain'); echo 'laravel ', $_SERVER['REQUEST_METHOD'], ' ', \
+             $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', \
+             $_SERVER['QUERY_STRING'], ' email=', $_POST['email'] ?? '', \"\\n\";",
+        ),
+        ("other.php", "<?php echo 'other';\n"),
+        ("css/app.css", "body { margin: 0; }\n"),
+        ("robots.txt", "User-agent: *\nDisallow:\n"),
+        (".env", "APP_KEY=base64:secret\n"),
+        (".well-known/security.txt", "Contact: mailto:security@example.com\n"),
+    ] {
+        let p = public.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    // As for WordPress: room for hayate's kept connections and nginx's.
+    let fpm = PhpFpm::start(&PhpPool {
+        children: 8,
+        max_requests: 0,
+        terminate_after_secs: 0,
+    });
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("laravel.conf"))
+        .expect("corpus")
+        .replace(
+            "listen 80;\n    listen [::]:80;",
+            &format!("listen {listen} reuseport;\n"),
+        )
+        .replace(
+            "root /srv/example.com/public;",
+            &format!("root {};", public.display()),
+        )
+        .replace(
+            "fastcgi_pass unix:/var/run/php/php8.2-fpm.sock;",
+            &format!("fastcgi_pass unix:{};", fpm.socket().display()),
+        );
+    std::fs::write(dir.path().join("site.conf"), site).expect("write");
+    std::fs::copy(
+        corpus().join("fastcgi_params"),
+        dir.path().join("fastcgi_params"),
+    )
+    .expect("copy");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir.path())
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path, body| Request {
+        method,
+        path,
+        host: "example.com",
+        body,
+    };
+    let requests = [
+        req(GET, "/", b""),
+        req(GET, "/users/5", b""),
+        req(GET, "/users?page=2&sort=name", b""),
+        req("POST", "/login", b"email=a%40example.com"),
+        req(GET, "/index.php", b""),
+        req(GET, "/notfound", b""),
+        req(GET, "/css/app.css", b""),
+        req("HEAD", "/css/app.css", b""),
+        req(GET, "/robots.txt", b""),
+        req(GET, "/favicon.ico", b""),
+        req(GET, "/css", b""),
+        req(GET, "/.well-known/security.txt", b""),
+        req(GET, "/other.php", b""),
+        req(GET, "/.env", b""),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    // Each difference left is one the import reports (site.conf keeps
+    // laravel.conf's lines): laravel.conf:25, nginx
+    // runs index.php only and serves other.php as a file; :32, the dotfile
+    // hayate hides (404 for nginx's 403).
+    let reported = ["GET /other.php: ", "GET /.env: "];
+    for line in [
+        "site.conf:25: location: carried with a difference: hayate runs every .php file",
+        "site.conf:32: location: carried with a difference: hayate hides dotfiles",
+    ] {
+        assert!(
+            report.contains(line),
+            "{line:?} not in the report:\n{report}"
+        );
+    }
+    let unexpected: Vec<&String> = found
+        .iter()
+        .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "differences:\n{}\nnginx log:\n{}",
+        unexpected
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        nginx.log()
+    );
+    assert_eq!(found.len(), reported.len(), "{found:#?}");
+    hayate.assert_no_errors();
+}
