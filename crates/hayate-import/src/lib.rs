@@ -36,13 +36,13 @@ pub struct Import {
     pub notes: Vec<Note>,
 }
 
-/// Imports the nginx configuration `file` (and what it includes, relative
-/// to its directory, nginx's prefix for a main file in /etc/nginx).
-pub fn nginx(file: &Path) -> Result<Import, ParseError> {
-    // A bare file name's prefix is "" (the current directory), so that
-    // included files are named as plainly as the main one.
-    let prefix = file.parent().unwrap_or(Path::new(""));
-    let main = nginx_parse::parse_file(file, prefix)?;
+/// Imports the nginx configuration `file` and what it includes, relative
+/// paths resolved under `prefix` (nginx's configuration prefix: the
+/// directory of its nginx.conf) or, when None, under [`conf_prefix`]'s
+/// guess.
+pub fn nginx(file: &Path, prefix: Option<&Path>) -> Result<Import, ParseError> {
+    let prefix = prefix.map_or_else(|| conf_prefix(file), Path::to_path_buf);
+    let main = nginx_parse::parse_file(file, &prefix)?;
     let mut t = nginx_translate::translate(&main);
     finish(&mut t.config);
     let header = format!(
@@ -54,6 +54,20 @@ pub fn nginx(file: &Path) -> Result<Import, ParseError> {
         toml: t.config.to_toml(&header),
         notes: t.notes,
     })
+}
+
+/// Where nginx would resolve `file`'s relative includes: the nearest
+/// directory at or above the file's that holds an nginx.conf (a site file
+/// in /etc/nginx/sites-available includes snippets/... from /etc/nginx),
+/// else the file's own directory. A bare file name's is "" (the current
+/// directory), so included files are named as plainly as the main one.
+pub fn conf_prefix(file: &Path) -> std::path::PathBuf {
+    let own = file.parent().unwrap_or(Path::new(""));
+    own.ancestors()
+        .take_while(|d| !d.as_os_str().is_empty())
+        .find(|d| d.join("nginx.conf").is_file())
+        .unwrap_or(own)
+        .to_path_buf()
 }
 
 /// The last touches: nginx's default listener when none was named.

@@ -11,8 +11,9 @@ pub fn table_markdown() -> String {
          Generated from the importer's table (`crates/hayate-import/src/nginx_table.rs`) by \
          `hayate import --table-markdown`; a test keeps this file equal to its output.\n\n\
          `hayate import nginx /etc/nginx/nginx.conf -o hayate.toml` reads an nginx \
-         configuration (following `include`, globs included, relative to the main file's \
-         directory as nginx's prefix) and writes a hayate config. On stderr it reports, one \
+         configuration (following `include`, globs included, relative paths from nginx's \
+         configuration prefix: the nearest directory at or above the file's that holds an \
+         `nginx.conf`, or `--prefix DIR`) and writes a hayate config. On stderr it reports, one \
          line each (`file:line: directive: what`), every directive not carried over or carried \
          over with a difference. It exits 0 when everything was carried over (the report may \
          still say what was not needed or differs), 2 when something was not carried over or \

@@ -283,3 +283,34 @@ fn every_row_in_every_place_translates_or_reports() {
         }
     }
 }
+
+#[test]
+fn a_site_file_includes_from_the_directory_of_nginx_conf() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("sites-available")).expect("mkdir");
+    std::fs::create_dir_all(root.join("snippets")).expect("mkdir");
+    std::fs::write(root.join("nginx.conf"), "events {}\n").expect("write");
+    std::fs::write(
+        root.join("snippets/php.conf"),
+        "fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;\n",
+    )
+    .expect("write");
+    let site = root.join("sites-available/site");
+    std::fs::write(
+        &site,
+        "server {\n root /srv;\n location ~ \\.php$ {\n  include snippets/php.conf;\n  \
+         fastcgi_pass unix:/run/php.sock;\n }\n}\n",
+    )
+    .expect("write");
+    assert_eq!(crate::conf_prefix(&site), root);
+    let import = crate::nginx(&site, None).expect("imports");
+    assert!(
+        import.toml.contains("fastcgi = \"unix:/run/php.sock\""),
+        "{}",
+        import.toml
+    );
+    // Another prefix: the include is not there.
+    let e = crate::nginx(&site, Some(&root.join("sites-available"))).unwrap_err();
+    assert_eq!(e.pos.line, 4, "{e}");
+}

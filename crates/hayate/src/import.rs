@@ -36,6 +36,11 @@ pub(crate) fn command() -> Command {
                         .required(true)
                         .help("The main nginx file (/etc/nginx/nginx.conf) or one site's file"),
                 )
+                .arg(Arg::new("prefix").long("prefix").value_name("DIR").help(
+                    "Where relative include paths start, as nginx's configuration \
+                             prefix [default: the nearest directory at or above FILE's with an \
+                             nginx.conf, else FILE's]",
+                ))
                 .arg(
                     Arg::new("out")
                         .short('o')
@@ -63,7 +68,8 @@ pub(crate) fn run(m: &ArgMatches) -> ExitCode {
         return ExitCode::from(1);
     };
     let file = PathBuf::from(m.get_one::<String>("file").expect("required"));
-    let import = match hayate_import::nginx(&file) {
+    let prefix = m.get_one::<String>("prefix").map(PathBuf::from);
+    let import = match hayate_import::nginx(&file, prefix.as_deref()) {
         Ok(import) => import,
         Err(e) => {
             eprintln!("hayate import: {e}");
