@@ -124,8 +124,11 @@ pub static ROWS: &[Row] = &[
     maps("grpc_pass", Translated, "`proxy = [\"h2c://HOST:PORT\"]`", grpc_pass),
     maps("fastcgi_pass", Translated, "the site's `fastcgi` (`unix:PATH` or `HOST:PORT`)", fastcgi_pass),
     maps("fastcgi_param", Translated, "understood: hayate sends the CGI/1.1 parameters itself (SCRIPT_FILENAME, PATH_INFO, REQUEST_URI, HTTPS, ...); others are reported", fastcgi_param),
-    maps("fastcgi_index", Translated, "`fastcgi_index`", |t, d| {
-        t.keys().set("fastcgi_index", Value::Str(d.arg(0).into())); Ok(None)
+    maps("fastcgi_index", Translated, "`fastcgi_index` (index.php, hayate's default, is not written)", |t, d| {
+        // nginx's fastcgi_index names the script for a URI ending in /.
+        let name = d.arg(0).trim_start_matches('/');
+        if name != "index.php" { t.keys().set("fastcgi_index", Value::Str(name.into())) }
+        Ok(None)
     }),
     maps("fastcgi_split_path_info", Translated, "understood: hayate splits PATH_INFO after the script's name", |_, _| Ok(None)),
     maps("fastcgi_intercept_errors", Translated, "`intercept_errors`", |t, d| {

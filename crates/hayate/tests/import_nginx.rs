@@ -111,6 +111,47 @@ fn debian_default_site() {
     assert!(!toml.contains("hosts ="), "{toml}");
 }
 
+/// Debian's default site with what its comments offer for PHP turned on
+/// (the php-fpm location, index.php, the .ht location), as its users do.
+#[test]
+fn debian_default_site_with_php() {
+    let dir = staged();
+    let text = std::fs::read_to_string(dir.path().join("debian-default.conf")).expect("read");
+    let text = text
+        .replace(
+            "index index.html index.htm index.nginx-debian.html;",
+            "index index.php index.html index.htm index.nginx-debian.html;",
+        )
+        .replace("\t#location ~ \\.php$ {", "\tlocation ~ \\.php$ {")
+        .replace("\t#\tinclude snippets/fastcgi-php.conf;", "\t\tinclude snippets/fastcgi-php.conf;")
+        .replace(
+            "\t#\tfastcgi_pass unix:/run/php/php7.4-fpm.sock;\n\t#\t# With php-cgi (or other tcp sockets):\n\t#\tfastcgi_pass 127.0.0.1:9000;\n\t#}",
+            "\t\tfastcgi_pass unix:/run/php/php7.4-fpm.sock;\n\t#\t# With php-cgi (or other tcp sockets):\n\t#\tfastcgi_pass 127.0.0.1:9000;\n\t}",
+        )
+        .replace("\t#location ~ /\\.ht {\n\t#\tdeny all;\n\t#}", "\tlocation ~ /\\.ht {\n\t\tdeny all;\n\t}");
+    std::fs::write(dir.path().join("debian-php.conf"), text).expect("write");
+    let (code, toml, report) = import(dir.path(), "debian-php.conf");
+    assert_eq!(
+        report,
+        [
+            "debian-php.conf:45: index: carried with a difference",
+            // fastcgi.conf's REMOTE_USER, through snippets/fastcgi-php.conf
+            "fastcgi.conf:22: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 0, "{toml}");
+    // The snippet and fastcgi.conf understood: nothing of them is copied.
+    assert!(
+        toml.contains("fastcgi = \"unix:/run/php/php7.4-fpm.sock\""),
+        "{toml}"
+    );
+    assert!(!toml.contains("fastcgi_index"), "{toml}");
+    assert!(
+        toml.contains("match = \"/\\\\.ht\"\nrespond = 403"),
+        "{toml}"
+    );
+}
+
 #[test]
 fn wordpress_site() {
     let dir = staged();
