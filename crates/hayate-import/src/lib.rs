@@ -3,8 +3,9 @@
 //! over with a difference (decision 0025).
 //!
 //! nginx's text is parsed (`nginx_parse`, includes resolved), walked
-//! (`nginx_translate`) with one table saying how each directive maps
-//! (`nginx_table`, its functions in `nginx_apply`), and written as TOML
+//! (`nginx_translate`, locations in `nginx_locations`) with one table
+//! saying how each directive maps (`nginx_table`, its functions in
+//! `nginx_apply` and `nginx_upstreams`), and written as TOML
 //! (`hayate_toml`). The table also prints the "Coming from nginx" page
 //! (`table_markdown`). No I/O but reading the nginx files; checking the
 //! result is the binary's (`hayate check`'s code).
@@ -12,6 +13,7 @@
 mod hayate_toml;
 mod markdown;
 mod nginx_apply;
+mod nginx_locations;
 mod nginx_parse;
 mod nginx_table;
 mod nginx_translate;

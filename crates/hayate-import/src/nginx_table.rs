@@ -5,8 +5,9 @@
 
 use crate::hayate_toml::Value;
 use crate::nginx_apply::*;
+use crate::nginx_locations as tr;
 use crate::nginx_parse::Directive;
-use crate::nginx_translate::{self as tr, Target, Translation};
+use crate::nginx_translate::{Target, Translation};
 use crate::nginx_upstreams::*;
 use crate::values;
 
