@@ -7,7 +7,8 @@
 //! saying how each directive maps (`nginx_table`, its functions in
 //! `nginx_apply` and `nginx_upstreams`), and written as TOML
 //! (`hayate_toml`). The table also prints the "Coming from nginx" page
-//! (`table_markdown`). No I/O but reading the nginx files; checking the
+//! (`table_markdown`). No I/O but reading the nginx files (and seeing
+//! which index file a root holds); checking the
 //! result is the binary's (`hayate check`'s code).
 
 mod hayate_toml;
