@@ -18,7 +18,7 @@ pub enum Value {
 }
 
 /// Keys in the order they were first set; a later set replaces the value.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Keys(pub Vec<(String, Value)>);
 
 impl Keys {

@@ -41,7 +41,11 @@ pub fn table_markdown() -> String {
          redirect's Location absolute (`http://host:port/dir/`), hayate relative (`/dir/`): \
          the same place for a client.\n\
          - Plain HTTP is redirected to HTTPS by hayate itself (308) when there is an https \
-         listener: nginx's redirecting server blocks are reported as not needed.\n\n\
+         listener: nginx's redirecting server blocks are reported as not needed. The setting \
+         (`https_redirect`) is global: a config serving content on plain HTTP with no \
+         redirecting server gets `https_redirect = false`.\n\
+         - hayate picks a site by Host alone: server blocks with the same names on different \
+         ports become one site (what differs between them is reported).\n\n\
          ## Directives\n\n\
          | nginx | hayate | status |\n|---|---|---|\n",
     );

@@ -240,6 +240,7 @@ pub static ROWS: &[Row] = &[
     not_needed("send_timeout", "hayate's send_timeout (60s) bounds a client that does not read"),
     not_needed("reset_timedout_connection", "hayate closes timed-out connections at once"),
     not_needed("resolver", "hayate resolves upstream names with the system's resolver"),
+    not_needed("resolver_timeout", "hayate resolves upstream names with the system's resolver"),
     not_needed("fastcgi_keep_conn", "hayate keeps FastCGI connections (fastcgi_max_conns)"),
     not_needed("ssl_early_data", "hayate offers no 0-RTT (replay-safe by design)"),
     unsupported("if", "hayate has no if: a [[site.rule]]'s conditions (host, method, header, query, file) cover the common uses; write one by hand"),

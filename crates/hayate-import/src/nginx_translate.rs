@@ -110,6 +110,11 @@ pub struct Translation {
     pub conn_zones: Vec<(String, String)>,
     /// Named locations of the server being translated.
     pub named: Vec<Directive>,
+    /// The first server block answering plain HTTP with content of its own
+    /// (not only a redirect to HTTPS).
+    pub plain_content: Option<Directive>,
+    /// Whether a server block only redirected plain HTTP to HTTPS.
+    pub redirect_only: bool,
     /// Named locations a try_files of the server being translated used.
     pub named_used: Vec<String>,
     /// The server being translated needs a FastCGI front controller
@@ -290,11 +295,41 @@ pub fn translate(main: &[Directive]) -> Translation {
         let file = files.iter().position(|f| *f == n.pos.file);
         (file, n.pos.line)
     });
+    https_redirect(&mut t);
     let fastcgi_only = std::mem::take(&mut t.fastcgi_groups);
     t.config
         .upstreams
         .retain(|u| !fastcgi_only.contains(&u.name));
     t
+}
+
+/// hayate redirects plain HTTP to HTTPS for every site once it has an
+/// https listener (`https_redirect`, global); nginx only where a server
+/// says so. A config that serves content on plain HTTP keeps doing so
+/// (https_redirect = false) unless it also has redirecting servers, which
+/// the one global setting cannot honour both ways: then it is reported.
+fn https_redirect(t: &mut Translation) {
+    let tls = match t.config.top.get("listen") {
+        Some(Value::List(l)) => l.iter().any(|a| a.starts_with("https://")),
+        _ => false,
+    };
+    let Some(server) = t.plain_content.take() else {
+        return;
+    };
+    if !tls {
+        return;
+    }
+    if t.redirect_only {
+        t.note(
+            &server,
+            Kind::Differs,
+            "hayate redirects plain HTTP to HTTPS for every site (https_redirect, global, as \
+             the redirecting server block here asks): this server's plain-HTTP answers become \
+             redirects",
+        );
+    } else {
+        t.config.top.set("https_redirect", Value::Bool(false));
+    }
 }
 
 fn http(t: &mut Translation, body: &[Directive]) {
@@ -429,7 +464,17 @@ fn server(t: &mut Translation, d: &Directive) {
             "this server only redirects to HTTPS, which hayate does for every \
              plain-HTTP listener (https_redirect; with 308, which keeps the method)",
         );
+        t.redirect_only = true;
         return;
+    }
+    // A server with no listen takes nginx's default, *:80.
+    let mut listens = body.iter().filter(|l| l.name == "listen").peekable();
+    let plain = listens.peek().is_none() || listens.any(|l| !l.args.iter().any(|a| a == "ssl"));
+    if plain && t.plain_content.is_none() {
+        t.plain_content = Some(Directive {
+            block: None,
+            ..d.clone()
+        });
     }
     let index = t.config.sites.len();
     t.config.sites.push(Site {
@@ -514,13 +559,13 @@ fn server(t: &mut Translation, d: &Directive) {
             });
         }
     }
-    merge_same_hosts(t, index);
+    merge_same_hosts(t, d, index);
 }
 
 /// nginx can serve the same names from two server blocks on different
 /// ports (80 and 443); hayate picks a site by Host alone, so they become
 /// one site.
-fn merge_same_hosts(t: &mut Translation, index: usize) {
+fn merge_same_hosts(t: &mut Translation, d: &Directive, index: usize) {
     let hosts = t.config.sites[index].hosts.clone();
     let Some(first) = t.config.sites[..index]
         .iter()
@@ -530,16 +575,52 @@ fn merge_same_hosts(t: &mut Translation, index: usize) {
     };
     let later = t.config.sites.remove(index);
     let site = &mut t.config.sites[first];
+    let (mut kept, mut widened) = (Vec::new(), Vec::new());
     for (k, v) in later.keys.0 {
-        if site.keys.get(&k).is_none() {
-            site.keys.set(&k, v);
+        match site.keys.get(&k) {
+            Some(old) if *old != v => kept.push(k),
+            Some(_) => {}
+            None => {
+                // Certificates only ever serve the TLS listeners.
+                if !k.starts_with("tls_") {
+                    widened.push(k.clone());
+                }
+                site.keys.set(&k, v);
+            }
         }
     }
-    site.rules.extend(later.rules);
+    for rule in later.rules {
+        if !site.rules.iter().any(|r| r.1 == rule.1) {
+            site.rules.push(rule);
+        }
+    }
     for route in later.routes {
-        if !site.routes.iter().any(|r| r.prefix == route.prefix) {
-            site.routes.push(route);
+        match site.routes.iter().find(|r| r.prefix == route.prefix) {
+            Some(r) if r.keys != route.keys => kept.push(format!("the route {}", route.prefix)),
+            Some(_) => {}
+            None => site.routes.push(route),
         }
     }
     site.from = format!("{} and {}", site.from, later.from);
+    let mut said = Vec::new();
+    if !kept.is_empty() {
+        said.push(format!(
+            "the server block at {} has these names too, and its {} is kept where this one differs",
+            site.from.split(" and ").next().unwrap_or_default(),
+            kept.join(", ")
+        ));
+    }
+    if !widened.is_empty() {
+        said.push(format!(
+            "its {} now apply on every listener",
+            widened.join(", ")
+        ));
+    }
+    if !said.is_empty() {
+        t.note(
+            d,
+            Kind::Differs,
+            format!("hayate has one site per name: {}", said.join("; ")),
+        );
+    }
 }

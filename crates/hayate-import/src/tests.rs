@@ -314,3 +314,29 @@ fn a_site_file_includes_from_the_directory_of_nginx_conf() {
     let e = crate::nginx(&site, Some(&root.join("sites-available"))).unwrap_err();
     assert_eq!(e.pos.line, 4, "{e}");
 }
+
+#[test]
+fn plain_http_content_and_hayates_https_redirect() {
+    // Content on 80 and 443, no redirecting server: both keep serving.
+    let (toml, _) = import(
+        "server { listen 80; listen 443 ssl; server_name a.example; proxy_pass http://127.0.0.1:1; \
+         ssl_certificate /c; ssl_certificate_key /k; }\n",
+    );
+    assert!(toml.contains("https_redirect = false"), "{toml}");
+    // A redirecting server for one name, content on plain HTTP for another:
+    // hayate's one setting redirects both, which is reported.
+    let (toml, notes) = import(
+        "server { listen 80; server_name a.example; return 301 https://$host$request_uri; }\n\
+         server { listen 443 ssl; server_name a.example; proxy_pass http://127.0.0.1:1; \
+         ssl_certificate /c; ssl_certificate_key /k; }\n\
+         server { listen 80; server_name b.example; proxy_pass http://127.0.0.1:2; }\n",
+    );
+    assert!(!toml.contains("https_redirect"), "{toml}");
+    assert_eq!(
+        notes,
+        [
+            "1: server: not needed",
+            "3: server: carried with a difference",
+        ]
+    );
+}

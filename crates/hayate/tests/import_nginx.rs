@@ -43,6 +43,7 @@ fn staged() -> tempfile::TempDir {
     for d in [
         "var/www/html",
         "var/www/wordpress",
+        "var/www/ghost/system/nginx-root",
         "srv/example.com/public",
         "path/to",
     ] {
@@ -272,6 +273,52 @@ fn mozilla_intermediate_tls() {
     assert!(toml.contains("tls_key = ["), "{toml}");
     // HSTS is hayate's own: on HTTPS responses only.
     assert!(toml.contains("hsts = \"63072000s\""), "{toml}");
+}
+
+/// Ghost-CLI's two server blocks (port 80 and 443, the same name, both
+/// proxying to Ghost) and its ssl-params snippet.
+#[test]
+fn ghost_site_on_both_ports() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "ghost.conf");
+    let snippet =
+        |line: u32, d: &str, kind: &str| format!("snippets/ssl-params.conf:{line}: {d}: {kind}");
+    let mut expected = vec![
+        // dotfiles, for each server block
+        "ghost.conf:6: server: carried with a difference".to_string(),
+        "ghost.conf:29: server: carried with a difference".to_string(),
+        // one site for both: the 443 block's headers now on port 80 too
+        "ghost.conf:29: server: carried with a difference".to_string(),
+        snippet(3, "ssl_protocols", "carried with a difference"),
+    ];
+    for (line, d) in [
+        (4, "ssl_prefer_server_ciphers"),
+        (5, "ssl_ciphers"),
+        (6, "ssl_ecdh_curve"),
+        (7, "ssl_session_cache"),
+        (8, "ssl_session_tickets"),
+        (9, "ssl_stapling"),
+        (10, "ssl_stapling_verify"),
+        (11, "resolver"),
+        (12, "resolver_timeout"),
+    ] {
+        expected.push(snippet(line, d, "not needed"));
+    }
+    for line in [13, 14, 15] {
+        expected.push(snippet(line, "add_header", "carried with a difference"));
+    }
+    expected.push(snippet(17, "ssl_dhparam", "not needed"));
+    assert_eq!(report, expected);
+    assert_eq!(code, 0, "{toml}");
+    assert_eq!(toml.matches("[[site]]").count(), 1, "{toml}");
+    // Both ports serve Ghost, as under nginx: no redirect to HTTPS.
+    assert!(toml.contains("https_redirect = false"), "{toml}");
+    assert!(
+        toml.contains("proxy = [\"http://127.0.0.1:2368\"]"),
+        "{toml}"
+    );
+    assert!(toml.contains("max_body_size = \"50MiB\""), "{toml}");
+    assert_eq!(toml.matches("[[site.rule]]").count(), 1, "{toml}");
 }
 
 #[test]
