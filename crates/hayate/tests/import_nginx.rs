@@ -601,6 +601,69 @@ fn differences(nginx: SocketAddr, hayate: SocketAddr, requests: &[Request]) -> V
     out
 }
 
+/// Writes `files` (path, text) under `root`.
+fn write_files(root: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+}
+
+/// The php-fpm that nginx and hayate share. hayate keeps up to
+/// fastcgi_max_conns (5) connections, each holding a child; nginx opens one
+/// per request: with 2 children nginx's requests waited for hayate's idle
+/// ones to close (5 s each).
+fn shared_php_fpm() -> PhpFpm {
+    PhpFpm::start(&PhpPool {
+        children: 8,
+        max_requests: 0,
+        terminate_after_secs: 0,
+    })
+}
+
+/// nginx.conf in `dir` for the server file `site` (written as site.conf,
+/// with the fastcgi_params it includes beside it).
+fn write_nginx_with_site(dir: &Path, site: &str) {
+    std::fs::write(dir.join("site.conf"), site).expect("write");
+    std::fs::copy(corpus().join("fastcgi_params"), dir.join("fastcgi_params")).expect("copy");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir)
+    );
+    std::fs::write(dir.join("nginx.conf"), main).expect("write");
+}
+
+/// Asserts that the differences `found` are exactly those starting with
+/// `reported` (the requests the import's report accounts for), and that
+/// the report holds each of `report_lines`.
+fn assert_only_reported(
+    found: &[String],
+    reported: &[&str],
+    report: &str,
+    report_lines: &[&str],
+    nginx: &Nginx,
+) {
+    for line in report_lines {
+        assert!(
+            report.contains(line),
+            "{line:?} not in the report:\n{report}"
+        );
+    }
+    let unexpected: Vec<&str> = found
+        .iter()
+        .map(String::as_str)
+        .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "differences:\n{}\nnginx log:\n{}",
+        unexpected.join("\n"),
+        nginx.log()
+    );
+    assert_eq!(found.len(), reported.len(), "{found:#?}");
+}
+
 const GET: &str = "GET";
 
 /// The WordPress site of the corpus, with its root and php upstream
@@ -609,34 +672,26 @@ const GET: &str = "GET";
 fn wordpress_site_behaves_as_under_nginx() {
     let dir = tempfile::tempdir().expect("tempdir");
     let www = dir.path().join("www");
-    for (path, text) in [
-        (
-            "index.php",
-            "<?php header('Content-Type: text/plain'); echo 'front ', $_SERVER['REQUEST_URI'], \
-             ' script=', $_SERVER['SCRIPT_NAME'], ' query=', $_SERVER['QUERY_STRING'], \"\\n\";",
-        ),
-        (
-            "hello.php",
-            "<?php echo 'hello ', $_SERVER['REQUEST_METHOD'], ' x=', $_GET['x'] ?? '', \
-             ' a=', $_POST['a'] ?? '', \"\\n\";",
-        ),
-        ("style.css", "body { color: black; }\n"),
-        ("robots.txt", "User-agent: *\n"),
-        ("wp-content/uploads/pic.png", "\u{89}PNG not really\n"),
-        (".htaccess", "Deny from all\n"),
-    ] {
-        let p = www.join(path);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    }
-    // hayate keeps up to fastcgi_max_conns (5) connections, each holding
-    // a child; nginx opens one per request: with fewer children nginx's
-    // requests waited for hayate's idle ones to close (5 s each).
-    let fpm = PhpFpm::start(&PhpPool {
-        children: 8,
-        max_requests: 0,
-        terminate_after_secs: 0,
-    });
+    write_files(
+        &www,
+        &[
+            (
+                "index.php",
+                "<?php header('Content-Type: text/plain'); echo 'front ', $_SERVER['REQUEST_URI'], \
+                 ' script=', $_SERVER['SCRIPT_NAME'], ' query=', $_SERVER['QUERY_STRING'], \"\\n\";",
+            ),
+            (
+                "hello.php",
+                "<?php echo 'hello ', $_SERVER['REQUEST_METHOD'], ' x=', $_GET['x'] ?? '', \
+                 ' a=', $_POST['a'] ?? '', \"\\n\";",
+            ),
+            ("style.css", "body { color: black; }\n"),
+            ("robots.txt", "User-agent: *\n"),
+            ("wp-content/uploads/pic.png", "\u{89}PNG not really\n"),
+            (".htaccess", "Deny from all\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
     let (_held, port) = reserved_port();
     let listen = format!("127.0.0.1:{port}");
     let site = std::fs::read_to_string(corpus().join("wordpress.conf"))
@@ -653,17 +708,7 @@ fn wordpress_site_behaves_as_under_nginx() {
             "server_name domain.tld;",
             &format!("listen {listen} reuseport;\n        server_name domain.tld;"),
         );
-    std::fs::write(dir.path().join("site.conf"), site).expect("write");
-    std::fs::copy(
-        corpus().join("fastcgi_params"),
-        dir.path().join("fastcgi_params"),
-    )
-    .expect("copy");
-    let main = format!(
-        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
-        http_settings(dir.path())
-    );
-    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
+    write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
     let (hayate, report) = hayate_from_import(dir.path(), &listen);
 
@@ -692,36 +737,24 @@ fn wordpress_site_behaves_as_under_nginx() {
     ];
     let found = differences(nginx.addr, hayate.addr, &requests);
     // Each difference left is one the import reports (site.conf is
-    // wordpress.conf with the php upstream one line shorter): wordpress.conf:47,
-    // expires in a regex location (no Cache-Control, no Expires); :12, the
-    // dotfile hayate hides.
-    let reported = [
-        "GET /style.css: ",
-        "HEAD /style.css: ",
-        "GET /wp-content/uploads/pic.png: ",
-        "GET /.htaccess: ",
-    ];
-    for line in [
-        "site.conf:47: expires: not carried",
-        "site.conf:11: server: carried with a difference: nginx serves files whose name starts with a dot",
-    ] {
-        assert!(report.contains(line), "{line:?} not in the report:\n{report}");
-    }
-    let unexpected: Vec<&String> = found
-        .iter()
-        .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "differences:\n{}\nnginx log:\n{}",
-        unexpected
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        nginx.log()
+    // wordpress.conf with the php upstream one line shorter): :47, expires
+    // in a regex location (no Cache-Control, no Expires); :11, the dotfile
+    // hayate hides.
+    assert_only_reported(
+        &found,
+        &[
+            "GET /style.css: ",
+            "HEAD /style.css: ",
+            "GET /wp-content/uploads/pic.png: ",
+            "GET /.htaccess: ",
+        ],
+        &report,
+        &[
+            "site.conf:47: expires: not carried",
+            "site.conf:11: server: carried with a difference: nginx serves files whose name starts with a dot",
+        ],
+        &nginx,
     );
-    assert_eq!(found.len(), reported.len(), "{found:#?}");
     hayate.assert_no_errors();
 }
 
@@ -839,30 +872,24 @@ fn websocket_upgrade_through_both() {
 fn laravel_site_behaves_as_under_nginx() {
     let dir = tempfile::tempdir().expect("tempdir");
     let public = dir.path().join("public");
-    for (path, text) in [
-        (
-            "index.php",
-            "<?php if (str_contains($_SERVER['REQUEST_URI'], 'notfound')) { http_response_code(404); }\n\
-             header('Content-Type: text/plain'); echo 'laravel ', $_SERVER['REQUEST_METHOD'], ' ', \
-             $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', \
-             $_SERVER['QUERY_STRING'], ' email=', $_POST['email'] ?? '', \"\\n\";",
-        ),
-        ("other.php", "<?php echo 'other';\n"),
-        ("css/app.css", "body { margin: 0; }\n"),
-        ("robots.txt", "User-agent: *\nDisallow:\n"),
-        (".env", "APP_KEY=base64:secret\n"),
-        (".well-known/security.txt", "Contact: mailto:security@example.com\n"),
-    ] {
-        let p = public.join(path);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    }
-    // As for WordPress: room for hayate's kept connections and nginx's.
-    let fpm = PhpFpm::start(&PhpPool {
-        children: 8,
-        max_requests: 0,
-        terminate_after_secs: 0,
-    });
+    write_files(
+        &public,
+        &[
+            (
+                "index.php",
+                "<?php if (str_contains($_SERVER['REQUEST_URI'], 'notfound')) { http_response_code(404); }\n\
+                 header('Content-Type: text/plain'); echo 'laravel ', $_SERVER['REQUEST_METHOD'], ' ', \
+                 $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', \
+                 $_SERVER['QUERY_STRING'], ' email=', $_POST['email'] ?? '', \"\\n\";",
+            ),
+            ("other.php", "<?php echo 'other';\n"),
+            ("css/app.css", "body { margin: 0; }\n"),
+            ("robots.txt", "User-agent: *\nDisallow:\n"),
+            (".env", "APP_KEY=base64:secret\n"),
+            (".well-known/security.txt", "Contact: mailto:security@example.com\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
     let (_held, port) = reserved_port();
     let listen = format!("127.0.0.1:{port}");
     let site = std::fs::read_to_string(corpus().join("laravel.conf"))
@@ -879,17 +906,7 @@ fn laravel_site_behaves_as_under_nginx() {
             "fastcgi_pass unix:/var/run/php/php8.2-fpm.sock;",
             &format!("fastcgi_pass unix:{};", fpm.socket().display()),
         );
-    std::fs::write(dir.path().join("site.conf"), site).expect("write");
-    std::fs::copy(
-        corpus().join("fastcgi_params"),
-        dir.path().join("fastcgi_params"),
-    )
-    .expect("copy");
-    let main = format!(
-        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
-        http_settings(dir.path())
-    );
-    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
+    write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
     let (hayate, report) = hayate_from_import(dir.path(), &listen);
 
@@ -917,33 +934,17 @@ fn laravel_site_behaves_as_under_nginx() {
     ];
     let found = differences(nginx.addr, hayate.addr, &requests);
     // Each difference left is one the import reports (site.conf keeps
-    // laravel.conf's lines): laravel.conf:25, nginx
-    // runs index.php only and serves other.php as a file; :32, the dotfile
-    // hayate hides (404 for nginx's 403).
-    let reported = ["GET /other.php: ", "GET /.env: "];
-    for line in [
-        "site.conf:25: location: carried with a difference: hayate runs every .php file",
-        "site.conf:32: location: carried with a difference: hayate hides dotfiles",
-    ] {
-        assert!(
-            report.contains(line),
-            "{line:?} not in the report:\n{report}"
-        );
-    }
-    let unexpected: Vec<&String> = found
-        .iter()
-        .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "differences:\n{}\nnginx log:\n{}",
-        unexpected
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        nginx.log()
+    // laravel.conf's lines): :25, nginx runs index.php only and serves
+    // other.php as a file; :32, the dotfile hayate hides (404 for 403).
+    assert_only_reported(
+        &found,
+        &["GET /other.php: ", "GET /.env: "],
+        &report,
+        &[
+            "site.conf:25: location: carried with a difference: hayate runs every .php file",
+            "site.conf:32: location: carried with a difference: hayate hides dotfiles",
+        ],
+        &nginx,
     );
-    assert_eq!(found.len(), reported.len(), "{found:#?}");
     hayate.assert_no_errors();
 }
