@@ -48,6 +48,7 @@ pub fn nginx(file: &Path, prefix: Option<&Path>) -> Result<Import, ParseError> {
     let main = nginx_parse::parse_file(file, &prefix)?;
     let mut t = nginx_translate::translate(&main);
     finish(&mut t.config);
+
     let header = format!(
         "hayate config imported from nginx ({}) by hayate import nginx.\n\
          Every directive not carried over, or carried with a difference, was reported.",

@@ -386,6 +386,20 @@ pub fn error_page(t: &mut Translation, d: &Directive) -> Applied {
     )))
 }
 
+/// `internal`: a route only X-Accel-Redirect and rewrites reach; in the
+/// PHP location, its scripts answer clients 404 (Symfony's `index.php`
+/// reached only through try_files).
+pub fn internal(t: &mut Translation, d: &Directive) -> Applied {
+    if let Some(mut keys) = t.php_condition.clone() {
+        keys.set("respond", Value::Int(404));
+        t.rule_phases[2].push((d.pos.to_string(), keys));
+        return Ok(None);
+    }
+    only_options(t)?;
+    t.keys().set("internal", Value::Bool(true));
+    Ok(None)
+}
+
 /// `client_max_body_size`.
 pub fn client_max_body_size(t: &mut Translation, d: &Directive) -> Applied {
     only_options(t)?;

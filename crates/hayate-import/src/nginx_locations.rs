@@ -79,12 +79,9 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
         Match::Named(_) => {} // taken where try_files names it
         Match::Regex(re, _) if is_php => {
             if re.contains("index") {
-                t.note(
-                    d,
-                    Kind::Differs,
-                    "hayate runs every .php file under the root through FastCGI (fastcgi_extensions), \
-                     where this location runs index.php only (nginx serves other .php files as files)",
-                );
+                // Said at the server's end, unless a rule refuses the other
+                // scripts (Symfony's `location ~ \.php$ { return 404; }`).
+                t.front_controller_only = Some(d.clone());
             } else if !re.contains("php") {
                 t.note(
                     d,
@@ -94,9 +91,11 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
                 );
             }
             t.target = Some(Target::Php(site));
+            t.php_condition = Some(m.condition());
             for inner in body {
                 directive(t, inner);
             }
+            t.php_condition = None;
         }
         Match::Prefix(prefix, no_regex) => {
             let routes = &mut t.config.sites[site].routes;

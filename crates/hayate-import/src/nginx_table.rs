@@ -207,9 +207,7 @@ pub static ROWS: &[Row] = &[
     not_needed("brotli_types", "hayate compresses text, JSON, JavaScript, XML, SVG and fonts"),
     not_needed("brotli_comp_level", "hayate picks the levels"), not_needed("brotli_static", "hayate serves .br siblings by default"),
     maps("expires", Differs("hayate sets Cache-Control only, no Expires field"), "`cache_control` (`max`: `immutable`-like one year)", expires),
-    maps("internal", Translated, "`internal = true`", |t, _| {
-        only_options(t)?; t.keys().set("internal", Value::Bool(true)); Ok(None)
-    }),
+    maps("internal", Translated, "`internal = true`; in the PHP location, a rule answering its scripts 404 to clients (the front controller still runs them)", internal),
     maps("access_log", Translated, "`access_log` (global: hayate has one access log)", access_log),
     maps("log_format", Differs("hayate's templates name nginx's common variables; this one is reported"), "`access_log_format`", |_, _| Err("a named format: write its template as access_log_format".into())),
     maps("error_log", Translated, "`error_log` and `log_level` (global)", error_log),

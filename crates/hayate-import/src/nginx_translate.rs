@@ -115,6 +115,11 @@ pub struct Translation {
     pub plain_content: Option<Directive>,
     /// Whether a server block only redirected plain HTTP to HTTPS.
     pub redirect_only: bool,
+    /// The server's PHP location runs its front controller alone
+    /// (`~ ^/index\.php(/|$)`).
+    pub front_controller_only: Option<Directive>,
+    /// The rule condition of the PHP location being translated.
+    pub php_condition: Option<Keys>,
     /// Named locations a try_files of the server being translated used.
     pub named_used: Vec<String>,
     /// The server being translated needs a FastCGI front controller
@@ -237,6 +242,7 @@ const IN_RULES: &[&str] = &[
 
 /// What the PHP location can carry: hayate's FastCGI settings.
 const IN_PHP: &[&str] = &[
+    "internal",
     "fastcgi_pass",
     "fastcgi_param",
     "fastcgi_index",
@@ -283,24 +289,33 @@ pub fn translate(main: &[Directive]) -> Translation {
             _ => directive(&mut t, d),
         }
     }
-    // The report in the order of the files as first met, then by line
-    // (upstream blocks were read before the servers that name them).
-    let mut files: Vec<std::path::PathBuf> = Vec::new();
-    for n in &t.notes {
-        if !files.contains(&n.pos.file) {
-            files.push(n.pos.file.clone());
-        }
-    }
+    https_redirect(&mut t);
+    // The report in reading order: files as nginx reads them (an include
+    // where it stands), each by line; upstream blocks and server ends were
+    // translated out of that order.
+    let mut files = Vec::new();
+    reading_order(main, &mut files);
     t.notes.sort_by_key(|n| {
         let file = files.iter().position(|f| *f == n.pos.file);
         (file, n.pos.line)
     });
-    https_redirect(&mut t);
     let fastcgi_only = std::mem::take(&mut t.fastcgi_groups);
     t.config
         .upstreams
         .retain(|u| !fastcgi_only.contains(&u.name));
     t
+}
+
+/// The files of `directives` in the order nginx reads them.
+fn reading_order(directives: &[Directive], files: &mut Vec<std::path::PathBuf>) {
+    for d in directives {
+        if !files.contains(&d.pos.file) {
+            files.push(d.pos.file.clone());
+        }
+        if let Some(block) = &d.block {
+            reading_order(block, files);
+        }
+    }
 }
 
 /// hayate redirects plain HTTP to HTTPS for every site once it has an
@@ -502,6 +517,21 @@ fn server(t: &mut Translation, d: &Directive) {
         }
     }
     t.named_used.clear();
+    if let Some(php) = t.front_controller_only.take() {
+        let refuses_scripts = t.rule_phases[2].iter().any(|(_, r)| {
+            matches!(r.get("match"), Some(Value::Str(m)) if m.contains(".php"))
+                && r.get("respond").is_some()
+                && r.get("file").is_none()
+        });
+        if !refuses_scripts {
+            t.note(
+                &php,
+                Kind::Differs,
+                "hayate runs every .php file under the root through FastCGI (fastcgi_extensions), \
+                 where this location runs index.php only (nginx serves other .php files as files)",
+            );
+        }
+    }
     let phases = std::mem::take(&mut t.rule_phases);
     let site = &mut t.config.sites[index];
     if site.keys.get(DEFAULT_MARK).is_some() {
