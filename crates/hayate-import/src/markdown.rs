@@ -36,7 +36,8 @@ pub fn table_markdown() -> String {
          denies them; the report says so for each server with files (`dotfiles = true` serves \
          them).\n\
          - hayate names `charset=utf-8` in the Content-Type of text files; nginx does with its \
-         `charset` directive only.\n\
+         `charset` directive only. JavaScript is `text/javascript` (RFC 9239), where \
+         nginx's older `mime.types` says `application/javascript`.\n\
          - Error pages and redirect bodies are each server's own text; nginx writes a \
          redirect's Location absolute (`http://host:port/dir/`), hayate relative (`/dir/`): \
          the same place for a client.\n\

@@ -44,6 +44,7 @@ fn staged() -> tempfile::TempDir {
         "var/www/html",
         "var/www/wordpress",
         "var/www/ghost/system/nginx-root",
+        "var/www/project/public",
         "srv/example.com/public",
         "path/to",
     ] {
@@ -273,6 +274,31 @@ fn mozilla_intermediate_tls() {
     assert!(toml.contains("tls_key = ["), "{toml}");
     // HSTS is hayate's own: on HTTPS responses only.
     assert!(toml.contains("hsts = \"63072000s\""), "{toml}");
+}
+
+#[test]
+fn symfony_site() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "symfony.conf");
+    assert_eq!(
+        report,
+        [
+            "symfony.conf:4: server: carried with a difference",
+            "symfony.conf:54: error_log: not carried",
+            "symfony.conf:55: access_log: not carried",
+            "fastcgi_params:21: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    // internal: clients asking for the front controller get 404, and so do
+    // they for any other script; the front controller still runs.
+    let internal = toml
+        .find("match = \"^/index\\\\.php(/|$)\"\nrespond = 404")
+        .expect(&toml);
+    let others = toml
+        .find("match = \"\\\\.php$\"\nrespond = 404")
+        .expect(&toml);
+    assert!(internal < others, "{toml}");
 }
 
 /// Ghost-CLI's two server blocks (port 80 and 443, the same name, both
@@ -540,7 +566,8 @@ const COMPARED_FIELDS: &[&str] = &[
 /// and for answers that are not errors or redirects the media type, the
 /// cache and security fields and the body (the others' bodies are each
 /// server's own text; hayate names charset=utf-8 on text types, nginx only
-/// with its charset directive: docs/import-nginx.md says both).
+/// with its charset directive: docs/import-nginx.md says both, and the
+/// JavaScript type below).
 fn seen(r: &Response, host: &str) -> String {
     let location = r.header("location").map(|l| {
         match l
@@ -560,9 +587,15 @@ fn seen(r: &Response, host: &str) -> String {
             r.status
         );
     }
+    // JavaScript: nginx 1.22's mime.types says application/javascript,
+    // hayate RFC 9239's text/javascript (docs/import-nginx.md says so).
     let media_type = r
         .header("content-type")
-        .map(|t| t.split(';').next().unwrap_or(t).trim());
+        .map(|t| t.split(';').next().unwrap_or(t).trim())
+        .map(|t| match t {
+            "application/javascript" => "text/javascript",
+            t => t,
+        });
     let fields: Vec<String> = COMPARED_FIELDS
         .iter()
         .filter_map(|f| r.header(f).map(|v| format!("{f}: {v}")))
@@ -946,5 +979,68 @@ fn laravel_site_behaves_as_under_nginx() {
         ],
         &nginx,
     );
+    hayate.assert_no_errors();
+}
+
+/// Symfony's site of the corpus: its front controller reached only through
+/// try_files (internal), every other script refused.
+#[test]
+fn symfony_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    write_files(
+        &public,
+        &[
+            (
+                "index.php",
+                "<?php header('Content-Type: text/plain'); echo 'symfony ', \
+                 $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], \"\\n\";",
+            ),
+            ("config.php", "<?php echo 'secret';\n"),
+            ("bundles/app/app.js", "console.log(1);\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("symfony.conf"))
+        .expect("corpus")
+        .replace(
+            "    server_name domain.tld www.domain.tld;",
+            &format!("    listen {listen} reuseport; server_name domain.tld www.domain.tld;"),
+        )
+        .replace(
+            "root /var/www/project/public;",
+            &format!("root {};", public.display()),
+        )
+        .replace(
+            "fastcgi_pass unix:/var/run/php/php7.4-fpm.sock;",
+            &format!("fastcgi_pass unix:{};", fpm.socket().display()),
+        )
+        .replace("error_log /var/log/nginx/project_error.log;", "")
+        .replace("access_log /var/log/nginx/project_access.log;", "");
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "domain.tld",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/"),
+        req(GET, "/blog/hello-world"),
+        req(GET, "/search?q=nginx"),
+        req(GET, "/index.php"),
+        req(GET, "/index.php/blog"),
+        req(GET, "/config.php"),
+        req(GET, "/bundles/app/app.js"),
+        req(GET, "/bundles/app/missing.js"),
+        req("HEAD", "/"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    assert_only_reported(&found, &[], &report, &[], &nginx);
     hayate.assert_no_errors();
 }
