@@ -409,10 +409,10 @@ pub fn client_max_body_size(t: &mut Translation, d: &Directive) -> Applied {
             Ok(None)
         }
         None => {
-            // hayate always has a bound; 1 TiB is as good as none.
-            t.keys().set("max_body_size", Value::Str("1TiB".into()));
+            // hayate always has a bound; 1024 GiB is as good as none.
+            t.keys().set("max_body_size", Value::Str("1024GiB".into()));
             Ok(Some(
-                "0 (no limit): 1 TiB in hayate, which always has one".into(),
+                "0 (no limit): 1024 GiB in hayate, which always has one".into(),
             ))
         }
     }

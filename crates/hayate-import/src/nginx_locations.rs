@@ -97,6 +97,16 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
             }
             t.php_condition = None;
         }
+        Match::Prefix(..) if only_returns(body) => {
+            // `location /old/ { return 301 /new/; }`: a rule under the
+            // prefix, with no route that would never be reached.
+            t.conditions.push((m.condition(), 2));
+            let i = t.conditions.len() - 1;
+            for inner in body {
+                t.target = Some(Target::Rules(i));
+                directive(t, inner);
+            }
+        }
         Match::Prefix(prefix, no_regex) => {
             let routes = &mut t.config.sites[site].routes;
             if routes.iter().any(|r| &r.prefix == prefix) {
@@ -200,6 +210,15 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
             }
         }
     }
+}
+
+/// Whether a location's block answers every request with `return` (and
+/// logging settings).
+fn only_returns(body: &[Directive]) -> bool {
+    body.iter().any(|d| d.name == "return")
+        && body
+            .iter()
+            .all(|d| matches!(d.name.as_str(), "return" | "access_log" | "log_not_found"))
 }
 
 /// Whether a location's block only answers by itself (rules can carry it).

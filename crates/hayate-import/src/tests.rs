@@ -340,3 +340,22 @@ fn plain_http_content_and_hayates_https_redirect() {
         ]
     );
 }
+
+#[test]
+fn a_prefix_location_that_only_returns_is_a_rule_and_no_route() {
+    let (toml, _) = import(
+        "server {\n root /srv;\n client_max_body_size 0;\n\
+         location /old/ { return 301 /new/; }\n location / { return 302 https://example.com$request_uri; }\n}\n",
+    );
+    assert!(!toml.contains("[[site.route]]"), "{toml}");
+    assert!(
+        toml.contains("prefix = \"/old/\"\nredirect = \"/new/\"\nstatus = 301"),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("[[site.rule]]               # t.conf:5\nredirect = \"https://example.com$request_uri\"\nstatus = 302"),
+        "{toml}"
+    );
+    // 0, no limit in nginx: hayate's largest sensible bound, in a unit it reads.
+    assert!(toml.contains("max_body_size = \"1024GiB\""), "{toml}");
+}
