@@ -525,6 +525,18 @@ mod tests {
     }
 
     #[test]
+    fn every_cut_of_a_config_parses_or_names_its_position() {
+        // Editors save half-written files: no cut of a real config panics.
+        let text = "server {\n  listen 80 default_server; # c\n  server_name \"a b\" 'c\\'d';\n  \
+                    location ~* \\.(png|css)$ { expires max; }\n  set ${x}y \"\\\"\";\n}\n";
+        for cut in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            if let Err(e) = parse(&text[..cut]) {
+                assert!(e.pos.line >= 1 && e.pos.col >= 1, "{cut}: {e}");
+            }
+        }
+    }
+
+    #[test]
     fn glob_components() {
         assert!(wildcard("*.conf", "a.conf"));
         assert!(!wildcard("*.conf", "a.conf.bak"));
