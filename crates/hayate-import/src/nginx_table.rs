@@ -171,7 +171,7 @@ pub static ROWS: &[Row] = &[
     maps("client_max_body_size", Translated, "`max_body_size` (`0`: the largest hayate takes)", client_max_body_size),
     maps("allow", Translated, "`allow` (hayate: deny wins, then an allow list admits only its own; nginx takes the first that matches)", |t, d| access(t, "allow", d)),
     maps("deny", Translated, "`deny`; `deny all` alone in a regex or exact location: a rule answering 403", |t, d| access(t, "deny", d)),
-    maps("auth_basic", Translated, "`basic_auth_realm` (`off`: `basic_auth = \"off\"`)", |t, d| {
+    maps("auth_basic", Differs("hayate's WWW-Authenticate also names charset=\"UTF-8\" (RFC 7617), so non-ASCII passwords work"), "`basic_auth_realm` (`off`: `basic_auth = \"off\"`)", |t, d| {
         only_options(t)?;
         if d.arg(0) == "off" { t.keys().set("basic_auth", Value::Str("off".into())) }
         else { t.keys().set("basic_auth_realm", Value::Str(d.arg(0).into())) }

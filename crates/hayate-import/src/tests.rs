@@ -200,6 +200,7 @@ fn policies_limits_and_headers() {
             "5: server: carried with a difference", // dotfiles
             "8: limit_req: carried with a difference",
             "8: limit_conn: carried with a difference",
+            "9: auth_basic: carried with a difference",
             "9: auth_basic_user_file: carried with a difference",
             "10: limit_req: carried with a difference",
             "10: expires: carried with a difference",

@@ -1044,3 +1044,105 @@ fn symfony_site_behaves_as_under_nginx() {
     assert_only_reported(&found, &[], &report, &[], &nginx);
     hayate.assert_no_errors();
 }
+
+/// A static site with what people protect and move by hand: basic auth,
+/// an address allow list, redirects and rewrites, an alias, a custom
+/// header (written for this test: the published configs above use none
+/// of these).
+#[test]
+fn policies_and_rules_behave_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let www = dir.path().join("www");
+    let shared = dir.path().join("shared-assets");
+    write_files(
+        &www,
+        &[
+            ("index.html", "<h1>home</h1>\n"),
+            ("admin/index.html", "<h1>admin</h1>\n"),
+            ("private/report.txt", "numbers\n"),
+            ("new/page.html", "<p>new</p>\n"),
+            ("docs/v2/intro.html", "<p>v2</p>\n"),
+        ],
+    );
+    write_files(
+        &shared,
+        &[("logo.svg", "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n")],
+    );
+    // htpasswd -B (bcrypt), as both nginx and hayate read it.
+    let htpasswd = dir.path().join("htpasswd");
+    let made = Command::new("htpasswd")
+        .args(["-bcB", htpasswd.to_str().expect("utf-8"), "admin", "s3cret"])
+        .output()
+        .expect("htpasswd (apache2-utils)");
+    assert!(made.status.success(), "{made:?}");
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = format!(
+        "server {{\n    listen {listen} reuseport;\n    server_name static.example;\n    \
+         root {www};\n    add_header X-Frame-Options DENY always;\n\n    \
+         location /admin/ {{\n        auth_basic \"Staff only\";\n        \
+         auth_basic_user_file {htpasswd};\n    }}\n\n    \
+         location /private/ {{\n        allow 10.0.0.0/8;\n        deny all;\n    }}\n\n    \
+         location /assets/ {{\n        alias {shared}/;\n    }}\n\n    \
+         location = /old-page {{\n        return 301 /new/page.html;\n    }}\n\n    \
+         rewrite ^/docs/latest/(.*)$ /docs/v2/$1 last;\n    \
+         rewrite ^/blog/(\\d+)$ /new/page.html?id=$1 permanent;\n}}\n",
+        www = www.display(),
+        htpasswd = htpasswd.display(),
+        shared = shared.display(),
+    );
+    std::fs::write(dir.path().join("site.conf"), site).expect("write");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir.path())
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "static.example",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/"),
+        req(GET, "/admin/"),
+        req(GET, "/private/report.txt"),
+        req(GET, "/assets/logo.svg"),
+        req(GET, "/assets/missing.svg"),
+        req(GET, "/old-page"),
+        req(GET, "/docs/latest/intro.html"),
+        req(GET, "/blog/42"),
+        req(GET, "/new/page.html?id=42"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    // The same login, both ways.
+    let login = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "admin:s3cret");
+    for addr in [nginx.addr, hayate.addr] {
+        let mut client = Client::connect(addr);
+        client.send(
+            format!(
+                "GET /admin/ HTTP/1.1\r\nHost: static.example\r\nAuthorization: Basic {login}\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let r = client.read_response(false);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"<h1>admin</h1>\n"[..]),
+            "{addr}"
+        );
+    }
+    // The one difference is in the report: the challenge's charset.
+    assert_only_reported(
+        &found,
+        &["GET /admin/: "],
+        &report,
+        &["site.conf:8: auth_basic: carried with a difference: hayate's WWW-Authenticate also names charset"],
+        &nginx,
+    );
+    hayate.assert_no_errors();
+}
