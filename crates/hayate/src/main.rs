@@ -3,6 +3,7 @@
 
 mod apps;
 mod control_client;
+mod import;
 mod logs;
 mod php;
 mod service;
@@ -197,6 +198,7 @@ fn command() -> Command {
                     .help("Remove every response whose Surrogate-Key names TAG"),
             ),
         )
+        .subcommand(import::command())
         .subcommand(control_client::list_command())
         .subcommand(service_command())
         .subcommand(
@@ -347,6 +349,7 @@ fn main() -> ExitCode {
         )) => control(name, m),
         Some(("list", _)) => control_client::list(),
         Some(("service", m)) => service(m),
+        Some(("import", m)) => return import::run(m),
         Some(("help-config", _)) => {
             print!("{}", hayate_config::markdown_reference());
             Ok(())
@@ -688,7 +691,21 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_default();
     let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
-    let config = hayate_config::load_file(&file, &text, &Overrides::default())?;
+    let config = check_text(&file, &text)?;
+    println!("{}: ok", file.display());
+    let limit = hayate_server::budget::limit_at_start();
+    let budget = hayate_server::budget::Budget::new(limit, config.global.workers.get());
+    if let Some(note) = budget.low_limit_note(config.global.max_connections) {
+        println!("note: {note}");
+    }
+    Ok(())
+}
+
+/// `hayate check`'s whole judgement of a config file's text (`hayate import
+/// --check` asks it too).
+pub(crate) fn check_text(file: &Path, text: &str) -> anyhow::Result<Config> {
+    let file = file.to_path_buf();
+    let config = hayate_config::load_file(&file, text, &Overrides::default())?;
     // Paths must exist too, and the files policies read must load: a config
     // that cannot start is not valid.
     for site in &config.sites {
@@ -748,7 +765,7 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
     if let Err((key, path, message)) = hayate_tls::client_auth::check(&config) {
         return Err(ConfigError {
             file: Some(file.clone()),
-            line: line_setting(&text, key, &path.display().to_string()),
+            line: line_setting(text, key, &path.display().to_string()),
             key: Some(key.into()),
             message,
         }
@@ -774,11 +791,5 @@ fn check(m: &ArgMatches) -> anyhow::Result<()> {
             }
         }
     }
-    println!("{}: ok", file.display());
-    let limit = hayate_server::budget::limit_at_start();
-    let budget = hayate_server::budget::Budget::new(limit, config.global.workers.get());
-    if let Some(note) = budget.low_limit_note(config.global.max_connections) {
-        println!("note: {note}");
-    }
-    Ok(())
+    Ok(config)
 }

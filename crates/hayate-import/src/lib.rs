@@ -1,0 +1,83 @@
+//! `hayate import`: another server's configuration turned into a hayate
+//! config, with a report of every directive not carried over or carried
+//! over with a difference (decision 0025).
+//!
+//! nginx's text is parsed (`nginx_parse`, includes resolved), walked
+//! (`nginx_translate`, locations in `nginx_locations`) with one table
+//! saying how each directive maps (`nginx_table`, its functions in
+//! `nginx_apply` and `nginx_upstreams`), and written as TOML
+//! (`hayate_toml`). The table also prints the "Coming from nginx" page
+//! (`table_markdown`). No I/O but reading the nginx files (and seeing
+//! which index file a root holds); checking the
+//! result is the binary's (`hayate check`'s code).
+
+mod hayate_toml;
+mod markdown;
+mod nginx_apply;
+mod nginx_locations;
+mod nginx_parse;
+mod nginx_table;
+mod nginx_translate;
+mod nginx_upstreams;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+pub use markdown::table_markdown;
+pub use nginx_parse::{ParseError, Pos};
+pub use nginx_translate::{Kind, Note};
+
+use std::path::Path;
+
+/// An imported configuration.
+#[derive(Debug)]
+pub struct Import {
+    /// The hayate config (TOML).
+    pub toml: String,
+    /// The report, in the order of the nginx files.
+    pub notes: Vec<Note>,
+}
+
+/// Imports the nginx configuration `file` and what it includes, relative
+/// paths resolved under `prefix` (nginx's configuration prefix: the
+/// directory of its nginx.conf) or, when None, under [`conf_prefix`]'s
+/// guess.
+pub fn nginx(file: &Path, prefix: Option<&Path>) -> Result<Import, ParseError> {
+    let prefix = prefix.map_or_else(|| conf_prefix(file), Path::to_path_buf);
+    let main = nginx_parse::parse_file(file, &prefix)?;
+    let mut t = nginx_translate::translate(&main);
+    finish(&mut t.config);
+
+    let header = format!(
+        "hayate config imported from nginx ({}) by hayate import nginx.\n\
+         Every directive not carried over, or carried with a difference, was reported.",
+        file.display()
+    );
+    Ok(Import {
+        toml: t.config.to_toml(&header),
+        notes: t.notes,
+    })
+}
+
+/// Where nginx would resolve `file`'s relative includes: the nearest
+/// directory at or above the file's that holds an nginx.conf (a site file
+/// in /etc/nginx/sites-available includes snippets/... from /etc/nginx),
+/// else the file's own directory. A bare file name's is "" (the current
+/// directory), so included files are named as plainly as the main one.
+pub fn conf_prefix(file: &Path) -> std::path::PathBuf {
+    let own = file.parent().unwrap_or(Path::new(""));
+    own.ancestors()
+        .take_while(|d| !d.as_os_str().is_empty())
+        .find(|d| d.join("nginx.conf").is_file())
+        .unwrap_or(own)
+        .to_path_buf()
+}
+
+/// The last touches: nginx's default listener when none was named.
+fn finish(config: &mut hayate_toml::Config) {
+    if config.top.get("listen").is_none() {
+        // nginx's default: port 80 on every address.
+        config.top.push("listen", "0.0.0.0:80".into());
+    }
+}

@@ -1,0 +1,1148 @@
+//! `hayate import nginx`: the corpus under tests/import/nginx (real configs,
+//! each naming its source at its top) imports with the expected report and
+//! passes `hayate check`; and differential tests run real nginx (Debian's
+//! package) with a config and hayate with its import against the same
+//! files, php-fpm and origins, send both the same requests, and compare
+//! status, Location, Content-Type and the body's hash.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use hayate_supervisor::php::PhpPool;
+use hayate_testkit::origin::{checksum, Origin, OriginOptions};
+use hayate_testkit::php::PhpFpm;
+use hayate_testkit::{eventually, Client, Hayate, Response};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hayate");
+/// Debian's nginx (installed by scripts/test).
+const NGINX: &str = "/usr/sbin/nginx";
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import/nginx")
+}
+
+/// The corpus copied into a temp dir, its absolute paths (document roots,
+/// certificates) moved under it so that `hayate check` finds them.
+fn staged() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&corpus(), dir.path());
+    let base = dir.path().display().to_string();
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "conf") {
+            let text = std::fs::read_to_string(&path).expect("read");
+            let text = text
+                .replace(" /var/www/", &format!(" {base}/var/www/"))
+                .replace(" /srv/", &format!(" {base}/srv/"))
+                .replace(" /path/to/", &format!(" {base}/path/to/"));
+            std::fs::write(&path, text).expect("write");
+        }
+    }
+    for d in [
+        "var/www/html",
+        "var/www/wordpress",
+        "var/www/ghost/system/nginx-root",
+        "var/www/project/public",
+        "srv/example.com/public",
+        "path/to",
+    ] {
+        std::fs::create_dir_all(dir.path().join(d)).expect("mkdir");
+    }
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// Runs `hayate import nginx NAME -o NAME.toml --check` in `dir`: the exit
+/// code, the config written, and the report's lines cut after what became
+/// of each directive (`file:line: directive: kind`; the reasons are prose).
+fn import(dir: &Path, name: &str) -> (i32, String, Vec<String>) {
+    let out = format!("{name}.toml");
+    let result = Command::new(BIN)
+        .current_dir(dir)
+        .args(["import", "nginx", name, "-o", &out, "--check"])
+        .output()
+        .expect("run hayate import");
+    let stderr = String::from_utf8_lossy(&result.stderr).to_string();
+    let report = stderr
+        .lines()
+        .map(|l| l.splitn(4, ": ").take(3).collect::<Vec<_>>().join(": "))
+        .collect();
+    let toml = std::fs::read_to_string(dir.join(&out)).unwrap_or_else(|_| stderr.clone());
+    (result.status.code().unwrap_or(-1), toml, report)
+}
+
+#[test]
+fn debian_default_site() {
+    let dir = staged();
+    // The page Debian's package puts there: the index nginx would serve.
+    let page = dir.path().join("var/www/html/index.nginx-debian.html");
+    std::fs::write(page, "<h1>Welcome to nginx!</h1>\n").expect("write");
+    let (code, toml, report) = import(dir.path(), "debian-default.conf");
+    assert_eq!(
+        report,
+        [
+            // Dotfiles: nginx serves them, hayate hides them.
+            "debian-default.conf:22: server: carried with a difference",
+            "debian-default.conf:45: index: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 0, "{toml}");
+    assert!(
+        toml.contains("listen = [\"0.0.0.0:80\", \"[::]:80\"]"),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("index = \"index.nginx-debian.html\""),
+        "{toml}"
+    );
+    // server_name _ with default_server: the site without hosts.
+    assert!(!toml.contains("hosts ="), "{toml}");
+}
+
+/// Debian's default site with what its comments offer for PHP turned on
+/// (the php-fpm location, index.php, the .ht location), as its users do.
+#[test]
+fn debian_default_site_with_php() {
+    let dir = staged();
+    let text = std::fs::read_to_string(dir.path().join("debian-default.conf")).expect("read");
+    let text = text
+        .replace(
+            "index index.html index.htm index.nginx-debian.html;",
+            "index index.php index.html index.htm index.nginx-debian.html;",
+        )
+        .replace("\t#location ~ \\.php$ {", "\tlocation ~ \\.php$ {")
+        .replace("\t#\tinclude snippets/fastcgi-php.conf;", "\t\tinclude snippets/fastcgi-php.conf;")
+        .replace(
+            "\t#\tfastcgi_pass unix:/run/php/php7.4-fpm.sock;\n\t#\t# With php-cgi (or other tcp sockets):\n\t#\tfastcgi_pass 127.0.0.1:9000;\n\t#}",
+            "\t\tfastcgi_pass unix:/run/php/php7.4-fpm.sock;\n\t#\t# With php-cgi (or other tcp sockets):\n\t#\tfastcgi_pass 127.0.0.1:9000;\n\t}",
+        )
+        .replace("\t#location ~ /\\.ht {\n\t#\tdeny all;\n\t#}", "\tlocation ~ /\\.ht {\n\t\tdeny all;\n\t}");
+    std::fs::write(dir.path().join("debian-php.conf"), text).expect("write");
+    let (code, toml, report) = import(dir.path(), "debian-php.conf");
+    assert_eq!(
+        report,
+        [
+            "debian-php.conf:45: index: carried with a difference",
+            // fastcgi.conf's REMOTE_USER, through snippets/fastcgi-php.conf
+            "fastcgi.conf:22: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 0, "{toml}");
+    // The snippet and fastcgi.conf understood: nothing of them is copied.
+    assert!(
+        toml.contains("fastcgi = \"unix:/run/php/php7.4-fpm.sock\""),
+        "{toml}"
+    );
+    assert!(!toml.contains("fastcgi_index"), "{toml}");
+    assert!(
+        toml.contains("match = \"/\\\\.ht\"\nrespond = 403"),
+        "{toml}"
+    );
+}
+
+#[test]
+fn wordpress_site() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "wordpress.conf");
+    assert_eq!(
+        report,
+        [
+            "wordpress.conf:12: server: carried with a difference",
+            "wordpress.conf:21: log_not_found: not needed",
+            "wordpress.conf:22: access_log: not carried",
+            "wordpress.conf:27: log_not_found: not needed",
+            "wordpress.conf:28: access_log: not carried",
+            "wordpress.conf:47: expires: not carried",
+            "wordpress.conf:48: log_not_found: not needed",
+            "fastcgi_params:21: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    // The php upstream is the site's FastCGI application, both members.
+    assert!(
+        toml.contains("fastcgi = \"unix:/tmp/php-cgi.socket,127.0.0.1:9000\""),
+        "{toml}"
+    );
+    assert!(!toml.contains("[[upstream]]"), "{toml}");
+    assert!(toml.contains("match = \"(?i)\\\\.(js|css|png|jpg|jpeg|gif|ico)$\"\nfile = \"missing\"\nrespond = 404"), "{toml}");
+}
+
+#[test]
+fn laravel_site() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "laravel.conf");
+    assert_eq!(
+        report,
+        [
+            "laravel.conf:9: add_header: carried with a difference",
+            "laravel.conf:10: add_header: carried with a difference",
+            "laravel.conf:14: charset: not needed",
+            "laravel.conf:20: access_log: not carried",
+            "laravel.conf:20: log_not_found: not needed",
+            "laravel.conf:21: access_log: not carried",
+            "laravel.conf:21: log_not_found: not needed",
+            "laravel.conf:23: error_page: not carried",
+            // index.php only, where hayate runs every script
+            "laravel.conf:25: location: carried with a difference",
+            "laravel.conf:32: location: carried with a difference",
+            "fastcgi_params:21: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    assert!(
+        toml.contains("fastcgi = \"unix:/var/run/php/php8.2-fpm.sock\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("response_headers = { \"X-Frame-Options\" = \"SAMEORIGIN\", \"X-Content-Type-Options\" = \"nosniff\", \"-X-Powered-By\" = \"\" }"),
+        "{toml}"
+    );
+}
+
+#[test]
+fn node_app_behind_an_upstream_with_websockets() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "node-socketio.conf");
+    assert_eq!(
+        report,
+        [
+            "node-socketio.conf:17: proxy_http_version: not needed",
+            "node-socketio.conf:25: hash: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 0, "{toml}");
+    assert!(toml.contains("proxy_balance = \"hash:ip\""), "{toml}");
+    assert!(
+        toml.contains(
+            "members = [\"http://app01:3000\", \"http://app02:3000\", \"http://app03:3000\"]"
+        ),
+        "{toml}"
+    );
+    assert!(toml.contains("proxy = \"nodes\""), "{toml}");
+    // Upgrade, Connection, X-Forwarded-For and Host are hayate's defaults.
+    assert!(!toml.contains("request_headers"), "{toml}");
+}
+
+#[test]
+fn mozilla_intermediate_tls() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "mozilla-intermediate.conf");
+    let not_needed =
+        |line: u32, d: &str| format!("mozilla-intermediate.conf:{line}: {d}: not needed");
+    let mut expected = vec![
+        not_needed(4, "server"),
+        "mozilla-intermediate.conf:13: server: carried with a difference".to_string(),
+    ];
+    for (line, d) in [
+        (16, "http2"),
+        (20, "ssl_session_timeout"),
+        (21, "ssl_session_cache"),
+        (22, "ssl_session_tickets"),
+        (25, "ssl_dhparam"),
+        (29, "ssl_ecdh_curve"),
+        (30, "ssl_ciphers"),
+        (31, "ssl_prefer_server_ciphers"),
+        (37, "ssl_stapling"),
+        (38, "ssl_stapling_verify"),
+        (41, "ssl_trusted_certificate"),
+        (44, "resolver"),
+    ] {
+        expected.push(not_needed(line, d));
+    }
+    assert_eq!(report, expected);
+    assert_eq!(code, 0, "{toml}");
+    assert!(
+        toml.contains(
+            "listen = [\"0.0.0.0:80\", \"[::]:80\", \"https://0.0.0.0:443\", \"https://[::]:443\"]"
+        ),
+        "{toml}"
+    );
+    assert!(toml.contains("tls_key = ["), "{toml}");
+    // HSTS is hayate's own: on HTTPS responses only.
+    assert!(toml.contains("hsts = \"63072000s\""), "{toml}");
+}
+
+#[test]
+fn symfony_site() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "symfony.conf");
+    assert_eq!(
+        report,
+        [
+            "symfony.conf:4: server: carried with a difference",
+            "symfony.conf:54: error_log: not carried",
+            "symfony.conf:55: access_log: not carried",
+            "fastcgi_params:21: fastcgi_param: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    // internal: clients asking for the front controller get 404, and so do
+    // they for any other script; the front controller still runs.
+    let internal = toml
+        .find("match = \"^/index\\\\.php(/|$)\"\nrespond = 404")
+        .expect(&toml);
+    let others = toml
+        .find("match = \"\\\\.php$\"\nrespond = 404")
+        .expect(&toml);
+    assert!(internal < others, "{toml}");
+}
+
+/// Ghost-CLI's two server blocks (port 80 and 443, the same name, both
+/// proxying to Ghost) and its ssl-params snippet.
+#[test]
+fn ghost_site_on_both_ports() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "ghost.conf");
+    let snippet =
+        |line: u32, d: &str, kind: &str| format!("snippets/ssl-params.conf:{line}: {d}: {kind}");
+    let mut expected = vec![
+        // dotfiles, for each server block
+        "ghost.conf:6: server: carried with a difference".to_string(),
+        "ghost.conf:29: server: carried with a difference".to_string(),
+        // one site for both: the 443 block's headers now on port 80 too
+        "ghost.conf:29: server: carried with a difference".to_string(),
+        snippet(3, "ssl_protocols", "carried with a difference"),
+    ];
+    for (line, d) in [
+        (4, "ssl_prefer_server_ciphers"),
+        (5, "ssl_ciphers"),
+        (6, "ssl_ecdh_curve"),
+        (7, "ssl_session_cache"),
+        (8, "ssl_session_tickets"),
+        (9, "ssl_stapling"),
+        (10, "ssl_stapling_verify"),
+        (11, "resolver"),
+        (12, "resolver_timeout"),
+    ] {
+        expected.push(snippet(line, d, "not needed"));
+    }
+    for line in [13, 14, 15] {
+        expected.push(snippet(line, "add_header", "carried with a difference"));
+    }
+    expected.push(snippet(17, "ssl_dhparam", "not needed"));
+    assert_eq!(report, expected);
+    assert_eq!(code, 0, "{toml}");
+    assert_eq!(toml.matches("[[site]]").count(), 1, "{toml}");
+    // Both ports serve Ghost, as under nginx: no redirect to HTTPS.
+    assert!(toml.contains("https_redirect = false"), "{toml}");
+    assert!(
+        toml.contains("proxy = [\"http://127.0.0.1:2368\"]"),
+        "{toml}"
+    );
+    assert!(toml.contains("max_body_size = \"50MiB\""), "{toml}");
+    assert_eq!(toml.matches("[[site.rule]]").count(), 1, "{toml}");
+}
+
+#[test]
+fn a_parse_error_names_file_line_and_column_and_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("site.conf"), "server {\n    listen 80\n}\n").expect("write");
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["import", "nginx", "site.conf"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "hayate import: site.conf:3:1: directive \"listen\" is not terminated by \";\""
+    );
+    // Imported, written, and refused by check: exit 1, check's reason.
+    std::fs::write(
+        dir.path().join("site.conf"),
+        "server {\n    listen 8080;\n    root /nonexistent/www;\n}\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["import", "nginx", "site.conf", "-o", "out.toml", "--check"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fails hayate check: out.toml:") && stderr.contains("/nonexistent/www"),
+        "{stderr}"
+    );
+    assert!(dir.path().join("out.toml").is_file());
+    let out = Command::new(BIN)
+        .args(["import", "nginx", "/nonexistent/nginx.conf"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn the_docs_page_is_the_table() {
+    let out = Command::new(BIN)
+        .args(["import", "--table-markdown"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/import-nginx.md");
+    let written = std::fs::read_to_string(&page).unwrap_or_default();
+    assert!(
+        written == String::from_utf8_lossy(&out.stdout),
+        "docs/import-nginx.md differs from the table: cargo run -q -p hayate -- import --table-markdown > docs/import-nginx.md"
+    );
+}
+
+/// A port on 127.0.0.1 held for the test (bound with SO_REUSEPORT, never
+/// listening) that nginx listens on with `reuseport`: no test running in
+/// parallel can take it between its choice and nginx's start.
+fn reserved_port() -> (socket2::Socket, u16) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket.set_reuse_port(true).expect("SO_REUSEPORT");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    socket.bind(&any.into()).expect("bind");
+    let port = socket
+        .local_addr()
+        .expect("addr")
+        .as_socket()
+        .expect("ip")
+        .port();
+    (socket, port)
+}
+
+/// nginx run unprivileged in the foreground with `dir` as its prefix and
+/// `dir/nginx.conf`; stopped when dropped.
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+    stderr: PathBuf,
+}
+
+impl Nginx {
+    fn start(dir: &Path, port: u16) -> Nginx {
+        let prefix = format!("{}/", dir.display());
+        let globals = format!(
+            "daemon off; master_process off; pid {}/nginx.pid; error_log stderr;",
+            dir.display()
+        );
+        let stderr = dir.join("nginx.stderr");
+        let child = Command::new(NGINX)
+            .args([
+                "-e",
+                "stderr",
+                "-p",
+                &prefix,
+                "-c",
+                "nginx.conf",
+                "-g",
+                &globals,
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("start nginx (apt-get install nginx)");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let mut nginx = Nginx {
+            child,
+            addr,
+            stderr,
+        };
+        eventually("nginx listens", || {
+            if let Ok(Some(status)) = nginx.child.try_wait() {
+                panic!("nginx exited ({status}): {}", nginx.log());
+            }
+            TcpStream::connect(addr).map_err(|e| e.to_string())
+        });
+        nginx
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What every test's http block starts with: nginx's temp files under
+/// `dir` (Debian's build names /var/lib/nginx, which an unprivileged nginx
+/// cannot write), media types, no access log.
+fn http_settings(dir: &Path) -> String {
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
+    format!(
+        "\n    include /etc/nginx/mime.types;\n    access_log off;\n    \
+         client_body_temp_path {d}/tmp/body;\n    proxy_temp_path {d}/tmp/proxy;\n    \
+         fastcgi_temp_path {d}/tmp/fastcgi;\n    uwsgi_temp_path {d}/tmp/uwsgi;\n    \
+         scgi_temp_path {d}/tmp/scgi;\n"
+    )
+}
+
+/// A whole nginx config around a corpus file that is a whole http block.
+fn around_http_block(dir: &Path, http_block: &str) -> String {
+    let settings = http_settings(dir);
+    http_block.replacen("http {", &format!("events {{}}\nhttp {{{settings}"), 1)
+}
+
+/// Imports `dir/nginx.conf` and starts hayate with the result on a port of
+/// its own (`nginx_listen` in the config becomes 127.0.0.1:0); the import's
+/// report with it.
+fn hayate_from_import(dir: &Path, nginx_listen: &str) -> (Hayate, String) {
+    let out = Command::new(BIN)
+        .current_dir(dir)
+        .args(["import", "nginx", "nginx.conf", "--check"])
+        .output()
+        .expect("run hayate import");
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 2)),
+        "import failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toml = String::from_utf8_lossy(&out.stdout)
+        .replace(&format!("\"{nginx_listen}\""), "\"127.0.0.1:0\"");
+    let report = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        Hayate::start_config(BIN, &dir.join("hayate.toml"), &toml),
+        report,
+    )
+}
+
+/// One request, sent the same way to each server.
+struct Request {
+    method: &'static str,
+    path: &'static str,
+    host: &'static str,
+    body: &'static [u8],
+}
+
+fn send(addr: SocketAddr, r: &Request) -> Response {
+    let mut client = Client::connect(addr);
+    let mut raw = format!(
+        "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        r.method, r.path, r.host
+    );
+    if !r.body.is_empty() {
+        raw.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            r.body.len()
+        ));
+    }
+    raw.push_str("\r\n");
+    let mut raw = raw.into_bytes();
+    raw.extend_from_slice(r.body);
+    client.send(&raw);
+    client.read_response(r.method == "HEAD")
+}
+
+/// Header fields compared on answers: cache and security headers, and
+/// those a PHP app's own may be hidden by (X-Powered-By).
+const COMPARED_FIELDS: &[&str] = &[
+    "cache-control",
+    "expires",
+    "x-frame-options",
+    "x-content-type-options",
+    "x-powered-by",
+    "strict-transport-security",
+    "www-authenticate",
+];
+
+/// What a client can tell apart: status, where a redirect leads (nginx
+/// writes it absolute, hayate relative: the same place for the client),
+/// and for answers that are not errors or redirects the media type, the
+/// cache and security fields and the body (the others' bodies are each
+/// server's own text; hayate names charset=utf-8 on text types, nginx only
+/// with its charset directive: docs/import-nginx.md says both, and the
+/// JavaScript type below).
+fn seen(r: &Response, host: &str) -> String {
+    let location = r.header("location").map(|l| {
+        match l
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once('/'))
+        {
+            Some((authority, path)) if authority.split(':').next() == Some(host) => {
+                format!("/{path}")
+            }
+            _ => l.to_string(),
+        }
+    });
+    if r.status >= 300 {
+        let auth = r.header("www-authenticate");
+        return format!(
+            "{} location={location:?} www-authenticate={auth:?} (the server's own page)",
+            r.status
+        );
+    }
+    // JavaScript: nginx 1.22's mime.types says application/javascript,
+    // hayate RFC 9239's text/javascript (docs/import-nginx.md says so).
+    let media_type = r
+        .header("content-type")
+        .map(|t| t.split(';').next().unwrap_or(t).trim())
+        .map(|t| match t {
+            "application/javascript" => "text/javascript",
+            t => t,
+        });
+    let fields: Vec<String> = COMPARED_FIELDS
+        .iter()
+        .filter_map(|f| r.header(f).map(|v| format!("{f}: {v}")))
+        .collect();
+    format!(
+        "{} type={:?} fields={fields:?} body={}",
+        r.status,
+        media_type,
+        checksum(&r.body)
+    )
+}
+
+/// Sends every request to both and returns the differences, one line each.
+fn differences(nginx: SocketAddr, hayate: SocketAddr, requests: &[Request]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in requests {
+        let (a, b) = (send(nginx, r), send(hayate, r));
+        if seen(&a, r.host) != seen(&b, r.host) {
+            out.push(format!(
+                "{} {}: nginx {} / hayate {}\n  nginx body: {}\n  hayate body: {}",
+                r.method,
+                r.path,
+                seen(&a, r.host),
+                seen(&b, r.host),
+                String::from_utf8_lossy(&a.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
+                String::from_utf8_lossy(&b.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
+            ));
+        }
+    }
+    out
+}
+
+/// Writes `files` (path, text) under `root`.
+fn write_files(root: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+}
+
+/// The php-fpm that nginx and hayate share. hayate keeps up to
+/// fastcgi_max_conns (5) connections, each holding a child; nginx opens one
+/// per request: with 2 children nginx's requests waited for hayate's idle
+/// ones to close (5 s each).
+fn shared_php_fpm() -> PhpFpm {
+    PhpFpm::start(&PhpPool {
+        children: 8,
+        max_requests: 0,
+        terminate_after_secs: 0,
+    })
+}
+
+/// nginx.conf in `dir` for the server file `site` (written as site.conf,
+/// with the fastcgi_params it includes beside it).
+fn write_nginx_with_site(dir: &Path, site: &str) {
+    std::fs::write(dir.join("site.conf"), site).expect("write");
+    std::fs::copy(corpus().join("fastcgi_params"), dir.join("fastcgi_params")).expect("copy");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir)
+    );
+    std::fs::write(dir.join("nginx.conf"), main).expect("write");
+}
+
+/// Asserts that the differences `found` are exactly those starting with
+/// `reported` (the requests the import's report accounts for), and that
+/// the report holds each of `report_lines`.
+fn assert_only_reported(
+    found: &[String],
+    reported: &[&str],
+    report: &str,
+    report_lines: &[&str],
+    nginx: &Nginx,
+) {
+    for line in report_lines {
+        assert!(
+            report.contains(line),
+            "{line:?} not in the report:\n{report}"
+        );
+    }
+    let unexpected: Vec<&str> = found
+        .iter()
+        .map(String::as_str)
+        .filter(|d| !reported.iter().any(|r| d.starts_with(r)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "differences:\n{}\nnginx log:\n{}",
+        unexpected.join("\n"),
+        nginx.log()
+    );
+    assert_eq!(found.len(), reported.len(), "{found:#?}");
+}
+
+const GET: &str = "GET";
+
+/// The WordPress site of the corpus, with its root and php upstream
+/// pointed at the test's, served by nginx and by hayate from its import.
+#[test]
+fn wordpress_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let www = dir.path().join("www");
+    write_files(
+        &www,
+        &[
+            (
+                "index.php",
+                "<?php header('Content-Type: text/plain'); echo 'front ', $_SERVER['REQUEST_URI'], \
+                 ' script=', $_SERVER['SCRIPT_NAME'], ' query=', $_SERVER['QUERY_STRING'], \"\\n\";",
+            ),
+            (
+                "hello.php",
+                "<?php echo 'hello ', $_SERVER['REQUEST_METHOD'], ' x=', $_GET['x'] ?? '', \
+                 ' a=', $_POST['a'] ?? '', \"\\n\";",
+            ),
+            ("style.css", "body { color: black; }\n"),
+            ("robots.txt", "User-agent: *\n"),
+            ("wp-content/uploads/pic.png", "\u{89}PNG not really\n"),
+            (".htaccess", "Deny from all\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("wordpress.conf"))
+        .expect("corpus")
+        .replace(
+            "server unix:/tmp/php-cgi.socket;\n        server 127.0.0.1:9000;",
+            &format!("server unix:{};", fpm.socket().display()),
+        )
+        .replace(
+            "root /var/www/wordpress;",
+            &format!("root {};", www.display()),
+        )
+        .replace(
+            "server_name domain.tld;",
+            &format!("listen {listen} reuseport;\n        server_name domain.tld;"),
+        );
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path, body| Request {
+        method,
+        path,
+        host: "domain.tld",
+        body,
+    };
+    let requests = [
+        req(GET, "/", b""),
+        req(GET, "/?p=12", b""),
+        req(GET, "/2024/05/a-post/", b""),
+        req(GET, "/2024/05/a-post/?replytocom=3", b""),
+        req(GET, "/hello.php?x=1", b""),
+        req("POST", "/hello.php", b"a=b"),
+        req(GET, "/style.css", b""),
+        req("HEAD", "/style.css", b""),
+        req(GET, "/robots.txt", b""),
+        req(GET, "/wp-content/uploads/pic.png", b""),
+        req(GET, "/wp-content/uploads/missing.png", b""),
+        req(GET, "/favicon.ico", b""),
+        req(GET, "/missing.php", b""),
+        req(GET, "/wp-content", b""),
+        req(GET, "/.htaccess", b""),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    // Each difference left is one the import reports (site.conf is
+    // wordpress.conf with the php upstream one line shorter): :47, expires
+    // in a regex location (no Cache-Control, no Expires); :11, the dotfile
+    // hayate hides.
+    assert_only_reported(
+        &found,
+        &[
+            "GET /style.css: ",
+            "HEAD /style.css: ",
+            "GET /wp-content/uploads/pic.png: ",
+            "GET /.htaccess: ",
+        ],
+        &report,
+        &[
+            "site.conf:47: expires: not carried",
+            "site.conf:11: server: carried with a difference: nginx serves files whose name starts with a dot",
+        ],
+        &nginx,
+    );
+    hayate.assert_no_errors();
+}
+
+/// The Node app of the corpus (Socket.IO's config): its upstream pointed
+/// at the test's origins, served by nginx and by hayate from its import.
+#[test]
+fn node_proxy_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origins: Vec<Origin> = (0..3)
+        .map(|_| Origin::start(OriginOptions::default()))
+        .collect();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut site = std::fs::read_to_string(corpus().join("node-socketio.conf"))
+        .expect("corpus")
+        .replace("listen 3000;", &format!("listen {listen} reuseport;"));
+    for (i, origin) in origins.iter().enumerate() {
+        let member = origin.url().trim_start_matches("http://").to_string();
+        site = site.replace(
+            &format!("server app0{}:3000;", i + 1),
+            &format!("server {member};"),
+        );
+    }
+    std::fs::write(
+        dir.path().join("nginx.conf"),
+        around_http_block(dir.path(), &site),
+    )
+    .expect("write");
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, _) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "io.yourhost.com",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/text?n=5000"),
+        req(GET, "/bytes?n=100000"),
+        req("HEAD", "/text?n=10"),
+        req(GET, "/status?code=404"),
+        req(GET, "/status?code=503"),
+        req(GET, "/status?code=204"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    assert!(found.is_empty(), "differences:\n{}", found.join("\n"));
+
+    // What the app is told: the Host the client sent and the client's
+    // address in X-Forwarded-For, as the config asks nginx to send.
+    for addr in [nginx.addr, hayate.addr] {
+        let r = send(addr, &req(GET, "/echo?a=1"));
+        let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
+        assert_eq!(echo.target, "/echo?a=1");
+        assert_eq!(echo.header("host"), Some("io.yourhost.com"), "{addr}");
+        assert_eq!(echo.header("x-forwarded-for"), Some("127.0.0.1"), "{addr}");
+    }
+    hayate.assert_no_errors();
+}
+
+/// A WebSocket upgrade through the Node site's config reaches the app and
+/// carries bytes both ways, through nginx and through hayate alike.
+#[test]
+fn websocket_upgrade_through_both() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (nginx_app, nginx_done) = hayate_testkit::upgrade_echo_server();
+    let (hayate_app, hayate_done) = hayate_testkit::upgrade_echo_server();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = |app: u16| {
+        let block = std::fs::read_to_string(corpus().join("node-socketio.conf"))
+            .expect("corpus")
+            .replace("listen 3000;", &format!("listen {listen} reuseport;"))
+            .replace(
+                "    server app01:3000;\n    server app02:3000;\n    server app03:3000;",
+                &format!("    server 127.0.0.1:{app};"),
+            );
+        around_http_block(dir.path(), &block)
+    };
+    std::fs::write(dir.path().join("nginx.conf"), site(nginx_app)).expect("write");
+    let nginx = Nginx::start(dir.path(), port);
+    std::fs::write(dir.path().join("nginx.conf"), site(hayate_app)).expect("write");
+    let (hayate, _) = hayate_from_import(dir.path(), &listen);
+    for (addr, done) in [(nginx.addr, nginx_done), (hayate.addr, hayate_done)] {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(hayate_testkit::WAIT))
+            .expect("timeout");
+        s.write_all(
+            b"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: io.yourhost.com\r\n\
+              Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        )
+        .expect("write");
+        let mut head = Vec::new();
+        hayate_testkit::read_through_blank_line(&mut s, &mut head).expect("head");
+        let head = String::from_utf8_lossy(&head).to_string();
+        assert!(head.starts_with("HTTP/1.1 101"), "{addr}: {head}");
+        s.write_all(b"ping").expect("write");
+        let mut back = [0u8; 4];
+        s.read_exact(&mut back).expect("echo");
+        assert_eq!(&back, b"ping", "{addr}");
+        drop(s);
+        let upstream_head = done.join().expect("upgrade server");
+        assert!(
+            upstream_head.contains("upgrade: websocket"),
+            "{addr}: {upstream_head}"
+        );
+    }
+    hayate.assert_no_errors();
+}
+
+/// Laravel's site of the corpus, its root and php-fpm the test's, served by
+/// nginx and by hayate from its import.
+#[test]
+fn laravel_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    write_files(
+        &public,
+        &[
+            (
+                "index.php",
+                "<?php if (str_contains($_SERVER['REQUEST_URI'], 'notfound')) { http_response_code(404); }\n\
+                 header('Content-Type: text/plain'); echo 'laravel ', $_SERVER['REQUEST_METHOD'], ' ', \
+                 $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', \
+                 $_SERVER['QUERY_STRING'], ' email=', $_POST['email'] ?? '', \"\\n\";",
+            ),
+            ("other.php", "<?php echo 'other';\n"),
+            ("css/app.css", "body { margin: 0; }\n"),
+            ("robots.txt", "User-agent: *\nDisallow:\n"),
+            (".env", "APP_KEY=base64:secret\n"),
+            (".well-known/security.txt", "Contact: mailto:security@example.com\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("laravel.conf"))
+        .expect("corpus")
+        .replace(
+            "listen 80;\n    listen [::]:80;",
+            &format!("listen {listen} reuseport;\n"),
+        )
+        .replace(
+            "root /srv/example.com/public;",
+            &format!("root {};", public.display()),
+        )
+        .replace(
+            "fastcgi_pass unix:/var/run/php/php8.2-fpm.sock;",
+            &format!("fastcgi_pass unix:{};", fpm.socket().display()),
+        );
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path, body| Request {
+        method,
+        path,
+        host: "example.com",
+        body,
+    };
+    let requests = [
+        req(GET, "/", b""),
+        req(GET, "/users/5", b""),
+        req(GET, "/users?page=2&sort=name", b""),
+        req("POST", "/login", b"email=a%40example.com"),
+        req(GET, "/index.php", b""),
+        req(GET, "/notfound", b""),
+        req(GET, "/css/app.css", b""),
+        req("HEAD", "/css/app.css", b""),
+        req(GET, "/robots.txt", b""),
+        req(GET, "/favicon.ico", b""),
+        req(GET, "/css", b""),
+        req(GET, "/.well-known/security.txt", b""),
+        req(GET, "/other.php", b""),
+        req(GET, "/.env", b""),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    // Each difference left is one the import reports (site.conf keeps
+    // laravel.conf's lines): :25, nginx runs index.php only and serves
+    // other.php as a file; :32, the dotfile hayate hides (404 for 403).
+    assert_only_reported(
+        &found,
+        &["GET /other.php: ", "GET /.env: "],
+        &report,
+        &[
+            "site.conf:25: location: carried with a difference: hayate runs every .php file",
+            "site.conf:32: location: carried with a difference: hayate hides dotfiles",
+        ],
+        &nginx,
+    );
+    hayate.assert_no_errors();
+}
+
+/// Symfony's site of the corpus: its front controller reached only through
+/// try_files (internal), every other script refused.
+#[test]
+fn symfony_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    write_files(
+        &public,
+        &[
+            (
+                "index.php",
+                "<?php header('Content-Type: text/plain'); echo 'symfony ', \
+                 $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], \"\\n\";",
+            ),
+            ("config.php", "<?php echo 'secret';\n"),
+            ("bundles/app/app.js", "console.log(1);\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("symfony.conf"))
+        .expect("corpus")
+        .replace(
+            "    server_name domain.tld www.domain.tld;",
+            &format!("    listen {listen} reuseport; server_name domain.tld www.domain.tld;"),
+        )
+        .replace(
+            "root /var/www/project/public;",
+            &format!("root {};", public.display()),
+        )
+        .replace(
+            "fastcgi_pass unix:/var/run/php/php7.4-fpm.sock;",
+            &format!("fastcgi_pass unix:{};", fpm.socket().display()),
+        )
+        .replace("error_log /var/log/nginx/project_error.log;", "")
+        .replace("access_log /var/log/nginx/project_access.log;", "");
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "domain.tld",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/"),
+        req(GET, "/blog/hello-world"),
+        req(GET, "/search?q=nginx"),
+        req(GET, "/index.php"),
+        req(GET, "/index.php/blog"),
+        req(GET, "/config.php"),
+        req(GET, "/bundles/app/app.js"),
+        req(GET, "/bundles/app/missing.js"),
+        req("HEAD", "/"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    assert_only_reported(&found, &[], &report, &[], &nginx);
+    hayate.assert_no_errors();
+}
+
+/// A static site with what people protect and move by hand: basic auth,
+/// an address allow list, redirects and rewrites, an alias, a custom
+/// header (written for this test: the published configs above use none
+/// of these).
+#[test]
+fn policies_and_rules_behave_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let www = dir.path().join("www");
+    let shared = dir.path().join("shared-assets");
+    write_files(
+        &www,
+        &[
+            ("index.html", "<h1>home</h1>\n"),
+            ("admin/index.html", "<h1>admin</h1>\n"),
+            ("private/report.txt", "numbers\n"),
+            ("new/page.html", "<p>new</p>\n"),
+            ("docs/v2/intro.html", "<p>v2</p>\n"),
+        ],
+    );
+    write_files(
+        &shared,
+        &[("logo.svg", "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n")],
+    );
+    // htpasswd -B (bcrypt), as both nginx and hayate read it.
+    let htpasswd = dir.path().join("htpasswd");
+    let made = Command::new("htpasswd")
+        .args(["-bcB", htpasswd.to_str().expect("utf-8"), "admin", "s3cret"])
+        .output()
+        .expect("htpasswd (apache2-utils)");
+    assert!(made.status.success(), "{made:?}");
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = format!(
+        "server {{\n    listen {listen} reuseport;\n    server_name static.example;\n    \
+         root {www};\n    add_header X-Frame-Options DENY always;\n\n    \
+         location /admin/ {{\n        auth_basic \"Staff only\";\n        \
+         auth_basic_user_file {htpasswd};\n    }}\n\n    \
+         location /private/ {{\n        allow 10.0.0.0/8;\n        deny all;\n    }}\n\n    \
+         location /assets/ {{\n        alias {shared}/;\n    }}\n\n    \
+         location = /old-page {{\n        return 301 /new/page.html;\n    }}\n\n    \
+         rewrite ^/docs/latest/(.*)$ /docs/v2/$1 last;\n    \
+         rewrite ^/blog/(\\d+)$ /new/page.html?id=$1 permanent;\n}}\n",
+        www = www.display(),
+        htpasswd = htpasswd.display(),
+        shared = shared.display(),
+    );
+    std::fs::write(dir.path().join("site.conf"), site).expect("write");
+    let main = format!(
+        "events {{}}\nhttp {{{}    include site.conf;\n}}\n",
+        http_settings(dir.path())
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "static.example",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/"),
+        req(GET, "/admin/"),
+        req(GET, "/private/report.txt"),
+        req(GET, "/assets/logo.svg"),
+        req(GET, "/assets/missing.svg"),
+        req(GET, "/old-page"),
+        req(GET, "/docs/latest/intro.html"),
+        req(GET, "/blog/42"),
+        req(GET, "/new/page.html?id=42"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    // The same login, both ways.
+    let login = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "admin:s3cret");
+    for addr in [nginx.addr, hayate.addr] {
+        let mut client = Client::connect(addr);
+        client.send(
+            format!(
+                "GET /admin/ HTTP/1.1\r\nHost: static.example\r\nAuthorization: Basic {login}\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let r = client.read_response(false);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"<h1>admin</h1>\n"[..]),
+            "{addr}"
+        );
+    }
+    // The one difference is in the report: the challenge's charset.
+    assert_only_reported(
+        &found,
+        &["GET /admin/: "],
+        &report,
+        &["site.conf:8: auth_basic: carried with a difference: hayate's WWW-Authenticate also names charset"],
+        &nginx,
+    );
+    hayate.assert_no_errors();
+}
