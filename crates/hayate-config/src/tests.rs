@@ -361,3 +361,15 @@ fn the_collectors_client_certificate_needs_its_key_and_an_https_endpoint() {
         .to_string();
     assert!(e.contains("https:// otel_endpoint"), "{e}");
 }
+
+#[test]
+fn http3_takes_client_certificates_only_when_every_site_asks_the_same() {
+    let base = "listen = [\"https://127.0.0.1:8443\"]\ntls = \"internal\"\nhttp3 = true\ntls_client_auth = \"require\"\ntls_client_ca = \"/etc/ca.pem\"\n";
+    let alike = format!("{base}\n[[site]]\nhosts = [\"a.test\"]\nroot = \"/srv/a\"\n\n[[site]]\nhosts = [\"b.test\"]\nroot = \"/srv/b\"\n");
+    load_file("c.toml".as_ref(), &alike, &Overrides::default()).expect("one setting");
+    let differ = format!("{alike}tls_client_auth = \"off\"\n");
+    let e = load_file("c.toml".as_ref(), &differ, &Overrides::default())
+        .expect_err("two settings")
+        .to_string();
+    assert!(e.contains("http3") && e.contains("every site asks the same"), "{e}");
+}

@@ -34,10 +34,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use hayate_core::transport::Peer;
 use quinn::{IdleTimeout, VarInt};
-use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use hayate_config::values::EarlyData;
-use hayate_tls::TlsMetrics;
+use hayate_tls::{Http3Tls, TlsMetrics};
 
 use crate::worker::{ConnGuard, Generation, Shared, Worker};
 use early::Handshake;
@@ -76,10 +76,24 @@ const SEND_WINDOW: u64 = 2 * 1024 * 1024;
 /// the limits of the generation `g`.
 pub fn endpoint(
     udp: std::net::UdpSocket,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<Http3Tls>,
     g: &Generation,
 ) -> io::Result<quinn::Endpoint> {
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+    let server = server_config(&tls, g)?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = udp::socket(udp, g.config.global.http3_gso, runtime.as_ref())?;
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        runtime,
+    )
+}
+
+/// What an endpoint hands its new connections: `tls`, and the transport
+/// limits of the generation `g`.
+fn server_config(tls: &Http3Tls, g: &Generation) -> io::Result<quinn::ServerConfig> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls.config.clone())
         .map_err(|e| io::Error::other(format!("HTTP/3 TLS configuration: {e}")))?;
     let mut transport = quinn::TransportConfig::default();
     let idle = IdleTimeout::try_from(g.timeouts.keepalive)
@@ -94,14 +108,7 @@ pub fn endpoint(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport));
     server.migration(false);
-    let runtime = Arc::new(quinn::TokioRuntime);
-    let socket = udp::socket(udp, g.config.global.http3_gso, runtime.as_ref())?;
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
-        Some(server),
-        socket,
-        runtime,
-    )
+    Ok(server)
 }
 
 /// Accepts QUIC connections on `endpoint` until shutdown, or until a reload
@@ -124,6 +131,9 @@ pub async fn serve_endpoint(
     let retry_above = worker.with_generation(|g| g.config.global.http3_retry_above) as usize;
     let tls_metrics = shared.tls.as_ref().map(|t| t.metrics());
     let local_port = endpoint.local_addr().ok().map(|a| a.port());
+    // The TLS settings new connections get: a reload may change them
+    // (client certificates), and the endpoint then takes the new ones.
+    let mut tls = shared.tls.as_ref().and_then(|t| t.http3());
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => match i {
@@ -133,6 +143,7 @@ pub async fn serve_endpoint(
             _ = shutdown.wait() => break,
             _ = worker.reloaded.notified() => {
                 if worker.serves_listener(&key) {
+                    tls = take_reloaded_tls(&endpoint, tls, &shared, &worker);
                     continue;
                 }
                 log::info!("listener {key} removed by a reload: no longer accepting HTTP/3 on it");
@@ -162,7 +173,7 @@ pub async fn serve_endpoint(
             incoming,
             local_port,
             handshaking.clone(),
-            tls_metrics.clone(),
+            (tls.clone(), tls_metrics.clone()),
             worker.clone(),
             guard,
         );
@@ -172,6 +183,33 @@ pub async fn serve_endpoint(
     // their requests (each sends GOAWAY on shutdown).
     endpoint.set_server_config(None);
     endpoint.wait_idle().await;
+}
+
+/// After a reload: the TLS settings now current, given to `endpoint` for
+/// its next connections when they changed (the open ones keep theirs).
+fn take_reloaded_tls(
+    endpoint: &quinn::Endpoint,
+    was: Option<Arc<Http3Tls>>,
+    shared: &Shared,
+    worker: &Worker,
+) -> Option<Arc<Http3Tls>> {
+    let now = shared.tls.as_ref().and_then(|t| t.http3());
+    let (Some(was), Some(now)) = (was, now) else {
+        return None;
+    };
+    if Arc::ptr_eq(&was, &now) {
+        return Some(was);
+    }
+    match worker.with_generation(|g| server_config(&now, g)) {
+        Ok(server) => {
+            endpoint.set_server_config(Some(server));
+            Some(now)
+        }
+        Err(e) => {
+            log::error!("HTTP/3: the reloaded TLS settings are not used: {e}");
+            Some(was)
+        }
+    }
 }
 
 /// What a request stream's task needs of its connection.
@@ -218,15 +256,20 @@ async fn serve_connection(
     incoming: quinn::Incoming,
     local_port: Option<u16>,
     handshaking: Rc<Cell<usize>>,
-    tls_metrics: Option<Arc<TlsMetrics>>,
+    (tls, tls_metrics): (Option<Arc<Http3Tls>>, Option<Arc<TlsMetrics>>),
     worker: Rc<Worker>,
     guard: ConnGuard,
 ) {
     let from = incoming.remote_address();
-    let (timeout, early_data) = worker.with_generation(|g| {
+    let (timeout, mut early_data) = worker.with_generation(|g| {
         let global = &g.config.global;
         (global.tls_handshake_timeout.0, global.http3_early_data)
     });
+    // Early data would come before the client's certificate is seen: a
+    // configuration that verifies clients takes none (`http3.rs`).
+    if tls.as_ref().is_some_and(|t| t.verifies_clients()) {
+        early_data = EarlyData::Off;
+    }
     let handshake = Handshake {
         from,
         timeout,
@@ -264,8 +307,14 @@ async fn serve_connection(
             return;
         }
     };
+    let mut peer = peer_of(from, local_port);
+    peer.client_cert = tls.as_ref().and_then(|t| {
+        let identity = quic.peer_identity()?;
+        let chain = identity.downcast_ref::<Vec<CertificateDer<'static>>>()?;
+        t.client_cert(chain)
+    });
     let connection = Rc::new(Connection {
-        peer: peer_of(from, local_port),
+        peer,
         worker: worker.clone(),
         quic: quic.clone(),
         established,
@@ -344,8 +393,7 @@ fn peer_of(addr: SocketAddr, local_port: Option<u16>) -> Peer {
         ip: Some(ip),
         port: Some(addr.port()),
         local_port,
-        // HTTP/3 asks for no client certificate (`http3` is refused with
-        // tls_client_auth).
+        // Set once the handshake verified one (`serve_connection`).
         client_cert: None,
     }
 }

@@ -432,10 +432,7 @@ impl<'a> Reloader<'a> {
         let bound = {
             let mut handoff = self.handoff.lock().unwrap_or_else(|e| e.into_inner());
             // HTTP/3 as hayate started (its QUIC TLS is built at start).
-            let http3 = self
-                .tls
-                .as_ref()
-                .is_some_and(|t| t.http3_config().is_some());
+            let http3 = self.tls.as_ref().is_some_and(|t| t.http3().is_some());
             let bound = listen::bind_all(
                 &new,
                 self.workers,

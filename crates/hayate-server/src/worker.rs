@@ -438,7 +438,7 @@ fn start_accepting(
 ) -> io::Result<()> {
     for mut l in listeners {
         if let Some(udp) = l.quic.take() {
-            let Some(tls) = shared.tls.as_ref().and_then(|t| t.http3_config()) else {
+            let Some(tls) = shared.tls.as_ref().and_then(|t| t.http3()) else {
                 return Err(io::Error::other(
                     "http3 needs an https:// listener's TLS setup",
                 ));

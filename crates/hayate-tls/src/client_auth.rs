@@ -157,7 +157,7 @@ pub fn check(config: &Config) -> Result<(), (&'static str, std::path::PathBuf, S
 }
 
 /// The global setting, for a configuration without sites.
-fn global_setting(g: &hayate_config::GlobalOptions) -> ClientCerts {
+pub(crate) fn global_setting(g: &hayate_config::GlobalOptions) -> ClientCerts {
     hayate_config::SiteTls::default().client_certs(g)
 }
 
@@ -211,7 +211,7 @@ impl Handshake {
 /// lists `crls`. Like nginx's `ssl_crl`, a certificate whose issuer has no
 /// list among them is refused once any list is given (its status is
 /// unknown); a list past its next update is still used.
-fn verifier(
+pub(crate) fn verifier(
     auth: ClientAuth,
     ca: &Path,
     crls: &[std::path::PathBuf],

@@ -23,6 +23,7 @@ pub mod acme;
 pub mod acme_store;
 mod certificate;
 pub mod client_auth;
+mod http3;
 pub mod local_ca;
 mod metrics;
 mod on_demand;
@@ -49,6 +50,7 @@ use tokio::net::TcpStream;
 
 pub use certificate::Certificate;
 pub use client_auth::CertFailure;
+pub use http3::Http3Tls;
 pub use metrics::{Failure, TlsMetrics};
 pub use on_demand::{OnDemandOutcome, OnDemandSettings};
 pub use provider::provider;
@@ -74,7 +76,7 @@ const HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Certificates (and client-certificate settings) loaded for a reload,
 /// not served yet.
-pub struct LoadedCertificates(Sources, Handshakes);
+pub struct LoadedCertificates(Sources, Handshakes, Option<Http3Tls>);
 
 /// The TLS side of every `https://` listener.
 #[derive(Debug)]
@@ -85,8 +87,11 @@ pub struct TlsServer {
     /// The configurations by SNI (client certificates differ by site),
     /// replaced by a reload.
     handshakes: arc_swap::ArcSwap<Handshakes>,
-    /// The rustls side of the HTTP/3 listeners, when `http3` is on.
-    http3: Option<Arc<ServerConfig>>,
+    /// The rustls side of the HTTP/3 listeners, when `http3` is on,
+    /// replaced by a reload (client certificates may change).
+    http3: Option<arc_swap::ArcSwap<Http3Tls>>,
+    /// Whether HTTP/3 takes 0-RTT (kept from the start, as `http3` is).
+    http3_early: EarlyData,
     store: Arc<CertStore>,
     metrics: Arc<TlsMetrics>,
     handshake_timeout: Duration,
@@ -161,7 +166,11 @@ impl TlsServer {
             challenges.is_some(),
         )?);
         let http3 = match g.http3 {
-            true => Some(Arc::new(http3_config(resolver, &base, g.http3_early_data)?)),
+            true => Some(arc_swap::ArcSwap::from_pointee(Http3Tls::build(
+                config,
+                &base,
+                g.http3_early_data,
+            )?)),
             false => None,
         };
         let handshakes = Handshakes::build(config, &base)?;
@@ -169,6 +178,7 @@ impl TlsServer {
             base,
             handshakes: arc_swap::ArcSwap::from_pointee(handshakes),
             http3,
+            http3_early: g.http3_early_data,
             metrics,
             handshake_timeout: g.tls_handshake_timeout.0,
             ca_path: sources.ca_path(),
@@ -195,9 +205,14 @@ impl TlsServer {
             .clone()
             .unwrap_or_else(default_state_dir);
         let sources = configured_sources(config, &state_dir)?;
+        let http3 = match &self.http3 {
+            Some(_) => Some(Http3Tls::build(config, &self.base, self.http3_early)?),
+            None => None,
+        };
         Ok(LoadedCertificates(
             sources,
             Handshakes::build(config, &self.base)?,
+            http3,
         ))
     }
 
@@ -207,8 +222,11 @@ impl TlsServer {
     /// certificates stay, and so do certificates from ACME (their names
     /// are set at start).
     pub fn use_certificates(&self, loaded: LoadedCertificates) {
-        let LoadedCertificates(sources, handshakes) = loaded;
+        let LoadedCertificates(sources, handshakes, http3) = loaded;
         self.handshakes.store(Arc::new(handshakes));
+        if let (Some(current), Some(new)) = (&self.http3, http3) {
+            current.store(Arc::new(new));
+        }
         self.store
             .replace(Layer::Configured, sources.certificates());
         let generation = self.sources_generation.fetch_add(1, Ordering::AcqRel) + 1;
@@ -235,12 +253,10 @@ impl TlsServer {
         self.store.certificates()
     }
 
-    /// The rustls configuration of the HTTP/3 (QUIC) listeners, when
-    /// `http3` is on: the same certificates, chosen by the same resolver
-    /// (files watched, local CA, ACME), and the same session-ticket keys as
-    /// TCP's, TLS 1.3 only (RFC 9001 §4.2), ALPN `h3`, no early data.
-    pub fn http3_config(&self) -> Option<Arc<ServerConfig>> {
-        self.http3.clone()
+    /// The TLS side of the HTTP/3 (QUIC) listeners, when `http3` is on
+    /// (`http3.rs`): the current one, which a reload may replace.
+    pub fn http3(&self) -> Option<Arc<Http3Tls>> {
+        self.http3.as_ref().map(|h| h.load_full())
     }
 
     /// The handshake counters (for /metrics).
@@ -482,44 +498,6 @@ fn server_config(resolver: Arc<Resolver>, http2: bool, acme: bool) -> Result<Ser
         .map_err(|e| format!("TLS session tickets: {e}"))?;
     config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
     config.max_early_data_size = 0;
-    Ok(config)
-}
-
-/// The rustls configuration of HTTP/3: QUIC runs TLS 1.3 only (RFC 9001
-/// §4.2), its ALPN is `h3` alone (RFC 9114 §3.1), and 0-RTT is off unless
-/// `early` is `safe` (early data is replayable: `max_early_data_size` 0
-/// means the tickets offer none and quinn refuses any; quinn takes only 0
-/// or `u32::MAX`, the amount being QUIC flow control's business, RFC 9001
-/// §4.6.1). Certificates and ticket keys are the TCP listeners' (`tcp`),
-/// so a ticket from either resumes on the other's keys.
-fn http3_config(
-    resolver: Arc<Resolver>,
-    tcp: &ServerConfig,
-    early: EarlyData,
-) -> Result<ServerConfig, String> {
-    let provider = Arc::new(provider::provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| format!("HTTP/3 TLS configuration: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
-    config.ignore_client_order = true;
-    config.alpn_protocols = vec![b"h3".to_vec()];
-    match early {
-        EarlyData::Off => {
-            config.ticketer = tcp.ticketer.clone();
-            config.max_early_data_size = 0;
-        }
-        // rustls accepts early data only on stateful resumption: each
-        // ticket is a key of this process's session cache, taken out when
-        // used, so a replayed ClientHello finds no session and its early
-        // data is refused (RFC 8446 §8.1's single-use tickets). The price:
-        // a ticket is good for QUIC only, once, and only until a restart.
-        EarlyData::Safe => {
-            config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
-            config.max_early_data_size = u32::MAX;
-        }
-    }
     Ok(config)
 }
 

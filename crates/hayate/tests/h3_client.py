@@ -179,6 +179,7 @@ def early_packets(logger):
 def parse(argv):
     top = argparse.ArgumentParser()
     top.add_argument("--ca")
+    top.add_argument("--cert", nargs=2, metavar=("CERT", "KEY"), help="a client certificate (mutual TLS)")
     top.add_argument("--ticket")
     top.add_argument("--early", action="store_true")
     top.add_argument("--server-name", default="localhost")
@@ -209,6 +210,8 @@ async def main(argv):
     config = QuicConfiguration(
         is_client=True, alpn_protocols=H3_ALPN, server_name=args.server_name, quic_logger=logger
     )
+    if args.cert:
+        config.load_cert_chain(args.cert[0], args.cert[1])
     if args.ca:
         config.load_verify_locations(args.ca)
     else:

@@ -819,3 +819,77 @@ fn quic_go_gets_a_file_and_posts_a_body() {
     );
     h.assert_no_errors();
 }
+
+/// Client certificates over HTTP/3, when every site asks the same: a
+/// client with one its CA issued is served, and the upstream is told who
+/// it is; one without is refused at the handshake. A reload to another CA
+/// applies to the next connections (the endpoint takes the new settings).
+#[test]
+fn client_certificates_are_verified_over_http3_and_a_reload_changes_their_ca() {
+    let (first_ca, second_ca) = (
+        hayate_testkit::tls::Pki::new(),
+        hayate_testkit::tls::Pki::new(),
+    );
+    let first = first_ca.issue(&["client.example"], "client");
+    let second = second_ca.issue(&["client.example"], "client");
+    let origin = Origin::start(OriginOptions::default());
+    let root = hayate_testkit::site();
+    let state = tempfile::tempdir().expect("state");
+    let (file, control) = (
+        state.path().join("hayate.toml"),
+        state.path().join("c.sock"),
+    );
+    let config = |ca: &Path| {
+        format!(
+            "listen = [\"https://127.0.0.1:0\"]\ncontrol = \"{control}\"\nroot = \"{root}\"\n\
+             tls = \"internal\"\nstate_dir = \"{state}\"\nhttp3 = true\n\
+             tls_client_auth = \"require\"\ntls_client_ca = \"{ca}\"\nproxy = \"{origin}\"\n",
+            control = control.display(),
+            root = root.path().display(),
+            state = state.path().display(),
+            ca = ca.display(),
+            origin = origin.url(),
+        )
+    };
+    std::fs::write(&file, config(&first_ca.ca())).expect("write");
+    let h = Hayate::start(BIN, &["--config", file.to_str().expect("path")]);
+    let with = |(cert, key, _): &(String, String, Vec<u8>)| {
+        vec!["--cert".to_string(), cert.clone(), key.clone()]
+    };
+    let get = |options: &[String]| {
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        h3_command(&h, state.path(), &options, &["GET", "/api/echo"])
+            .output()
+            .expect("run python3")
+    };
+    let served = |options: &[String]| {
+        let out = get(options);
+        let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+        assert_eq!(answers[0].status(), 200, "{}", answers[0].0);
+        Echo::parse(answers[0].body())
+    };
+    let refused = |options: &[String], why: &str| {
+        let out = get(options);
+        assert!(
+            !out.status.success(),
+            "{why}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    let seen = served(&with(&first));
+    assert_eq!(seen.header("x-client-cert-verify"), Some("SUCCESS"));
+    refused(&[], "no certificate");
+    refused(&with(&second), "another CA's certificate");
+
+    std::fs::write(&file, config(&second_ca.ca())).expect("write");
+    let (ok, said) = hayate_testkit::run_to_end(
+        Command::new(BIN)
+            .args(["reload", "--control"])
+            .arg(&control),
+    );
+    assert!(ok, "{said}");
+    let seen = served(&with(&second));
+    assert_eq!(seen.header("x-client-cert-verify"), Some("SUCCESS"));
+    refused(&with(&first), "the old CA's certificate after the reload");
+    h.assert_no_errors();
+}
