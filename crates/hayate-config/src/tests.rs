@@ -371,5 +371,8 @@ fn http3_takes_client_certificates_only_when_every_site_asks_the_same() {
     let e = load_file("c.toml".as_ref(), &differ, &Overrides::default())
         .expect_err("two settings")
         .to_string();
-    assert!(e.contains("http3") && e.contains("every site asks the same"), "{e}");
+    assert!(
+        e.contains("http3") && e.contains("every site asks the same"),
+        "{e}"
+    );
 }

@@ -51,6 +51,7 @@ pub fn render_metrics(out: &mut String) {
 mod early;
 mod floods;
 mod request;
+mod reset_key;
 mod send;
 mod udp;
 
@@ -83,7 +84,7 @@ pub fn endpoint(
     let runtime = Arc::new(quinn::TokioRuntime);
     let socket = udp::socket(udp, g.config.global.http3_gso, runtime.as_ref())?;
     quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
+        reset_key::endpoint_config(),
         Some(server),
         socket,
         runtime,
