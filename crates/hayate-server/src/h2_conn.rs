@@ -578,10 +578,7 @@ fn request_head(parts: &http::request::Parts, scheme: Scheme, websocket: bool) -
     };
     http_map::request_head(parts, method, Version::Http2, scheme, |head| {
         if websocket {
-            head.push_field(b"connection", b"upgrade");
-            head.push_field(b"upgrade", crate::h2_tunnel::WEBSOCKET.as_bytes());
-            let key = crate::h2_tunnel::websocket_key();
-            head.push_field(b"sec-websocket-key", key.as_bytes());
+            crate::h2_tunnel::websocket_upgrade_fields(head);
         }
     })
 }

@@ -16,6 +16,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The `:protocol` of a WebSocket stream.
 pub const WEBSOCKET: &str = "websocket";
 
+/// The fields that make a WebSocket's extended CONNECT (HTTP/2's RFC
+/// 8441, HTTP/3's RFC 9220) the HTTP/1.1 upgrade an upstream expects:
+/// `Connection: upgrade`, `Upgrade: websocket`, and a key (the client
+/// sent none; the upstream requires one).
+pub fn websocket_upgrade_fields(head: &mut hayate_core::request::RequestHead) {
+    head.push_field(b"connection", b"upgrade");
+    head.push_field(b"upgrade", WEBSOCKET.as_bytes());
+    head.push_field(b"sec-websocket-key", websocket_key().as_bytes());
+}
+
 /// A `Sec-WebSocket-Key` for the HTTP/1.1 upgrade (RFC 6455 §4.1: a
 /// nonce of 16 random bytes, base64). HTTP/2 clients send none; the
 /// upstream requires one. `RandomState` is seeded from the OS per

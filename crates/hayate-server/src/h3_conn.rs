@@ -53,6 +53,7 @@ mod floods;
 mod request;
 mod reset_key;
 mod send;
+mod tunnel;
 mod udp;
 
 /// Request streams a client may have open at once (HTTP/2's 128: RFC 9113
@@ -293,9 +294,12 @@ async fn serve_connection(
     // type (RFC 9114 §7.2.8), and aioquic 1.2 then never reports that
     // stream's end (its last event is the DATA before it): the request
     // hangs until the client times out.
+    // Extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL) for WebSocket
+    // over HTTP/3 (RFC 9220, `h3_conn/tunnel.rs`).
     builder
         .max_field_section_size(MAX_FIELD_SECTION)
-        .send_grease(false);
+        .send_grease(false)
+        .enable_extended_connect(true);
     let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()));
     let mut h3 = match tokio::time::timeout(timeout, built).await {
         Ok(Ok(h3)) => h3,

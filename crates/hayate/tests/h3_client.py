@@ -14,6 +14,9 @@ a new METHOD starts the next request.
     h3_client.py --ca CA.pem --grpc-chat PATH TEXT,TEXT... HOST PORT
 
 makes one gRPC bidirectional call instead (messages `{text}` of field 1):
+(`--websocket PATH TEXT,TEXT...` opens a WebSocket over HTTP/3 instead,
+RFC 9220, and sends each text, reading it back from an echoing upstream;
+prints the status and what came back.)
 each message is sent once the answer to the one before came back, so a
 server that waits for the request's end never answers; prints what came
 back and the call's trailers. With --ticket, the session ticket the
@@ -102,6 +105,8 @@ class Client(QuicConnectionProtocol):
                     answer["headers"] = fields
                 else:
                     answer["trailers"] = fields
+                if "data" in answer:
+                    answer["data"].set()
             elif isinstance(e, DataReceived):
                 answer["body"].extend(e.data)
                 if "data" in answer:
@@ -165,6 +170,43 @@ class Client(QuicConnectionProtocol):
         return got, answer
 
 
+    async def websocket(self, authority, path, texts):
+        """A WebSocket over HTTP/3 (RFC 9220): the extended CONNECT, then
+        each text sent as the stream's bytes and read back (the test's
+        upstream echoes what it gets after the upgrade); the answer's status
+        and what came back."""
+        stream_id = self._quic.get_next_available_stream_id()
+        fields = [
+            (b":method", b"CONNECT"),
+            (b":protocol", b"websocket"),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+            (b"sec-websocket-version", b"13"),
+        ]
+        future = asyncio.get_running_loop().create_future()
+        answer = {"headers": None, "trailers": None, "interim": [], "body": bytearray(), "data": asyncio.Event()}
+        self.pending[stream_id] = (future, answer)
+        self.h3.send_headers(stream_id, fields)
+        self.transmit()
+        while answer["headers"] is None and not future.done():
+            answer["data"].clear()
+            await asyncio.wait_for(answer["data"].wait(), 5)
+        status = next((int(v) for k, v in answer["headers"] or [] if k == ":status"), 0)
+        got = []
+        for text in texts if status == 200 else []:
+            self.h3.send_data(stream_id, text.encode(), end_stream=False)
+            self.transmit()
+            while len(answer["body"]) < len(text) and not future.done():
+                answer["data"].clear()
+                await asyncio.wait_for(answer["data"].wait(), 5)
+            got.append(bytes(answer["body"][: len(text)]).decode())
+            del answer["body"][: len(text)]
+        self.h3.send_data(stream_id, b"", end_stream=True)
+        self.transmit()
+        return status, got
+
+
 def early_packets(logger):
     """How many 0-RTT packets the client sent (from its qlog trace)."""
     count = 0
@@ -184,6 +226,7 @@ def parse(argv):
     top.add_argument("--early", action="store_true")
     top.add_argument("--server-name", default="localhost")
     top.add_argument("--grpc-chat", nargs=2, metavar=("PATH", "TEXTS"))
+    top.add_argument("--websocket", nargs=2, metavar=("PATH", "TEXTS"))
     top.add_argument("host")
     top.add_argument("port", type=int)
     top.add_argument("rest", nargs=argparse.REMAINDER)
@@ -246,6 +289,10 @@ async def main(argv):
             path, texts = args.grpc_chat
             got, answer = await client.grpc_chat(authority, path, texts.split(","))
             print(json.dumps({"chat": got, "headers": answer["headers"], "trailers": answer["trailers"]}), flush=True)
+        if args.websocket:
+            path, texts = args.websocket
+            status, got = await client.websocket(authority, path, texts.split(","))
+            print(json.dumps({"status": status, "echoed": got}), flush=True)
         for method, path, headers, body in requests:
             answer = await client.request(authority, method, path, headers, body)
             fields = answer["headers"] or []

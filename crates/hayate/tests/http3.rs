@@ -893,3 +893,37 @@ fn client_certificates_are_verified_over_http3_and_a_reload_changes_their_ca() {
     refused(&with(&first), "the old CA's certificate after the reload");
     h.assert_no_errors();
 }
+
+/// WebSocket over HTTP/3 (RFC 9220): aioquic's extended CONNECT becomes
+/// the HTTP/1.1 upgrade the upstream expects, and once it switched, the
+/// stream carries the bytes both ways.
+#[test]
+fn websocket_over_http3_becomes_an_upgrade_upstream() {
+    let (port, seen) = hayate_testkit::upgrade_echo_server();
+    let url = format!("http://127.0.0.1:{port}");
+    let (h, state, _root) = start_with_local_ca(BIN, &["--http3", "true", "--proxy", &url]);
+    let out = h3_command(
+        &h,
+        state.path(),
+        &["--websocket", "/ws", "frame-1,frame-two"],
+        &[],
+    )
+    .output()
+    .expect("run python3");
+    let answers = parse_answers(&out.stdout, &out.stderr, out.status.success());
+    assert_eq!(answers[0].status(), 200, "{}", answers[0].0);
+    assert_eq!(
+        answers[0].0["echoed"],
+        serde_json::json!(["frame-1", "frame-two"])
+    );
+    let head = seen.join().expect("upstream");
+    assert!(head.starts_with("get /ws http/1.1\r\n"), "{head}");
+    for field in [
+        "upgrade: websocket",
+        "connection: upgrade",
+        "sec-websocket-key: ",
+        "sec-websocket-version: 13",
+    ] {
+        assert!(head.contains(field), "{field} in {head}");
+    }
+}

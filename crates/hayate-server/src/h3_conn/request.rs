@@ -21,7 +21,7 @@ use hayate_core::response::BodySource;
 use hayate_core::transport::Peer;
 use hayate_core::transport::Scheme;
 use hayate_core::transport::TlsInfo;
-use hayate_core::{Fields, Status};
+use hayate_core::{Body, Fields, Status};
 use tokio::sync::Notify;
 
 use super::{early, header_timeout, send, Connection};
@@ -40,6 +40,7 @@ const TLS_INFO: TlsInfo = TlsInfo {
 
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type Recv = RequestStream<h3_quinn::RecvStream, Bytes>;
+type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// Serves the request on a stream the client opened.
 pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
@@ -61,7 +62,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     let started = Instant::now();
     let (mut out, recv) = stream.split();
     let (parts, ()) = request.into_parts();
-    let mut head = request_head(&parts);
+    let websocket = parts.method == http::Method::CONNECT
+        && parts.extensions.get::<h3::ext::Protocol>() == Some(&h3::ext::Protocol::WEBSOCKET);
+    let mut head = request_head(&parts, websocket);
     // This stream's generation to its end, even across a reload.
     let w = conn.worker.generation();
     if let Some(tracer) = &w.tracer {
@@ -70,7 +73,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     // Identify: who the client is, once for the whole stream.
     let forwarded = w.router.client_of(&head, &conn.peer, None);
     let client = pipeline::Client::new(&conn.peer, forwarded.as_deref());
-    let mut body = StreamBody::new(recv, &parts.headers, &w);
+    let mut body = StreamBody::new(recv, &parts.headers, websocket, &w);
     let too_early = early::admit(&mut head, &conn);
     let answer = match (padded_field(&parts.headers), too_early) {
         (Some(name), _) => Answer::Now(malformed(name, &conn.peer, "HTTP/3"), None),
@@ -106,21 +109,35 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     if let Some(m) = &w.metrics {
         m.record(route, Version::Http3, status.code(), started.elapsed());
     }
-    let head_request = head.method() == b"HEAD";
+    let mut response = response;
     let mut sent = Sent::default();
-    let sending = send::send(&mut out, response, head_request, w.timeouts.send, &mut sent);
-    if let Err(e) = pinned(|| sending).await {
-        log::debug!("HTTP/3 stream from {}: {e}", conn.peer);
-        if matches!(
-            e,
-            send::Stopped::Stream(StreamError::RemoteTerminate { .. })
-        ) {
-            conn.cancelled_by_client();
+    match std::mem::take(&mut response.body) {
+        // The upstream switched: the stream is the WebSocket's now.
+        Body::Upgrade(tunnel) if websocket => {
+            let early = body.first.take().unwrap_or_default();
+            if let Some(recv) = body.recv.take() {
+                pinned(|| websocket_tunnel(out, recv, tunnel, early, &conn)).await;
+            }
+        }
+        other => {
+            response.body = other;
+            let head_request = head.method() == b"HEAD";
+            let sending = send::send(&mut out, response, head_request, w.timeouts.send, &mut sent);
+            if let Err(e) = pinned(|| sending).await {
+                log::debug!("HTTP/3 stream from {}: {e}", conn.peer);
+                if matches!(
+                    e,
+                    send::Stopped::Stream(StreamError::RemoteTerminate { .. })
+                ) {
+                    conn.cancelled_by_client();
+                }
+            }
+            // A body nobody read is read to its end (within its limits), so
+            // that the client's stream ends as it closes it, as HTTP/2's
+            // does.
+            body.drain().await;
         }
     }
-    // A body nobody read is read to its end (within its limits), so that
-    // the client's stream ends as it closes it, as HTTP/2's does.
-    body.drain().await;
     if let (Some(m), Some(code)) = (&w.metrics, sent.grpc_status) {
         m.record_grpc(route, code);
     }
@@ -140,12 +157,48 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
     }
 }
 
+/// A WebSocket the upstream accepted: RFC 9220 (as RFC 8441 §5) makes the
+/// switch a 2xx on the stream, which then carries the WebSocket's bytes;
+/// `early`: what the client sent before that answer.
+async fn websocket_tunnel(
+    mut out: Send,
+    recv: Recv,
+    tunnel: Box<dyn hayate_core::response::Tunnel>,
+    early: Bytes,
+    conn: &Connection,
+) {
+    let accepted = http::Response::builder()
+        .status(200)
+        .body(())
+        .expect("a bare status");
+    if let Err(e) = out.send_response(accepted).await {
+        log::debug!("WebSocket over HTTP/3 from {}: {e}", conn.peer);
+        return;
+    }
+    let pipe = super::tunnel::StreamPipe::new(out, recv);
+    // A window the client keeps shut ends the tunnel after the send
+    // timeout; a quiet tunnel stays (decision 0014).
+    let send_timeout = conn.worker.with_generation(|g| g.timeouts.send);
+    let mut pipe = hayate_core::bounded_writes::BoundedWrites::new(pipe, send_timeout);
+    if let Err(e) = tunnel.run(&mut pipe, early).await {
+        log::debug!("WebSocket over HTTP/3 from {}: {e}", conn.peer);
+    }
+}
+
 /// The neutral head of an HTTP/3 request: pseudo-headers become method,
 /// target and authority; h3 has already refused malformed pseudo-headers
-/// (RFC 9114 §4.3.1).
-fn request_head(parts: &http::request::Parts) -> RequestHead {
-    let method = parts.method.as_str().as_bytes();
-    http_map::request_head(parts, method, Version::Http3, Scheme::Https, |_| {})
+/// (RFC 9114 §4.3.1). A WebSocket's extended CONNECT becomes the HTTP/1.1
+/// upgrade an upstream expects, as over HTTP/2.
+fn request_head(parts: &http::request::Parts, websocket: bool) -> RequestHead {
+    let method = match websocket {
+        true => &b"GET"[..],
+        false => parts.method.as_str().as_bytes(),
+    };
+    http_map::request_head(parts, method, Version::Http3, Scheme::Https, |head| {
+        if websocket {
+            crate::h2_tunnel::websocket_upgrade_fields(head);
+        }
+    })
 }
 
 /// A stream's request body as handlers read it: DATA frames, within the
@@ -168,7 +221,12 @@ impl StreamBody {
     /// The body of a stream with `headers`. HTTP/3 has no END_STREAM flag
     /// on HEADERS: whether a body follows is what the stream already holds
     /// (a client sends a bodiless request's FIN with its head).
-    fn new(mut recv: Recv, headers: &http::HeaderMap, w: &Generation) -> StreamBody {
+    fn new(
+        mut recv: Recv,
+        headers: &http::HeaderMap,
+        websocket: bool,
+        w: &Generation,
+    ) -> StreamBody {
         let declared = headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok());
@@ -182,6 +240,8 @@ impl StreamBody {
             Poll::Ready(Err(_)) | Poll::Pending => (Ahead::Unknown, None),
         };
         let length = match (declared, ahead) {
+            // A WebSocket's bytes are the tunnel's, not a request body.
+            _ if websocket => BodyLength::None,
             (Some(n), _) => BodyLength::Known(n),
             (None, Ahead::Ended) => BodyLength::None,
             (None, _) => BodyLength::Chunked,
