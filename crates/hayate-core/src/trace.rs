@@ -7,7 +7,7 @@
 //! Only ids and flags live here; what a span records and how it is
 //! exported belongs to the server (`hayate_server::otel`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::hash::{BuildHasher, Hasher};
 use std::time::SystemTime;
 
@@ -33,6 +33,10 @@ pub struct RequestTrace {
     pub traceparent: [u8; TRACEPARENT_LEN],
     /// When the span began (its head was read).
     pub start: SystemTime,
+    /// What a handler noted as it happened, to become the span's events
+    /// (the cache: a wait for another request's fill); few, and only for
+    /// requests that meet such a wait.
+    pub events: RefCell<Vec<(SystemTime, &'static str)>>,
 }
 
 /// A valid incoming `traceparent`.
@@ -113,6 +117,14 @@ impl RequestTrace {
             sampled,
             traceparent: traceparent(&trace_id, &span_id, sampled),
             start: SystemTime::now(),
+            events: RefCell::default(),
+        }
+    }
+
+    /// Notes `what` as happening now, an event of the span.
+    pub fn note(&self, what: &'static str) {
+        if self.sampled {
+            self.events.borrow_mut().push((SystemTime::now(), what));
         }
     }
 

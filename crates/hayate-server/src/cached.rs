@@ -27,6 +27,7 @@ use hayate_cache::{
 use hayate_compress::Policy;
 use hayate_core::client_body::ClientBody;
 use hayate_core::error::Error;
+use hayate_core::trace::RequestTrace;
 use hayate_core::{Body, BodySource, Fields, Response, Status, StreamBody};
 use hayate_proxy::{ProxyRequest, RequestFields, UpstreamGroup};
 
@@ -234,7 +235,7 @@ pub async fn from_origin<B: ClientBody>(
     group: &Rc<UpstreamGroup>,
     req: &ProxyRequest<'_>,
     body: &mut B,
-    miss: Miss,
+    (miss, trace): (Miss, Option<&RequestTrace>),
 ) -> Response {
     let stats = rc.shared.stats();
     let stale = match miss {
@@ -280,7 +281,19 @@ pub async fn from_origin<B: ClientBody>(
                 collapsed: true,
                 ..CacheStatus::new(CacheOutcome::Miss)
             };
-            match follower.wait(rc.shared.limits.lock_timeout).await {
+            // A wait the span shows: this request's answer is another's
+            // fill (its upstream times are that request's, not this one's).
+            if let Some(trace) = trace {
+                trace.note("cache fill wait");
+            }
+            let waited = follower.wait(rc.shared.limits.lock_timeout).await;
+            if let Some(trace) = trace {
+                trace.note(match waited {
+                    Waited::Stored | Waited::Streaming(..) => "cache fill ready",
+                    Waited::Released => "cache fill released: fetching",
+                });
+            }
+            match waited {
                 Waited::Stored => {
                     if let Lookup::Found(stored) =
                         rc.shared

@@ -224,6 +224,14 @@ fn encode_span(
             b"upstream response head",
         );
     }
+    // What handlers noted on the way (the cache's wait for another
+    // request's fill).
+    for &(at, what) in trace.events.borrow().iter() {
+        s.message(11, |ev| {
+            ev.fixed64(1, unix_nanos(at).clamp(start, end));
+            ev.bytes(2, what.as_bytes());
+        });
+    }
     if e.status >= 500 {
         s.message(15, |status| status.uint(3, proto::STATUS_ERROR));
     }
@@ -300,5 +308,10 @@ mod tests {
         assert!(has(&trace.trace_id) && has(&trace.span_id));
         assert!(has(b"upstream response head") && has(b"http://10.0.0.5:3000"));
         assert!(!has(b"upstream queue"), "no queue event without a wait");
+        assert!(!has(b"cache fill"), "no fill event without a wait");
+        trace.note("cache fill wait");
+        let span = encode_span(&head, &trace, &entry, None);
+        let has = |s: &[u8]| span.windows(s.len()).any(|w| w == s);
+        assert!(has(b"cache fill wait"), "a noted event is on the span");
     }
 }

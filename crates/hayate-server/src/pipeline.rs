@@ -526,7 +526,8 @@ pub async fn upstream<B: ClientBody>(
     let caches = origin.cache.is_some();
     let response = match origin.cache {
         Some((cache, miss)) => {
-            pinned(|| crate::cached::from_origin(cache, origin.group, &proxied, body, miss)).await
+            let fill = (miss, req.trace.as_deref());
+            pinned(|| crate::cached::from_origin(cache, origin.group, &proxied, body, fill)).await
         }
         None => origin.group.forward(&proxied, body).await,
     };

@@ -443,6 +443,73 @@ fn a_reload_turns_tracing_on_and_moves_it_to_another_collector() {
     h.assert_no_errors();
 }
 
+/// A request whose answer was another request's fill of the cache (it
+/// waited for it: coalesced) has that wait on its span, as events.
+#[test]
+fn a_request_that_waited_for_another_ones_cache_fill_has_the_wait_on_its_span() {
+    let jaeger = Jaeger::start();
+    let o = Origin::start(OriginOptions::default());
+    let endpoint = format!("http://{}", jaeger.otlp_http);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let admin = dir.path().join("admin.sock");
+    let admin_arg = format!("unix:{}", admin.display());
+    let proxy = o.url();
+    let h = Hayate::start(
+        BIN,
+        &[
+            "--workers",
+            "1",
+            "--proxy",
+            &proxy,
+            "--cache",
+            "on",
+            "--otel-endpoint",
+            &endpoint,
+            "--admin",
+            &admin_arg,
+        ],
+    );
+    let path = "/script?h=Cache-Control%3Amax-age%3D60&body=filled";
+    let addr = h.addr;
+    // The first request's fill is held at the origin; the second waits
+    // for it (counted as coalesced), then both get its answer.
+    let held = o.hold(path);
+    let leader = std::thread::spawn(move || hayate_testkit::Client::connect(addr).get(path, &[]));
+    assert!(o.wait_for(path, 1, Duration::from_secs(5)));
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let follower = std::thread::spawn(move || {
+        hayate_testkit::Client::connect(addr).get(path, &[("traceparent", &tp)])
+    });
+    eventually("the second request waiting on the fill", || {
+        let m = hayate_testkit::unix_get(&admin, "/metrics");
+        match m.contains("hayate_cache_coalesced_total 1") {
+            true => Ok(()),
+            false => Err(m),
+        }
+    });
+    drop(held);
+    for r in [leader, follower].map(|t| t.join().expect("join")) {
+        assert_eq!((r.status, r.text().as_str()), (200, "filled"));
+    }
+    assert_eq!(o.count(path), 1, "one fetch for both");
+    let ours = eventually("the waiting request's span", || {
+        let trace = jaeger
+            .trace(CLIENT_TRACE)
+            .ok_or_else(|| "no trace yet".to_string())?;
+        span_of(&trace, "hayate")
+            .cloned()
+            .ok_or_else(|| format!("{trace:#}"))
+    });
+    let events: Vec<&str> = ours["logs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|log| log["fields"][0]["value"].as_str())
+        .collect();
+    assert_eq!(events, ["cache fill wait", "cache fill ready"], "{ours:#}");
+    h.assert_no_errors();
+}
+
 #[test]
 fn a_request_that_waited_for_a_member_has_its_queue_wait_on_its_span() {
     let jaeger = Jaeger::start();
