@@ -19,6 +19,7 @@ as one JSON line.
 
 import asyncio
 import json
+import select
 import socket
 import ssl
 import sys
@@ -47,6 +48,13 @@ class Abuser(QuicConnectionProtocol):
         self.ended = asyncio.get_running_loop().create_future()
         self.answers = 0
         self.answered = asyncio.Event()
+        # Set at every datagram the server sends (its MAX_STREAMS among
+        # them): what a client out of stream credit waits for.
+        self.heard = asyncio.Event()
+
+    def datagram_received(self, data, addr):
+        super().datagram_received(data, addr)
+        self.heard.set()
 
     def quic_event_received(self, event):
         if isinstance(event, ConnectionTerminated) and not self.ended.done():
@@ -74,14 +82,20 @@ async def reset_flood(n, path, host, port):
         while sent < n and not c.ended.done() and time.monotonic() < deadline:
             sid = quic.get_next_available_stream_id()
             if sid // 4 >= quic._remote_max_streams_bidi:
-                # No stream credit yet: let the server's MAX_STREAMS in.
+                # No stream credit yet: wait for the server's next datagram
+                # (its MAX_STREAMS) before looking again.
+                c.heard.clear()
                 c.transmit()
-                await asyncio.sleep(0.002)
+                try:
+                    await asyncio.wait_for(c.heard.wait(), 1)
+                except asyncio.TimeoutError:
+                    break
                 continue
             c.h3.send_headers(sid, c.head("GET", path), end_stream=True)
             quic.stop_stream(sid, 0x10C)  # H3_REQUEST_CANCELLED
             sent += 1
             if sent % 32 == 0:
+                # Out now, and the event loop reads what came back.
                 c.transmit()
                 await asyncio.sleep(0)
         c.transmit()
@@ -126,22 +140,20 @@ def initials(n, sockets, host, port):
     # resend their flights): Retry packets,
     # Initials of handshakes hayate started.
     retries = answers = 0
-    last = start = time.monotonic()
-    while time.monotonic() - last < 0.3 and time.monotonic() - start < 1:
-        got = False
-        for s in socks:
+    start = time.monotonic()
+    while time.monotonic() - start < 1:
+        readable, _, _ = select.select(socks, [], [], 0.3)
+        if not readable:
+            break
+        for s in readable:
             try:
                 data = s.recv(2048)
             except BlockingIOError:
                 continue
-            got = True
-            last = time.monotonic()
             answers += 1
             header = pull_quic_header(Buffer(data=data), host_cid_length=8)
             if header.packet_type == QuicPacketType.RETRY:
                 retries += 1
-        if not got:
-            time.sleep(0.01)
     return {"sent": n, "answers": answers, "retries": retries}
 
 
