@@ -13,6 +13,7 @@ use std::path::Path;
 
 use hayate_testkit::eventually;
 use hayate_testkit::pebble::{free_port, Pebble};
+use hayate_testkit::ports::ClosedPort;
 use hayate_testkit::redis::Redis;
 use hayate_testkit::tls::{served_certificate, TlsClient};
 use hayate_testkit::{site, Hayate};
@@ -31,13 +32,20 @@ struct Fleet {
     a_ports: (u16, u16),
     /// Box B's: where pebble validates.
     b_ports: (u16, u16),
+    /// B's ports, held from the moment pebble is told them until B
+    /// starts (bound, never listening: pebble finds nothing there, as
+    /// before B): a port merely found free could be taken by a parallel
+    /// test while pebble and Redis start (CI: "Address already in use" at
+    /// B's start).
+    b_held: std::cell::RefCell<Option<(ClosedPort, ClosedPort)>>,
     client: TlsClient,
 }
 
 impl Fleet {
     /// Pebble issuing certificates valid for `validity_secs`.
     fn start(validity_secs: u64) -> Fleet {
-        let b_ports = (free_port(), free_port());
+        let (held_http, held_tls) = (ClosedPort::new(), ClosedPort::new());
+        let b_ports = (held_http.port(), held_tls.port());
         let pebble = Pebble::start(b_ports.0, b_ports.1, validity_secs);
         let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
         Fleet {
@@ -46,6 +54,7 @@ impl Fleet {
             pebble,
             a_ports: (free_port(), free_port()),
             b_ports,
+            b_held: std::cell::RefCell::new(Some((held_http, held_tls))),
             client,
         }
     }
@@ -59,6 +68,10 @@ impl Fleet {
         name: &str,
         challenge: &str,
     ) -> Hayate {
+        if (http_port, tls_port) == self.b_ports {
+            // Let go of B's ports just as B takes them.
+            self.b_held.borrow_mut().take();
+        }
         let https = format!("https://127.0.0.1:{tls_port}");
         let http = format!("127.0.0.1:{http_port}");
         let admin = format!("unix:{}", state.join("admin.sock").display());
