@@ -14,7 +14,8 @@
  *   bulk    CONNS keep-alive connections, GET PATH again and again; bodies are
  *           decrypted (a TLS client cannot avoid that) and dropped
  * The certificate is not verified (h2load and wrk do not verify either); SNI
- * localhost, ALPN http/1.1, TLS 1.3 only.
+ * localhost, ALPN http/1.1, TLS 1.3 only. With TLSLOAD_CERT and TLSLOAD_KEY set (PEM
+ * files), every handshake presents that client certificate (case T's mutual TLS rows).
  * Prints the line of the bench/wrk Lua scripts and sink.c, plus the handshake counts:
  *   WRK_RESULT requests=N duration_us=N bytes=N connect=N read=N write=N status=N
  *     timeout=0 handshakes=N resumed=N
@@ -306,6 +307,13 @@ int main(int argc, char **argv) {
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
     SSL_CTX_set_read_ahead(ctx, 1); /* one recv for as much as is there */
     SSL_CTX_set_default_read_buffer_len(ctx, 64 * 1024);
+    const char *cert = getenv("TLSLOAD_CERT"), *key = getenv("TLSLOAD_KEY");
+    if (cert && key &&
+        (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)) {
+        fprintf(stderr, "tlsload: cannot load the client certificate %s and key %s\n", cert, key);
+        return 2;
+    }
 
     ep = epoll_create1(0);
     struct conn *conns = calloc((size_t)nconn, sizeof *conns);

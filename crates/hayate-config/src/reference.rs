@@ -281,7 +281,8 @@ true` stops them after this one), `respond = 404` or `respond = \"text\"` (with 
 (as the client sent it), `$host`, `$scheme`, `$query`, `$client_ip`, `$path`; `$$` is a \
 dollar sign. Captures and `$path` are percent-encoded for where they go (a query value \
 escapes `&`, `=` and `#` too). A template without `?` keeps the request's query; one with \
-`?` says the whole query (write `$query` to keep it). A URL longer than 8 KiB is a 500.\n\
+`?` says the whole query (write `$query` to keep it; a `?` with nothing after it drops \
+the query, and leaves no `?` behind). A URL longer than 8 KiB is a 500.\n\
 - The client's own target stays what the access log, a FastCGI script's `REQUEST_URI` \
 and `forward_auth` see; the upstream gets the rewritten one.\n\n\
 Header rules (`response_headers`, `request_headers`) and `cors` are route options (by \

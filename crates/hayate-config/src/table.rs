@@ -439,7 +439,7 @@ options! {
     grpc_web: bool = "false", "BOOL",
         "Translate browsers' gRPC-Web calls (application/grpc-web, and base64 application/grpc-web-text, over any HTTP version) to gRPC for this route's HTTP/2 upstream (h2c://, unix+h2c: or https:// with proxy_http2 = on) and back, the status as the body's last frame: a browser app calls a gRPC server with no Envoy between";
     strip_prefix: bool = "false", "BOOL",
-        "Remove the route's prefix from the path before looking it up under root";
+        "Remove the route's prefix from the path before looking it up under root, and before sending the request to the route's upstream (nginx's proxy_pass with a URI, Caddy's handle_path)";
     index: String = "index.html", "FILE",
         "File served for a directory request";
     listing: bool = "false", "BOOL",

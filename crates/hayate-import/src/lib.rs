@@ -1,6 +1,9 @@
-//! `hayate import`: another server's configuration turned into a hayate
-//! config, with a report of every directive not carried over or carried
-//! over with a difference (decision 0025).
+//! `hayate import`: another server's configuration (nginx's, or a
+//! Caddyfile) turned into a hayate config, with a report of every directive
+//! not carried over or carried over with a difference (decision 0025).
+//! The Caddyfile goes the same way through its own modules (`caddy_parse`,
+//! `caddy_translate`, `caddy_table`, `caddy_apply`, `caddy_matchers`,
+//! `caddy_values`).
 //!
 //! nginx's text is parsed (`nginx_parse`, includes resolved), walked
 //! (`nginx_translate`, locations in `nginx_locations`) with one table
@@ -11,6 +14,12 @@
 //! which index file a root holds); checking the
 //! result is the binary's (`hayate check`'s code).
 
+mod caddy_apply;
+mod caddy_matchers;
+mod caddy_parse;
+mod caddy_table;
+mod caddy_translate;
+mod caddy_values;
 mod hayate_toml;
 mod markdown;
 mod nginx_apply;
@@ -19,14 +28,16 @@ mod nginx_parse;
 mod nginx_table;
 mod nginx_translate;
 mod nginx_upstreams;
+mod report;
 mod values;
 
 #[cfg(test)]
+mod caddy_tests;
+#[cfg(test)]
 mod tests;
 
-pub use markdown::table_markdown;
-pub use nginx_parse::{ParseError, Pos};
-pub use nginx_translate::{Kind, Note};
+pub use markdown::{caddy_table_markdown, table_markdown};
+pub use report::{Kind, Note, ParseError, Pos};
 
 use std::path::Path;
 
@@ -35,8 +46,11 @@ use std::path::Path;
 pub struct Import {
     /// The hayate config (TOML).
     pub toml: String,
-    /// The report, in the order of the nginx files.
+    /// The report, in the order of the files read.
     pub notes: Vec<Note>,
+    /// Files that go beside the config (name, content): the htpasswd
+    /// files of a Caddyfile's `basic_auth` users.
+    pub files: Vec<(String, String)>,
 }
 
 /// Imports the nginx configuration `file` and what it includes, relative
@@ -57,6 +71,23 @@ pub fn nginx(file: &Path, prefix: Option<&Path>) -> Result<Import, ParseError> {
     Ok(Import {
         toml: t.config.to_toml(&header),
         notes: t.notes,
+        files: Vec::new(),
+    })
+}
+
+/// Imports the Caddyfile `file` and what it imports.
+pub fn caddy(file: &Path) -> Result<Import, ParseError> {
+    let parsed = caddy_parse::parse_file(file)?;
+    let t = caddy_translate::translate(&parsed);
+    let header = format!(
+        "hayate config imported from a Caddyfile ({}) by hayate import caddy.\n\
+         Every directive not carried over, or carried with a difference, was reported.",
+        file.display()
+    );
+    Ok(Import {
+        toml: t.config.to_toml(&header),
+        notes: t.notes,
+        files: t.files,
     })
 }
 

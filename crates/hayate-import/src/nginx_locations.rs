@@ -74,6 +74,13 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
         Ok(m) => m,
         Err(e) => return t.note(d, Kind::NotCarried, e),
     };
+    if t.auth_locations.iter().any(|l| l.pos == d.pos) {
+        return t.note(
+            d,
+            Kind::NotNeeded,
+            "the auth service's location: hayate asks the service itself (forward_auth)",
+        );
+    }
     let is_php = body.iter().any(|i| i.name == "fastcgi_pass");
     match &m {
         Match::Named(_) => {} // taken where try_files names it

@@ -8,25 +8,9 @@
 //! (nginx-config), or bring a syntax-tree library and no `include`
 //! (nginx-lint-parser).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Where a directive (or an error) was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pos {
-    /// The file, as named on the command line or resolved from `include`.
-    pub file: PathBuf,
-    /// 1-based.
-    pub line: usize,
-    /// 1-based, in characters.
-    pub col: usize,
-}
-
-impl fmt::Display for Pos {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file.display(), self.line)
-    }
-}
+pub use crate::report::{ParseError, Pos};
 
 /// One directive: its name, its arguments (quotes removed, escapes kept
 /// as nginx keeps them: `\"` becomes `"`, other backslashes stay), and its
@@ -49,35 +33,6 @@ impl Directive {
         self.args.get(i).map(String::as_str).unwrap_or_default()
     }
 }
-
-/// Why a configuration could not be read: a position (file:line:col) when
-/// the text is at fault.
-#[derive(Debug)]
-pub struct ParseError {
-    /// Where; the file alone (line 0) when it could not be read.
-    pub pos: Pos,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.pos.line == 0 {
-            write!(f, "{}: {}", self.pos.file.display(), self.message)
-        } else {
-            write!(
-                f,
-                "{}:{}:{}: {}",
-                self.pos.file.display(),
-                self.pos.line,
-                self.pos.col,
-                self.message
-            )
-        }
-    }
-}
-
-impl std::error::Error for ParseError {}
 
 /// Includes nested deeper than this are a loop (nginx has no limit and
 /// recurses until it runs out of file descriptors; real configs nest 2-3).
@@ -369,7 +324,7 @@ impl Parser<'_> {
 
 /// The files a pattern names, sorted, each component matched as glob(3)
 /// does (`*`, `?`, `[...]`; a leading dot only by a leading dot).
-fn glob(pattern: &Path) -> Vec<PathBuf> {
+pub fn glob(pattern: &Path) -> Vec<PathBuf> {
     let mut found = vec![PathBuf::new()];
     for part in pattern.components() {
         let part = part.as_os_str().to_string_lossy();

@@ -178,7 +178,9 @@ pub static ROWS: &[Row] = &[
         Ok(None)
     }),
     maps("auth_basic_user_file", Differs("hayate takes bcrypt, SHA-crypt and argon2id hashes only: MD5 ($apr1$), SHA-1 and plain ones are refused at load (htpasswd -B makes bcrypt)"), "`basic_auth`", |t, d| set_str(t, "basic_auth", d.arg(0)).map(|_| None)),
-    maps("auth_request", Differs("hayate asks the auth service directly (a URL), not through a location"), "`forward_auth`", |_, d| Err(format!("{}: give forward_auth the auth service's URL", d.arg(0)))),
+    maps("auth_request", Differs("hayate asks the auth service directly (the URL its location proxies to), with the fields forward_auth_headers names; the service's 401 or redirect goes back as it came"), "`forward_auth` (the auth location's `proxy_pass` URL)", auth_request),
+    not_needed("http2_idle_timeout", "an idle HTTP/2 connection is closed after keepalive_timeout (75s), as nginx 1.19.7 and later do"),
+    maps("auth_request_set", Translated, "`forward_auth_copy` (the `$upstream_http_NAME` a `proxy_set_header` passes on)", auth_request_set),
     maps("limit_req_zone", Translated, "a `rate_limit` for the locations that use it (key `$binary_remote_addr`: `ip`)", limit_req_zone),
     maps("limit_req", Differs("hayate answers 429 with Retry-After past the limit (nginx: 503 unless limit_req_status)"), "`rate_limit = \"N/s burst=B [delay]\"`", limit_req),
     not_needed("limit_req_status", "hayate answers 429"),

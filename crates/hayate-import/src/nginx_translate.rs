@@ -19,61 +19,7 @@ use crate::nginx_parse::{Directive, Pos};
 use crate::nginx_table::{self, How};
 use crate::nginx_upstreams;
 
-/// What became of a reported directive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// hayate does it by default, or better.
-    NotNeeded,
-    /// Carried over, behaving differently as the note says.
-    Differs,
-    /// Known, but this use of it could not be carried over.
-    NotCarried,
-    /// hayate has no equivalent.
-    NotSupported,
-}
-
-impl Kind {
-    /// How the report line says it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::NotNeeded => "not needed",
-            Kind::Differs => "carried with a difference",
-            Kind::NotCarried => "not carried",
-            Kind::NotSupported => "not supported",
-        }
-    }
-
-    /// Whether something of the nginx config is left behind.
-    pub fn is_loss(self) -> bool {
-        matches!(self, Kind::NotCarried | Kind::NotSupported)
-    }
-}
-
-/// One line of the report: a directive not carried over, or carried over
-/// with a difference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    /// Where the directive was.
-    pub pos: Pos,
-    /// Its name.
-    pub directive: String,
-    /// What became of it.
-    pub kind: Kind,
-    /// Why, or how it differs.
-    pub what: String,
-}
-
-impl std::fmt::Display for Note {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (pos, directive) = (&self.pos, &self.directive);
-        write!(
-            f,
-            "{pos}: {directive}: {}: {}",
-            self.kind.as_str(),
-            self.what
-        )
-    }
-}
+pub use crate::report::{Kind, Note};
 
 /// What directives set: the top level, a site, or a route of a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +56,12 @@ pub struct Translation {
     pub conn_zones: Vec<(String, String)>,
     /// Named locations of the server being translated.
     pub named: Vec<Directive>,
+    /// Locations of the server being translated that an `auth_request`
+    /// names: the auth service's, carried as `forward_auth`'s URL.
+    pub auth_locations: Vec<Directive>,
+    /// `auth_request_set $var $upstream_http_NAME`: (`$var`, the auth
+    /// answer's field name).
+    pub auth_vars: Vec<(String, String)>,
     /// The first server block answering plain HTTP with content of its own
     /// (not only a redirect to HTTPS).
     pub plain_content: Option<Directive>,
@@ -501,6 +453,8 @@ fn server(t: &mut Translation, d: &Directive) {
         .filter(|l| l.name == "location" && l.arg(0).starts_with('@'))
         .cloned()
         .collect();
+    t.auth_locations = nginx_upstreams::auth_locations(body);
+    t.auth_vars.clear();
     t.wants_fastcgi = None;
     t.rule_phases = Default::default();
     for inner in body {

@@ -235,10 +235,142 @@ pub fn upstream_server(t: &mut Translation, d: &Directive) -> Result<Option<Stri
     Ok(Some(member))
 }
 
+/// The locations of a server (nested ones too) that an `auth_request`
+/// in it names.
+pub fn auth_locations(body: &[Directive]) -> Vec<Directive> {
+    fn walk<'a>(body: &'a [Directive], out: &mut Vec<&'a Directive>) {
+        for d in body {
+            out.push(d);
+            if let Some(inner) = &d.block {
+                walk(inner, out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(body, &mut all);
+    let named: Vec<&str> = all
+        .iter()
+        .filter(|d| d.name == "auth_request" && d.arg(0) != "off")
+        .map(|d| d.arg(0))
+        .collect();
+    all.iter()
+        .filter(|d| d.name == "location" && named.contains(&location_path(d)))
+        .map(|d| (*d).clone())
+        .collect()
+}
+
+/// The path of an exact or prefix location.
+fn location_path(d: &Directive) -> &str {
+    match d.args.as_slice() {
+        [p] => p,
+        [m, p] if m == "=" || m == "^~" => p,
+        _ => "",
+    }
+}
+
+/// `auth_request URI`: the auth service its location proxies to, asked
+/// by hayate directly (`forward_auth`).
+pub fn auth_request(t: &mut Translation, d: &Directive) -> Applied {
+    only_options(t)?;
+    if d.arg(0) == "off" {
+        t.keys().set("forward_auth", Value::Str("off".into()));
+        return Ok(None);
+    }
+    let location = t
+        .auth_locations
+        .iter()
+        .find(|l| location_path(l) == d.arg(0))
+        .cloned()
+        .ok_or_else(|| format!("{}: no location of this server serves it", d.arg(0)))?;
+    let body = location.block.as_deref().unwrap_or_default();
+    let pass = body
+        .iter()
+        .find(|i| i.name == "proxy_pass")
+        .ok_or_else(|| format!("{}: its location has no proxy_pass", d.arg(0)))?;
+    let mut url = pass.arg(0).to_string();
+    if url.starts_with('$') {
+        // `set $upstream_authelia URL; proxy_pass $upstream_authelia;`
+        url = body
+            .iter()
+            .find(|i| i.name == "set" && i.arg(0) == url)
+            .map(|s| s.arg(1).to_string())
+            .ok_or_else(|| format!("proxy_pass {url}: no set of that variable in its location"))?;
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("proxy_pass {url}: not an http:// or https:// URL"));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        // Without a URI part nginx passes the subrequest's own path.
+        None => (rest, location_path(&location)),
+    };
+    let base = match t.config.upstreams.iter().find(|u| u.name == authority) {
+        Some(group) => group
+            .members
+            .first()
+            .map(|m| m.split_whitespace().next().unwrap_or(m).to_string())
+            .ok_or_else(|| format!("upstream {authority} has no member"))?,
+        None if scheme == "http" || scheme == "https" => values::member(authority, scheme),
+        None => return Err(format!("proxy_pass {url}: not an http:// or https:// URL")),
+    };
+    let mut what = String::from(
+        "hayate asks the auth service itself, with Cookie, Authorization and Accept \
+         (forward_auth_headers) and X-Forwarded-Method/-Uri/-Host/-Proto/-For and X-Original-URL; \
+         its 401 or redirect goes back to the client as it came",
+    );
+    // Authelia answers nginx's endpoint with a 401 that nginx's
+    // error_page turns into the portal's redirect; its endpoint for
+    // proxies that ask themselves (Caddy, Traefik, hayate) redirects.
+    let path = match path.strip_suffix("/api/authz/auth-request") {
+        Some(root) => {
+            what.push_str(
+                "; Authelia's /api/authz/forward-auth, which redirects to its portal itself",
+            );
+            format!("{root}/api/authz/forward-auth")
+        }
+        None => path.to_string(),
+    };
+    t.keys()
+        .set("forward_auth", Value::Str(format!("{base}{path}")));
+    Ok(Some(what))
+}
+
+/// `auth_request_set $var $upstream_http_NAME`: remembered for the
+/// `proxy_set_header` that passes it on (`forward_auth_copy`).
+pub fn auth_request_set(t: &mut Translation, d: &Directive) -> Applied {
+    let Some(field) = d.arg(1).strip_prefix("$upstream_http_") else {
+        return Err(format!(
+            "{}: hayate copies fields of the auth answer only",
+            d.arg(1)
+        ));
+    };
+    let name = field
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("-");
+    t.auth_vars.push((d.arg(0).to_string(), name));
+    Ok(None)
+}
+
 /// `proxy_set_header NAME VALUE`.
 pub fn proxy_set_header(t: &mut Translation, d: &Directive) -> Applied {
     only_options(t)?;
     let (name, value) = (d.arg(0), d.arg(1));
+    if let Some((_, field)) = t.auth_vars.iter().find(|(var, _)| var == value).cloned() {
+        t.keys().push("forward_auth_copy", field.clone());
+        return match field.eq_ignore_ascii_case(name) {
+            true => Ok(None),
+            false => Ok(Some(format!(
+                "hayate copies the auth answer's {field} under its own name, not as {name}"
+            ))),
+        };
+    }
     let lower = name.to_ascii_lowercase();
     match (lower.as_str(), value) {
         ("host", "$host" | "$http_host") => return Ok(None),

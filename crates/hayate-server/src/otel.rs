@@ -45,6 +45,9 @@ const EXIT_WAIT: Duration = Duration::from_secs(2);
 pub struct Tracer {
     sample_below: u64,
     queue: mpsc::Sender<Vec<u8>>,
+    /// Rung when a batch is waiting (the exporter looks by itself once a
+    /// second otherwise).
+    full: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Tracer {
@@ -67,18 +70,21 @@ impl Tracer {
             ca: g.otel_ca.clone(),
             client_cert: g.otel_tls_cert.clone().zip(g.otel_tls_key.clone()),
         };
-        let queue = match &*exporter {
-            Some((s, e)) if *s == settings && !e.queue.is_closed() => e.queue.clone(),
+        let (queue, full) = match &*exporter {
+            Some((s, e)) if *s == settings && !e.queue.is_closed() => {
+                (e.queue.clone(), e.full.clone())
+            }
             _ => {
                 let started = export::start(settings.clone())?;
-                let queue = started.queue.clone();
+                let both = (started.queue.clone(), started.full.clone());
                 *exporter = Some((settings, started));
-                queue
+                both
             }
         };
         Ok(Some(Tracer {
             sample_below: sample_threshold(g.otel_sample.0),
             queue,
+            full,
         }))
     }
 
@@ -105,6 +111,10 @@ impl Tracer {
         let span = encode_span(head, trace, e, member);
         if self.queue.try_send(span).is_err() {
             DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        let waiting = self.queue.max_capacity() - self.queue.capacity();
+        if waiting >= export::MAX_BATCH {
+            self.full.notify_one();
         }
     }
 }

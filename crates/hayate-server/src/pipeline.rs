@@ -363,8 +363,16 @@ fn serve<'r>(
     let Some(group) = &route.upstream else {
         return not_found();
     };
+    // The upstream is asked for the path its route strips the prefix off
+    // (nginx's `proxy_pass http://app/;`, Caddy's handle_path).
+    let target = match route.strip_prefix && route.prefix != b"/" {
+        true => upstream_target(req, Cow::Owned(handler_path.into_owned())),
+        false => {
+            drop(handler_path);
+            upstream_target(req, path)
+        }
+    };
     // 4a. The cache answers what it can.
-    let target = upstream_target(req, path);
     let cache = match &route.cache {
         Some(cache) => {
             match crate::cached::lookup(cache, group, &proxied(req, &target, client), now) {

@@ -607,6 +607,24 @@ pub fn upgrade_echo_server() -> (u16, std::thread::JoinHandle<String>) {
     (port, done)
 }
 
+/// Asserts that `head` (as [`upgrade_echo_server`] read it) is an HTTP/1.1
+/// WebSocket upgrade of `path`: what a WebSocket over HTTP/2 or HTTP/3
+/// (extended CONNECT) becomes upstream.
+pub fn assert_websocket_upgrade(head: &str, path: &str) {
+    assert!(
+        head.starts_with(&format!("get {path} http/1.1\r\n")),
+        "{head}"
+    );
+    for field in [
+        "upgrade: websocket",
+        "connection: upgrade",
+        "sec-websocket-key: ",
+        "sec-websocket-version: 13",
+    ] {
+        assert!(head.contains(field), "{field} in {head}");
+    }
+}
+
 /// Whether the config file in `args` (`--config FILE`, `-c FILE`) sets
 /// `control`: the test then talks to that socket, which HAYATE_CONTROL
 /// would override.

@@ -1,5 +1,7 @@
-//! `hayate import nginx FILE [-o OUT] [--check]`: another server's config
-//! as a hayate config (hayate-import does the work), the report on stderr.
+//! `hayate import nginx|caddy FILE [-o OUT] [--check]`: another server's
+//! config as a hayate config (hayate-import does the work), the report on
+//! stderr; files the config names (a Caddyfile's basic_auth users) beside
+//! OUT.
 //! Exit 0 when everything was carried over (what was not needed or differs
 //! is still reported), 2 when something was not carried over or not
 //! supported (the config is still written), 1 when the input cannot be
@@ -23,9 +25,15 @@ pub(crate) fn command() -> Command {
         .arg(
             Arg::new("table-markdown")
                 .long("table-markdown")
-                .action(ArgAction::SetTrue)
+                .value_name("SERVER")
+                .num_args(0..=1)
+                .default_missing_value("nginx")
+                .value_parser(["nginx", "caddy"])
                 .exclusive(true)
-                .help("Print the nginx directive table (docs/import-nginx.md)"),
+                .help(
+                    "Print a directive table: nginx's (docs/import-nginx.md) or caddy's \
+                     (docs/import-caddy.md)",
+                ),
         )
         .subcommand(
             Command::new("nginx")
@@ -41,35 +49,64 @@ pub(crate) fn command() -> Command {
                              prefix [default: the nearest directory at or above FILE's with an \
                              nginx.conf, else FILE's]",
                 ))
-                .arg(
-                    Arg::new("out")
-                        .short('o')
-                        .long("output")
-                        .value_name("OUT")
-                        .help("Write the hayate config here instead of stdout"),
-                )
-                .arg(
-                    Arg::new("check")
-                        .long("check")
-                        .action(ArgAction::SetTrue)
-                        .help("Also run the result through hayate check (exit 1 when it fails)"),
-                ),
+                .args(output_args()),
         )
+        .subcommand(
+            Command::new("caddy")
+                .about("Import a Caddyfile (snippets, import, {$ENV})")
+                .arg(
+                    Arg::new("file")
+                        .value_name("FILE")
+                        .required(true)
+                        .help("The Caddyfile"),
+                )
+                .args(output_args()),
+        )
+}
+
+fn output_args() -> [Arg; 2] {
+    [
+        Arg::new("out")
+            .short('o')
+            .long("output")
+            .value_name("OUT")
+            .help("Write the hayate config here instead of stdout (files it names go beside it)"),
+        Arg::new("check")
+            .long("check")
+            .action(ArgAction::SetTrue)
+            .help("Also run the result through hayate check (exit 1 when it fails)"),
+    ]
 }
 
 /// Runs `hayate import ...`.
 pub(crate) fn run(m: &ArgMatches) -> ExitCode {
-    if m.get_flag("table-markdown") {
-        print!("{}", hayate_import::table_markdown());
-        return ExitCode::SUCCESS;
+    match m.get_one::<String>("table-markdown").map(String::as_str) {
+        Some("caddy") => {
+            print!("{}", hayate_import::caddy_table_markdown());
+            return ExitCode::SUCCESS;
+        }
+        Some(_) => {
+            print!("{}", hayate_import::table_markdown());
+            return ExitCode::SUCCESS;
+        }
+        None => {}
     }
-    let Some(("nginx", m)) = m.subcommand() else {
-        eprintln!("hayate import: name the server: hayate import nginx FILE");
-        return ExitCode::from(1);
+    let (imported, m) = match m.subcommand() {
+        Some(("nginx", m)) => {
+            let file = PathBuf::from(m.get_one::<String>("file").expect("required"));
+            let prefix = m.get_one::<String>("prefix").map(PathBuf::from);
+            (hayate_import::nginx(&file, prefix.as_deref()), m)
+        }
+        Some(("caddy", m)) => {
+            let file = PathBuf::from(m.get_one::<String>("file").expect("required"));
+            (hayate_import::caddy(&file), m)
+        }
+        _ => {
+            eprintln!("hayate import: name the server: hayate import nginx|caddy FILE");
+            return ExitCode::from(1);
+        }
     };
-    let file = PathBuf::from(m.get_one::<String>("file").expect("required"));
-    let prefix = m.get_one::<String>("prefix").map(PathBuf::from);
-    let import = match hayate_import::nginx(&file, prefix.as_deref()) {
+    let import = match imported {
         Ok(import) => import,
         Err(e) => {
             eprintln!("hayate import: {e}");
@@ -80,6 +117,19 @@ pub(crate) fn run(m: &ArgMatches) -> ExitCode {
         eprintln!("{note}");
     }
     let out = m.get_one::<String>("out").map(PathBuf::from);
+    let beside = out
+        .as_deref()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""))
+        .to_path_buf();
+    for (name, content) in &import.files {
+        // htpasswd hashes: readable by the owner only.
+        let path = beside.join(name);
+        if let Err(e) = write_private(&path, content) {
+            eprintln!("hayate import: {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
     if let Some(out) = &out {
         if let Err(e) = std::fs::write(out, &import.toml) {
             eprintln!("hayate import: {}: {e}", out.display());
@@ -101,4 +151,17 @@ pub(crate) fn run(m: &ArgMatches) -> ExitCode {
     } else {
         ExitCode::from(2)
     }
+}
+
+/// Writes `content` to `path`, readable and writable by its owner only.
+fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(content.as_bytes())
 }

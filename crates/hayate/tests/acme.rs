@@ -10,6 +10,7 @@ use std::path::Path;
 
 use hayate_testkit::eventually;
 use hayate_testkit::pebble::{free_port, Pebble};
+use hayate_testkit::ports::ClosedPort;
 use hayate_testkit::tls::{served_certificate, TlsClient};
 use hayate_testkit::{site, Hayate};
 
@@ -64,8 +65,12 @@ fn metrics(state: &Path) -> String {
 fn issues_and_reuses(challenge: &str) {
     let root = site();
     let state = tempfile::tempdir().expect("state");
-    let ports = (free_port(), free_port());
+    // Held (bound, never listening) while pebble starts: a port merely
+    // found free could be taken by a parallel test before hayate binds it.
+    let held = (ClosedPort::new(), ClosedPort::new());
+    let ports = (held.0.port(), held.1.port());
     let pebble = Pebble::start(ports.0, ports.1, 90 * 24 * 3600);
+    drop(held);
     let mut h = hayate(
         root.path(),
         state.path(),
@@ -161,8 +166,12 @@ fn a_certificate_is_obtained_over_tls_alpn_01_and_reused_after_a_restart() {
 fn a_certificate_is_renewed_early_when_the_ca_says_so() {
     let root = site();
     let state = tempfile::tempdir().expect("state");
-    let ports = (free_port(), free_port());
+    // Held (bound, never listening) while pebble starts: a port merely
+    // found free could be taken by a parallel test before hayate binds it.
+    let held = (ClosedPort::new(), ClosedPort::new());
+    let ports = (held.0.port(), held.1.port());
     let pebble = Pebble::start(ports.0, ports.1, 90 * 24 * 3600);
+    drop(held);
     let tls_addr = format!("127.0.0.1:{}", ports.1).parse().expect("addr");
     let client = TlsClient::trusting(&pebble.issuer_root()).without_resumption();
     let start = || {
@@ -213,9 +222,11 @@ fn a_certificate_is_renewed_early_when_the_ca_says_so() {
 fn a_short_lived_certificate_is_renewed_while_serving() {
     let root = site();
     let state = tempfile::tempdir().expect("state");
-    let ports = (free_port(), free_port());
+    let held = (ClosedPort::new(), ClosedPort::new());
+    let ports = (held.0.port(), held.1.port());
     // Renewed at two thirds: every 4 s.
     let pebble = Pebble::start(ports.0, ports.1, 6);
+    drop(held);
     let _h = hayate(
         root.path(),
         state.path(),
@@ -247,7 +258,7 @@ fn an_acme_server_that_is_down_does_not_stop_serving() {
     let state = tempfile::tempdir().expect("state");
     let ports = (free_port(), free_port());
     let api_ca = any_certificate(&state.path().join("ca.pem"));
-    let closed = hayate_testkit::ports::ClosedPort::new();
+    let closed = ClosedPort::new();
     let down = format!("https://{}/dir", closed.addr());
     let h = hayate(root.path(), state.path(), ports, &down, &api_ca, "http-01");
     // Plain HTTP is served (ACME's path excepted, everything redirects).

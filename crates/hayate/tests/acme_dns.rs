@@ -233,8 +233,12 @@ fn a_wildcard_takes_dns01_while_another_name_takes_tls_alpn01() {
     // acme_challenge is left to auto (TLS-ALPN-01: no plain listener);
     // the wildcard goes over DNS-01 all the same.
     let bind = Bind::start();
-    let tls_port = free_port();
+    // Held (bound, never listening) while pebble starts: a port merely
+    // found free could be taken by a parallel test before hayate binds it.
+    let held = hayate_testkit::ports::ClosedPort::new();
+    let tls_port = held.port();
     let pebble = Pebble::start_with_dns_and_tls(bind.addr, tls_port, 90 * 24 * 3600);
+    drop(held);
     let dir = tempfile::tempdir().expect("dir");
     let d = dir.path();
     let config = format!(

@@ -75,32 +75,18 @@ fn get_and_post_to_a_node_http2_server_over_h2c() {
 
 #[test]
 fn get_and_post_to_a_node_http2_server_over_tls_with_proxy_http2_on() {
-    let pki = hayate_testkit::tls::Pki::new();
-    let (cert, key, _) = pki.issue(&["127.0.0.1"], "upstream");
-    let (_server, port) = server(&["--tls", &key, &cert]);
-    let member = format!("https://127.0.0.1:{port}");
-    let ca = pki.ca().display().to_string();
-    let h = Hayate::start(
-        BIN,
-        &[
-            "--proxy",
-            &member,
-            "--proxy-tls-ca",
-            &ca,
-            "--proxy-http2",
-            "on",
-            "--max-body-size",
-            "4MiB",
-        ],
-    );
+    let (h, _server, _pki) = tls_member_behind("on", &[]);
     get_and_post(&h);
     h.assert_no_errors();
 }
 
 /// hayate (one worker) in front of the Node server started with
-/// `server_args` over TLS, under `proxy_http2 = auto`; the server and its
+/// `server_args` over TLS, under `proxy_http2 = mode`; the server and its
 /// certificates too.
-fn auto_in_front_of(server_args: &[&str]) -> (Hayate, NodeProcess, hayate_testkit::tls::Pki) {
+fn tls_member_behind(
+    mode: &str,
+    server_args: &[&str],
+) -> (Hayate, NodeProcess, hayate_testkit::tls::Pki) {
     let pki = hayate_testkit::tls::Pki::new();
     let (cert, key, _) = pki.issue(&["127.0.0.1"], "upstream");
     let mut args = vec!["--tls", &key, &cert];
@@ -116,7 +102,7 @@ fn auto_in_front_of(server_args: &[&str]) -> (Hayate, NodeProcess, hayate_testki
             "--proxy-tls-ca",
             &ca,
             "--proxy-http2",
-            "auto",
+            mode,
             "--workers",
             "1",
             "--max-body-size",
@@ -128,7 +114,7 @@ fn auto_in_front_of(server_args: &[&str]) -> (Hayate, NodeProcess, hayate_testki
 
 #[test]
 fn proxy_http2_auto_speaks_http2_to_a_member_that_offers_it_on_the_connection_it_learned_on() {
-    let (h, _server, _pki) = auto_in_front_of(&["--allow-http1"]);
+    let (h, _server, _pki) = tls_member_behind("auto", &["--allow-http1"]);
     // Over HTTP/2 from the first request, on connection 1: the one the
     // protocol was learned on, adopted by the HTTP/2 pool.
     get_and_post(&h);
@@ -138,7 +124,7 @@ fn proxy_http2_auto_speaks_http2_to_a_member_that_offers_it_on_the_connection_it
 
 #[test]
 fn proxy_http2_auto_speaks_http1_to_a_member_without_http2() {
-    let (h, _server, _pki) = auto_in_front_of(&["--http1-only"]);
+    let (h, _server, _pki) = tls_member_behind("auto", &["--http1-only"]);
     let mut c = h.client();
     let r = c.get("/hello", &[]);
     assert_eq!(

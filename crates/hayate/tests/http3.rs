@@ -917,13 +917,5 @@ fn websocket_over_http3_becomes_an_upgrade_upstream() {
         serde_json::json!(["frame-1", "frame-two"])
     );
     let head = seen.join().expect("upstream");
-    assert!(head.starts_with("get /ws http/1.1\r\n"), "{head}");
-    for field in [
-        "upgrade: websocket",
-        "connection: upgrade",
-        "sec-websocket-key: ",
-        "sec-websocket-version: 13",
-    ] {
-        assert!(head.contains(field), "{field} in {head}");
-    }
+    hayate_testkit::assert_websocket_upgrade(&head, "/ws");
 }

@@ -36,7 +36,8 @@ fn staged() -> tempfile::TempDir {
             let text = text
                 .replace(" /var/www/", &format!(" {base}/var/www/"))
                 .replace(" /srv/", &format!(" {base}/srv/"))
-                .replace(" /path/to/", &format!(" {base}/path/to/"));
+                .replace(" /path/to/", &format!(" {base}/path/to/"))
+                .replace(" /home/", &format!(" {base}/home/"));
             std::fs::write(&path, text).expect("write");
         }
     }
@@ -47,9 +48,19 @@ fn staged() -> tempfile::TempDir {
         "var/www/project/public",
         "srv/example.com/public",
         "path/to",
+        "home/mastodon/live/public",
+        "srv/app/public",
+        "srv/app/.next/static",
+        "var/www/nextcloud",
     ] {
         std::fs::create_dir_all(dir.path().join(d)).expect("mkdir");
     }
+    // The error page Mastodon's config names: hayate reads it at start.
+    std::fs::write(
+        dir.path().join("home/mastodon/live/public/500.html"),
+        "<h1>500</h1>\n",
+    )
+    .expect("write");
     dir
 }
 
@@ -385,6 +396,164 @@ fn a_parse_error_names_file_line_and_column_and_exits_1() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn mastodon_instance() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "mastodon.conf");
+    assert_eq!(
+        report,
+        [
+            "mastodon.conf:8: map: not supported",
+            "mastodon.conf:21: proxy_cache_path: not needed",
+            "mastodon.conf:23: server: carried with a difference",
+            "mastodon.conf:32: server: carried with a difference",
+            "mastodon.conf:32: server: carried with a difference",
+            "mastodon.conf:38: ssl_session_cache: not needed",
+            "mastodon.conf:42: keepalive_timeout: not needed",
+            "mastodon.conf:43: sendfile: not needed",
+            "mastodon.conf:49: gzip_vary: not needed",
+            "mastodon.conf:50: gzip_proxied: not needed",
+            "mastodon.conf:51: gzip_comp_level: not needed",
+            "mastodon.conf:52: gzip_types: not needed",
+            "mastodon.conf:55: add_header: carried with a difference",
+            // Cache-Control on the regex location of assets: no route.
+            "mastodon.conf:60: add_header: not carried",
+            "mastodon.conf:61: try_files: not carried",
+            "mastodon.conf:64: location: carried with a difference",
+            "mastodon.conf:64: location: carried with a difference",
+            "mastodon.conf:70: proxy_buffering: not needed",
+            "mastodon.conf:71: proxy_http_version: not needed",
+            "mastodon.conf:85: proxy_pass_header: not supported",
+            "mastodon.conf:87: proxy_http_version: not needed",
+            "mastodon.conf:90: proxy_cache: carried with a difference",
+            "mastodon.conf:91: proxy_cache_valid: carried with a difference",
+            "mastodon.conf:92: proxy_cache_valid: carried with a difference",
+            "mastodon.conf:93: proxy_cache_use_stale: not needed",
+            "mastodon.conf:94: add_header: not carried",
+            "mastodon.conf:97: error_page: carried with a difference",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    for want in [
+        "max_body_size = \"80MiB\"",
+        "prefix = \"/api/v1/streaming\"\nrequest_headers = { \"X-Real-IP\" = \"$client_ip\" }\nproxy = \"streaming\"",
+        "response_headers = { \"Cache-Control\" = \"public, max-age=2419200, immutable\" }",
+        // Files of public/ first, then Puma, through the cache.
+        "prefix = \"/\"\nrequest_headers = { \"X-Real-IP\" = \"$client_ip\" }\nproxy = \"backend\"\ncache = \"86400s\"",
+    ] {
+        assert!(toml.contains(want), "{want} in\n{toml}");
+    }
+}
+
+#[test]
+fn nextjs_app() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "nextjs.conf");
+    assert_eq!(
+        report,
+        [
+            "nextjs.conf:8: keepalive: not needed",
+            "nextjs.conf:11: server: carried with a difference",
+            "nextjs.conf:18: gzip_types: not needed",
+            "nextjs.conf:22: expires: carried with a difference",
+            "nextjs.conf:23: access_log: not carried",
+            "nextjs.conf:32: proxy_http_version: not needed",
+            "nextjs.conf:38: proxy_cache_bypass: not supported",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    // The build's files from disk under their own prefix, the rest: files
+    // of public/ first, then the app.
+    assert!(
+        toml.contains("prefix = \"/_next/static/\"\nroot = \""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("strip_prefix = true\ncache_control = \"max-age=31536000\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("prefix = \"/\"\nproxy = \"nextjs\""),
+        "{toml}"
+    );
+}
+
+#[test]
+fn nextcloud_in_the_web_root() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "nextcloud.conf");
+    assert!(
+        report.contains(&"nextcloud.conf:11: server: not needed".to_string()),
+        "{report:?}"
+    );
+    // The DAV well-knowns and the refused directories are rules; the PHP
+    // location is the site's FastCGI; what PHP needs from its pool is said.
+    for want in [
+        "nextcloud.conf:48: if: not supported",
+        "nextcloud.conf:76: fastcgi_param: not carried",
+        "nextcloud.conf:77: fastcgi_param: not carried",
+    ] {
+        assert!(report.contains(&want.to_string()), "{want} in {report:?}");
+    }
+    assert_eq!(code, 2, "{toml}");
+    for want in [
+        "fastcgi = \"unix:/run/php/php8.2-fpm.sock\"",
+        "max_body_size = \"512MiB\"",
+        "redirect = \"/remote.php/dav/\"\nstatus = 301",
+        "\"X-Frame-Options\" = \"SAMEORIGIN\"",
+    ] {
+        assert!(toml.contains(want), "{want} in\n{toml}");
+    }
+}
+
+#[test]
+fn discourse_behind_the_hosts_nginx() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "discourse.conf");
+    assert_eq!(
+        report,
+        [
+            "discourse.conf:7: server: not needed",
+            "discourse.conf:21: ssl_session_tickets: not needed",
+            "discourse.conf:22: http2_idle_timeout: not needed",
+            "discourse.conf:28: proxy_http_version: not needed",
+        ]
+    );
+    assert_eq!(code, 0, "{toml}");
+    assert!(
+        toml.contains("proxy = [\"unix:/var/discourse/shared/standalone/nginx.http.sock\"]"),
+        "{toml}"
+    );
+    assert!(toml.contains("max_body_size = \"100MiB\""), "{toml}");
+}
+
+/// nginx's auth_request to an internal location proxying to Authelia
+/// becomes forward_auth to Authelia itself (its endpoint for proxies that
+/// ask it directly), the user and groups copied to the app.
+#[test]
+fn authelia_auth_request_becomes_forward_auth() {
+    let dir = staged();
+    let (code, toml, report) = import(dir.path(), "authelia.conf");
+    assert_eq!(
+        report,
+        [
+            "authelia.conf:11: location: not needed",
+            "authelia.conf:24: auth_request: carried with a difference",
+            "authelia.conf:30: error_page: not carried",
+        ]
+    );
+    assert_eq!(code, 2, "{toml}");
+    assert!(
+        toml.contains(
+            "forward_auth = \"http://127.0.0.1:9091/api/authz/forward-auth\"\n\
+             forward_auth_copy = [\"Remote-User\", \"Remote-Groups\"]"
+        ),
+        "{toml}"
+    );
+    // Nothing of the auth location is served.
+    assert!(!toml.contains("/internal/authelia"), "{toml}");
 }
 
 #[test]

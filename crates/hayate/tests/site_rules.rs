@@ -98,6 +98,9 @@ respond = "first\n"
 [[site.rule]]
 match = "^/first$"
 respond = "second\n"
+[[site.rule]]
+match = "^/drop-query$"
+redirect = "/landing?"
 "#;
     let h = start(dir.path(), &site(dir.path(), &o, rules));
     let mut c = h.client();
@@ -124,6 +127,9 @@ respond = "second\n"
     assert_eq!((r.status, r.text().as_str()), (418, "short and stout\n"));
     // The first rule that matches acts.
     assert_eq!(c.get("/first", &[]).text(), "first\n");
+    // A `?` with nothing after it drops the query, and no `?` is left.
+    let r = c.get("/drop-query?utm=x", &[]);
+    assert_eq!((r.status, r.header("location")), (302, Some("/landing")));
 
     // A rewrite continues on another route: the upstream gets the new
     // target; the access log keeps what the client asked for.

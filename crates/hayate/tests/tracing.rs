@@ -597,38 +597,56 @@ fn spans_reach_an_https_collector_verified_against_otel_ca_over_both_protocols()
     let ca = pki.ca();
     let ca = ca.to_str().expect("utf-8");
     let proxy = origin.url();
-    for (protocol, port, trace) in [
+    for (protocol, port, trace) in otlp_protocols(&jaeger) {
+        traced_over_tls(&jaeger, &proxy, protocol, port, trace, &["--otel-ca", ca]);
+    }
+}
+
+/// Each OTLP protocol with the collector's port for it and a trace id of
+/// its own (one collector takes both).
+fn otlp_protocols(jaeger: &Jaeger) -> [(&'static str, u16, &'static str); 2] {
+    [
         ("http/protobuf", jaeger.otlp_http.port(), CLIENT_TRACE),
         (
             "grpc",
             jaeger.otlp_grpc.port(),
             "0af7651916cd43dd8448eb211c80319c",
         ),
-    ] {
-        let endpoint = format!("https://localhost:{port}");
-        let h = Hayate::start(
-            BIN,
-            &[
-                "--proxy",
-                &proxy,
-                "--otel-endpoint",
-                &endpoint,
-                "--otel-protocol",
-                protocol,
-                "--otel-ca",
-                ca,
-            ],
-        );
-        let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
-        assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
-        let trace = eventually(&format!("the span over {protocol} and TLS"), || {
-            jaeger
-                .trace(trace)
-                .ok_or_else(|| "no trace yet".to_string())
-        });
-        assert!(span_of(&trace, "hayate").is_some(), "{trace:#}");
-        h.assert_no_errors();
-    }
+    ]
+}
+
+/// Starts hayate in front of `proxy` exporting over `protocol` to the
+/// https collector on `port` (with `extra` arguments), sends a request
+/// continuing `trace`, and waits for hayate's span of it at the collector.
+fn traced_over_tls(
+    jaeger: &Jaeger,
+    proxy: &str,
+    protocol: &str,
+    port: u16,
+    trace: &str,
+    extra: &[&str],
+) -> Hayate {
+    let endpoint = format!("https://localhost:{port}");
+    let mut args = vec![
+        "--proxy",
+        proxy,
+        "--otel-endpoint",
+        &endpoint,
+        "--otel-protocol",
+        protocol,
+    ];
+    args.extend_from_slice(extra);
+    let h = Hayate::start(BIN, &args);
+    let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
+    assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
+    let found = eventually(&format!("the span over {protocol} and TLS"), || {
+        jaeger
+            .trace(trace)
+            .ok_or_else(|| "no trace yet".to_string())
+    });
+    assert!(span_of(&found, "hayate").is_some(), "{found:#}");
+    h.assert_no_errors();
+    h
 }
 
 /// A collector that requires a client certificate takes spans from a
@@ -644,16 +662,29 @@ fn a_collector_requiring_client_certificates_takes_spans_with_otel_tls_cert() {
     let jaeger = Jaeger::start_mtls(&cert, &key, ca);
     let origin = Origin::start(OriginOptions::default());
     let proxy = origin.url();
-    for (protocol, port, trace) in [
-        ("http/protobuf", jaeger.otlp_http.port(), CLIENT_TRACE),
-        (
-            "grpc",
-            jaeger.otlp_grpc.port(),
-            "0af7651916cd43dd8448eb211c80319c",
-        ),
-    ] {
+    for (protocol, port, trace) in otlp_protocols(&jaeger) {
+        let with_certificate = [
+            "--otel-ca",
+            ca,
+            "--otel-tls-cert",
+            &client_cert,
+            "--otel-tls-key",
+            &client_key,
+        ];
+        drop(traced_over_tls(
+            &jaeger,
+            &proxy,
+            protocol,
+            port,
+            trace,
+            &with_certificate,
+        ));
+        // Without the certificate, the collector refuses the handshake.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let admin = dir.path().join("admin.sock");
+        let admin_arg = format!("unix:{}", admin.display());
         let endpoint = format!("https://localhost:{port}");
-        let mut args = vec![
+        let args = [
             "--proxy",
             &proxy,
             "--otel-endpoint",
@@ -662,28 +693,9 @@ fn a_collector_requiring_client_certificates_takes_spans_with_otel_tls_cert() {
             protocol,
             "--otel-ca",
             ca,
-            "--otel-tls-cert",
-            &client_cert,
-            "--otel-tls-key",
-            &client_key,
+            "--admin",
+            &admin_arg,
         ];
-        let h = Hayate::start(BIN, &args);
-        let tp = format!("00-{trace}-{CLIENT_SPAN}-01");
-        assert_eq!(h.client().get("/", &[("traceparent", &tp)]).status, 200);
-        let found = eventually(&format!("the span over {protocol} and mutual TLS"), || {
-            jaeger
-                .trace(trace)
-                .ok_or_else(|| "no trace yet".to_string())
-        });
-        assert!(span_of(&found, "hayate").is_some(), "{found:#}");
-        h.assert_no_errors();
-        drop(h);
-        // Without the certificate, the collector refuses the handshake.
-        args.truncate(args.len() - 4);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let admin = dir.path().join("admin.sock");
-        let admin_arg = format!("unix:{}", admin.display());
-        args.extend(["--admin", &admin_arg]);
         let h = Hayate::start(BIN, &args);
         assert_eq!(h.client().get("/", &[]).status, 200);
         eventually("the span dropped", || match span_counters(&admin) {

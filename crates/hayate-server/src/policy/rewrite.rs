@@ -309,6 +309,11 @@ impl Place<'_, '_> {
                 out.extend_from_slice(q);
             }
         }
+        // A query that renders empty (`/x?`, nginx's way of dropping the
+        // request's; `/x?$query` without one) leaves no `?` behind.
+        if template.query_at.is_some() && out.last() == Some(&b'?') {
+            out.pop();
+        }
         if out.len() > MAX_URL {
             return Err(format!("it built a URL longer than {MAX_URL} bytes"));
         }
