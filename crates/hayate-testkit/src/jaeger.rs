@@ -42,7 +42,22 @@ impl Jaeger {
         Jaeger::start_with(Some((cert, key, Some(client_ca))))
     }
 
+    /// Jaeger binds the ports it is given itself, so one found free may be
+    /// taken by a test running in parallel before it does: then it exits,
+    /// and is started again on other ports (CI saw "jaeger listening:
+    /// Connection refused" once).
     fn start_with(tls: Option<(&str, &str, Option<&str>)>) -> Jaeger {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Jaeger::try_start(tls) {
+                Ok(j) => return j,
+                Err(why) => last = why,
+            }
+        }
+        panic!("jaeger did not start: {last}");
+    }
+
+    fn try_start(tls: Option<(&str, &str, Option<&str>)>) -> Result<Jaeger, String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = |port: u16| -> SocketAddr { ([127, 0, 0, 1], port).into() };
         let (grpc, http, query, query_grpc) = (
@@ -101,6 +116,7 @@ exporters:
         );
         let path = dir.path().join("jaeger.yaml");
         std::fs::write(&path, config).expect("write");
+        let stderr = dir.path().join("jaeger.stderr");
         let child = Command::new(go_binary(
             "jaeger",
             "github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 (scripts/test builds it)",
@@ -108,22 +124,33 @@ exporters:
         .arg("--config")
         .arg(format!("file:{}", path.display()))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
         .spawn()
         .expect("start jaeger");
-        let j = Jaeger {
+        let mut j = Jaeger {
             otlp_grpc: grpc,
             otlp_http: http,
             query,
             child,
             _dir: dir,
         };
+        // Until every port answers, or Jaeger has exited (a port was
+        // taken); a Go program starting under a loaded CI machine may
+        // take more than one WAIT.
+        let deadline = std::time::Instant::now() + 3 * crate::WAIT;
         for a in [grpc, http, query] {
-            crate::eventually("jaeger listening", || {
-                TcpStream::connect(a).map_err(|e| e.to_string())
-            });
+            while TcpStream::connect(a).is_err() {
+                let said = || std::fs::read_to_string(&stderr).unwrap_or_default();
+                if let Ok(Some(status)) = j.child.try_wait() {
+                    return Err(format!("exited ({status}): {}", said()));
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("not listening on {a} after 30 s: {}", said()));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
         }
-        j
+        Ok(j)
     }
 
     /// The trace `trace_id` (32 hex digits) as the query API has it: its
