@@ -1,5 +1,11 @@
 //! How each Caddyfile directive the table carries is carried over: the
 //! functions `caddy_table::ROWS` and `GLOBAL_ROWS` name.
+//!
+//! Over 800 lines for now: the site directives, the upstream group
+//! (`reverse_proxy` and its transport, `php_fastcgi`, `forward_auth`) and
+//! the global options are three jobs, to be split into modules of their
+//! own; left so in the session that wrote it, which had no time left for a
+//! clean-clone CI run after the split.
 
 use crate::caddy_matchers::{self as matchers, Matcher};
 use crate::caddy_translate::{self as translate, Applied, Caddy};
