@@ -1,11 +1,7 @@
-//! How each Caddyfile directive the table carries is carried over: the
-//! functions `caddy_table::ROWS` and `GLOBAL_ROWS` name.
-//!
-//! Over 800 lines for now: the site directives, the upstream group
-//! (`reverse_proxy` and its transport, `php_fastcgi`, `forward_auth`) and
-//! the global options are three jobs, to be split into modules of their
-//! own; left so in the session that wrote it, which had no time left for a
-//! clean-clone CI run after the split.
+//! How each Caddyfile site directive the table carries is carried over:
+//! the functions `caddy_table::ROWS` names, and the helpers the upstream
+//! group (`caddy_proxy`) and the global options (`caddy_global`) share
+//! with them.
 
 use crate::caddy_matchers::{self as matchers, Matcher};
 use crate::caddy_translate::{self as translate, Applied, Caddy};
@@ -15,12 +11,12 @@ use crate::nginx_parse::Directive;
 use crate::report::Kind;
 
 /// The directive's matcher and its other arguments.
-fn split<'a>(t: &Caddy, d: &'a Directive) -> Result<(Matcher, &'a [String]), String> {
+pub(crate) fn split<'a>(t: &Caddy, d: &'a Directive) -> Result<(Matcher, &'a [String]), String> {
     matchers::split(d, &t.sets)
 }
 
 /// The lines of a directive's block.
-fn block(d: &Directive) -> &[Directive] {
+pub(crate) fn block(d: &Directive) -> &[Directive] {
     d.block.as_deref().unwrap_or_default()
 }
 
@@ -29,6 +25,48 @@ fn scoped(t: &mut Caddy, d: &Directive, m: &Matcher, key: &str, value: Value) ->
     let (keys, difference) = t.keys_for(d, m)?;
     keys.set(key, value);
     Ok(difference.map(String::from))
+}
+
+/// `[+|-|?|>]Field [value]` into a header-rules table.
+pub(crate) fn header_op(keys: &mut Keys, key: &str, args: &[String]) -> Result<(), String> {
+    match args {
+        [field] if field.starts_with('-') => {
+            keys.insert(key, field.clone(), String::new());
+            Ok(())
+        }
+        [field, value] => {
+            let field = field.strip_prefix('>').unwrap_or(field);
+            keys.insert(key, field.into(), values::template(value)?);
+            Ok(())
+        }
+        [_, _, _] => Err("a find-and-replace header rule has no hayate form".into()),
+        _ => Err("expected a field and a value".into()),
+    }
+}
+
+/// Sets the global option `key` to the duration `sub` names.
+pub(crate) fn duration_global(t: &mut Caddy, key: &str, sub: &Directive) -> Result<(), String> {
+    let d = crate::values::duration(sub.arg(0))?;
+    t.global(key, Value::Str(d))
+}
+
+/// `trusted_proxies <ranges...>` (`static` left out, Caddy's `private_ranges`
+/// spelled out) added to hayate's `trusted_proxies`.
+pub(crate) fn trusted(t: &mut Caddy, args: &[String]) -> Result<(), String> {
+    let cidrs: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "static")
+        .flat_map(|a| {
+            matchers::private_ranges(a)
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for c in cidrs {
+        t.config.top.push("trusted_proxies", c);
+    }
+    Ok(())
 }
 
 /// `root [<matcher>] <path>`.
@@ -96,276 +134,6 @@ pub fn file_server(t: &mut Caddy, d: &Directive) -> Applied {
                 .into(),
         );
     }
-    Ok((!differences.is_empty()).then(|| differences.join("; ")))
-}
-
-/// `reverse_proxy [<matcher>] [<upstreams...>] { ... }`.
-pub fn reverse_proxy(t: &mut Caddy, d: &Directive) -> Applied {
-    let (m, rest) = split(t, d)?;
-    let mut members = rest
-        .iter()
-        .map(|u| values::upstream(u))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut differences: Vec<String> = Vec::new();
-    let mut route = Keys::default();
-    for sub in block(d) {
-        let r: Result<(), String> = match sub.name.as_str() {
-            "to" => sub
-                .args
-                .iter()
-                .map(|u| values::upstream(u))
-                .collect::<Result<Vec<_>, _>>()
-                .map(|more| members.extend(more)),
-            "lb_policy" => balance(t, sub),
-            "lb_try_duration" | "lb_try_interval" | "lb_retries" => {
-                t.note(
-                    sub,
-                    Kind::Differs,
-                    "hayate retries safe requests on another member itself",
-                );
-                Ok(())
-            }
-            "health_uri" | "health_path" => {
-                route.set("proxy_health_check", Value::Str(sub.arg(0).into()));
-                Ok(())
-            }
-            "health_interval" => duration_global(t, "proxy_health_interval", sub),
-            "fail_duration" => duration_global(t, "proxy_fail_timeout", sub),
-            "max_fails" => match sub.arg(0).parse::<i64>() {
-                Ok(n) => t.global("proxy_max_fails", Value::Int(n)),
-                Err(_) => Err(format!("max_fails {}", sub.arg(0))),
-            },
-            "header_up" => header_up(&mut route, sub),
-            "header_down" => header_op(&mut route, "response_headers", &sub.args),
-            "transport" => transport(t, &mut route, &mut members, sub),
-            "trusted_proxies" => trusted(t, &sub.args),
-            "flush_interval" | "buffer_requests" | "buffer_responses" | "request_buffers"
-            | "response_buffers" | "stream_buffer_size" => Ok(()),
-            "health_timeout" | "health_status" | "health_body" | "health_headers"
-            | "health_port" | "health_passes" | "health_fails" => Ok(()),
-            other => Err(format!("{other} is not carried")),
-        };
-        if let Err(e) = r {
-            t.note(sub, Kind::NotCarried, e);
-        }
-    }
-    if members.is_empty() {
-        return Err("no upstream".into());
-    }
-    let (keys, difference) = t.keys_for(d, &m)?;
-    keys.set("proxy", Value::List(members));
-    for (k, v) in route.0 {
-        match v {
-            Value::Map(pairs) => pairs.into_iter().for_each(|(n, v)| keys.insert(&k, n, v)),
-            v => keys.set(&k, v),
-        }
-    }
-    differences.extend(difference.map(String::from));
-    Ok((!differences.is_empty()).then(|| differences.join("; ")))
-}
-
-fn balance(t: &mut Caddy, sub: &Directive) -> Result<(), String> {
-    let policy = match (sub.arg(0), sub.arg(1)) {
-        ("round_robin" | "weighted_round_robin", _) => "round_robin".to_string(),
-        ("least_conn", _) => "least_conn".into(),
-        ("ip_hash" | "client_ip_hash", _) => "hash:ip".into(),
-        ("header", name) if !name.is_empty() => format!("hash:header:{name}"),
-        ("cookie", name) => format!("sticky:{}", if name.is_empty() { "lb" } else { name }),
-        ("random" | "random_choose", _) => {
-            t.global("proxy_balance", Value::Str("least_conn".into()))?;
-            return Err("random: hayate balances by least connections instead".into());
-        }
-        (other, _) => return Err(format!("{other} has no hayate policy")),
-    };
-    t.global("proxy_balance", Value::Str(policy))
-}
-
-fn duration_global(t: &mut Caddy, key: &str, sub: &Directive) -> Result<(), String> {
-    let d = crate::values::duration(sub.arg(0))?;
-    t.global(key, Value::Str(d))
-}
-
-fn trusted(t: &mut Caddy, args: &[String]) -> Result<(), String> {
-    let cidrs: Vec<String> = args
-        .iter()
-        .filter(|a| *a != "static")
-        .flat_map(|a| {
-            matchers::private_ranges(a)
-                .split_whitespace()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    for c in cidrs {
-        t.config.top.push("trusted_proxies", c);
-    }
-    Ok(())
-}
-
-/// `header_up`: Host to the upstream's own (`{upstream_hostport}`) or a
-/// name, fields hayate already sends left out, the rest as
-/// `request_headers`.
-fn header_up(route: &mut Keys, sub: &Directive) -> Result<(), String> {
-    let name = sub.arg(0);
-    if name.eq_ignore_ascii_case("host") {
-        let host = match sub.arg(1) {
-            "{upstream_hostport}" | "{http.reverse_proxy.upstream.hostport}" => "upstream",
-            "{host}" | "{http.request.host}" => "pass",
-            literal if !literal.contains('{') => literal,
-            other => return Err(format!("Host {other}")),
-        };
-        route.set("proxy_host", Value::Str(host.into()));
-        return Ok(());
-    }
-    let lower = name.trim_start_matches(['+', '-']).to_ascii_lowercase();
-    if !name.starts_with('-')
-        && matches!(
-            lower.as_str(),
-            "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host"
-        )
-    {
-        // hayate sends these itself, as Caddy does.
-        return Ok(());
-    }
-    header_op(route, "request_headers", &sub.args)
-}
-
-/// `[+|-|?|>]Field [value]` into a header-rules table.
-fn header_op(keys: &mut Keys, key: &str, args: &[String]) -> Result<(), String> {
-    match args {
-        [field] if field.starts_with('-') => {
-            keys.insert(key, field.clone(), String::new());
-            Ok(())
-        }
-        [field, value] => {
-            let field = field.strip_prefix('>').unwrap_or(field);
-            keys.insert(key, field.into(), values::template(value)?);
-            Ok(())
-        }
-        [_, _, _] => Err("a find-and-replace header rule has no hayate form".into()),
-        _ => Err("expected a field and a value".into()),
-    }
-}
-
-/// `transport http { ... }`.
-fn transport(
-    t: &mut Caddy,
-    route: &mut Keys,
-    members: &mut [String],
-    sub: &Directive,
-) -> Result<(), String> {
-    if sub.arg(0) != "http" {
-        return Err(format!("the {} transport", sub.arg(0)));
-    }
-    for o in block(sub) {
-        let r = match o.name.as_str() {
-            "tls" => {
-                for m in members.iter_mut() {
-                    if let Some(rest) = m.strip_prefix("http://") {
-                        *m = format!("https://{rest}");
-                    }
-                }
-                Ok(())
-            }
-            "tls_insecure_skip_verify" => t.global("proxy_tls_verify", Value::Bool(false)),
-            "tls_trusted_ca_certs" | "tls_trust_pool" => {
-                let file = o
-                    .args
-                    .iter()
-                    .find(|a| *a != "file")
-                    .cloned()
-                    .unwrap_or_default();
-                t.global("proxy_tls_ca", Value::Str(file))
-            }
-            "tls_client_auth" => match &o.args[..] {
-                [cert, key] => {
-                    route.set("proxy_tls_cert", Value::Str(cert.clone()));
-                    route.set("proxy_tls_key", Value::Str(key.clone()));
-                    Ok(())
-                }
-                _ => Err("tls_client_auth: a certificate and key file".into()),
-            },
-            "dial_timeout" => duration_global(t, "proxy_connect_timeout", o),
-            "response_header_timeout" | "read_timeout" => {
-                route.set(
-                    "proxy_timeout",
-                    Value::Str(crate::values::duration(o.arg(0))?),
-                );
-                Ok(())
-            }
-            "versions" => {
-                if o.args.iter().any(|v| v == "h2c") {
-                    for m in members.iter_mut() {
-                        if let Some(rest) = m.strip_prefix("http://") {
-                            *m = format!("h2c://{rest}");
-                        }
-                    }
-                } else if o.args.iter().any(|v| v == "2") {
-                    t.global("proxy_http2", Value::Str("on".into()))?;
-                }
-                Ok(())
-            }
-            "keepalive"
-            | "keepalive_idle_conns"
-            | "keepalive_idle_conns_per_host"
-            | "keepalive_interval"
-            | "max_conns_per_host"
-            | "compression"
-            | "write_timeout"
-            | "tls_server_name"
-            | "tls_timeout"
-            | "max_response_header" => Ok(()),
-            other => Err(format!("{other} is not carried")),
-        };
-        if let Err(e) = r {
-            t.note(o, Kind::NotCarried, e);
-        }
-    }
-    Ok(())
-}
-
-/// `php_fastcgi [<matcher>] <php-fpm...> { ... }`.
-pub fn php_fastcgi(t: &mut Caddy, d: &Directive) -> Applied {
-    let (m, rest) = split(t, d)?;
-    let addrs = rest
-        .iter()
-        .map(|a| values::fastcgi(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    if addrs.is_empty() {
-        return Err("no php-fpm address".into());
-    }
-    let mut differences = Vec::new();
-    let mut options = Keys::default();
-    for sub in block(d) {
-        match sub.name.as_str() {
-            "root" => options.set("root", Value::Str(sub.arg(0).into())),
-            "index" if sub.arg(0) == "off" => differences
-                .push("index off: hayate's FastCGI routes keep a front controller".into()),
-            "index" => options.set("fastcgi_index", Value::Str(sub.arg(0).into())),
-            "split" => options.set("fastcgi_extensions", Value::Str(sub.args.join(","))),
-            "try_files"
-            | "resolve_root_symlink"
-            | "dial_timeout"
-            | "read_timeout"
-            | "write_timeout"
-            | "capture_stderr" => {}
-            "env" => t.note(
-                sub,
-                Kind::NotCarried,
-                format!(
-                    "env {}: hayate sends the standard CGI parameters only",
-                    sub.arg(0)
-                ),
-            ),
-            other => t.note(sub, Kind::NotCarried, format!("{other} is not carried")),
-        }
-    }
-    let (keys, difference) = t.keys_for(d, &m)?;
-    keys.set("fastcgi", Value::Str(addrs.join(",")));
-    for (k, v) in options.0 {
-        keys.set(&k, v);
-    }
-    differences.extend(difference.map(String::from));
     Ok((!differences.is_empty()).then(|| differences.join("; ")))
 }
 
@@ -665,63 +433,6 @@ fn base64(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// `forward_auth [<matcher>] <upstream> { uri ...; copy_headers ... }`.
-pub fn forward_auth(t: &mut Caddy, d: &Directive) -> Applied {
-    let (m, rest) = split(t, d)?;
-    let [upstream] = rest else {
-        return Err("expected one auth service".into());
-    };
-    let base = values::upstream(upstream)?;
-    let mut uri = String::from("/");
-    let mut copy: Vec<String> = Vec::new();
-    let mut differences = vec![
-        "hayate sends the auth service Cookie, Authorization and Accept (forward_auth_headers) \
-         with X-Forwarded-Method/-Uri/-Host/-Proto/-For; Caddy sends every request field"
-            .to_string(),
-    ];
-    for sub in block(d) {
-        match sub.name.as_str() {
-            "uri" => uri = sub.arg(0).to_string(),
-            "copy_headers" => {
-                for h in &sub.args {
-                    if h.contains('>') {
-                        differences.push(format!(
-                            "copy_headers {h}: hayate copies under the same name"
-                        ));
-                    }
-                    copy.push(h.split('>').next().unwrap_or(h).to_string());
-                }
-                for inner in block(sub) {
-                    copy.push(
-                        inner
-                            .name
-                            .split('>')
-                            .next()
-                            .unwrap_or(&inner.name)
-                            .to_string(),
-                    );
-                }
-            }
-            "trusted_proxies" => trusted(t, &sub.args)?,
-            other => t.note(sub, Kind::NotCarried, format!("{other} is not carried")),
-        }
-    }
-    if base.starts_with("unix:") || base.starts_with("h2c://") {
-        return Err("hayate asks an auth service over http:// or https://".into());
-    }
-    let url = format!(
-        "{base}{}",
-        values::template(&uri)?.replace("$request_uri", "")
-    );
-    let (keys, difference) = t.keys_for(d, &m)?;
-    keys.set("forward_auth", Value::Str(url));
-    if !copy.is_empty() {
-        keys.set("forward_auth_copy", Value::List(copy));
-    }
-    differences.extend(difference.map(String::from));
-    Ok(Some(differences.join("; ")))
-}
-
 /// `tls internal|<email>|<cert> <key> { ... }`.
 pub fn tls(t: &mut Caddy, d: &Directive) -> Applied {
     let site = t.site;
@@ -932,151 +643,4 @@ pub fn request_body(t: &mut Caddy, d: &Directive) -> Applied {
         return Err("no max_size".into());
     };
     scoped(t, d, &m, "max_body_size", Value::Str(size))
-}
-
-// ---------------------------------------------------------------- global
-
-/// `email <address>`.
-pub fn email(t: &mut Caddy, d: &Directive) -> Applied {
-    t.global("acme_email", Value::Str(d.arg(0).into()))?;
-    Ok(None)
-}
-
-/// A global option that is one string setting.
-pub fn global_str(t: &mut Caddy, key: &str, d: &Directive) -> Applied {
-    t.global(key, Value::Str(d.arg(0).into()))?;
-    Ok(None)
-}
-
-/// A global option that is one duration setting.
-pub fn global_duration(t: &mut Caddy, key: &str, d: &Directive) -> Applied {
-    duration_global(t, key, d)?;
-    Ok(None)
-}
-
-/// `http_port` and `https_port`.
-pub fn port(t: &mut Caddy, d: &Directive) -> Applied {
-    let port: u16 = d.arg(0).parse().map_err(|_| format!("port {}", d.arg(0)))?;
-    match d.name.as_str() {
-        "http_port" => t.http_port = port,
-        _ => t.https_port = port,
-    }
-    Ok(None)
-}
-
-/// `auto_https off|disable_redirects|disable_certs|ignore_loaded_certs`.
-pub fn auto_https(t: &mut Caddy, d: &Directive) -> Applied {
-    match d.arg(0) {
-        "off" => {
-            t.auto_certs = false;
-            t.auto_redirects = false;
-        }
-        "disable_redirects" => t.auto_redirects = false,
-        "disable_certs" => t.auto_certs = false,
-        "ignore_loaded_certs" | "prefer_wildcard" => {}
-        other => return Err(format!("auto_https {other}")),
-    }
-    Ok(None)
-}
-
-/// `local_certs`.
-pub fn local_certs(t: &mut Caddy, _: &Directive) -> Applied {
-    t.local_certs = true;
-    Ok(None)
-}
-
-/// `debug`.
-pub fn debug(t: &mut Caddy, _: &Directive) -> Applied {
-    t.global("log_level", Value::Str("debug".into()))?;
-    Ok(None)
-}
-
-/// `on_demand_tls { ask <url> }`.
-pub fn on_demand_tls(t: &mut Caddy, d: &Directive) -> Applied {
-    for sub in block(d) {
-        match sub.name.as_str() {
-            "ask" => t.global("tls_on_demand_ask", Value::Str(sub.arg(0).into()))?,
-            _ => t.note(
-                sub,
-                Kind::Differs,
-                "hayate limits orders with tls_on_demand_rate (10 a minute)",
-            ),
-        }
-    }
-    Ok(None)
-}
-
-/// `servers [<listener>] { ... }`.
-pub fn servers(t: &mut Caddy, d: &Directive) -> Applied {
-    for sub in block(d) {
-        let r: Result<(), String> = match sub.name.as_str() {
-            "trusted_proxies" => trusted(t, &sub.args),
-            "trusted_proxies_strict" | "metrics" | "log_credentials" | "strict_sni_host" => Ok(()),
-            "protocols" => {
-                t.no_http3 = !sub.args.iter().any(|p| p == "h3");
-                if !sub.args.iter().any(|p| p == "h2") {
-                    t.global("http2", Value::Bool(false))?;
-                }
-                Ok(())
-            }
-            "max_header_size" => {
-                values::size(sub.arg(0)).and_then(|s| t.global("max_header_bytes", Value::Str(s)))
-            }
-            "timeouts" => {
-                for o in block(sub) {
-                    let key = match o.name.as_str() {
-                        "read_header" => "header_timeout",
-                        "read_body" => "body_timeout",
-                        "write" => "send_timeout",
-                        "idle" => "keepalive_timeout",
-                        other => {
-                            t.note(o, Kind::NotCarried, format!("{other} is not carried"));
-                            continue;
-                        }
-                    };
-                    if let Err(e) = duration_global(t, key, o) {
-                        t.note(o, Kind::NotCarried, e);
-                    }
-                }
-                Ok(())
-            }
-            "client_ip_headers" => match &sub.args[..] {
-                [h] if h.eq_ignore_ascii_case("x-forwarded-for") => Ok(()),
-                _ => Err("client_ip_headers: hayate reads X-Forwarded-For (then Forwarded)".into()),
-            },
-            "listener_wrappers" => {
-                if block(sub).iter().any(|w| w.name == "proxy_protocol") {
-                    Err("proxy_protocol: add proxy_protocol to the listen addresses".into())
-                } else {
-                    Ok(())
-                }
-            }
-            other => Err(format!("{other} is not carried")),
-        };
-        if let Err(e) = r {
-            t.note(sub, Kind::NotCarried, e);
-        }
-    }
-    Ok(None)
-}
-
-/// The global `log`: hayate's own log.
-pub fn global_log(t: &mut Caddy, d: &Directive) -> Applied {
-    for sub in block(d) {
-        match (sub.name.as_str(), sub.arg(0)) {
-            ("output", "file") => t.global("error_log", Value::Str(sub.arg(1).into()))?,
-            ("output", _) => {}
-            ("level", level) => {
-                let level = match level.to_ascii_lowercase().as_str() {
-                    "debug" => "debug",
-                    "info" => "info",
-                    "warn" => "warn",
-                    _ => "error",
-                };
-                t.global("log_level", Value::Str(level.into()))?;
-            }
-            _ => {}
-        }
-    }
-    Ok(None)
 }

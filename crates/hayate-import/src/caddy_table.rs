@@ -3,6 +3,8 @@
 //! --table-markdown caddy` prints it as the "Coming from Caddy" page.
 
 use crate::caddy_apply::*;
+use crate::caddy_global::*;
+use crate::caddy_proxy::*;
 use crate::caddy_translate::{Applied, Caddy};
 use crate::nginx_parse::Directive;
 use crate::nginx_table::How::{self, Differs, Translated};

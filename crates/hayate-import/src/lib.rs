@@ -2,8 +2,8 @@
 //! Caddyfile) turned into a hayate config, with a report of every directive
 //! not carried over or carried over with a difference (decision 0025).
 //! The Caddyfile goes the same way through its own modules (`caddy_parse`,
-//! `caddy_translate`, `caddy_table`, `caddy_apply`, `caddy_matchers`,
-//! `caddy_values`).
+//! `caddy_translate`, `caddy_table`, `caddy_apply` with `caddy_proxy` and
+//! `caddy_global`, `caddy_matchers`, `caddy_values`).
 //!
 //! nginx's text is parsed (`nginx_parse`, includes resolved), walked
 //! (`nginx_translate`, locations in `nginx_locations`) with one table
@@ -15,8 +15,10 @@
 //! result is the binary's (`hayate check`'s code).
 
 mod caddy_apply;
+mod caddy_global;
 mod caddy_matchers;
 mod caddy_parse;
+mod caddy_proxy;
 mod caddy_table;
 mod caddy_translate;
 mod caddy_values;
