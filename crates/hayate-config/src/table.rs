@@ -289,7 +289,7 @@ options! {
     otel_service_name: String = "hayate", "NAME",
         "service.name of the exported spans";
     otel_queue: u32 = "2048", "N",
-        "Spans waiting for export at most (about 650 bytes each); while the collector is slow or down, more are dropped (hayate_otel_spans_dropped_total), never waited for";
+        "Spans waiting for export at most, per worker thread (about 650 bytes each); while the collector is slow or down, more are dropped (hayate_otel_spans_dropped_total), never waited for";
     otel_timeout: Dur = "10s", "DURATION",
         "Time for the collector to take one batch of spans (connect and answer); then the batch is dropped";
     log_level: LogLevel = "info", "LEVEL",

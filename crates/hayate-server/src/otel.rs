@@ -14,23 +14,24 @@
 
 mod export;
 mod proto;
+mod spans;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::access_log::Entry;
+use export::ExportSettings;
 use hayate_config::GlobalOptions;
 use hayate_core::request::{RequestHead, Version};
 use hayate_core::trace::{sample_threshold, RequestTrace};
-use tokio::sync::mpsc;
-
-use crate::access_log::Entry;
-use export::ExportSettings;
 use proto::Message;
+use spans::Spans;
 
 /// Spans the collector took.
 static EXPORTED: AtomicU64 = AtomicU64::new(0);
-/// Spans dropped: the queue was full, or the collector did not take them.
+/// Spans dropped: a worker's buffer was full, or the collector did not
+/// take them.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// The exporter every generation with the same settings shares: a reload
@@ -41,13 +42,18 @@ static EXPORTER: Mutex<Option<(ExportSettings, export::Exporter)>> = Mutex::new(
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// A generation's tracer: how it samples and where its spans go.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Tracer {
     sample_below: u64,
-    queue: mpsc::Sender<Vec<u8>>,
-    /// Rung when a batch is waiting (the exporter looks by itself once a
-    /// second otherwise).
-    full: std::sync::Arc<tokio::sync::Notify>,
+    spans: std::sync::Arc<Spans>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("sample_below", &self.sample_below)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tracer {
@@ -56,7 +62,7 @@ impl Tracer {
         let mut exporter = EXPORTER.lock().unwrap_or_else(|e| e.into_inner());
         let Some(endpoint) = &g.otel_endpoint else {
             // Turned off: the exporter ends once the generations that
-            // still hold its queue do.
+            // still hold its spans do.
             *exporter = None;
             return Ok(None);
         };
@@ -70,28 +76,25 @@ impl Tracer {
             ca: g.otel_ca.clone(),
             client_cert: g.otel_tls_cert.clone().zip(g.otel_tls_key.clone()),
         };
-        let (queue, full) = match &*exporter {
-            Some((s, e)) if *s == settings && !e.queue.is_closed() => {
-                (e.queue.clone(), e.full.clone())
-            }
+        let spans = match &*exporter {
+            Some((s, e)) if *s == settings && e.is_running() => e.spans.clone(),
             _ => {
                 let started = export::start(settings.clone())?;
-                let both = (started.queue.clone(), started.full.clone());
+                let spans = started.spans.clone();
                 *exporter = Some((settings, started));
-                both
+                spans
             }
         };
         Ok(Some(Tracer {
             sample_below: sample_threshold(g.otel_sample.0),
-            queue,
-            full,
+            spans,
         }))
     }
 
     /// The trace of a request whose head was just read.
     #[inline(never)]
     pub(crate) fn start(&self, head: &RequestHead) -> Box<RequestTrace> {
-        Box::new(RequestTrace::start(head, self.sample_below))
+        hayate_core::trace::boxed(head, self.sample_below)
     }
 
     /// Ends the span of a request whose response was written, and queues it
@@ -108,13 +111,8 @@ impl Tracer {
         if !trace.sampled {
             return;
         }
-        let span = encode_span(head, trace, e, member);
-        if self.queue.try_send(span).is_err() {
+        if !self.spans.push(|s| encode_span(s, head, trace, e, member)) {
             DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
-        let waiting = self.queue.max_capacity() - self.queue.capacity();
-        if waiting >= export::MAX_BATCH {
-            self.full.notify_one();
         }
     }
 }
@@ -127,24 +125,17 @@ fn unix_nanos(t: SystemTime) -> u64 {
 /// A `Span` message (trace.proto) with the HTTP semantic conventions'
 /// attribute names where they have one, `hayate.*` for the rest.
 fn encode_span(
+    s: &mut Message,
     head: &RequestHead,
     trace: &RequestTrace,
     e: &Entry<'_>,
     member: Option<&str>,
-) -> Vec<u8> {
+) {
     let start = unix_nanos(trace.start);
     let end = start + u64::try_from(e.duration.as_nanos()).unwrap_or(0);
     // The route's prefix is its path template (`http.route`); its site,
     // when it has a name, is an attribute of its own.
     let (site, prefix) = e.route.unwrap_or(("*", b""));
-    let mut name = head.method().to_vec();
-    if !prefix.is_empty() {
-        name.push(b' ');
-        name.extend_from_slice(prefix);
-    }
-    // A proxied request's span is ~630 bytes (the test below): one
-    // allocation.
-    let mut s = Message(Vec::with_capacity(768));
     s.bytes(1, &trace.trace_id);
     s.bytes(2, &trace.span_id);
     if let Some(state) = head.header(b"tracestate") {
@@ -153,7 +144,11 @@ fn encode_span(
     if let Some(parent) = &trace.parent_span_id {
         s.bytes(4, parent);
     }
-    s.bytes(5, &name);
+    // The span's name: the method, and the route when it has one.
+    match prefix.is_empty() {
+        true => s.bytes(5, head.method()),
+        false => s.bytes_joined(5, &[head.method(), b" ", prefix]),
+    }
     s.uint(6, proto::KIND_SERVER);
     s.fixed64(7, start);
     s.fixed64(8, end);
@@ -207,12 +202,6 @@ fn encode_span(
         )
         .unwrap_or(0);
         let attempt = end.saturating_sub(ago).max(start);
-        let event = |s: &mut Message, at: u64, what: &[u8]| {
-            s.message(11, |ev| {
-                ev.fixed64(1, at);
-                ev.bytes(2, what);
-            })
-        };
         if u.queued_us > 0 {
             s.float_attr(
                 9,
@@ -220,32 +209,22 @@ fn encode_span(
                 f64::from(u.queued_us) / 1e6,
             );
             let queued = attempt.saturating_sub(u64::from(u.queued_us) * 1000);
-            event(&mut s, queued.max(start), b"upstream queue");
+            s.event(11, queued.max(start), b"upstream queue");
         }
-        event(&mut s, attempt, b"upstream attempt");
-        event(
-            &mut s,
-            attempt + u64::from(u.connect_us) * 1000,
-            b"upstream connected",
-        );
-        event(
-            &mut s,
-            attempt + u64::from(u.head_us) * 1000,
-            b"upstream response head",
-        );
+        s.event(11, attempt, b"upstream attempt");
+        let connected = attempt + u64::from(u.connect_us) * 1000;
+        s.event(11, connected, b"upstream connected");
+        let head_at = attempt + u64::from(u.head_us) * 1000;
+        s.event(11, head_at, b"upstream response head");
     }
     // What handlers noted on the way (the cache's wait for another
     // request's fill).
     for &(at, what) in trace.events.borrow().iter() {
-        s.message(11, |ev| {
-            ev.fixed64(1, unix_nanos(at).clamp(start, end));
-            ev.bytes(2, what.as_bytes());
-        });
+        s.event(11, unix_nanos(at).clamp(start, end), what.as_bytes());
     }
     if e.status >= 500 {
         s.message(15, |status| status.uint(3, proto::STATUS_ERROR));
     }
-    s.0
 }
 
 /// At exit: the current exporter sends the spans it holds (those of the
@@ -270,7 +249,7 @@ pub(crate) fn render_metrics(out: &mut String) {
     );
     sample(out, name, &[], EXPORTED.load(Ordering::Relaxed));
     let name = "hayate_otel_spans_dropped_total";
-    let help = "Spans not exported: the queue was full (otel_queue), or the collector was slow, down or refused them";
+    let help = "Spans not exported: a worker's buffer was full (otel_queue), or the collector was slow, down or refused them";
     family(out, name, help, Kind::Counter);
     sample(out, name, &[], DROPPED.load(Ordering::Relaxed));
 }
@@ -305,7 +284,12 @@ mod tests {
             route: Some(("shop.example.com", b"/api/")),
             grpc_status: None,
         };
-        let span = encode_span(&head, &trace, &entry, Some("http://10.0.0.5:3000"));
+        let encode = |member| {
+            let mut s = Message::default();
+            encode_span(&mut s, &head, &trace, &entry, member);
+            s.0
+        };
+        let span = encode(Some("http://10.0.0.5:3000"));
         // The otel_queue help's "about 650 bytes each" (631 here).
         assert!((500..800).contains(&span.len()), "{} bytes", span.len());
         let has = |s: &[u8]| span.windows(s.len()).any(|w| w == s);
@@ -320,7 +304,7 @@ mod tests {
         assert!(!has(b"upstream queue"), "no queue event without a wait");
         assert!(!has(b"cache fill"), "no fill event without a wait");
         trace.note("cache fill wait");
-        let span = encode_span(&head, &trace, &entry, None);
+        let span = encode(None);
         let has = |s: &[u8]| span.windows(s.len()).any(|w| w == s);
         assert!(has(b"cache fill wait"), "a noted event is on the span");
     }

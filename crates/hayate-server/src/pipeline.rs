@@ -728,10 +728,11 @@ pub(crate) fn proxied<'r>(
 #[cold]
 #[inline(never)]
 fn traced_fields<'r>(req: &'r RequestHead, ours: &'r [u8]) -> hayate_proxy::RequestFields<'r> {
-    let mut fields: hayate_proxy::RequestFields<'r> = req
-        .fields()
-        .filter(|(name, _)| !name_is(name, b"traceparent"))
-        .collect();
+    // Sized once: collected from the filter, the list grew (a realloc
+    // and a free more per traced request).
+    let all = req.fields();
+    let mut fields = Vec::with_capacity(all.size_hint().0 + 1);
+    fields.extend(all.filter(|(name, _)| !name_is(name, b"traceparent")));
     fields.push((b"traceparent", ours));
     fields
 }

@@ -1,16 +1,17 @@
-//! The exporter: a thread of its own that takes finished spans from a
-//! bounded queue, batches them, and sends each batch to the collector
-//! (OTLP/HTTP or OTLP/gRPC). Workers only ever `try_send` into the queue:
-//! a full queue drops the span and counts it, so a slow or dead collector
-//! never delays a request. A batch the collector does not take within
-//! `otel_timeout`, or that it refuses, is dropped and counted too, with one
-//! exception: a collector that says it is throttling or briefly unable
-//! (HTTP 429, 502, 503, 504; gRPC's retryable codes, as the OTLP spec
-//! lists them) gets the same batch again after its `Retry-After`, or after
-//! a backoff, and nothing else meanwhile (spans that arrive while it
-//! waits queue up, and past `otel_queue` are dropped and counted: the load
-//! the collector asked to be spared). A collector that is down is not
-//! waited for: each batch is dropped as it fails.
+//! The exporter: a thread of its own that takes finished spans from the
+//! workers' buffers ([`super::spans`]), cuts them into batches, and sends
+//! each batch to the collector (OTLP/HTTP or OTLP/gRPC). Workers never
+//! wait for it: a full buffer drops the span and counts it, so a slow or
+//! dead collector never delays a request. A batch the collector does not
+//! take within `otel_timeout`, or that it refuses, is dropped and counted
+//! too, with one exception: a collector that says it is throttling or
+//! briefly unable (HTTP 429, 502, 503, 504; gRPC's retryable codes, as the
+//! OTLP spec lists them) gets the same batch again after its
+//! `Retry-After`, or after a backoff, and nothing else meanwhile (spans
+//! that arrive while it waits stay in the workers' buffers, and past
+//! `otel_queue` are dropped and counted: the load the collector asked to
+//! be spared). A collector that is down is not waited for: each batch is
+//! dropped as it fails.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,23 +20,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use hayate_config::values::{OtelEndpoint, OtelHeaders, OtelProtocol};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
 
 use hayate_core::protobuf::{fields, Value};
 
 use super::proto::{self, Resource};
+use super::spans::{self, Spans, MAX_BATCH};
 use super::{DROPPED, EXPORTED};
-
-/// Spans per batch at most: the OpenTelemetry SDKs' batch processor's
-/// default (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`), about 320 KiB at hayate's
-/// ~650 bytes a proxied request's span (`otel.rs`'s test). A worker wakes
-/// the exporter when this many are waiting; below it, the exporter looks
-/// once per BATCH_DELAY. Waking it for each span cost a context switch per
-/// request: 48 -> 68 us of CPU per proxied request with every request
-/// traced (bench lab case TR, 2026-11-28), where the issue allows 1.15x.
-pub(crate) const MAX_BATCH: usize = 512;
 
 /// How long a batch waits to fill. The SDKs wait 5 s; 1 s shows a request
 /// in the trace viewer about as it ends, for one POST a second at most
@@ -63,6 +56,7 @@ pub(crate) struct ExportSettings {
     pub(crate) service_name: String,
     /// Sent with every export (`otel_headers`: credentials).
     pub(crate) headers: OtelHeaders,
+    /// Spans a worker thread's buffer holds at most (`otel_queue`).
     pub(crate) queue: usize,
     pub(crate) timeout: Duration,
     /// The CA file an https endpoint is verified against (`otel_ca`).
@@ -71,53 +65,54 @@ pub(crate) struct ExportSettings {
     pub(crate) client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
-/// A running exporter: its queue, the bell workers ring when a batch is
-/// waiting in it, and how to make it send what it holds and end (at exit).
+/// A running exporter: the buffers workers write spans into (and its
+/// bell), and how to make it send what it holds and end (at exit).
 pub(crate) struct Exporter {
-    pub(crate) queue: mpsc::Sender<Vec<u8>>,
-    pub(crate) full: Arc<Notify>,
+    pub(crate) spans: Arc<Spans>,
     stop: Arc<Notify>,
     ended: std::sync::mpsc::Receiver<()>,
 }
 
 impl Exporter {
-    /// Asks the exporter to send what is queued now and end; waits for it
-    /// at most `wait`.
+    /// Asks the exporter to send what is buffered now and end; waits for
+    /// it at most `wait`.
     pub(crate) fn finish(self, wait: Duration) {
         self.stop.notify_one();
         let _ = self.ended.recv_timeout(wait);
     }
+
+    /// Whether its thread still runs.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(
+            self.ended.try_recv(),
+            Err(std::sync::mpsc::TryRecvError::Empty)
+        )
+    }
 }
 
-/// Starts the exporter's thread; spans sent into its queue are exported
-/// until [`Exporter::finish`], or until every sender is dropped (the last
-/// generation using these settings ended), then what is queued is sent and
-/// the thread ends.
+/// Starts the exporter's thread; spans pushed into its buffers are
+/// exported until [`Exporter::finish`], or until nothing else holds them
+/// (the last generation using these settings ended), then what is
+/// buffered is sent and the thread ends.
 pub(crate) fn start(settings: ExportSettings) -> std::io::Result<Exporter> {
     let tls = match settings.endpoint.tls {
         true => Some(Arc::new(client_tls(&settings)?)),
         false => None,
     };
-    let (queue, rx) = mpsc::channel(settings.queue.max(1));
+    let spans = Arc::new(Spans::new(settings.queue));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let stop = Arc::new(Notify::new());
-    let full = Arc::new(Notify::new());
     let (ended_tx, ended) = std::sync::mpsc::channel();
-    let (stopped, filled) = (stop.clone(), full.clone());
+    let (stopped, taken) = (stop.clone(), spans.clone());
     std::thread::Builder::new()
         .name("hayate-otel".into())
         .spawn(move || {
-            runtime.block_on(run(settings, tls, rx, &filled, &stopped));
+            runtime.block_on(run(settings, tls, taken, &stopped));
             let _ = ended_tx.send(());
         })?;
-    Ok(Exporter {
-        queue,
-        full,
-        stop,
-        ended,
-    })
+    Ok(Exporter { spans, stop, ended })
 }
 
 /// The TLS client of an https endpoint: the system's roots or `otel_ca`,
@@ -142,110 +137,128 @@ fn client_tls(settings: &ExportSettings) -> std::io::Result<ClientConfig> {
     Ok(config)
 }
 
-/// The exporter's loop: every BATCH_DELAY, or when a worker says a batch
-/// is waiting, it takes what is queued (never awaiting the queue itself,
-/// which would wake this thread for each span) and sends it in batches.
+/// The exporter's loop: every BATCH_DELAY, or when a worker says its
+/// buffer holds a batch, it takes what every buffer holds and sends it in
+/// batches of MAX_BATCH spans at most.
 async fn run(
     settings: ExportSettings,
     tls: Option<Arc<ClientConfig>>,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-    full: &Notify,
+    spans: Arc<Spans>,
     stop: &Notify,
 ) {
     let resource = Resource::this_process(&settings.service_name);
-    let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut warned = false;
     let mut stopping = false;
-    let mut closed = false;
     loop {
+        // Only this thread holds the buffers: every generation using these
+        // settings ended. What is left goes, then the thread ends.
+        let closed = Arc::strong_count(&spans) == 1;
         if !stopping && !closed {
             tokio::select! {
                 () = tokio::time::sleep(BATCH_DELAY) => {}
-                () = full.notified() => {}
+                () = spans.full.notified() => {}
                 () = stop.notified() => stopping = true,
             }
         }
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(span) => batch.push(span),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                // Every generation using these settings ended: send what
-                // is left, then end.
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
-        if batch.is_empty() {
-            // At exit, or once no generation uses these settings: what
-            // was queued went out, in as many batches as it took.
+        let taken = spans.take();
+        if taken.is_empty() {
             if stopping || closed {
                 return;
             }
             continue;
         }
-        let body = proto::export_request(&resource, &batch);
-        let n = batch.len() as u64;
-        batch.clear();
-        let mut attempts = 0;
-        let outcome = loop {
-            attempts += 1;
-            let sent =
-                tokio::time::timeout(settings.timeout, send(&settings, tls.as_ref(), &body)).await;
-            let outcome = sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into()));
-            let pause = match &outcome {
-                Err(Failure {
-                    retry: Some(retry), ..
-                }) if attempts < MAX_ATTEMPTS && !stopping => match *retry {
-                    Retry::After(pause) => pause.min(MAX_PAUSE),
-                    Retry::Backoff => FIRST_BACKOFF * (1 << (attempts - 1)),
-                },
-                _ => break outcome,
-            };
-            log::debug!(
-                "otel: {} is throttling ({}); the batch again in {pause:?}",
-                settings.endpoint.authority,
-                outcome.err().map(|f| f.why).unwrap_or_default()
+        for (runs, n) in spans::batches(&taken, MAX_BATCH) {
+            let outcome = export(
+                &settings,
+                tls.as_ref(),
+                &resource,
+                &runs,
+                stop,
+                &mut stopping,
             );
-            tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                () = stop.notified() => stopping = true,
-            }
+            warned = count(outcome.await, n as u64, &settings, warned);
+        }
+        spans.give_back(taken);
+    }
+}
+
+/// Sends one batch, again while the collector says it is throttling (at
+/// most MAX_ATTEMPTS times, never once stopping).
+async fn export(
+    settings: &ExportSettings,
+    tls: Option<&Arc<ClientConfig>>,
+    resource: &Resource,
+    runs: &[&[u8]],
+    stop: &Notify,
+    stopping: &mut bool,
+) -> Outcome {
+    let spans_len = runs.iter().map(|run| run.len()).sum();
+    let head = proto::export_head(resource, spans_len);
+    let body: Vec<&[u8]> = std::iter::once(head.as_slice())
+        .chain(runs.iter().copied())
+        .collect();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let sent = tokio::time::timeout(settings.timeout, send(settings, tls, &body)).await;
+        let outcome = sent.unwrap_or_else(|_| Err("no answer within otel_timeout".into()));
+        let pause = match &outcome {
+            Err(Failure {
+                retry: Some(retry), ..
+            }) if attempts < MAX_ATTEMPTS && !*stopping => match *retry {
+                Retry::After(pause) => pause.min(MAX_PAUSE),
+                Retry::Backoff => FIRST_BACKOFF * (1 << (attempts - 1)),
+            },
+            _ => return outcome,
         };
-        match outcome {
-            Ok(None) => {
-                EXPORTED.fetch_add(n, Ordering::Relaxed);
-                warned = false;
+        log::debug!(
+            "otel: {} is throttling ({}); the batch again in {pause:?}",
+            settings.endpoint.authority,
+            outcome.err().map(|f| f.why).unwrap_or_default()
+        );
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.notified() => *stopping = true,
+        }
+    }
+}
+
+/// Counts a batch of `n` spans exported or dropped; warns once per outage
+/// (`warned`: whether the last batch warned), and returns whether this one
+/// did or the outage goes on.
+fn count(outcome: Outcome, n: u64, settings: &ExportSettings, warned: bool) -> bool {
+    match outcome {
+        Ok(None) => {
+            EXPORTED.fetch_add(n, Ordering::Relaxed);
+            false
+        }
+        // OTLP's partial success: the collector took the batch but
+        // refused some of its spans (over a quota, malformed): those are
+        // counted as dropped, with the collector's reason.
+        Ok(Some(refused)) => {
+            let rejected = refused.spans.min(n);
+            EXPORTED.fetch_add(n - rejected, Ordering::Relaxed);
+            DROPPED.fetch_add(rejected, Ordering::Relaxed);
+            if !warned {
+                log::warn!(
+                    "otel: {} refused {rejected} of {n} spans: {}",
+                    settings.endpoint.authority,
+                    refused.message
+                );
             }
-            // OTLP's partial success: the collector took the batch but
-            // refused some of its spans (over a quota, malformed): those
-            // are counted as dropped, with the collector's reason.
-            Ok(Some(refused)) => {
-                let rejected = refused.spans.min(n);
-                EXPORTED.fetch_add(n - rejected, Ordering::Relaxed);
-                DROPPED.fetch_add(rejected, Ordering::Relaxed);
-                if !warned {
-                    log::warn!(
-                        "otel: {} refused {rejected} of {n} spans: {}",
-                        settings.endpoint.authority,
-                        refused.message
-                    );
-                    warned = true;
-                }
+            true
+        }
+        Err(failure) => {
+            DROPPED.fetch_add(n, Ordering::Relaxed);
+            // Once per outage, not once a batch.
+            if !warned {
+                log::warn!(
+                    "otel: {n} spans not exported to {}: {}",
+                    settings.endpoint.authority,
+                    failure.why
+                );
             }
-            Err(failure) => {
-                DROPPED.fetch_add(n, Ordering::Relaxed);
-                // Once per outage, not once a batch.
-                if !warned {
-                    log::warn!(
-                        "otel: {n} spans not exported to {}: {}",
-                        settings.endpoint.authority,
-                        failure.why
-                    );
-                    warned = true;
-                }
-            }
+            true
         }
     }
 }
@@ -291,7 +304,12 @@ impl From<&str> for Failure {
 /// spans, or not taken.
 type Outcome = Result<Option<Refused>, Failure>;
 
-async fn send(settings: &ExportSettings, tls: Option<&Arc<ClientConfig>>, body: &[u8]) -> Outcome {
+/// Sends one export request, `body` its pieces in order.
+async fn send(
+    settings: &ExportSettings,
+    tls: Option<&Arc<ClientConfig>>,
+    body: &[&[u8]],
+) -> Outcome {
     let tcp = tokio::net::TcpStream::connect(&settings.endpoint.authority)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -314,7 +332,7 @@ async fn send(settings: &ExportSettings, tls: Option<&Arc<ClientConfig>>, body: 
 async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     settings: &ExportSettings,
-    body: &[u8],
+    body: &[&[u8]],
 ) -> Outcome {
     match settings.protocol {
         OtelProtocol::HttpProtobuf => post(stream, settings, body).await,
@@ -328,8 +346,9 @@ async fn speak<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 async fn post(
     mut tcp: impl AsyncRead + AsyncWrite + Unpin,
     settings: &ExportSettings,
-    body: &[u8],
+    body: &[&[u8]],
 ) -> Outcome {
+    let body_len: usize = body.iter().map(|piece| piece.len()).sum();
     let endpoint = &settings.endpoint;
     let path = if endpoint.path.is_empty() {
         "/v1/traces"
@@ -340,7 +359,7 @@ async fn post(
         "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\n\
          Content-Length: {}\r\nConnection: close\r\nUser-Agent: hayate/{}\r\n",
         endpoint.authority,
-        body.len(),
+        body_len,
         env!("CARGO_PKG_VERSION")
     );
     // Names and values were checked at load (no CR or LF can pass).
@@ -351,7 +370,9 @@ async fn post(
     tcp.write_all(head.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
-    tcp.write_all(body).await.map_err(|e| e.to_string())?;
+    for piece in body {
+        tcp.write_all(piece).await.map_err(|e| e.to_string())?;
+    }
     // The answer, to the end (the connection closes after it): its
     // status, and its body, an ExportTraceServiceResponse that may say
     // some spans were refused.
@@ -452,7 +473,7 @@ fn partial_success(response: &[u8]) -> Option<Refused> {
 async fn grpc_export(
     tcp: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     settings: &ExportSettings,
-    body: &[u8],
+    body: &[&[u8]],
 ) -> Outcome {
     let endpoint = &settings.endpoint;
     let (client, conn) = h2::client::handshake(tcp)
@@ -480,10 +501,14 @@ async fn grpc_export(
     let (answer, mut stream) = client
         .send_request(request, false)
         .map_err(|e| e.to_string())?;
-    let mut message = Vec::with_capacity(5 + body.len());
+    // One DATA payload (h2 takes `Bytes`): the body's one copy.
+    let body_len: usize = body.iter().map(|piece| piece.len()).sum();
+    let mut message = Vec::with_capacity(5 + body_len);
     message.push(0);
-    message.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    message.extend_from_slice(body);
+    message.extend_from_slice(&(body_len as u32).to_be_bytes());
+    for piece in body {
+        message.extend_from_slice(piece);
+    }
     stream
         .send_data(Bytes::from(message), true)
         .map_err(|e| e.to_string())?;

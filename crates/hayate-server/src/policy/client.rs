@@ -307,6 +307,12 @@ mod tests {
             client(&[("X-Forwarded-For", "203.0.113.7")], "10.0.0.1"),
             some("203.0.113.7", "203.0.113.7, 10.0.0.1")
         );
+        // Octets of one, two and three digits, and zeros, written back as
+        // they came.
+        assert_eq!(
+            client(&[("X-Forwarded-For", "0.9.10.255, 10.0.0.2")], "10.0.0.1"),
+            some("0.9.10.255", "0.9.10.255, 10.0.0.2, 10.0.0.1")
+        );
         // A spoofed left part is skipped and dropped from the chain.
         assert_eq!(
             client(
