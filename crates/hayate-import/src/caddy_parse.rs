@@ -78,9 +78,8 @@ pub fn parse_file(file: &Path) -> Result<Caddyfile, ParseError> {
     structure(tokens)
 }
 
-#[cfg(test)]
-/// Parses text as if it were the file `name` (tests; imported files are
-/// looked for beside `name`).
+/// Parses text as if it were the file `name` (imported files are looked
+/// for beside `name`).
 pub fn parse_str(text: &str, name: &Path) -> Result<Caddyfile, ParseError> {
     let tokens = lex(&replace_env(text), name, 0)?;
     structure(expand(tokens)?)

@@ -61,36 +61,56 @@ pub struct Import {
 /// guess.
 pub fn nginx(file: &Path, prefix: Option<&Path>) -> Result<Import, ParseError> {
     let prefix = prefix.map_or_else(|| conf_prefix(file), Path::to_path_buf);
-    let main = nginx_parse::parse_file(file, &prefix)?;
-    let mut t = nginx_translate::translate(&main);
-    finish(&mut t.config);
+    Ok(nginx_import(&nginx_parse::parse_file(file, &prefix)?, file))
+}
 
+/// Imports nginx configuration text as if it were the file `name`
+/// (includes resolved under `prefix`): what the fuzz target feeds.
+pub fn nginx_text(text: &str, name: &Path, prefix: &Path) -> Result<Import, ParseError> {
+    Ok(nginx_import(
+        &nginx_parse::parse_str(text, name, prefix)?,
+        name,
+    ))
+}
+
+fn nginx_import(main: &[nginx_parse::Directive], file: &Path) -> Import {
+    let mut t = nginx_translate::translate(main);
+    finish(&mut t.config);
     let header = format!(
         "hayate config imported from nginx ({}) by hayate import nginx.\n\
          Every directive not carried over, or carried with a difference, was reported.",
         file.display()
     );
-    Ok(Import {
+    Import {
         toml: t.config.to_toml(&header),
         notes: t.notes,
         files: Vec::new(),
-    })
+    }
 }
 
 /// Imports the Caddyfile `file` and what it imports.
 pub fn caddy(file: &Path) -> Result<Import, ParseError> {
-    let parsed = caddy_parse::parse_file(file)?;
-    let t = caddy_translate::translate(&parsed);
+    Ok(caddy_import(&caddy_parse::parse_file(file)?, file))
+}
+
+/// Imports Caddyfile text as if it were the file `name` (imported files
+/// looked for beside it): what the fuzz target feeds.
+pub fn caddy_text(text: &str, name: &Path) -> Result<Import, ParseError> {
+    Ok(caddy_import(&caddy_parse::parse_str(text, name)?, name))
+}
+
+fn caddy_import(parsed: &caddy_parse::Caddyfile, file: &Path) -> Import {
+    let t = caddy_translate::translate(parsed);
     let header = format!(
         "hayate config imported from a Caddyfile ({}) by hayate import caddy.\n\
          Every directive not carried over, or carried with a difference, was reported.",
         file.display()
     );
-    Ok(Import {
+    Import {
         toml: t.config.to_toml(&header),
         notes: t.notes,
         files: t.files,
-    })
+    }
 }
 
 /// Where nginx would resolve `file`'s relative includes: the nearest
@@ -112,5 +132,41 @@ fn finish(config: &mut hayate_toml::Config) {
     if config.top.get("listen").is_none() {
         // nginx's default: port 80 on every address.
         config.top.push("listen", "0.0.0.0:80".into());
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    /// Values with quotes, backslashes, newlines, control characters and
+    /// TOML's own syntax stay inside their strings (the fuzz target
+    /// `import_config` tries any text; these are its seeds).
+    #[test]
+    fn hostile_values_stay_inside_their_toml_strings() {
+        let name = Path::new("/nonexistent-hayate-import/site.conf");
+        let dir = Path::new("/nonexistent-hayate-import");
+        let nasty = [
+            r#""a\"b]]\n[[site]]\nhost = \"x""#,
+            "'a\tb\u{1}c'",
+            "\"x\ny = 1\"",
+        ];
+        for value in nasty {
+            let nginx = format!(
+                "server {{ listen 80; server_name {value}; root {value};\n\
+                 add_header X-A {value} always; return 200 {value};\n\
+                 location /{value} {{ proxy_pass http://127.0.0.1:1; proxy_set_header X-B {value}; }} }}\n"
+            );
+            let import = nginx_text(&nginx, name, dir).expect("nginx parses");
+            let parsed = import.toml.parse::<toml::Table>();
+            assert!(parsed.is_ok(), "{parsed:?}\n{}", import.toml);
+            let caddy = format!(
+                "example.com {{\n header X-A {value}\n respond /x {value} 200\n\
+                 redir /old {value}\n reverse_proxy /api/* 127.0.0.1:1 {{\n header_up X-B {value}\n }}\n}}\n"
+            );
+            let import = caddy_text(&caddy, name).expect("Caddyfile parses");
+            let parsed = import.toml.parse::<toml::Table>();
+            assert!(parsed.is_ok(), "{parsed:?}\n{}", import.toml);
+        }
     }
 }

@@ -64,9 +64,8 @@ fn parse_at(file: &Path, prefix: &Path, depth: usize) -> Result<Vec<Directive>, 
     parser.block(None)
 }
 
-#[cfg(test)]
-/// Parses text as if it were the file `name` (tests; `include` is resolved
-/// under `prefix`).
+/// Parses text as if it were the file `name` (`include` is resolved under
+/// `prefix`).
 pub fn parse_str(text: &str, name: &Path, prefix: &Path) -> Result<Vec<Directive>, ParseError> {
     let mut parser = Parser {
         lexer: Lexer::new(text, name),

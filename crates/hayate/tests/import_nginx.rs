@@ -1214,6 +1214,81 @@ fn symfony_site_behaves_as_under_nginx() {
     hayate.assert_no_errors();
 }
 
+/// The Next.js corpus file: the build's static files from disk under
+/// their own prefix (a year's expiry), public/ files first, the rest to
+/// the app, served by nginx and by hayate from its import. The one
+/// difference is the reported one: `expires` becomes Cache-Control alone
+/// (hayate writes no Expires field; every HTTP/1.1 cache reads max-age).
+#[test]
+fn nextjs_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = dir.path().join("app");
+    write_files(
+        &app,
+        &[
+            (
+                "public/logo.svg",
+                "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n",
+            ),
+            ("public/robots.txt", "User-agent: *\n"),
+            (".next/static/chunks/main-3f2a.js", "console.log(1);\n"),
+            (".next/static/css/app-9c1d.css", "body{margin:0}\n"),
+        ],
+    );
+    let origin = Origin::start(OriginOptions::default());
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let member = origin.url().trim_start_matches("http://").to_string();
+    let site = std::fs::read_to_string(corpus().join("nextjs.conf"))
+        .expect("corpus")
+        .replace("listen 80;", &format!("listen {listen} reuseport;"))
+        .replace("/srv/app", &app.display().to_string())
+        .replace("server 127.0.0.1:3000;", &format!("server {member};"));
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+
+    let req = |method, path| Request {
+        method,
+        path,
+        host: "app.example.com",
+        body: b"",
+    };
+    let requests = [
+        req(GET, "/_next/static/chunks/main-3f2a.js"),
+        req(GET, "/_next/static/css/app-9c1d.css"),
+        req(GET, "/_next/static/chunks/missing.js"),
+        req(GET, "/logo.svg"),
+        req(GET, "/robots.txt"),
+        req("HEAD", "/robots.txt"),
+        req(GET, "/text?n=5000"),
+        req(GET, "/status?code=404"),
+        req("HEAD", "/text?n=10"),
+    ];
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    assert_only_reported(
+        &found,
+        &[
+            "GET /_next/static/chunks/main-3f2a.js:",
+            "GET /_next/static/css/app-9c1d.css:",
+        ],
+        &report,
+        &["expires: carried with a difference"],
+        &nginx,
+    );
+    // The difference is the Expires field alone: both say max-age.
+    for addr in [nginx.addr, hayate.addr] {
+        let r = send(addr, &req(GET, "/_next/static/chunks/main-3f2a.js"));
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("cache-control"),
+            Some("max-age=31536000"),
+            "{addr}"
+        );
+    }
+    hayate.assert_no_errors();
+}
+
 /// A static site with what people protect and move by hand: basic auth,
 /// an address allow list, redirects and rewrites, an alias, a custom
 /// header (written for this test: the published configs above use none
