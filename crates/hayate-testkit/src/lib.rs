@@ -674,10 +674,16 @@ pub async fn eventually_async<T>(what: &str, mut check: impl FnMut() -> Result<T
 
 /// A TCP connection with every wait bounded by [`WAIT`].
 fn tcp_connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
-    stream.set_read_timeout(Some(WAIT)).expect("timeout");
-    stream.set_write_timeout(Some(WAIT)).expect("timeout");
-    stream
+    try_tcp_connect(addr).expect("connect")
+}
+
+/// [`tcp_connect`], returning its error (a server not listening yet is
+/// one to wait out, not a panic: `eventually` retries it).
+fn try_tcp_connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, WAIT)?;
+    stream.set_read_timeout(Some(WAIT))?;
+    stream.set_write_timeout(Some(WAIT))?;
+    Ok(stream)
 }
 
 /// Reads from `r` onto `buf` through the first empty line (`\r\n\r\n`)

@@ -13,7 +13,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use crate::{site, tcp_connect, Client, Hayate, Response, Stream};
+use crate::{site, try_tcp_connect, Client, Hayate, Response, Stream};
 
 /// A TLS client configuration: whom it trusts, what it offers.
 #[derive(Clone)]
@@ -94,7 +94,7 @@ impl TlsClient {
         let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
         let mut conn =
             ClientConnection::new(self.config.clone(), server_name).map_err(|e| e.to_string())?;
-        let mut sock = tcp_connect(addr);
+        let mut sock = try_tcp_connect(addr).map_err(|e| format!("connect: {e}"))?;
         while conn.is_handshaking() {
             conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
         }
