@@ -88,6 +88,11 @@ pub struct Site {
     pub rules: Vec<(String, Keys)>,
     /// `[[site.route]]`s.
     pub routes: Vec<Route>,
+    /// The scheme every listener of its server block has (`http` or
+    /// `https`; none when it has both): when two blocks of the same names
+    /// become one site, each one's own rules keep to its scheme. Not
+    /// written.
+    pub scheme: Option<&'static str>,
 }
 
 /// An `[[upstream]]` group.

@@ -104,10 +104,23 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
             }
             t.php_condition = None;
         }
-        Match::Prefix(..) if only_returns(body) => {
+        Match::Prefix(prefix, _) if only_returns(body) => {
             // `location /old/ { return 301 /new/; }`: a rule under the
-            // prefix, with no route that would never be reached.
-            t.conditions.push((m.condition(), 2));
+            // prefix, with no route that would never be reached. Where a
+            // longer prefix location takes a path (nginx's longest match),
+            // the rule does not: `location / { return 301 https://...; }`
+            // beside `location /.well-known/acme-challenge/ { }`.
+            let mut condition = m.condition();
+            let longer: Vec<String> = t
+                .prefixes
+                .iter()
+                .filter(|p| p.len() > prefix.len() && p.starts_with(prefix.as_str()))
+                .map(|p| regex_escape(p))
+                .collect();
+            if !longer.is_empty() {
+                condition.set("match", Value::Str(format!("!^(?:{})", longer.join("|"))));
+            }
+            t.conditions.push((condition, 2));
             let i = t.conditions.len() - 1;
             for inner in body {
                 t.target = Some(Target::Rules(i));

@@ -56,6 +56,8 @@ pub struct Translation {
     pub conn_zones: Vec<(String, String)>,
     /// Named locations of the server being translated.
     pub named: Vec<Directive>,
+    /// The prefixes of the server's own prefix locations (`/p`, `^~ /p`).
+    pub prefixes: Vec<String>,
     /// Locations of the server being translated that an `auth_request`
     /// names: the auth service's, carried as `forward_auth`'s URL.
     pub auth_locations: Vec<Directive>,
@@ -435,8 +437,17 @@ fn server(t: &mut Translation, d: &Directive) {
         return;
     }
     // A server with no listen takes nginx's default, *:80.
-    let mut listens = body.iter().filter(|l| l.name == "listen").peekable();
-    let plain = listens.peek().is_none() || listens.any(|l| !l.args.iter().any(|a| a == "ssl"));
+    let tls: Vec<bool> = body
+        .iter()
+        .filter(|l| l.name == "listen")
+        .map(|l| l.args.iter().any(|a| a == "ssl"))
+        .collect();
+    let plain = tls.is_empty() || tls.contains(&false);
+    let scheme = match (plain, tls.contains(&true)) {
+        (true, false) => Some("http"),
+        (false, true) => Some("https"),
+        _ => None,
+    };
     if plain && t.plain_content.is_none() {
         t.plain_content = Some(Directive {
             block: None,
@@ -446,12 +457,21 @@ fn server(t: &mut Translation, d: &Directive) {
     let index = t.config.sites.len();
     t.config.sites.push(Site {
         from: d.pos.to_string(),
+        scheme,
         ..Default::default()
     });
     t.named = body
         .iter()
         .filter(|l| l.name == "location" && l.arg(0).starts_with('@'))
         .cloned()
+        .collect();
+    t.prefixes = body
+        .iter()
+        .filter(|l| l.name == "location")
+        .filter_map(|l| match Match::parse(l) {
+            Ok(Match::Prefix(p, _)) => Some(p),
+            _ => None,
+        })
         .collect();
     t.auth_locations = nginx_upstreams::auth_locations(body);
     t.auth_vars.clear();
@@ -546,6 +566,14 @@ fn server(t: &mut Translation, d: &Directive) {
     merge_same_hosts(t, d, index);
 }
 
+/// Adds `scheme` as a condition of `rule` unless the rule came from both
+/// blocks, names a scheme of its own, or the block had both.
+fn keep_to_scheme(rule: &mut (String, Keys), in_both: bool, scheme: Option<&'static str>) {
+    if let (false, Some(scheme), None) = (in_both, scheme, rule.1.get("scheme")) {
+        rule.1.set("scheme", Value::Str(scheme.into()));
+    }
+}
+
 /// nginx can serve the same names from two server blocks on different
 /// ports (80 and 443); hayate picks a site by Host alone, so they become
 /// one site.
@@ -573,10 +601,24 @@ fn merge_same_hosts(t: &mut Translation, d: &Directive, index: usize) {
             }
         }
     }
-    for rule in later.rules {
+    // A rule of one block only (the plain one's redirect to HTTPS) keeps
+    // to that block's scheme: on the other's listeners it would loop.
+    let in_both: Vec<bool> = site
+        .rules
+        .iter()
+        .map(|r| later.rules.iter().any(|l| l.1 == r.1))
+        .collect();
+    for (rule, both) in site.rules.iter_mut().zip(in_both) {
+        keep_to_scheme(rule, both, site.scheme);
+    }
+    for mut rule in later.rules {
         if !site.rules.iter().any(|r| r.1 == rule.1) {
+            keep_to_scheme(&mut rule, false, later.scheme);
             site.rules.push(rule);
         }
+    }
+    if site.scheme != later.scheme {
+        site.scheme = None;
     }
     for route in later.routes {
         match site.routes.iter().find(|r| r.prefix == route.prefix) {

@@ -354,9 +354,10 @@ fn a_prefix_location_that_only_returns_is_a_rule_and_no_route() {
         "{toml}"
     );
     assert!(
-        toml.contains("[[site.rule]]               # t.conf:5\nredirect = \"https://example.com$request_uri\"\nstatus = 302"),
+        toml.contains("[[site.rule]]               # t.conf:5\nmatch = \"!^(?:/old/)\"\nredirect = \"https://example.com$request_uri\"\nstatus = 302"),
         "{toml}"
     );
+    // (The `/` rule leaves /old/... alone: nginx's longest prefix wins.)
     // 0, no limit in nginx: hayate's largest sensible bound, in a unit it reads.
     assert!(toml.contains("max_body_size = \"1024GiB\""), "{toml}");
 }

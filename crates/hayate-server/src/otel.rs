@@ -20,11 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::access_log::Entry;
-use export::ExportSettings;
 use hayate_config::GlobalOptions;
 use hayate_core::request::{RequestHead, Version};
 use hayate_core::trace::{sample_threshold, RequestTrace};
+
+use crate::access_log::Entry;
+use export::ExportSettings;
 use proto::Message;
 use spans::Spans;
 

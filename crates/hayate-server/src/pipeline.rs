@@ -178,8 +178,9 @@ impl ToUpstream<'_> {
 /// request as it came, before [`answer`] routes it. A rewrite replaces
 /// `req`'s target (the client's stays its `original_target`, for logs and
 /// REQUEST_URI); a redirect or a respond is the answer. Plain HTTP that is
-/// redirected to HTTPS and ACME's challenges are left alone: the rules see
-/// the HTTPS request, and a challenge is never rewritten away.
+/// redirected to HTTPS and the ACME challenges hayate answers are left
+/// alone: the rules see the HTTPS request, and a challenge is never
+/// rewritten away.
 #[inline(always)]
 pub fn rewrite(
     req: &mut RequestHead,
@@ -193,8 +194,16 @@ pub fn rewrite(
     }
     let to_https =
         router.https_port().is_some() && req.scheme == Scheme::Http && !client.over_unix_socket();
-    if to_https || req.path().starts_with(ACME_CHALLENGE_PATH) {
+    if to_https {
         return None;
+    }
+    // A challenge hayate's own ACME order waits on is never rewritten
+    // away; others (a webroot client's files, as certbot or acme.sh put
+    // them) meet the rules as nginx's locations meet them.
+    if let Some(token) = req.path().strip_prefix(ACME_CHALLENGE_PATH) {
+        if router.acme_challenge(token).is_some() {
+            return None;
+        }
     }
     match router.rewrite(req, client.addr(), now) {
         Rewritten::Unchanged => None,

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use hayate_supervisor::php::PhpPool;
 use hayate_testkit::origin::{checksum, Origin, OriginOptions};
 use hayate_testkit::php::PhpFpm;
+use hayate_testkit::tls::{Pki, TlsClient};
 use hayate_testkit::{eventually, Client, Hayate, Response};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
@@ -440,6 +441,9 @@ fn mastodon_instance() {
         "max_body_size = \"80MiB\"",
         "prefix = \"/api/v1/streaming\"\nrequest_headers = { \"X-Real-IP\" = \"$client_ip\" }\nproxy = \"streaming\"",
         "response_headers = { \"Cache-Control\" = \"public, max-age=2419200, immutable\" }",
+        // The plain server's redirect keeps to plain HTTP (on the TLS
+        // listener it would loop), and leaves ACME's webroot files alone.
+        "match = \"!^(?:/\\\\.well\\\\-known/acme\\\\-challenge/)\"\nredirect = \"https://$host$request_uri\"\nstatus = 301\nscheme = \"http\"",
         // Files of public/ first, then Puma, through the cache.
         "prefix = \"/\"\nrequest_headers = { \"X-Real-IP\" = \"$client_ip\" }\nproxy = \"backend\"\ncache = \"86400s\"",
     ] {
@@ -649,12 +653,14 @@ impl Drop for Nginx {
 
 /// What every test's http block starts with: nginx's temp files under
 /// `dir` (Debian's build names /var/lib/nginx, which an unprivileged nginx
-/// cannot write), media types, no access log.
+/// cannot write), media types and the default one as Debian's nginx.conf
+/// sets them, no access log.
 fn http_settings(dir: &Path) -> String {
     let d = dir.display();
     std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
     format!(
-        "\n    include /etc/nginx/mime.types;\n    access_log off;\n    \
+        "\n    include /etc/nginx/mime.types;\n    default_type application/octet-stream;\n    \
+         access_log off;\n    \
          client_body_temp_path {d}/tmp/body;\n    proxy_temp_path {d}/tmp/proxy;\n    \
          fastcgi_temp_path {d}/tmp/fastcgi;\n    uwsgi_temp_path {d}/tmp/uwsgi;\n    \
          scgi_temp_path {d}/tmp/scgi;\n"
@@ -667,10 +673,11 @@ fn around_http_block(dir: &Path, http_block: &str) -> String {
     http_block.replacen("http {", &format!("events {{}}\nhttp {{{settings}"), 1)
 }
 
-/// Imports `dir/nginx.conf` and starts hayate with the result on a port of
-/// its own (`nginx_listen` in the config becomes 127.0.0.1:0); the import's
-/// report with it.
-fn hayate_from_import(dir: &Path, nginx_listen: &str) -> (Hayate, String) {
+/// Imports `dir/nginx.conf` and starts hayate with the result on ports of
+/// its own (each of `nginx_listens`, `127.0.0.1:PORT`, becomes port 0 with
+/// its scheme kept: `hayate.addr` is the first, `next_address` the
+/// others); the import's report with it.
+fn hayate_from_import(dir: &Path, nginx_listens: &[&str]) -> (Hayate, String) {
     let out = Command::new(BIN)
         .current_dir(dir)
         .args(["import", "nginx", "nginx.conf", "--check"])
@@ -682,8 +689,10 @@ fn hayate_from_import(dir: &Path, nginx_listen: &str) -> (Hayate, String) {
         "import failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let toml = String::from_utf8_lossy(&out.stdout)
-        .replace(&format!("\"{nginx_listen}\""), "\"127.0.0.1:0\"");
+    let mut toml = String::from_utf8_lossy(&out.stdout).to_string();
+    for listen in nginx_listens {
+        toml = toml.replace(&format!("{listen}\""), "127.0.0.1:0\"");
+    }
     let report = String::from_utf8_lossy(&out.stderr).to_string();
     (
         Hayate::start_config(BIN, &dir.join("hayate.toml"), &toml),
@@ -699,8 +708,52 @@ struct Request {
     body: &'static [u8],
 }
 
-fn send(addr: SocketAddr, r: &Request) -> Response {
-    let mut client = Client::connect(addr);
+/// Requests without a body to `host`, each `(method, path)`.
+fn requests(host: &'static str, list: &[(&'static str, &'static str)]) -> Vec<Request> {
+    list.iter()
+        .map(|&(method, path)| Request {
+            method,
+            path,
+            host,
+            body: b"",
+        })
+        .collect()
+}
+
+/// Requests to `host`, each `(method, path, body)`.
+fn requests_with_bodies(
+    host: &'static str,
+    list: &[(&'static str, &'static str, &'static [u8])],
+) -> Vec<Request> {
+    list.iter()
+        .map(|&(method, path, body)| Request {
+            method,
+            path,
+            host,
+            body,
+        })
+        .collect()
+}
+
+/// Where requests go: a plain listener, or a TLS one (HTTP/1.1, the
+/// request's host as the server name).
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Plain(SocketAddr),
+    Tls(SocketAddr, &'a TlsClient),
+}
+
+impl From<SocketAddr> for Via<'_> {
+    fn from(addr: SocketAddr) -> Self {
+        Via::Plain(addr)
+    }
+}
+
+fn send<'a>(via: impl Into<Via<'a>>, r: &Request) -> Response {
+    let mut client = match via.into() {
+        Via::Plain(addr) => Client::connect(addr),
+        Via::Tls(addr, tls) => tls.connect(addr, r.host),
+    };
     let mut raw = format!(
         "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         r.method, r.path, r.host
@@ -737,10 +790,11 @@ const COMPARED_FIELDS: &[&str] = &[
 /// server's own text; hayate names charset=utf-8 on text types, nginx only
 /// with its charset directive: docs/import-nginx.md says both, and the
 /// JavaScript type below).
-fn seen(r: &Response, host: &str) -> String {
+fn seen(r: &Response, host: &str, scheme: &str) -> String {
     let location = r.header("location").map(|l| {
         match l
-            .strip_prefix("http://")
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
             .and_then(|rest| rest.split_once('/'))
         {
             Some((authority, path)) if authority.split(':').next() == Some(host) => {
@@ -778,25 +832,33 @@ fn seen(r: &Response, host: &str) -> String {
 }
 
 /// Sends every request to both and returns the differences, one line each.
-fn differences(nginx: SocketAddr, hayate: SocketAddr, requests: &[Request]) -> Vec<String> {
+fn differences<'a>(
+    nginx: impl Into<Via<'a>>,
+    hayate: impl Into<Via<'a>>,
+    requests: &[Request],
+) -> Vec<String> {
+    let (nginx, hayate) = (nginx.into(), hayate.into());
+    let scheme = match nginx {
+        Via::Plain(_) => "http",
+        Via::Tls(..) => "https",
+    };
     let mut out = Vec::new();
     for r in requests {
         let (a, b) = (send(nginx, r), send(hayate, r));
-        if seen(&a, r.host) != seen(&b, r.host) {
+        let (seen_a, seen_b) = (seen(&a, r.host, scheme), seen(&b, r.host, scheme));
+        if seen_a != seen_b {
+            let start = |body: &[u8]| {
+                String::from_utf8_lossy(body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            };
             out.push(format!(
-                "{} {}: nginx {} / hayate {}\n  nginx body: {}\n  hayate body: {}",
+                "{} {}: nginx {seen_a} / hayate {seen_b}\n  nginx body: {}\n  hayate body: {}",
                 r.method,
                 r.path,
-                seen(&a, r.host),
-                seen(&b, r.host),
-                String::from_utf8_lossy(&a.body)
-                    .chars()
-                    .take(200)
-                    .collect::<String>(),
-                String::from_utf8_lossy(&b.body)
-                    .chars()
-                    .take(200)
-                    .collect::<String>(),
+                start(&a.body),
+                start(&b.body),
             ));
         }
     }
@@ -912,31 +974,28 @@ fn wordpress_site_behaves_as_under_nginx() {
         );
     write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path, body| Request {
-        method,
-        path,
-        host: "domain.tld",
-        body,
-    };
-    let requests = [
-        req(GET, "/", b""),
-        req(GET, "/?p=12", b""),
-        req(GET, "/2024/05/a-post/", b""),
-        req(GET, "/2024/05/a-post/?replytocom=3", b""),
-        req(GET, "/hello.php?x=1", b""),
-        req("POST", "/hello.php", b"a=b"),
-        req(GET, "/style.css", b""),
-        req("HEAD", "/style.css", b""),
-        req(GET, "/robots.txt", b""),
-        req(GET, "/wp-content/uploads/pic.png", b""),
-        req(GET, "/wp-content/uploads/missing.png", b""),
-        req(GET, "/favicon.ico", b""),
-        req(GET, "/missing.php", b""),
-        req(GET, "/wp-content", b""),
-        req(GET, "/.htaccess", b""),
-    ];
+    let requests = requests_with_bodies(
+        "domain.tld",
+        &[
+            (GET, "/", b""),
+            (GET, "/?p=12", b""),
+            (GET, "/2024/05/a-post/", b""),
+            (GET, "/2024/05/a-post/?replytocom=3", b""),
+            (GET, "/hello.php?x=1", b""),
+            ("POST", "/hello.php", b"a=b"),
+            (GET, "/style.css", b""),
+            ("HEAD", "/style.css", b""),
+            (GET, "/robots.txt", b""),
+            (GET, "/wp-content/uploads/pic.png", b""),
+            (GET, "/wp-content/uploads/missing.png", b""),
+            (GET, "/favicon.ico", b""),
+            (GET, "/missing.php", b""),
+            (GET, "/wp-content", b""),
+            (GET, "/.htaccess", b""),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     // Each difference left is one the import reports (site.conf is
     // wordpress.conf with the php upstream one line shorter): :47, expires
@@ -986,29 +1045,32 @@ fn node_proxy_site_behaves_as_under_nginx() {
     )
     .expect("write");
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, _) = hayate_from_import(dir.path(), &listen);
+    let (hayate, _) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path| Request {
-        method,
-        path,
-        host: "io.yourhost.com",
-        body: b"",
-    };
-    let requests = [
-        req(GET, "/text?n=5000"),
-        req(GET, "/bytes?n=100000"),
-        req("HEAD", "/text?n=10"),
-        req(GET, "/status?code=404"),
-        req(GET, "/status?code=503"),
-        req(GET, "/status?code=204"),
-    ];
+    let requests = requests(
+        "io.yourhost.com",
+        &[
+            (GET, "/text?n=5000"),
+            (GET, "/bytes?n=100000"),
+            ("HEAD", "/text?n=10"),
+            (GET, "/status?code=404"),
+            (GET, "/status?code=503"),
+            (GET, "/status?code=204"),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     assert!(found.is_empty(), "differences:\n{}", found.join("\n"));
 
     // What the app is told: the Host the client sent and the client's
     // address in X-Forwarded-For, as the config asks nginx to send.
     for addr in [nginx.addr, hayate.addr] {
-        let r = send(addr, &req(GET, "/echo?a=1"));
+        let echo = Request {
+            method: GET,
+            path: "/echo?a=1",
+            host: "io.yourhost.com",
+            body: b"",
+        };
+        let r = send(addr, &echo);
         let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
         assert_eq!(echo.target, "/echo?a=1");
         assert_eq!(echo.header("host"), Some("io.yourhost.com"), "{addr}");
@@ -1039,7 +1101,7 @@ fn websocket_upgrade_through_both() {
     std::fs::write(dir.path().join("nginx.conf"), site(nginx_app)).expect("write");
     let nginx = Nginx::start(dir.path(), port);
     std::fs::write(dir.path().join("nginx.conf"), site(hayate_app)).expect("write");
-    let (hayate, _) = hayate_from_import(dir.path(), &listen);
+    let (hayate, _) = hayate_from_import(dir.path(), &[&listen]);
     for (addr, done) in [(nginx.addr, nginx_done), (hayate.addr, hayate_done)] {
         let mut s = TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(hayate_testkit::WAIT))
@@ -1110,30 +1172,27 @@ fn laravel_site_behaves_as_under_nginx() {
         );
     write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path, body| Request {
-        method,
-        path,
-        host: "example.com",
-        body,
-    };
-    let requests = [
-        req(GET, "/", b""),
-        req(GET, "/users/5", b""),
-        req(GET, "/users?page=2&sort=name", b""),
-        req("POST", "/login", b"email=a%40example.com"),
-        req(GET, "/index.php", b""),
-        req(GET, "/notfound", b""),
-        req(GET, "/css/app.css", b""),
-        req("HEAD", "/css/app.css", b""),
-        req(GET, "/robots.txt", b""),
-        req(GET, "/favicon.ico", b""),
-        req(GET, "/css", b""),
-        req(GET, "/.well-known/security.txt", b""),
-        req(GET, "/other.php", b""),
-        req(GET, "/.env", b""),
-    ];
+    let requests = requests_with_bodies(
+        "example.com",
+        &[
+            (GET, "/", b""),
+            (GET, "/users/5", b""),
+            (GET, "/users?page=2&sort=name", b""),
+            ("POST", "/login", b"email=a%40example.com"),
+            (GET, "/index.php", b""),
+            (GET, "/notfound", b""),
+            (GET, "/css/app.css", b""),
+            ("HEAD", "/css/app.css", b""),
+            (GET, "/robots.txt", b""),
+            (GET, "/favicon.ico", b""),
+            (GET, "/css", b""),
+            (GET, "/.well-known/security.txt", b""),
+            (GET, "/other.php", b""),
+            (GET, "/.env", b""),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     // Each difference left is one the import reports (site.conf keeps
     // laravel.conf's lines): :25, nginx runs index.php only and serves
@@ -1190,25 +1249,22 @@ fn symfony_site_behaves_as_under_nginx() {
         .replace("access_log /var/log/nginx/project_access.log;", "");
     write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path| Request {
-        method,
-        path,
-        host: "domain.tld",
-        body: b"",
-    };
-    let requests = [
-        req(GET, "/"),
-        req(GET, "/blog/hello-world"),
-        req(GET, "/search?q=nginx"),
-        req(GET, "/index.php"),
-        req(GET, "/index.php/blog"),
-        req(GET, "/config.php"),
-        req(GET, "/bundles/app/app.js"),
-        req(GET, "/bundles/app/missing.js"),
-        req("HEAD", "/"),
-    ];
+    let requests = requests(
+        "domain.tld",
+        &[
+            (GET, "/"),
+            (GET, "/blog/hello-world"),
+            (GET, "/search?q=nginx"),
+            (GET, "/index.php"),
+            (GET, "/index.php/blog"),
+            (GET, "/config.php"),
+            (GET, "/bundles/app/app.js"),
+            (GET, "/bundles/app/missing.js"),
+            ("HEAD", "/"),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     assert_only_reported(&found, &[], &report, &[], &nginx);
     hayate.assert_no_errors();
@@ -1246,25 +1302,22 @@ fn nextjs_site_behaves_as_under_nginx() {
         .replace("server 127.0.0.1:3000;", &format!("server {member};"));
     write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path| Request {
-        method,
-        path,
-        host: "app.example.com",
-        body: b"",
-    };
-    let requests = [
-        req(GET, "/_next/static/chunks/main-3f2a.js"),
-        req(GET, "/_next/static/css/app-9c1d.css"),
-        req(GET, "/_next/static/chunks/missing.js"),
-        req(GET, "/logo.svg"),
-        req(GET, "/robots.txt"),
-        req("HEAD", "/robots.txt"),
-        req(GET, "/text?n=5000"),
-        req(GET, "/status?code=404"),
-        req("HEAD", "/text?n=10"),
-    ];
+    let requests = requests(
+        "app.example.com",
+        &[
+            (GET, "/_next/static/chunks/main-3f2a.js"),
+            (GET, "/_next/static/css/app-9c1d.css"),
+            (GET, "/_next/static/chunks/missing.js"),
+            (GET, "/logo.svg"),
+            (GET, "/robots.txt"),
+            ("HEAD", "/robots.txt"),
+            (GET, "/text?n=5000"),
+            (GET, "/status?code=404"),
+            ("HEAD", "/text?n=10"),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     assert_only_reported(
         &found,
@@ -1278,7 +1331,7 @@ fn nextjs_site_behaves_as_under_nginx() {
     );
     // The difference is the Expires field alone: both say max-age.
     for addr in [nginx.addr, hayate.addr] {
-        let r = send(addr, &req(GET, "/_next/static/chunks/main-3f2a.js"));
+        let r = send(addr, &requests[0]);
         assert_eq!(r.status, 200);
         assert_eq!(
             r.header("cache-control"),
@@ -1342,25 +1395,22 @@ fn policies_and_rules_behave_as_under_nginx() {
     );
     std::fs::write(dir.path().join("nginx.conf"), main).expect("write");
     let nginx = Nginx::start(dir.path(), port);
-    let (hayate, report) = hayate_from_import(dir.path(), &listen);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
 
-    let req = |method, path| Request {
-        method,
-        path,
-        host: "static.example",
-        body: b"",
-    };
-    let requests = [
-        req(GET, "/"),
-        req(GET, "/admin/"),
-        req(GET, "/private/report.txt"),
-        req(GET, "/assets/logo.svg"),
-        req(GET, "/assets/missing.svg"),
-        req(GET, "/old-page"),
-        req(GET, "/docs/latest/intro.html"),
-        req(GET, "/blog/42"),
-        req(GET, "/new/page.html?id=42"),
-    ];
+    let requests = requests(
+        "static.example",
+        &[
+            (GET, "/"),
+            (GET, "/admin/"),
+            (GET, "/private/report.txt"),
+            (GET, "/assets/logo.svg"),
+            (GET, "/assets/missing.svg"),
+            (GET, "/old-page"),
+            (GET, "/docs/latest/intro.html"),
+            (GET, "/blog/42"),
+            (GET, "/new/page.html?id=42"),
+        ],
+    );
     let found = differences(nginx.addr, hayate.addr, &requests);
     // The same login, both ways.
     let login = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "admin:s3cret");
@@ -1388,5 +1438,551 @@ fn policies_and_rules_behave_as_under_nginx() {
         &["site.conf:8: auth_basic: carried with a difference: hayate's WWW-Authenticate also names charset"],
         &nginx,
     );
+    hayate.assert_no_errors();
+}
+
+/// A corpus server file made to run here: its `listen 80` lines on
+/// `plain`, its `listen 443` ones on `tls` (with `reuseport`: the test
+/// holds the ports), their IPv6 twins dropped.
+fn on_test_ports(conf: &str, plain: &str, tls: &str) -> String {
+    let mut out = String::new();
+    for line in conf.lines() {
+        let trimmed = line.trim_start();
+        match trimmed.strip_prefix("listen ") {
+            Some(rest) if rest.starts_with("[::]") => continue,
+            Some(rest) => {
+                let (port, params) = rest.split_at(rest.find([' ', ';']).unwrap_or(rest.len()));
+                let addr = if port == "443" { tls } else { plain };
+                let params = params.trim_end_matches(';');
+                let indent = &line[..line.len() - trimmed.len()];
+                out.push_str(&format!("{indent}listen {addr}{params} reuseport;\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Two ports held for nginx (plain and TLS) and their `127.0.0.1:PORT`.
+fn two_ports() -> ([socket2::Socket; 2], [String; 2]) {
+    let ((a, pa), (b, pb)) = (reserved_port(), reserved_port());
+    (
+        [a, b],
+        [format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}")],
+    )
+}
+
+/// Debian's default site: files under /var/www/html, `try_files $uri
+/// $uri/ =404`. The differences are the reported ones: hayate takes one
+/// index file (index.html) and hides dotfiles.
+#[test]
+fn debian_default_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let html = dir.path().join("html");
+    write_files(
+        &html,
+        &[
+            ("index.html", "<h1>It works</h1>\n"),
+            ("docs/index.html", "<h1>Docs</h1>\n"),
+            ("docs/guide.html", "<p>guide</p>\n"),
+            ("style.css", "body{color:#333}\n"),
+            ("data/report.json", "{\"ok\":true}\n"),
+            ("plain/readme.txt", "no index here\n"),
+            ("old/index.htm", "<p>an index.htm</p>\n"),
+            (".env", "SECRET=1\n"),
+            ("a b.txt", "a space\n"),
+        ],
+    );
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = std::fs::read_to_string(corpus().join("debian-default.conf"))
+        .expect("corpus")
+        .replace("/var/www/html", &html.display().to_string());
+    write_nginx_with_site(dir.path(), &on_test_ports(&site, &listen, "-"));
+    let nginx = Nginx::start(dir.path(), port);
+    let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
+
+    let requests = requests(
+        "localhost",
+        &[
+            (GET, "/"),
+            (GET, "/index.html"),
+            ("HEAD", "/index.html"),
+            (GET, "/docs"),
+            (GET, "/docs/"),
+            (GET, "/docs/guide.html"),
+            (GET, "/docs/guide.html?v=2"),
+            (GET, "/style.css"),
+            (GET, "/data/report.json"),
+            (GET, "/a%20b.txt"),
+            (GET, "/missing.html"),
+            (GET, "/docs/missing/"),
+            (GET, "/plain/readme.txt"),
+            (GET, "/old/"),
+            (GET, "/.env"),
+            (GET, "/docs/../style.css"),
+            (GET, "/%2e%2e/%2e%2e/etc/passwd"),
+            ("POST", "/index.html"),
+        ],
+    );
+    let found = differences(nginx.addr, hayate.addr, &requests);
+    assert_only_reported(
+        &found,
+        &["GET /old/:", "GET /.env:"],
+        &report,
+        &[
+            "index: carried with a difference: hayate takes one index file",
+            "server: carried with a difference: nginx serves files whose name starts with a dot",
+        ],
+        &nginx,
+    );
+    hayate.assert_no_errors();
+}
+
+/// The certificate a TLS test's servers share (for `names`, from a CA of
+/// the test's own) written where `conf` names its certificate and key,
+/// and a client trusting that CA.
+fn with_certificate(pki: &Pki, names: &[&str], conf: &str, cert: &str, key: &str) -> String {
+    let (cert_file, key_file, _) = pki.issue(names, "site");
+    conf.replace(cert, &cert_file).replace(key, &key_file)
+}
+
+/// Ghost as Ghost-CLI sets it up: the same proxy on port 80 and on 443
+/// (TLS settings from its ssl-params snippet), acme.sh's .well-known files
+/// from a root of their own. Over TLS nginx and hayate answer alike; over
+/// plain HTTP too, but for the reported one: the snippet's security
+/// headers, set by nginx on 443 only, go on every listener in hayate's
+/// one site.
+#[test]
+fn ghost_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("nginx-root");
+    write_files(
+        &root,
+        &[(".well-known/acme-challenge/token1", "token1.key\n")],
+    );
+    let origin = Origin::start(OriginOptions::default());
+    let member = origin.url().trim_start_matches("http://").to_string();
+    let (_held, [plain, tls]) = two_ports();
+    let pki = Pki::new();
+    let site = std::fs::read_to_string(corpus().join("ghost.conf"))
+        .expect("corpus")
+        .replace(
+            "/var/www/ghost/system/nginx-root",
+            &root.display().to_string(),
+        )
+        .replace("127.0.0.1:2368", &member);
+    let site = with_certificate(
+        &pki,
+        &["blog.example.com"],
+        &on_test_ports(&site, &plain, &tls),
+        "/etc/letsencrypt/blog.example.com/fullchain.cer",
+        "/etc/letsencrypt/blog.example.com/blog.example.com.key",
+    );
+    // Generating DH parameters takes seconds; hayate reports the line as
+    // not needed (ECDHE only), so nginx goes without it here.
+    let params = std::fs::read_to_string(corpus().join("snippets/ssl-params.conf"))
+        .expect("snippet")
+        .replace("ssl_dhparam /etc/nginx/snippets/dhparam.pem;", "");
+    std::fs::create_dir_all(dir.path().join("snippets")).expect("mkdir");
+    std::fs::write(dir.path().join("snippets/ssl-params.conf"), params).expect("write");
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    let client = TlsClient::trusting(&pki.ca());
+    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+
+    let requests = requests(
+        "blog.example.com",
+        &[
+            (GET, "/text?n=5000"),
+            (GET, "/bytes?n=100000"),
+            ("HEAD", "/text?n=10"),
+            (GET, "/status?code=404"),
+            (GET, "/status?code=301"),
+            (GET, "/.well-known/acme-challenge/token1"),
+            (GET, "/.well-known/acme-challenge/missing"),
+            (GET, "/blog/.well-known"),
+        ],
+    );
+    let over_tls = differences(
+        Via::Tls(nginx_tls, &client),
+        Via::Tls(hayate_tls, &client),
+        &requests,
+    );
+    assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
+    let plain = differences(nginx.addr, hayate.addr, &requests);
+    assert_only_reported(
+        &plain,
+        &[
+            "GET /text?n=5000:",
+            "GET /bytes?n=100000:",
+            "HEAD /text?n=10:",
+            "GET /.well-known/acme-challenge/token1:",
+        ],
+        &report,
+        &["server: carried with a difference: hayate has one site per name: its response_headers now apply on every listener"],
+        &nginx,
+    );
+    // Each plain difference is those three fields and nothing else.
+    let ssl_params = "\"x-frame-options: SAMEORIGIN\", \"x-content-type-options: nosniff\", \
+                      \"strict-transport-security: max-age=63072000; includeSubDomains; preload\"";
+    for d in &plain {
+        let line = d.lines().next().unwrap_or_default();
+        let (nginx_seen, hayate_seen) = line.split_once(" / hayate ").expect("a difference");
+        let nginx_seen = nginx_seen.split_once(": nginx ").expect("nginx's").1;
+        assert_eq!(hayate_seen.replace(ssl_params, ""), nginx_seen, "{d}");
+    }
+
+    // What Ghost is told, as the config asks: the Host sent, the client's
+    // address, and the scheme it came over.
+    for (via, scheme) in [
+        (Via::Plain(nginx.addr), "http"),
+        (Via::Plain(hayate.addr), "http"),
+        (Via::Tls(nginx_tls, &client), "https"),
+        (Via::Tls(hayate_tls, &client), "https"),
+    ] {
+        let echo = Request {
+            method: GET,
+            path: "/echo?a=1",
+            host: "blog.example.com",
+            body: b"",
+        };
+        let r = send(via, &echo);
+        let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
+        assert_eq!(echo.header("host"), Some("blog.example.com"));
+        assert_eq!(
+            echo.header("x-forwarded-for"),
+            Some("127.0.0.1"),
+            "{scheme}"
+        );
+        assert_eq!(echo.header("x-real-ip"), Some("127.0.0.1"), "{scheme}");
+        assert_eq!(echo.header("x-forwarded-proto"), Some(scheme));
+    }
+    hayate.assert_no_errors();
+}
+
+/// The port of `127.0.0.1:PORT`.
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
+/// The Mozilla SSL Configuration Generator's intermediate config: plain
+/// HTTP sent to HTTPS, nginx's own root served over TLS with HSTS on every
+/// status. Over TLS the two answer alike; on port 80 hayate's redirect is
+/// the reported one: 308 (the method kept) to the HTTPS listener, where
+/// nginx sends 301.
+#[test]
+fn mozilla_intermediate_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // nginx's compiled-in root under its prefix, as Debian installs it
+    // (hayate's import names Debian's: /usr/share/nginx/html).
+    let debian_root = Path::new("/usr/share/nginx/html");
+    copy_dir(debian_root, &{
+        let html = dir.path().join("html");
+        std::fs::create_dir_all(&html).expect("mkdir");
+        html
+    });
+    let (_held, [plain, tls]) = two_ports();
+    let pki = Pki::new();
+    let site = std::fs::read_to_string(corpus().join("mozilla-intermediate.conf"))
+        .expect("corpus")
+        // Debian 12's nginx (1.22) predates the http2 directive (1.25.1):
+        // its listen parameter says the same.
+        .replace("http2 on;", "")
+        .replace("listen 443 ssl;", "listen 443 ssl http2;")
+        // Generating DH parameters takes seconds; hayate reports the line
+        // as not needed (ECDHE only).
+        .replace("ssl_dhparam /path/to/dhparam;", "")
+        .replace(
+            "/path/to/root_CA_cert_plus_intermediates",
+            &pki.ca().display().to_string(),
+        );
+    let site = with_certificate(
+        &pki,
+        &["example.org"],
+        &on_test_ports(&site, &plain, &tls),
+        "/path/to/signed_cert_plus_intermediates",
+        "/path/to/private_key",
+    );
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    let client = TlsClient::trusting(&pki.ca());
+    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+
+    let requests = requests(
+        "example.org",
+        &[
+            (GET, "/"),
+            (GET, "/index.html"),
+            ("HEAD", "/index.html"),
+            (GET, "/index.html?x=1"),
+            (GET, "/missing"),
+            (GET, "/50x.html"),
+        ],
+    );
+    let over_tls = differences(
+        Via::Tls(nginx_tls, &client),
+        Via::Tls(hayate_tls, &client),
+        &requests,
+    );
+    assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
+    // HSTS on every status, as `always` asks.
+    for addr in [nginx_tls, hayate_tls] {
+        let r = send(Via::Tls(addr, &client), &requests[4]);
+        assert_eq!(r.status, 404);
+        assert_eq!(
+            r.header("strict-transport-security"),
+            Some("max-age=63072000")
+        );
+    }
+
+    // Port 80: both send the client to HTTPS with the path and query.
+    let to_https = Request {
+        method: GET,
+        path: "/a/b?c=d",
+        host: "example.org",
+        body: b"",
+    };
+    let nginx_said = send(nginx.addr, &to_https);
+    assert_eq!(nginx_said.status, 301);
+    assert_eq!(
+        nginx_said.header("location"),
+        Some("https://example.org/a/b?c=d")
+    );
+    let hayate_said = send(hayate.addr, &to_https);
+    assert_eq!(hayate_said.status, 308);
+    assert_eq!(
+        hayate_said.header("location"),
+        Some(format!("https://example.org:{}/a/b?c=d", hayate_tls.port()).as_str())
+    );
+    assert!(
+        report.contains("site.conf:4: server: not needed: this server only redirects to HTTPS")
+            && report.contains("with 308"),
+        "{report}"
+    );
+    hayate.assert_no_errors();
+}
+
+/// Discourse behind the host's nginx: TLS ended there, everything passed to
+/// the container's Unix socket. Over TLS nginx and hayate answer alike and
+/// tell Discourse the same; plain HTTP goes to HTTPS (hayate's 308 is the
+/// reported difference, as in the Mozilla config's test).
+#[test]
+fn discourse_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("nginx.http.sock");
+    let origin = Origin::start(OriginOptions {
+        unix: Some(socket.clone()),
+        ..Default::default()
+    });
+    let (_held, [plain, tls]) = two_ports();
+    let pki = Pki::new();
+    let site = std::fs::read_to_string(corpus().join("discourse.conf"))
+        .expect("corpus")
+        .replace(
+            "/var/discourse/shared/standalone/nginx.http.sock",
+            &socket.display().to_string(),
+        );
+    let site = with_certificate(
+        &pki,
+        &["forum.example.com"],
+        &on_test_ports(&site, &plain, &tls),
+        "/var/discourse/shared/standalone/ssl/forum.example.com.cer",
+        "/var/discourse/shared/standalone/ssl/forum.example.com.key",
+    );
+    write_nginx_with_site(dir.path(), &site);
+    let nginx = Nginx::start(dir.path(), port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    let client = TlsClient::trusting(&pki.ca());
+    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+
+    let requests = requests_with_bodies(
+        "forum.example.com",
+        &[
+            (GET, "/text?n=5000", b""),
+            (GET, "/bytes?n=300000", b""),
+            ("HEAD", "/text?n=10", b""),
+            (GET, "/status?code=404", b""),
+            (GET, "/status?code=302", b""),
+            ("POST", "/text?n=20", b"title=hello&raw=world"),
+        ],
+    );
+    let over_tls = differences(
+        Via::Tls(nginx_tls, &client),
+        Via::Tls(hayate_tls, &client),
+        &requests,
+    );
+    assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
+    for addr in [nginx_tls, hayate_tls] {
+        let echo = Request {
+            method: GET,
+            path: "/echo?a=1",
+            host: "forum.example.com",
+            body: b"",
+        };
+        let r = send(Via::Tls(addr, &client), &echo);
+        let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
+        assert_eq!(echo.target, "/echo?a=1");
+        assert_eq!(echo.header("host"), Some("forum.example.com"), "{addr}");
+        assert_eq!(echo.header("x-forwarded-for"), Some("127.0.0.1"), "{addr}");
+        assert_eq!(echo.header("x-forwarded-proto"), Some("https"), "{addr}");
+        assert_eq!(echo.header("x-real-ip"), Some("127.0.0.1"), "{addr}");
+    }
+    assert!(origin.requests() >= 14, "every request reached the socket");
+
+    let to_https = Request {
+        method: GET,
+        path: "/t/welcome/1",
+        host: "forum.example.com",
+        body: b"",
+    };
+    let nginx_said = send(nginx.addr, &to_https);
+    assert_eq!(nginx_said.status, 301);
+    assert_eq!(
+        nginx_said.header("location"),
+        Some("https://forum.example.com/t/welcome/1")
+    );
+    let hayate_said = send(hayate.addr, &to_https);
+    assert_eq!(hayate_said.status, 308);
+    assert_eq!(
+        hayate_said.header("location"),
+        Some(
+            format!(
+                "https://forum.example.com:{}/t/welcome/1",
+                hayate_tls.port()
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        report.contains("site.conf:7: server: not needed: this server only redirects to HTTPS"),
+        "{report}"
+    );
+    hayate.assert_no_errors();
+}
+
+/// Mastodon: public/ files first, then Puma through a cache; the streaming
+/// API to its own server; media under /system/ with a month's
+/// Cache-Control; one error page; plain HTTP only redirects (but for
+/// ACME's webroot files). Over TLS the answers are nginx's but for the
+/// reported ones; on port 80 the redirect keeps to plain HTTP.
+#[test]
+fn mastodon_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let public = dir.path().join("public");
+    write_files(
+        &public,
+        &[
+            ("500.html", "<h1>Mastodon is having trouble</h1>\n"),
+            ("robots.txt", "User-agent: *\n"),
+            ("favicon.ico", "icon"),
+            ("system/media/original/1.png", "png bytes"),
+            ("packs/js/app.js", "console.log('app');\n"),
+            (".well-known/acme-challenge/tok", "tok.key\n"),
+        ],
+    );
+    let puma = Origin::start(OriginOptions::default());
+    let streaming = Origin::start(OriginOptions::default());
+    let member = |o: &Origin| o.url().trim_start_matches("http://").to_string();
+    let (_held, [plain, tls]) = two_ports();
+    let pki = Pki::new();
+    let conf = std::fs::read_to_string(corpus().join("mastodon.conf"))
+        .expect("corpus")
+        .replace("/home/mastodon/live/public", &public.display().to_string())
+        .replace(
+            "/var/cache/nginx",
+            &dir.path().join("cache").display().to_string(),
+        )
+        .replace("127.0.0.1:3000", &member(&puma))
+        .replace("127.0.0.1:4000", &member(&streaming));
+    let conf = with_certificate(
+        &pki,
+        &["social.example.com"],
+        &on_test_ports(&conf, &plain, &tls),
+        "/etc/letsencrypt/live/social.example.com/fullchain.pem",
+        "/etc/letsencrypt/live/social.example.com/privkey.pem",
+    );
+    // The corpus file is a set of http-level directives: nginx.conf
+    // includes it in its http block.
+    write_nginx_with_site(dir.path(), &conf);
+    let nginx = Nginx::start(dir.path(), port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    let client = TlsClient::trusting(&pki.ca());
+    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+
+    let asked = requests(
+        "social.example.com",
+        &[
+            (GET, "/robots.txt"),
+            ("HEAD", "/robots.txt"),
+            (GET, "/favicon.ico"),
+            (GET, "/system/media/original/1.png"),
+            (GET, "/system/media/original/2.png"),
+            (GET, "/packs/js/app.js"),
+            (GET, "/packs/js/missing.js"),
+            (GET, "/text?n=3000"),
+            (GET, "/bytes?n=70000"),
+            (GET, "/status?code=500"),
+            (GET, "/status?code=404"),
+        ],
+    );
+    let over_tls = differences(
+        Via::Tls(nginx_tls, &client),
+        Via::Tls(hayate_tls, &client),
+        &asked,
+    );
+    // The assets' month of Cache-Control is on a regex location.
+    assert_only_reported(
+        &over_tls,
+        &["GET /packs/js/app.js:"],
+        &report,
+        &["site.conf:58: add_header: not carried"],
+        &nginx,
+    );
+    // What Puma and the streaming server are told.
+    for addr in [nginx_tls, hayate_tls] {
+        for (path, origin) in [("/@alice", &puma), ("/api/v1/streaming", &streaming)] {
+            let before = origin.count(path);
+            let r = send(
+                Via::Tls(addr, &client),
+                &Request {
+                    method: GET,
+                    path,
+                    host: "social.example.com",
+                    body: b"",
+                },
+            );
+            assert_eq!(origin.count(path), before + 1, "{path} from {addr}");
+            let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
+            assert_eq!(echo.header("host"), Some("social.example.com"));
+            assert_eq!(echo.header("x-real-ip"), Some("127.0.0.1"));
+            assert_eq!(echo.header("x-forwarded-for"), Some("127.0.0.1"));
+            assert_eq!(echo.header("x-forwarded-proto"), Some("https"));
+        }
+    }
+
+    // Port 80: a 301 to HTTPS from both (a rule that keeps to plain HTTP
+    // in hayate's one site), and the webroot's challenge file served.
+    let plain_requests = requests(
+        "social.example.com",
+        &[
+            (GET, "/@alice?x=1"),
+            (GET, "/.well-known/acme-challenge/tok"),
+        ],
+    );
+    let on_80 = differences(nginx.addr, hayate.addr, &plain_requests);
+    assert_only_reported(&on_80, &[], &report, &[], &nginx);
     hayate.assert_no_errors();
 }

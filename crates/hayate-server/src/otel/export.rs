@@ -227,6 +227,14 @@ async fn export(
 /// (`warned`: whether the last batch warned), and returns whether this one
 /// did or the outage goes on.
 fn count(outcome: Outcome, n: u64, settings: &ExportSettings, warned: bool) -> bool {
+    // Once per outage, not once a batch.
+    let warn_once = |what: std::fmt::Arguments<'_>| {
+        if !warned {
+            log::warn!("otel: {what}");
+        }
+        true
+    };
+    let collector = &settings.endpoint.authority;
     match outcome {
         Ok(None) => {
             EXPORTED.fetch_add(n, Ordering::Relaxed);
@@ -239,26 +247,17 @@ fn count(outcome: Outcome, n: u64, settings: &ExportSettings, warned: bool) -> b
             let rejected = refused.spans.min(n);
             EXPORTED.fetch_add(n - rejected, Ordering::Relaxed);
             DROPPED.fetch_add(rejected, Ordering::Relaxed);
-            if !warned {
-                log::warn!(
-                    "otel: {} refused {rejected} of {n} spans: {}",
-                    settings.endpoint.authority,
-                    refused.message
-                );
-            }
-            true
+            warn_once(format_args!(
+                "{collector} refused {rejected} of {n} spans: {}",
+                refused.message
+            ))
         }
         Err(failure) => {
             DROPPED.fetch_add(n, Ordering::Relaxed);
-            // Once per outage, not once a batch.
-            if !warned {
-                log::warn!(
-                    "otel: {n} spans not exported to {}: {}",
-                    settings.endpoint.authority,
-                    failure.why
-                );
-            }
-            true
+            warn_once(format_args!(
+                "{n} spans not exported to {collector}: {}",
+                failure.why
+            ))
         }
     }
 }

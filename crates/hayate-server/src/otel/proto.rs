@@ -367,6 +367,23 @@ mod tests {
     }
 
     #[test]
+    fn an_event_name_longer_than_max_key_is_cut_not_overflowed() {
+        // One byte past MAX_KEY, and far past it: the length bytes would
+        // no longer fit in one byte beyond 127.
+        for n in [MAX_KEY + 1, 300] {
+            let name = vec![b'e'; n];
+            let mut cut = Message::default();
+            cut.event(11, 7, &name);
+            let mut plain = Message::default();
+            plain.message(11, |ev| {
+                ev.fixed64(1, 7);
+                ev.bytes(2, &name[..MAX_KEY]);
+            });
+            assert_eq!(cut.0, plain.0, "a name of {n} bytes");
+        }
+    }
+
+    #[test]
     fn an_export_request_nests_the_spans_under_one_resource() {
         let resource = Resource {
             service_name: "svc".into(),
