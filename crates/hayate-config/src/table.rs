@@ -420,6 +420,8 @@ options! {
         "FastCGI application (php-fpm) running this route's scripts under root: files first, then scripts, then the front controller (fastcgi_index)";
     fastcgi_index: String = "index.php", "FILE",
         "FastCGI front controller under root: runs for paths that match no file, with the original URI (nginx try_files $uri $uri/ /index.php); empty: 404 instead";
+    fastcgi_index_path_info: bool = "false", "BOOL",
+        "The front controller's PATH_INFO is the request's path (nginx's try_files ... /index.php$request_uri, as Nextcloud's config has it); false: none (try_files ... /index.php?$args, as WordPress's)";
     fastcgi_extensions: Vec<String> = ".php", "SUFFIX",
         "File name endings run by the FastCGI application; any other file is only ever served as a file (repeat for more)";
     app: AppRef = "false", "true|NAME",

@@ -219,10 +219,14 @@ pub fn location(t: &mut Translation, site: usize, d: &Directive, parent: Option<
                 t.target = Some(Target::Rules(i));
                 directive(t, inner);
             }
-            if t.rule_phases[phase].len() == rules_before {
+            let falls_back = body
+                .iter()
+                .any(|i| i.name == "try_files" && i.args.last().is_some_and(|a| a != "=404"));
+            if t.rule_phases[phase].len() == rules_before && !falls_back {
                 // A location of files alone: nginx answers 404 for a
                 // missing one, where hayate's route would go on to its
-                // front controller or upstream.
+                // front controller or upstream (as nginx does too when
+                // the location's try_files falls back).
                 let mut keys = m.condition();
                 keys.set("file", Value::Str("missing".into()));
                 keys.set("respond", Value::Int(404));
@@ -241,12 +245,15 @@ fn only_returns(body: &[Directive]) -> bool {
             .all(|d| matches!(d.name.as_str(), "return" | "access_log" | "log_not_found"))
 }
 
-/// Whether a location's block only answers by itself (rules can carry it).
+/// Whether a location's block only answers by itself (rules can carry it),
+/// or holds nothing a route would: an `if` (reported as not supported) is
+/// no reason for a route, and Nextcloud's `location = / { if ... }` as a
+/// route at `/` would take the place of its `location /`.
 fn answers_alone(body: &[Directive]) -> bool {
     body.iter().all(|d| {
         matches!(
             d.name.as_str(),
-            "return" | "rewrite" | "deny" | "allow" | "access_log" | "log_not_found"
+            "return" | "rewrite" | "deny" | "allow" | "access_log" | "log_not_found" | "if"
         )
     })
 }
@@ -296,9 +303,21 @@ pub fn try_files(t: &mut Translation, d: &Directive) -> Result<Option<String>, S
         }
         return Ok(difference);
     }
+    // `/index.php$request_uri` (Nextcloud's): the front controller with
+    // the request's path as its PATH_INFO.
+    let (last, path_info) = match last
+        .strip_suffix("$request_uri")
+        .or(last.strip_suffix("$uri"))
+    {
+        Some(script) if script.ends_with(".php") => (script, true),
+        _ => (last.as_str(), false),
+    };
     let target = values::template(last).map_err(|e| format!("{last}: {e}"))?;
     let file = target.split('?').next().unwrap_or_default();
     if file.ends_with(".php") {
+        if path_info {
+            t.keys().set("fastcgi_index_path_info", Value::Bool(true));
+        }
         if file != "/index.php" {
             let name = file.trim_start_matches('/').to_string();
             t.keys().set("fastcgi_index", Value::Str(name));

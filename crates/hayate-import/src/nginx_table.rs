@@ -89,7 +89,7 @@ pub static ROWS: &[Row] = &[
         Ok(None)
     }),
     maps("index", Translated, "`index` (the first name; `index.php` is `fastcgi_index`)", index),
-    maps("try_files", Translated, "the route's own order: the file, the directory, then `fallback` (a file), the FastCGI front controller (`fastcgi_index`), the upstream (a named location's `proxy_pass`), or 404", tr::try_files),
+    maps("try_files", Translated, "the route's own order: the file, the directory, then `fallback` (a file), the FastCGI front controller (`fastcgi_index`; `/index.php$request_uri` with the path as PATH_INFO: `fastcgi_index_path_info`), the upstream (a named location's `proxy_pass`), or 404", tr::try_files),
     maps("return", Translated, "`[[site.rule]]` with `redirect` and `status`, or `respond`", return_),
     maps("rewrite", Translated, "`[[site.rule]]` with `match` and `rewrite` (`break`: `last = true`) or `redirect` (`redirect`: 302, `permanent`: 301)", rewrite),
     maps("proxy_pass", Translated, "`proxy` (a URL, or an `[[upstream]]` group's name); a URI part `/` is `strip_prefix = true`", proxy_pass),

@@ -423,6 +423,11 @@ fn front_script(
         }
     }
     match scripts.find(front, now) {
+        // nginx's `/index.php$request_uri`: the script, then the path.
+        Script::Found { end } if route.front_path_info => Ok(Some(ScriptPath {
+            path: [front, path].concat(),
+            end,
+        })),
         Script::Found { end } => Ok(Some(ScriptPath {
             path: front.to_vec(),
             end,

@@ -49,6 +49,9 @@ pub struct Route {
     /// For a FastCGI route: the front controller's path under the root
     /// (`/index.php`), run for paths that match no file.
     pub front_controller: Option<Vec<u8>>,
+    /// The front controller runs with the request's path as its PATH_INFO
+    /// (`fastcgi_index_path_info`).
+    pub front_path_info: bool,
     /// The response cache in front of the upstream group.
     pub cache: Option<RouteCache>,
     /// Position in config order (sites, then routes): the same in every
@@ -389,6 +392,7 @@ impl Router {
                             format!("/{}", r.options.fastcgi_index.trim_start_matches('/'))
                                 .into_bytes()
                         }),
+                    front_path_info: r.options.fastcgi_index_path_info,
                     scripts,
                     cache: cache.map(|shared| RouteCache {
                         shared: shared.clone(),

@@ -504,6 +504,10 @@ fn nextcloud_in_the_web_root() {
     assert_eq!(code, 2, "{toml}");
     for want in [
         "fastcgi = \"unix:/run/php/php8.2-fpm.sock\"",
+        // try_files $uri $uri/ /index.php$request_uri: the front
+        // controller with the path as PATH_INFO (and `location = /`, with
+        // only an `if`, is no route in the way of `location /`).
+        "prefix = \"/\"\nfastcgi_index_path_info = true",
         "max_body_size = \"512MiB\"",
         "redirect = \"/remote.php/dav/\"\nstatus = 301",
         "\"X-Frame-Options\" = \"SAMEORIGIN\"",
@@ -1984,5 +1988,117 @@ fn mastodon_behaves_as_under_nginx() {
     );
     let on_80 = differences(nginx.addr, hayate.addr, &plain_requests);
     assert_only_reported(&on_80, &[], &report, &[], &nginx);
+    hayate.assert_no_errors();
+}
+
+/// Nextcloud in the web root, with real php-fpm: index.php as the front
+/// controller with PATH_INFO, the DAV well-knowns, the internal
+/// directories refused, assets with six months of expiry, HSTS and the
+/// security headers on every status; plain HTTP sent to HTTPS. Over TLS
+/// the answers are nginx's but for the reported ones.
+#[test]
+fn nextcloud_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let www = dir.path().join("nextcloud");
+    // Each script says what Nextcloud reads of its request.
+    let script = "<?php header('Content-Type: text/plain'); echo $_SERVER['SCRIPT_NAME'], \
+                  ' path_info=', $_SERVER['PATH_INFO'] ?? '-', ' uri=', $_SERVER['REQUEST_URI'], \
+                  ' query=', $_SERVER['QUERY_STRING'], ' https=', $_SERVER['HTTPS'] ?? '-', \
+                  ' method=', $_SERVER['REQUEST_METHOD'], ' body=', file_get_contents('php://input'), \"\\n\";";
+    write_files(
+        &www,
+        &[
+            ("index.php", script),
+            ("remote.php", script),
+            ("status.php", script),
+            ("ocs/v2.php", script),
+            ("robots.txt", "User-agent: *\nDisallow: /\n"),
+            ("core/css/server.css", "body{margin:0}\n"),
+            ("core/js/main.js", "console.log('nc');\n"),
+            (
+                "core/img/logo.svg",
+                "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n",
+            ),
+            ("config/config.php", "<?php $CONFIG = ['secret' => 'x'];\n"),
+            ("data/alice/files/a.txt", "alice's file\n"),
+            ("lib/base.php", "<?php // internal\n"),
+            ("3rdparty/autoload.php", "<?php // internal\n"),
+            (".htaccess", "Deny from all\n"),
+            ("occ", "#!/usr/bin/env php\n"),
+            ("console.php", "<?php // internal\n"),
+        ],
+    );
+    let fpm = shared_php_fpm();
+    let (_held, [plain, tls]) = two_ports();
+    let pki = Pki::new();
+    let conf = std::fs::read_to_string(corpus().join("nextcloud.conf"))
+        .expect("corpus")
+        .replace("/var/www/nextcloud", &www.display().to_string())
+        .replace(
+            "server unix:/run/php/php8.2-fpm.sock;",
+            &format!("server unix:{};", fpm.socket().display()),
+        );
+    let conf = with_certificate(
+        &pki,
+        &["cloud.example.com"],
+        &on_test_ports(&conf, &plain, &tls),
+        "/etc/ssl/nginx/cloud.example.com.crt",
+        "/etc/ssl/nginx/cloud.example.com.key",
+    );
+    write_nginx_with_site(dir.path(), &conf);
+    let nginx = Nginx::start(dir.path(), port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    let client = TlsClient::trusting(&pki.ca());
+    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+
+    let asked = requests_with_bodies(
+        "cloud.example.com",
+        &[
+            (GET, "/", b""),
+            (GET, "/index.php", b""),
+            (GET, "/index.php/apps/files/?dir=/", b""),
+            (GET, "/apps/files/", b""),
+            (GET, "/login?redirect_url=/apps/files", b""),
+            (GET, "/status.php", b""),
+            (GET, "/ocs/v2.php/cloud/capabilities?format=json", b""),
+            ("PROPFIND", "/remote.php/dav/files/alice/", b""),
+            ("PUT", "/remote.php/dav/files/alice/new.txt", b"new file"),
+            (GET, "/robots.txt", b""),
+            (GET, "/core/css/server.css", b""),
+            (GET, "/core/js/main.js?v=3", b""),
+            (GET, "/core/img/logo.svg", b""),
+            (GET, "/core/css/missing.css", b""),
+            (GET, "/.well-known/carddav", b""),
+            (GET, "/.well-known/caldav", b""),
+            (GET, "/.well-known/webfinger?resource=acct:alice", b""),
+            (GET, "/config/config.php", b""),
+            (GET, "/data/alice/files/a.txt", b""),
+            (GET, "/lib/base.php", b""),
+            (GET, "/3rdparty/autoload.php", b""),
+            (GET, "/build", b""),
+            (GET, "/.htaccess", b""),
+            (GET, "/occ", b""),
+            (GET, "/console.php", b""),
+            (GET, "/missing.php", b""),
+        ],
+    );
+    let over_tls = differences(
+        Via::Tls(nginx_tls, &client),
+        Via::Tls(hayate_tls, &client),
+        &asked,
+    );
+    // The assets' six months of expiry are on a regex location.
+    assert_only_reported(
+        &over_tls,
+        &[
+            "GET /core/css/server.css:",
+            "GET /core/js/main.js?v=3:",
+            "GET /core/img/logo.svg:",
+        ],
+        &report,
+        &["site.conf:84: expires: not carried"],
+        &nginx,
+    );
     hayate.assert_no_errors();
 }
