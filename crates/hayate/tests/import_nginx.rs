@@ -932,16 +932,11 @@ fn assert_only_reported(
     assert_eq!(found.len(), reported.len(), "{found:#?}");
 }
 
-const GET: &str = "GET";
-
-/// The WordPress site of the corpus, with its root and php upstream
-/// pointed at the test's, served by nginx and by hayate from its import.
-#[test]
-fn wordpress_site_behaves_as_under_nginx() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let www = dir.path().join("www");
+/// A WordPress stand-in under `www`: its front controller and a script
+/// saying what PHP was given, a file of each kind, a dotfile.
+fn write_wordpress(www: &Path) {
     write_files(
-        &www,
+        www,
         &[
             (
                 "index.php",
@@ -959,10 +954,12 @@ fn wordpress_site_behaves_as_under_nginx() {
             (".htaccess", "Deny from all\n"),
         ],
     );
-    let fpm = shared_php_fpm();
-    let (_held, port) = reserved_port();
-    let listen = format!("127.0.0.1:{port}");
-    let site = std::fs::read_to_string(corpus().join("wordpress.conf"))
+}
+
+/// The corpus's WordPress server block with its root at `www`, its php
+/// upstream at `fpm` and `listen` (`ADDR [PARAMS]`) as its listener.
+fn wordpress_server_block(fpm: &PhpFpm, www: &Path, listen: &str) -> String {
+    std::fs::read_to_string(corpus().join("wordpress.conf"))
         .expect("corpus")
         .replace(
             "server unix:/tmp/php-cgi.socket;\n        server 127.0.0.1:9000;",
@@ -974,8 +971,23 @@ fn wordpress_site_behaves_as_under_nginx() {
         )
         .replace(
             "server_name domain.tld;",
-            &format!("listen {listen} reuseport;\n        server_name domain.tld;"),
-        );
+            &format!("listen {listen};\n        server_name domain.tld;"),
+        )
+}
+
+const GET: &str = "GET";
+
+/// The WordPress site of the corpus, with its root and php upstream
+/// pointed at the test's, served by nginx and by hayate from its import.
+#[test]
+fn wordpress_site_behaves_as_under_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let www = dir.path().join("www");
+    write_wordpress(&www);
+    let fpm = shared_php_fpm();
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let site = wordpress_server_block(&fpm, &www, &format!("{listen} reuseport"));
     write_nginx_with_site(dir.path(), &site);
     let nginx = Nginx::start(dir.path(), port);
     let (hayate, report) = hayate_from_import(dir.path(), &[&listen]);
@@ -2100,5 +2112,122 @@ fn nextcloud_behaves_as_under_nginx() {
         &["site.conf:84: expires: not carried"],
         &nginx,
     );
+    hayate.assert_no_errors();
+}
+
+/// The one command on Debian's own tree: /etc/nginx as the package
+/// installs it (nginx.conf, mime.types, snippets, conf.d) copied, with
+/// WordPress and a Node app in sites-enabled instead of the default site;
+/// `hayate import nginx .../nginx.conf -o hayate.toml`, then `hayate
+/// --config hayate.toml` answers both sites as nginx does with that tree.
+/// The copy names its own directory where Debian's names /etc/nginx and
+/// /var/log/nginx, and leaves the pid file and the process count to the
+/// test.
+#[test]
+fn debians_nginx_conf_with_wordpress_and_a_node_app_in_one_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etc = dir.path().join("etc/nginx");
+    std::fs::create_dir_all(&etc).expect("mkdir");
+    copy_dir(Path::new("/etc/nginx"), &etc);
+    let logs = dir.path().join("log");
+    std::fs::create_dir_all(&logs).expect("mkdir");
+    let main = std::fs::read_to_string(etc.join("nginx.conf"))
+        .expect("Debian's nginx.conf")
+        .replace("/etc/nginx/", &format!("{}/", etc.display()))
+        .replace("/var/log/nginx/", &format!("{}/", logs.display()))
+        .replace("pid /run/nginx.pid;", "")
+        // One process (the test's nginx runs without a master): with
+        // `auto`, reuseport opens a socket per worker, and the second's
+        // connections would wait for a worker that never starts.
+        .replace("worker_processes auto;", "worker_processes 1;");
+    // Its temp files under the test's directory (Debian's build names
+    // /var/lib/nginx, which an unprivileged nginx cannot write).
+    let temp = http_settings(dir.path());
+    let temp: String = temp
+        .lines()
+        .filter(|l| l.contains("_temp_path"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(
+        etc.join("nginx.conf"),
+        main.replacen("http {", &format!("http {{\n{temp}"), 1),
+    )
+    .expect("write");
+
+    let www = dir.path().join("www");
+    write_wordpress(&www);
+    let fpm = shared_php_fpm();
+    let origin = Origin::start(OriginOptions::default());
+    let (_held, port) = reserved_port();
+    let listen = format!("127.0.0.1:{port}");
+    let sites = etc.join("sites-enabled");
+    std::fs::remove_dir_all(&sites).expect("rm sites-enabled");
+    std::fs::create_dir_all(&sites).expect("mkdir");
+    std::fs::write(
+        sites.join("wordpress"),
+        wordpress_server_block(&fpm, &www, &format!("{listen} reuseport")),
+    )
+    .expect("write");
+    // Socket.IO's config is a whole http block: its server and upstream.
+    let node = std::fs::read_to_string(corpus().join("node-socketio.conf")).expect("corpus");
+    let (_, inside) = node.split_once("http {").expect("an http block");
+    let inside = &inside[..inside.rfind('}').expect("its end")];
+    let member = origin.url().trim_start_matches("http://").to_string();
+    let node = inside
+        .replace("listen 3000;", &format!("listen {listen};"))
+        .replace("server app01:3000;", &format!("server {member};"))
+        .replace("server app02:3000;\n", "")
+        .replace("server app03:3000;\n", "");
+    std::fs::write(sites.join("node-app"), node).expect("write");
+    let nginx = Nginx::start(&etc, port);
+
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .arg("import")
+        .arg("nginx")
+        .arg(etc.join("nginx.conf"))
+        .args(["-o", "hayate.toml"])
+        .output()
+        .expect("run hayate import");
+    let report = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(matches!(out.status.code(), Some(0 | 2)), "{report}");
+    for line in [
+        // Both sites came through the include of sites-enabled/*.
+        "sites-enabled/wordpress:",
+        "nginx.conf:",
+    ] {
+        assert!(report.contains(line), "{line} in\n{report}");
+    }
+    let toml = std::fs::read_to_string(dir.path().join("hayate.toml"))
+        .expect("the config written")
+        .replace(&format!("\"{listen}\""), "\"127.0.0.1:0\"");
+    let hayate = Hayate::start_config(BIN, &dir.path().join("hayate.toml"), &toml);
+
+    let wordpress = requests_with_bodies(
+        "domain.tld",
+        &[
+            (GET, "/", b""),
+            (GET, "/2024/05/a-post/?replytocom=3", b""),
+            (GET, "/hello.php?x=1", b""),
+            ("POST", "/hello.php", b"a=b"),
+            (GET, "/robots.txt", b""),
+            (GET, "/favicon.ico", b""),
+            (GET, "/missing.php", b""),
+        ],
+    );
+    let found = differences(nginx.addr, hayate.addr, &wordpress);
+    assert_only_reported(&found, &[], &report, &[], &nginx);
+    let node_app = requests(
+        "io.yourhost.com",
+        &[
+            (GET, "/text?n=5000"),
+            (GET, "/bytes?n=100000"),
+            ("HEAD", "/text?n=10"),
+            (GET, "/status?code=404"),
+        ],
+    );
+    let found = differences(nginx.addr, hayate.addr, &node_app);
+    assert_only_reported(&found, &[], &report, &[], &nginx);
+    assert!(origin.requests() >= 8, "the Node app answered both");
     hayate.assert_no_errors();
 }
