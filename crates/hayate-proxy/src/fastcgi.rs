@@ -47,7 +47,7 @@ pub(crate) struct FastCgi {
     /// attempt and member.
     start: Vec<u8>,
     /// The id the error log names the request by (X-Request-Id).
-    request_id: Rc<str>,
+    request_id: RequestId,
     /// That id, when hayate made it (0: the client's own).
     made_id: u64,
 }
@@ -96,15 +96,22 @@ impl UpstreamProtocol for FastCgi {
                 return Err(Error::new(ErrorKind::Refused(Status::LENGTH_REQUIRED), e));
             }
         };
-        let (request_id, made_id): (Rc<str>, u64) =
-            match req.field(b"x-request-id").filter(|v| valid_request_id(v)) {
-                Some(id) => (String::from_utf8_lossy(id).into(), 0),
-                None => {
-                    let n = next_request_id();
-                    (String::from_utf8_lossy(&request_id_hex(n)).into(), n)
-                }
-            };
-        let params = params::request_params(req, script, content_length, request_id.as_bytes());
+        let request_id = match req.field(b"x-request-id").filter(|v| valid_request_id(v)) {
+            Some(id) => RequestId::Given(String::from_utf8_lossy(id).into()),
+            None => RequestId::Made(next_request_id()),
+        };
+        let made_id = match request_id {
+            RequestId::Made(n) => n,
+            RequestId::Given(_) => 0,
+        };
+        let params = match &request_id {
+            RequestId::Made(n) => {
+                params::request_params(req, script, content_length, &request_id_hex(*n))
+            }
+            RequestId::Given(id) => {
+                params::request_params(req, script, content_length, id.as_bytes())
+            }
+        };
         Ok(FastCgi {
             start: record::request_start(&params),
             request_id,
@@ -381,9 +388,27 @@ async fn read_more(
     }
 }
 
+/// A request's X-Request-Id: the client's (rare), or the number hayate
+/// made, written out only when a log line names it (the made one went into
+/// the params as hex; kept as text it cost two allocations a request).
+#[derive(Debug, Clone)]
+enum RequestId {
+    Given(Rc<str>),
+    Made(u64),
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Given(id) => f.write_str(id),
+            RequestId::Made(n) => f.write_str(&String::from_utf8_lossy(&request_id_hex(*n))),
+        }
+    }
+}
+
 /// Logs what the application wrote to FCGI_STDERR, one line per line,
 /// named by the request's id.
-fn log_stderr(request_id: &str, text: &[u8]) {
+fn log_stderr(request_id: &RequestId, text: &[u8]) {
     for line in text.split(|&b| b == b'\n') {
         let line = String::from_utf8_lossy(line);
         let line = line.trim_end();
@@ -412,7 +437,7 @@ struct FcgiBody {
     keep: Duration,
     max_idle: usize,
     guard: Option<Outstanding>,
-    request_id: Rc<str>,
+    request_id: RequestId,
 }
 
 impl FcgiBody {

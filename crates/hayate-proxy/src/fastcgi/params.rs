@@ -15,7 +15,7 @@ use hayate_core::client_cert::{is_client_cert_field, ClientCert};
 use hayate_core::field::strip_port;
 use hayate_core::transport::Scheme;
 
-use super::record::push_pair;
+use super::record::{push_lengths, push_pair, push_pair_parts};
 use crate::request::CgiScript;
 use crate::ProxyRequest;
 
@@ -29,9 +29,16 @@ pub(crate) fn request_params(
     request_id: &[u8],
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(1024);
-    let mut pair = |name: &str, value: &[u8]| push_pair(&mut out, name.as_bytes(), value);
     let root = script.document_root.as_bytes();
-    let joined = |rest: &[u8]| [root, rest].concat();
+    // Pairs whose values are parts joined are written in place.
+    let (prefix, name, info) = (script.url_prefix, script.script_name, script.path_info);
+    push_pair_parts(&mut out, b"SCRIPT_FILENAME", &[root, name]);
+    push_pair_parts(&mut out, b"SCRIPT_NAME", &[prefix, name]);
+    push_pair_parts(&mut out, b"DOCUMENT_URI", &[prefix, name, info]);
+    if !info.is_empty() {
+        push_pair_parts(&mut out, b"PATH_TRANSLATED", &[root, info]);
+    }
+    let mut pair = |name: &str, value: &[u8]| push_pair(&mut out, name.as_bytes(), value);
     pair("GATEWAY_INTERFACE", b"CGI/1.1");
     pair("SERVER_SOFTWARE", b"hayate");
     pair("SERVER_PROTOCOL", script.protocol.as_bytes());
@@ -44,19 +51,7 @@ pub(crate) fn request_params(
         .map_or(&b""[..], |q| &req.target[q + 1..]);
     pair("QUERY_STRING", query);
     pair("DOCUMENT_ROOT", root);
-    pair("SCRIPT_FILENAME", &joined(script.script_name));
-    pair(
-        "SCRIPT_NAME",
-        &[script.url_prefix, script.script_name].concat(),
-    );
-    pair(
-        "DOCUMENT_URI",
-        &[script.url_prefix, script.script_name, script.path_info].concat(),
-    );
-    pair("PATH_INFO", script.path_info);
-    if !script.path_info.is_empty() {
-        pair("PATH_TRANSLATED", &joined(script.path_info));
-    }
+    pair("PATH_INFO", info);
     if let Some(t) = req.field(b"content-type") {
         pair("CONTENT_TYPE", t);
     }
@@ -89,46 +84,58 @@ pub(crate) fn request_params(
     if let Some(host) = req.host {
         pair("HTTP_HOST", host);
     }
-    for (name, value) in http_variables(req) {
-        push_pair(&mut out, &name, &value);
-    }
+    push_http_variables(&mut out, &req.headers);
     out
 }
 
 /// `HTTP_*` for each request field passed, repeated fields joined into one
-/// value (`, `, or `; ` for Cookie as RFC 9110 §5.3 and RFC 6265 §5.4 say).
-fn http_variables(req: &ProxyRequest<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut vars: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(req.headers.len());
-    for &(name, value) in &req.headers {
-        if name.contains(&b'_')
-            || name.eq_ignore_ascii_case(b"proxy")
-            || name.eq_ignore_ascii_case(b"host")
-            || name.eq_ignore_ascii_case(b"content-type")
-            || name.eq_ignore_ascii_case(b"content-length")
-            || name.eq_ignore_ascii_case(b"x-request-id")
-            || is_client_cert_field(name)
-        {
+/// value (`, `, or `; ` for Cookie as RFC 9110 §5.3 and RFC 6265 §5.4 say),
+/// written in place: a browser's dozen fields were two allocations each.
+/// Names map one to one (upper case, `-` to `_`; names with `_` are
+/// dropped), so fields of one name are the fields of one variable.
+fn push_http_variables(out: &mut Vec<u8>, fields: &[(&[u8], &[u8])]) {
+    for (i, &(name, value)) in fields.iter().enumerate() {
+        if !passed(name) {
             continue;
         }
-        let mut var = b"HTTP_".to_vec();
-        var.extend(name.iter().map(|&b| match b {
+        let same_name = |(other, _): &&(&[u8], &[u8])| other.eq_ignore_ascii_case(name);
+        // A repeated field went out with the first of its name.
+        if fields[..i].iter().any(|f| same_name(&f)) {
+            continue;
+        }
+        let later = || fields[i + 1..].iter().filter(same_name);
+        let sep: &[u8] = if name.eq_ignore_ascii_case(b"cookie") {
+            b"; "
+        } else {
+            b", "
+        };
+        let value_len = value.len() + later().map(|(_, v)| sep.len() + v.len()).sum::<usize>();
+        push_lengths(out, b"HTTP_".len() + name.len(), value_len);
+        out.extend_from_slice(b"HTTP_");
+        out.extend(name.iter().map(|&b| match b {
             b'-' => b'_',
             b => b.to_ascii_uppercase(),
         }));
-        match vars.iter_mut().find(|(n, _)| *n == var) {
-            Some((_, joined)) => {
-                let sep: &[u8] = if name.eq_ignore_ascii_case(b"cookie") {
-                    b"; "
-                } else {
-                    b", "
-                };
-                joined.extend_from_slice(sep);
-                joined.extend_from_slice(value);
-            }
-            None => vars.push((var, value.to_vec())),
+        out.extend_from_slice(value);
+        for (_, v) in later() {
+            out.extend_from_slice(sep);
+            out.extend_from_slice(v);
         }
     }
-    vars
+}
+
+/// Whether a request field becomes an `HTTP_*` variable: not one CGI
+/// names otherwise (Host, Content-Type, Content-Length), hayate's own
+/// (X-Request-Id, client certificate fields), `Proxy` (httpoxy) or a name
+/// with `_`.
+fn passed(name: &[u8]) -> bool {
+    !(name.contains(&b'_')
+        || name.eq_ignore_ascii_case(b"proxy")
+        || name.eq_ignore_ascii_case(b"host")
+        || name.eq_ignore_ascii_case(b"content-type")
+        || name.eq_ignore_ascii_case(b"content-length")
+        || name.eq_ignore_ascii_case(b"x-request-id")
+        || is_client_cert_field(name))
 }
 
 #[cfg(test)]

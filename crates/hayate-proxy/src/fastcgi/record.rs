@@ -73,15 +73,30 @@ pub(crate) fn request_start(params: &[u8]) -> Vec<u8> {
 /// Appends one name-value pair (§3.4: lengths below 128 in one byte, others
 /// in four with the top bit set).
 pub(crate) fn push_pair(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    for len in [name.len(), value.len()] {
+    push_lengths(out, name.len(), value.len());
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+}
+
+/// Appends a pair whose value is `parts` one after another, written in
+/// place rather than joined first (each join was an allocation).
+pub(crate) fn push_pair_parts(out: &mut Vec<u8>, name: &[u8], parts: &[&[u8]]) {
+    push_lengths(out, name.len(), parts.iter().map(|p| p.len()).sum());
+    out.extend_from_slice(name);
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+}
+
+/// A pair's name and value lengths, the bytes of both to follow.
+pub(crate) fn push_lengths(out: &mut Vec<u8>, name_len: usize, value_len: usize) {
+    for len in [name_len, value_len] {
         if len < 128 {
             out.push(len as u8);
         } else {
             out.extend_from_slice(&(len as u32 | 0x8000_0000).to_be_bytes());
         }
     }
-    out.extend_from_slice(name);
-    out.extend_from_slice(value);
 }
 
 /// A record read from the application.
