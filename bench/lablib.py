@@ -677,9 +677,14 @@ CASE_TEXT = {
     "PHP": "bench/apps/hello.php (echo \"hello world\") run by php-fpm with Debian's default pool (pm dynamic, "
            "max_children 5), started fresh for each setup; front server and php-fpm share core 0, wrk on core 1, "
            "100 connections. nginx (1 worker): fastcgi_pass with one connection per request (its default), and "
-           "with `keepalive 5` + `fastcgi_keep_conn on`; hayate (--workers 1): `--fastcgi` with "
-           "`--fastcgi-max-conns 5` (kept connections, never more than the pool's children; the rest wait in "
-           "hayate's queue). front µs CPU/req counts the front server only; the next column adds php-fpm's.",
+           "with `keepalive 5` + `fastcgi_keep_conn on`, these two with five parameters (SCRIPT_FILENAME, "
+           "SCRIPT_NAME, REQUEST_METHOD, QUERY_STRING, SERVER_PROTOCOL: less than any PHP app needs); "
+           "\"fastcgi-php.conf\" = kept connections and the PHP location of Debian's default site "
+           "(`include snippets/fastcgi-php.conf`: split_path_info, try_files, fastcgi.conf's full CGI "
+           "environment), the same work hayate does, and hayate's reference; hayate (--workers 1): `--fastcgi` "
+           "with `--fastcgi-max-conns 5` (kept connections, never more than the pool's children; the rest wait "
+           "in hayate's queue; the full CGI environment). front µs CPU/req counts the front server only; the "
+           "next column adds php-fpm's.",
     "P": "The proxy's own cost: the app is bench/ceiling (C epoll, a fixed 1 KiB answer in a few µs) on "
          "TCP or a Unix socket, sharing core 0 with the proxy; wrk on core 1, 100 connections. nginx: 1 worker, "
          "upstream keepalive 1024 (never fewer idle slots than connections, so it does not churn) + HTTP/1.1; "
