@@ -211,7 +211,8 @@ def parse_ab(text):
 
 
 PARSERS = {"wrk": parse_wrk, "sink": parse_wrk, "h2load": parse_h2load, "ab": parse_ab,
-           "tls-new": parse_wrk, "tls-resume": parse_wrk, "tls-bulk": parse_wrk, "h2load-h2": parse_h2load}
+           "tls-new": parse_wrk, "tls-resume": parse_wrk, "tls-bulk": parse_wrk, "h2load-h2": parse_h2load,
+           "h3load": parse_h2load}
 
 # bench/ceiling/tlsload.c's modes, by tool name
 TLSLOAD_MODES = {"tls-new": "new", "tls-resume": "resume", "tls-bulk": "bulk"}
@@ -381,6 +382,7 @@ CASE_TITLES = {
     "E": "E. Large file (100 MiB, sink client, 4 connections)",
     "T": "T. HTTPS (TLS 1.3, ECDSA P-256, the same certificate for both)",
     "H2": "H2. HTTP/2 over TLS 1.3 (h2load, the same certificate for both)",
+    "H3": "H3. HTTP/3 against Caddy (bench/h3load, the same certificate for both)",
     "GR": "GR. gRPC over h2c (grpc-go behind both; h2load sending gRPC calls)",
 }
 
@@ -439,6 +441,11 @@ TARGETS = {
     ("T", "full handshake, client certificate"): ("per core", ">=", 1.20),
     ("T", "keep-alive 1 KiB"): ("us_cpu_per_req", "<=", 0.85),
     ("T", "100 MiB"): ("mb_per_s", ">=", 1.00),
+    # issue 37: hayate's h3 against Caddy's h3 (the row "hayate h3"; its h2 row is the yardstick
+    # of "h3 CPU per request <= 1.5 x its own h2", read from the two rows)
+    ("H3", "static 1 KiB"): ("us_cpu_per_req", "<=", 0.60),
+    ("H3", "proxied 1 KiB"): ("us_cpu_per_req", "<=", 0.70),
+    ("H3", "100 MiB"): ("mb_per_s", ">=", 1.50),
     ("GR", "unary"): ("us_cpu_per_req", "<=", 0.75),
     # 100 messages a call: calls per core is messages per core / 100
     ("GR", "server stream"): ("per core", ">=", 1.30),
@@ -571,6 +578,13 @@ CASE_COLUMNS = {
            ("MB/s", _big_only(_c_mbs)), ("MB/s × ref", _big_only(_c_mbs_ratio)),
            ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
            ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
+           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
+    # HTTP/3: as H2, against Caddy
+    "H3": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
+           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu),
+           ("MB/s", _big_only(_c_mbs)), ("MB/s × ref", _big_only(_c_mbs_ratio)),
+           ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
+           ("target (hayate / Caddy)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
            ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     # gRPC: calls/s and CPU per call, the front alone and with the gRPC server; the issue's target
     "GR": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
@@ -744,6 +758,15 @@ CASE_TEXT = {
          "`ssl_client_certificate`; hayate `--tls-client-auth require --tls-client-ca`), tlsload presenting an "
          "ECDSA P-256 certificate that CA signed on every handshake; the preflight checks that a client without "
          "one is refused and one with it served.",
+    "H3": "Caddy " + "(`go install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9`, GOMAXPROCS=1, its "
+          "defaults: h3 on, no access log; `file_server` and `reverse_proxy` to the C ceiling) and hayate "
+          "(--workers 1, `--http3 true` on an https:// listener: HTTP/3 on its UDP port; GSO on, its default, "
+          "and off) with the same self-signed ECDSA P-256 certificate, pinned to core 0. bench/h3load on "
+          "core 1 (quic-go's HTTP/3 client: no packaged h2load speaks HTTP/3) keeps `streams` requests in "
+          "flight over connections of 10 streams (100 MiB: 4 connections, one stream each), every body "
+          "read and its length checked. `hayate h2` is the same hayate listener over TCP with h2load "
+          "(HTTP/2 over TLS 1.3): the yardstick of the issue's h3 ≤ 1.5 × h2. The client is slower than "
+          "both servers (client % near 100): compare CPU per request, not rps.",
     "H2": "nginx (1 worker, `listen ... ssl http2`, its HTTP/2 defaults: 128 streams, 8k chunks; no sendfile "
           "under TLS) and hayate (--workers 1, --listen https://, HTTP/2 on by default: 128 streams, windows "
           "1 MiB per stream and 2 MiB per connection, files read 64 KiB at a time) with the same ECDSA P-256 "
@@ -797,7 +820,7 @@ def make_report(run_dir):
     if meta.get("tools"):
         out.append("Tools: " + meta["tools"])
         out.append("")
-    for case in ("A", "B", "PHP", "C", "D", "P", "TR", "G", "R", "X", "L", "E", "T", "H2", "GR"):
+    for case in ("A", "B", "PHP", "C", "D", "P", "TR", "G", "R", "X", "L", "E", "T", "H2", "H3", "GR"):
         t = case_table(summaries, case)
         if not t:
             continue
@@ -1110,10 +1133,11 @@ class MemSampler(threading.Thread):
 # ------------------------------------------------------------------ one measurement
 
 def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_args=(), sink_bin=None,
-                 tlsload_bin=None, streams=1, data=None):
+                 tlsload_bin=None, streams=1, data=None, h3load=None):
     """The load tool's command line. CONC: connections, except for h2load-h2 where it is the
     streams in flight, STREAMS per connection (conc 100, streams 10: 10 connections). DATA:
-    a file h2load POSTs as each request's body (case GR's gRPC call)."""
+    a file h2load POSTs as each request's body (case GR's gRPC call). H3LOAD: (binary, CA file)
+    of bench/h3load, whose CONC counts streams in flight as h2load-h2's does."""
     secs = max(1, int(round(float(secs))))  # the tools take whole seconds
     if tool == "wrk":
         cmd = ["wrk", "-t1", f"-c{conc}", f"-d{secs}s", "--timeout", f"{timeout_s}s",
@@ -1139,6 +1163,11 @@ def tool_command(tool, url, conc, secs, timeout_s=5, headers=(), lua=None, lua_a
         for h in headers:
             cmd += ["-H", h]
         return cmd + [url]
+    if tool == "h3load":  # HTTP/3 (bench/h3load: quic-go), h2load's summary lines
+        streams = max(1, int(streams))
+        binary, ca = h3load or ("h3load", "")
+        return [str(binary), "-ca", str(ca), "-c", str(max(1, conc // streams)), "-m", str(streams),
+                "-d", str(secs), url]
     if tool == "ab":
         cmd = ["ab", "-q", "-r", "-c", str(conc), "-n", str(max(conc * 10, 1)), "-t", str(secs),
                "-s", str(timeout_s)]
@@ -1192,7 +1221,7 @@ def measure(a):
     except OSError:
         pass
     mk = lambda secs: tool_command(a.tool, a.url, a.conc, secs, a.timeout, a.header, a.lua, a.lua_arg, a.sink,
-                                   a.tlsload, a.streams, a.data)
+                                   a.tlsload, a.streams, a.data, (a.h3load, a.ca) if a.h3load else None)
     if a.warmup > 0:
         _run_tool(mk(a.warmup), a.client_cpus, a.warmup)
     kids = proc_children_map()
@@ -1449,6 +1478,8 @@ def main(argv=None):
     m.add_argument("--lua-arg", action="append", default=[])
     m.add_argument("--sink")
     m.add_argument("--tlsload", help="bench/ceiling/tlsload binary (tools tls-new, tls-resume, tls-bulk)")
+    m.add_argument("--h3load", help="bench/h3load binary (tool h3load)")
+    m.add_argument("--ca", help="the CA (PEM) h3load trusts")
     m.add_argument("--streams", type=int, default=1,
                    help="h2load-h2: streams per connection (--conc counts the streams in flight)")
     m.add_argument("--data", help="h2load: a file POSTed as each request's body")

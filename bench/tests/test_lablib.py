@@ -480,3 +480,23 @@ def test_load_warnings():
 if __name__ == "__main__":
     from runner import run_tests
     run_tests(globals())
+
+
+# bench/h3load's summary, as it prints it (h2load's lines)
+H3LOAD = """finished in 5.00s, 47942.36 req/s, 49.09MB/s
+requests: 239712 total, 239712 started, 239712 done, 239700 succeeded, 2 failed, 10 errored, 0 timeout
+status codes: 239700 2xx, 0 3xx, 2 4xx, 0 5xx
+traffic: 245452800 bytes (245452800) total
+time for request: 0us 11.72ms 2.08ms
+"""
+
+
+def test_h3load_command_and_summary():
+    c = lablib.tool_command("h3load", "https://127.0.0.1:9/1k.txt", 100, 8, streams=10,
+                            h3load=("/t/h3load", "/t/cert.pem"))
+    assert c == ["/t/h3load", "-ca", "/t/cert.pem", "-c", "10", "-m", "10", "-d", "8", "https://127.0.0.1:9/1k.txt"]
+    r = lablib.PARSERS["h3load"](H3LOAD)
+    assert r["requests"] == 239712 and r["bytes"] == 245452800
+    assert r["err_status"] == 2 and r["err_read"] == 10
+    assert abs(r["duration_s"] - 239712 / 47942.36) < 1e-9
+    assert abs(r["lat_mean_ms"] - 2.08) < 1e-9
