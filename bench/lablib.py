@@ -767,7 +767,7 @@ CASE_TEXT = {
           "and off) with the same self-signed ECDSA P-256 certificate, pinned to core 0. bench/h3load on "
           "core 1 (quic-go's HTTP/3 client: no packaged h2load speaks HTTP/3) keeps `streams` requests in "
           "flight over connections of 10 streams (100 MiB: 4 connections, one stream each), every body "
-          "read and its length checked. `hayate h2` is the same hayate listener over TCP with h2load "
+          "read and its length checked, no content coding asked for (as h2load). `hayate h2` is the same hayate listener over TCP with h2load "
           "(HTTP/2 over TLS 1.3): the yardstick of the issue's h3 ≤ 1.5 × h2. The client is slower than "
           "both servers (client % near 100): compare CPU per request, not rps.",
     "H2": "nginx (1 worker, `listen ... ssl http2`, its HTTP/2 defaults: 128 streams, 8k chunks; no sendfile "
