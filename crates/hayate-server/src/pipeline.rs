@@ -40,15 +40,13 @@ use std::borrow::Cow;
 use std::rc::Rc;
 use std::time::Instant;
 
-use hayate_compress::AcceptEncoding;
 use hayate_core::boxed::pinned;
 use hayate_core::client_body::ClientBody;
 use hayate_core::field::name_is;
 use hayate_core::transport::{Peer, Scheme};
-use hayate_core::{Coding, Response, Status};
+use hayate_core::{Response, Status};
 use hayate_proxy::{CgiScript, ClientPorts, ProxyRequest, UpstreamGroup};
 use hayate_static::scripts::{Script, ScriptRoot};
-use hayate_static::{Preconditions, StaticRequest, StaticRoot};
 
 use crate::cached::{Miss, RouteCache};
 use crate::policy::client_cert;
@@ -60,6 +58,9 @@ use crate::policy::{
     Access, AccessRequest, Admission, ForwardedClient, ResponseRequest, RoutePolicies,
 };
 use crate::router::{handler_path, Route, Router};
+
+mod files;
+pub(crate) use files::{serve_file, wants_json};
 use hayate_core::request::{RequestHead, Version};
 
 /// Where ACME's HTTP-01 challenges are fetched (RFC 8555 §8.3).
@@ -749,65 +750,4 @@ fn traced_fields<'r>(req: &'r RequestHead, ours: &'r [u8]) -> hayate_proxy::Requ
     fields.extend(all.filter(|(name, _)| !name_is(name, b"traceparent")));
     fields.push((b"traceparent", ours));
     fields
-}
-
-/// Inlined: once `serve` was inlined into `answer`, this stopped being
-/// and cost a file 92 instructions more (bench/instructions/run).
-/// `method` is the request's, or GET for an X-Accel-Redirect (`accel`).
-#[inline(always)]
-pub(crate) fn serve_file(
-    files: &StaticRoot,
-    req: &RequestHead,
-    method: &[u8],
-    path: &[u8],
-    now: Instant,
-) -> Option<Response> {
-    let accept = AcceptEncoding::parse(req.headers_named(b"accept-encoding"));
-    let choose = |available: &[Coding]| accept.choose(available.iter().copied());
-    // The first value of each field a file answer reads, in one pass over
-    // the fields: seven lookups, a scan each, cost 345 more of a static
-    // request's 7,534 instructions (bench/instructions/run).
-    let mut preconditions = Preconditions::default();
-    let (mut range, mut accept_types) = (None, None);
-    for (name, value) in req.fields() {
-        let slot = if name_is(name, b"if-match") {
-            &mut preconditions.if_match
-        } else if name_is(name, b"if-none-match") {
-            &mut preconditions.if_none_match
-        } else if name_is(name, b"if-modified-since") {
-            &mut preconditions.if_modified_since
-        } else if name_is(name, b"if-unmodified-since") {
-            &mut preconditions.if_unmodified_since
-        } else if name_is(name, b"if-range") {
-            &mut preconditions.if_range
-        } else if name_is(name, b"range") {
-            &mut range
-        } else if name_is(name, b"accept") {
-            &mut accept_types
-        } else {
-            continue;
-        };
-        slot.get_or_insert(value);
-    }
-    files.try_serve(&StaticRequest {
-        method,
-        path,
-        raw_path: req.path(),
-        query: req.query(),
-        preconditions,
-        range,
-        choose_coding: &choose,
-        wants_json: wants_json(accept_types),
-        now,
-    })
-}
-
-/// Whether the client prefers JSON (directory listings, error answers), by
-/// its Accept.
-#[inline]
-pub(crate) fn wants_json(accept: Option<&[u8]>) -> bool {
-    accept.is_some_and(|a| {
-        let a = String::from_utf8_lossy(a);
-        a.contains("application/json") && !a.contains("text/html")
-    })
 }

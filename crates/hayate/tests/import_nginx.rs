@@ -1582,7 +1582,6 @@ fn ghost_site_behaves_as_under_nginx() {
     );
     let origin = Origin::start(OriginOptions::default());
     let member = origin.url().trim_start_matches("http://").to_string();
-    let (_held, [plain, tls]) = two_ports();
     let pki = Pki::new();
     let site = std::fs::read_to_string(corpus().join("ghost.conf"))
         .expect("corpus")
@@ -1591,13 +1590,6 @@ fn ghost_site_behaves_as_under_nginx() {
             &root.display().to_string(),
         )
         .replace("127.0.0.1:2368", &member);
-    let site = with_certificate(
-        &pki,
-        &["blog.example.com"],
-        &on_test_ports(&site, &plain, &tls),
-        "/etc/letsencrypt/blog.example.com/fullchain.cer",
-        "/etc/letsencrypt/blog.example.com/blog.example.com.key",
-    );
     // Generating DH parameters takes seconds; hayate reports the line as
     // not needed (ECDHE only), so nginx goes without it here.
     let params = std::fs::read_to_string(corpus().join("snippets/ssl-params.conf"))
@@ -1605,12 +1597,18 @@ fn ghost_site_behaves_as_under_nginx() {
         .replace("ssl_dhparam /etc/nginx/snippets/dhparam.pem;", "");
     std::fs::create_dir_all(dir.path().join("snippets")).expect("mkdir");
     std::fs::write(dir.path().join("snippets/ssl-params.conf"), params).expect("write");
-    write_nginx_with_site(dir.path(), &site);
-    let nginx = Nginx::start(dir.path(), port_of(&plain));
-    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
-    let (_, hayate_tls) = hayate.next_address();
-    let client = TlsClient::trusting(&pki.ca());
-    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+    let both = start_over_tls(
+        dir.path(),
+        &site,
+        pki,
+        &["blog.example.com"],
+        (
+            "/etc/letsencrypt/blog.example.com/fullchain.cer",
+            "/etc/letsencrypt/blog.example.com/blog.example.com.key",
+        ),
+    );
+    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
+    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let requests = requests(
         "blog.example.com",
@@ -1626,8 +1624,8 @@ fn ghost_site_behaves_as_under_nginx() {
         ],
     );
     let over_tls = differences(
-        Via::Tls(nginx_tls, &client),
-        Via::Tls(hayate_tls, &client),
+        Via::Tls(nginx_tls, client),
+        Via::Tls(hayate_tls, client),
         &requests,
     );
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
@@ -1640,9 +1638,9 @@ fn ghost_site_behaves_as_under_nginx() {
             "HEAD /text?n=10:",
             "GET /.well-known/acme-challenge/token1:",
         ],
-        &report,
+        report,
         &["server: carried with a difference: hayate has one site per name: its response_headers now apply on every listener"],
-        &nginx,
+        nginx,
     );
     // Each plain difference is those three fields and nothing else.
     let ssl_params = "\"x-frame-options: SAMEORIGIN\", \"x-content-type-options: nosniff\", \
@@ -1659,8 +1657,8 @@ fn ghost_site_behaves_as_under_nginx() {
     for (via, scheme) in [
         (Via::Plain(nginx.addr), "http"),
         (Via::Plain(hayate.addr), "http"),
-        (Via::Tls(nginx_tls, &client), "https"),
-        (Via::Tls(hayate_tls, &client), "https"),
+        (Via::Tls(nginx_tls, client), "https"),
+        (Via::Tls(hayate_tls, client), "https"),
     ] {
         let echo = Request {
             method: GET,
@@ -1680,6 +1678,45 @@ fn ghost_site_behaves_as_under_nginx() {
         assert_eq!(echo.header("x-forwarded-proto"), Some(scheme));
     }
     hayate.assert_no_errors();
+}
+
+/// nginx and hayate from its import, each on a plain and a TLS port: the
+/// server file `site` (its paths set) with a certificate from `pki` for
+/// `names` written where it names `cert` and `key`.
+struct OverTls {
+    _held: [socket2::Socket; 2],
+    nginx: Nginx,
+    hayate: Hayate,
+    /// The import's report.
+    report: String,
+    nginx_tls: SocketAddr,
+    hayate_tls: SocketAddr,
+    /// A client trusting `pki`'s CA.
+    client: TlsClient,
+}
+
+fn start_over_tls(
+    dir: &Path,
+    site: &str,
+    pki: Pki,
+    names: &[&str],
+    (cert, key): (&str, &str),
+) -> OverTls {
+    let (held, [plain, tls]) = two_ports();
+    let site = with_certificate(&pki, names, &on_test_ports(site, &plain, &tls), cert, key);
+    write_nginx_with_site(dir, &site);
+    let nginx = Nginx::start(dir, port_of(&plain));
+    let (hayate, report) = hayate_from_import(dir, &[&plain, &tls]);
+    let (_, hayate_tls) = hayate.next_address();
+    OverTls {
+        _held: held,
+        nginx,
+        hayate,
+        report,
+        nginx_tls: tls.parse().expect("addr"),
+        hayate_tls,
+        client: TlsClient::trusting(&pki.ca()),
+    }
 }
 
 /// The port of `127.0.0.1:PORT`.
@@ -1706,8 +1743,8 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
         std::fs::create_dir_all(&html).expect("mkdir");
         html
     });
-    let (_held, [plain, tls]) = two_ports();
     let pki = Pki::new();
+    let ca = pki.ca().display().to_string();
     let site = std::fs::read_to_string(corpus().join("mozilla-intermediate.conf"))
         .expect("corpus")
         // Debian 12's nginx (1.22) predates the http2 directive (1.25.1):
@@ -1717,23 +1754,19 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
         // Generating DH parameters takes seconds; hayate reports the line
         // as not needed (ECDHE only).
         .replace("ssl_dhparam /path/to/dhparam;", "")
-        .replace(
-            "/path/to/root_CA_cert_plus_intermediates",
-            &pki.ca().display().to_string(),
-        );
-    let site = with_certificate(
-        &pki,
+        .replace("/path/to/root_CA_cert_plus_intermediates", &ca);
+    let both = start_over_tls(
+        dir.path(),
+        &site,
+        pki,
         &["example.org"],
-        &on_test_ports(&site, &plain, &tls),
-        "/path/to/signed_cert_plus_intermediates",
-        "/path/to/private_key",
+        (
+            "/path/to/signed_cert_plus_intermediates",
+            "/path/to/private_key",
+        ),
     );
-    write_nginx_with_site(dir.path(), &site);
-    let nginx = Nginx::start(dir.path(), port_of(&plain));
-    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
-    let (_, hayate_tls) = hayate.next_address();
-    let client = TlsClient::trusting(&pki.ca());
-    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
+    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let requests = requests(
         "example.org",
@@ -1747,14 +1780,14 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
         ],
     );
     let over_tls = differences(
-        Via::Tls(nginx_tls, &client),
-        Via::Tls(hayate_tls, &client),
+        Via::Tls(nginx_tls, client),
+        Via::Tls(hayate_tls, client),
         &requests,
     );
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
     // HSTS on every status, as `always` asks.
     for addr in [nginx_tls, hayate_tls] {
-        let r = send(Via::Tls(addr, &client), &requests[4]);
+        let r = send(Via::Tls(addr, client), &requests[4]);
         assert_eq!(r.status, 404);
         assert_eq!(
             r.header("strict-transport-security"),
@@ -1801,7 +1834,6 @@ fn discourse_behaves_as_under_nginx() {
         unix: Some(socket.clone()),
         ..Default::default()
     });
-    let (_held, [plain, tls]) = two_ports();
     let pki = Pki::new();
     let site = std::fs::read_to_string(corpus().join("discourse.conf"))
         .expect("corpus")
@@ -1809,19 +1841,18 @@ fn discourse_behaves_as_under_nginx() {
             "/var/discourse/shared/standalone/nginx.http.sock",
             &socket.display().to_string(),
         );
-    let site = with_certificate(
-        &pki,
+    let both = start_over_tls(
+        dir.path(),
+        &site,
+        pki,
         &["forum.example.com"],
-        &on_test_ports(&site, &plain, &tls),
-        "/var/discourse/shared/standalone/ssl/forum.example.com.cer",
-        "/var/discourse/shared/standalone/ssl/forum.example.com.key",
+        (
+            "/var/discourse/shared/standalone/ssl/forum.example.com.cer",
+            "/var/discourse/shared/standalone/ssl/forum.example.com.key",
+        ),
     );
-    write_nginx_with_site(dir.path(), &site);
-    let nginx = Nginx::start(dir.path(), port_of(&plain));
-    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
-    let (_, hayate_tls) = hayate.next_address();
-    let client = TlsClient::trusting(&pki.ca());
-    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
+    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let requests = requests_with_bodies(
         "forum.example.com",
@@ -1835,8 +1866,8 @@ fn discourse_behaves_as_under_nginx() {
         ],
     );
     let over_tls = differences(
-        Via::Tls(nginx_tls, &client),
-        Via::Tls(hayate_tls, &client),
+        Via::Tls(nginx_tls, client),
+        Via::Tls(hayate_tls, client),
         &requests,
     );
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
@@ -1847,7 +1878,7 @@ fn discourse_behaves_as_under_nginx() {
             host: "forum.example.com",
             body: b"",
         };
-        let r = send(Via::Tls(addr, &client), &echo);
+        let r = send(Via::Tls(addr, client), &echo);
         let echo = hayate_testkit::origin::Echo::parse(&String::from_utf8_lossy(&r.body));
         assert_eq!(echo.target, "/echo?a=1");
         assert_eq!(echo.header("host"), Some("forum.example.com"), "{addr}");
@@ -1911,7 +1942,6 @@ fn mastodon_behaves_as_under_nginx() {
     let puma = Origin::start(OriginOptions::default());
     let streaming = Origin::start(OriginOptions::default());
     let member = |o: &Origin| o.url().trim_start_matches("http://").to_string();
-    let (_held, [plain, tls]) = two_ports();
     let pki = Pki::new();
     let conf = std::fs::read_to_string(corpus().join("mastodon.conf"))
         .expect("corpus")
@@ -1922,21 +1952,20 @@ fn mastodon_behaves_as_under_nginx() {
         )
         .replace("127.0.0.1:3000", &member(&puma))
         .replace("127.0.0.1:4000", &member(&streaming));
-    let conf = with_certificate(
-        &pki,
-        &["social.example.com"],
-        &on_test_ports(&conf, &plain, &tls),
-        "/etc/letsencrypt/live/social.example.com/fullchain.pem",
-        "/etc/letsencrypt/live/social.example.com/privkey.pem",
-    );
     // The corpus file is a set of http-level directives: nginx.conf
     // includes it in its http block.
-    write_nginx_with_site(dir.path(), &conf);
-    let nginx = Nginx::start(dir.path(), port_of(&plain));
-    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
-    let (_, hayate_tls) = hayate.next_address();
-    let client = TlsClient::trusting(&pki.ca());
-    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+    let both = start_over_tls(
+        dir.path(),
+        &conf,
+        pki,
+        &["social.example.com"],
+        (
+            "/etc/letsencrypt/live/social.example.com/fullchain.pem",
+            "/etc/letsencrypt/live/social.example.com/privkey.pem",
+        ),
+    );
+    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
+    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let asked = requests(
         "social.example.com",
@@ -1955,24 +1984,24 @@ fn mastodon_behaves_as_under_nginx() {
         ],
     );
     let over_tls = differences(
-        Via::Tls(nginx_tls, &client),
-        Via::Tls(hayate_tls, &client),
+        Via::Tls(nginx_tls, client),
+        Via::Tls(hayate_tls, client),
         &asked,
     );
     // The assets' month of Cache-Control is on a regex location.
     assert_only_reported(
         &over_tls,
         &["GET /packs/js/app.js:"],
-        &report,
+        report,
         &["site.conf:58: add_header: not carried"],
-        &nginx,
+        nginx,
     );
     // What Puma and the streaming server are told.
     for addr in [nginx_tls, hayate_tls] {
         for (path, origin) in [("/@alice", &puma), ("/api/v1/streaming", &streaming)] {
             let before = origin.count(path);
             let r = send(
-                Via::Tls(addr, &client),
+                Via::Tls(addr, client),
                 &Request {
                     method: GET,
                     path,
@@ -1999,7 +2028,7 @@ fn mastodon_behaves_as_under_nginx() {
         ],
     );
     let on_80 = differences(nginx.addr, hayate.addr, &plain_requests);
-    assert_only_reported(&on_80, &[], &report, &[], &nginx);
+    assert_only_reported(&on_80, &[], report, &[], nginx);
     hayate.assert_no_errors();
 }
 
@@ -2041,7 +2070,6 @@ fn nextcloud_behaves_as_under_nginx() {
         ],
     );
     let fpm = shared_php_fpm();
-    let (_held, [plain, tls]) = two_ports();
     let pki = Pki::new();
     let conf = std::fs::read_to_string(corpus().join("nextcloud.conf"))
         .expect("corpus")
@@ -2050,19 +2078,18 @@ fn nextcloud_behaves_as_under_nginx() {
             "server unix:/run/php/php8.2-fpm.sock;",
             &format!("server unix:{};", fpm.socket().display()),
         );
-    let conf = with_certificate(
-        &pki,
+    let both = start_over_tls(
+        dir.path(),
+        &conf,
+        pki,
         &["cloud.example.com"],
-        &on_test_ports(&conf, &plain, &tls),
-        "/etc/ssl/nginx/cloud.example.com.crt",
-        "/etc/ssl/nginx/cloud.example.com.key",
+        (
+            "/etc/ssl/nginx/cloud.example.com.crt",
+            "/etc/ssl/nginx/cloud.example.com.key",
+        ),
     );
-    write_nginx_with_site(dir.path(), &conf);
-    let nginx = Nginx::start(dir.path(), port_of(&plain));
-    let (hayate, report) = hayate_from_import(dir.path(), &[&plain, &tls]);
-    let (_, hayate_tls) = hayate.next_address();
-    let client = TlsClient::trusting(&pki.ca());
-    let nginx_tls: SocketAddr = tls.parse().expect("addr");
+    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
+    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let asked = requests_with_bodies(
         "cloud.example.com",
@@ -2096,8 +2123,8 @@ fn nextcloud_behaves_as_under_nginx() {
         ],
     );
     let over_tls = differences(
-        Via::Tls(nginx_tls, &client),
-        Via::Tls(hayate_tls, &client),
+        Via::Tls(nginx_tls, client),
+        Via::Tls(hayate_tls, client),
         &asked,
     );
     // The assets' six months of expiry are on a regex location.
@@ -2108,9 +2135,9 @@ fn nextcloud_behaves_as_under_nginx() {
             "GET /core/js/main.js?v=3:",
             "GET /core/img/logo.svg:",
         ],
-        &report,
+        report,
         &["site.conf:84: expires: not carried"],
-        &nginx,
+        nginx,
     );
     hayate.assert_no_errors();
 }
