@@ -582,13 +582,6 @@ CASE_COLUMNS = {
            ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
            ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
            ("peak RSS MB", _c_rss), ("errors", _c_errors)],
-    # HTTP/3: as H2, against Caddy
-    "H3": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
-           ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("µs CPU/req (proxy + app)", _c_setup_cpu),
-           ("MB/s", _big_only(_c_mbs)), ("MB/s × ref", _big_only(_c_mbs_ratio)),
-           ("µs CPU/MB", _big_only(_c_cpu_mb)), ("CPU/MB × ref", _big_only(_c_cpu_mb_ratio)),
-           ("target (hayate / Caddy)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
-           ("peak RSS MB", _c_rss), ("errors", _c_errors)],
     # gRPC: calls/s and CPU per call, the front alone and with the gRPC server; the issue's target
     "GR": [("load", None), ("streams", None), ("contender", None), ("rps", _c_rps), ("rps × ref", _c_rps_ratio),
            ("µs CPU/req", _c_cpu), ("CPU × ref", _c_cpu_ratio), ("per core/s", _c_per_core),
@@ -596,6 +589,9 @@ CASE_COLUMNS = {
            ("target (hayate / nginx)", _c_target), ("server %", _c_server_pct), ("client %", _c_client_pct),
            ("peak RSS MB", _c_rss), ("errors", _c_errors)],
 }
+# HTTP/3: H2's columns, against Caddy
+CASE_COLUMNS["H3"] = [("target (hayate / Caddy)", f) if name.startswith("target") else (name, f)
+                      for name, f in CASE_COLUMNS["H2"]]
 _GROUP_CELL = {"file": "variant", "handler": "variant", "load": "variant", "concurrency": "conc", "workers": "workers",
                "contender": "contender", "setup": "contender", "streams": "conc"}
 

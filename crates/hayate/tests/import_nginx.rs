@@ -1607,8 +1607,14 @@ fn ghost_site_behaves_as_under_nginx() {
             "/etc/letsencrypt/blog.example.com/blog.example.com.key",
         ),
     );
-    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
-    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
+    let (nginx, hayate, report, nginx_tls, hayate_tls, client) = (
+        &both.nginx,
+        &both.hayate,
+        &both.report,
+        both.nginx_tls,
+        both.hayate_tls,
+        &both.client,
+    );
 
     let requests = requests(
         "blog.example.com",
@@ -1623,11 +1629,7 @@ fn ghost_site_behaves_as_under_nginx() {
             (GET, "/blog/.well-known"),
         ],
     );
-    let over_tls = differences(
-        Via::Tls(nginx_tls, client),
-        Via::Tls(hayate_tls, client),
-        &requests,
-    );
+    let over_tls = both.differences_over_tls(&requests);
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
     let plain = differences(nginx.addr, hayate.addr, &requests);
     assert_only_reported(
@@ -1719,6 +1721,35 @@ fn start_over_tls(
     }
 }
 
+impl OverTls {
+    /// Sends every request to both over TLS: the differences, one line each.
+    fn differences_over_tls(&self, requests: &[Request]) -> Vec<String> {
+        let via = |addr| Via::Tls(addr, &self.client);
+        differences(via(self.nginx_tls), via(self.hayate_tls), requests)
+    }
+
+    /// A plain-HTTP request for `path` goes to HTTPS with its path and
+    /// query: nginx's `return 301 https://$host$request_uri` (port 443),
+    /// hayate's https_redirect (308, which keeps the method, to its TLS
+    /// listener's port): the difference the import reports.
+    fn assert_plain_goes_to_https(&self, host: &'static str, path: &'static str) {
+        let to_https = Request {
+            method: GET,
+            path,
+            host,
+            body: b"",
+        };
+        let nginx_said = send(self.nginx.addr, &to_https);
+        assert_eq!(nginx_said.status, 301);
+        let want = format!("https://{host}{path}");
+        assert_eq!(nginx_said.header("location"), Some(want.as_str()));
+        let hayate_said = send(self.hayate.addr, &to_https);
+        assert_eq!(hayate_said.status, 308);
+        let want = format!("https://{host}:{}{path}", self.hayate_tls.port());
+        assert_eq!(hayate_said.header("location"), Some(want.as_str()));
+    }
+}
+
 /// The port of `127.0.0.1:PORT`.
 fn port_of(addr: &str) -> u16 {
     addr.rsplit(':')
@@ -1765,8 +1796,13 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
             "/path/to/private_key",
         ),
     );
-    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
-    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
+    let (hayate, report, nginx_tls, hayate_tls, client) = (
+        &both.hayate,
+        &both.report,
+        both.nginx_tls,
+        both.hayate_tls,
+        &both.client,
+    );
 
     let requests = requests(
         "example.org",
@@ -1779,11 +1815,7 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
             (GET, "/50x.html"),
         ],
     );
-    let over_tls = differences(
-        Via::Tls(nginx_tls, client),
-        Via::Tls(hayate_tls, client),
-        &requests,
-    );
+    let over_tls = both.differences_over_tls(&requests);
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
     // HSTS on every status, as `always` asks.
     for addr in [nginx_tls, hayate_tls] {
@@ -1796,24 +1828,7 @@ fn mozilla_intermediate_behaves_as_under_nginx() {
     }
 
     // Port 80: both send the client to HTTPS with the path and query.
-    let to_https = Request {
-        method: GET,
-        path: "/a/b?c=d",
-        host: "example.org",
-        body: b"",
-    };
-    let nginx_said = send(nginx.addr, &to_https);
-    assert_eq!(nginx_said.status, 301);
-    assert_eq!(
-        nginx_said.header("location"),
-        Some("https://example.org/a/b?c=d")
-    );
-    let hayate_said = send(hayate.addr, &to_https);
-    assert_eq!(hayate_said.status, 308);
-    assert_eq!(
-        hayate_said.header("location"),
-        Some(format!("https://example.org:{}/a/b?c=d", hayate_tls.port()).as_str())
-    );
+    both.assert_plain_goes_to_https("example.org", "/a/b?c=d");
     assert!(
         report.contains("site.conf:4: server: not needed: this server only redirects to HTTPS")
             && report.contains("with 308"),
@@ -1851,8 +1866,13 @@ fn discourse_behaves_as_under_nginx() {
             "/var/discourse/shared/standalone/ssl/forum.example.com.key",
         ),
     );
-    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
-    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
+    let (hayate, report, nginx_tls, hayate_tls, client) = (
+        &both.hayate,
+        &both.report,
+        both.nginx_tls,
+        both.hayate_tls,
+        &both.client,
+    );
 
     let requests = requests_with_bodies(
         "forum.example.com",
@@ -1865,11 +1885,7 @@ fn discourse_behaves_as_under_nginx() {
             ("POST", "/text?n=20", b"title=hello&raw=world"),
         ],
     );
-    let over_tls = differences(
-        Via::Tls(nginx_tls, client),
-        Via::Tls(hayate_tls, client),
-        &requests,
-    );
+    let over_tls = both.differences_over_tls(&requests);
     assert!(over_tls.is_empty(), "differences:\n{}", over_tls.join("\n"));
     for addr in [nginx_tls, hayate_tls] {
         let echo = Request {
@@ -1888,30 +1904,7 @@ fn discourse_behaves_as_under_nginx() {
     }
     assert!(origin.requests() >= 14, "every request reached the socket");
 
-    let to_https = Request {
-        method: GET,
-        path: "/t/welcome/1",
-        host: "forum.example.com",
-        body: b"",
-    };
-    let nginx_said = send(nginx.addr, &to_https);
-    assert_eq!(nginx_said.status, 301);
-    assert_eq!(
-        nginx_said.header("location"),
-        Some("https://forum.example.com/t/welcome/1")
-    );
-    let hayate_said = send(hayate.addr, &to_https);
-    assert_eq!(hayate_said.status, 308);
-    assert_eq!(
-        hayate_said.header("location"),
-        Some(
-            format!(
-                "https://forum.example.com:{}/t/welcome/1",
-                hayate_tls.port()
-            )
-            .as_str()
-        )
-    );
+    both.assert_plain_goes_to_https("forum.example.com", "/t/welcome/1");
     assert!(
         report.contains("site.conf:7: server: not needed: this server only redirects to HTTPS"),
         "{report}"
@@ -1964,8 +1957,14 @@ fn mastodon_behaves_as_under_nginx() {
             "/etc/letsencrypt/live/social.example.com/privkey.pem",
         ),
     );
-    let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
-    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
+    let (nginx, hayate, report, nginx_tls, hayate_tls, client) = (
+        &both.nginx,
+        &both.hayate,
+        &both.report,
+        both.nginx_tls,
+        both.hayate_tls,
+        &both.client,
+    );
 
     let asked = requests(
         "social.example.com",
@@ -1983,11 +1982,7 @@ fn mastodon_behaves_as_under_nginx() {
             (GET, "/status?code=404"),
         ],
     );
-    let over_tls = differences(
-        Via::Tls(nginx_tls, client),
-        Via::Tls(hayate_tls, client),
-        &asked,
-    );
+    let over_tls = both.differences_over_tls(&asked);
     // The assets' month of Cache-Control is on a regex location.
     assert_only_reported(
         &over_tls,
@@ -2089,7 +2084,6 @@ fn nextcloud_behaves_as_under_nginx() {
         ),
     );
     let (nginx, hayate, report) = (&both.nginx, &both.hayate, &both.report);
-    let (nginx_tls, hayate_tls, client) = (both.nginx_tls, both.hayate_tls, &both.client);
 
     let asked = requests_with_bodies(
         "cloud.example.com",
@@ -2122,11 +2116,7 @@ fn nextcloud_behaves_as_under_nginx() {
             (GET, "/missing.php", b""),
         ],
     );
-    let over_tls = differences(
-        Via::Tls(nginx_tls, client),
-        Via::Tls(hayate_tls, client),
-        &asked,
-    );
+    let over_tls = both.differences_over_tls(&asked);
     // The assets' six months of expiry are on a regex location.
     assert_only_reported(
         &over_tls,
