@@ -5,15 +5,17 @@
 // serves under load is here: static files (304, ranges, precompressed and
 // compressed-once variants, a large file), the proxy over TCP and a Unix
 // socket (GET, POST with a body, on-the-fly compression), cache hits, HTTPS
-// with HTTP/1.1 and HTTP/2, h2c, and FastCGI.
+// with HTTP/1.1 and HTTP/2, h2c, FastCGI, a site with rules and an
+// X-Accel-Redirect route, and HTTP/3 when a client for it is given.
 //
-// usage: node pgo/train.mjs HAYATE_BIN [--seconds S]
-//   S: seconds per phase (default 3; ten phases). Every answer is checked:
-//   a wrong status or body ends the run with an error, so a profile is
-//   never taken from a hayate that failed its requests.
+// usage: node pgo/train.mjs HAYATE_BIN [--seconds S] [--h3load H3LOAD_BIN]
+//   S: seconds per phase (default 3; eleven phases, thirteen with HTTP/3).
+//   Every answer is checked: a wrong status or body ends the run with an
+//   error, so a profile is never taken from a hayate that failed its
+//   requests.
 //
-// Node only (http, https, http2 are built in): the training needs no tool
-// a fresh machine lacks.
+// Node only (http, https, http2 are built in) but for HTTP/3: the training
+// needs no tool a fresh machine lacks.
 import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, existsSync } from "node:fs";
 import http from "node:http";
@@ -31,6 +33,10 @@ if (!bin) {
 }
 const si = args.indexOf("--seconds");
 const SECONDS = si >= 0 ? Number(args[si + 1]) : 3;
+// bench/h3load (quic-go's HTTP/3 client; pgo/build builds it where Go is):
+// without it HTTP/3 is not trained, and its code is compiled as cold.
+const hi = args.indexOf("--h3load");
+const H3LOAD = hi >= 0 ? args[hi + 1] : null;
 if (!(SECONDS > 0)) {
     console.error(`--seconds: not a positive number: ${args[si + 1]}`);
     process.exit(2);
@@ -86,6 +92,10 @@ function app(req, res) {
     if (req.url.startsWith("/api/json")) {
         res.writeHead(200, { "Content-Type": "application/json" });
         res.end(json);
+    } else if (req.url.startsWith("/download")) {
+        // The front serves the file it names from an internal route.
+        res.writeHead(200, { "Content-Type": "text/plain", "X-Accel-Redirect": "/protected/1k.txt" });
+        res.end();
     } else if (req.url.startsWith("/cached")) {
         res.writeHead(200, { "Content-Type": "text/plain", "Cache-Control": "public, max-age=3600" });
         res.end(text1k);
@@ -257,7 +267,8 @@ const front = await startHayate(
     "front",
     [site, "--listen", `127.0.0.1:${plain}`, "--listen", `https://127.0.0.1:${tls}`, "--tls", "internal",
      "--state-dir", state, "--https-redirect=false", "--workers", "1",
-     "--access-log", path.join(tmp, "access.log"), "--proxy", `http://127.0.0.1:${appPort}`],
+     "--access-log", path.join(tmp, "access.log"), "--proxy", `http://127.0.0.1:${appPort}`,
+     ...(H3LOAD ? ["--http3", "true"] : [])],
     () => h1(http, undefined, plain, { path: "/1k.txt" }).then(([s]) => s === 200 || Promise.reject()),
 );
 const caPath = path.join(state, "local-ca", "ca.crt");
@@ -317,6 +328,29 @@ await phase(
     expect(200, 1024),
 );
 for (const s of sessions) s.close();
+// HTTP/3 on the same listener's UDP port: a file and the proxy.
+async function h3phase(name, p) {
+    const [code, text] = await new Promise((resolve) => {
+        const argv = ["-ca", caPath, "-c", "4", "-m", "8", "-d", String(SECONDS), `https://127.0.0.1:${tls}${p}`];
+        const c = spawn(H3LOAD, argv, { stdio: ["ignore", "pipe", "pipe"] });
+        let out = "";
+        c.stdout.on("data", (d) => (out += d));
+        c.stderr.on("data", (d) => (out += d));
+        const killer = setTimeout(() => c.kill("SIGKILL"), SECONDS * 1000 + ANSWER_WITHIN);
+        c.on("error", (e) => resolve([-1, e.message]));
+        c.on("exit", (code) => {
+            clearTimeout(killer);
+            resolve([code, out]);
+        });
+    });
+    const m = /(\d+) succeeded, (\d+) failed, (\d+) errored/.exec(text);
+    if (code !== 0 || !m || m[1] === "0" || m[2] !== "0" || m[3] !== "0") fail(`${name}: ${text.trim()}`);
+    console.log(`pgo/train: ${name}: ${m[1]} requests`);
+}
+if (H3LOAD) {
+    await h3phase("http/3 static", "/1k.txt");
+    await h3phase("http/3 proxied", "/");
+}
 const h2c = http2.connect(`http://127.0.0.1:${plain}`);
 h2c.on("error", (e) => fail(`h2c session: ${e.message}`));
 await phase("h2c", (i) => h2(h2c, { ":path": i % 2 ? "/page.html" : "/api/json", "accept-encoding": "gzip" }), expect(200));
@@ -349,6 +383,36 @@ await backend("unix", empty, ["--proxy", `unix:${appSock}`], "/", (req) =>
 // FastCGI: the front controller (index.php) for a path that is no file.
 await backend("fastcgi", site, ["--fastcgi", `unix:${fcgiSock}`], "/app", (req) =>
     phase("fastcgi", (i) => req(`/app/item/${i}`), expect(200, 1024)),
+);
+// A site with rules a request passes through (5 prefix redirects, 10
+// regex ones, header rules, as the lab's case R) and an internal route the
+// app hands files to with X-Accel-Redirect (case X).
+const rules = path.join(tmp, "rules.toml");
+writeFileSync(
+    rules,
+    [
+        "[[site]]",
+        `proxy = ["http://127.0.0.1:${appPort}"]`,
+        'response_headers = { "X-Frame-Options" = "DENY", "-X-Powered-By" = "", "?Cache-Control" = "no-cache" }',
+        ...Array.from({ length: 5 }, (_, i) => `[[site.rule]]\nprefix = "/old${i}/"\nredirect_prefix = "/new${i}/"`),
+        ...Array.from({ length: 10 }, (_, i) => `[[site.rule]]\nmatch = "^/blog${i}/(\\\\d+)/?$"\nredirect = "/posts${i}/$1"`),
+        "[[site.route]]",
+        'prefix = "/protected/"',
+        `root = ${JSON.stringify(site)}`,
+        "strip_prefix = true",
+        "internal = true",
+        "",
+    ].join("\n"),
+);
+await backend("rules", empty, ["--config", rules], "/", (req) =>
+    phase(
+        "site rules, X-Accel-Redirect",
+        (i) => [() => req("/"), () => req("/download"), () => req(`/blog${i % 10}/${i}`)][i % 3](),
+        ([s, , b], i) =>
+            [s === 200 && b.length === 1024, s === 200 && b.length === 1024, s === 308][i % 3]
+                ? null
+                : `site rules ${i % 3}: status ${s}, ${b.length} bytes`,
+    ),
 );
 await backend("cache", empty, ["--proxy", `http://127.0.0.1:${appPort}`, "--cache", "1h"], "/cached", (req) =>
     phase("cache hit", (i) => req(`/cached?k=${i % 16}`), expect(200, 1024)),

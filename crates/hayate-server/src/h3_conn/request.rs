@@ -7,7 +7,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
-use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use hayate_core::transport::TlsInfo;
 use hayate_core::{Body, Fields, Status};
 use tokio::sync::Notify;
 
-use super::{early, header_timeout, send, Connection};
+use super::{early, header_timeout, send, Connection, InFlight};
 use crate::access_log::{self, Served};
 use crate::http_map::{self, connection_specific, field_lines, malformed, padded_field, Sent};
 use crate::pipeline::{self, Answer};
@@ -43,7 +42,7 @@ type Recv = RequestStream<h3_quinn::RecvStream, Bytes>;
 type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// Serves the request on a stream the client opened.
-pub(super) async fn serve(resolver: Resolver, conn: Rc<Connection>) {
+pub(super) async fn serve(resolver: Resolver, conn: InFlight) {
     let timeout = header_timeout(&conn.worker);
     let (request, stream) = match tokio::time::timeout(timeout, resolver.resolve_request()).await {
         Ok(Ok(r)) => r,
