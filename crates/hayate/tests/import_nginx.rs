@@ -1607,14 +1607,15 @@ fn ghost_site_behaves_as_under_nginx() {
             "/etc/letsencrypt/blog.example.com/blog.example.com.key",
         ),
     );
-    let (nginx, hayate, report, nginx_tls, hayate_tls, client) = (
-        &both.nginx,
-        &both.hayate,
-        &both.report,
-        both.nginx_tls,
-        both.hayate_tls,
-        &both.client,
-    );
+    let OverTls {
+        ref nginx,
+        ref hayate,
+        ref report,
+        nginx_tls,
+        hayate_tls,
+        ref client,
+        ..
+    } = both;
 
     let requests = requests(
         "blog.example.com",
@@ -1957,14 +1958,15 @@ fn mastodon_behaves_as_under_nginx() {
             "/etc/letsencrypt/live/social.example.com/privkey.pem",
         ),
     );
-    let (nginx, hayate, report, nginx_tls, hayate_tls, client) = (
-        &both.nginx,
-        &both.hayate,
-        &both.report,
-        both.nginx_tls,
-        both.hayate_tls,
-        &both.client,
-    );
+    let OverTls {
+        ref nginx,
+        ref hayate,
+        ref report,
+        nginx_tls,
+        hayate_tls,
+        ref client,
+        ..
+    } = both;
 
     let asked = requests(
         "social.example.com",
