@@ -10,15 +10,18 @@ use hayate_testkit::run_to_end;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
-/// Runs `node pgo/train.mjs HAYATE --seconds 0.2`: whether it succeeded, and
-/// its output. The script bounds itself (every answer within 10 s, every
-/// start within 30 s), so it ends whatever hayate does.
+/// Runs `node pgo/train.mjs HAYATE --seconds 0.2 --h3load H3LOAD` (bench/h3load,
+/// installed by `scripts/test`): whether it succeeded, and its output. The
+/// script bounds itself (every answer within 10 s, every start within 30 s),
+/// so it ends whatever hayate does.
 fn train(hayate: &str) -> (bool, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pgo/train.mjs");
+    let h3load = hayate_testkit::pebble::go_binary("h3load", ". in bench/h3load");
     run_to_end(
         Command::new("node")
             .arg(&script)
-            .args([hayate, "--seconds", "0.2"]),
+            .args([hayate, "--seconds", "0.2", "--h3load"])
+            .arg(h3load),
     )
 }
 
@@ -33,9 +36,12 @@ fn the_training_run_serves_every_phase() {
         "proxied mixed",
         "https/1.1",
         "https/2",
+        "http/3 static",
+        "http/3 proxied",
         "h2c",
         "proxied unix",
         "fastcgi",
+        "site rules, X-Accel-Redirect",
         "cache hit",
     ] {
         assert!(
