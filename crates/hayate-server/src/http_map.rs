@@ -3,6 +3,7 @@
 //! through `h3`): the response head they send, the fields neither may
 //! carry, trailers both ways, and the field values both refuse.
 
+use std::cell::RefCell;
 use std::time::SystemTime;
 
 use hayate_core::request::{RequestHead, Version};
@@ -36,34 +37,124 @@ pub fn request_head(
     head
 }
 
-/// The head of `response` as `http`'s builder: its status, Date and
-/// Server unless it carries its own, its fields less the connection-specific
-/// ones, and Content-Length when its body has a known length and
-/// `body_allowed`.
+/// The fields of a response head as HTTP/2 and HTTP/3 send them: Date and
+/// Server unless the response carries its own, its fields less the
+/// connection-specific ones, and Content-Length when its body has a known
+/// length and a body is allowed.
+pub struct HeadFields<'r> {
+    response: &'r Response,
+    date: Option<http::HeaderValue>,
+    length: Option<([u8; 20], usize)>,
+}
+
+impl<'r> HeadFields<'r> {
+    pub fn new(response: &'r Response, body_allowed: bool) -> HeadFields<'r> {
+        let date = match response.has_date {
+            true => None,
+            false => date_value(SystemTime::now()),
+        };
+        let length = match (body_allowed, response.body.known_len()) {
+            (true, Some(len)) => {
+                let mut buffer = itoa::Buffer::new();
+                let text = buffer.format(len).as_bytes();
+                let mut digits = [0u8; 20];
+                digits[..text.len()].copy_from_slice(text);
+                Some((digits, text.len()))
+            }
+            _ => None,
+        };
+        HeadFields {
+            response,
+            date,
+            length,
+        }
+    }
+
+    fn server(&self) -> Option<&'static [u8]> {
+        (!self.response.no_server).then_some(b"hayate")
+    }
+
+    fn own(&self) -> impl Iterator<Item = (&'r [u8], &'r [u8])> {
+        let response: &'r Response = self.response;
+        response
+            .all_fields()
+            .filter(|(name, _)| !connection_specific(name))
+    }
+
+    fn length(&self) -> Option<&[u8]> {
+        self.length.as_ref().map(|(digits, n)| &digits[..*n])
+    }
+
+    /// Every field, as name and value.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let date = self.date.as_ref().map(|d| (&b"date"[..], d.as_bytes()));
+        let server = self.server().map(|s| (&b"server"[..], s));
+        let length = self.length().map(|n| (&b"content-length"[..], n));
+        date.into_iter()
+            .chain(server)
+            .chain(self.own())
+            .chain(length)
+    }
+
+    /// The first of the response's own fields that `http`'s types refuse
+    /// (a name not a token, a value with a control character), which
+    /// neither HTTP/2 nor HTTP/3 may send (RFC 9113 §8.2.1, RFC 9114 §4.2).
+    pub fn invalid(&self) -> Option<&'r [u8]> {
+        self.own()
+            .find(|(name, value)| {
+                http::HeaderName::from_bytes(name).is_err()
+                    || value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
+            })
+            .map(|(name, _)| name)
+    }
+}
+
+/// The head of `response` as `http`'s builder, with the fields of
+/// [`HeadFields`]. Date is shared for the second and Server is static (a
+/// copy each before).
 pub fn response_head(response: &Response, body_allowed: bool) -> http::response::Builder {
+    let fields = HeadFields::new(response, body_allowed);
     let mut head = http::Response::builder().status(response.status.code());
-    if !response.has_date {
-        let mut date = Vec::with_capacity(40);
-        hayate_core::date::append_date_line(&mut date, SystemTime::now());
-        if let Some(value) = date
-            .strip_prefix(b"Date: ")
-            .and_then(|d| d.strip_suffix(b"\r\n"))
-        {
-            head = head.header(http::header::DATE, value);
-        }
+    if let Some(date) = &fields.date {
+        head = head.header(http::header::DATE, date.clone());
     }
-    if !response.no_server {
-        head = head.header(http::header::SERVER, "hayate");
+    if fields.server().is_some() {
+        head = head.header(
+            http::header::SERVER,
+            http::HeaderValue::from_static("hayate"),
+        );
     }
-    for (name, value) in response.all_fields() {
-        if !connection_specific(name) {
-            head = head.header(name, value);
-        }
+    for (name, value) in fields.own() {
+        head = head.header(name, value);
     }
-    if let (true, Some(len)) = (body_allowed, response.body.known_len()) {
-        head = head.header(http::header::CONTENT_LENGTH, len);
+    if let Some(length) = fields.length() {
+        head = head.header(http::header::CONTENT_LENGTH, length);
     }
     head
+}
+
+/// The Date value for `now`, made once a second per thread: a clone is a
+/// reference count.
+fn date_value(now: SystemTime) -> Option<http::HeaderValue> {
+    thread_local! {
+        static DATE: RefCell<Option<(u64, http::HeaderValue)>> = const { RefCell::new(None) };
+    }
+    let second = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|cached| {
+        if let Some((_, value)) = cached.as_ref().filter(|(at, _)| *at == second) {
+            return Some(value.clone());
+        }
+        let mut line = Vec::with_capacity(40);
+        hayate_core::date::append_date_line(&mut line, now);
+        let value = line
+            .strip_prefix(b"Date: ")
+            .and_then(|d| d.strip_suffix(b"\r\n"))
+            .and_then(|d| http::HeaderValue::from_bytes(d).ok())?;
+        *cached = Some((second, value.clone()));
+        Some(value)
+    })
 }
 
 /// Fields that only mean something to an HTTP/1 connection, never sent

@@ -1061,8 +1061,10 @@ where
         //# converted to lowercase prior to their encoding.
         let mut block = BytesMut::new();
 
+        // hayate: encoded from borrowed pairs (see `encode_stateless_pairs`).
+        let trailers = Header::trailer(trailers);
         let mem_size =
-            qpack::encode_stateless(&mut block, Header::trailer(trailers)).map_err(|_e| {
+            qpack::encode_stateless_pairs(&mut block, || trailers.pairs()).map_err(|_e| {
                 self.handle_connection_error_on_stream(InternalConnectionError {
                     code: Code::H3_INTERNAL_ERROR,
                     message: "Failed to encode trailers".to_string(),

@@ -13,9 +13,9 @@ use bytes::Bytes;
 use h3::error::{Code, StreamError};
 use h3::server::RequestStream;
 use hayate_core::response::FileRange;
-use hayate_core::{Body, Chunk, Response, Status};
+use hayate_core::{Body, Chunk, Response};
 
-use crate::http_map::{response_head, trailer_map, Sent};
+use crate::http_map::{trailer_map, HeadFields, Sent};
 
 /// A request stream's sending half.
 pub(super) type Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
@@ -62,19 +62,26 @@ pub(super) async fn send(
 ) -> Result<(), Stopped> {
     sent.note_grpc_head(&response.fields);
     let body_allowed = !response.status.forbids_body();
-    let head = match response_head(&response, body_allowed).body(()) {
-        Ok(h) => h,
-        Err(e) => {
-            log::error!("response head not valid for HTTP/3: {e}");
-            let fallback = http::Response::builder()
-                .status(Status::BAD_GATEWAY.code())
-                .body(())
-                .expect("a bare status");
-            out.send_response(fallback).await?;
+    let fields = HeadFields::new(&response, body_allowed);
+    let status = http::StatusCode::from_u16(response.status.code());
+    match (fields.invalid(), status) {
+        (None, Ok(status)) => out.send_response_fields(status, || fields.iter()).await?,
+        (invalid, _) => {
+            match invalid {
+                Some(name) => log::error!(
+                    "response head not valid for HTTP/3: field {:?}",
+                    String::from_utf8_lossy(name)
+                ),
+                None => log::error!(
+                    "response head not valid for HTTP/3: status {}",
+                    response.status.code()
+                ),
+            }
+            out.send_response_fields(http::StatusCode::BAD_GATEWAY, std::iter::empty)
+                .await?;
             return Ok(out.finish().await?);
         }
-    };
-    out.send_response(head).await?;
+    }
     if !body_allowed || head_request {
         return Ok(out.finish().await?);
     }

@@ -129,6 +129,26 @@ impl Header {
         self.pseudo.len() + self.fields.len()
     }
 
+    /// hayate: the fields as borrowed name and value pairs, pseudo-fields
+    /// first in `HeaderIter`'s order, so that encoding them copies nothing
+    /// (`HeaderIter` makes an owned `HeaderField`, two allocations, of each).
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let p = &self.pseudo;
+        let pseudo = [
+            p.method.as_ref().map(|m| (&b":method"[..], m.as_str().as_bytes())),
+            p.scheme.as_ref().map(|s| (&b":scheme"[..], s.as_str().as_bytes())),
+            p.authority.as_ref().map(|a| (&b":authority"[..], a.as_str().as_bytes())),
+            p.path.as_ref().map(|x| (&b":path"[..], x.as_str().as_bytes())),
+            p.status.as_ref().map(|s| (&b":status"[..], s.as_str().as_bytes())),
+            p.protocol.as_ref().map(|x| (&b":protocol"[..], x.as_str().as_bytes())),
+        ];
+        pseudo.into_iter().flatten().chain(
+            self.fields
+                .iter()
+                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+        )
+    }
+
     #[cfg(test)]
     pub(crate) fn authory_mut(&mut self) -> &mut Option<Authority> {
         &mut self.pseudo.authority

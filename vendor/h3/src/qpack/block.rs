@@ -318,6 +318,16 @@ impl LiteralWithNameRef {
         }
     }
 
+    /// hayate: a static name reference with a borrowed value (no `Self` built).
+    pub fn encode_static<W: BufMut>(
+        index: usize,
+        value: &[u8],
+        buf: &mut W,
+    ) -> Result<(), prefix_string::Error> {
+        prefix_int::encode(4, 0b0101, index as u64, buf);
+        prefix_string::encode(8, 0, value, buf)
+    }
+
     pub fn encode<W: BufMut>(&self, buf: &mut W) -> Result<(), prefix_string::Error> {
         match self {
             LiteralWithNameRef::Static { index, value } => {
@@ -396,6 +406,16 @@ impl Literal {
             prefix_string::decode(4, buf)?,
             prefix_string::decode(8, buf)?,
         ))
+    }
+
+    /// hayate: a literal name and value, borrowed (no `Self` built).
+    pub fn encode_pair<W: BufMut>(
+        name: &[u8],
+        value: &[u8],
+        buf: &mut W,
+    ) -> Result<(), prefix_string::Error> {
+        prefix_string::encode(4, 0b0010, name, buf)?;
+        prefix_string::encode(8, 0, value, buf)
     }
 
     pub fn encode<W: BufMut>(&self, buf: &mut W) -> Result<(), prefix_string::Error> {

@@ -1,6 +1,9 @@
 mod bitwin;
 mod decode;
 mod encode;
+// hayate: the coder `decode` and `encode` below use (see huffman.rs).
+mod huffman;
+mod huffman_table;
 
 use std::convert::TryInto;
 use std::fmt;
@@ -15,7 +18,6 @@ pub use self::{
     encode::{Error as HuffmanEncodingError, HpackStringEncode},
 };
 
-use crate::proto::coding::BufMutExt;
 use crate::qpack::prefix_int::{self, Error as IntegerError};
 
 #[derive(Debug, PartialEq)]
@@ -25,6 +27,8 @@ pub enum Error {
     HuffmanDecoding(HuffmanDecodingError),
     HuffmanEncoding(HuffmanEncodingError),
     BufSize(TryFromIntError),
+    /// hayate: the table coder's decoding error (h3's own is `HuffmanDecoding`).
+    InvalidHuffmanCode,
 }
 
 impl std::fmt::Display for Error {
@@ -35,6 +39,7 @@ impl std::fmt::Display for Error {
             Error::HuffmanDecoding(e) => write!(f, "Huffman decode failed: {:?}", e),
             Error::HuffmanEncoding(e) => write!(f, "Huffman encode failed: {:?}", e),
             Error::BufSize(_) => write!(f, "number in buffer wrong size"),
+            Error::InvalidHuffmanCode => write!(f, "Huffman decode failed: invalid code"),
         }
     }
 }
@@ -46,24 +51,37 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<Vec<u8>, Error> {
         return Err(Error::UnexpectedEnd);
     }
 
-    let payload = buf.copy_to_bytes(len);
-    let value = if flags & 1 == 0 {
-        payload.into_iter().collect()
+    // hayate: the string is read where the buffer holds it (a header block is
+    // one contiguous chunk) and Huffman-decoded by table.
+    if buf.chunk().len() >= len {
+        let value = string_value(flags, &buf.chunk()[..len])?;
+        buf.advance(len);
+        Ok(value)
     } else {
-        let mut decoded = Vec::new();
-        for byte in payload.into_iter().collect::<Vec<u8>>().hpack_decode() {
-            decoded.push(byte?);
-        }
-        decoded
-    };
-    Ok(value)
+        string_value(flags, &buf.copy_to_bytes(len))
+    }
+}
+
+/// hayate: a string literal's bytes, Huffman-decoded when its H bit is set.
+fn string_value(flags: u8, payload: &[u8]) -> Result<Vec<u8>, Error> {
+    if flags & 1 == 0 {
+        Ok(payload.to_vec())
+    } else {
+        huffman::decode(payload).map_err(|_| Error::InvalidHuffmanCode)
+    }
 }
 
 pub fn encode<B: BufMut>(size: u8, flags: u8, value: &[u8], buf: &mut B) -> Result<(), Error> {
-    let encoded = Vec::from(value).hpack_encode()?;
-    prefix_int::encode(size - 1, flags << 1 | 1, encoded.len().try_into()?, buf);
-    for byte in encoded {
-        buf.write(byte);
+    // hayate: Huffman-encoded by table straight into `buf`, and sent as it
+    // is when Huffman would not make it shorter (RFC 9204 section 4.1.2 lets
+    // the encoder choose per string).
+    let huffman_len = huffman::encoded_len(value);
+    if huffman_len <= value.len() {
+        prefix_int::encode(size - 1, flags << 1 | 1, huffman_len.try_into()?, buf);
+        huffman::encode(value, buf);
+    } else {
+        prefix_int::encode(size - 1, flags << 1, value.len().try_into()?, buf);
+        buf.put_slice(value);
     }
     Ok(())
 }
