@@ -362,7 +362,9 @@ async fn serve_connection(
     let mut closing = false;
     loop {
         let next = tokio::select! {
-            accepted = h3.accept() => Some(accepted),
+            // A poll function, not `accept()`'s 880-byte future: this
+            // wait is the task's state for the connection's idle life.
+            accepted = std::future::poll_fn(|cx| h3.poll_accept(cx)) => Some(accepted),
             _ = shutdown.wait(), if !closing => None,
             _ = connection.request_ended.notified(), if closing => {
                 match connection.requests.get() {
@@ -381,8 +383,14 @@ async fn serve_connection(
                 let counted = InFlight::new(connection.clone());
                 tokio::task::spawn_local(pinned(|| request::serve(resolver, counted)));
             }
-            // GOAWAY sent or received, and every request answered.
-            Some(Ok(None)) => break,
+            // GOAWAY received, and every request answered: the last
+            // GOAWAY out (`accept` would send it), then the end.
+            Some(Ok(None)) => {
+                if let Err(e) = pinned(|| h3.shutdown(0)).await {
+                    log::debug!("HTTP/3 from {from}: GOAWAY not sent: {e}");
+                }
+                break;
+            }
             Some(Err(e)) => {
                 if floods::closed_for_empty_frames(&e) {
                     log::info!("HTTP/3 from {from}: {e}: connection closed");
@@ -395,7 +403,7 @@ async fn serve_connection(
                 closing = true;
                 // GOAWAY naming the last request accepted: the client
                 // retries later ones on a new connection (RFC 9114 §5.2).
-                if let Err(e) = h3.shutdown(0).await {
+                if let Err(e) = pinned(|| h3.shutdown(0)).await {
                     log::debug!("HTTP/3 from {from}: GOAWAY not sent: {e}");
                     break;
                 }
@@ -409,7 +417,7 @@ async fn serve_connection(
     // acknowledged yet (a QUIC close abandons streams): the client closes
     // once it has them, or the GOAWAY timeout ends the wait.
     let linger = worker.with_generation(|g| g.timeouts.goaway);
-    let _ = tokio::time::timeout(linger, quic.closed()).await;
+    let _ = pinned(|| tokio::time::timeout(linger, quic.closed())).await;
     quic.close(VarInt::from_u32(H3_NO_ERROR), b"");
     udp::count_sent(&quic.stats().udp_tx);
     drop(guard);

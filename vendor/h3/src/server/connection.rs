@@ -140,6 +140,28 @@ where
         Ok(Some(resolver))
     }
 
+    /// hayate: `accept` as a poll function, for a caller that waits for requests
+    /// for a connection's whole life: `accept`'s future is 880 bytes (its
+    /// GOAWAY is in it), this function's is none. When it is `None`, the caller
+    /// sends the last GOAWAY (`shutdown(0)`), as `accept` does itself.
+    pub fn poll_accept(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<RequestResolver<C, B>>, ConnectionError>> {
+        match self.poll_accept_request_stream_internal(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(None)) => Poll::Ready(Ok(None)),
+            Poll::Ready(Ok(Some(s))) => {
+                let stream = FrameStream::new(BufRecvStream::new(s));
+                let resolver = self.create_resolver_internal(stream);
+                // send the grease frame only once
+                self.inner.send_grease_frame = false;
+                Poll::Ready(Ok(Some(resolver)))
+            }
+        }
+    }
+
     fn create_resolver_internal(
         &self,
         stream: FrameStream<C::BidiStream, B>,
