@@ -24,6 +24,12 @@ server sends is kept in FILE (the client waits up to a second for one),
 and one already there resumes the session;
 with --early as well, the first request goes out as 0-RTT data whatever the
 ticket allows, to see that the server refuses it.
+
+    h3_client.py --ca CA.pem --idle N HOST PORT GET PATH
+
+opens N connections instead, each making the request once (the body read
+whole), prints `open N` once they all have, and keeps them open, idle,
+until its standard input closes.
 """
 
 import argparse
@@ -227,6 +233,7 @@ def parse(argv):
     top.add_argument("--server-name", default="localhost")
     top.add_argument("--grpc-chat", nargs=2, metavar=("PATH", "TEXTS"))
     top.add_argument("--websocket", nargs=2, metavar=("PATH", "TEXTS"))
+    top.add_argument("--idle", type=int, metavar="N")
     top.add_argument("host")
     top.add_argument("port", type=int)
     top.add_argument("rest", nargs=argparse.REMAINDER)
@@ -245,6 +252,33 @@ def parse(argv):
         body = open(r.body_file, "rb").read() if r.body_file else None
         requests.append((r.method, r.path, headers, body))
     return args, requests
+
+
+async def hold_idle(args, config, requests):
+    """--idle N: N connections, each after one request, held until stdin closes."""
+    import contextlib
+
+    method, path, headers, body = requests[0]
+    authority = f"{args.server_name}:{args.port}"
+
+    async def one(stack):
+        client = await stack.enter_async_context(
+            connect(args.host, args.port, configuration=config, create_protocol=Client)
+        )
+        answer = await client.request(authority, method, path, headers, body)
+        if not answer["body"]:
+            raise SystemExit("an empty answer")
+
+    async with contextlib.AsyncExitStack() as stack:
+        # 50 handshakes at a time: all at once would be a flood (hayate
+        # answers one with Retry).
+        for start in range(0, args.idle, 50):
+            await asyncio.gather(*[one(stack) for _ in range(min(50, args.idle - start))])
+        print(f"open {args.idle}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        # Gone without closing each: a clean close waits out its draining
+        # period connection by connection (a minute for 200).
+        os._exit(0)
 
 
 async def main(argv):
@@ -267,6 +301,8 @@ async def main(argv):
             # and the server must refuse it.
             ticket.max_early_data_size = 0xFFFFFFFF
         config.session_ticket = ticket
+    if args.idle:
+        return await hold_idle(args, config, requests)
 
     kept = asyncio.Event()
 

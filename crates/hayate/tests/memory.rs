@@ -4,9 +4,9 @@
 //! wait) and a small task. And of TLS handshakes that stall: no TLS state
 //! until a whole ClientHello has come.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hayate_testkit::{site, Client, Hayate};
+use hayate_testkit::{settled_rss_kib, site, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -23,33 +23,6 @@ const CONNS: usize = 2000;
 const MAX_PER_CONN: u64 = 3 * 1024;
 
 /// hayate's resident memory in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
-/// hayate's RSS once it has not changed for 300 ms (polled every 10 ms; at
-/// most 10 s): its connections are done with what they were doing.
-fn settled_rss_kib(pid: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = rss_kib(pid);
-    let mut since = Instant::now();
-    loop {
-        std::thread::park_timeout(Duration::from_millis(10));
-        let now = rss_kib(pid);
-        if now != last {
-            (last, since) = (now, Instant::now());
-        } else if since.elapsed() >= Duration::from_millis(300) {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "hayate's RSS never settled");
-    }
-}
-
 /// Raises this process's open-file limit to hold `n` sockets.
 fn raise_fd_limit(n: u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
