@@ -13,6 +13,11 @@ pub fn trim_ows(s: &[u8]) -> &[u8] {
     &s[start..end.max(start)]
 }
 
+/// Whether `b` may appear in a field name (RFC 9110 §5.6.2 `tchar`).
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// Whether the field name `name` is `lower` (lower-case letters and `-`)
 /// in any case, as `eq_ignore_ascii_case` tells, faster: on the hot paths
 /// every field's name is compared with a few known ones. Setting bit 5 of

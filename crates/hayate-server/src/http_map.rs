@@ -102,7 +102,8 @@ impl<'r> HeadFields<'r> {
     pub fn invalid(&self) -> Option<&'r [u8]> {
         self.own()
             .find(|(name, value)| {
-                http::HeaderName::from_bytes(name).is_err()
+                name.is_empty()
+                    || !name.iter().all(|&b| hayate_core::field::is_tchar(b))
                     || value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
             })
             .map(|(name, _)| name)

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use crate::field::{header_lines, hex_digit};
+use crate::field::{header_lines, hex_digit, is_tchar};
 
 /// Longest chunk extension accepted, in bytes.
 const MAX_EXTENSION: usize = 4096;
@@ -249,11 +249,6 @@ fn forbidden_trailer(name: &[u8]) -> bool {
         b"upgrade",
     ];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
-/// Whether `b` may appear in a field name (RFC 9110 §5.6.2 `tchar`).
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// The trailer lines of `raw` (`Name: value\r\n`, as
