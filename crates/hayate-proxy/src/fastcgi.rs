@@ -58,7 +58,7 @@ pub(crate) struct Answer {
     conn: Transport,
     head: CgiHead,
     /// The body read so far (all of it, when `ended`).
-    first: BytesMut,
+    first: Bytes,
     rest: BytesMut,
     /// The records were read to FCGI_END_REQUEST: `Some(complete)`.
     ended: Option<bool>,
@@ -211,7 +211,7 @@ impl UpstreamProtocol for FastCgi {
         let mut answer = Answer {
             conn,
             head,
-            first: if no_body { BytesMut::new() } else { first },
+            first: if no_body { Bytes::new() } else { first },
             rest: buf,
             ended: None,
             no_body,
@@ -219,7 +219,10 @@ impl UpstreamProtocol for FastCgi {
         // The records already read: a small answer often came whole with
         // its head, and then leaves in one write with its length. Without a
         // body for the client, the records are read to their end now, so the
-        // connection can serve the next request.
+        // connection can serve the next request. The body's bytes stay
+        // where they were read while they are one piece; more pieces are
+        // gathered in `more`.
+        let mut more = BytesMut::new();
         loop {
             match next_record(&mut answer.rest).map_err(Failure::Upstream)? {
                 Some(Record::End { complete, .. }) => {
@@ -227,13 +230,25 @@ impl UpstreamProtocol for FastCgi {
                     break;
                 }
                 Some(Record::Stderr(text)) => log_stderr(&self.request_id, &text),
-                Some(Record::Stdout(data)) if !no_body => answer.first.extend_from_slice(&data),
+                Some(Record::Stdout(data)) if !no_body => {
+                    if answer.first.is_empty() && more.is_empty() {
+                        answer.first = data;
+                    } else {
+                        if more.is_empty() {
+                            more.extend_from_slice(&answer.first);
+                        }
+                        more.extend_from_slice(&data);
+                    }
+                }
                 Some(Record::Stdout(_)) => {}
                 None if no_body => {
                     read_more(&mut answer.conn, &mut answer.rest, deadline, &mut answered).await?
                 }
                 None => break,
             }
+        }
+        if !more.is_empty() {
+            answer.first = more.freeze();
         }
         Ok(answer)
     }
@@ -278,7 +293,7 @@ impl UpstreamProtocol for FastCgi {
         } else {
             head.len
         };
-        source.first = (!first.is_empty()).then(|| first.freeze());
+        source.first = (!first.is_empty()).then_some(first);
         r.body = Body::Stream(StreamBody {
             len,
             source: Box::new(source),
@@ -295,14 +310,23 @@ fn take_head(
     stdout: &mut BytesMut,
     settings: &ProxySettings,
     mut on_stderr: impl FnMut(&[u8]),
-) -> io::Result<Option<(CgiHead, BytesMut)>> {
+) -> io::Result<Option<(CgiHead, Bytes)>> {
     while let Some(record) = next_record(buf)? {
         match record {
             Record::Stdout(data) => {
+                // A script's output usually comes in one record with its
+                // head: parsed where it is, the body after it a slice of
+                // the record (copying it was an allocation of the answer's
+                // size and its bytes again, per request).
+                if stdout.is_empty() {
+                    if let Some((head, used)) = cgi_head::parse(&data, settings)? {
+                        return Ok(Some((head, data.slice(used..))));
+                    }
+                }
                 stdout.extend_from_slice(&data);
                 if let Some((head, used)) = cgi_head::parse(stdout, settings)? {
                     stdout.advance(used);
-                    return Ok(Some((head, stdout.split())));
+                    return Ok(Some((head, stdout.split().freeze())));
                 }
                 if stdout.len() > MAX_HEAD {
                     return Err(bad("CGI response head too large"));
