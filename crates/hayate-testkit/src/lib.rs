@@ -25,7 +25,7 @@ mod unix;
 mod websocket;
 
 pub use origin::{checksum, Checksum, Echo, Held, Origin, OriginOptions};
-pub use rss::{rss_kib, settled_rss_kib};
+pub use rss::{growth_per, rss_kib, settled_rss_kib};
 pub use unix::{unix_get, unix_listener, unix_request};
 pub use websocket::{assert_websocket_upgrade, upgrade_echo_server};
 

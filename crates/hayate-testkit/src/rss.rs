@@ -30,3 +30,9 @@ pub fn settled_rss_kib(pid: u32) -> u64 {
         assert!(Instant::now() < deadline, "hayate's RSS never settled");
     }
 }
+
+/// Bytes of RSS growth per one of `count` things held, from RSS `before`
+/// and `after` them in KiB.
+pub fn growth_per(before_kib: u64, after_kib: u64, count: usize) -> u64 {
+    after_kib.saturating_sub(before_kib) * 1024 / count as u64
+}

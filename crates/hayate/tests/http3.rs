@@ -963,7 +963,7 @@ fn idle_http3_connections_are_bounded() {
     );
     let after = hayate_testkit::settled_rss_kib(h.pid());
     drop(idle.stdin.take());
-    let per_conn = after.saturating_sub(before) * 1024 / IDLE_H3_CONNS as u64;
+    let per_conn = hayate_testkit::growth_per(before, after, IDLE_H3_CONNS);
     eprintln!(
         "{IDLE_H3_CONNS} idle HTTP/3 connections: RSS {before} -> {after} KiB, {per_conn} B each"
     );

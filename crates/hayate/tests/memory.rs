@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use hayate_testkit::{settled_rss_kib, site, Client, Hayate};
+use hayate_testkit::{growth_per, settled_rss_kib, site, Client, Hayate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hayate");
 
@@ -57,7 +57,7 @@ fn idle_keep_alive_connections_hold_no_buffers() {
         })
         .collect();
     let after = settled_rss_kib(h.pid());
-    let per_conn = after.saturating_sub(before) * 1024 / CONNS as u64;
+    let per_conn = growth_per(before, after, CONNS);
     eprintln!(
         "{CONNS} idle keep-alive connections: RSS {before} -> {after} KiB, {per_conn} B each"
     );
@@ -126,7 +126,7 @@ fn half_open_tls_handshakes_are_bounded_and_other_clients_are_served() {
         })
         .collect();
     let after = settled_rss_kib(h.pid());
-    let per_conn = after.saturating_sub(before) * 1024 / CONNS as u64;
+    let per_conn = growth_per(before, after, CONNS);
     eprintln!("{CONNS} stalled handshakes: RSS {before} -> {after} KiB, {per_conn} B each");
     assert!(
         per_conn <= MAX_PER_HALF_OPEN,
@@ -191,7 +191,7 @@ fn idle_http2_connections_are_bounded() {
     let before = settled_rss_kib(h.pid());
     let idle: Vec<std::net::TcpStream> = (0..CONNS).map(|_| open(&h)).collect();
     let after = settled_rss_kib(h.pid());
-    let per_conn = after.saturating_sub(before) * 1024 / CONNS as u64;
+    let per_conn = growth_per(before, after, CONNS);
     eprintln!("{CONNS} idle HTTP/2 connections: RSS {before} -> {after} KiB, {per_conn} B each");
     assert!(
         per_conn <= MAX_PER_IDLE_H2,
